@@ -1,0 +1,33 @@
+# `make demo` and `make test` each create .venv on first use and install what they need.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# These machines carry a CPU wheel of torch 2.13.0; anywhere else any torch >= 2.4 works.
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-gpu lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)" || $(BIN)/python -m pip install --quiet "torch>=2.4"
+	$(BIN)/python -m pip install --quiet -e ".[vm,report,dev]"
+	@command -v curl >/dev/null || (apt-get update -qq && apt-get install -y -qq curl)
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/bench launch --backend local --plan auto --budget 1.00 --wait
+	$(BIN)/bench fetch
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu tests/gpu
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

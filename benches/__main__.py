@@ -1,0 +1,5 @@
+import sys
+
+from benches.cli import main
+
+sys.exit(main())

@@ -1,0 +1,150 @@
+"""`python -m benches`: the payload's command line (run by the startup script, or by hand).
+
+    python -m benches plans
+    python -m benches environment --out environment.json
+    python -m benches correctness --plan auto --out runs/demo
+    python -m benches run --plan auto --out runs/demo --measurements 600 --status-file runs/demo/status.json
+
+--out is the run directory: CSVs go to DIR/results/, plan.json, environment.json and (after a
+complete `run`) manifest.json to DIR itself, the layout fetch and `bench report` read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from benches.plan import PlanError, load_plan_file, plan_names, resolve_plan
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benches", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("plans", help="list the shipped plans")
+    env = sub.add_parser("environment", help="write the environment fingerprint as JSON")
+    env.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    for name, text in (
+        ("correctness", "run the correctness gate only (results/correctness.csv)"),
+        ("run", "correctness gate (reused if already done), then timing, summary and manifest"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--plan", default="auto", help="plan name, plan file, or auto (default)")
+        cmd.add_argument("--out", type=Path, required=True, help="run directory")
+        cmd.add_argument("--run-id", help="defaults to the id of an earlier phase in --out, or a new one")
+        cmd.add_argument("--status-file", type=Path, help="status.json to keep current (none if absent)")
+    run = sub.choices["run"]
+    run.add_argument(
+        "--measurements",
+        type=int,
+        help="timed samples per implementation over the whole plan (spread over its configs)",
+    )
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "plans":
+            return list_plans()
+        if args.command == "environment":
+            return write_environment(args.out)
+        return run_phases(args)
+    except PlanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def list_plans() -> int:
+    from benches.plan import PLANS_DIR
+
+    for name in plan_names():
+        plan = load_plan_file(PLANS_DIR / f"{name}.json")
+        impls = ", ".join(plan.implementations)
+        print(f"{name:12} {plan.device:4} {len(plan.configs):3} configs x "
+              f"{plan.samples_per_config} samples  [{impls}]")
+        print(f"{'':12} {plan.description}")
+    return 0
+
+
+def write_environment(out: Path) -> int:
+    from benches.environment import fingerprint
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(fingerprint().model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def effective_plan(plan, measurements: Optional[int]):
+    """The plan as run: --measurements replaces samples_per_config (its even share)."""
+    from benches.plan import samples_per_config
+
+    if measurements is None:
+        return plan
+    counts = samples_per_config(plan, measurements)  # raises PlanError when too few
+    return plan.model_copy(update={"samples_per_config": min(counts)})
+
+
+def run_phases(args: argparse.Namespace) -> int:
+    # torch is imported here, not at the top: `plans` and `--help` stay instant.
+    from benches import runner
+    from benches.writers import StatusWriter
+
+    plan = resolve_plan(args.plan)
+    measurements = getattr(args, "measurements", None)
+    effective = effective_plan(plan, measurements)
+    try:
+        runner.require_device(plan)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    started_at = datetime.now(timezone.utc)
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_id = args.run_id or earlier_run_id(args.out) or runner.new_run_id()
+    with runner.StopRequested() as stop:
+        ctx = runner.RunContext(plan, args.out, run_id, StatusWriter(args.status_file, run_id), stop)
+        runner.write_plan(args.out, effective)
+        environment = runner.load_or_write_environment(args.out)
+        gate = None if args.command == "correctness" else runner.reusable_correctness(ctx)
+        if gate is None:
+            gate = runner.run_correctness(ctx)
+        if args.command == "correctness" or stop():
+            return stop.exit_code
+        _, summary = runner.run_benchmark(ctx, gate, measurements, environment)
+        if stop():
+            return stop.exit_code
+        from benches.writers import write_manifest
+
+        write_manifest(args.out, run_id, started_at)
+        print_summary(summary)
+    return 0
+
+
+def earlier_run_id(run_dir: Path) -> Optional[str]:
+    """The run id that an earlier `correctness` phase wrote into this run directory."""
+    import csv
+
+    path = run_dir / "results" / "correctness.csv"
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8") as f:
+        first = next(csv.DictReader(f), None)
+    return first["run_id"] if first else None
+
+
+def print_summary(summary) -> None:
+    for row in summary:
+        speedup = (
+            f"  speedup {row.speedup:.3f} [{row.speedup_ci_low:.3f}, {row.speedup_ci_high:.3f}] "
+            f"{row.verdict}"
+            if row.speedup is not None
+            else ""
+        )
+        print(f"{row.config:28} {row.implementation:15} {row.mode:6} median {row.median_ms:.4f} ms "
+              f"{row.tflops:8.2f} TFLOP/s{speedup}")

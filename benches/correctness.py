@@ -1,0 +1,133 @@
+"""The correctness gate: every implementation against a higher-precision reference.
+
+Each config gets fresh random inputs (seeded from the plan's seed and the config's position).
+The error an implementation may have is relative to what PyTorch's own SDPA (math path and
+default choice) reaches on the same inputs in the same dtype, in the spirit of
+FlashAttention's tests; NaN or Inf in the output never passes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from kernels import registry
+from results_schema import AttentionConfig, CorrectnessRow, Plan
+
+YARDSTICKS = ("sdpa-math", "sdpa")  # PyTorch's same-dtype results set the tolerance
+TOLERANCE_FACTOR = 3.0
+REFERENCE_CHUNK_BYTES = 1 << 30  # float64 scores per reference chunk: keeps S=8192 on a 24 GB L4
+
+DTYPES = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+
+
+def config_seed(plan_seed: int, index: int, purpose: str) -> int:
+    """Distinct, reproducible seeds per config, and per purpose (gate vs timing)."""
+    return (plan_seed * 1_000_003 + index * 7919 + (0 if purpose == "correctness" else 1)) % 2**63
+
+
+def make_inputs(config: AttentionConfig, device: torch.device, seed: int):
+    """q, k, v of shape (B, H, S, D), standard normal: never zeros, which hide bugs."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    shape = (config.batch, config.heads, config.seq_len, config.head_dim)
+    return tuple(
+        torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(
+            DTYPES[config.dtype]
+        )
+        for _ in range(3)
+    )
+
+
+def chunked_reference(reference: Callable, q, k, v, causal: bool) -> torch.Tensor:
+    """The reference over slices of batch*heads (each is independent), so the float64
+    score matrix never needs more than REFERENCE_CHUNK_BYTES at once."""
+    b, h, s, d = q.shape
+    flat = [t.reshape(1, b * h, s, d) for t in (q, k, v)]
+    per_head = s * k.shape[-2] * 8
+    step = max(1, REFERENCE_CHUNK_BYTES // per_head)
+    parts = [
+        reference(flat[0][:, i : i + step], flat[1][:, i : i + step], flat[2][:, i : i + step], causal)
+        for i in range(0, b * h, step)
+    ]
+    return torch.cat(parts, dim=1).reshape(b, h, s, -1)
+
+
+def unit_roundoff(dtype: str) -> float:
+    return float(torch.finfo(DTYPES[dtype]).eps) / 2
+
+
+def poisoned_call(run: Callable, q, k, v, causal: bool) -> torch.Tensor:
+    """Fill a block of output size with NaN and free it just before the call, so the caching
+    allocator most likely hands that block to the output: elements the kernel never writes
+    stay NaN and fail the check (best effort: the allocator decides)."""
+    poison = torch.full_like(q, float("nan"))
+    del poison
+    return run(q, k, v, causal)
+
+
+def errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, int]:
+    """(relative L2 error, max abs error, count of non-finite elements), in float64."""
+    nonfinite = int((~torch.isfinite(out)).sum().item())
+    diff = out.to(torch.float64) - ref
+    rel_l2 = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref))
+    return rel_l2, float(diff.abs().max()), nonfinite
+
+
+def check_config(
+    run_id: str, config: AttentionConfig, plan: Plan, index: int, device: torch.device
+) -> list[CorrectnessRow]:
+    """One row per implementation of the plan; a failure is a row, never an exception."""
+    q, k, v = make_inputs(config, device, config_seed(plan.seed, index, "correctness"))
+    ref = chunked_reference(registry.get(plan.reference).run, q, k, v, config.causal)
+    measured: dict[str, tuple[str, Optional[tuple[float, float, int]], str]] = {}
+    for name in dict.fromkeys([*YARDSTICKS, *plan.implementations]):
+        measured[name] = _measure(name, q, k, v, config, ref, device)
+    yard = [m[1][0] for n, m in measured.items() if n in YARDSTICKS and m[1] and m[1][2] == 0]
+    tolerance = TOLERANCE_FACTOR * max(yard, default=0.0) + unit_roundoff(config.dtype)
+    rows = []
+    for name in plan.implementations:
+        backend, result, message = measured[name]
+        rows.append(_row(run_id, config, name, backend, result, message, tolerance))
+    return rows
+
+
+def _measure(name, q, k, v, config, ref, device):
+    impl = registry.get(name)
+    reason = impl.available(device)
+    if reason is not None:
+        return "unavailable", None, reason
+    try:
+        backend = impl.backend_for(q, k, v, config.causal)
+        out = poisoned_call(impl.run, q, k, v, config.causal)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as exc:  # a kernel that refuses a shape fails its row, not the run
+        return "error", None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    if out.shape != ref.shape:
+        return backend, None, f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    return backend, errors(out, ref), ""
+
+
+def _row(run_id, config, name, backend, result, message, tolerance) -> CorrectnessRow:
+    if result is None:
+        return CorrectnessRow(
+            run_id=run_id, config=config.name, implementation=name, backend=backend,
+            passed=False, tolerance=tolerance, message=message,
+        )
+    rel_l2, max_abs, nonfinite = result
+    passed = nonfinite == 0 and rel_l2 <= tolerance
+    if nonfinite:
+        message = f"{nonfinite} non-finite output elements"
+    elif not passed:
+        message = f"relative L2 error {rel_l2:.3g} over tolerance {tolerance:.3g}"
+    return CorrectnessRow(
+        run_id=run_id, config=config.name, implementation=name, backend=backend, passed=passed,
+        rel_l2_error=rel_l2 if rel_l2 == rel_l2 else None, max_abs_error=max_abs
+        if max_abs == max_abs else None, tolerance=tolerance, nonfinite=nonfinite, message=message,
+    )

@@ -1,0 +1,141 @@
+"""The environment fingerprint: what the numbers were measured on (EnvironmentFingerprint)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from typing import Any, Optional
+
+from results_schema import EnvironmentFingerprint
+
+# Dense (no sparsity) fp16/bf16 tensor-core peaks in TFLOP/s, from the vendors' datasheets.
+# Checked in order, first substring match wins: more specific names come first.
+PEAK_TFLOPS_16BIT = (
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("H100", 989.0),  # SXM
+    ("H200", 989.0),
+    ("GH200", 989.0),
+    ("A100", 312.0),
+    ("L40S", 362.0),
+    ("L40", 181.0),
+    ("L4", 121.0),
+    ("A10G", 70.0),
+    ("A10", 125.0),
+    ("T4", 65.0),
+    ("V100", 125.0),
+)
+
+
+def peak_tflops_for(gpu_name: Optional[str]) -> Optional[float]:
+    if not gpu_name:
+        return None
+    for needle, peak in PEAK_TFLOPS_16BIT:
+        if needle in gpu_name:
+            return peak
+    return None
+
+
+def _version(package: str) -> Optional[str]:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _nvcc_version() -> Optional[str]:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
+        lines = [line for line in out.splitlines() if "release" in line]
+        return lines[-1].strip() if lines else out.strip() or None
+    return None
+
+
+def _cpu_model() -> Optional[str]:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
+    return platform.processor() or None
+
+
+def _nvml_facts() -> dict[str, Any]:
+    """GPU name, UUID, count and driver from NVML; empty without a GPU or nvidia-ml-py."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return {}
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return {
+            "gpu_name": _text(pynvml.nvmlDeviceGetName(handle)),
+            "gpu_uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+            "gpu_count": pynvml.nvmlDeviceGetCount(),
+            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
+        }
+    except pynvml.NVMLError:
+        return {}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _torch_facts() -> dict[str, Any]:
+    try:
+        import torch
+    except ImportError:
+        return {}
+    facts: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    facts["cudnn"] = str(cudnn) if cudnn else None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        facts["gpu_name"] = props.name
+        facts["gpu_count"] = torch.cuda.device_count()
+        facts["compute_capability"] = f"{props.major}.{props.minor}"
+        facts["sm_count"] = props.multi_processor_count
+        facts["l2_cache_bytes"] = getattr(props, "L2_cache_size", None)
+    return facts
+
+
+def _bool_env(name: str) -> Optional[bool]:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    return value.strip().lower() in ("1", "true", "yes", "spot")
+
+
+def fingerprint() -> EnvironmentFingerprint:
+    facts: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "numpy": _version("numpy"),
+        "triton": _version("triton"),
+        "nvcc": _nvcc_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "image": os.environ.get("BENCH_IMAGE") or None,
+        "machine_type": os.environ.get("BENCH_MACHINE_TYPE") or None,
+        "zone": os.environ.get("BENCH_ZONE") or None,
+        "spot": _bool_env("BENCH_SPOT"),
+    }
+    facts.update(_torch_facts())
+    # NVML's name and UUID win over torch's: they match nvidia-smi and the NVML telemetry.
+    facts.update({k: v for k, v in _nvml_facts().items() if v is not None})
+    facts["peak_tflops"] = peak_tflops_for(facts.get("gpu_name"))
+    return EnvironmentFingerprint.model_validate(facts)

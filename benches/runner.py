@@ -1,0 +1,266 @@
+"""The two phases the startup script runs: the correctness gate, then the timed benchmark.
+
+A run directory holds plan.json, environment.json and results/{correctness,measurements,
+summary}.csv, then manifest.json last. SIGTERM/SIGINT stop either phase at the next sample
+boundary: what was measured is flushed and the exit code says it was interrupted (143/130);
+nothing that claims completeness is written.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from benches import correctness, timing
+from benches.environment import fingerprint
+from benches.plan import samples_per_config
+from benches.stats import summarize
+from benches.telemetry import EMPTY, Telemetry
+from benches.writers import (
+    RESULTS_SUBDIR,
+    CsvWriter,
+    StatusWriter,
+    read_csv,
+    write_csv,
+    write_manifest,
+)
+from kernels import registry
+from results_schema import CorrectnessRow, EnvironmentFingerprint, Measurement, Plan, SummaryRow
+
+
+def new_run_id() -> str:
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+class StopRequested:
+    """Turns SIGTERM/SIGINT into a flag read at sample boundaries."""
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "StopRequested":
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            print(f"\n{signal.Signals(signum).name}: stopping at the next sample", file=sys.stderr)
+        self.signum = signum
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum if self.signum else 0
+
+
+@dataclass
+class RunContext:
+    plan: Plan
+    run_dir: Path
+    run_id: str
+    status: StatusWriter
+    stop: StopRequested
+    device: torch.device = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.device = torch.device("cuda" if self.plan.device == "cuda" else "cpu")
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def results_dir(self) -> Path:
+        return self.run_dir / RESULTS_SUBDIR
+
+
+def require_device(plan: Plan) -> None:
+    if plan.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"plan {plan.name!r} needs a CUDA GPU and torch sees none")
+
+
+# --- correctness -------------------------------------------------------------------------
+
+
+def expected_pairs(plan: Plan) -> set[tuple[str, str]]:
+    return {(c.name, i) for c in plan.configs for i in plan.implementations}
+
+
+def reusable_correctness(ctx: RunContext) -> Optional[list[CorrectnessRow]]:
+    """The gate's rows from an earlier `correctness` phase of this run and plan, if any."""
+    path = ctx.results_dir / "correctness.csv"
+    if not path.is_file():
+        return None
+    try:
+        rows = read_csv(path, CorrectnessRow)
+    except ValueError:
+        return None
+    if {(r.config, r.implementation) for r in rows} != expected_pairs(ctx.plan) or len(rows) != len(
+        expected_pairs(ctx.plan)
+    ):
+        return None
+    return rows if all(r.run_id == ctx.run_id for r in rows) else None
+
+
+def run_correctness(ctx: RunContext) -> list[CorrectnessRow]:
+    plan, rows = ctx.plan, []
+    total = len(plan.configs)
+    with CsvWriter(ctx.results_dir / "correctness.csv", CorrectnessRow) as writer:
+        for index, config in enumerate(plan.configs):
+            if ctx.stop():
+                break
+            ctx.status.update("correctness", "running", index, total, f"checking {config.name}")
+            config_rows = correctness.check_config(ctx.run_id, config, plan, index, ctx.device)
+            writer.write(config_rows)
+            rows.extend(config_rows)
+            _free_device_memory(ctx.device)
+    failed = [f"{r.config}/{r.implementation}: {r.message}" for r in rows if not r.passed]
+    message = f"{len(rows) - len(failed)}/{len(rows)} passed"
+    state = "partial" if ctx.stop() else "complete"
+    ctx.status.update("correctness", state, len(rows) // max(len(plan.implementations), 1),
+                      total, message, force=True)
+    print(f"correctness: {message}", file=sys.stderr)
+    for line in failed:
+        print(f"  FAILED {line}", file=sys.stderr)
+    return rows
+
+
+def _free_device_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# --- benchmark ---------------------------------------------------------------------------
+
+
+@dataclass
+class ConfigTiming:
+    """What the timing loop needs for one config: who runs, how, how many rounds."""
+
+    samplers: dict[str, timing.Sampler]
+    mode: str
+    calls: int
+
+
+def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> ConfigTiming:
+    plan, config = ctx.plan, ctx.plan.configs[index]
+    q, k, v = correctness.make_inputs(
+        config, ctx.device, correctness.config_seed(plan.seed, index, "timing")
+    )
+    calls = {n: partial(registry.get(n).run, q, k, v, config.causal) for n in names}
+    single = {n: partial(clock.time_call, calls[n]) for n in names}
+    settled = {
+        n: timing.settled_median_ms(timing.warm_up(single[n], plan.warmup_min, plan.warmup_max))
+        for n in names
+    }
+    fastest_us = min(settled.values()) * 1e3
+    # One mode per config for every implementation: graph and single timings don't compare.
+    if clock.supports_graphs and fastest_us < plan.graph_below_us:
+        batch = timing.graph_calls_for(fastest_us)
+        return ConfigTiming({n: clock.graph_sampler(calls[n], batch) for n in names}, "graph", batch)
+    return ConfigTiming(single, "single", 1)
+
+
+def make_clock(ctx: RunContext):
+    if ctx.device.type == "cuda":
+        return timing.CudaClock(ctx.device, ctx.plan.flush_l2)
+    return timing.CpuClock()
+
+
+def run_benchmark(
+    ctx: RunContext,
+    gate: list[CorrectnessRow],
+    measurements_per_implementation: Optional[int],
+    environment: EnvironmentFingerprint,
+) -> tuple[list[Measurement], list[SummaryRow]]:
+    plan = ctx.plan
+    counts = samples_per_config(plan, measurements_per_implementation)
+    passed = {(r.config, r.implementation) for r in gate if r.passed}
+    timed = [[n for n in plan.implementations if (c.name, n) in passed] for c in plan.configs]
+    total = sum(count * len(names) for count, names in zip(counts, timed))
+    clock, telemetry = make_clock(ctx), Telemetry() if ctx.device.type == "cuda" else None
+    measurements: list[Measurement] = []
+    try:
+        with CsvWriter(ctx.results_dir / "measurements.csv", Measurement) as writer:
+            for index, config in enumerate(plan.configs):
+                if ctx.stop() or not timed[index]:
+                    continue
+                ctx.status.update("benchmark", "running", len(measurements), total,
+                                  f"warming up {config.name}", force=True)
+                setup = prepare_config(ctx, clock, index, timed[index])
+                rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
+                for round_index, name, ms in timing.interleaved_rounds(
+                    setup.samplers, counts[index], rng, ctx.stop
+                ):
+                    reading = telemetry.read() if telemetry else EMPTY
+                    row = _measurement(ctx.run_id, config.name, name, setup, round_index, ms, reading)
+                    writer.write([row])
+                    measurements.append(row)
+                    ctx.status.update("benchmark", "running", len(measurements), total,
+                                      f"timing {config.name}")
+                del setup
+                _free_device_memory(ctx.device)
+    finally:
+        if telemetry:
+            telemetry.close()
+    backends = {(r.config, r.implementation): r.backend for r in gate}
+    summary = summarize(ctx.run_id, plan, measurements, backends, environment.peak_tflops)
+    write_csv(ctx.results_dir / "summary.csv", SummaryRow, summary)
+    state = "partial" if ctx.stop() else "complete"
+    ctx.status.update("benchmark", state, len(measurements), total,
+                      "interrupted" if ctx.stop() else "done", force=True)
+    return measurements, summary
+
+
+def _measurement(run_id, config, name, setup: ConfigTiming, round_index, ms, reading) -> Measurement:
+    return Measurement(
+        run_id=run_id,
+        config=config,
+        implementation=name,
+        mode=setup.mode,
+        round=round_index,
+        calls=setup.calls,
+        latency_ms=ms,
+        sm_clock_mhz=reading.sm_clock_mhz,
+        mem_clock_mhz=reading.mem_clock_mhz,
+        temperature_c=reading.temperature_c,
+        power_w=reading.power_w,
+        throttle_reasons=reading.throttle_reasons,
+        throttled=reading.throttled,
+        timestamp=datetime.now(timezone.utc),
+    )
+
+
+# --- side files --------------------------------------------------------------------------
+
+
+def write_plan(run_dir: Path, plan: Plan) -> None:
+    (run_dir / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+
+def load_or_write_environment(run_dir: Path) -> EnvironmentFingerprint:
+    """environment.json of this run: the startup script's `environment` phase writes it
+    first; a standalone run writes its own."""
+    path = run_dir / "environment.json"
+    if path.is_file():
+        try:
+            return EnvironmentFingerprint.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValueError:
+            pass
+    environment = fingerprint()
+    path.write_text(environment.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return environment

@@ -1,0 +1,141 @@
+"""Timers and the interleaved measurement rounds.
+
+GPU: CUDA events around each call, after zeroing a buffer twice the L2 size so every
+sample starts from a cold cache (triton's do_bench does the same; the zeroing also keeps
+the GPU busy while the host enqueues the call, so launch overhead stays out of small
+timings). Kernels too short for that (under plan.graph_below_us) are timed in CUDA-graph
+batches. CPU: perf_counter around each call.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable, Iterator, Protocol
+
+import numpy as np
+
+Call = Callable[[], object]
+Sampler = Callable[[], float]  # one timed sample, milliseconds per call
+
+STABLE_WINDOW = 5  # warmup compares the medians of the last two windows of this many calls
+STABLE_TOLERANCE = 0.02
+GRAPH_BATCH_TARGET_US = 500.0  # a graph sample lasts about this long...
+GRAPH_CALLS_MIN, GRAPH_CALLS_MAX = 8, 256  # ...within these batch sizes
+FLUSH_MIN_BYTES = 64 << 20
+
+
+class Clock(Protocol):
+    supports_graphs: bool
+
+    def time_call(self, fn: Call) -> float: ...
+
+    def graph_sampler(self, fn: Call, calls: int) -> Sampler: ...
+
+
+class CpuClock:
+    """Host wall clock; torch's CPU ops are synchronous, so this brackets the work."""
+
+    supports_graphs = False
+
+    def time_call(self, fn: Call) -> float:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+    def graph_sampler(self, fn: Call, calls: int) -> Sampler:
+        raise NotImplementedError("CUDA graphs need a CUDA device")
+
+
+class CudaClock:
+    supports_graphs = True
+
+    def __init__(self, device, flush_l2: bool) -> None:
+        import torch
+
+        self._torch = torch
+        self._flush_buffer = None
+        if flush_l2:
+            l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+            size = max(2 * l2_bytes, FLUSH_MIN_BYTES)
+            self._flush_buffer = torch.empty(size // 4, dtype=torch.int32, device=device)
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    @property
+    def flush_bytes(self) -> int:
+        return 0 if self._flush_buffer is None else self._flush_buffer.numel() * 4
+
+    def time_call(self, fn: Call) -> float:
+        if self._flush_buffer is not None:
+            self._flush_buffer.zero_()
+        self._start.record()
+        fn()
+        self._end.record()
+        self._end.synchronize()
+        return self._start.elapsed_time(self._end)
+
+    def graph_sampler(self, fn: Call, calls: int) -> Sampler:
+        """Capture `calls` back-to-back calls once; a sample replays them (L2 flushed before
+        the batch, not between its calls) and reports the time per call."""
+        torch = self._torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # capture needs lazy initialisation done off-graph
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        for _ in range(2):
+            graph.replay()
+        torch.cuda.synchronize()
+        return lambda: self.time_call(graph.replay) / calls
+
+
+def warm_up(sample: Sampler, minimum: int, maximum: int) -> list[float]:
+    """Call until the median of the last window moves less than 2% from the window before.
+
+    Always at least one call: the first one loads modules and creates handles.
+    """
+    times: list[float] = []
+    limit = max(maximum, 1)
+    while len(times) < limit:
+        times.append(sample())
+        if len(times) >= max(minimum, 2 * STABLE_WINDOW):
+            last = statistics.median(times[-STABLE_WINDOW:])
+            before = statistics.median(times[-2 * STABLE_WINDOW : -STABLE_WINDOW])
+            if abs(last - before) <= STABLE_TOLERANCE * before:
+                break
+    return times
+
+
+def settled_median_ms(warmup_times: list[float]) -> float:
+    return statistics.median(warmup_times[-STABLE_WINDOW:])
+
+
+def graph_calls_for(median_us: float) -> int:
+    """Enough calls per graph replay that one sample lasts about GRAPH_BATCH_TARGET_US."""
+    calls = math.ceil(GRAPH_BATCH_TARGET_US / max(median_us, 0.1))
+    return min(max(calls, GRAPH_CALLS_MIN), GRAPH_CALLS_MAX)
+
+
+def interleaved_rounds(
+    samplers: dict[str, Sampler],
+    rounds: int,
+    rng: np.random.Generator,
+    should_stop: Callable[[], bool],
+) -> Iterator[tuple[int, str, float]]:
+    """(round, implementation, ms) for each sample; every round runs each implementation
+    once, in a fresh random order, so drift (clocks, temperature) hits all of them alike and
+    round r's samples form a pair for the speedup statistics. Stops at a sample boundary."""
+    names = list(samplers)
+    for round_index in range(rounds):
+        for position in rng.permutation(len(names)):
+            if should_stop():
+                return
+            name = names[position]
+            yield round_index, name, samplers[name]()

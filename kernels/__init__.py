@@ -1,0 +1,1 @@
+"""Attention implementations bench can measure: ours and PyTorch's, by name (see registry)."""

@@ -1,0 +1,194 @@
+"""Python binding: validates inputs, then calls the C-ABI library through ctypes.
+
+No torch extension is involved: the library is built by build.py (or found in its cache) on
+first use and loaded with ctypes. Eager calls go straight to the library (a few µs of host
+time); under torch.compile the call goes through the `bench_flash::fwd` custom op, whose
+fake implementation gives output shapes without running the kernel. Both launch on the
+current CUDA stream, so both work inside CUDA-graph capture.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Optional
+
+import torch
+
+from kernels.flash_attention import generate
+
+SUPPORTED_DTYPES = {torch.float16: ("fp16", 0), torch.bfloat16: ("bf16", 1)}
+SUPPORTED_HEAD_DIMS = generate.HEAD_DIMS
+_INT32_MAX = 2**31 - 1
+
+
+class FlashFwdParams(ctypes.Structure):
+    """Mirror of FlashFwdParams in csrc/flash_api.h (same field order and types)."""
+
+    _fields_ = [
+        *[(name, ctypes.c_void_p) for name in ("q", "k", "v", "o", "lse")],
+        *[
+            (f"{t}_{dim}_stride", ctypes.c_int64)
+            for t in "qkvo"
+            for dim in ("batch", "head", "row")
+        ],
+        *[(n, ctypes.c_int32) for n in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim")],
+        ("scale", ctypes.c_float),
+    ]
+
+
+class _Library:
+    """The loaded .so with its entry points' argtypes set once."""
+
+    def __init__(self, record: dict):
+        self.record = record
+        self.cdll = ctypes.CDLL(record["library"])
+        self.fwd = self.cdll.flash_attention_fwd
+        self.fwd.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        self.fwd.restype = ctypes.c_int
+        self.error_string = self.cdll.flash_error_string
+        self.error_string.argtypes = [ctypes.c_int]
+        self.error_string.restype = ctypes.c_char_p
+
+
+_library: Optional[_Library] = None
+
+
+def load_library(arch: Optional[str] = None) -> _Library:
+    """Builds or loads the library for the visible GPU (or `arch`); cached per process."""
+    global _library
+    if _library is None:
+        from kernels.flash_attention import build
+
+        _library = _Library(build.build(arch))
+    return _library
+
+
+def build_record() -> dict:
+    """The KernelBuild-shaped record of the loaded library (see results_schema.KernelBuild)."""
+    return dict(load_library().record)
+
+
+def _fail(message: str) -> None:
+    raise ValueError(f"flash_attention: {message}")
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"shape {tuple(t.shape)}, dtype {t.dtype}, device {t.device}, strides {t.stride()}"
+
+
+def validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raises ValueError saying what is wrong and what is allowed; returns None if usable."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            _fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cuda":
+            _fail(f"{name} is on {t.device}; flash_attention runs on CUDA tensors only")
+        if t.dtype not in SUPPORTED_DTYPES:
+            _fail(f"{name} has dtype {t.dtype}; allowed: torch.float16, torch.bfloat16")
+        if t.dim() != 4:
+            _fail(f"{name} must be 4-D (batch, heads, seq, head_dim); got {_describe(t)}")
+        if t.stride(-1) != 1:
+            _fail(f"{name}'s last dim must be contiguous (stride 1); got {_describe(t)}")
+        if any(s % 8 for s in t.stride()[:3]):
+            _fail(f"{name}'s batch/head/seq strides must be multiples of 8; got {_describe(t)}")
+    if not (q.device == k.device == v.device):
+        _fail(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
+    if not (q.dtype == k.dtype == v.dtype):
+        _fail(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape != v.shape:
+        _fail(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
+    b, h, _, d = q.shape
+    if (k.shape[0], k.shape[1], k.shape[3]) != (b, h, d):
+        _fail(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch, heads or head_dim")
+    if d not in SUPPORTED_HEAD_DIMS:
+        _fail(f"head_dim {d} is not supported; allowed: {', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
+    if k.shape[2] == 0 and q.shape[2] > 0:
+        _fail("k and v have no keys (seq length 0)")
+    if max(b, h, q.shape[2], k.shape[2]) > _INT32_MAX or max(b, h) > 65535:
+        _fail(f"sizes too large: batch and heads must be <= 65535; got q {tuple(q.shape)}")
+    major, _ = torch.cuda.get_device_capability(q.device)
+    if major < 8:
+        _fail(f"needs a GPU of compute capability 8.0 or newer; {q.device} is {major}.x")
+
+
+def backend_name(q: torch.Tensor, causal: bool) -> str:
+    """Which compiled unit runs for q, e.g. 'flash:fwd_hdim64_fp16_causal:sm_90'."""
+    if q.dtype not in SUPPORTED_DTYPES or q.shape[-1] not in SUPPORTED_HEAD_DIMS:
+        _fail(f"no kernel for dtype {q.dtype} with head_dim {q.shape[-1]}")
+    unit = generate.Unit(SUPPORTED_DTYPES[q.dtype][0], q.shape[-1], bool(causal))
+    major, minor = torch.cuda.get_device_capability(q.device)
+    return f"flash:{unit.name}:sm_{major}{minor}"
+
+
+def _forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    b, h, s_q, d = q.shape
+    out = torch.empty((b, h, s_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+    if any(p % 16 for p in ptrs):
+        _fail("q, k and v must start at 16-byte aligned addresses (cp.async reads 16 bytes)")
+    lib = _library or load_library()
+    params = FlashFwdParams(
+        *ptrs, out.data_ptr(), lse.data_ptr(),
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        b, h, s_q, k.shape[2], d, scale,
+    )
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    if q.device.index != torch.cuda.current_device():
+        with torch.cuda.device(q.device):
+            code = lib.fwd(ctypes.addressof(params), SUPPORTED_DTYPES[q.dtype][1], causal, stream)
+    else:
+        code = lib.fwd(ctypes.addressof(params), SUPPORTED_DTYPES[q.dtype][1], causal, stream)
+    if code != 0:
+        raise RuntimeError(f"flash_attention kernel failed: {lib.error_string(code).decode()}")
+    return out, lse
+
+
+@torch.library.custom_op("bench_flash::fwd", mutates_args=())
+def _fwd_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward(q, k, v, causal, scale)
+
+
+@_fwd_op.register_fake
+def _fwd_op_fake(q, k, v, causal, scale):
+    b, h, s_q, d = q.shape
+    return q.new_empty((b, h, s_q, d)), q.new_empty((b, h, s_q), dtype=torch.float32)
+
+
+def flash_attention_with_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    scale: Optional[float] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scale) v and its log-sum-exp (float32, (B, H, S_q)).
+
+    q: (B, H, S_q, D), k and v: (B, H, S_k, D); float16 or bfloat16; D 64 or 128; any
+    strides on B/H/S (multiples of 8 elements), last dim contiguous. scale defaults to
+    1/sqrt(D). Causal masking aligns the last query with the last key (bottom-right), the
+    same as SDPA for S_q == S_k; a query row with no visible key gets O = 0 and lse = -inf.
+    """
+    validate(q, k, v)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if torch.compiler.is_compiling():
+        return torch.ops.bench_flash.fwd(q, k, v, bool(causal), scale)
+    return _forward(q, k, v, bool(causal), scale)
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    scale: Optional[float] = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale) v; see flash_attention_with_lse for what is accepted."""
+    return flash_attention_with_lse(q, k, v, causal=causal, scale=scale)[0]

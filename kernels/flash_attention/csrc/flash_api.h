@@ -1,0 +1,38 @@
+// The C ABI between the Python binding and the CUDA library: no torch header, no C++ types.
+#pragma once
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Flat host-kernel interface, passed by value to the kernel. Strides are in elements; the
+// last (head) dimension of q, k, v and o is contiguous. lse is contiguous (B, H, seqlen_q).
+typedef struct FlashFwdParams {
+    const void* q;
+    const void* k;
+    const void* v;
+    void* o;
+    float* lse;
+    int64_t q_batch_stride, q_head_stride, q_row_stride;
+    int64_t k_batch_stride, k_head_stride, k_row_stride;
+    int64_t v_batch_stride, v_head_stride, v_row_stride;
+    int64_t o_batch_stride, o_head_stride, o_row_stride;
+    int32_t batch, heads, seqlen_q, seqlen_k, head_dim;
+    float scale;  // softmax scale applied to q.k
+} FlashFwdParams;
+
+enum FlashDtype { FLASH_FP16 = 0, FLASH_BF16 = 1 };
+
+// Error codes beyond cudaError_t's range.
+enum { FLASH_ERR_UNSUPPORTED = 10000, FLASH_ERR_BAD_PARAMS = 10001 };
+
+// Runs the forward pass on `stream` (a cudaStream_t; NULL is the legacy default stream).
+// Returns 0 or an error code; flash_error_string(code) says what it means.
+int flash_attention_fwd(const FlashFwdParams* params, int dtype, int causal, void* stream);
+const char* flash_error_string(int code);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,319 @@
+// FlashAttention-2 style forward kernel for sm_80+ (mma.sync m16n8k16, ldmatrix, cp.async).
+//
+// One thread block owns kBlockM query rows of one (batch, head); each of its 8 warps owns 16
+// rows. K and V tiles of kBlockN keys stream through shared memory, double buffered with
+// cp.async. Scores, the online softmax state and the output accumulator stay in registers;
+// P is converted to 16 bits in registers and reused as the A operand of the P.V product.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "flash_api.h"
+
+namespace flash {
+
+template <int HeadDim>
+struct FwdConfig {
+    static constexpr int kBlockM = 128;
+    static constexpr int kWarps = 8;
+    static constexpr int kThreads = kWarps * 32;
+    // D=64 keeps fewer registers per key, so it affords twice the keys per tile.
+    static constexpr int kBlockN = HeadDim == 64 ? 128 : 64;
+    static constexpr int kChunks = HeadDim / 8;  // 16-byte chunks per row
+    static constexpr int kSmemElems = kBlockM * HeadDim + 4 * kBlockN * HeadDim;
+    static constexpr int kSmemBytes = kSmemElems * 2;
+    static_assert(HeadDim == 64 || HeadDim == 128, "head dim 64 or 128");
+};
+
+// --- small PTX wrappers -------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// src_bytes = 0 zero-fills the 16 bytes: rows past the sequence end read as zeros.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+template <typename Elem>
+struct Mma;
+
+template <>
+struct Mma<__half> {
+    static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&h);
+    }
+};
+
+template <>
+struct Mma<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&h);
+    }
+};
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Shared-memory tiles are rows of HeadDim 16-bit values split into 16-byte chunks; chunk c of
+// row r is stored at chunk c ^ (r % 8). The 8 rows an ldmatrix phase reads (same logical
+// chunk) then fall into 8 different chunks of a 128-byte line: no bank conflicts.
+template <int HeadDim>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+    return row * HeadDim + ((chunk ^ (row & 7)) << 3);
+}
+
+// Copies rows [row0, row0 + Rows) of a (seq, HeadDim) matrix into a swizzled tile; rows at or
+// past `rows_valid` become zeros.
+template <int Rows, int HeadDim, int Threads, typename Elem>
+__device__ __forceinline__ void load_tile(Elem* tile, const Elem* base, int64_t row_stride,
+                                          int row0, int rows_valid, int tid) {
+    constexpr int kChunks = HeadDim / 8;
+    static_assert((Rows * kChunks) % Threads == 0, "tile must split evenly over threads");
+#pragma unroll
+    for (int i = 0; i < Rows * kChunks / Threads; ++i) {
+        const int idx = i * Threads + tid;
+        const int r = idx / kChunks, c = idx % kChunks;
+        const bool valid = row0 + r < rows_valid;
+        const Elem* src = base + (valid ? (int64_t)(row0 + r) * row_stride + c * 8 : 0);
+        cp_async_16(smem_u32(tile + swizzled<HeadDim>(r, c)), src, valid ? 16 : 0);
+    }
+}
+
+template <typename Elem, int HeadDim, bool Causal>
+__global__ void __launch_bounds__(FwdConfig<HeadDim>::kThreads, 1)
+    flash_fwd_kernel(const FlashFwdParams p) {
+    using Cfg = FwdConfig<HeadDim>;
+    constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+    constexpr int kNTiles = kBlockN / 8;  // n8 score tiles per warp
+    constexpr int kDTiles = HeadDim / 8;  // n8 output tiles per warp
+    constexpr int kKSteps = HeadDim / 16;
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
+    Elem* sK = sQ + kBlockM * HeadDim;  // two stages
+    Elem* sV = sK + 2 * kBlockN * HeadDim;  // two stages
+
+    // Causal blocks near the end of the sequence carry the most work: start them first.
+    const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int m0 = m_block * kBlockM;
+    // Bottom-right causal alignment: query row i sees keys j <= i + causal_offset.
+    const int causal_offset = p.seqlen_k - p.seqlen_q;
+
+    const Elem* q = static_cast<const Elem*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
+    const Elem* k = static_cast<const Elem*>(p.k) + batch * p.k_batch_stride + head * p.k_head_stride;
+    const Elem* v = static_cast<const Elem*>(p.v) + batch * p.v_batch_stride + head * p.v_head_stride;
+    Elem* o = static_cast<Elem*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+
+    int n_end = p.seqlen_k;
+    if (Causal) n_end = min(n_end, m0 + kBlockM + causal_offset);
+    const int n_blocks = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
+
+    if (n_blocks > 0) {
+        load_tile<kBlockM, HeadDim, kThreads>(sQ, q, p.q_row_stride, m0, p.seqlen_q, tid);
+        load_tile<kBlockN, HeadDim, kThreads>(sK, k, p.k_row_stride, 0, p.seqlen_k, tid);
+        cp_async_commit();
+        load_tile<kBlockN, HeadDim, kThreads>(sV, v, p.v_row_stride, 0, p.seqlen_k, tid);
+        cp_async_commit();
+    }
+
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    const int row_in_tile = warp * 16 + lane / 4;  // this thread's rows: +0 and +8
+    const int row0 = m0 + row_in_tile;
+
+    uint32_t q_frag[kKSteps][4];
+    float o_acc[kDTiles][4];
+    float row_max[2] = {-INFINITY, -INFINITY};  // raw (unscaled) scores
+    float row_sum[2] = {0.f, 0.f};               // this thread's partial sums
+#pragma unroll
+    for (int t = 0; t < kDTiles; ++t)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) o_acc[t][c] = 0.f;
+
+    for (int j = 0; j < n_blocks; ++j) {
+        const int stage = j & 1;
+        const Elem* sKj = sK + stage * kBlockN * HeadDim;
+        const Elem* sVj = sV + stage * kBlockN * HeadDim;
+        const int n0 = j * kBlockN;
+
+        cp_async_wait<1>();  // K_j (and Q) landed; V_j may still be in flight
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int ks = 0; ks < kKSteps; ++ks) {
+                const int r = warp * 16 + (lane & 15);
+                ldmatrix_x4(q_frag[ks], smem_u32(sQ + swizzled<HeadDim>(r, ks * 2 + (lane >> 4))));
+            }
+        }
+        // The other K stage was last read before the barrier above: refill it now.
+        if (j + 1 < n_blocks)
+            load_tile<kBlockN, HeadDim, kThreads>(sK + (stage ^ 1) * kBlockN * HeadDim, k,
+                                                  p.k_row_stride, n0 + kBlockN, p.seqlen_k, tid);
+        cp_async_commit();
+
+        // S = Q K^T for this warp's 16 rows.
+        float s[kNTiles][4];
+#pragma unroll
+        for (int t = 0; t < kNTiles; ++t)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s[t][c] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+            for (int t2 = 0; t2 < kNTiles / 2; ++t2) {
+                uint32_t b[4];
+                const int r = t2 * 16 + (lane & 7) + ((lane >> 4) << 3);
+                ldmatrix_x4(b, smem_u32(sKj + swizzled<HeadDim>(r, ks * 2 + ((lane >> 3) & 1))));
+                Mma<Elem>::run(s[2 * t2], q_frag[ks], b[0], b[1]);
+                Mma<Elem>::run(s[2 * t2 + 1], q_frag[ks], b[2], b[3]);
+            }
+        }
+
+        // Mask only the tiles that cross the sequence end or the causal diagonal.
+        const bool tail = n0 + kBlockN > p.seqlen_k;
+        const bool diagonal = Causal && n0 + kBlockN - 1 > m0 + causal_offset;
+        if (tail || diagonal) {
+#pragma unroll
+            for (int t = 0; t < kNTiles; ++t)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const int col = n0 + t * 8 + (lane % 4) * 2 + (c & 1);
+                    const int row = row0 + (c >> 1) * 8;
+                    if (col >= p.seqlen_k || (Causal && col > row + causal_offset))
+                        s[t][c] = -INFINITY;
+                }
+        }
+
+        // Online softmax: rescale the running state to the new row maxima.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = row_max[h];
+#pragma unroll
+            for (int t = 0; t < kNTiles; ++t) mx = fmaxf(mx, fmaxf(s[t][2 * h], s[t][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            // A row that has seen only masked keys keeps max -inf: use 0 so no inf - inf.
+            const float m_use = mx == -INFINITY ? 0.f : mx;
+            const float correction = fast_exp2((row_max[h] - m_use) * scale_log2);
+            row_max[h] = mx;
+            row_sum[h] *= correction;
+#pragma unroll
+            for (int t = 0; t < kDTiles; ++t) {
+                o_acc[t][2 * h] *= correction;
+                o_acc[t][2 * h + 1] *= correction;
+            }
+            const float m_scaled = m_use * scale_log2;
+#pragma unroll
+            for (int t = 0; t < kNTiles; ++t) {
+#pragma unroll
+                for (int c = 2 * h; c < 2 * h + 2; ++c) {
+                    s[t][c] = fast_exp2(fmaf(s[t][c], scale_log2, -m_scaled));
+                    row_sum[h] += s[t][c];
+                }
+            }
+        }
+
+        cp_async_wait<1>();  // V_j landed; K_{j+1} may still be in flight
+        __syncthreads();
+        if (j + 1 < n_blocks)
+            load_tile<kBlockN, HeadDim, kThreads>(sV + (stage ^ 1) * kBlockN * HeadDim, v,
+                                                  p.v_row_stride, n0 + kBlockN, p.seqlen_k, tid);
+        cp_async_commit();
+
+        // O += P V, with P taken straight from the score registers (C layout == A layout).
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+            uint32_t a[4];
+            a[0] = Mma<Elem>::pack(s[2 * kk][0], s[2 * kk][1]);
+            a[1] = Mma<Elem>::pack(s[2 * kk][2], s[2 * kk][3]);
+            a[2] = Mma<Elem>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            a[3] = Mma<Elem>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int d2 = 0; d2 < kDTiles / 2; ++d2) {
+                uint32_t b[4];
+                const int r = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                ldmatrix_x4_trans(b, smem_u32(sVj + swizzled<HeadDim>(r, d2 * 2 + (lane >> 4))));
+                Mma<Elem>::run(o_acc[2 * d2], a, b[0], b[1]);
+                Mma<Elem>::run(o_acc[2 * d2 + 1], a, b[2], b[3]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: normalize, write the log-sum-exp, stage O through this warp's own rows of the
+    // Q tile (no other warp reads them) so that global stores are 16 bytes and coalesced.
+    float* lse = p.lse + ((int64_t)batch * p.heads + head) * p.seqlen_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = row_sum[h];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        // Rows with no visible key (causal, seqlen_q > seqlen_k) give O = 0, lse = -inf.
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int row = row0 + h * 8;
+        if (lane % 4 == 0 && row < p.seqlen_q)
+            lse[row] = sum > 0.f ? row_max[h] * p.scale + logf(sum) : -INFINITY;
+        const int r = row_in_tile + h * 8;
+#pragma unroll
+        for (int t = 0; t < kDTiles; ++t) {
+            uint32_t packed = Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
+            *reinterpret_cast<uint32_t*>(sQ + swizzled<HeadDim>(r, t) + (lane % 4) * 2) = packed;
+        }
+    }
+    __syncwarp();
+    constexpr int kChunks = Cfg::kChunks;
+#pragma unroll
+    for (int i = 0; i < 16 * kChunks / 32; ++i) {
+        const int idx = i * 32 + lane;
+        const int r = warp * 16 + idx / kChunks, c = idx % kChunks;
+        if (m0 + r < p.seqlen_q) {
+            const uint4 val = *reinterpret_cast<const uint4*>(sQ + swizzled<HeadDim>(r, c));
+            *reinterpret_cast<uint4*>(o + (int64_t)(m0 + r) * p.o_row_stride + c * 8) = val;
+        }
+    }
+}
+
+}  // namespace flash

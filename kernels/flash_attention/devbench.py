@@ -1,0 +1,109 @@
+"""Developer benchmark of the kernel against SDPA (not the bench harness; no pydantic needed).
+
+Grid of FlashAttention's own benchmarks: B*S = 16k tokens, H*D = 2048, S 512..8192.
+CUDA events around each call, 256 MB L2 flush before each, median of --reps after warmup.
+
+    python -m kernels.flash_attention.devbench [--reps 30] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from kernels.flash_attention import flash_attention
+
+SEQLENS = (512, 1024, 2048, 4096, 8192)
+TOKENS, HIDDEN = 16384, 2048
+
+
+def _sdpa_flash(q, k, v, causal):
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+IMPLS = {
+    "flash": lambda q, k, v, c: flash_attention(q, k, v, causal=c),
+    "sdpa-flash": _sdpa_flash,
+    "sdpa": lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c),
+}
+
+
+def median_ms(fn, flush: torch.Tensor, reps: int, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def tflops(batch, heads, seqlen, head_dim, causal, ms) -> float:
+    flops = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+    return flops / (ms * 1e-3) / 1e12
+
+
+def host_overhead_us(calls: int = 2000) -> float:
+    """Host time of one eager call on a tiny input (the GPU keeps up, so this is host bound)."""
+    q, k, v = (torch.randn(1, 1, 128, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    for _ in range(50):
+        flash_attention(q, k, v)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        flash_attention(q, k, v)
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--json")
+    parser.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
+    args = parser.parse_args()
+    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+    rows = []
+    seqlens = [int(s) for s in args.seqlens.split(",")]
+    grid = itertools.product((torch.float16, torch.bfloat16), (64, 128), (False, True), seqlens)
+    for dtype, head_dim, causal, seqlen in grid:
+        batch, heads = TOKENS // seqlen, HIDDEN // head_dim
+        q, k, v = (torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype)
+                   for _ in range(3))
+        row = {"dtype": str(dtype).removeprefix("torch."), "D": head_dim, "causal": causal,
+               "S": seqlen, "B": batch, "H": heads}
+        for name, impl in IMPLS.items():
+            ms = median_ms(lambda: impl(q, k, v, causal), flush, args.reps)
+            row[name] = round(tflops(batch, heads, seqlen, head_dim, causal, ms), 1)
+        row["vs_flash"] = round(row["flash"] / row["sdpa-flash"], 2)
+        row["vs_sdpa"] = round(row["flash"] / row["sdpa"], 2)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    overhead = host_overhead_us()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "host_overhead_us": overhead}, f, indent=1)
+    print(f"\nhost path per eager call: {overhead:.1f} us")
+    print(f"{'dtype':9}{'D':>4}{'causal':>7}{'S':>6}{'flash':>8}{'sdpa-fl':>8}{'sdpa':>8}"
+          f"{'x fl':>6}{'x sdpa':>7}   (TFLOP/s)")
+    for r in rows:
+        print(f"{r['dtype']:9}{r['D']:>4}{str(r['causal']):>7}{r['S']:>6}{r['flash']:>8}"
+              f"{r['sdpa-flash']:>8}{r['sdpa']:>8}{r['vs_flash']:>6}{r['vs_sdpa']:>7}")
+
+
+if __name__ == "__main__":
+    main()

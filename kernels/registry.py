@@ -1,0 +1,133 @@
+"""Every attention implementation bench can time, by name.
+
+    flash           ours (kernels/flash_attention), CUDA only
+    sdpa            torch's scaled_dot_product_attention, default backend choice
+    sdpa-flash      SDPA pinned to its FlashAttention-2 backend (what SDPA runs on an L4)
+    sdpa-cudnn      SDPA pinned to cuDNN
+    sdpa-efficient  SDPA pinned to memory-efficient attention
+    sdpa-math       SDPA pinned to the plain math path
+    reference       float64 attention (kernels.reference), the correctness yardstick
+
+Each implementation says which backend actually ran (`backend_for`), so a CSV row never
+claims a kernel that did not run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from kernels.reference import reference_attention
+
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    run: AttentionFn
+    backend_for: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], str]
+    available: Callable[[torch.device], Optional[str]]  # None if usable, else why not
+
+
+def _sdpa_backend(name: str):
+    from torch.nn.attention import SDPBackend
+
+    return {
+        "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+        "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+        "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "sdpa-math": SDPBackend.MATH,
+    }[name]
+
+
+def _pinned_sdpa(name: str) -> AttentionFn:
+    from torch.nn.attention import sdpa_kernel
+
+    backend = _sdpa_backend(name)
+
+    def run(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run
+
+
+def _default_sdpa(q, k, v, causal):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+_CHOICE_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
+
+
+def default_sdpa_backend(q, k, v, causal) -> str:
+    """Which backend SDPA's dispatcher picks for these inputs (torch's own choice function)."""
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return "sdpa:unknown"
+    with contextlib.suppress(RuntimeError):
+        return "sdpa:" + _CHOICE_NAMES.get(int(choose(q, k, v, is_causal=causal)), "unknown")
+    return "sdpa:unknown"
+
+
+def _needs_cuda(device: torch.device) -> Optional[str]:
+    return None if device.type == "cuda" else "needs a CUDA GPU"
+
+
+def _always(device: torch.device) -> Optional[str]:
+    return None
+
+
+def _flash_available(device: torch.device) -> Optional[str]:
+    if device.type != "cuda":
+        return "needs a CUDA GPU"
+    major, _ = torch.cuda.get_device_capability(device)
+    return None if major >= 8 else "needs sm_80 or newer"
+
+
+def _flash_run(q, k, v, causal):
+    from kernels.flash_attention import flash_attention
+
+    return flash_attention(q, k, v, causal=causal)
+
+
+def _flash_backend(q, k, v, causal) -> str:
+    from kernels.flash_attention import backend_name
+
+    return backend_name(q, causal)
+
+
+def _registry() -> dict[str, Implementation]:
+    impls = {
+        "flash": Implementation("flash", _flash_run, _flash_backend, _flash_available),
+        "sdpa": Implementation("sdpa", _default_sdpa, default_sdpa_backend, _always),
+        "reference": Implementation(
+            "reference",
+            lambda q, k, v, causal: reference_attention(q, k, v, causal),
+            lambda *a: "reference:float64",
+            _always,
+        ),
+    }
+    for name in ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math"):
+        impls[name] = Implementation(
+            name,
+            _pinned_sdpa(name),
+            lambda *a, _n=name: "sdpa:" + _n.removeprefix("sdpa-"),
+            _always if name == "sdpa-math" else _needs_cuda,
+        )
+    return impls
+
+
+IMPLEMENTATIONS = _registry()
+NAMES = tuple(IMPLEMENTATIONS)
+
+
+def get(name: str) -> Implementation:
+    try:
+        return IMPLEMENTATIONS[name]
+    except KeyError:
+        raise KeyError(f"unknown implementation {name!r}; known: {', '.join(NAMES)}") from None

@@ -1,0 +1,54 @@
+"""The Backend protocol the service layer talks to; it never imports a cloud SDK."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Protocol
+
+from orchestrator.spec import RunSpec
+
+
+@dataclass
+class Placement:
+    """Where a launched run landed, and what the backend tried on the way."""
+
+    location: str  # zone, or "localhost"
+    handle: str  # instance name, or the pid of the local script
+    attempts: list[str] = field(default_factory=list)  # "us-central1-a: no capacity", ...
+    spot: bool = True
+    rate_usd_per_hour: Optional[float] = None  # set when the backend changed it (on-demand fallback)
+
+
+@dataclass
+class Machine:
+    """A machine bench manages, as the backend sees it now."""
+
+    run_id: str
+    name: str
+    location: str
+    state: str  # RUNNING, TERMINATED, ...
+    rate_usd_per_hour: float = 0.0
+
+
+class Backend(Protocol):
+    name: str
+
+    def start(self, spec: RunSpec, startup_script: str, shutdown_script: str) -> Placement: ...
+
+    def machine_state(self, run_id: str, placement: Placement) -> str:
+        """RUNNING, STOPPING, TERMINATED, PREEMPTED or GONE."""
+        ...
+
+    def log_lines(self, run_id: str, placement: Placement, follow: bool) -> Iterator[str]: ...
+
+    def release(self, run_id: str, placement: Placement) -> None:
+        """Delete what the run leaves behind; already gone is fine."""
+        ...
+
+    def list_machines(self) -> list[Machine]:
+        """Every machine bench manages that is still there."""
+        ...
+
+    def stop(self, machines: list[Machine]) -> list[Machine]:
+        """Stop/delete these, in parallel, wait, and return those that were stopped."""
+        ...

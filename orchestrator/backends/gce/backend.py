@@ -1,0 +1,234 @@
+"""GceBackend: the Backend protocol on Compute Engine.
+
+start = zone failover over `build_instance` + insert; the VM powers itself off when done,
+so a finished run is TERMINATED until `release` (fetch) or `stop` (stop-all) deletes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
+
+from orchestrator.backends.base import Machine, Placement
+from orchestrator.backends.gce.builder import (
+    MANAGED_LABEL,
+    RUN_LABEL,
+    build_instance,
+    label_filter,
+    managed_filter,
+)
+from orchestrator.backends.gce.compute import PARALLEL_CALLS, ComputeApi
+from orchestrator.backends.gce.failover import Build, place
+from orchestrator.errors import BenchError, ConfigError
+
+if TYPE_CHECKING:
+    from google.cloud.compute_v1 import Instance, Operation
+
+    from orchestrator.config import BenchConfig
+    from orchestrator.spec import RunSpec
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORAGE_ENDPOINT = "https://storage.googleapis.com"
+DEFAULT_METADATA_ENDPOINT = "http://metadata.google.internal/computeMetadata/v1"
+VM_WORK_DIR = "/var/lib/bench"
+
+# Instance status -> the protocol's states. PROVISIONING/STAGING count as RUNNING: the run
+# has begun as far as the user (and the bill) is concerned.
+_STATES = {
+    "PROVISIONING": "RUNNING",
+    "STAGING": "RUNNING",
+    "RUNNING": "RUNNING",
+    "REPAIRING": "RUNNING",
+    "STOPPING": "STOPPING",
+    "SUSPENDING": "STOPPING",
+    "SUSPENDED": "TERMINATED",
+    "STOPPED": "TERMINATED",
+    "TERMINATED": "TERMINATED",
+}
+_FINAL_STATES = {"TERMINATED", "PREEMPTED", "GONE"}
+
+# Asked when every spot zone failed: given the spot spec, return an on-demand one (spot
+# False, its rate and max_run_seconds) if the budget covers it, else None.
+OnDemandApproval = Callable[["RunSpec"], Optional["RunSpec"]]
+
+
+def template_vars(config: BenchConfig) -> dict:
+    """What startup_templates/partials/backend/gce.sh.j2 needs, for render_startup."""
+    if not config.bucket:
+        raise ConfigError("the gce backend needs a bucket: set `bucket` in bench.toml")
+    return {
+        "bucket": config.bucket,
+        "prefix": config.prefix,
+        "storage_endpoint": (config.storage_endpoint or DEFAULT_STORAGE_ENDPOINT).rstrip("/"),
+        "metadata_endpoint": (config.metadata_endpoint or DEFAULT_METADATA_ENDPOINT).rstrip("/"),
+        "preflight_tools": ["curl", "shutdown"],
+    }
+
+
+class GceBackend:
+    name = "gce"
+
+    def __init__(
+        self,
+        config: BenchConfig,
+        *,
+        on_demand: Optional[OnDemandApproval] = None,
+        api: Optional[ComputeApi] = None,
+        poll_seconds: float = 10.0,
+    ) -> None:
+        self.config = config
+        self.api = api or ComputeApi(config)
+        self.on_demand = on_demand
+        self.poll_seconds = poll_seconds
+        self.stop_failures: dict[str, str] = {}  # instance name -> why, from the last stop()
+
+    def template_vars(self) -> dict:
+        return template_vars(self.config)
+
+    def work_dir(self, run_id: str) -> str:
+        return f"{VM_WORK_DIR}/{run_id}"
+
+    # -- start -------------------------------------------------------------------------
+
+    def start(self, spec: RunSpec, startup_script: str, shutdown_script: str) -> Placement:
+        def builder(run: RunSpec) -> Build:
+            return lambda zone, spot: build_instance(
+                run, self.config, zone, startup_script, shutdown_script, spot
+            )
+
+        # Build once before any request: a bad name or label fails here, costing nothing.
+        builder(spec)(self.config.zones[0], spec.spot)
+        approved: list[RunSpec] = []
+
+        def on_demand() -> Optional[Build]:
+            on_demand_spec = self.on_demand(spec) if self.on_demand else None
+            if on_demand_spec is None:
+                return None
+            approved.append(on_demand_spec)
+            return builder(on_demand_spec)
+
+        offer = self.config.on_demand_fallback and self.on_demand is not None
+        landed = place(
+            self.config.zones, builder(spec), self.api.insert, spot=spec.spot,
+            on_demand=on_demand if offer else None,
+        )
+        fell_back = spec.spot and not landed.spot
+        return Placement(
+            location=landed.zone,
+            handle=spec.instance_name,
+            attempts=landed.attempts,
+            spot=landed.spot,
+            rate_usd_per_hour=approved[0].rate_usd_per_hour if fell_back and approved else None,
+        )
+
+    # -- state and logs ----------------------------------------------------------------
+
+    def machine_state(self, run_id: str, placement: Placement) -> str:
+        instance = self.api.get(placement.location, placement.handle)
+        if instance is None:
+            return "GONE"
+        return _STATES.get(instance.status, "RUNNING")
+
+    def log_lines(self, run_id: str, placement: Placement, follow: bool) -> Iterator[str]:
+        """Serial port 1 line by line; with follow, until the instance stops or is gone."""
+        zone, name = placement.location, placement.handle
+        position, partial = 0, ""
+        while True:
+            output = self.api.serial_output(zone, name, position)
+            if output is not None:
+                if output.start > position:
+                    # The serial buffer is bounded; GCE says where it really started.
+                    yield f"[bench: {output.start - position} bytes of serial output were lost]"
+                lines = (partial + output.contents).replace("\r\n", "\n").split("\n")
+                partial = lines.pop()
+                yield from lines
+                new_output = output.next_ > position
+                position = output.next_
+            else:
+                new_output = False
+            finished = output is None or (
+                not new_output and self.machine_state(run_id, placement) in _FINAL_STATES
+            )
+            if not follow or finished:
+                if partial:
+                    yield partial
+                return
+            if not new_output:
+                time.sleep(self.poll_seconds)
+
+    # -- release and stop-all ----------------------------------------------------------
+
+    def release(self, run_id: str, placement: Placement) -> None:
+        """Delete the run's instance (and, by auto_delete, its disk); gone already is fine."""
+        if placement.location and placement.handle:
+            self.api.delete(placement.location, placement.handle)
+            return
+        for zone, instance in self.api.list_instances(label_filter(RUN_LABEL, run_id)):
+            self.api.delete(zone, instance.name)
+
+    def list_machines(self) -> list[Machine]:
+        """Every instance labelled bench-managed=true, in every zone of the project."""
+        machines, rates = [], {}
+        for zone, instance in self.api.list_instances(managed_filter()):
+            labels = dict(instance.labels)
+            if labels.get(MANAGED_LABEL) != "true":
+                continue  # the server filtered already; never delete what is not ours
+            machines.append(
+                Machine(
+                    run_id=labels.get(RUN_LABEL, ""),
+                    name=instance.name,
+                    location=zone,
+                    state=instance.status,
+                    rate_usd_per_hour=self._rate(instance, rates),
+                )
+            )
+        return machines
+
+    def stop(self, machines: list[Machine]) -> list[Machine]:
+        """Delete all in parallel: send every delete first, then wait for every operation.
+
+        Returns those now gone; `stop_failures` says why the others are not.
+        """
+        self.stop_failures = {}
+        if not machines:
+            return []
+        with ThreadPoolExecutor(max_workers=min(PARALLEL_CALLS, len(machines))) as pool:
+            started = list(pool.map(self._start_delete, machines))
+            finished = list(pool.map(self._finish_delete, machines, started))
+        return [machine for machine, gone in zip(machines, finished) if gone]
+
+    def _start_delete(self, machine: Machine) -> tuple[bool, Optional[Operation]]:
+        try:
+            return True, self.api.start_delete(machine.location, machine.name)
+        except BenchError as e:
+            self._stop_failed(machine, e)
+            return False, None
+
+    def _finish_delete(self, machine: Machine, started: tuple[bool, Optional[Operation]]) -> bool:
+        sent, operation = started
+        if not sent:
+            return False
+        try:
+            self.api.finish(machine.location, operation)
+        except BenchError as e:
+            self._stop_failed(machine, e)
+            return False
+        return True
+
+    def _stop_failed(self, machine: Machine, error: BenchError) -> None:
+        self.stop_failures[machine.name] = str(error)
+        log.warning("could not delete %s in %s: %s", machine.name, machine.location, error)
+
+    def _rate(self, instance: Instance, rates: dict[bool, float]) -> float:
+        from orchestrator.budget import hourly_rate
+
+        spot = instance.scheduling.provisioning_model == "SPOT"
+        if spot not in rates:
+            try:
+                rates[spot] = hourly_rate(self.config, spot).total
+            except BenchError:
+                rates[spot] = 0.0  # not priced: stop-all still deletes it
+        return rates[spot]

@@ -1,0 +1,164 @@
+"""Pure builders for Compute Engine requests: RunSpec -> compute_v1.Instance, names, labels.
+
+Nothing here talks to the network, so every rule GCE would enforce is checked (and
+unit-tested) before a request is sent: a bad name costs a UsageError, not a failed launch.
+compute_v1 is imported inside `build_instance` only; the validators need no SDK.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Mapping
+
+from orchestrator.errors import UsageError
+
+if TYPE_CHECKING:
+    from google.cloud.compute_v1 import Instance
+
+    from orchestrator.config import BenchConfig
+    from orchestrator.spec import RunSpec
+
+MANAGED_LABEL = "bench-managed"
+RUN_LABEL = "bench-run"
+OWNER_LABEL = "bench-owner"
+
+# The VM only reads its payload and writes results: nothing broader than object storage.
+STORAGE_SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
+
+_RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_MAX_LABELS = 64
+_MAX_METADATA_BYTES = 256 * 1024
+
+
+def is_valid_resource_name(name: str) -> bool:
+    """GCE's rule for instance (and most resource) names: RFC 1035, at most 63 characters."""
+    return bool(_RESOURCE_NAME.match(name))
+
+
+def sanitize_label_value(value: str) -> str:
+    """Turn anything (a user name, an email) into a valid label value; never empty."""
+    cleaned = re.sub(r"[^a-z0-9_-]+", "-", value.lower()).strip("-")[:63].rstrip("-")
+    return cleaned or "unknown"
+
+
+def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """Check keys and values against GCE's label rules; return them as a plain dict."""
+    if len(labels) > _MAX_LABELS:
+        raise UsageError(f"{len(labels)} labels given; GCE allows at most {_MAX_LABELS}")
+    for key, value in labels.items():
+        if not _LABEL_KEY.match(key):
+            raise UsageError(
+                f"label key {key!r} is invalid: start with a lowercase letter, then up to 62 "
+                "lowercase letters, digits, '_' or '-'"
+            )
+        if not _LABEL_VALUE.match(value):
+            raise UsageError(
+                f"label {key}={value!r} is invalid: values are up to 63 lowercase letters, "
+                "digits, '_' or '-'"
+            )
+    return dict(labels)
+
+
+def label_filter(key: str, value: str) -> str:
+    """A list filter matching one label, e.g. `labels.bench-managed = "true"`."""
+    validate_labels({key: value})
+    return f'labels.{key} = "{value}"'
+
+
+def managed_filter() -> str:
+    return label_filter(MANAGED_LABEL, "true")
+
+
+def run_labels(run_id: str, owner: str) -> dict[str, str]:
+    return validate_labels(
+        {MANAGED_LABEL: "true", RUN_LABEL: run_id, OWNER_LABEL: sanitize_label_value(owner)}
+    )
+
+
+def _require_name(kind: str, name: str) -> None:
+    if not is_valid_resource_name(name):
+        raise UsageError(
+            f"{kind} {name!r} is not a valid GCE name: 1-63 characters, lowercase letters, "
+            "digits and '-', starting with a letter and not ending with '-'"
+        )
+
+
+def _check_script(key: str, script: str) -> None:
+    size = len(script.encode())
+    if size > _MAX_METADATA_BYTES:
+        raise UsageError(f"the rendered {key} is {size} bytes; GCE metadata allows 256 KiB")
+
+
+def build_instance(
+    spec: RunSpec,
+    config: BenchConfig,
+    zone: str,
+    startup_script: str,
+    shutdown_script: str,
+    spot: bool,
+) -> Instance:
+    """The instance insert body for one run in one zone.
+
+    The cloud enforces the time cap: `max_run_duration` with DELETE removes the VM (and its
+    disk) at the budget's end even if the user's laptop is gone.
+    """
+    from google.cloud import compute_v1
+
+    _require_name("instance name", spec.instance_name)
+    _require_name("machine type", config.machine_type)
+    _require_name("accelerator type", config.accelerator_type)
+    _require_name("image family", config.image_family)
+    _check_script("startup-script", startup_script)
+    _check_script("shutdown-script", shutdown_script)
+    labels = run_labels(spec.run_id, spec.owner)
+
+    scheduling = compute_v1.Scheduling(
+        provisioning_model="SPOT" if spot else "STANDARD",
+        instance_termination_action="DELETE",
+        max_run_duration=compute_v1.Duration(seconds=spec.max_run_seconds),
+        # GPUs cannot live-migrate, and spot VMs must not come back on their own.
+        on_host_maintenance="TERMINATE",
+        automatic_restart=False,
+    )
+    boot_disk = compute_v1.AttachedDisk(
+        boot=True,
+        auto_delete=True,
+        type_="PERSISTENT",
+        initialize_params=compute_v1.AttachedDiskInitializeParams(
+            source_image=f"projects/{config.image_project}/global/images/family/{config.image_family}",
+            disk_size_gb=config.disk_gb,
+            disk_type=f"zones/{zone}/diskTypes/pd-balanced",
+            labels=labels,
+        ),
+    )
+    # An external address: the VM fetches pip packages and talks to Cloud Storage.
+    network = compute_v1.NetworkInterface(
+        network="global/networks/default",
+        access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
+    )
+    return compute_v1.Instance(
+        name=spec.instance_name,
+        machine_type=f"zones/{zone}/machineTypes/{config.machine_type}",
+        guest_accelerators=[
+            compute_v1.AcceleratorConfig(
+                accelerator_type=f"zones/{zone}/acceleratorTypes/{config.accelerator_type}",
+                accelerator_count=config.accelerator_count,
+            )
+        ],
+        disks=[boot_disk],
+        network_interfaces=[network],
+        scheduling=scheduling,
+        labels=labels,
+        metadata=compute_v1.Metadata(
+            items=[
+                compute_v1.Items(key="startup-script", value=startup_script),
+                compute_v1.Items(key="shutdown-script", value=shutdown_script),
+            ]
+        ),
+        # "default" is the project's Compute Engine default service account.
+        service_accounts=[
+            compute_v1.ServiceAccount(email=config.service_account, scopes=[STORAGE_SCOPE])
+        ],
+    )

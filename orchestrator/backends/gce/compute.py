@@ -1,0 +1,262 @@
+"""A thin adapter over the Compute Engine REST client: the only module that calls the API.
+
+Every call goes through `_call`, which turns google.api_core exceptions into bench errors
+(gce/errors.py). Operations are polled with our own ZoneOperationsClient because
+`ExtendedOperation.result()` builds one without our endpoint (facts/gce.md).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+
+from orchestrator.backends.gce.errors import translate
+from orchestrator.errors import BenchError, CloudError, ConfigError
+
+if TYPE_CHECKING:
+    from google.cloud.compute_v1 import Instance, Operation, SerialPortOutput
+
+    from orchestrator.config import BenchConfig
+
+T = TypeVar("T")
+
+# Reads are idempotent: retry 429/503 for a bounded time instead of the client's 600 s.
+READ_RETRY_SECONDS = 60.0
+HTTP_TIMEOUT_SECONDS = 60.0
+OPERATION_TIMEOUT_SECONDS = 900.0
+# Concurrent requests `stop` may have in flight (GCE's per-project rate limits are far above).
+PARALLEL_CALLS = 32
+
+
+class ComputeApi:
+    """Instances in one project; built lazily so constructing it costs no import or auth."""
+
+    def __init__(
+        self,
+        config: BenchConfig,
+        *,
+        read_retry_seconds: float = READ_RETRY_SECONDS,
+        operation_timeout_seconds: float = OPERATION_TIMEOUT_SECONDS,
+    ) -> None:
+        if not config.project:
+            raise ConfigError("the gce backend needs a project: set `project` in bench.toml")
+        self.project: str = config.project
+        self._endpoint = config.compute_endpoint
+        self._read_retry_seconds = read_retry_seconds
+        self._operation_timeout_seconds = operation_timeout_seconds
+
+    # -- clients -----------------------------------------------------------------------
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        if self._endpoint:
+            from google.api_core.client_options import ClientOptions
+            from google.auth.credentials import AnonymousCredentials
+
+            # A loopback stand-in: plain HTTP, no credentials.
+            return {
+                "transport": "rest",
+                "client_options": ClientOptions(api_endpoint=self._endpoint),
+                "credentials": AnonymousCredentials(),
+            }
+        return {"transport": "rest"}
+
+    def _make(self, factory: Callable[..., T]) -> T:
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            return factory(**self._client_kwargs())
+        except DefaultCredentialsError as e:
+            raise ConfigError(
+                f"no Google credentials found ({e}); run "
+                "`gcloud auth application-default login`, or use --backend local"
+            ) from None
+
+    @cached_property
+    def instances(self):
+        from google.cloud import compute_v1
+
+        return _widen_pool(self._make(compute_v1.InstancesClient))
+
+    @cached_property
+    def operations(self):
+        from google.cloud import compute_v1
+
+        return _widen_pool(self._make(compute_v1.ZoneOperationsClient))
+
+    @cached_property
+    def _read_retry(self):
+        from google.api_core import exceptions, retry
+
+        return retry.Retry(
+            predicate=retry.if_exception_type(
+                exceptions.TooManyRequests,
+                exceptions.ServiceUnavailable,
+                exceptions.InternalServerError,
+            ),
+            initial=0.5,
+            maximum=8.0,
+            multiplier=2.0,
+            timeout=self._read_retry_seconds,
+        )
+
+    def _call(self, fn: Callable[[], T], zone: Optional[str] = None) -> T:
+        from google.api_core.exceptions import GoogleAPICallError
+
+        try:
+            return fn()
+        except GoogleAPICallError as e:
+            raise translate(e, project=self.project, zone=zone) from e
+
+    def _read(self, method: Callable[..., T], **request: Any) -> T:
+        # No zone for translate: a read's 503 is a transient, never a stockout.
+        return self._call(
+            lambda: method(request=request, retry=self._read_retry, timeout=HTTP_TIMEOUT_SECONDS)
+        )
+
+    # -- operations --------------------------------------------------------------------
+
+    def wait(self, zone: str, operation: Operation) -> None:
+        """Block until the operation is DONE; raise its error as a bench error."""
+        from google.cloud.compute_v1 import Operation as Op
+
+        deadline = time.monotonic() + self._operation_timeout_seconds
+        while operation.status != Op.Status.DONE:
+            if time.monotonic() > deadline:
+                raise CloudError(
+                    f"operation {operation.name} in {zone} still not done after "
+                    f"{self._operation_timeout_seconds:.0f} s; check the Cloud Console"
+                )
+            # `wait` returns after about 2 minutes at most, possibly not DONE: loop.
+            operation = self._read(
+                self.operations.wait, project=self.project, zone=zone, operation=operation.name
+            )
+        self._raise_if_failed(zone, operation)
+
+    def _raise_if_failed(self, zone: str, operation: Operation) -> None:
+        from google.api_core import exceptions
+
+        errors = list(operation.error.errors) if operation.error else []
+        if not errors and not operation.http_error_status_code:
+            return
+        message = operation.http_error_message or "; ".join(e.message for e in errors)
+        exc = exceptions.from_http_status(
+            operation.http_error_status_code or 500, message, errors=errors
+        )
+        raise translate(exc, project=self.project, zone=zone) from exc
+
+    # -- instances ---------------------------------------------------------------------
+
+    def insert(self, zone: str, instance: Instance) -> None:
+        """Create the instance and wait until GCE has placed it (or said why not)."""
+        # Inserts are not retried: a retry after a lost reply could make a second VM.
+        operation = self._call(
+            lambda: self.instances.insert_unary(
+                project=self.project, zone=zone, instance_resource=instance,
+                timeout=HTTP_TIMEOUT_SECONDS,
+            ),
+            zone,
+        )
+        self.wait(zone, operation)
+
+    def get(self, zone: str, name: str) -> Optional[Instance]:
+        """The instance, or None when it does not exist (deleted, never created)."""
+        try:
+            return self._read(self.instances.get, project=self.project, zone=zone, instance=name)
+        except BenchError as e:
+            if _is_not_found(e):
+                return None
+            raise
+
+    def delete(self, zone: str, name: str) -> bool:
+        """Delete the instance and wait; False when it was already gone (idempotent)."""
+        return self._finish(zone, self.start_delete(zone, name))
+
+    def start_delete(self, zone: str, name: str) -> Optional[Operation]:
+        """Ask for the delete without waiting; None when the instance is already gone."""
+        return self._start(self.instances.delete_unary, zone, name)
+
+    def stop(self, zone: str, name: str) -> bool:
+        """Power the instance off (it keeps its disk) and wait; False when it does not exist."""
+        return self._finish(zone, self._start(self.instances.stop_unary, zone, name))
+
+    def finish(self, zone: str, operation: Optional[Operation]) -> bool:
+        """Wait for an operation from start_delete; False when the instance was gone."""
+        return self._finish(zone, operation)
+
+    def _start(self, method: Callable[..., Operation], zone: str, name: str) -> Optional[Operation]:
+        try:
+            return self._call(
+                lambda: method(
+                    project=self.project, zone=zone, instance=name, timeout=HTTP_TIMEOUT_SECONDS
+                )
+            )
+        except BenchError as e:
+            if _is_not_found(e):
+                return None  # already gone: that is what we wanted
+            raise
+
+    def _finish(self, zone: str, operation: Optional[Operation]) -> bool:
+        if operation is None:
+            return False
+        try:
+            self.wait(zone, operation)
+        except BenchError as e:
+            if _is_not_found(e):
+                return False
+            raise
+        return True
+
+    def list_instances(self, filter_: str) -> list[tuple[str, Instance]]:
+        """(zone, instance) for every instance in every zone that matches the filter."""
+        from google.cloud import compute_v1
+
+        request = compute_v1.AggregatedListInstancesRequest(
+            project=self.project, filter=filter_, return_partial_success=True, max_results=500
+        )
+
+        def collect() -> list[tuple[str, Instance]]:
+            found = []
+            pages = self.instances.aggregated_list(
+                request=request, retry=self._read_retry, timeout=HTTP_TIMEOUT_SECONDS
+            )
+            for scope, scoped in pages:
+                for instance in scoped.instances:
+                    found.append((scope.removeprefix("zones/"), instance))
+            return found
+
+        return self._call(collect)
+
+    def serial_output(self, zone: str, name: str, start: int) -> Optional[SerialPortOutput]:
+        """Serial port 1 from byte `start`; None when the instance is gone."""
+        try:
+            return self._read(
+                self.instances.get_serial_port_output,
+                project=self.project, zone=zone, instance=name, port=1, start=start,
+            )
+        except BenchError as e:
+            if _is_not_found(e):
+                return None
+            raise
+
+
+def _widen_pool(client: T) -> T:
+    """Let `stop` run PARALLEL_CALLS requests at once over one client.
+
+    requests keeps 10 connections per host; more threads would open and drop extra ones
+    (with a warning each). The transport does not expose its session, hence the probe.
+    """
+    session = getattr(getattr(client, "_transport", None), "_session", None)
+    if session is not None and hasattr(session, "mount"):
+        from requests.adapters import HTTPAdapter
+
+        for scheme in ("https://", "http://"):
+            session.mount(scheme, HTTPAdapter(pool_connections=4, pool_maxsize=PARALLEL_CALLS))
+    return client
+
+
+def _is_not_found(error: BenchError) -> bool:
+    """True when the API said 404: the instance (or its operation) no longer exists."""
+    from google.api_core.exceptions import NotFound
+
+    return isinstance(error.__cause__, NotFound)

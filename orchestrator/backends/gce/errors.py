@@ -1,0 +1,128 @@
+"""What Compute Engine said, turned into bench errors at the API boundary.
+
+The client raises `google.api_core.exceptions.*` both for a refused request and (through
+our operation polling) for an operation that failed later, e.g. a spot stockout. Their
+`errors` hold dicts (`reason`, `message`) for the former and proto `Errors` (`code`,
+`message`) for the latter; `_codes_and_text` reads both.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from orchestrator.errors import (
+    BenchError,
+    CloudError,
+    ConfigError,
+    NoCapacityError,
+    PermissionDeniedError,
+    QuotaError,
+)
+
+# Codes that mean "this zone cannot give you the machine right now": try the next zone.
+STOCKOUT_CODES = frozenset(
+    {
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+        "UNSUPPORTED_OPERATION",
+        "RESOURCE_NOT_READY",
+    }
+)
+QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
+GLOBAL_GPU_QUOTA = "GPUS_ALL_REGIONS"
+
+_QUOTA_NAME = re.compile(r"Quota '([A-Za-z0-9_]+)' exceeded")
+_QUOTA_REGION = re.compile(r"in region ([a-z]+-[a-z]+[0-9]+)")
+_NOT_IN_ZONE = re.compile(
+    r"(machine ?type|accelerator ?type|acceleratorType|machineType)[^.]*"
+    r"(does not exist|not found|not available|is not supported|unavailable)",
+    re.IGNORECASE,
+)
+
+
+class ZoneUnavailable(NoCapacityError):
+    """Internal signal: this zone cannot host the machine (stockout, or type not offered)."""
+
+    def __init__(self, zone: str, reason: str, detail: str = "") -> None:
+        super().__init__(f"{zone}: {reason}" + (f" ({detail})" if detail else ""))
+        self.zone, self.reason, self.detail = zone, reason, detail
+
+
+class RegionalQuotaExceeded(QuotaError):
+    """A quota of one region is used up; other regions may still work."""
+
+    def __init__(self, quota: str, region: str, detail: str) -> None:
+        super().__init__(f"quota {quota} exceeded in region {region}: {detail}")
+        self.quota, self.region, self.detail = quota, region, detail
+
+
+class GlobalQuotaExceeded(QuotaError):
+    """GPUS_ALL_REGIONS (or another project-wide quota): no zone anywhere will work."""
+
+    def __init__(self, quota: str, detail: str) -> None:
+        super().__init__(f"project-wide quota {quota} exceeded: {detail}")
+        self.quota, self.detail = quota, detail
+
+
+def _codes_and_text(exc: Exception) -> tuple[set[str], str]:
+    codes: set[str] = set()
+    texts = [str(getattr(exc, "message", "") or exc)]
+    for err in getattr(exc, "errors", None) or []:
+        if isinstance(err, dict):
+            fields = [err.get("reason"), err.get("code")]
+            message = err.get("message")
+        else:
+            fields = [getattr(err, "code", None), getattr(err, "reason", None)]
+            message = getattr(err, "message", None)
+        codes.update(str(f) for f in fields if f)
+        if message:
+            texts.append(str(message))
+    return codes, " | ".join(t for t in texts if t)
+
+
+def _status(exc: Exception) -> Optional[int]:
+    code = getattr(exc, "code", None)
+    return int(code) if isinstance(code, int) else None
+
+
+def translate(exc: Exception, *, project: str, zone: Optional[str] = None) -> BenchError:
+    """One bench error for one google.api_core exception; `zone` is where it happened."""
+    codes, text = _codes_and_text(exc)
+    status = _status(exc)
+    mentioned = {c for c in STOCKOUT_CODES if c in text}
+    if zone and (codes & STOCKOUT_CODES or mentioned):
+        return ZoneUnavailable(zone, "no capacity", sorted(codes & STOCKOUT_CODES or mentioned)[0])
+    if codes & QUOTA_CODES or _QUOTA_NAME.search(text):
+        return _quota_error(text, zone)
+    if zone and status == 400 and _NOT_IN_ZONE.search(text):
+        return ZoneUnavailable(zone, "machine or GPU type not offered in this zone")
+    if status == 401:
+        return PermissionDeniedError(
+            f"Compute Engine rejected the credentials ({text}); run "
+            "`gcloud auth application-default login` and try again"
+        )
+    if status == 403:
+        return PermissionDeniedError(
+            f"Compute Engine denied the request in project {project} ({text}); you need "
+            "roles/compute.instanceAdmin.v1 and roles/iam.serviceAccountUser on the VM's "
+            "service account"
+        )
+    if status == 404:
+        return ConfigError(
+            f"Compute Engine could not find something the request names ({text}); check "
+            "project, image_project/image_family and the default network"
+        )
+    if status == 400:
+        return ConfigError(f"Compute Engine rejected the request: {text}")
+    return CloudError(f"Compute Engine error{f' in {zone}' if zone else ''}: {text}")
+
+
+def _quota_error(text: str, zone: Optional[str]) -> QuotaError:
+    match = _QUOTA_NAME.search(text)
+    quota = match.group(1) if match else "unknown quota"
+    if quota == GLOBAL_GPU_QUOTA or "globally" in text or GLOBAL_GPU_QUOTA in text:
+        return GlobalQuotaExceeded(GLOBAL_GPU_QUOTA if GLOBAL_GPU_QUOTA in text else quota, text)
+    region_match = _QUOTA_REGION.search(text)
+    region = region_match.group(1) if region_match else (zone.rsplit("-", 1)[0] if zone else "?")
+    return RegionalQuotaExceeded(quota, region, text)

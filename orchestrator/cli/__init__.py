@@ -1,0 +1,89 @@
+"""bench's command line: thin commands over the service layer, loaded lazily.
+
+`bench --help` imports only click: the cloud SDKs cost seconds to import and torch is never
+needed on the controller.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+
+import click
+
+from orchestrator.errors import BenchError
+
+# command name -> module in orchestrator.cli defining a click command of that name
+COMMANDS = {
+    "launch": "launch",
+    "status": "status",
+    "logs": "logs",
+    "fetch": "fetch",
+    "stop-all": "stop_all",
+    "render": "render",
+    "prices": "prices",
+    "report": "report",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str):
+        module_name = COMMANDS.get(name)
+        if module_name is None:
+            return None
+        module = importlib.import_module(f"orchestrator.cli.{module_name}")
+        return getattr(module, module_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bench")
+def cli() -> None:
+    """Budget-capped GPU kernel benchmarks on Google Compute Engine, or on this machine.
+
+    \b
+    Quick start (free: runs here):
+      bench launch --backend local --budget 1.00 --wait
+      bench fetch
+    On a spot L4 in your GCP project (set project and bucket in bench.toml):
+      bench launch --budget 1.00 --wait
+      bench stop-all            # the kill switch: every bench VM in every zone
+
+    Settings come from bench.toml (./ then your config dir), BENCH_* variables and flags.
+    Set BENCH_DEBUG=1 to see tracebacks.
+    """
+
+
+def _fail(message: str, code: int) -> int:
+    click.echo(f"bench: error: {message}", err=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    debug = os.environ.get("BENCH_DEBUG") == "1"
+    try:
+        result = cli.main(args=argv, prog_name="bench", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except BenchError as e:
+        if debug:
+            traceback.print_exc()
+        return _fail(str(e), e.exit_code)
+    except click.exceptions.Abort:
+        return _fail("interrupted", 130)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except click.ClickException as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if getattr(e, "ctx", None) else ""
+        return _fail(e.format_message().replace("\n", " ") + hint, 2)
+    except Exception as e:  # a bug: say so, and how to see more
+        if debug:
+            raise
+        return _fail(f"unexpected {type(e).__name__}: {e} (a bug; rerun with BENCH_DEBUG=1)", 1)
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.options import console, make_context
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--all", "fetch_all", is_flag=True, help="every finished run not fetched yet")
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="where results/<run id>/ goes")
+def fetch(run_id, fetch_all, dest):
+    """Download a finished run, verify every sha256, validate every row.
+
+    Writes DEST/<run id>/ (manifest.json, results/*.csv, logs/) and deletes
+    the run's finished machine. A corrupt or invalid file exits 5 and leaves
+    any earlier good copy untouched. Idempotent.
+
+    \b
+    Examples:
+      bench fetch                       # the latest run
+      bench fetch 20261122-081500-a1b2c3 --dest ~/results
+      bench fetch --all
+    """
+    from orchestrator.errors import ResultsError, UsageError
+    from orchestrator.service.fetch import fetch as fetch_run
+    from orchestrator.service.runs import latest_run_id
+
+    if run_id and fetch_all:
+        raise UsageError("give a RUN_ID or --all, not both")
+    ctx = make_context()
+    out = console()
+    if fetch_all:
+        records = [r for r in ctx.registry.all() if r.state in ("running", "launched", "stopped")]
+    else:
+        records = [ctx.registry.get(run_id or latest_run_id(ctx))]
+    incomplete = []
+    for record in records:
+        result = fetch_run(ctx, record, dest)
+        show_summary(out, result)
+        if result.manifest.status != "complete":
+            incomplete.append(f"{record.run_id} is {result.manifest.status}: {result.manifest.reason}")
+    if incomplete:
+        raise ResultsError("; ".join(incomplete))
+    return 0
+
+
+def show_summary(out, result) -> None:
+    from rich.table import Table
+
+    manifest = result.manifest
+    out.print(
+        f"bench: run [bold]{result.run_id}[/] {manifest.status} → {result.directory} "
+        f"({sum(f.rows or 0 for f in manifest.files if f.path.endswith('measurements.csv'))} "
+        "samples, every sha256 verified)"
+    )
+    if not result.summary:
+        return
+    table = Table("config", "implementation", "backend", "mode", "n", "median ms", "p10-p90 ms",
+                  "TFLOP/s", "candidate speedup [95% CI]", "verdict")
+    for row in result.summary:
+        speedup = (f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}]"
+                   if row.speedup is not None else "(candidate)")
+        table.add_row(row.config, row.implementation, row.backend, row.mode, str(row.n),
+                      f"{row.median_ms:.4f}", f"{row.p10_ms:.4f}-{row.p90_ms:.4f}",
+                      f"{row.tflops:.3g}", speedup, row.verdict or "")
+    out.print(table)

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.options import Duration, Money, backend_option, console, make_context
+
+
+@click.command()
+@backend_option()
+@click.option("--budget", type=Money(), required=True, help="most this run may cost, in USD")
+@click.option(
+    "--max-runtime", type=Duration(), default=None, help="lower the time cap, e.g. 45m (never raises it)"
+)
+@click.option(
+    "--plan", "plan_ref", default="auto", show_default=True,
+    help="plan name (see benches/plans), a plan .json file, or auto",
+)
+@click.option("--wait/--no-wait", default=False, help="follow the run with a progress bar")
+@click.option("--on-demand-fallback", is_flag=True, default=None, help="gce: on-demand if no spot")
+def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
+    """Start a benchmark run; the cloud enforces its budget as a time cap.
+
+    On gce, the VM gets max_run_duration = what --budget buys at the catalog
+    rate (GCE deletes it then, even if this laptop is gone); bench refuses a
+    launch whose estimated cost exceeds the budget.
+
+    \b
+    Examples:
+      bench launch --backend local --budget 1.00 --wait
+      bench launch --budget 1.00 --plan default --max-runtime 45m
+    """
+    from orchestrator.service.launch import LaunchRequest
+    from orchestrator.service.launch import launch as launch_run
+
+    ctx = make_context(backend=backend, on_demand_fallback=on_demand_fallback)
+    name, reason = ctx.config.resolved_backend()
+    out = console()
+    out.print(f"bench: backend [bold]{name}[/]: {reason}")
+    request = LaunchRequest(budget_usd=budget, plan=plan_ref, max_runtime_seconds=max_runtime)
+    result = launch_run(ctx, request, name, reason)
+    _print_launch(out, result)
+    if wait:
+        from orchestrator.cli.progress import follow
+
+        return follow(ctx, ctx.registry.get(result.spec.run_id), out)
+    out.print(f"follow it with: bench status {result.spec.run_id}   then: bench fetch {result.spec.run_id}")
+    return 0
+
+
+def _print_launch(out, result) -> None:
+    from orchestrator.budget import format_duration
+
+    spec, placement = result.spec, result.placement
+    for note in result.notes:
+        out.print(f"[bold yellow]bench: note:[/] {note}")
+    plan = spec.plan
+    out.print(
+        f"bench: plan [bold]{plan.name}[/]: {len(plan.configs)} configs × "
+        f"{plan.samples_per_config} samples × {len(plan.implementations)} implementations "
+        f"({', '.join(plan.implementations)})"
+    )
+    for attempt in placement.attempts:
+        out.print(f"bench: tried {attempt}")
+    cost = f"≈ ${spec.estimated_cost_usd():.2f}" if spec.rate_usd_per_hour else "free"
+    out.print(
+        f"bench: rate ${spec.rate_usd_per_hour:.4f}/h{' (spot)' if spec.spot else ''} · "
+        f"time cap {format_duration(spec.max_run_seconds)} · estimated "
+        f"{format_duration(spec.estimated_seconds)} ({cost}) · budget ${spec.budget_usd:.2f}"
+    )
+    out.print(
+        f"bench: launched run [bold]{spec.run_id}[/] in {placement.location} ({placement.handle})"
+    )

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.options import make_context
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--follow", "-f", is_flag=True, help="keep printing until the run ends")
+def logs(run_id, follow):
+    """Print a run's startup-script log (the VM's serial port on gce).
+
+    \b
+    Examples:
+      bench logs                        # the latest run
+      bench logs 20261122-081500-a1b2c3 --follow
+    """
+    from orchestrator.service.runs import latest_run_id, placement_of
+
+    ctx = make_context()
+    record = ctx.registry.get(run_id or latest_run_id(ctx))
+    backend = ctx.backend(record.backend)
+    for line in backend.log_lines(record.run_id, placement_of(record), follow):
+        click.echo(line)
+    return 0

@@ -1,0 +1,58 @@
+"""Options shared by several commands, and the Context every command builds from them."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
+
+
+class Money(click.ParamType):
+    name = "USD"
+
+    def convert(self, value, param, ctx):
+        try:
+            amount = float(str(value).lstrip("$"))
+        except ValueError:
+            self.fail(f"{value!r} is not an amount in US dollars (e.g. 1.00)", param, ctx)
+        if not amount > 0 or amount != amount or amount == float("inf"):
+            self.fail(f"{value!r}: the budget must be a positive amount (e.g. 1.00)", param, ctx)
+        return amount
+
+
+class Duration(click.ParamType):
+    name = "DURATION"
+
+    def convert(self, value, param, ctx):
+        match = DURATION_RE.match(str(value).strip())
+        if not match or not any(match.groups()):
+            self.fail(f"{value!r} is not a duration like 45m, 1h30m or 600s", param, ctx)
+        hours, minutes, seconds = (int(g or 0) for g in match.groups())
+        total = hours * 3600 + minutes * 60 + seconds
+        if total <= 0:
+            self.fail(f"{value!r}: the duration must be positive", param, ctx)
+        return total
+
+
+def backend_option(help_text: str = "where to run: local (this machine) or gce"):
+    return click.option("--backend", type=click.Choice(["local", "gce"]), default=None, help=help_text)
+
+
+def yes_option():
+    return click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
+
+
+def make_context(**flags):
+    """Settings are built here, at command time, never at import time."""
+    from orchestrator.config import load_config
+    from orchestrator.service.context import Context
+
+    return Context(load_config(flags={k: v for k, v in flags.items() if v is not None}))
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False)

@@ -1,0 +1,190 @@
+"""Settings: bench.toml files, BENCH_* environment variables and flags, merged and validated.
+
+Later sources win: the user config dir's bench.toml, then ./bench.toml, then the
+environment, then flags. Every key is validated by `BenchConfig` (extra="forbid"), and a
+bad value becomes one ConfigError line naming the source, key, value and what is allowed.
+A hand-written merge rather than pydantic-settings: we want that error to name the source.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orchestrator.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ENV_PREFIX = "BENCH_"
+# BENCH_* variables that are not settings.
+NON_SETTING_ENV = {"BENCH_DEBUG"}
+
+ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+MACHINE_TYPE_RE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+(-[0-9]+)?$")
+
+
+class BenchConfig(BaseModel):
+    """Everything bench can be told, with defaults that launch a spot L4 in us-central1."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    backend: Literal["auto", "local", "gce"] = Field(
+        "auto", description="where runs go; auto = gce when a project is set, else local"
+    )
+    project: Optional[str] = Field(None, description="GCP project id")
+    zones: list[str] = Field(
+        ["us-central1-a", "us-central1-b", "us-central1-c"],
+        min_length=1,
+        description="zones to try, in order, on stockouts",
+    )
+    machine_type: str = Field("g2-standard-4", description="GCE machine type")
+    accelerator_type: str = Field("nvidia-l4", description="GPU type attached to the VM")
+    accelerator_count: int = Field(1, ge=1, le=8)
+    image_project: str = Field("deeplearning-platform-release", description="boot image project")
+    image_family: str = Field(
+        "common-cu128-ubuntu-2204-nvidia-570", description="boot image family (driver baked in)"
+    )
+    disk_gb: int = Field(100, ge=50, le=2000, description="boot disk size (pd-balanced)")
+    spot: bool = Field(True, description="spot (preemptible) pricing")
+    on_demand_fallback: bool = Field(False, description="retry on-demand if spot has no capacity")
+    bucket: Optional[str] = Field(None, description="GCS bucket for payloads and results")
+    prefix: str = Field("bench", description="object prefix inside the bucket")
+    service_account: str = Field("default", description="VM service account email, or default")
+    owner: Optional[str] = Field(None, description="bench-owner label (default: your user name)")
+    monthly_cap: Optional[float] = Field(
+        None, gt=0, description="refuse launches that would take this month's spend past it (USD)"
+    )
+    state_dir: Optional[Path] = Field(None, description="registry, local store and sandboxes")
+    payload_python: Optional[str] = Field(
+        None, description="local backend: python that runs the payload (default: this one)"
+    )
+    compute_endpoint: Optional[str] = Field(None, description="Compute API endpoint override")
+    storage_endpoint: Optional[str] = Field(None, description="Cloud Storage endpoint override")
+    metadata_endpoint: Optional[str] = Field(None, description="VM metadata server override")
+
+    @field_validator("zones")
+    @classmethod
+    def _zones_look_like_zones(cls, zones: list[str]) -> list[str]:
+        for zone in zones:
+            if not ZONE_RE.match(zone):
+                raise ValueError(f"{zone!r} is not a zone name like us-central1-a")
+        return zones
+
+    @field_validator("project")
+    @classmethod
+    def _project_id(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not PROJECT_RE.match(value):
+            raise ValueError("a project id is 6-30 lowercase letters, digits or hyphens")
+        return value
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_name(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and (not BUCKET_RE.match(value) or ".." in value):
+            raise ValueError("a bucket name is 3-63 lowercase letters, digits, '-', '_' or '.'")
+        return value.removeprefix("gs://") if value else value
+
+    @field_validator("machine_type")
+    @classmethod
+    def _machine_type(cls, value: str) -> str:
+        if not MACHINE_TYPE_RE.match(value):
+            raise ValueError("a machine type looks like g2-standard-4")
+        return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        value = value.strip("/")
+        if not re.match(r"^[A-Za-z0-9._/-]{1,200}$", value):
+            raise ValueError("use letters, digits, '.', '_', '-' and '/'")
+        return value
+
+    def resolved_backend(self) -> tuple[str, str]:
+        """The backend to use and why, so launch can say it."""
+        if self.backend != "auto":
+            return self.backend, "chosen by configuration or --backend"
+        if self.project:
+            return "gce", f"GCP project {self.project} is configured"
+        return "local", "no GCP project is configured (set `project` in bench.toml to use GCE)"
+
+    @property
+    def region(self) -> str:
+        return self.zones[0].rsplit("-", 1)[0]
+
+
+def config_files(cwd: Path) -> list[Path]:
+    """bench.toml files in increasing priority: the user config dir, then the working dir."""
+    from platformdirs import user_config_dir
+
+    return [Path(user_config_dir("bench")) / "bench.toml", cwd / "bench.toml"]
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}; fix the file or remove it") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _env_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name in NON_SETTING_ENV:
+            continue
+        key = name[len(ENV_PREFIX) :].lower()
+        if key not in BenchConfig.model_fields:
+            raise ConfigError(
+                f"unknown environment variable {name}; bench settings are "
+                + ", ".join(ENV_PREFIX + k.upper() for k in BenchConfig.model_fields)
+            )
+        is_list = BenchConfig.model_fields[key].annotation == list[str]
+        settings[key] = [v.strip() for v in value.split(",") if v.strip()] if is_list else value
+    return settings
+
+
+def load_config(
+    flags: Optional[Mapping[str, Any]] = None,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[Path] = None,
+) -> BenchConfig:
+    """Merge every source (files < environment < flags) and validate once."""
+    env = os.environ if env is None else env
+    merged: dict[str, Any] = {}
+    source_of: dict[str, str] = {}
+    for path in config_files(cwd or Path.cwd()):
+        if path.is_file():
+            for key, value in _read_toml(path).items():
+                merged[key], source_of[key] = value, str(path)
+    for key, value in _env_settings(env).items():
+        merged[key], source_of[key] = value, f"environment variable {ENV_PREFIX}{key.upper()}"
+    for key, value in (flags or {}).items():
+        if value is not None:
+            merged[key], source_of[key] = value, f"option --{key.replace('_', '-')}"
+    try:
+        return BenchConfig.model_validate(merged)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e, merged, source_of)) from None
+
+
+def _one_line(error: ValidationError, merged: dict, source_of: dict[str, str]) -> str:
+    first = error.errors()[0]
+    key = str(first["loc"][0]) if first["loc"] else "?"
+    source = source_of.get(key, "settings")
+    if first["type"] == "extra_forbidden":
+        known = ", ".join(BenchConfig.model_fields)
+        return f"unknown setting {key!r} in {source}; known settings: {known}"
+    message = first["msg"].removeprefix("Value error, ")
+    return f"invalid setting {key} = {merged.get(key)!r} in {source}: {message}"

@@ -1,0 +1,110 @@
+"""Renders the startup and shutdown scripts: pure functions of a RunSpec and settings.
+
+Rules (DESIGN.md, "Startup script rules"): StrictUndefined, so a missing value is an
+error rather than an empty string; every interpolated value passes `shquote`; decisions
+are made here in Python and reach the template as plain values.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from importlib import resources
+from typing import Any, Mapping
+
+import jinja2
+
+from orchestrator.payload import PAYLOAD_PIP_INDEX_ARGS, PAYLOAD_PIP_PACKAGES
+from orchestrator.spec import RunSpec
+from results_schema import PHASES
+
+HEARTBEAT_SECONDS = {"local": 2, "gce": 20}
+# Per-phase caps. Environment may install torch (minutes on a fresh image); the benchmark's
+# cap comes from the plan's estimate.
+PHASE_TIMEOUTS = {
+    "preflight": 120,
+    "environment": 1800,
+    "payload": 300,
+    "build": 900,
+    "correctness": 900,
+    "upload": 300,
+    "finish": 60,
+}
+SHUTDOWN_GRACE_SECONDS = 25
+
+
+def shquote(value: Any) -> str:
+    """Quote any value as one shell word; booleans become true/false."""
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return shlex.quote(str(value))
+
+
+def template_environment() -> jinja2.Environment:
+    root = resources.files("startup_templates")
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["shquote"] = shquote
+    return env
+
+
+def record_tool_source() -> str:
+    return resources.files("results_schema").joinpath("record.py").read_text(encoding="utf-8")
+
+
+def benchmark_timeout_seconds(spec: RunSpec) -> int:
+    """Three times the estimate, at least 10 minutes: a slow GPU should not look like a hang."""
+    return max(600, 3 * spec.estimated_seconds)
+
+
+def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any]) -> dict:
+    plan = spec.plan
+    on_gpu = plan.device == "cuda"
+    builds_kernel = "flash" in plan.implementations
+    cost = {
+        "backend": spec.backend,
+        "rate_usd_per_hour": spec.rate_usd_per_hour,
+        "budget_usd": spec.budget_usd,
+        "max_run_seconds": spec.max_run_seconds,
+    }
+    return {
+        "run_id": spec.run_id,
+        "backend": spec.backend,
+        "run_key": spec.run_prefix,
+        "work_dir": work_dir,
+        "payload_sha256": spec.payload_sha256,
+        "plan_name": plan.name,
+        "max_run_seconds": spec.max_run_seconds,
+        "heartbeat_seconds": HEARTBEAT_SECONDS[spec.backend],
+        "cost_json": json.dumps(cost, sort_keys=True),
+        "pip_packages": PAYLOAD_PIP_PACKAGES[plan.device],
+        "pip_index_args": PAYLOAD_PIP_INDEX_ARGS[plan.device],
+        "record_tool_source": record_tool_source(),
+        "phases": PHASES,
+        "phase_timeouts": {**PHASE_TIMEOUTS, "benchmark": benchmark_timeout_seconds(spec)},
+        "needs_gpu": on_gpu,
+        "needs_nvcc": builds_kernel,
+        "build_kernel": builds_kernel,
+        "preflight_tools": backend_vars.get("preflight_tools", []),
+        "min_free_mb": 2000 if on_gpu else 200,
+        "payload_python": backend_vars.get("payload_python", ""),
+        **backend_vars,
+    }
+
+
+def render_startup(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any]) -> str:
+    template = template_environment().get_template("startup.sh.j2")
+    return template.render(startup_context(spec, work_dir, backend_vars))
+
+
+def render_shutdown(spec: RunSpec, work_dir: str) -> str:
+    template = template_environment().get_template("shutdown.sh.j2")
+    return template.render(
+        run_id=spec.run_id, work_dir=work_dir, grace_seconds=SHUTDOWN_GRACE_SECONDS
+    )

@@ -1,0 +1,286 @@
+"""`bench report`: a table and plots from a fetched run, optionally checked against another.
+
+Reads <run dir>/manifest.json (optional: partial runs have one the startup script wrote,
+local runs may not) and <run dir>/results/*.csv; writes PNGs to <run dir>/report/.
+Controller side: numpy and matplotlib (imported lazily, Agg backend), never torch.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from orchestrator.errors import ResultsError
+from results_schema import Manifest, Measurement, Plan, SummaryRow
+
+BOOTSTRAP_RESAMPLES = 2000
+REPORT_SUBDIR = "report"
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    config: str
+    implementation: str
+    backend: str
+    mode: str
+    median_ms: float
+    tflops: float
+    pct_of_peak: Optional[float]
+    speedup: Optional[float]
+    speedup_ci: Optional[tuple[float, float]]
+    verdict: Optional[str]
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """A (config, implementation) whose interval in this run misses the other run's."""
+
+    config: str
+    implementation: str
+    quantity: str  # "speedup" or "median_ms"
+    this: tuple[float, float]
+    other: tuple[float, float]
+
+
+@dataclass
+class Report:
+    run_id: str
+    status: str
+    rows: list[ReportRow]
+    plots: list[Path] = field(default_factory=list)
+    compared_with: Optional[str] = None
+    disagreements: list[Disagreement] = field(default_factory=list)
+
+
+@dataclass
+class RunResults:
+    run_id: str
+    status: str
+    plan: Optional[Plan]
+    summary: list[SummaryRow]
+    measurements: list[Measurement]
+
+
+def make_report(results_dir: Path, compare_dir: Optional[Path] = None) -> Report:
+    run = load_run(results_dir)
+    out_dir = results_dir / REPORT_SUBDIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = Report(run.run_id, run.status, [_row(s) for s in run.summary])
+    report.plots = _plot_all(run, out_dir)
+    if compare_dir is not None:
+        other = load_run(compare_dir)
+        report.compared_with = other.run_id
+        report.disagreements = compare_runs(run, other)
+    return report
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def read_rows(path: Path, model):
+    """CSV rows as validated models; the payload writes None as an empty cell."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return [
+            model.model_validate({k: (None if v == "" else v) for k, v in row.items()})
+            for row in csv.DictReader(f)
+        ]
+
+
+def load_run(run_dir: Path) -> RunResults:
+    results = run_dir / "results"
+    summary_path, measurements_path = results / "summary.csv", results / "measurements.csv"
+    if not summary_path.is_file() or not measurements_path.is_file():
+        raise ResultsError(
+            f"{run_dir} has no results/summary.csv and results/measurements.csv: "
+            "fetch the run first, or point at the directory that holds manifest.json"
+        )
+    try:
+        summary = read_rows(summary_path, SummaryRow)
+        measurements = read_rows(measurements_path, Measurement)
+    except ValueError as exc:
+        raise ResultsError(f"{run_dir}: a results row does not match the schema: {exc}") from exc
+    manifest = _manifest(run_dir)
+    plan = manifest.plan if manifest and manifest.plan else _plan_file(run_dir)
+    run_id = manifest.run_id if manifest else (summary[0].run_id if summary else run_dir.name)
+    status = manifest.status if manifest else "no manifest"
+    return RunResults(run_id, status, plan, summary, measurements)
+
+
+def _manifest(run_dir: Path) -> Optional[Manifest]:
+    path = run_dir / "manifest.json"
+    if not path.is_file():
+        return None
+    try:
+        return Manifest.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ResultsError(f"{path} does not match the schema: {exc}") from exc
+
+
+def _plan_file(run_dir: Path) -> Optional[Plan]:
+    path = run_dir / "plan.json"
+    if not path.is_file():
+        return None
+    return Plan.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def _row(s: SummaryRow) -> ReportRow:
+    ci = (s.speedup_ci_low, s.speedup_ci_high) if s.speedup_ci_low is not None else None
+    return ReportRow(
+        s.config, s.implementation, s.backend, s.mode, s.median_ms, s.tflops, s.pct_of_peak,
+        s.speedup, ci, s.verdict,
+    )
+
+
+# --- comparing two runs ------------------------------------------------------------------
+
+
+def median_ci(values: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median."""
+    rng = np.random.default_rng(seed)
+    medians = np.median(values[rng.integers(0, values.size, (BOOTSTRAP_RESAMPLES, values.size))], 1)
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _disjoint(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[1] < b[0] or b[1] < a[0]
+
+
+def _latencies(run: RunResults) -> dict[tuple[str, str], np.ndarray]:
+    grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for m in run.measurements:
+        grouped[(m.config, m.implementation)].append(m.latency_ms)
+    return {k: np.asarray(v) for k, v in grouped.items()}
+
+
+def compare_runs(this: RunResults, other: RunResults) -> list[Disagreement]:
+    """Configs whose speedup intervals, or whose median intervals, do not overlap."""
+    found = []
+    other_summary = {(s.config, s.implementation): s for s in other.summary}
+    for s in this.summary:
+        o = other_summary.get((s.config, s.implementation))
+        if o and s.speedup_ci_low is not None and o.speedup_ci_low is not None:
+            a, b = (s.speedup_ci_low, s.speedup_ci_high), (o.speedup_ci_low, o.speedup_ci_high)
+            if _disjoint(a, b):
+                found.append(Disagreement(s.config, s.implementation, "speedup", a, b))
+    mine, theirs = _latencies(this), _latencies(other)
+    for key in sorted(mine.keys() & theirs.keys()):
+        a, b = median_ci(mine[key]), median_ci(theirs[key])
+        if _disjoint(a, b):
+            found.append(Disagreement(key[0], key[1], "median_ms", a, b))
+    return found
+
+
+# --- plots -------------------------------------------------------------------------------
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on a server or in CI
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plot_all(run: RunResults, out_dir: Path) -> list[Path]:
+    if not run.summary:
+        return []
+    plt = _pyplot()
+    plots = [_plot_latency(plt, run, out_dir / "latency.png")]
+    if any(s.speedup is not None for s in run.summary):
+        plots.append(_plot_speedup(plt, run, out_dir / "speedup.png"))
+    if run.plan is not None:
+        plots.append(_plot_tflops(plt, run, out_dir / "tflops.png"))
+    return plots
+
+
+def _config_order(run: RunResults) -> list[str]:
+    return list(dict.fromkeys(s.config for s in run.summary))
+
+
+def _implementations(run: RunResults) -> list[str]:
+    return list(dict.fromkeys(s.implementation for s in run.summary))
+
+
+def _plot_latency(plt, run: RunResults, path: Path) -> Path:
+    """One panel per config: each implementation's sample distribution."""
+    configs, impls, lat = _config_order(run), _implementations(run), _latencies(run)
+    cols = min(4, len(configs))
+    rows = -(-len(configs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, config in zip(axes.flat, configs):
+        present = [i for i in impls if (config, i) in lat]
+        ax.boxplot([lat[(config, i)] for i in present], showfliers=True)
+        ax.set_xticks(range(1, len(present) + 1), present, rotation=20, fontsize=8)
+        ax.set_title(config, fontsize=9)
+        ax.set_ylabel("ms per call", fontsize=8)
+        ax.tick_params(axis="y", labelsize=8)
+    for ax in list(axes.flat)[len(configs):]:
+        ax.axis("off")
+    fig.suptitle(f"Latency per sample, run {run.run_id} ({run.status})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_speedup(plt, run: RunResults, path: Path) -> Path:
+    """The candidate's speedup over each baseline with its 95% interval, per config."""
+    configs = _config_order(run)
+    baselines = list(dict.fromkeys(s.implementation for s in run.summary if s.speedup is not None))
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(configs) * max(len(baselines), 1) + 1.5))
+    height = 0.8 / max(len(baselines), 1)
+    for b_index, baseline in enumerate(baselines):
+        rows = {s.config: s for s in run.summary if s.implementation == baseline and s.speedup}
+        ys = [i + b_index * height for i, c in enumerate(configs) if c in rows]
+        points = [rows[c] for c in configs if c in rows]
+        xerr = [
+            [p.speedup - p.speedup_ci_low for p in points],
+            [p.speedup_ci_high - p.speedup for p in points],
+        ]
+        ax.errorbar([p.speedup for p in points], ys, xerr=xerr, fmt="o", capsize=3,
+                    label=f"over {baseline}")
+    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], configs, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("speedup of the candidate (median of paired ratios, 95% CI); > 1 is faster")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Speedup, run {run.run_id}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_tflops(plt, run: RunResults, path: Path) -> Path:
+    """TFLOP/s against sequence length, one line per (implementation, head dim); causal and
+    non-causal in separate panels since causal does half the work."""
+    configs = {c.name: c for c in run.plan.configs}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, causal in zip(axes, (False, True)):
+        series: dict[tuple[str, int], list[tuple[int, float]]] = defaultdict(list)
+        for s in run.summary:
+            c = configs.get(s.config)
+            if c is not None and c.causal == causal:
+                series[(s.implementation, c.head_dim)].append((c.seq_len, s.tflops))
+        for (impl, head_dim), points in sorted(series.items()):
+            points.sort()
+            ax.plot(*zip(*points), marker="o" if head_dim <= 64 else "s",
+                    label=f"{impl}, D={head_dim}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length")
+        ax.set_title("causal" if causal else "non-causal")
+        if series:
+            ax.legend(fontsize=7)
+    axes[0].set_ylabel("TFLOP/s (at the median)")
+    fig.suptitle(f"Throughput, run {run.run_id}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

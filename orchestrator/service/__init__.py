@@ -1,0 +1,1 @@
+"""Use cases, one module each; backend-agnostic (they talk to Backend and Store)."""

@@ -1,0 +1,130 @@
+"""launch: validate → plan → estimate and cap → payload → store → render → start → record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from orchestrator import budget
+from orchestrator.backends.base import Placement
+from orchestrator.errors import NoCapacityError
+from orchestrator.paths import ensure_writable
+from orchestrator.payload import build_payload
+from orchestrator.registry import RunRecord
+from orchestrator.render import render_shutdown, render_startup
+from orchestrator.service.context import Context
+from orchestrator.service.plans import resolve_plan
+from orchestrator.spec import RunSpec, new_run_id
+from orchestrator.users import owner_label
+from results_schema import Plan
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    budget_usd: float
+    plan: str = "auto"
+    max_runtime_seconds: Optional[int] = None
+
+
+@dataclass
+class LaunchResult:
+    spec: RunSpec
+    placement: Placement
+    backend_reason: str
+    notes: list[str] = field(default_factory=list)
+    rate: Optional[budget.HourlyRate] = None
+
+
+def plan_spec(ctx: Context, request: LaunchRequest, backend: str, plan: Plan, spot: bool) -> tuple[RunSpec, Optional[budget.HourlyRate]]:
+    """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan."""
+    estimated = budget.estimate_runtime_seconds(plan, backend)
+    if backend == "local":
+        rate, rate_total = None, 0.0
+        cap = request.max_runtime_seconds or budget.LOCAL_DEFAULT_MAX_RUN_SECONDS
+    else:
+        rate = budget.hourly_rate(ctx.config, spot=spot)
+        rate_total = rate.total
+        cap = budget.max_run_seconds_for(request.budget_usd, rate.total)
+        if request.max_runtime_seconds:
+            cap = min(cap, request.max_runtime_seconds)
+        budget.check_covers(request.budget_usd, rate, estimated, cap)
+    spec = RunSpec(
+        run_id=new_run_id(),
+        backend=backend,
+        plan=plan,
+        owner=owner_label(ctx.config.owner),
+        budget_usd=request.budget_usd,
+        rate_usd_per_hour=rate_total,
+        max_run_seconds=cap,
+        estimated_seconds=estimated,
+        payload_sha256="0" * 64,
+        spot=spot and backend == "gce",
+    )
+    return spec, rate
+
+
+def launch(ctx: Context, request: LaunchRequest, backend: str, backend_reason: str) -> LaunchResult:
+    ensure_writable(ctx.paths)
+    plan, plan_note = resolve_plan(request.plan, backend)
+    notes = [plan_note] if plan_note else []
+    spec, rate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
+    if backend == "gce":
+        budget.check_monthly_cap(
+            ctx.config.monthly_cap, ctx.registry.committed_this_month(), request.budget_usd
+        )
+    payload = build_payload(plan)
+    spec = spec.model_copy(update={"payload_sha256": payload.sha256})
+    store = ctx.store(backend)
+    store.put_bytes(f"{spec.run_prefix}/payload.tar.gz", payload.data)
+    placement, spec, rate = _start(ctx, request, backend, spec, rate, notes)
+    ctx.registry.add(
+        RunRecord(
+            run_id=spec.run_id,
+            backend=backend,
+            plan=plan.name,
+            budget_usd=spec.budget_usd,
+            rate_usd_per_hour=spec.rate_usd_per_hour,
+            max_run_seconds=spec.max_run_seconds,
+            estimated_seconds=spec.estimated_seconds,
+            created_at=spec.created_at.isoformat(),
+            location=placement.location,
+            handle=placement.handle,
+            attempts=placement.attempts,
+            spot=spec.spot,
+            state="running",
+            sandbox=ctx.backend(backend).work_dir(spec.run_id),
+        )
+    )
+    return LaunchResult(spec, placement, backend_reason, notes, rate)
+
+
+def _start(ctx: Context, request: LaunchRequest, backend_name: str, spec: RunSpec, rate, notes):
+    backend = ctx.backend(backend_name)
+    try:
+        return _start_once(ctx, backend, spec), spec, rate
+    except NoCapacityError as spot_error:
+        if not (spec.spot and ctx.config.on_demand_fallback):
+            raise
+        # Same run, on-demand: the rate is higher, so the budget buys less time.
+        on_demand, rate = plan_spec(ctx, request, backend_name, spec.plan, spot=False)
+        on_demand = on_demand.model_copy(
+            update={"run_id": spec.run_id, "payload_sha256": spec.payload_sha256}
+        )
+        notes.append(f"no spot capacity ({spot_error}); retrying on-demand at ${rate.total:.4f}/h")
+        return _start_once(ctx, backend, on_demand), on_demand, rate
+
+
+def _start_once(ctx: Context, backend, spec: RunSpec) -> Placement:
+    startup, shutdown = _render_for(ctx, backend, spec)
+    return backend.start(spec, startup, shutdown)
+
+
+def _render_for(ctx: Context, backend, spec: RunSpec) -> tuple[str, str]:
+    """The startup and shutdown scripts for this spec on this backend."""
+    work_dir = backend.work_dir(spec.run_id)
+    store_vars = (
+        backend.template_vars(ctx.local_store_root())
+        if spec.backend == "local"
+        else backend.template_vars()
+    )
+    return render_startup(spec, work_dir, store_vars), render_shutdown(spec, work_dir)

@@ -1,0 +1,77 @@
+"""Reading a run's state: registry + heartbeat + manifest + what the backend says."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Optional
+
+from pydantic import ValidationError
+
+from orchestrator.backends.base import Placement
+from orchestrator.errors import NotFoundError
+from orchestrator.registry import RunRecord
+from orchestrator.service.context import Context
+from results_schema import Manifest, Status
+
+
+@dataclass
+class RunView:
+    record: RunRecord
+    status: Optional[Status]
+    manifest: Optional[Manifest]
+    machine: str  # RUNNING, TERMINATED, GONE, ...
+
+    @property
+    def state(self) -> str:
+        if self.manifest is not None:
+            return self.manifest.status
+        if self.machine in ("RUNNING", "PROVISIONING", "STAGING"):
+            return "running"
+        if self.machine == "PREEMPTED":
+            return "preempted"
+        return "lost" if self.record.state == "running" else self.record.state
+
+    @property
+    def elapsed_seconds(self) -> float:
+        end = datetime.now(timezone.utc)
+        if self.manifest is not None:
+            end = self.manifest.finished_at
+        return (end - self.record.created).total_seconds()
+
+
+def placement_of(record: RunRecord) -> Placement:
+    return Placement(location=record.location, handle=record.handle, attempts=record.attempts)
+
+
+def read_json_object(store, key: str, model):
+    try:
+        return model.model_validate(json.loads(store.get_bytes(key)))
+    except NotFoundError:
+        return None
+    except (ValueError, ValidationError):
+        return None
+
+
+def view(ctx: Context, record: RunRecord) -> RunView:
+    store = ctx.store(record.backend)
+    prefix = f"runs/{record.run_id}"
+    manifest = read_json_object(store, f"{prefix}/manifest.json", Manifest)
+    status = read_json_object(store, f"{prefix}/status.json", Status)
+    machine = "GONE"
+    if record.state not in ("fetched",) or manifest is None:
+        machine = ctx.backend(record.backend).machine_state(record.run_id, placement_of(record))
+    return RunView(record, status, manifest, machine)
+
+
+def views(ctx: Context, run_id: Optional[str] = None) -> list[RunView]:
+    records = [ctx.registry.get(run_id)] if run_id else ctx.registry.all()
+    return [view(ctx, record) for record in records]
+
+
+def latest_run_id(ctx: Context) -> str:
+    records = ctx.registry.all()
+    if not records:
+        raise NotFoundError("no runs yet; start one with `bench launch --budget 1.00`")
+    return records[-1].run_id

@@ -1,0 +1,32 @@
+"""Waiting for a run: poll the heartbeat, the manifest and the machine until it ends."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from orchestrator.errors import ResultsError
+from orchestrator.registry import RunRecord
+from orchestrator.service.context import Context
+from orchestrator.service.runs import RunView, view
+
+POLL_SECONDS = {"local": 0.5, "gce": 10.0}
+# A machine may end a moment before its manifest reaches the store.
+MANIFEST_GRACE_SECONDS = {"local": 5.0, "gce": 60.0}
+
+
+def wait_for_run(ctx: Context, record: RunRecord, on_progress: Callable[[RunView], None]) -> RunView:
+    ended_at = None
+    while True:
+        current = view(ctx, record)
+        on_progress(current)
+        if current.manifest is not None:
+            return current
+        if current.machine not in ("RUNNING", "PROVISIONING", "STAGING", "STOPPING"):
+            ended_at = ended_at or time.monotonic()
+            if time.monotonic() - ended_at > MANIFEST_GRACE_SECONDS[record.backend]:
+                raise ResultsError(
+                    f"run {record.run_id}: the machine is {current.machine} but left no "
+                    f"manifest; see `bench logs {record.run_id}`"
+                )
+        time.sleep(POLL_SECONDS[record.backend])

@@ -1,0 +1,49 @@
+"""RunSpec: everything about one run that the backends, renderer and registry need."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timezone
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from results_schema import Plan
+
+
+def new_run_id(now: Optional[datetime] = None) -> str:
+    """YYYYMMDD-HHMMSS-xxxxxx in UTC (DESIGN.md, "Names")."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def instance_name(run_id: str) -> str:
+    return f"bench-{run_id}"
+
+
+class RunSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str = Field(pattern=r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+    backend: Literal["local", "gce"]
+    plan: Plan
+    owner: str
+    budget_usd: float = Field(gt=0)
+    rate_usd_per_hour: float = Field(ge=0, description="0 on the local backend")
+    max_run_seconds: int = Field(gt=0, description="the hard time cap (cloud-enforced on gce)")
+    estimated_seconds: int = Field(ge=0)
+    payload_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    spot: bool = True
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def instance_name(self) -> str:
+        return instance_name(self.run_id)
+
+    @property
+    def run_prefix(self) -> str:
+        """Key prefix of this run inside the store (the store adds its own bucket prefix)."""
+        return f"runs/{self.run_id}"
+
+    def estimated_cost_usd(self) -> float:
+        return self.rate_usd_per_hour * max(self.estimated_seconds, 60) / 3600.0

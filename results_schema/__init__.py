@@ -1,0 +1,48 @@
+"""The contract between the controller and the payload: one model for every file a run writes.
+
+Both halves import this package; it needs only pydantic. `results_schema.record` is the
+stdlib-only subset the startup script uses to write status.json and manifest.json even
+when the payload's Python environment never came up.
+"""
+
+from results_schema.models import (
+    PHASES,
+    SCHEMA_VERSION,
+    AttentionConfig,
+    CorrectnessRow,
+    Cost,
+    EnvironmentFingerprint,
+    FileEntry,
+    KernelBuild,
+    Manifest,
+    Measurement,
+    PhaseRecord,
+    Plan,
+    Status,
+    SummaryRow,
+)
+
+# file name in results/ -> the model of one of its rows
+CSV_MODELS = {
+    "measurements.csv": Measurement,
+    "summary.csv": SummaryRow,
+    "correctness.csv": CorrectnessRow,
+}
+
+__all__ = [
+    "CSV_MODELS",
+    "PHASES",
+    "SCHEMA_VERSION",
+    "AttentionConfig",
+    "CorrectnessRow",
+    "Cost",
+    "EnvironmentFingerprint",
+    "FileEntry",
+    "KernelBuild",
+    "Manifest",
+    "Measurement",
+    "PhaseRecord",
+    "Plan",
+    "Status",
+    "SummaryRow",
+]

@@ -1,0 +1,239 @@
+"""Pydantic models of every file the payload writes (DESIGN.md, "Bucket layout")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = "1"
+
+# The startup script's phases, in order. `record.py` keeps its own copy (it may not import
+# pydantic); a unit test checks the two agree.
+PHASES = (
+    "preflight",
+    "environment",
+    "payload",
+    "build",
+    "correctness",
+    "benchmark",
+    "upload",
+    "finish",
+)
+
+Dtype = Literal["float16", "bfloat16", "float32", "float64"]
+Device = Literal["cuda", "cpu"]
+RunState = Literal["running", "complete", "partial", "failed"]
+TimingMode = Literal["single", "graph"]
+Verdict = Literal["faster", "slower", "indistinguishable"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AttentionConfig(_Strict):
+    """One attention problem: inputs are (batch, heads, seq_len, head_dim), contiguous."""
+
+    name: str = Field(description="unique within a plan, e.g. 'fp16-b4h16s1024d64-causal'")
+    batch: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    head_dim: int = Field(ge=1, le=256)
+    dtype: Dtype
+    causal: bool
+
+    def flops(self) -> float:
+        """Forward FLOPs, 4*B*H*S*S*D, halved for causal (FlashAttention's convention)."""
+        full = 4.0 * self.batch * self.heads * self.seq_len * self.seq_len * self.head_dim
+        return full / 2 if self.causal else full
+
+
+class Plan(_Strict):
+    """What a run measures. Plans are data files in benches/plans/, checked against this."""
+
+    name: str
+    description: str
+    device: Device
+    candidate: str = Field(description="the implementation under test, a kernels.registry name")
+    baselines: list[str] = Field(min_length=1, description="implementations compared with it")
+    reference: str = Field(description="higher-precision implementation for the correctness gate")
+    samples_per_config: int = Field(ge=1, description="timed samples per (config, implementation)")
+    warmup_min: int = Field(default=3, ge=0, description="warmup calls before checking stability")
+    warmup_max: int = Field(default=50, ge=0)
+    flush_l2: bool = Field(default=True, description="zero a buffer larger than L2 before each sample")
+    graph_below_us: float = Field(
+        default=0.0,
+        ge=0,
+        description="time configs whose single-launch median is under this many µs in "
+        "CUDA-graph batch mode (0 = never)",
+    )
+    seed: int = 0
+    configs: list[AttentionConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_config_names(self) -> "Plan":
+        names = [c.name for c in self.configs]
+        if len(set(names)) != len(names):
+            raise ValueError("config names must be unique within a plan")
+        return self
+
+    @property
+    def implementations(self) -> list[str]:
+        return [self.candidate, *[b for b in self.baselines if b != self.candidate]]
+
+    def samples_per_implementation(self) -> int:
+        return self.samples_per_config * len(self.configs)
+
+
+class Measurement(_Strict):
+    """One timed sample: a row of measurements.csv (long format)."""
+
+    run_id: str
+    config: str
+    implementation: str
+    mode: TimingMode
+    round: int = Field(ge=0, description="interleaving round; paired ratios match on it")
+    calls: int = Field(ge=1, description="calls inside the timed region (graph mode batches)")
+    latency_ms: float = Field(gt=0, description="time per call")
+    sm_clock_mhz: Optional[int] = None
+    mem_clock_mhz: Optional[int] = None
+    temperature_c: Optional[int] = None
+    power_w: Optional[float] = None
+    throttle_reasons: Optional[int] = Field(default=None, description="NVML clocks-event bitmask")
+    throttled: bool = False
+    timestamp: datetime
+
+
+class SummaryRow(_Strict):
+    """Statistics of one (config, implementation): a row of summary.csv."""
+
+    run_id: str
+    config: str
+    implementation: str
+    backend: str = Field(description="which kernel actually ran, as the registry reports it")
+    mode: TimingMode
+    n: int = Field(ge=1)
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    mean_ms: float
+    std_ms: float
+    iqr_over_median: float
+    tflops: float
+    pct_of_peak: Optional[float] = None
+    throttled_samples: int = 0
+    # Filled on every row but the candidate's: the candidate's speedup over this one.
+    speedup: Optional[float] = Field(default=None, description="median of paired ratios this/candidate")
+    speedup_ci_low: Optional[float] = None
+    speedup_ci_high: Optional[float] = None
+    verdict: Optional[Verdict] = None
+
+
+class CorrectnessRow(_Strict):
+    """The correctness gate for one (config, implementation): a row of correctness.csv."""
+
+    run_id: str
+    config: str
+    implementation: str
+    backend: str
+    passed: bool
+    rel_l2_error: Optional[float] = None
+    max_abs_error: Optional[float] = None
+    tolerance: Optional[float] = None
+    nonfinite: int = 0
+    message: str = ""
+
+
+class Status(_Strict):
+    """The heartbeat: status.json, rewritten at every phase and during the benchmark."""
+
+    run_id: str
+    phase: Literal[PHASES]  # type: ignore[valid-type]
+    state: RunState
+    done: int = 0
+    total: int = 0
+    updated_at: datetime
+    message: str = ""
+
+
+class FileEntry(_Strict):
+    path: str = Field(description="relative to the run's directory, e.g. results/summary.csv")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+    rows: Optional[int] = Field(default=None, ge=0, description="data rows, for CSV files")
+
+
+class PhaseRecord(_Strict):
+    name: Literal[PHASES]  # type: ignore[valid-type]
+    seconds: float = Field(ge=0)
+    exit_code: int
+
+
+class EnvironmentFingerprint(BaseModel):
+    """What the numbers were measured on. Unknown values stay None; extra keys are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    gpu_name: Optional[str] = None
+    gpu_uuid: Optional[str] = None
+    gpu_count: Optional[int] = None
+    driver: Optional[str] = None
+    cuda: Optional[str] = None
+    cudnn: Optional[str] = None
+    torch: Optional[str] = None
+    triton: Optional[str] = None
+    numpy: Optional[str] = None
+    python: Optional[str] = None
+    nvcc: Optional[str] = None
+    platform: Optional[str] = None
+    cpu: Optional[str] = None
+    image: Optional[str] = None
+    machine_type: Optional[str] = None
+    zone: Optional[str] = None
+    spot: Optional[bool] = None
+    peak_tflops: Optional[float] = Field(default=None, description="dense 16-bit tensor peak used for %")
+
+
+class KernelBuild(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    source_sha256: str
+    arch: str
+    flags: list[str]
+    seconds: float
+    cached: bool
+    nvcc: Optional[str] = None
+    library: Optional[str] = None
+
+
+class Cost(_Strict):
+    backend: str
+    rate_usd_per_hour: float = Field(ge=0)
+    budget_usd: float = Field(ge=0)
+    max_run_seconds: int = Field(ge=0)
+    started_at: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+    estimated_usd: Optional[float] = None
+
+
+class Manifest(_Strict):
+    """manifest.json: written last; a run without one is incomplete."""
+
+    schema_version: Literal["1"]
+    run_id: str
+    status: Literal["complete", "partial", "failed"]
+    reason: str = ""
+    failed_phase: Optional[str] = None
+    started_at: Optional[datetime] = None
+    finished_at: datetime
+    phases: list[PhaseRecord] = []
+    plan: Optional[Plan] = None
+    environment: Optional[EnvironmentFingerprint] = None
+    kernel_build: Optional[KernelBuild] = None
+    cost: Optional[Cost] = None
+    files: list[FileEntry] = []
+
+    def file(self, path: str) -> Optional[FileEntry]:
+        return next((f for f in self.files if f.path == path), None)

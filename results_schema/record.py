@@ -1,0 +1,197 @@
+"""Writes status.json and manifest.json with the standard library alone.
+
+The startup script carries this file inside itself and runs it with the machine's
+python3, so a run whose environment phase failed (no pip, no pydantic, no torch) still
+ends with a valid heartbeat and a `failed` manifest. The shapes here must match
+`results_schema.models`; tests validate what this writes against those models.
+
+    python3 record.py status   --dir D --run-id ID --phase P --state S [--message M] [--done N --total N]
+    python3 record.py manifest --dir D --run-id ID --exit-code RC [--reason R] [--failed-phase P]
+                               [--started-at ISO] [--interrupted] [--cost-json JSON]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import sys
+from datetime import datetime, timezone
+
+SCHEMA_VERSION = "1"
+PHASES = (
+    "preflight",
+    "environment",
+    "payload",
+    "build",
+    "correctness",
+    "benchmark",
+    "upload",
+    "finish",
+)
+RESULT_FILES = ("measurements.csv", "summary.csv", "correctness.csv")
+# JSON side files the payload leaves in the run directory, copied into the manifest.
+SIDE_FILES = {"plan": "plan.json", "environment": "environment.json", "kernel_build": "build.json"}
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def csv_rows(path: str) -> int:
+    with open(path, newline="", encoding="utf-8") as f:
+        return max(sum(1 for _ in csv.reader(f)) - 1, 0)
+
+
+def file_entries(run_dir: str) -> list[dict]:
+    entries = []
+    for name in RESULT_FILES:
+        path = os.path.join(run_dir, "results", name)
+        if os.path.isfile(path):
+            entries.append(
+                {
+                    "path": f"results/{name}",
+                    "sha256": sha256_of(path),
+                    "bytes": os.path.getsize(path),
+                    "rows": csv_rows(path),
+                }
+            )
+    return entries
+
+
+def read_phases(run_dir: str) -> list[dict]:
+    """phases.tsv: one `name<TAB>seconds<TAB>exit_code` line per finished phase."""
+    path = os.path.join(run_dir, "phases.tsv")
+    phases = []
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) == 3 and parts[0] in PHASES:
+                    phases.append(
+                        {"name": parts[0], "seconds": float(parts[1]), "exit_code": int(parts[2])}
+                    )
+    return phases
+
+
+def read_side_file(run_dir: str, name: str):
+    path = os.path.join(run_dir, name)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError:
+        return None
+
+
+def run_state(exit_code: int, interrupted: bool, entries: list[dict]) -> str:
+    """complete: every phase passed; partial: stopped early but kept samples; else failed."""
+    if exit_code == 0 and not interrupted:
+        return "complete"
+    measured = next((e["rows"] for e in entries if e["path"] == "results/measurements.csv"), 0)
+    return "partial" if measured else "failed"
+
+
+def build_manifest(args: argparse.Namespace) -> dict:
+    entries = file_entries(args.dir)
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": args.run_id,
+        "status": run_state(args.exit_code, args.interrupted, entries),
+        "reason": args.reason,
+        "failed_phase": args.failed_phase or None,
+        "started_at": args.started_at or None,
+        "finished_at": utc_now(),
+        "phases": read_phases(args.dir),
+        "files": entries,
+    }
+    for key, name in SIDE_FILES.items():
+        manifest[key] = read_side_file(args.dir, name)
+    if args.cost_json:
+        cost = json.loads(args.cost_json)
+        cost["started_at"] = manifest["started_at"]
+        cost["finished_at"] = manifest["finished_at"]
+        cost["estimated_usd"] = estimated_cost(cost)
+        manifest["cost"] = cost
+    return manifest
+
+
+def estimated_cost(cost: dict) -> float:
+    """Rate times elapsed time, with GCE's one-minute billing minimum."""
+    if not cost.get("started_at"):
+        return 0.0
+    start = datetime.fromisoformat(cost["started_at"])
+    end = datetime.fromisoformat(cost["finished_at"])
+    seconds = max((end - start).total_seconds(), 60.0)
+    return round(cost["rate_usd_per_hour"] * seconds / 3600.0, 6)
+
+
+def write_status(args: argparse.Namespace) -> None:
+    write_json_atomic(
+        os.path.join(args.dir, "status.json"),
+        {
+            "run_id": args.run_id,
+            "phase": args.phase,
+            "state": args.state,
+            "done": args.done,
+            "total": args.total,
+            "updated_at": utc_now(),
+            "message": args.message,
+        },
+    )
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="record.py")
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status")
+    status.add_argument("--phase", required=True, choices=PHASES)
+    status.add_argument("--state", required=True, choices=("running", "complete", "partial", "failed"))
+    status.add_argument("--message", default="")
+    status.add_argument("--done", type=int, default=0)
+    status.add_argument("--total", type=int, default=0)
+    manifest = sub.add_parser("manifest")
+    manifest.add_argument("--exit-code", type=int, required=True)
+    manifest.add_argument("--reason", default="")
+    manifest.add_argument("--failed-phase", default="")
+    manifest.add_argument("--started-at", default="")
+    manifest.add_argument("--interrupted", action="store_true")
+    manifest.add_argument("--cost-json", default="")
+    for p in (status, manifest):
+        p.add_argument("--dir", required=True)
+        p.add_argument("--run-id", required=True)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.command == "status":
+        write_status(args)
+    else:
+        manifest = build_manifest(args)
+        write_json_atomic(os.path.join(args.dir, "manifest.json"), manifest)
+        print(manifest["status"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,338 @@
+"""Loopback stand-in for the Compute Engine v1 REST API subset bench uses.
+
+Speaks the paths and JSON of the real API, so the real google-cloud-compute client
+(transport="rest", api_endpoint=server.endpoint, AnonymousCredentials) drives it:
+
+  POST   /compute/v1/projects/{p}/zones/{z}/instances                  insert
+  GET    /compute/v1/projects/{p}/zones/{z}/instances                  list
+  GET    /compute/v1/projects/{p}/zones/{z}/instances/{n}              get
+  DELETE /compute/v1/projects/{p}/zones/{z}/instances/{n}              delete
+  POST   /compute/v1/projects/{p}/zones/{z}/instances/{n}/stop|start   stop, start
+  GET    /compute/v1/projects/{p}/zones/{z}/instances/{n}/serialPort   getSerialPortOutput
+  GET    /compute/v1/projects/{p}/aggregated/instances                 aggregatedList
+  GET    /compute/v1/projects/{p}/zones/{z}/operations/{op}            zoneOperations.get
+  POST   /compute/v1/projects/{p}/zones/{z}/operations/{op}/wait       zoneOperations.wait
+  POST   /_fake/poweroff/{p}/{z}/{n}      the fake VM's `shutdown` shim (body: its arguments)
+
+Instances run their startup-script in a sandbox (vm_sandbox.py) with a metadata stand-in
+(metadata_server.py). Faults are set through `server.faults` (faults.py); every request is
+recorded in `server.requests`, every insert body in `server.inserted`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .compute_state import FakeCompute, FakeComputeConfig, FakeInstance, project_number
+from .faults import FaultPlan
+from .gce_errors import GceError, invalid
+from .http_base import BackgroundHttpServer, JsonHandler
+from .list_filter import compile_filter
+from .metadata_server import MetadataServer
+from .operations import API_ROOT
+from .peer_process import session_of_peer
+
+_P = r"/compute/v1/projects/(?P<project>[^/]+)"
+_Z = _P + r"/zones/(?P<zone>[^/]+)"
+_I = _Z + r"/instances/(?P<name>[^/]+)"
+_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    (method, re.compile(f"^{pattern}$"), api_name)
+    for method, pattern, api_name in [
+        ("POST", _Z + "/instances", "instances.insert"),
+        ("GET", _Z + "/instances", "instances.list"),
+        ("GET", _I, "instances.get"),
+        ("DELETE", _I, "instances.delete"),
+        ("POST", _I + "/stop", "instances.stop"),
+        ("POST", _I + "/start", "instances.start"),
+        ("GET", _I + "/serialPort", "instances.getSerialPortOutput"),
+        ("GET", _P + "/aggregated/instances", "instances.aggregatedList"),
+        ("GET", _Z + r"/operations/(?P<op>[^/]+)", "zoneOperations.get"),
+        ("POST", _Z + r"/operations/(?P<op>[^/]+)/wait", "zoneOperations.wait"),
+        ("GET", _Z + r"/operations/(?P<op>[^/]+)/wait", "zoneOperations.wait"),
+    ]
+]
+_POWEROFF = re.compile(r"^/_fake/poweroff/(?P<project>[^/]+)/(?P<zone>[^/]+)/(?P<name>[^/]+)$")
+
+
+@dataclass
+class RecordedRequest:
+    api_method: str  # e.g. instances.insert
+    http_method: str
+    path: str
+    query: dict[str, str]
+    body: Any  # parsed JSON, or None
+
+
+class _ComputeHandler(JsonHandler):
+    def handle_request(self) -> None:
+        server: FakeComputeServer = self.server.owner  # type: ignore[attr-defined]
+        poweroff = _POWEROFF.match(self.url_path)
+        if poweroff and self.command == "POST":
+            args = self.raw_body.decode().split()
+            try:
+                server.compute.guest_shutdown(*poweroff.groups(), args)
+                self.reply_text(200, "ok\n")
+            except GceError as error:
+                self.reply_json(error.status, error.http_payload())
+            return
+        for http_method, pattern, api_name in _ROUTES:
+            match = pattern.match(self.url_path)
+            if match and self.command == http_method:
+                self._serve(server, api_name, match.groupdict())
+                return
+        self.reply_json(404, {"error": {"code": 404, "message": f"fake: no route {self.path}"}})
+
+    def _serve(self, server: FakeComputeServer, api_name: str, params: dict[str, str]) -> None:
+        body = self.json_body()
+        server.record(RecordedRequest(api_name, self.command, self.url_path, self.query, body))
+        delay = server.faults.delay_for(api_name)
+        if delay:
+            time.sleep(delay)
+        try:
+            transient = server.faults.take_transient(api_name)
+            if transient is not None:
+                raise transient
+            self.reply_json(200, server.handle(api_name, params, self.query, body))
+        except GceError as error:
+            self.reply_json(error.status, error.http_payload())
+
+
+def _page(items: list[Any], query: dict[str, str]) -> tuple[list[Any], str | None]:
+    start = int(query.get("pageToken") or 0)
+    size = int(query.get("maxResults") or 500)
+    end = start + size
+    return items[start:end], (str(end) if end < len(items) else None)
+
+
+class FakeComputeServer:
+    """The compute and metadata stand-ins; use as a context manager or start()/stop().
+
+    `config` or keyword overrides of FakeComputeConfig set timings, `time_scale`, the
+    known zones and the VM environment.
+    """
+
+    def __init__(self, config: FakeComputeConfig | None = None, **overrides: Any) -> None:
+        self.config = config or FakeComputeConfig(**overrides)
+        self.faults = FaultPlan()
+        self.requests: list[RecordedRequest] = []
+        self.inserted: list[dict[str, Any]] = []
+        self._record_lock = threading.Lock()
+        self._http = BackgroundHttpServer(_ComputeHandler)
+        self.metadata = MetadataServer(self)
+        self.compute: FakeCompute | None = None  # type: ignore[assignment]
+
+    # -- lifecycle of the stand-in -------------------------------------------------------
+
+    def start(self) -> FakeComputeServer:
+        self.metadata.start()
+        self._http.start(self)
+        self.compute = FakeCompute(
+            self.config, self.faults,
+            metadata_endpoint_for=lambda i: self.metadata.url_for(i.project, i.zone, i.name),
+            poweroff_url_for=lambda i: (
+                f"{self._http.base_url}/_fake/poweroff/{i.project}/{i.zone}/{i.name}"),
+        )
+        return self
+
+    def stop(self) -> None:
+        self._http.stop()
+        self.metadata.stop()
+        if self.compute is not None:
+            self.compute.shutdown()
+
+    def __enter__(self) -> FakeComputeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def endpoint(self) -> str:
+        """For ClientOptions(api_endpoint=...)."""
+        return self._http.base_url
+
+    @property
+    def metadata_url(self) -> str:
+        """Shared metadata base URL (…/computeMetadata/v1); tells VMs apart by process."""
+        return self.metadata.url
+
+    def metadata_url_for(self, zone: str, name: str, project: str | None = None) -> str:
+        """Routed metadata base URL of one instance (what its BENCH_METADATA_ENDPOINT holds)."""
+        project = project or self.instance(zone, name).project
+        return self.metadata.url_for(project, zone, name)
+
+    # -- test-facing helpers -------------------------------------------------------------
+
+    def record(self, request: RecordedRequest) -> None:
+        with self._record_lock:
+            self.requests.append(request)
+            if request.api_method == "instances.insert":
+                self.inserted.append(request.body)
+
+    def calls(self, api_method: str) -> list[RecordedRequest]:
+        with self._record_lock:
+            return [r for r in self.requests if r.api_method == api_method]
+
+    def instances(self) -> list[FakeInstance]:
+        """Instances that exist now (not deleted)."""
+        with self.compute.lock:
+            return list(self.compute.instances.values())
+
+    def instance(self, zone: str, name: str, project: str | None = None) -> FakeInstance:
+        """A live instance, else the most recently deleted one of that name."""
+        with self.compute.lock:
+            candidates = [*self.compute.gone, *self.compute.instances.values()]
+        for inst in reversed(candidates):
+            if inst.zone == zone and inst.name == name and project in (None, inst.project):
+                if not inst.deleted:
+                    return inst
+        for inst in reversed(candidates):
+            if inst.zone == zone and inst.name == name and project in (None, inst.project):
+                return inst
+        raise KeyError(f"no instance {zone}/{name}")
+
+    def preempt(self, zone: str, name: str, after_s: float | None = None,
+                project: str | None = None) -> None:
+        """Preempts now, or `after_s` simulated seconds after the instance reached RUNNING."""
+        inst = self.instance(zone, name, project)
+        self.compute.preempt(zone, name, after_s, inst.project)
+
+    def wait_for(self, predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> None:
+        """Polls `predicate()` until true; raises TimeoutError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout} s")
+            time.sleep(interval)
+
+    def wait_for_status(self, zone: str, name: str, status: str, timeout: float = 10.0
+                        ) -> FakeInstance:
+        """Waits until the instance has `status` ("DELETED" waits for its removal)."""
+        def reached() -> bool:
+            try:
+                inst = self.instance(zone, name)
+            except KeyError:
+                return False
+            return inst.deleted if status == "DELETED" else inst.status == status
+        self.wait_for(reached, timeout)
+        return self.instance(zone, name)
+
+    def serial_output(self, zone: str, name: str) -> str:
+        return self.instance(zone, name).serial_text()
+
+    # -- MetadataSource ------------------------------------------------------------------
+
+    def metadata_instance(self, project: str, zone: str, name: str) -> FakeInstance | None:
+        try:
+            return self.instance(zone, name, project)
+        except KeyError:
+            return None
+
+    def metadata_instance_for_peer(self, client_port: int, server_port: int
+                                   ) -> FakeInstance | None:
+        session = session_of_peer(client_port, server_port)
+        with self.compute.lock:
+            booted = [i for i in [*self.compute.instances.values(), *self.compute.gone]
+                      if i.sandbox is not None]
+        for inst in booted:
+            if session is not None and session in inst.sandbox.session_ids():
+                return inst
+        live = [i for i in booted if not i.deleted]
+        # Callers outside any VM (a test's own curl) get the only VM when there is one.
+        return live[0] if len(live) == 1 else None
+
+    def project_number(self, project: str) -> int:
+        return project_number(project)
+
+    # -- API handlers --------------------------------------------------------------------
+
+    def handle(self, api_name: str, p: dict[str, str], query: dict[str, str], body: Any
+               ) -> dict[str, Any]:
+        compute = self.compute
+        if api_name == "instances.insert":
+            return compute.insert(p["project"], p["zone"], body or {}).to_json()
+        if api_name == "instances.get":
+            with compute.lock:
+                return compute.get(p["project"], p["zone"], p["name"]).to_json()
+        if api_name == "instances.delete":
+            return compute.delete(p["project"], p["zone"], p["name"]).to_json()
+        if api_name == "instances.stop":
+            return compute.stop(p["project"], p["zone"], p["name"]).to_json()
+        if api_name == "instances.start":
+            return compute.start(p["project"], p["zone"], p["name"]).to_json()
+        if api_name == "instances.getSerialPortOutput":
+            return self._serial_port(p, query)
+        if api_name == "instances.list":
+            return self._list(p, query)
+        if api_name == "instances.aggregatedList":
+            return self._aggregated_list(p["project"], query)
+        op = compute.operation(p["project"], p["zone"], p["op"])
+        if api_name == "zoneOperations.wait":
+            op.done.wait(self.config.operation_wait_s)
+        return op.to_json()
+
+    def _serial_port(self, p: dict[str, str], query: dict[str, str]) -> dict[str, Any]:
+        with self.compute.lock:
+            inst = self.compute.get(p["project"], p["zone"], p["name"])
+        port = int(query.get("port") or 1)
+        if not 1 <= port <= 4:
+            raise invalid(f"Invalid value for field 'port': '{port}'.")
+        with inst.serial_lock:
+            data = bytes(inst.serial) if port == 1 else b""
+        start = min(max(int(query.get("start") or 0), 0), len(data))
+        return {
+            "kind": "compute#serialPortOutput",
+            "contents": data[start:].decode("utf-8", "replace"),
+            "start": str(start),
+            "next": str(len(data)),
+            "selfLink": f"{API_ROOT}/{inst.path}/serialPort?port={port}",
+        }
+
+    def _matching(self, project: str, zone: str | None, query: dict[str, str]
+                  ) -> list[dict[str, Any]]:
+        keep = compile_filter(query.get("filter"))
+        with self.compute.lock:
+            found = [i.to_json() for i in self.compute.instances.values()
+                     if i.project == project and zone in (None, i.zone)]
+        found.sort(key=lambda r: (r["zone"], r["name"]))
+        return [resource for resource in found if keep(resource)]
+
+    def _list(self, p: dict[str, str], query: dict[str, str]) -> dict[str, Any]:
+        items, token = _page(self._matching(p["project"], p["zone"], query), query)
+        reply: dict[str, Any] = {
+            "kind": "compute#instanceList",
+            "id": f"projects/{p['project']}/zones/{p['zone']}/instances",
+            "items": items,
+            "selfLink": f"{API_ROOT}/projects/{p['project']}/zones/{p['zone']}/instances",
+        }
+        if token:
+            reply["nextPageToken"] = token
+        return reply
+
+    def _aggregated_list(self, project: str, query: dict[str, str]) -> dict[str, Any]:
+        page, token = _page(self._matching(project, None, query), query)
+        zones = set(self.config.zones) | {r["zone"].rsplit("/", 1)[-1] for r in page}
+        scoped: dict[str, Any] = {}
+        for zone in sorted(zones):
+            in_zone = [r for r in page if r["zone"].endswith(f"/zones/{zone}")]
+            if in_zone:
+                scoped[f"zones/{zone}"] = {"instances": in_zone}
+            else:  # the real API lists empty scopes with a warning
+                scoped[f"zones/{zone}"] = {"warning": {
+                    "code": "NO_RESULTS_ON_PAGE",
+                    "message": f"There are no results for scope 'zones/{zone}' on this page.",
+                    "data": [{"key": "scope", "value": f"zones/{zone}"}],
+                }}
+        reply: dict[str, Any] = {
+            "kind": "compute#instanceAggregatedList",
+            "id": f"projects/{project}/aggregated/instances",
+            "items": scoped,
+            "selfLink": f"{API_ROOT}/projects/{project}/aggregated/instances",
+        }
+        if token:
+            reply["nextPageToken"] = token
+        return reply

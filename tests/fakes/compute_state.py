@@ -1,0 +1,369 @@
+"""The stand-in's model of Compute Engine: instances, their lifecycle and their fake VMs.
+
+All state lives under one lock; a ticker thread advances time-based transitions:
+PROVISIONING -> STAGING -> RUNNING (the sandbox starts) -> STOPPING (SIGTERM, grace,
+SIGKILL) -> TERMINATED, or removed when the instance is being deleted. Scheduled events
+(maxRunDuration, preemption at T, the `shutdown -h +N` watchdog) are in simulated seconds:
+`time_scale` simulated seconds pass per real second.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import gce_errors
+from .faults import FaultPlan
+from .gce_errors import GceError
+from .operations import API_ROOT, Operation, rfc3339_now
+from .vm_sandbox import VmSandbox
+
+_instance_ids = itertools.count(4_000_000_000_000_000_001)
+
+
+@dataclass
+class FakeComputeConfig:
+    """Timings are real seconds unless named `sim`; defaults keep tests fast."""
+
+    provisioning_s: float = 0.05
+    staging_s: float = 0.05
+    stopping_s: float = 0.05
+    shutdown_grace_s: float = 1.0  # stop/delete/guest power-off: SIGTERM -> SIGKILL
+    preemption_grace_s: float = 1.0  # 30 s on real spot VMs
+    time_scale: float = 1.0  # simulated seconds per real second
+    operation_wait_s: float = 2.0  # zoneOperations.wait returns by then (2 min on GCE)
+    zones: tuple[str, ...] = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")
+    run_scripts: bool = True  # False: instances boot without running startup-script
+    vm_env: dict[str, str] = field(default_factory=dict)  # extra env for the VM scripts
+    vm_path: list[str] = field(default_factory=list)  # dirs put first on the VM's PATH
+
+
+def project_number(project: str) -> int:
+    return 100_000_000_000 + zlib.crc32(project.encode()) % 900_000_000_000
+
+
+def _url_for(project: str, value: str) -> str:
+    if value.startswith("https://") or value.startswith("http://"):
+        return value
+    if value.startswith("projects/"):
+        return f"{API_ROOT}/{value}"
+    return f"{API_ROOT}/projects/{project}/{value}"
+
+
+@dataclass
+class FakeInstance:
+    """One instance. `sent` is exactly the JSON the client inserted."""
+
+    project: str
+    zone: str
+    name: str
+    sent: dict[str, Any]
+    id: str = field(default_factory=lambda: str(next(_instance_ids)))
+    status: str = "PROVISIONING"
+    status_since: float = field(default_factory=time.monotonic)
+    status_history: list[str] = field(default_factory=lambda: ["PROVISIONING"])
+    created: str = field(default_factory=rfc3339_now)
+    running_since: float | None = None
+    preempted: bool = False
+    deleted: bool = False
+    doomed_by: GceError | None = None  # insert accepted, then fails (operation error)
+    going_down_because: str | None = None  # guest | stop | delete | preemption | maxRunDuration
+    remove_when_down: bool = False
+    preempt_after_sim_s: float | None = None
+    poweroff_at: float | None = None  # guest shutdown request, real monotonic time
+    sandbox: VmSandbox | None = None
+    waiting_ops: dict[str, list[Operation]] = field(default_factory=dict)
+    serial: bytearray = field(default_factory=bytearray)
+    serial_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def path(self) -> str:
+        return f"projects/{self.project}/zones/{self.zone}/instances/{self.name}"
+
+    @property
+    def workdir(self) -> Path | None:
+        """The VM script's working directory (kept after deletion until the server stops)."""
+        return self.sandbox.workdir if self.sandbox else None
+
+    def metadata_value(self, key: str) -> str | None:
+        for item in (self.sent.get("metadata") or {}).get("items") or []:
+            if item.get("key") == key:
+                return item.get("value", "")
+        return None
+
+    def metadata_keys(self) -> list[str]:
+        return [i["key"] for i in (self.sent.get("metadata") or {}).get("items") or []]
+
+    @property
+    def scheduling(self) -> dict[str, Any]:
+        return self.sent.get("scheduling") or {}
+
+    def max_run_sim_s(self) -> float | None:
+        duration = self.scheduling.get("maxRunDuration")
+        if not duration:
+            return None
+        return float(duration.get("seconds", 0)) + int(duration.get("nanos", 0)) / 1e9
+
+    @property
+    def termination_action(self) -> str:
+        return self.scheduling.get("instanceTerminationAction") or "STOP"
+
+    def write_serial(self, text: str) -> None:
+        with self.serial_lock:
+            self.serial.extend(text.encode())
+
+    def serial_text(self) -> str:
+        with self.serial_lock:
+            return self.serial.decode("utf-8", "replace")
+
+    def to_json(self) -> dict[str, Any]:
+        resource = copy.deepcopy(self.sent)
+        resource.update(
+            kind="compute#instance",
+            id=self.id,
+            creationTimestamp=self.created,
+            name=self.name,
+            status=self.status,
+            zone=f"{API_ROOT}/projects/{self.project}/zones/{self.zone}",
+            selfLink=f"{API_ROOT}/{self.path}",
+            labelFingerprint="42WmSpB8rSM=",
+            fingerprint="fake-fingerprint=",
+            cpuPlatform="Intel Cascade Lake",
+        )
+        if "machineType" in resource:
+            resource["machineType"] = _url_for(self.project, resource["machineType"])
+        resource.setdefault("metadata", {}).update(kind="compute#metadata",
+                                                   fingerprint="fake-md-fingerprint=")
+        return resource
+
+
+class FakeCompute:
+    """Registry plus lifecycle engine; the HTTP layer in compute_server.py calls into it."""
+
+    def __init__(self, config: FakeComputeConfig, faults: FaultPlan,
+                 metadata_endpoint_for: Callable[[FakeInstance], str],
+                 poweroff_url_for: Callable[[FakeInstance], str]) -> None:
+        self.config = config
+        self.faults = faults
+        self._metadata_endpoint_for = metadata_endpoint_for
+        self._poweroff_url_for = poweroff_url_for
+        self.lock = threading.RLock()
+        self.instances: dict[tuple[str, str, str], FakeInstance] = {}
+        self.gone: list[FakeInstance] = []  # deleted instances, kept for inspection
+        self.operations: dict[str, Operation] = {}
+        self._sandbox_root = Path(tempfile.mkdtemp(prefix="fake-gce-"))
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick_loop, daemon=True)
+        self._ticker.start()
+
+    # -- API-level actions (called with arguments already parsed) ------------------------
+
+    def _new_op(self, inst: FakeInstance, op_type: str) -> Operation:
+        op = Operation(inst.project, inst.zone, op_type, inst.name, inst.id)
+        self.operations[op.name] = op
+        return op
+
+    def get(self, project: str, zone: str, name: str) -> FakeInstance:
+        inst = self.instances.get((project, zone, name))
+        if inst is None:
+            raise gce_errors.not_found(f"projects/{project}/zones/{zone}/instances/{name}")
+        return inst
+
+    def insert(self, project: str, zone: str, body: dict[str, Any]) -> Operation:
+        name = body.get("name") or ""
+        if not name:
+            raise gce_errors.invalid("Invalid value for field 'resource.name': ''.")
+        machine_type = (body.get("machineType") or "").rsplit("/", 1)[-1]
+        if not machine_type:
+            raise gce_errors.invalid("Invalid value for field 'resource.machineType': ''.")
+        failure = self.faults.insert_failure(project, zone, machine_type)
+        if failure is not None and failure[1] == "http":
+            raise failure[0]
+        with self.lock:
+            if (project, zone, name) in self.instances:
+                raise gce_errors.already_exists(f"projects/{project}/zones/{zone}/instances/{name}")
+            inst = FakeInstance(project, zone, name, copy.deepcopy(body))
+            if failure is not None:
+                inst.doomed_by = failure[0]
+            self.instances[(project, zone, name)] = inst
+            op = self._new_op(inst, "insert")
+            inst.waiting_ops.setdefault("RUNNING", []).append(op)
+            return op
+
+    def delete(self, project: str, zone: str, name: str) -> Operation:
+        with self.lock:
+            inst = self.get(project, zone, name)
+            op = self._new_op(inst, "delete")
+            inst.waiting_ops.setdefault("REMOVED", []).append(op)
+            inst.remove_when_down = True
+            if inst.status not in ("STOPPING", "TERMINATED"):
+                self._begin_power_off(inst, "delete", self.config.shutdown_grace_s)
+            return op
+
+    def stop(self, project: str, zone: str, name: str) -> Operation:
+        with self.lock:
+            inst = self.get(project, zone, name)
+            op = self._new_op(inst, "stop")
+            if inst.status == "TERMINATED":
+                op.finish()
+            else:
+                inst.waiting_ops.setdefault("TERMINATED", []).append(op)
+                if inst.status != "STOPPING":
+                    self._begin_power_off(inst, "stop", self.config.shutdown_grace_s)
+            return op
+
+    def start(self, project: str, zone: str, name: str) -> Operation:
+        with self.lock:
+            inst = self.get(project, zone, name)
+            op = self._new_op(inst, "start")
+            if inst.status == "TERMINATED":
+                inst.going_down_because = None
+                inst.preempted = False
+                self._set_status(inst, "STAGING")
+                inst.waiting_ops.setdefault("RUNNING", []).append(op)
+            elif inst.status in ("RUNNING", "STAGING", "PROVISIONING"):
+                op.finish()
+            else:
+                raise gce_errors.invalid(f"The resource '{inst.path}' is not ready")
+            return op
+
+    def operation(self, project: str, zone: str, name: str) -> Operation:
+        op = self.operations.get(name)
+        if op is None or op.project != project or op.zone != zone:
+            raise gce_errors.not_found(f"projects/{project}/zones/{zone}/operations/{name}")
+        return op
+
+    # -- events from tests and from the guest --------------------------------------------
+
+    def preempt(self, zone: str, name: str, after_sim_s: float | None, project: str) -> None:
+        with self.lock:
+            inst = self.get(project, zone, name)
+            if after_sim_s is None and inst.status == "RUNNING":
+                self._begin_power_off(inst, "preemption", self.config.preemption_grace_s)
+            else:
+                inst.preempt_after_sim_s = after_sim_s or 0.0
+
+    def guest_shutdown(self, project: str, zone: str, name: str, args: list[str]) -> None:
+        """`shutdown ARGS` ran in the guest: now, +N minutes, or -c to cancel."""
+        with self.lock:
+            inst = self.get(project, zone, name)
+            if "-c" in args:
+                inst.poweroff_at = None
+                return
+            when = next((a for a in args if a == "now" or a.startswith("+")), "+1")
+            minutes = 0.0 if when == "now" else float(when[1:])
+            # "now" still lets the shim's curl return before the machine goes down.
+            delay = 0.05 if minutes == 0 else minutes * 60 / self.config.time_scale
+            inst.poweroff_at = time.monotonic() + delay
+            inst.write_serial(f"{name} fake-vm: shutdown {' '.join(args)}\n")
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _set_status(self, inst: FakeInstance, status: str) -> None:
+        inst.status = status
+        inst.status_since = time.monotonic()
+        inst.status_history.append(status)
+        for op in inst.waiting_ops.pop(status, []):
+            op.finish()
+
+    def _begin_power_off(self, inst: FakeInstance, because: str, grace_s: float) -> None:
+        inst.going_down_because = because
+        if because == "preemption":
+            inst.preempted = True  # visible in metadata before SIGTERM arrives
+        if because in ("preemption", "maxRunDuration") and inst.termination_action == "DELETE":
+            inst.remove_when_down = True
+        self._set_status(inst, "STOPPING")
+        if inst.sandbox is not None:
+            script = inst.metadata_value("shutdown-script") if self.config.run_scripts else None
+            inst.sandbox.power_off(grace_s, script)
+
+    def _boot(self, inst: FakeInstance) -> None:
+        inst.running_since = time.monotonic()
+        if inst.sandbox is None:
+            env = dict(os.environ)
+            env.update(self.config.vm_env)
+            if self.config.vm_path:
+                env["PATH"] = ":".join([*self.config.vm_path, env.get("PATH", "")])
+            env["BENCH_METADATA_ENDPOINT"] = self._metadata_endpoint_for(inst)
+            root = self._sandbox_root / f"{inst.zone}-{inst.name}-{inst.id[-6:]}"
+            inst.sandbox = VmSandbox(root, inst.name, self._poweroff_url_for(inst), env,
+                                     inst.write_serial)
+        else:
+            inst.sandbox.halted.clear()
+        script = inst.metadata_value("startup-script") if self.config.run_scripts else None
+        inst.sandbox.start(script)
+
+    def _sim_running_s(self, inst: FakeInstance, now: float) -> float:
+        return (now - (inst.running_since or now)) * self.config.time_scale
+
+    def _advance(self, inst: FakeInstance, now: float) -> None:
+        cfg = self.config
+        age = now - inst.status_since
+        if inst.status == "PROVISIONING" and age >= cfg.provisioning_s:
+            if inst.doomed_by is not None:
+                for ops in inst.waiting_ops.values():
+                    for op in ops:
+                        op.finish(inst.doomed_by)
+                self._remove(inst)
+                return
+            self._set_status(inst, "STAGING")
+        elif inst.status == "STAGING" and age >= cfg.staging_s:
+            self._set_status(inst, "RUNNING")
+            self._boot(inst)
+        elif inst.status == "RUNNING":
+            self._check_running(inst, now)
+        elif inst.status == "STOPPING" and age >= cfg.stopping_s:
+            if inst.sandbox is None or inst.sandbox.halted.is_set():
+                inst.poweroff_at = None
+                self._set_status(inst, "TERMINATED")
+        if inst.status == "TERMINATED" and inst.remove_when_down:
+            self._remove(inst)
+
+    def _check_running(self, inst: FakeInstance, now: float) -> None:
+        running_s = self._sim_running_s(inst, now)
+        limit = inst.max_run_sim_s()
+        if inst.poweroff_at is not None and now >= inst.poweroff_at:
+            self._begin_power_off(inst, "guest", self.config.shutdown_grace_s)
+        elif limit is not None and running_s >= limit:
+            self._begin_power_off(inst, "maxRunDuration", self.config.shutdown_grace_s)
+        elif inst.preempt_after_sim_s is not None and running_s >= inst.preempt_after_sim_s:
+            inst.preempt_after_sim_s = None
+            self._begin_power_off(inst, "preemption", self.config.preemption_grace_s)
+
+    def _remove(self, inst: FakeInstance) -> None:
+        self.instances.pop((inst.project, inst.zone, inst.name), None)
+        inst.deleted = True
+        self.gone.append(inst)
+        for ops in inst.waiting_ops.values():
+            for op in ops:
+                op.finish()
+        inst.waiting_ops.clear()
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(0.01):
+            with self.lock:
+                now = time.monotonic()
+                for inst in list(self.instances.values()):
+                    self._advance(inst, now)
+
+    def shutdown(self, keep_files: bool = False) -> None:
+        """Stops the ticker and hard-kills every fake VM."""
+        self._stop.set()
+        self._ticker.join(timeout=5)
+        with self.lock:
+            everyone = list(self.instances.values()) + self.gone
+        for inst in everyone:
+            if inst.sandbox is not None and not inst.sandbox.halted.is_set():
+                inst.sandbox.kill_now()
+        if not keep_files:
+            shutil.rmtree(self._sandbox_root, ignore_errors=True)

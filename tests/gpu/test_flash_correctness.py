@@ -1,0 +1,199 @@
+"""Our FlashAttention forward against the float64 reference, judged by what SDPA achieves.
+
+Error tolerance is relative to SDPA's own error in the same dtype on the same inputs, so the
+test asks "as accurate as PyTorch", not "under a magic number". Inputs are fresh random
+tensors every run; outputs are poisoned with NaN first, and NaN/Inf never pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels.reference import reference_attention
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+DTYPES = [torch.float16, torch.bfloat16]
+HEAD_DIMS = [64, 128]
+SEQLENS = [1, 17, 97, 128, 1000, 1025, 4096]
+BATCH_HEADS = [(1, 2), (2, 3)]
+
+
+def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def reference_lse(q, k, causal, scale=None) -> torch.Tensor:
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = torch.matmul(q.double(), k.double().transpose(-1, -2)) * scale
+    if causal:
+        s_q, s_k = q.shape[-2], k.shape[-2]
+        keep = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(s_k - s_q)
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.logsumexp(scores, dim=-1)
+
+
+def run_poisoned(q, k, v, causal, scale=None):
+    """Runs the kernel after filling the allocator's next blocks with NaN.
+
+    The output is allocated inside the call, so poison memory of the same size first and free
+    it: the caching allocator hands the same blocks back to the kernel's outputs.
+    """
+    from kernels.flash_attention import flash_attention_with_lse
+
+    poison_o = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+    poison_lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)
+    del poison_o, poison_lse
+    out, lse = flash_attention_with_lse(q, k, v, causal=causal, scale=scale)
+    torch.cuda.synchronize()
+    return out, lse
+
+
+def assert_close_to_reference(q, k, v, causal, out, lse):
+    assert torch.isfinite(out).all(), "output has NaN/Inf (unwritten or overflowed)"
+    assert torch.isfinite(lse).all(), "lse has NaN/Inf"
+    ref = reference_attention(q, k, v, causal)
+    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    err_ours, err_sdpa = rel_l2(out, ref), rel_l2(sdpa, ref)
+    assert err_ours <= 2 * err_sdpa + 1e-5, f"rel L2 {err_ours:.3e} vs SDPA {err_sdpa:.3e}"
+    lse_err = (lse.double() - reference_lse(q, k, causal)).abs().max().item()
+    assert lse_err <= 1e-3, f"lse max abs error {lse_err:.3e}"
+
+
+@pytest.mark.parametrize("batch_heads", BATCH_HEADS, ids=lambda bh: f"b{bh[0]}h{bh[1]}")
+@pytest.mark.parametrize("seqlen", SEQLENS, ids=lambda s: f"s{s}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_matches_reference(dtype, head_dim, causal, seqlen, batch_heads):
+    batch, heads = batch_heads
+    q, k, v = (
+        torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype) for _ in range(3)
+    )
+    out, lse = run_poisoned(q, k, v, causal)
+    assert out.shape == q.shape and lse.shape == q.shape[:3]
+    assert lse.dtype == torch.float32
+    assert_close_to_reference(q, k, v, causal, out, lse)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_strided_inputs(causal):
+    """q, k, v as views of a packed (B, S, 3, H, D) projection: no copy, odd strides."""
+    batch, seqlen, heads, head_dim = 2, 333, 4, 64
+    packed = torch.randn(batch, seqlen, 3, heads, head_dim, device="cuda", dtype=torch.float16)
+    q, k, v = (packed[:, :, i].transpose(1, 2) for i in range(3))
+    assert not q.is_contiguous()
+    out, lse = run_poisoned(q, k, v, causal)
+    assert_close_to_reference(q, k, v, causal, out, lse)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fewer_queries_than_keys(causal):
+    q = torch.randn(2, 3, 97, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 3, 1025, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    out, lse = run_poisoned(q, k, v, causal)
+    ref = reference_attention(q, k, v, causal)
+    assert torch.isfinite(out).all()
+    assert rel_l2(out, ref) <= 1.6e-2
+    assert (lse.double() - reference_lse(q, k, causal)).abs().max().item() <= 1e-3
+
+
+def test_causal_rows_without_keys_are_zero():
+    """With S_q > S_k and bottom-right alignment, the first S_q - S_k rows see no key."""
+    q = torch.randn(1, 2, 200, 64, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(1, 2, 50, 64, device="cuda", dtype=torch.float16) for _ in range(2))
+    out, lse = run_poisoned(q, k, v, causal=True)
+    assert (out[:, :, :150] == 0).all() and (lse[:, :, :150] == float("-inf")).all()
+    ref = reference_attention(q, k, v, True)[:, :, 150:]
+    assert rel_l2(out[:, :, 150:], ref) <= 2e-3
+
+
+def test_custom_scale():
+    q, k, v = (torch.randn(1, 2, 257, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    out, lse = run_poisoned(q, k, v, causal=False, scale=0.3)
+    ref = reference_attention(q, k, v, False, scale=0.3)
+    assert rel_l2(out, ref) <= 2e-3
+    assert (lse.double() - reference_lse(q, k, False, scale=0.3)).abs().max().item() <= 1e-3
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_inside_cuda_graph(dtype):
+    from kernels.flash_attention import flash_attention
+
+    shape = (2, 4, 1025, 128)
+    static = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3)]
+    flash_attention(*static, causal=True)  # load the library before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = flash_attention(*static, causal=True)
+    for _ in range(2):  # fresh inputs through the same captured graph
+        fresh = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3)]
+        for buf, new in zip(static, fresh):
+            buf.copy_(new)
+        static_out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = reference_attention(*fresh, True)
+        sdpa = F.scaled_dot_product_attention(*fresh, is_causal=True)
+        assert torch.isfinite(static_out).all()
+        assert rel_l2(static_out, ref) <= 2 * rel_l2(sdpa, ref) + 1e-5
+
+
+def test_under_torch_compile():
+    from kernels.flash_attention import flash_attention
+
+    q, k, v = (torch.randn(1, 2, 300, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    compiled = torch.compile(lambda a, b, c: flash_attention(a, b, c, causal=True) * 2.0)
+    out = compiled(q, k, v)
+    assert rel_l2(out / 2.0, reference_attention(q, k, v, True)) <= 2e-3
+
+
+def test_backend_name_names_the_unit():
+    from kernels.flash_attention import backend_name
+
+    q = torch.empty(1, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
+    major, minor = torch.cuda.get_device_capability()
+    assert backend_name(q, True) == f"flash:fwd_hdim64_bf16_causal:sm_{major}{minor}"
+    assert backend_name(q, False) == f"flash:fwd_hdim64_bf16:sm_{major}{minor}"
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: [torch.randn(1, 2, 16, 96, device="cuda", dtype=torch.float16)] * 3, "head_dim 96"),
+        (lambda: [torch.randn(1, 2, 16, 64, device="cuda")] * 3, "torch.float32"),
+        (
+            lambda: [torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16).transpose(2, 3)
+                     .contiguous().transpose(2, 3)] * 3,
+            "last dim must be contiguous",
+        ),
+        (
+            lambda: [
+                torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16),
+                torch.randn(1, 3, 16, 64, device="cuda", dtype=torch.float16),
+                torch.randn(1, 3, 16, 64, device="cuda", dtype=torch.float16),
+            ],
+            "differ in batch, heads or head_dim",
+        ),
+        (
+            lambda: [torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16),
+                     torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16),
+                     torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16)],
+            "share a dtype",
+        ),
+    ],
+    ids=["head_dim", "float32", "last_dim_stride", "heads_mismatch", "dtype_mismatch"],
+)
+def test_rejects_bad_inputs_on_gpu(make, message):
+    from kernels.flash_attention import flash_attention
+
+    with pytest.raises(ValueError, match=message):
+        flash_attention(*make())

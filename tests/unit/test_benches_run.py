@@ -1,0 +1,124 @@
+"""The harness end to end on the CPU, with real torch, as the startup script runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benches.plan import resolve_plan
+from benches.writers import columns, read_csv
+from results_schema import CSV_MODELS, CorrectnessRow, Manifest, Measurement, Status, SummaryRow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def benches(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "benches", *args], cwd=REPO, capture_output=True, text=True,
+        timeout=120, **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> Path:
+    """The startup script's two phases: correctness, then run (which reuses the gate)."""
+    out = tmp_path_factory.mktemp("smoke")
+    gate = benches("correctness", "--plan", "cpu-smoke", "--out", str(out), "--run-id", "r1")
+    assert gate.returncode == 0, gate.stderr
+    run = benches("run", "--plan", "cpu-smoke", "--out", str(out), "--run-id", "r1",
+                  "--status-file", str(out / "status.json"))
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+def test_every_csv_row_validates_with_model_columns(smoke_run):
+    for name, model in CSV_MODELS.items():
+        path = smoke_run / "results" / name
+        assert path.read_text().splitlines()[0].split(",") == columns(model)
+        assert read_csv(path, model), name
+
+
+def test_samples_per_implementation_match_the_plan(smoke_run):
+    plan = resolve_plan("cpu-smoke")
+    rows = read_csv(smoke_run / "results" / "measurements.csv", Measurement)
+    for impl in plan.implementations:
+        assert sum(r.implementation == impl for r in rows) == plan.samples_per_implementation()
+    rounds = {(r.config, r.implementation): set() for r in rows}
+    for r in rows:
+        rounds[(r.config, r.implementation)].add(r.round)
+    assert all(v == set(range(plan.samples_per_config)) for v in rounds.values())
+
+
+def test_summary_has_one_row_per_config_and_implementation(smoke_run):
+    plan = resolve_plan("cpu-smoke")
+    summary = read_csv(smoke_run / "results" / "summary.csv", SummaryRow)
+    assert len(summary) == len(plan.configs) * len(plan.implementations)
+    for row in summary:
+        assert row.run_id == "r1" and row.n == plan.samples_per_config
+        baseline = row.implementation != plan.candidate
+        assert (row.speedup is not None) == baseline
+        if baseline:
+            assert row.speedup_ci_low <= row.speedup <= row.speedup_ci_high
+    gate = read_csv(smoke_run / "results" / "correctness.csv", CorrectnessRow)
+    assert all(r.passed for r in gate)
+
+
+def test_manifest_and_status_claim_completion(smoke_run):
+    manifest = Manifest.model_validate_json((smoke_run / "manifest.json").read_text())
+    assert manifest.status == "complete" and manifest.run_id == "r1"
+    assert manifest.plan.name == "cpu-smoke" and manifest.environment.python
+    assert {f.path for f in manifest.files} == {f"results/{n}" for n in CSV_MODELS}
+    status = Status.model_validate_json((smoke_run / "status.json").read_text())
+    assert (status.phase, status.state, status.done) == ("benchmark", "complete", status.total)
+
+
+def test_measurements_flag_scales_the_total(tmp_path):
+    result = benches("run", "--plan", "cpu-smoke", "--out", str(tmp_path), "--measurements", "13")
+    assert result.returncode == 0, result.stderr
+    rows = read_csv(tmp_path / "results" / "measurements.csv", Measurement)
+    assert sum(r.implementation == "sdpa" for r in rows) == 13
+
+
+def test_environment_fingerprint_reads_bench_variables(tmp_path):
+    env = dict(os.environ, BENCH_ZONE="us-central1-a", BENCH_SPOT="true")
+    result = benches("environment", "--out", str(tmp_path / "env.json"), env=env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "env.json").read_text())
+    assert data["zone"] == "us-central1-a" and data["spot"] is True and data["torch"]
+
+
+def test_sigterm_flushes_partial_measurements(tmp_path):
+    status_file = tmp_path / "status.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benches", "run", "--plan", "cpu-smoke", "--out", str(tmp_path),
+         "--measurements", "600000", "--status-file", str(status_file)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if status_file.is_file():
+                status = json.loads(status_file.read_text())
+                if status["phase"] == "benchmark" and status["done"] > 0:
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail("no benchmark progress within 60 s")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, proc.stderr.read()
+    rows = read_csv(tmp_path / "results" / "measurements.csv", Measurement)
+    assert 0 < len(rows) < 600000 * 2
+    assert read_csv(tmp_path / "results" / "summary.csv", SummaryRow)
+    assert not (tmp_path / "manifest.json").exists()
+    assert json.loads(status_file.read_text())["state"] == "partial"

@@ -1,0 +1,318 @@
+"""The compute stand-in, driven by the real google-cloud-compute client."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from google.api_core import exceptions
+from google.cloud import compute_v1
+
+from tests.fakes.compute_server import FakeComputeServer
+from tests.fakes.fixtures import compute_client_options, compute_server  # noqa: F401
+
+PROJECT = "test-project"
+ZONE = "us-central1-a"
+DONE = compute_v1.Operation.Status.DONE
+
+
+@pytest.fixture
+def clients(compute_server: FakeComputeServer  # noqa: F811
+            ) -> tuple[compute_v1.InstancesClient, compute_v1.ZoneOperationsClient]:
+    kwargs = compute_client_options(compute_server)
+    return compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs)
+
+
+def make_instance(name: str, script: str | None = None, *, zone: str = ZONE,
+                  action: str = "DELETE", max_run_s: int = 3600,
+                  labels: dict[str, str] | None = None,
+                  shutdown_script: str | None = None) -> compute_v1.Instance:
+    items = []
+    if script is not None:
+        items.append(compute_v1.Items(key="startup-script", value=script))
+    if shutdown_script is not None:
+        items.append(compute_v1.Items(key="shutdown-script", value=shutdown_script))
+    return compute_v1.Instance(
+        name=name,
+        machine_type=f"zones/{zone}/machineTypes/g2-standard-4",
+        labels={"bench-managed": "true", "bench-run": name} if labels is None else labels,
+        scheduling=compute_v1.Scheduling(
+            provisioning_model="SPOT",
+            instance_termination_action=action,
+            max_run_duration=compute_v1.Duration(seconds=max_run_s),
+            on_host_maintenance="TERMINATE",
+            automatic_restart=False,
+        ),
+        guest_accelerators=[compute_v1.AcceleratorConfig(
+            accelerator_count=1,
+            accelerator_type=f"zones/{zone}/acceleratorTypes/nvidia-l4")],
+        metadata=compute_v1.Metadata(items=items),
+        service_accounts=[compute_v1.ServiceAccount(
+            email="default",
+            scopes=["https://www.googleapis.com/auth/devstorage.read_write"])],
+    )
+
+
+def wait_operation(ops: compute_v1.ZoneOperationsClient, name: str, zone: str = ZONE
+                   ) -> compute_v1.Operation:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        op = ops.wait(project=PROJECT, zone=zone, operation=name)
+        if op.status == DONE:
+            return op
+    raise TimeoutError(name)
+
+
+def wait_status(instances: compute_v1.InstancesClient, name: str, status: str,
+                zone: str = ZONE) -> compute_v1.Instance:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        inst = instances.get(project=PROJECT, zone=zone, instance=name)
+        if inst.status == status:
+            return inst
+        time.sleep(0.02)
+    raise TimeoutError(f"{name} never {status}")
+
+
+def create(clients, name: str, script: str | None = None, **kwargs) -> compute_v1.Instance:
+    instances, ops = clients
+    zone = kwargs.get("zone", ZONE)
+    op = instances.insert(project=PROJECT, zone=zone,
+                          instance_resource=make_instance(name, script, **kwargs))
+    assert not wait_operation(ops, op.name, zone).error.errors
+    return wait_status(instances, name, "RUNNING", zone)
+
+
+def serial_output(instances: compute_v1.InstancesClient, name: str) -> str:
+    text, start = "", 0
+    while True:
+        out = instances.get_serial_port_output(request=compute_v1.GetSerialPortOutputInstanceRequest(
+            project=PROJECT, zone=ZONE, instance=name, port=1, start=start))
+        text += out.contents
+        if out.next_ == start:
+            return text
+        start = out.next_
+
+
+def test_insert_boot_list_delete(compute_server, clients):  # noqa: F811
+    instances, ops = clients
+    create(clients, "bench-a", "echo hello from the vm; echo payload > result.txt")
+    create(clients, "other", "true", zone="us-central1-b", labels={"team": "x"})
+
+    sent = compute_server.inserted[0]
+    assert sent["scheduling"]["maxRunDuration"] == {"seconds": "3600"}
+    assert sent["scheduling"]["provisioningModel"] == "SPOT"
+    assert sent["scheduling"]["instanceTerminationAction"] == "DELETE"
+
+    compute_server.wait_for(lambda: "finished with exit status 0" in serial_output(instances, "bench-a"))
+    assert "startup-script: hello from the vm" in serial_output(instances, "bench-a")
+    assert (compute_server.instance(ZONE, "bench-a").workdir / "result.txt").read_text() == "payload\n"
+
+    request = compute_v1.AggregatedListInstancesRequest(
+        project=PROJECT, filter='labels.bench-managed = "true"')
+    found = {(scope, i.name) for scope, scoped in instances.aggregated_list(request=request)
+             for i in scoped.instances}
+    assert found == {(f"zones/{ZONE}", "bench-a")}
+
+    op = instances.delete(project=PROJECT, zone=ZONE, instance="bench-a")
+    assert wait_operation(ops, op.name).operation_type == "delete"
+    with pytest.raises(exceptions.NotFound):
+        instances.get(project=PROJECT, zone=ZONE, instance="bench-a")
+
+
+def test_serial_output_from_offset(compute_server, clients):  # noqa: F811
+    instances, _ = clients
+    create(clients, "serial", "echo one; echo two")
+    compute_server.wait_for(lambda: "exit status" in compute_server.serial_output(ZONE, "serial"))
+    whole = instances.get_serial_port_output(project=PROJECT, zone=ZONE, instance="serial")
+    tail = instances.get_serial_port_output(request=compute_v1.GetSerialPortOutputInstanceRequest(
+        project=PROJECT, zone=ZONE, instance="serial", port=1, start=10))
+    assert tail.start == 10 and tail.next_ == whole.next_ == len(whole.contents.encode())
+    assert whole.contents[10:] == tail.contents
+
+
+def test_filters_and_paging(compute_server, clients):  # noqa: F811
+    instances, _ = clients
+    for name in ("bench-1", "bench-2", "bench-3"):
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance(name))
+    instances.insert(project=PROJECT, zone=ZONE,
+                     instance_resource=make_instance("plain", labels={"bench-managed": "false"}))
+
+    def names(filter_: str, page_size: int = 500) -> set[str]:
+        request = compute_v1.AggregatedListInstancesRequest(
+            project=PROJECT, filter=filter_, max_results=page_size)
+        return {i.name for _, s in instances.aggregated_list(request=request) for i in s.instances}
+
+    assert names("labels.bench-managed = true", page_size=1) == {"bench-1", "bench-2", "bench-3"}
+    assert names('labels.bench-managed != "true"') == {"plain"}
+    assert names('(labels.bench-managed = "true") (name = "bench-2")') == {"bench-2"}
+    listed = instances.list(request=compute_v1.ListInstancesRequest(
+        project=PROJECT, zone=ZONE, filter="labels.bench-run = bench-3"))
+    assert [i.name for i in listed] == ["bench-3"]
+    with pytest.raises(exceptions.BadRequest):
+        names("name = a OR name = b")
+
+
+def test_stockout_as_http_error(compute_server, clients):  # noqa: F811
+    instances, _ = clients
+    compute_server.faults.stockout(ZONE, "ZONE_RESOURCE_POOL_EXHAUSTED", via="http")
+    with pytest.raises(exceptions.ServiceUnavailable) as caught:
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("s"))
+    assert caught.value.errors[0]["reason"] == "ZONE_RESOURCE_POOL_EXHAUSTED"
+    # Another zone still has capacity.
+    create(clients, "s", zone="us-central1-b")
+
+
+def test_stockout_as_failed_operation(compute_server, clients):  # noqa: F811
+    instances, ops = clients
+    compute_server.faults.stockout(ZONE, "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
+    op = instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("s"))
+    done = wait_operation(ops, op.name)
+    assert done.http_error_status_code == 503
+    assert done.error.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"
+    # What ExtendedOperation.result() would raise, built from the polled operation.
+    error = exceptions.from_http_status(done.http_error_status_code, done.http_error_message,
+                                        errors=list(done.error.errors))
+    assert isinstance(error, exceptions.ServiceUnavailable)
+    assert error.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"
+    assert str(error).startswith("503 SERVICE UNAVAILABLE")
+    with pytest.raises(exceptions.NotFound):
+        instances.get(project=PROJECT, zone=ZONE, instance="s")
+
+
+def test_machine_type_missing_and_quota(compute_server, clients):  # noqa: F811
+    instances, _ = clients
+    compute_server.faults.missing_machine_type("us-central1-c")
+    with pytest.raises(exceptions.BadRequest, match="does not exist in zone"):
+        instances.insert(project=PROJECT, zone="us-central1-c",
+                         instance_resource=make_instance("q", zone="us-central1-c"))
+    compute_server.faults.quota_exceeded("GPUS_ALL_REGIONS")
+    with pytest.raises(exceptions.Forbidden, match="GPUS_ALL_REGIONS") as caught:
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("q"))
+    assert caught.value.errors[0]["reason"] == "quotaExceeded"
+
+
+def test_transient_errors_and_latency(compute_server, clients):  # noqa: F811
+    instances, _ = clients
+    compute_server.faults.fail_next("instances.insert", status=429)
+    with pytest.raises(exceptions.TooManyRequests):
+        instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("t"))
+    instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("t"))
+    # GETs retry 503 on their own (default retry of the client).
+    compute_server.faults.fail_next("instances.get", status=503, times=2)
+    compute_server.faults.latency(0.2, "instances.get")
+    started = time.monotonic()
+    assert instances.get(project=PROJECT, zone=ZONE, instance="t").name == "t"
+    assert time.monotonic() - started >= 0.6
+    assert len(compute_server.calls("instances.get")) == 3
+
+
+TERM_TRAP = """
+trap 'echo "TERM preempted=$(curl -s -H "Metadata-Flavor: Google" \
+"$BENCH_METADATA_ENDPOINT/instance/preempted")" > term.txt; exit 0' TERM
+echo started
+while true; do sleep 0.05; done
+"""
+
+
+def wait_started(server: FakeComputeServer, name: str, zone: str = ZONE) -> None:
+    """The TERM trap is set once the script has printed "started"."""
+    server.wait_for(lambda: "startup-script: started" in server.serial_output(zone, name))
+
+
+def test_max_run_duration_deletes(compute_server, clients):  # noqa: F811
+    instances, _ = clients
+    create(clients, "backstop", TERM_TRAP, max_run_s=60)
+    wait_started(compute_server, "backstop")
+    compute_server.config.time_scale = 600  # from now on 60 simulated seconds take 0.1 s
+    server_side = compute_server.wait_for_status(ZONE, "backstop", "DELETED", timeout=5)
+    assert server_side.going_down_because == "maxRunDuration"
+    assert (server_side.workdir / "term.txt").read_text() == "TERM preempted=FALSE\n"
+    with pytest.raises(exceptions.NotFound):
+        instances.get(project=PROJECT, zone=ZONE, instance="backstop")
+
+
+def test_max_run_duration_stops(compute_server, clients):  # noqa: F811
+    compute_server.config.time_scale = 600
+    create(clients, "stopper", "sleep 30", max_run_s=60, action="STOP")
+    wait_status(clients[0], "stopper", "TERMINATED")
+
+
+def test_preemption(compute_server, clients):  # noqa: F811
+    create(clients, "spot", TERM_TRAP, shutdown_script="echo shutdown-ran > shutdown.txt")
+    wait_started(compute_server, "spot")
+    compute_server.preempt(ZONE, "spot")
+    gone = compute_server.wait_for_status(ZONE, "spot", "DELETED", timeout=5)
+    assert gone.preempted and gone.going_down_because == "preemption"
+    assert (gone.workdir / "term.txt").read_text() == "TERM preempted=TRUE\n"
+    assert (gone.workdir / "shutdown.txt").read_text() == "shutdown-ran\n"
+
+
+def test_preemption_at_time_kills_after_grace(compute_server, clients):  # noqa: F811
+    compute_server.config.time_scale = 600
+    compute_server.config.preemption_grace_s = 0.2
+    create(clients, "stubborn", "trap '' TERM; echo up; while true; do sleep 0.05; done",
+           action="STOP")
+    compute_server.preempt(ZONE, "stubborn", after_s=60)
+    wait_status(clients[0], "stubborn", "TERMINATED")
+    assert "powered off" in compute_server.serial_output(ZONE, "stubborn")
+
+
+def test_guest_shutdown_terminates_without_delete(compute_server, clients):  # noqa: F811
+    create(clients, "selfstop", "echo bye; shutdown -h now")
+    wait_status(clients[0], "selfstop", "TERMINATED")
+    inst = compute_server.instance(ZONE, "selfstop")
+    assert inst.going_down_because == "guest" and not inst.deleted
+
+
+def test_watchdog_shutdown(compute_server, clients):  # noqa: F811
+    compute_server.config.time_scale = 600  # "+1" minute is 0.1 s
+    create(clients, "dog", "shutdown -h +1; sleep 30")
+    create(clients, "cancelled", "shutdown -h +1; shutdown -c; sleep 30")
+    wait_status(clients[0], "dog", "TERMINATED")
+    time.sleep(0.2)
+    assert compute_server.instance(ZONE, "cancelled").status == "RUNNING"
+
+
+def test_stop_signals_the_script(compute_server, clients):  # noqa: F811
+    instances, ops = clients
+    create(clients, "stopme", TERM_TRAP)
+    wait_started(compute_server, "stopme")
+    op = instances.stop(project=PROJECT, zone=ZONE, instance="stopme")
+    wait_operation(ops, op.name)
+    assert instances.get(project=PROJECT, zone=ZONE, instance="stopme").status == "TERMINATED"
+    assert (compute_server.instance(ZONE, "stopme").workdir / "term.txt").exists()
+
+
+def metadata_get(url: str, flavor: bool = True) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"} if flavor else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+
+
+def test_metadata_server(compute_server, clients):  # noqa: F811
+    # A script rendered with the shared URL baked in, as the real one is.
+    shared = compute_server.metadata_url
+    script = f'curl -sf -H "Metadata-Flavor: Google" {shared}/instance/name > name.txt'
+    create(clients, "meta-a", script)
+    create(clients, "meta-b", script, zone="us-central1-b")
+    for zone, name in ((ZONE, "meta-a"), ("us-central1-b", "meta-b")):
+        compute_server.wait_for(
+            lambda z=zone, n=name: "exit status" in compute_server.serial_output(z, n))
+        assert (compute_server.instance(zone, name).workdir / "name.txt").read_text() == name
+
+    base = compute_server.metadata_url_for(ZONE, "meta-a")
+    assert metadata_get(f"{base}/instance/name", flavor=False)[0] == 403
+    assert metadata_get(f"{base}/instance/zone")[1].endswith(f"/zones/{ZONE}")
+    assert metadata_get(f"{base}/instance/preempted")[1] == "FALSE"
+    assert metadata_get(f"{base}/instance/attributes/startup-script")[1] == script
+    assert metadata_get(f"{base}/instance/attributes/missing")[0] == 404
+    assert metadata_get(f"{base}/project/project-id")[1] == PROJECT
+    token = json.loads(metadata_get(f"{base}/instance/service-accounts/default/token")[1])
+    assert token["token_type"] == "Bearer" and token["expires_in"] == 3599
