@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
@@ -118,6 +119,7 @@ def reusable_correctness(ctx: RunContext) -> Optional[list[CorrectnessRow]]:
 
 def run_correctness(ctx: RunContext) -> list[CorrectnessRow]:
     plan, rows = ctx.plan, []
+    started = time.monotonic()
     total = len(plan.configs)
     with CsvWriter(ctx.results_dir / "correctness.csv", CorrectnessRow) as writer:
         for index, config in enumerate(plan.configs):
@@ -133,7 +135,7 @@ def run_correctness(ctx: RunContext) -> list[CorrectnessRow]:
     state = "partial" if ctx.stop() else "complete"
     ctx.status.update("correctness", state, len(rows) // max(len(plan.implementations), 1),
                       total, message, force=True)
-    print(f"correctness: {message}", file=sys.stderr)
+    print(f"correctness: {message} in {time.monotonic() - started:.1f} s", file=sys.stderr)
     for line in failed:
         print(f"  FAILED {line}", file=sys.stderr)
     return rows
@@ -194,6 +196,7 @@ def run_benchmark(
     total = sum(count * len(names) for count, names in zip(counts, timed))
     clock, telemetry = make_clock(ctx), Telemetry() if ctx.device.type == "cuda" else None
     measurements: list[Measurement] = []
+    started = time.monotonic()
     try:
         with CsvWriter(ctx.results_dir / "measurements.csv", Measurement) as writer:
             for index, config in enumerate(plan.configs):
@@ -217,6 +220,8 @@ def run_benchmark(
     finally:
         if telemetry:
             telemetry.close()
+    print(f"benchmark: {len(measurements)}/{total} samples in {time.monotonic() - started:.1f} s",
+          file=sys.stderr)
     backends = {(r.config, r.implementation): r.backend for r in gate}
     summary = summarize(ctx.run_id, plan, measurements, backends, environment.peak_tflops)
     write_csv(ctx.results_dir / "summary.csv", SummaryRow, summary)

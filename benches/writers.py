@@ -72,10 +72,11 @@ def write_csv(path: Path, model: type[BaseModel], rows: Iterable[BaseModel]) -> 
 
 
 def read_csv(path: Path, model: type[BaseModel]) -> list:
-    """Rows back as models (empty cells are None), validated."""
+    """Rows back as validated models. An empty cell is a field left out, so it takes the
+    model's default: None for optional fields, "" for messages."""
     with open(path, newline="", encoding="utf-8") as f:
         return [
-            model.model_validate({k: (None if v == "" else v) for k, v in row.items()})
+            model.model_validate({k: v for k, v in row.items() if v != ""})
             for row in csv.DictReader(f)
         ]
 

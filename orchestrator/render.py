@@ -49,6 +49,9 @@ def template_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
+        # Bash's ${#var} would open a Jinja comment; templates comment with shell's own #.
+        comment_start_string="{##",
+        comment_end_string="##}",
     )
     env.filters["shquote"] = shquote
     return env

@@ -83,10 +83,11 @@ def make_report(results_dir: Path, compare_dir: Optional[Path] = None) -> Report
 
 
 def read_rows(path: Path, model):
-    """CSV rows as validated models; the payload writes None as an empty cell."""
+    """Rows back as validated models. An empty cell is a field left out, so it takes the
+    model's default: None for optional fields, "" for messages."""
     with open(path, newline="", encoding="utf-8") as f:
         return [
-            model.model_validate({k: (None if v == "" else v) for k, v in row.items()})
+            model.model_validate({k: v for k, v in row.items() if v != ""})
             for row in csv.DictReader(f)
         ]
 
@@ -220,6 +221,9 @@ def _plot_latency(plt, run: RunResults, path: Path) -> Path:
         ax.set_xticks(range(1, len(present) + 1), present, rotation=20, fontsize=8)
         ax.set_title(config, fontsize=9)
         ax.set_ylabel("ms per call", fontsize=8)
+        values = np.concatenate([lat[(config, i)] for i in present])
+        if values.min() > 0 and values.max() / values.min() > 20:  # outliers would flatten the boxes
+            ax.set_yscale("log")
         ax.tick_params(axis="y", labelsize=8)
     for ax in list(axes.flat)[len(configs):]:
         ax.axis("off")

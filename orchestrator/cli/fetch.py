@@ -49,22 +49,30 @@ def fetch(run_id, fetch_all, dest):
 
 
 def show_summary(out, result) -> None:
+    """One row per config: each implementation's median, and the candidate's speedups."""
     from rich.table import Table
 
     manifest = result.manifest
+    samples = next((f.rows for f in manifest.files if f.path.endswith("measurements.csv")), 0)
     out.print(
         f"bench: run [bold]{result.run_id}[/] {manifest.status} → {result.directory} "
-        f"({sum(f.rows or 0 for f in manifest.files if f.path.endswith('measurements.csv'))} "
-        "samples, every sha256 verified)"
+        f"({samples} samples, every sha256 verified)"
     )
-    if not result.summary:
+    if not result.summary or manifest.plan is None:
         return
-    table = Table("config", "implementation", "backend", "mode", "n", "median ms", "p10-p90 ms",
-                  "TFLOP/s", "candidate speedup [95% CI]", "verdict")
-    for row in result.summary:
-        speedup = (f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}]"
-                   if row.speedup is not None else "(candidate)")
-        table.add_row(row.config, row.implementation, row.backend, row.mode, str(row.n),
-                      f"{row.median_ms:.4f}", f"{row.p10_ms:.4f}-{row.p90_ms:.4f}",
-                      f"{row.tflops:.3g}", speedup, row.verdict or "")
+    plan = manifest.plan
+    by_key = {(row.config, row.implementation): row for row in result.summary}
+    table = Table("config", *[f"{name} ms" for name in plan.implementations],
+                  *[f"speedup vs {name} [95% CI]" for name in plan.baselines])
+    for config in plan.configs:
+        medians = [by_key.get((config.name, name)) for name in plan.implementations]
+        cells = [f"{row.median_ms:.4f}" if row else "-" for row in medians]
+        for baseline in plan.baselines:
+            row = by_key.get((config.name, baseline))
+            cells.append(
+                f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] {row.verdict}"
+                if row and row.speedup is not None else "-"
+            )
+        table.add_row(config.name, *cells)
     out.print(table)
+    out.print(f"speedup = {plan.candidate}'s: median of per-round paired ratios baseline/candidate")

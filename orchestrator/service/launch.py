@@ -64,7 +64,6 @@ def plan_spec(ctx: Context, request: LaunchRequest, backend: str, plan: Plan, sp
 
 
 def launch(ctx: Context, request: LaunchRequest, backend: str, backend_reason: str) -> LaunchResult:
-    ensure_writable(ctx.paths)
     plan, plan_note = resolve_plan(request.plan, backend)
     notes = [plan_note] if plan_note else []
     spec, rate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
@@ -72,6 +71,8 @@ def launch(ctx: Context, request: LaunchRequest, backend: str, backend_reason: s
         budget.check_monthly_cap(
             ctx.config.monthly_cap, ctx.registry.committed_this_month(), request.budget_usd
         )
+    # Everything is validated before the first byte is written.
+    ensure_writable(ctx.paths)
     payload = build_payload(plan)
     spec = spec.model_copy(update={"payload_sha256": payload.sha256})
     store = ctx.store(backend)

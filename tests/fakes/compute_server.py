@@ -14,9 +14,20 @@ Speaks the paths and JSON of the real API, so the real google-cloud-compute clie
   POST   /compute/v1/projects/{p}/zones/{z}/operations/{op}/wait       zoneOperations.wait
   POST   /_fake/poweroff/{p}/{z}/{n}      the fake VM's `shutdown` shim (body: its arguments)
 
-Instances run their startup-script in a sandbox (vm_sandbox.py) with a metadata stand-in
-(metadata_server.py). Faults are set through `server.faults` (faults.py); every request is
-recorded in `server.requests`, every insert body in `server.inserted`.
+Instances run their startup-script in a sandbox (vm_sandbox.py) once RUNNING, with the
+environment of the test process plus `config.vm_env`, PATH = shims + `config.vm_path` + PATH,
+and BENCH_METADATA_ENDPOINT = the instance's routed metadata base URL (metadata_server.py).
+Faults are set through `server.faults` (faults.py); every request is recorded in
+`server.requests`, every insert body, exactly as sent, in `server.inserted`.
+
+Typical use:
+
+    with FakeComputeServer(time_scale=600) as server:
+        client = compute_v1.InstancesClient(**compute_client_options(server))
+        server.faults.stockout("us-central1-a")
+        ...
+        server.preempt("us-central1-b", "bench-x", after_s=120)
+        server.wait_for_status("us-central1-b", "bench-x", "DELETED")
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .compute_state import FakeCompute, FakeComputeConfig, FakeInstance, project_number
 from .faults import FaultPlan
@@ -35,6 +46,9 @@ from .list_filter import compile_filter
 from .metadata_server import MetadataServer
 from .operations import API_ROOT
 from .peer_process import session_of_peer
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 _P = r"/compute/v1/projects/(?P<project>[^/]+)"
 _Z = _P + r"/zones/(?P<zone>[^/]+)"
@@ -127,14 +141,16 @@ class FakeComputeServer:
 
     # -- lifecycle of the stand-in -------------------------------------------------------
 
-    def start(self) -> FakeComputeServer:
+    def start(self) -> Self:
         self.metadata.start()
         self._http.start(self)
         self.compute = FakeCompute(
-            self.config, self.faults,
+            self.config,
+            self.faults,
             metadata_endpoint_for=lambda i: self.metadata.url_for(i.project, i.zone, i.name),
             poweroff_url_for=lambda i: (
-                f"{self._http.base_url}/_fake/poweroff/{i.project}/{i.zone}/{i.name}"),
+                f"{self._http.base_url}/_fake/poweroff/{i.project}/{i.zone}/{i.name}"
+            ),
         )
         return self
 
@@ -144,7 +160,7 @@ class FakeComputeServer:
         if self.compute is not None:
             self.compute.shutdown()
 
-    def __enter__(self) -> FakeComputeServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -186,17 +202,19 @@ class FakeComputeServer:
         """A live instance, else the most recently deleted one of that name."""
         with self.compute.lock:
             candidates = [*self.compute.gone, *self.compute.instances.values()]
-        for inst in reversed(candidates):
-            if inst.zone == zone and inst.name == name and project in (None, inst.project):
-                if not inst.deleted:
-                    return inst
-        for inst in reversed(candidates):
-            if inst.zone == zone and inst.name == name and project in (None, inst.project):
-                return inst
-        raise KeyError(f"no instance {zone}/{name}")
+        matches = [
+            i
+            for i in candidates
+            if i.zone == zone and i.name == name and project in (None, i.project)
+        ]
+        if not matches:
+            raise KeyError(f"no instance {zone}/{name}")
+        live = [i for i in matches if not i.deleted]
+        return (live or matches)[-1]
 
-    def preempt(self, zone: str, name: str, after_s: float | None = None,
-                project: str | None = None) -> None:
+    def preempt(
+        self, zone: str, name: str, after_s: float | None = None, project: str | None = None
+    ) -> None:
         """Preempts now, or `after_s` simulated seconds after the instance reached RUNNING."""
         inst = self.instance(zone, name, project)
         self.compute.preempt(zone, name, after_s, inst.project)
@@ -209,15 +227,18 @@ class FakeComputeServer:
                 raise TimeoutError(f"condition not met within {timeout} s")
             time.sleep(interval)
 
-    def wait_for_status(self, zone: str, name: str, status: str, timeout: float = 10.0
-                        ) -> FakeInstance:
+    def wait_for_status(
+        self, zone: str, name: str, status: str, timeout: float = 10.0
+    ) -> FakeInstance:
         """Waits until the instance has `status` ("DELETED" waits for its removal)."""
+
         def reached() -> bool:
             try:
                 inst = self.instance(zone, name)
             except KeyError:
                 return False
             return inst.deleted if status == "DELETED" else inst.status == status
+
         self.wait_for(reached, timeout)
         return self.instance(zone, name)
 
@@ -232,12 +253,14 @@ class FakeComputeServer:
         except KeyError:
             return None
 
-    def metadata_instance_for_peer(self, client_port: int, server_port: int
-                                   ) -> FakeInstance | None:
+    def metadata_instance_for_peer(self, client_port: int, server_port: int) -> FakeInstance | None:
         session = session_of_peer(client_port, server_port)
         with self.compute.lock:
-            booted = [i for i in [*self.compute.instances.values(), *self.compute.gone]
-                      if i.sandbox is not None]
+            booted = [
+                i
+                for i in [*self.compute.instances.values(), *self.compute.gone]
+                if i.sandbox is not None
+            ]
         for inst in booted:
             if session is not None and session in inst.sandbox.session_ids():
                 return inst
@@ -250,8 +273,9 @@ class FakeComputeServer:
 
     # -- API handlers --------------------------------------------------------------------
 
-    def handle(self, api_name: str, p: dict[str, str], query: dict[str, str], body: Any
-               ) -> dict[str, Any]:
+    def handle(
+        self, api_name: str, p: dict[str, str], query: dict[str, str], body: Any
+    ) -> dict[str, Any]:
         compute = self.compute
         if api_name == "instances.insert":
             return compute.insert(p["project"], p["zone"], body or {}).to_json()
@@ -292,12 +316,16 @@ class FakeComputeServer:
             "selfLink": f"{API_ROOT}/{inst.path}/serialPort?port={port}",
         }
 
-    def _matching(self, project: str, zone: str | None, query: dict[str, str]
-                  ) -> list[dict[str, Any]]:
+    def _matching(
+        self, project: str, zone: str | None, query: dict[str, str]
+    ) -> list[dict[str, Any]]:
         keep = compile_filter(query.get("filter"))
         with self.compute.lock:
-            found = [i.to_json() for i in self.compute.instances.values()
-                     if i.project == project and zone in (None, i.zone)]
+            found = [
+                i.to_json()
+                for i in self.compute.instances.values()
+                if i.project == project and zone in (None, i.zone)
+            ]
         found.sort(key=lambda r: (r["zone"], r["name"]))
         return [resource for resource in found if keep(resource)]
 
@@ -322,11 +350,13 @@ class FakeComputeServer:
             if in_zone:
                 scoped[f"zones/{zone}"] = {"instances": in_zone}
             else:  # the real API lists empty scopes with a warning
-                scoped[f"zones/{zone}"] = {"warning": {
-                    "code": "NO_RESULTS_ON_PAGE",
-                    "message": f"There are no results for scope 'zones/{zone}' on this page.",
-                    "data": [{"key": "scope", "value": f"zones/{zone}"}],
-                }}
+                scoped[f"zones/{zone}"] = {
+                    "warning": {
+                        "code": "NO_RESULTS_ON_PAGE",
+                        "message": f"There are no results for scope 'zones/{zone}' on this page.",
+                        "data": [{"key": "scope", "value": f"zones/{zone}"}],
+                    }
+                }
         reply: dict[str, Any] = {
             "kind": "compute#instanceAggregatedList",
             "id": f"projects/{project}/aggregated/instances",

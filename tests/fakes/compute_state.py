@@ -53,7 +53,7 @@ def project_number(project: str) -> int:
 
 
 def _url_for(project: str, value: str) -> str:
-    if value.startswith("https://") or value.startswith("http://"):
+    if value.startswith(("https://", "http://")):
         return value
     if value.startswith("projects/"):
         return f"{API_ROOT}/{value}"
@@ -142,17 +142,22 @@ class FakeInstance:
         )
         if "machineType" in resource:
             resource["machineType"] = _url_for(self.project, resource["machineType"])
-        resource.setdefault("metadata", {}).update(kind="compute#metadata",
-                                                   fingerprint="fake-md-fingerprint=")
+        resource.setdefault("metadata", {}).update(
+            kind="compute#metadata", fingerprint="fake-md-fingerprint="
+        )
         return resource
 
 
 class FakeCompute:
     """Registry plus lifecycle engine; the HTTP layer in compute_server.py calls into it."""
 
-    def __init__(self, config: FakeComputeConfig, faults: FaultPlan,
-                 metadata_endpoint_for: Callable[[FakeInstance], str],
-                 poweroff_url_for: Callable[[FakeInstance], str]) -> None:
+    def __init__(
+        self,
+        config: FakeComputeConfig,
+        faults: FaultPlan,
+        metadata_endpoint_for: Callable[[FakeInstance], str],
+        poweroff_url_for: Callable[[FakeInstance], str],
+    ) -> None:
         self.config = config
         self.faults = faults
         self._metadata_endpoint_for = metadata_endpoint_for
@@ -296,8 +301,9 @@ class FakeCompute:
                 env["PATH"] = ":".join([*self.config.vm_path, env.get("PATH", "")])
             env["BENCH_METADATA_ENDPOINT"] = self._metadata_endpoint_for(inst)
             root = self._sandbox_root / f"{inst.zone}-{inst.name}-{inst.id[-6:]}"
-            inst.sandbox = VmSandbox(root, inst.name, self._poweroff_url_for(inst), env,
-                                     inst.write_serial)
+            inst.sandbox = VmSandbox(
+                root, inst.name, self._poweroff_url_for(inst), env, inst.write_serial
+            )
         else:
             inst.sandbox.halted.clear()
         script = inst.metadata_value("startup-script") if self.config.run_scripts else None
@@ -322,10 +328,13 @@ class FakeCompute:
             self._boot(inst)
         elif inst.status == "RUNNING":
             self._check_running(inst, now)
-        elif inst.status == "STOPPING" and age >= cfg.stopping_s:
-            if inst.sandbox is None or inst.sandbox.halted.is_set():
-                inst.poweroff_at = None
-                self._set_status(inst, "TERMINATED")
+        elif (
+            inst.status == "STOPPING"
+            and age >= cfg.stopping_s
+            and (inst.sandbox is None or inst.sandbox.halted.is_set())
+        ):
+            inst.poweroff_at = None
+            self._set_status(inst, "TERMINATED")
         if inst.status == "TERMINATED" and inst.remove_when_down:
             self._remove(inst)
 

@@ -58,8 +58,9 @@ class FaultPlan:
 
     # -- configuration -------------------------------------------------------------------
 
-    def stockout(self, zone: str, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED",
-                 via: str = "operation") -> None:
+    def stockout(
+        self, zone: str, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", via: str = "operation"
+    ) -> None:
         """Inserts in `zone` fail for lack of capacity until `clear_stockout(zone)`."""
         if code not in STOCKOUT_CODES or via not in ("operation", "http"):
             raise ValueError(f"bad stockout {code=} {via=}")
@@ -80,8 +81,9 @@ class FaultPlan:
                 if known is not None:
                     known.add(machine_type)
 
-    def quota_exceeded(self, quota: str = "NVIDIA_L4_GPUS", region: str | None = None,
-                       via: str = "http") -> None:
+    def quota_exceeded(
+        self, quota: str = "NVIDIA_L4_GPUS", region: str | None = None, via: str = "http"
+    ) -> None:
         """Inserts answer 403 QUOTA_EXCEEDED in `region` (every region if None)."""
         with self._lock:
             self._quotas.append(_Quota(quota, region, via))
@@ -115,8 +117,9 @@ class FaultPlan:
                     return gce_errors.transient(fault.status)
         return None
 
-    def insert_failure(self, project: str, zone: str, machine_type: str
-                       ) -> tuple[GceError, str] | None:
+    def insert_failure(
+        self, project: str, zone: str, machine_type: str
+    ) -> tuple[GceError, str] | None:
         """The error an insert meets in `zone`, and how it surfaces ("http"/"operation")."""
         with self._lock:
             missing = self._missing_machine_types.get(zone, set())

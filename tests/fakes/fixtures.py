@@ -1,6 +1,6 @@
 """Pytest fixtures for the stand-ins. Import them into a conftest.py:
 
-    from tests.fakes.fixtures import compute_server, gcs_server, gcs_bucket  # noqa: F401
+from tests.fakes.fixtures import compute_server, gcs_server, gcs_bucket  # noqa: F401
 """
 
 from __future__ import annotations

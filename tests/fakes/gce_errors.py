@@ -55,13 +55,18 @@ class GceError(Exception):
 
 
 def not_found(resource_path: str) -> GceError:
-    return GceError(404, "notFound", "RESOURCE_NOT_FOUND",
-                    f"The resource '{resource_path}' was not found")
+    return GceError(
+        404, "notFound", "RESOURCE_NOT_FOUND", f"The resource '{resource_path}' was not found"
+    )
 
 
 def already_exists(resource_path: str) -> GceError:
-    return GceError(409, "alreadyExists", "RESOURCE_ALREADY_EXISTS",
-                    f"The resource '{resource_path}' already exists")
+    return GceError(
+        409,
+        "alreadyExists",
+        "RESOURCE_ALREADY_EXISTS",
+        f"The resource '{resource_path}' already exists",
+    )
 
 
 def invalid(message: str) -> GceError:
@@ -81,10 +86,19 @@ def stockout(project: str, zone: str, code: str, machine_type: str) -> GceError:
             "available to fulfill the request.  '(resource type:compute)'."
         )
         details = [
-            {"errorInfo": {"domain": "compute.googleapis.com", "reason": "resource_availability",
-                           "metadatas": {"vmType": machine_type, "zone": zone}}},
-            {"localizedMessage": {"locale": "en-US", "message":
-                f"A {machine_type} VM instance is currently unavailable in the {zone} zone."}},
+            {
+                "errorInfo": {
+                    "domain": "compute.googleapis.com",
+                    "reason": "resource_availability",
+                    "metadatas": {"vmType": machine_type, "zone": zone},
+                }
+            },
+            {
+                "localizedMessage": {
+                    "locale": "en-US",
+                    "message": f"A {machine_type} VM instance is currently unavailable in the {zone} zone.",
+                }
+            },
         ]
     return GceError(503, code, code, message, details=details)
 
@@ -99,13 +113,27 @@ def machine_type_missing(zone: str, machine_type: str) -> GceError:
 
 def quota_exceeded(quota: str, region: str | None) -> GceError:
     where = f"in region {region}" if region else "globally"
-    return GceError(403, "quotaExceeded", "QUOTA_EXCEEDED",
-                    f"Quota '{quota}' exceeded.  Limit: 0.0 {where}.", domain="usageLimits")
+    return GceError(
+        403,
+        "quotaExceeded",
+        "QUOTA_EXCEEDED",
+        f"Quota '{quota}' exceeded.  Limit: 0.0 {where}.",
+        domain="usageLimits",
+    )
 
 
 def transient(status: int) -> GceError:
     if status == 429:
-        return GceError(429, "rateLimitExceeded", "RATE_LIMIT_EXCEEDED",
-                        "Rate Limit Exceeded", domain="usageLimits")
-    return GceError(status, "backendError", "BACKEND_ERROR",
-                    "Internal error. Please try again or contact Google Support.")
+        return GceError(
+            429,
+            "rateLimitExceeded",
+            "RATE_LIMIT_EXCEEDED",
+            "Rate Limit Exceeded",
+            domain="usageLimits",
+        )
+    return GceError(
+        status,
+        "backendError",
+        "BACKEND_ERROR",
+        "Internal error. Please try again or contact Google Support.",
+    )

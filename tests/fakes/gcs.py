@@ -25,7 +25,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def _binary() -> Path:
@@ -52,14 +55,30 @@ class FakeGcs:
         self._process: subprocess.Popen[bytes] | None = None
         self._logdir: Path | None = None
 
-    def start(self, timeout: float = 10.0) -> FakeGcs:
+    def start(self, timeout: float = 10.0) -> Self:
         self._logdir = Path(tempfile.mkdtemp(prefix="fake-gcs-"))
         log = open(self._logdir / "server.log", "wb")  # noqa: SIM115 - owned by the process
         self._process = subprocess.Popen(
-            [str(_binary()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-             "-port", str(self.port), "-external-url", self.endpoint,
-             "-public-host", f"127.0.0.1:{self.port}", "-log-level", "warn"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            [
+                str(_binary()),
+                "-scheme",
+                "http",
+                "-backend",
+                "memory",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-external-url",
+                self.endpoint,
+                "-public-host",
+                f"127.0.0.1:{self.port}",
+                "-log-level",
+                "warn",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()
         self._wait_ready(timeout)
@@ -96,7 +115,7 @@ class FakeGcs:
             shutil.rmtree(self._logdir, ignore_errors=True)
             self._logdir = None
 
-    def __enter__(self) -> FakeGcs:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -112,5 +131,8 @@ def storage_client(endpoint: str, project: str = "test-project") -> Any:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    return storage.Client(project=project, credentials=AnonymousCredentials(),
-                          client_options=ClientOptions(api_endpoint=endpoint))
+    return storage.Client(
+        project=project,
+        credentials=AnonymousCredentials(),
+        client_options=ClientOptions(api_endpoint=endpoint),
+    )

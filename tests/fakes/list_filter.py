@@ -32,7 +32,7 @@ def compile_filter(text: str | None) -> Callable[[dict[str, Any]], bool]:
     position = 0
     stripped = re.sub(r"\bAND\b", " ", text)
     for match in _TERM.finditer(stripped):
-        if stripped[position:match.start()].strip():
+        if stripped[position : match.start()].strip():
             break
         terms.append(match)
         position = match.end()
@@ -49,7 +49,7 @@ def _term_holds(term: re.Match[str], resource: dict[str, Any]) -> bool:
     field, op = term["field"], term["op"]
     wanted = term["quoted"] if term["quoted"] is not None else term["bare"]
     if field.startswith("labels."):
-        actual = (resource.get("labels") or {}).get(field[len("labels."):])
+        actual = (resource.get("labels") or {}).get(field[len("labels.") :])
     else:
         actual = resource.get(field)
     if op in ("eq", "ne"):  # eq/ne take a RE2 regular expression over the whole value

@@ -25,8 +25,10 @@ from typing import Any, Protocol
 
 from .http_base import BackgroundHttpServer, JsonHandler
 
-_ROUTED = re.compile(r"^/vm/(?P<project>[^/]+)/(?P<zone>[^/]+)/(?P<name>[^/]+)"
-                     r"/computeMetadata/v1/(?P<path>.*)$")
+_ROUTED = re.compile(
+    r"^/vm/(?P<project>[^/]+)/(?P<zone>[^/]+)/(?P<name>[^/]+)"
+    r"/computeMetadata/v1/(?P<path>.*)$"
+)
 _SHARED = re.compile(r"^/computeMetadata/v1/(?P<path>.*)$")
 
 
@@ -48,8 +50,9 @@ class MetadataSource(Protocol):
 
     def metadata_instance(self, project: str, zone: str, name: str) -> MetadataInstance | None: ...
 
-    def metadata_instance_for_peer(self, client_port: int, server_port: int
-                                   ) -> MetadataInstance | None: ...
+    def metadata_instance_for_peer(
+        self, client_port: int, server_port: int
+    ) -> MetadataInstance | None: ...
 
     def project_number(self, project: str) -> int: ...
 
@@ -59,8 +62,9 @@ def _service_account(inst: MetadataInstance) -> dict[str, Any]:
     return accounts[0]
 
 
-def metadata_value(source: MetadataSource, inst: MetadataInstance, path: str
-                   ) -> tuple[str, str] | None:
+def metadata_value(
+    source: MetadataSource, inst: MetadataInstance, path: str
+) -> tuple[str, str] | None:
     """(content type, body) for a metadata path, or None when it does not exist."""
     number = source.project_number(inst.project)
     machine_type = (inst.sent.get("machineType") or "").rsplit("/", 1)[-1]
@@ -77,18 +81,22 @@ def metadata_value(source: MetadataSource, inst: MetadataInstance, path: str
         "instance/service-accounts/": f"default/\n{email}/\n",
         "instance/service-accounts/default/email": email,
         "instance/service-accounts/default/scopes": "".join(
-            f"{scope}\n" for scope in account.get("scopes") or []),
+            f"{scope}\n" for scope in account.get("scopes") or []
+        ),
         "project/project-id": inst.project,
         "project/numeric-project-id": str(number),
     }
     if path in text_values:
         return "application/text", text_values[path]
     if path.startswith("instance/attributes/"):
-        value = inst.metadata_value(path[len("instance/attributes/"):])
+        value = inst.metadata_value(path[len("instance/attributes/") :])
         return None if value is None else ("application/text", value)
     if path == "instance/service-accounts/default/token":
-        token = {"access_token": f"fake-token-{inst.name}", "expires_in": 3599,
-                 "token_type": "Bearer"}
+        token = {
+            "access_token": f"fake-token-{inst.name}",
+            "expires_in": 3599,
+            "token_type": "Bearer",
+        }
         return "application/json", json.dumps(token)
     return None
 
@@ -121,8 +129,9 @@ class _MetadataHandler(JsonHandler):
     def _resolve(self, server: MetadataServer) -> tuple[MetadataInstance | None, str | None]:
         routed = _ROUTED.match(self.url_path)
         if routed:
-            inst = server.source.metadata_instance(routed["project"], routed["zone"],
-                                                   routed["name"])
+            inst = server.source.metadata_instance(
+                routed["project"], routed["zone"], routed["name"]
+            )
             return inst, routed["path"]
         shared = _SHARED.match(self.url_path)
         if shared:
@@ -130,8 +139,9 @@ class _MetadataHandler(JsonHandler):
             return inst, shared["path"]
         return None, None
 
-    def _wait_for_change(self, server: MetadataServer, inst: MetadataInstance, path: str,
-                         first: tuple[str, str]) -> tuple[str, str] | None:
+    def _wait_for_change(
+        self, server: MetadataServer, inst: MetadataInstance, path: str, first: tuple[str, str]
+    ) -> tuple[str, str] | None:
         deadline = time.monotonic() + min(float(self.query.get("timeout_sec", 60)), 60.0)
         current: tuple[str, str] | None = first
         while current == first and time.monotonic() < deadline:

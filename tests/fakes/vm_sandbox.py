@@ -106,7 +106,7 @@ class VmSandbox:
             self.startup_exit_code = code
         self._serial_write(
             f"{self._name} google_metadata_script_runner[{proc.pid}]: "
-            f"Script \"{key}\" finished with exit status {code}\n"
+            f'Script "{key}" finished with exit status {code}\n'
         )
 
     def start(self, startup_script: str | None) -> None:

@@ -11,8 +11,12 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import compute_v1
 
+from tests.fakes import fixtures
 from tests.fakes.compute_server import FakeComputeServer
-from tests.fakes.fixtures import compute_client_options, compute_server  # noqa: F401
+from tests.fakes.fixtures import compute_client_options
+
+# A plain fixture from tests/fakes/fixtures.py (a conftest may import it for every test).
+compute_server = fixtures.compute_server
 
 PROJECT = "test-project"
 ZONE = "us-central1-a"
@@ -20,16 +24,23 @@ DONE = compute_v1.Operation.Status.DONE
 
 
 @pytest.fixture
-def clients(compute_server: FakeComputeServer  # noqa: F811
-            ) -> tuple[compute_v1.InstancesClient, compute_v1.ZoneOperationsClient]:
+def clients(
+    compute_server: FakeComputeServer,
+) -> tuple[compute_v1.InstancesClient, compute_v1.ZoneOperationsClient]:
     kwargs = compute_client_options(compute_server)
     return compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs)
 
 
-def make_instance(name: str, script: str | None = None, *, zone: str = ZONE,
-                  action: str = "DELETE", max_run_s: int = 3600,
-                  labels: dict[str, str] | None = None,
-                  shutdown_script: str | None = None) -> compute_v1.Instance:
+def make_instance(
+    name: str,
+    script: str | None = None,
+    *,
+    zone: str = ZONE,
+    action: str = "DELETE",
+    max_run_s: int = 3600,
+    labels: dict[str, str] | None = None,
+    shutdown_script: str | None = None,
+) -> compute_v1.Instance:
     items = []
     if script is not None:
         items.append(compute_v1.Items(key="startup-script", value=script))
@@ -46,18 +57,23 @@ def make_instance(name: str, script: str | None = None, *, zone: str = ZONE,
             on_host_maintenance="TERMINATE",
             automatic_restart=False,
         ),
-        guest_accelerators=[compute_v1.AcceleratorConfig(
-            accelerator_count=1,
-            accelerator_type=f"zones/{zone}/acceleratorTypes/nvidia-l4")],
+        guest_accelerators=[
+            compute_v1.AcceleratorConfig(
+                accelerator_count=1, accelerator_type=f"zones/{zone}/acceleratorTypes/nvidia-l4"
+            )
+        ],
         metadata=compute_v1.Metadata(items=items),
-        service_accounts=[compute_v1.ServiceAccount(
-            email="default",
-            scopes=["https://www.googleapis.com/auth/devstorage.read_write"])],
+        service_accounts=[
+            compute_v1.ServiceAccount(
+                email="default", scopes=["https://www.googleapis.com/auth/devstorage.read_write"]
+            )
+        ],
     )
 
 
-def wait_operation(ops: compute_v1.ZoneOperationsClient, name: str, zone: str = ZONE
-                   ) -> compute_v1.Operation:
+def wait_operation(
+    ops: compute_v1.ZoneOperationsClient, name: str, zone: str = ZONE
+) -> compute_v1.Operation:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         op = ops.wait(project=PROJECT, zone=zone, operation=name)
@@ -66,8 +82,9 @@ def wait_operation(ops: compute_v1.ZoneOperationsClient, name: str, zone: str = 
     raise TimeoutError(name)
 
 
-def wait_status(instances: compute_v1.InstancesClient, name: str, status: str,
-                zone: str = ZONE) -> compute_v1.Instance:
+def wait_status(
+    instances: compute_v1.InstancesClient, name: str, status: str, zone: str = ZONE
+) -> compute_v1.Instance:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         inst = instances.get(project=PROJECT, zone=zone, instance=name)
@@ -80,8 +97,9 @@ def wait_status(instances: compute_v1.InstancesClient, name: str, status: str,
 def create(clients, name: str, script: str | None = None, **kwargs) -> compute_v1.Instance:
     instances, ops = clients
     zone = kwargs.get("zone", ZONE)
-    op = instances.insert(project=PROJECT, zone=zone,
-                          instance_resource=make_instance(name, script, **kwargs))
+    op = instances.insert(
+        project=PROJECT, zone=zone, instance_resource=make_instance(name, script, **kwargs)
+    )
     assert not wait_operation(ops, op.name, zone).error.errors
     return wait_status(instances, name, "RUNNING", zone)
 
@@ -89,15 +107,18 @@ def create(clients, name: str, script: str | None = None, **kwargs) -> compute_v
 def serial_output(instances: compute_v1.InstancesClient, name: str) -> str:
     text, start = "", 0
     while True:
-        out = instances.get_serial_port_output(request=compute_v1.GetSerialPortOutputInstanceRequest(
-            project=PROJECT, zone=ZONE, instance=name, port=1, start=start))
+        out = instances.get_serial_port_output(
+            request=compute_v1.GetSerialPortOutputInstanceRequest(
+                project=PROJECT, zone=ZONE, instance=name, port=1, start=start
+            )
+        )
         text += out.contents
         if out.next_ == start:
             return text
         start = out.next_
 
 
-def test_insert_boot_list_delete(compute_server, clients):  # noqa: F811
+def test_insert_boot_list_delete(compute_server, clients):
     instances, ops = clients
     create(clients, "bench-a", "echo hello from the vm; echo payload > result.txt")
     create(clients, "other", "true", zone="us-central1-b", labels={"team": "x"})
@@ -107,14 +128,22 @@ def test_insert_boot_list_delete(compute_server, clients):  # noqa: F811
     assert sent["scheduling"]["provisioningModel"] == "SPOT"
     assert sent["scheduling"]["instanceTerminationAction"] == "DELETE"
 
-    compute_server.wait_for(lambda: "finished with exit status 0" in serial_output(instances, "bench-a"))
+    compute_server.wait_for(
+        lambda: "finished with exit status 0" in serial_output(instances, "bench-a")
+    )
     assert "startup-script: hello from the vm" in serial_output(instances, "bench-a")
-    assert (compute_server.instance(ZONE, "bench-a").workdir / "result.txt").read_text() == "payload\n"
+    assert (
+        compute_server.instance(ZONE, "bench-a").workdir / "result.txt"
+    ).read_text() == "payload\n"
 
     request = compute_v1.AggregatedListInstancesRequest(
-        project=PROJECT, filter='labels.bench-managed = "true"')
-    found = {(scope, i.name) for scope, scoped in instances.aggregated_list(request=request)
-             for i in scoped.instances}
+        project=PROJECT, filter='labels.bench-managed = "true"'
+    )
+    found = {
+        (scope, i.name)
+        for scope, scoped in instances.aggregated_list(request=request)
+        for i in scoped.instances
+    }
     assert found == {(f"zones/{ZONE}", "bench-a")}
 
     op = instances.delete(project=PROJECT, zone=ZONE, instance="bench-a")
@@ -123,40 +152,50 @@ def test_insert_boot_list_delete(compute_server, clients):  # noqa: F811
         instances.get(project=PROJECT, zone=ZONE, instance="bench-a")
 
 
-def test_serial_output_from_offset(compute_server, clients):  # noqa: F811
+def test_serial_output_from_offset(compute_server, clients):
     instances, _ = clients
     create(clients, "serial", "echo one; echo two")
     compute_server.wait_for(lambda: "exit status" in compute_server.serial_output(ZONE, "serial"))
     whole = instances.get_serial_port_output(project=PROJECT, zone=ZONE, instance="serial")
-    tail = instances.get_serial_port_output(request=compute_v1.GetSerialPortOutputInstanceRequest(
-        project=PROJECT, zone=ZONE, instance="serial", port=1, start=10))
+    tail = instances.get_serial_port_output(
+        request=compute_v1.GetSerialPortOutputInstanceRequest(
+            project=PROJECT, zone=ZONE, instance="serial", port=1, start=10
+        )
+    )
     assert tail.start == 10 and tail.next_ == whole.next_ == len(whole.contents.encode())
     assert whole.contents[10:] == tail.contents
 
 
-def test_filters_and_paging(compute_server, clients):  # noqa: F811
+def test_filters_and_paging(compute_server, clients):
     instances, _ = clients
     for name in ("bench-1", "bench-2", "bench-3"):
         instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance(name))
-    instances.insert(project=PROJECT, zone=ZONE,
-                     instance_resource=make_instance("plain", labels={"bench-managed": "false"}))
+    instances.insert(
+        project=PROJECT,
+        zone=ZONE,
+        instance_resource=make_instance("plain", labels={"bench-managed": "false"}),
+    )
 
     def names(filter_: str, page_size: int = 500) -> set[str]:
         request = compute_v1.AggregatedListInstancesRequest(
-            project=PROJECT, filter=filter_, max_results=page_size)
+            project=PROJECT, filter=filter_, max_results=page_size
+        )
         return {i.name for _, s in instances.aggregated_list(request=request) for i in s.instances}
 
     assert names("labels.bench-managed = true", page_size=1) == {"bench-1", "bench-2", "bench-3"}
     assert names('labels.bench-managed != "true"') == {"plain"}
     assert names('(labels.bench-managed = "true") (name = "bench-2")') == {"bench-2"}
-    listed = instances.list(request=compute_v1.ListInstancesRequest(
-        project=PROJECT, zone=ZONE, filter="labels.bench-run = bench-3"))
+    listed = instances.list(
+        request=compute_v1.ListInstancesRequest(
+            project=PROJECT, zone=ZONE, filter="labels.bench-run = bench-3"
+        )
+    )
     assert [i.name for i in listed] == ["bench-3"]
     with pytest.raises(exceptions.BadRequest):
         names("name = a OR name = b")
 
 
-def test_stockout_as_http_error(compute_server, clients):  # noqa: F811
+def test_stockout_as_http_error(compute_server, clients):
     instances, _ = clients
     compute_server.faults.stockout(ZONE, "ZONE_RESOURCE_POOL_EXHAUSTED", via="http")
     with pytest.raises(exceptions.ServiceUnavailable) as caught:
@@ -166,7 +205,7 @@ def test_stockout_as_http_error(compute_server, clients):  # noqa: F811
     create(clients, "s", zone="us-central1-b")
 
 
-def test_stockout_as_failed_operation(compute_server, clients):  # noqa: F811
+def test_stockout_as_failed_operation(compute_server, clients):
     instances, ops = clients
     compute_server.faults.stockout(ZONE, "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
     op = instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("s"))
@@ -174,8 +213,9 @@ def test_stockout_as_failed_operation(compute_server, clients):  # noqa: F811
     assert done.http_error_status_code == 503
     assert done.error.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"
     # What ExtendedOperation.result() would raise, built from the polled operation.
-    error = exceptions.from_http_status(done.http_error_status_code, done.http_error_message,
-                                        errors=list(done.error.errors))
+    error = exceptions.from_http_status(
+        done.http_error_status_code, done.http_error_message, errors=list(done.error.errors)
+    )
     assert isinstance(error, exceptions.ServiceUnavailable)
     assert error.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"
     assert str(error).startswith("503 SERVICE UNAVAILABLE")
@@ -183,19 +223,22 @@ def test_stockout_as_failed_operation(compute_server, clients):  # noqa: F811
         instances.get(project=PROJECT, zone=ZONE, instance="s")
 
 
-def test_machine_type_missing_and_quota(compute_server, clients):  # noqa: F811
+def test_machine_type_missing_and_quota(compute_server, clients):
     instances, _ = clients
     compute_server.faults.missing_machine_type("us-central1-c")
     with pytest.raises(exceptions.BadRequest, match="does not exist in zone"):
-        instances.insert(project=PROJECT, zone="us-central1-c",
-                         instance_resource=make_instance("q", zone="us-central1-c"))
+        instances.insert(
+            project=PROJECT,
+            zone="us-central1-c",
+            instance_resource=make_instance("q", zone="us-central1-c"),
+        )
     compute_server.faults.quota_exceeded("GPUS_ALL_REGIONS")
     with pytest.raises(exceptions.Forbidden, match="GPUS_ALL_REGIONS") as caught:
         instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("q"))
     assert caught.value.errors[0]["reason"] == "quotaExceeded"
 
 
-def test_transient_errors_and_latency(compute_server, clients):  # noqa: F811
+def test_transient_errors_and_latency(compute_server, clients):
     instances, _ = clients
     compute_server.faults.fail_next("instances.insert", status=429)
     with pytest.raises(exceptions.TooManyRequests):
@@ -223,7 +266,7 @@ def wait_started(server: FakeComputeServer, name: str, zone: str = ZONE) -> None
     server.wait_for(lambda: "startup-script: started" in server.serial_output(zone, name))
 
 
-def test_max_run_duration_deletes(compute_server, clients):  # noqa: F811
+def test_max_run_duration_deletes(compute_server, clients):
     instances, _ = clients
     create(clients, "backstop", TERM_TRAP, max_run_s=60)
     wait_started(compute_server, "backstop")
@@ -235,13 +278,13 @@ def test_max_run_duration_deletes(compute_server, clients):  # noqa: F811
         instances.get(project=PROJECT, zone=ZONE, instance="backstop")
 
 
-def test_max_run_duration_stops(compute_server, clients):  # noqa: F811
+def test_max_run_duration_stops(compute_server, clients):
     compute_server.config.time_scale = 600
     create(clients, "stopper", "sleep 30", max_run_s=60, action="STOP")
     wait_status(clients[0], "stopper", "TERMINATED")
 
 
-def test_preemption(compute_server, clients):  # noqa: F811
+def test_preemption(compute_server, clients):
     create(clients, "spot", TERM_TRAP, shutdown_script="echo shutdown-ran > shutdown.txt")
     wait_started(compute_server, "spot")
     compute_server.preempt(ZONE, "spot")
@@ -251,24 +294,25 @@ def test_preemption(compute_server, clients):  # noqa: F811
     assert (gone.workdir / "shutdown.txt").read_text() == "shutdown-ran\n"
 
 
-def test_preemption_at_time_kills_after_grace(compute_server, clients):  # noqa: F811
+def test_preemption_at_time_kills_after_grace(compute_server, clients):
     compute_server.config.time_scale = 600
     compute_server.config.preemption_grace_s = 0.2
-    create(clients, "stubborn", "trap '' TERM; echo up; while true; do sleep 0.05; done",
-           action="STOP")
+    create(
+        clients, "stubborn", "trap '' TERM; echo up; while true; do sleep 0.05; done", action="STOP"
+    )
     compute_server.preempt(ZONE, "stubborn", after_s=60)
     wait_status(clients[0], "stubborn", "TERMINATED")
     assert "powered off" in compute_server.serial_output(ZONE, "stubborn")
 
 
-def test_guest_shutdown_terminates_without_delete(compute_server, clients):  # noqa: F811
+def test_guest_shutdown_terminates_without_delete(compute_server, clients):
     create(clients, "selfstop", "echo bye; shutdown -h now")
     wait_status(clients[0], "selfstop", "TERMINATED")
     inst = compute_server.instance(ZONE, "selfstop")
     assert inst.going_down_because == "guest" and not inst.deleted
 
 
-def test_watchdog_shutdown(compute_server, clients):  # noqa: F811
+def test_watchdog_shutdown(compute_server, clients):
     compute_server.config.time_scale = 600  # "+1" minute is 0.1 s
     create(clients, "dog", "shutdown -h +1; sleep 30")
     create(clients, "cancelled", "shutdown -h +1; shutdown -c; sleep 30")
@@ -277,7 +321,7 @@ def test_watchdog_shutdown(compute_server, clients):  # noqa: F811
     assert compute_server.instance(ZONE, "cancelled").status == "RUNNING"
 
 
-def test_stop_signals_the_script(compute_server, clients):  # noqa: F811
+def test_stop_signals_the_script(compute_server, clients):
     instances, ops = clients
     create(clients, "stopme", TERM_TRAP)
     wait_started(compute_server, "stopme")
@@ -296,7 +340,7 @@ def metadata_get(url: str, flavor: bool = True) -> tuple[int, str]:
         return error.code, ""
 
 
-def test_metadata_server(compute_server, clients):  # noqa: F811
+def test_metadata_server(compute_server, clients):
     # A script rendered with the shared URL baked in, as the real one is.
     shared = compute_server.metadata_url
     script = f'curl -sf -H "Metadata-Flavor: Google" {shared}/instance/name > name.txt'
@@ -304,7 +348,8 @@ def test_metadata_server(compute_server, clients):  # noqa: F811
     create(clients, "meta-b", script, zone="us-central1-b")
     for zone, name in ((ZONE, "meta-a"), ("us-central1-b", "meta-b")):
         compute_server.wait_for(
-            lambda z=zone, n=name: "exit status" in compute_server.serial_output(z, n))
+            lambda z=zone, n=name: "exit status" in compute_server.serial_output(z, n)
+        )
         assert (compute_server.instance(zone, name).workdir / "name.txt").read_text() == name
 
     base = compute_server.metadata_url_for(ZONE, "meta-a")

@@ -6,14 +6,19 @@ import subprocess
 import urllib.parse
 from pathlib import Path
 
-from tests.fakes.fixtures import gcs_bucket, gcs_server  # noqa: F401
+from tests.fakes import fixtures
 from tests.fakes.gcs import FakeGcs
 
+# Plain fixtures from tests/fakes/fixtures.py (a conftest may import them for every test).
+gcs_server = fixtures.gcs_server
+gcs_bucket = fixtures.gcs_bucket
 
-def test_client_upload_list_download(gcs_server: FakeGcs, gcs_bucket: str):  # noqa: F811
+
+def test_client_upload_list_download(gcs_server: FakeGcs, gcs_bucket: str):
     bucket = gcs_server.client().bucket(gcs_bucket)
-    bucket.blob("runs/r1/results/summary.csv").upload_from_string("a,b\n1,2\n",
-                                                                   content_type="text/csv")
+    bucket.blob("runs/r1/results/summary.csv").upload_from_string(
+        "a,b\n1,2\n", content_type="text/csv"
+    )
     bucket.blob("runs/r1/manifest.json").upload_from_string("{}", if_generation_match=0)
     bucket.blob("runs/r2/manifest.json").upload_from_string("{}")
 
@@ -23,22 +28,37 @@ def test_client_upload_list_download(gcs_server: FakeGcs, gcs_bucket: str):  # n
 
 
 def curl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["curl", "-sS", "-f", "-H", "Authorization: Bearer fake", *args],
-                          capture_output=True, text=True, timeout=10)
+    return subprocess.run(
+        ["curl", "-sS", "-f", "-H", "Authorization: Bearer fake", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
 
 
-def test_curl_forms_used_by_the_vm(gcs_server: FakeGcs, gcs_bucket: str,  # noqa: F811
-                                   tmp_path: Path):
+def test_curl_forms_used_by_the_vm(
+    gcs_server: FakeGcs,
+    gcs_bucket: str,
+    tmp_path: Path,
+):
     source = tmp_path / "startup.log"
     source.write_text("line 1\nline 2\n")
     name = "runs/r1/logs/startup.log"
-    upload = (f"{gcs_server.endpoint}/upload/storage/v1/b/{gcs_bucket}/o"
-              f"?uploadType=media&name={urllib.parse.quote(name, safe='')}")
-    assert curl("-X", "POST", "-H", "Content-Type: text/plain",
-                "--data-binary", f"@{source}", upload).returncode == 0
+    upload = (
+        f"{gcs_server.endpoint}/upload/storage/v1/b/{gcs_bucket}/o"
+        f"?uploadType=media&name={urllib.parse.quote(name, safe='')}"
+    )
+    assert (
+        curl(
+            "-X", "POST", "-H", "Content-Type: text/plain", "--data-binary", f"@{source}", upload
+        ).returncode
+        == 0
+    )
 
-    object_url = (f"{gcs_server.endpoint}/storage/v1/b/{gcs_bucket}/o/"
-                  f"{urllib.parse.quote(name, safe='')}")
+    object_url = (
+        f"{gcs_server.endpoint}/storage/v1/b/{gcs_bucket}/o/{urllib.parse.quote(name, safe='')}"
+    )
     assert curl(f"{object_url}?alt=media").stdout == "line 1\nline 2\n"
     assert curl(f"{object_url}-missing?alt=media").returncode == 22  # 404 under -f
 

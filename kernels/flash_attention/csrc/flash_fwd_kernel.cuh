@@ -1,6 +1,6 @@
 // FlashAttention-2 style forward kernel for sm_80+ (mma.sync m16n8k16, ldmatrix, cp.async).
 //
-// One thread block owns kBlockM query rows of one (batch, head); each of its 8 warps owns 16
+// One thread block owns kBlockM query rows of one (batch, head); each of its 4 or 8 warps owns 16
 // rows. K and V tiles of kBlockN keys stream through shared memory, double buffered with
 // cp.async. Scores, the online softmax state and the output accumulator stay in registers;
 // P is converted to 16 bits in registers and reused as the A operand of the P.V product.
@@ -14,10 +14,13 @@
 
 namespace flash {
 
-template <int HeadDim>
+// Warps = 8 (128 query rows) fills an SM with one block where shared memory is scarce (sm_89:
+// 100 KB per SM); Warps = 4 (64 rows) lets two independent blocks share an SM where it is not
+// (sm_80, sm_90), so one block's softmax and barriers overlap the other's matrix work.
+template <int HeadDim, int Warps>
 struct FwdConfig {
-    static constexpr int kBlockM = 128;
-    static constexpr int kWarps = 8;
+    static constexpr int kWarps = Warps;
+    static constexpr int kBlockM = 16 * Warps;
     static constexpr int kThreads = kWarps * 32;
     // D=64 keeps fewer registers per key, so it affords twice the keys per tile.
     static constexpr int kBlockN = HeadDim == 64 ? 128 : 64;
@@ -121,10 +124,10 @@ __device__ __forceinline__ void load_tile(Elem* tile, const Elem* base, int64_t 
     }
 }
 
-template <typename Elem, int HeadDim, bool Causal>
-__global__ void __launch_bounds__(FwdConfig<HeadDim>::kThreads, 1)
+template <typename Elem, int HeadDim, bool Causal, int Warps>
+__global__ void __launch_bounds__(FwdConfig<HeadDim, Warps>::kThreads)
     flash_fwd_kernel(const FlashFwdParams p) {
-    using Cfg = FwdConfig<HeadDim>;
+    using Cfg = FwdConfig<HeadDim, Warps>;
     constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kThreads = Cfg::kThreads;
     constexpr int kNTiles = kBlockN / 8;  // n8 score tiles per warp
     constexpr int kDTiles = HeadDim / 8;  // n8 output tiles per warp

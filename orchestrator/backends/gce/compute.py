@@ -212,7 +212,7 @@ class ComputeApi:
         from google.cloud import compute_v1
 
         request = compute_v1.AggregatedListInstancesRequest(
-            project=self.project, filter=filter_, return_partial_success=True, max_results=500
+            project=self.project, filter=filter_, max_results=500
         )
 
         def collect() -> list[tuple[str, Instance]]:

@@ -1,0 +1,54 @@
+"""Exports every model's JSON Schema to results_schema/jsonschema/ (a test keeps them in sync).
+
+    python -m results_schema.export          # rewrite the files
+    python -m results_schema.export --check  # exit 1 if any file is stale
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from results_schema.models import CorrectnessRow, Manifest, Measurement, Plan, Status, SummaryRow
+
+SCHEMA_DIR = Path(__file__).parent / "jsonschema"
+EXPORTED = {
+    "plan.schema.json": Plan,
+    "measurement.schema.json": Measurement,
+    "summary.schema.json": SummaryRow,
+    "correctness.schema.json": CorrectnessRow,
+    "status.schema.json": Status,
+    "manifest.schema.json": Manifest,
+}
+
+
+def rendered() -> dict[str, str]:
+    return {
+        name: json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n"
+        for name, model in EXPORTED.items()
+    }
+
+
+def stale_files() -> list[str]:
+    return [
+        name
+        for name, text in rendered().items()
+        if not (SCHEMA_DIR / name).is_file() or (SCHEMA_DIR / name).read_text() != text
+    ]
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        stale = stale_files()
+        for name in stale:
+            print(f"stale: {SCHEMA_DIR / name}; run python -m results_schema.export")
+        return 1 if stale else 0
+    SCHEMA_DIR.mkdir(exist_ok=True)
+    for name, text in rendered().items():
+        (SCHEMA_DIR / name).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

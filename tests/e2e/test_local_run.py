@@ -1,0 +1,163 @@
+"""The local backend end to end: the real startup script, the real payload, real torch."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from results_schema import Manifest, Plan
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def store_run_dir(state: Path, run_id: str) -> Path:
+    return state / "store" / "bench" / "runs" / run_id
+
+
+def only_run_id(state: Path) -> str:
+    (run_id,) = [p.name for p in (state / "store" / "bench" / "runs").iterdir()]
+    return run_id
+
+
+def small_plan(tmp_path: Path, name: str = "tiny", samples: int = 6) -> Path:
+    plan = Plan.model_validate_json(Path("benches/plans/cpu-smoke.json").read_text()
+                                    if Path("benches/plans/cpu-smoke.json").exists()
+                                    else _cpu_smoke_text())
+    plan = plan.model_copy(update={"name": name, "samples_per_config": samples,
+                                   "configs": plan.configs[:2]})
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json(indent=2))
+    return path
+
+
+def _cpu_smoke_text() -> str:
+    from orchestrator.service.plans import plans_dir
+
+    return (plans_dir() / "cpu-smoke.json").read_text()
+
+
+def leftover_processes(sandbox: Path) -> list[str]:
+    """Processes whose command line mentions the run's sandbox (the watchdog's sleep, ...)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(sandbox) in text:
+            found.append(text)
+    return found
+
+
+def wait_for(predicate, timeout: float = 120.0, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("timed out waiting")
+
+
+def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys):
+    state = bench_env / "state"
+    assert main(["launch", "--backend", "local", "--plan", "cpu-smoke", "--budget", "1.00", "--wait"]) == 0
+    run_id = only_run_id(state)
+    assert leftover_processes(state / "sandboxes" / run_id) == [], "the run left processes behind"
+    assert main(["fetch", "--dest", str(bench_env / "results")]) == 0
+    out = capsys.readouterr().out
+    assert "every sha256 verified" in out and "speedup vs" in out
+
+    fetched = bench_env / "results" / run_id
+    manifest = Manifest.model_validate_json((fetched / "manifest.json").read_text())
+    assert manifest.status == "complete" and manifest.plan is not None
+    for entry in manifest.files:
+        data = (fetched / entry.path).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry.sha256
+    with open(fetched / "results" / "measurements.csv", newline="") as f:
+        per_impl = Counter(row["implementation"] for row in csv.DictReader(f))
+    expected = manifest.plan.samples_per_implementation()
+    assert per_impl == {name: expected for name in manifest.plan.implementations}
+    assert [p.name for p in manifest.phases] == [
+        "preflight", "environment", "payload", "build", "correctness", "benchmark", "upload", "finish"
+    ]
+    assert manifest.environment and manifest.environment.torch
+
+    # Idempotent: fetching again gives the same verified copy.
+    assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 0
+
+    # A corrupt CSV in the store: exit 5, and the good copy stays as it was.
+    good = (fetched / "results" / "measurements.csv").read_bytes()
+    stored = store_run_dir(state, run_id) / "results" / "measurements.csv"
+    stored.write_bytes(stored.read_bytes().replace(b"single", b"singel", 1))
+    capsys.readouterr()
+    assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 5
+    err = capsys.readouterr().err
+    assert "sha256" in err and "measurements.csv" in err and len(err.strip().splitlines()) == 1
+    assert (fetched / "results" / "measurements.csv").read_bytes() == good
+
+    # A row that breaks the schema, with a manifest that matches its bytes: still exit 5.
+    stored.write_bytes(good.replace(b"single", b"singel", 1))
+    manifest_path = store_run_dir(state, run_id) / "manifest.json"
+    raw = json.loads(manifest_path.read_text())
+    for entry in raw["files"]:
+        if entry["path"] == "results/measurements.csv":
+            entry["sha256"] = hashlib.sha256(stored.read_bytes()).hexdigest()
+    manifest_path.write_text(json.dumps(raw))
+    assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 5
+    assert "measurements.csv line 2: mode" in capsys.readouterr().err
+    assert (fetched / "results" / "measurements.csv").read_bytes() == good
+
+
+def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, capsys):
+    plan = small_plan(tmp_path, samples=3000)
+    state = bench_env / "state"
+    assert main(["launch", "--backend", "local", "--plan", str(plan), "--budget", "1"]) == 0
+    run_id = only_run_id(state)
+    status_file = store_run_dir(state, run_id) / "status.json"
+
+    def measuring():
+        if not status_file.exists():
+            return False
+        status = json.loads(status_file.read_text())
+        return status["phase"] == "benchmark" and status["done"] > 0
+
+    wait_for(measuring)
+    capsys.readouterr()
+    assert main(["stop-all", "--yes"]) == 0
+    assert "stopped 1 machines" in capsys.readouterr().out
+    manifest_file = store_run_dir(state, run_id) / "manifest.json"
+    wait_for(manifest_file.exists, timeout=30)
+    manifest = Manifest.model_validate_json(manifest_file.read_text())
+    assert manifest.status == "partial"
+    assert "SIGTERM" in manifest.reason and "benchmark" in manifest.reason
+    measured = manifest.file("results/measurements.csv")
+    total = 2 * 3000 * len(manifest.plan.implementations)
+    assert measured is not None and 0 < measured.rows < total
+
+    assert main(["status", run_id]) == 0
+    assert "partial" in capsys.readouterr().out
+    assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 5
+    assert (bench_env / "results" / run_id / "results" / "measurements.csv").exists()
+
+
+@pytest.mark.parametrize("hostile", ["$(touch {canary})", "'; touch {canary} #", "`touch {canary}`"])
+def test_hostile_settings_are_inert_when_the_script_runs(bench_env, tmp_path, monkeypatch, hostile):
+    canary = tmp_path / "pwned"
+    text = hostile.format(canary=canary)
+    state = tmp_path / f"state {text}"
+    monkeypatch.setenv("BENCH_STATE_DIR", str(state))
+    plan = small_plan(tmp_path, name=text, samples=2)
+    assert main(["launch", "--backend", "local", "--plan", str(plan), "--budget", "1", "--wait"]) == 0
+    assert not canary.exists(), "a setting was executed by the startup script"
+    manifest = Manifest.model_validate_json(
+        (state / "store" / "bench" / "runs" / only_run_id(state) / "manifest.json").read_text()
+    )
+    assert manifest.status == "complete" and manifest.plan.name == text

@@ -1,0 +1,74 @@
+"""The harness on a real GPU: CUDA-event timing, graph mode, NVML telemetry, the gate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benches.writers import read_csv
+from results_schema import CorrectnessRow, Measurement, SummaryRow
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config(name, s, d, dtype, causal, b=1, h=1):
+    return {"name": name, "batch": b, "heads": h, "seq_len": s, "head_dim": d,
+            "dtype": dtype, "causal": causal}
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gpu")
+    plan = {
+        "name": "gpu-test", "description": "harness test", "device": "cuda",
+        "candidate": "sdpa-efficient", "baselines": ["sdpa", "sdpa-flash"],
+        "reference": "reference", "samples_per_config": 20, "graph_below_us": 20.0,
+        "configs": [
+            _config("tiny", 128, 64, "float16", False),
+            _config("mid", 1024, 128, "bfloat16", True, b=4, h=16),
+            _config("fp32", 256, 64, "float32", False),  # sdpa-flash refuses fp32
+        ],
+    }
+    (out / "plan.json").write_text(json.dumps(plan))
+    result = subprocess.run(
+        [sys.executable, "-m", "benches", "run", "--plan", str(out / "plan.json"), "--out",
+         str(out)], cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_gate_records_a_refusal_and_goes_on(gpu_run):
+    gate = read_csv(gpu_run / "results" / "correctness.csv", CorrectnessRow)
+    refused = [r for r in gate if not r.passed]
+    assert [(r.config, r.implementation) for r in refused] == [("fp32", "sdpa-flash")]
+    rows = read_csv(gpu_run / "results" / "measurements.csv", Measurement)
+    assert not [r for r in rows if (r.config, r.implementation) == ("fp32", "sdpa-flash")]
+    assert sum(r.config == "fp32" for r in rows) == 2 * 20
+
+
+def test_tiny_kernels_use_graph_mode_and_large_ones_single(gpu_run):
+    summary = {(s.config, s.implementation): s for s in
+               read_csv(gpu_run / "results" / "summary.csv", SummaryRow)}
+    assert {s.mode for (c, _), s in summary.items() if c == "tiny"} == {"graph"}
+    assert {s.mode for (c, _), s in summary.items() if c == "mid"} == {"single"}
+    rows = read_csv(gpu_run / "results" / "measurements.csv", Measurement)
+    assert all(r.calls > 1 for r in rows if r.mode == "graph")
+
+
+def test_telemetry_is_recorded_per_sample(gpu_run):
+    pytest.importorskip("pynvml")
+    rows = read_csv(gpu_run / "results" / "measurements.csv", Measurement)
+    assert all(r.sm_clock_mhz and r.mem_clock_mhz and r.throttle_reasons is not None for r in rows)
+    env = json.loads((gpu_run / "environment.json").read_text())
+    assert env["gpu_uuid"].startswith("GPU-") and env["driver"]

@@ -1,0 +1,65 @@
+"""Settings: sources, precedence and one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.errors import ConfigError
+
+
+def test_flags_beat_environment_beat_files(bench_env, monkeypatch):
+    (bench_env / "work" / "bench.toml").write_text('prefix = "from-file"\nmachine_type = "g2-standard-8"\n')
+    monkeypatch.setenv("BENCH_PREFIX", "from-env")
+    config = load_config(flags={"prefix": "from-flag"})
+    assert config.prefix == "from-flag"
+    assert config.machine_type == "g2-standard-8"
+    assert load_config().prefix == "from-env"
+
+
+def test_working_dir_file_beats_user_config_file(bench_env):
+    user = bench_env / "config" / "bench"
+    user.mkdir(parents=True)
+    (user / "bench.toml").write_text('prefix = "user"\nowner = "alice"\n')
+    (bench_env / "work" / "bench.toml").write_text('prefix = "project"\n')
+    config = load_config()
+    assert (config.prefix, config.owner) == ("project", "alice")
+
+
+def test_list_settings_from_environment(bench_env, monkeypatch):
+    monkeypatch.setenv("BENCH_ZONES", "us-east4-a, us-east4-c")
+    assert load_config().zones == ["us-east4-a", "us-east4-c"]
+
+
+@pytest.mark.parametrize(
+    "toml, expected",
+    [
+        ("zonez = ['us-central1-a']\n", "unknown setting 'zonez'"),
+        ("zones = ['moon-base-1']\n", "zones"),
+        ("bucket = 'Bad_Bucket!'\n", "bucket"),
+        ("disk_gb = 'lots'\n", "disk_gb"),
+        ("zones = [\n", "not valid TOML"),
+    ],
+)
+def test_bad_file_gives_one_line_naming_the_key(bench_env, toml, expected):
+    path = bench_env / "work" / "bench.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as error:
+        load_config()
+    message = str(error.value)
+    assert expected in message
+    assert "\n" not in message
+    assert error.value.exit_code == 2
+
+
+def test_unknown_environment_variable_is_an_error(bench_env, monkeypatch):
+    monkeypatch.setenv("BENCH_BUCKT", "typo")
+    with pytest.raises(ConfigError, match="BENCH_BUCKT"):
+        load_config()
+
+
+def test_backend_choice_says_why(bench_env):
+    assert load_config().resolved_backend()[0] == "local"
+    assert "no GCP project" in load_config().resolved_backend()[1]
+    backend, reason = load_config(flags={"project": "my-project-1"}).resolved_backend()
+    assert backend == "gce" and "my-project-1" in reason

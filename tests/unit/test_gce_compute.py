@@ -1,0 +1,213 @@
+"""ComputeApi and GceBackend with the real google-cloud-compute client against the stand-in."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.backends.base import Machine, Placement
+from orchestrator.backends.gce.backend import GceBackend
+from orchestrator.backends.gce.builder import build_instance, managed_filter
+from orchestrator.backends.gce.compute import ComputeApi
+from orchestrator.backends.gce.errors import (
+    GlobalQuotaExceeded,
+    RegionalQuotaExceeded,
+    ZoneUnavailable,
+)
+from orchestrator.config import BenchConfig
+from orchestrator.errors import NoCapacityError, QuotaError
+from tests.fakes.compute_server import FakeComputeServer
+from tests.unit.test_gce_builder import make_spec
+
+ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
+
+
+@pytest.fixture
+def server():
+    with FakeComputeServer(run_scripts=False) as fake:
+        yield fake
+
+
+def config_for(server, **overrides) -> BenchConfig:
+    fields = dict(project="bench-test-project", bucket="bench-bucket", zones=ZONES,
+                  compute_endpoint=server.endpoint)
+    fields.update(overrides)
+    return BenchConfig(**fields)
+
+
+@pytest.fixture
+def api(server):
+    return ComputeApi(config_for(server), read_retry_seconds=5)
+
+
+def instance_for(server, zone="us-central1-a", run_id="20261101-120000-abcdef", spot=True):
+    return build_instance(make_spec(run_id=run_id), config_for(server), zone,
+                          "#!/bin/bash\necho hi\n", "#!/bin/bash\n", spot)
+
+
+def test_insert_get_delete(server, api):
+    api.insert("us-central1-a", instance_for(server))
+    sent = server.inserted[0]
+    assert sent["scheduling"]["provisioningModel"] == "SPOT"
+    assert sent["scheduling"]["maxRunDuration"]["seconds"] == "11880"
+    assert sent["labels"]["bench-managed"] == "true"
+    server.wait_for_status("us-central1-a", "bench-20261101-120000-abcdef", "RUNNING")
+    got = api.get("us-central1-a", "bench-20261101-120000-abcdef")
+    assert got.status == "RUNNING" and got.labels["bench-run"] == "20261101-120000-abcdef"
+    assert api.delete("us-central1-a", "bench-20261101-120000-abcdef") is True
+    assert api.get("us-central1-a", "bench-20261101-120000-abcdef") is None
+    assert api.delete("us-central1-a", "bench-20261101-120000-abcdef") is False
+
+
+@pytest.mark.parametrize("via", ["operation", "http"])
+@pytest.mark.parametrize(
+    "code", ["ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"]
+)
+def test_stockout_is_zone_unavailable(server, api, code, via):
+    server.faults.stockout("us-central1-a", code=code, via=via)
+    with pytest.raises(ZoneUnavailable) as caught:
+        api.insert("us-central1-a", instance_for(server))
+    assert caught.value.zone == "us-central1-a"
+    assert caught.value.reason == "no capacity" and caught.value.detail == code
+
+
+def test_missing_machine_type_is_zone_unavailable(server, api):
+    server.faults.missing_machine_type("us-central1-a")
+    with pytest.raises(ZoneUnavailable, match="not offered"):
+        api.insert("us-central1-a", instance_for(server))
+
+
+@pytest.mark.parametrize("via", ["http", "operation"])
+def test_quotas_are_typed(server, api, via):
+    server.faults.quota_exceeded("NVIDIA_L4_GPUS", region="us-central1", via=via)
+    with pytest.raises(RegionalQuotaExceeded) as caught:
+        api.insert("us-central1-a", instance_for(server))
+    assert (caught.value.quota, caught.value.region) == ("NVIDIA_L4_GPUS", "us-central1")
+    server.faults.clear()
+    server.faults.quota_exceeded("GPUS_ALL_REGIONS", region=None, via=via)
+    with pytest.raises(GlobalQuotaExceeded, match="GPUS_ALL_REGIONS"):
+        api.insert("us-central1-a", instance_for(server))
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_reads_retry_transient_errors(server, api, status):
+    api.insert("us-central1-a", instance_for(server))
+    server.faults.fail_next("instances.get", status=status, times=2)
+    assert api.get("us-central1-a", "bench-20261101-120000-abcdef") is not None
+    assert len(server.calls("instances.get")) == 3
+
+
+def test_aggregated_list_finds_labelled_instances_in_every_zone(server, api):
+    for i, zone in enumerate(ZONES):
+        api.insert(zone, instance_for(server, zone, run_id=f"20261101-12000{i}-abcdef"))
+    unlabelled = instance_for(server, "us-central1-b", run_id="20261101-130000-abcdef")
+    unlabelled.labels = {"team": "other"}
+    api.insert("us-central1-b", unlabelled)
+    found = api.list_instances(managed_filter())
+    assert sorted((zone, inst.name) for zone, inst in found) == [
+        (zone, f"bench-20261101-12000{i}-abcdef") for i, zone in enumerate(ZONES)
+    ]
+
+
+def test_serial_output_follows_next(tmp_path):
+    with FakeComputeServer() as server:
+        api = ComputeApi(config_for(server), read_retry_seconds=5)
+        api.insert("us-central1-a", instance_for(server))
+        name = "bench-20261101-120000-abcdef"
+        server.wait_for(lambda: "hi" in server.serial_output("us-central1-a", name))
+        first = api.serial_output("us-central1-a", name, 0)
+        assert "startup-script: hi" in first.contents
+        again = api.serial_output("us-central1-a", name, first.next_)
+        assert again.start == first.next_ and again.contents == ""
+        api.delete("us-central1-a", name)
+        assert api.serial_output("us-central1-a", name, 0) is None
+
+
+# -- GceBackend ----------------------------------------------------------------------------
+
+
+def test_backend_fails_over_to_the_third_zone(server):
+    server.faults.stockout("us-central1-a")
+    server.faults.missing_machine_type("us-central1-b")
+    backend = GceBackend(config_for(server))
+    placement = backend.start(make_spec(), "#!/bin/bash\n", "#!/bin/bash\n")
+    assert (placement.location, placement.handle) == ("us-central1-c", "bench-20261101-120000-abcdef")
+    assert placement.spot is True and placement.rate_usd_per_hour is None
+    assert [a.split(" ")[0] for a in placement.attempts] == ["us-central1-a", "us-central1-b"]
+    assert [r.path.split("/")[6] for r in server.calls("instances.insert")] == ZONES
+
+
+def test_backend_on_demand_fallback_uses_the_approved_spec(server):
+    for zone in ZONES:
+        server.faults.stockout(zone)
+    asked = []
+
+    def approve(spec):
+        asked.append(spec.run_id)
+        return spec.model_copy(update={"spot": False, "rate_usd_per_hour": 0.72,
+                                       "max_run_seconds": 4_800})
+
+    backend = GceBackend(config_for(server, on_demand_fallback=True), on_demand=approve)
+    # Spot fails everywhere; capacity comes back for the on-demand round.
+    original = backend.api.insert
+
+    def insert(zone, instance):
+        if instance.scheduling.provisioning_model == "STANDARD":
+            server.faults.clear()
+        original(zone, instance)
+
+    backend.api.insert = insert
+    placement = backend.start(make_spec(), "#!/bin/bash\n", "#!/bin/bash\n")
+    assert asked == ["20261101-120000-abcdef"]
+    assert placement.spot is False and placement.rate_usd_per_hour == 0.72
+    body = server.inserted[-1]
+    assert body["scheduling"]["provisioningModel"] == "STANDARD"
+    assert body["scheduling"]["maxRunDuration"]["seconds"] == "4800"
+
+
+def test_backend_without_fallback_raises_no_capacity(server):
+    for zone in ZONES:
+        server.faults.stockout(zone)
+    with pytest.raises(NoCapacityError, match="us-central1-c"):
+        GceBackend(config_for(server)).start(make_spec(), "#!/bin/bash\n", "#!/bin/bash\n")
+
+
+def test_backend_quota_everywhere(server):
+    server.faults.quota_exceeded("PREEMPTIBLE_NVIDIA_L4_GPUS", region="us-central1")
+    with pytest.raises(QuotaError, match="PREEMPTIBLE_NVIDIA_L4_GPUS in us-central1"):
+        GceBackend(config_for(server)).start(make_spec(), "#!/bin/bash\n", "#!/bin/bash\n")
+    assert len(server.calls("instances.insert")) == 1
+
+
+def test_backend_state_list_stop_and_release(server):
+    backend = GceBackend(config_for(server))
+    placements = [
+        backend.start(make_spec(run_id=f"20261101-12000{i}-abcdef"), "#!/bin/bash\n", "")
+        for i in range(3)
+    ]
+    for p in placements:
+        server.wait_for_status(p.location, p.handle, "RUNNING")
+        assert backend.machine_state("x", p) == "RUNNING"
+    machines = backend.list_machines()
+    assert sorted(m.run_id for m in machines) == [f"20261101-12000{i}-abcdef" for i in range(3)]
+    assert all(m.rate_usd_per_hour > 0 for m in machines)
+    backend.release("20261101-120000-abcdef", placements[0])
+    backend.release("20261101-120000-abcdef", placements[0])  # idempotent
+    assert backend.machine_state("x", placements[0]) == "GONE"
+    ghost = Machine("20261101-999999-abcdef", "bench-gone", "us-central1-a", "RUNNING")
+    stopped = backend.stop(backend.list_machines() + [ghost])
+    assert sorted(m.name for m in stopped) == sorted(p.handle for p in placements[1:]) + ["bench-gone"]
+    assert backend.list_machines() == [] and backend.stop_failures == {}
+
+
+def test_backend_machine_state_after_guest_power_off():
+    with FakeComputeServer() as server:
+        backend = GceBackend(config_for(server), poll_seconds=0.05)
+        spec = make_spec()
+        placement = backend.start(spec, "#!/bin/bash\necho line one\nprintf 'no newline'\nshutdown -h now\n", "")
+        lines = list(backend.log_lines(spec.run_id, placement, follow=True))
+        assert backend.machine_state(spec.run_id, placement) == "TERMINATED"
+        assert any(line.endswith("startup-script: line one") for line in lines)
+        assert any("no newline" in line for line in lines)
+        assert backend.list_machines()[0].state == "TERMINATED"
+        backend.release(spec.run_id, Placement(location="", handle=""))
+        assert backend.machine_state(spec.run_id, placement) == "GONE"

@@ -1,0 +1,125 @@
+"""The gce backend partial's shell functions, run by bash against the stand-ins.
+
+store_put/store_get talk to the real fake-gcs-server with a token from the metadata
+stand-in; `shutdown` is a stub that records its arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backends.gce.backend import template_vars
+from orchestrator.backends.gce.compute import ComputeApi
+from orchestrator.config import BenchConfig
+from orchestrator.render import template_environment
+from tests.fakes.compute_server import FakeComputeServer
+from tests.fakes.fixtures import gcs_bucket, gcs_server  # noqa: F401 - fixtures
+from tests.unit.test_gce_builder import make_spec
+from tests.unit.test_gce_compute import instance_for
+
+ZONE, NAME = "us-central1-a", "bench-20261101-120000-abcdef"
+
+
+@pytest.fixture
+def vm(tmp_path, gcs_server, gcs_bucket):  # noqa: F811
+    """Runs bash snippets with the rendered partial sourced, as a phase would."""
+    with FakeComputeServer(run_scripts=False) as compute:
+        config = BenchConfig(
+            project="bench-test-project", zones=[ZONE], bucket=gcs_bucket,
+            prefix="team/bench", compute_endpoint=compute.endpoint,
+            storage_endpoint=gcs_server.endpoint,
+            metadata_endpoint=None,
+        )
+        ComputeApi(config).insert(ZONE, instance_for(compute, ZONE))
+        variables = template_vars(config)
+        variables["metadata_endpoint"] = compute.metadata_url_for(ZONE, NAME)
+        partial = template_environment().get_template("partials/backend/gce.sh.j2")
+        (tmp_path / "backend.sh").write_text(partial.render(**variables))
+        stubs = tmp_path / "bin"
+        stubs.mkdir()
+        (stubs / "shutdown").write_text('#!/bin/bash\necho "$@" >> "$WORK_DIR/shutdown.args"\n')
+        (stubs / "sync").write_text("#!/bin/bash\n")
+        for stub in stubs.iterdir():
+            stub.chmod(0o755)
+
+        def run(snippet: str) -> subprocess.CompletedProcess:
+            script = (
+                "set -Eeuo pipefail\n"
+                'log() { echo "[log] $*"; }\n'
+                f"export WORK_DIR={tmp_path}\n"
+                f"export PATH={stubs}:$PATH\n"
+                f"source {tmp_path / 'backend.sh'}\n"
+                # Like common.sh.j2 and run_phase: exported, then called in a child bash.
+                "export -f log store_put store_get machine_facts stop_machine machine_watchdog\n"
+                f"bash -Eeuo pipefail -c {snippet!r}\n"
+            )
+            return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                                  cwd=tmp_path, timeout=60)
+
+        run.tmp_path = tmp_path  # type: ignore[attr-defined]
+        run.compute = compute  # type: ignore[attr-defined]
+        yield run
+
+
+def test_store_put_and_get_round_trip(vm, gcs_server, gcs_bucket):  # noqa: F811
+    tmp: Path = vm.tmp_path
+    (tmp / "summary.csv").write_text("a,b\n1,2\n")
+    result = vm('store_put summary.csv "runs/r1/results/sum mary+1.csv" && '
+                'store_get "runs/r1/results/sum mary+1.csv" back.csv')
+    assert result.returncode == 0, result.stderr
+    assert (tmp / "back.csv").read_text() == "a,b\n1,2\n"
+    blob = gcs_server.client().bucket(gcs_bucket).get_blob("team/bench/runs/r1/results/sum mary+1.csv")
+    assert blob is not None and blob.content_type == "text/csv"
+    assert blob.download_as_bytes() == b"a,b\n1,2\n"
+
+
+def test_store_get_of_a_missing_key_fails_fast_and_leaves_nothing(vm):
+    result = vm("store_get runs/none/payload.tar.gz payload.tar.gz")
+    assert result.returncode != 0
+    assert "download of runs/none/payload.tar.gz failed" in result.stderr
+    assert not list(vm.tmp_path.glob("payload.tar.gz*"))
+
+
+def test_machine_facts_preempted_and_power_off(vm):
+    result = vm("machine_facts; echo \"$BENCH_ZONE $BENCH_MACHINE_TYPE $BENCH_SPOT\"; "
+                "if machine_preempted; then echo preempted; else echo not-preempted; fi; "
+                "machine_watchdog 3600; stop_machine")
+    assert result.returncode == 0, result.stderr
+    assert "us-central1-a g2-standard-4" in result.stdout
+    assert "not-preempted" in result.stdout
+    env = (vm.tmp_path / "machine.env").read_text()
+    assert "export BENCH_ZONE=us-central1-a" in env
+    assert (vm.tmp_path / "shutdown.args").read_text().splitlines() == [
+        "-h +65 bench watchdog", "-h now"]
+
+
+def test_the_token_never_appears_in_the_rendered_script(vm):
+    text = (vm.tmp_path / "backend.sh").read_text()
+    assert "fake-token" not in text and "Bearer " in text  # only the header template
+
+
+def test_rendered_startup_script_passes_shellcheck(tmp_path):
+    from orchestrator.render import render_startup
+
+    # Values no validator would pass, to prove quoting holds whatever reaches the template.
+    config = BenchConfig.model_construct(
+        project="bench-test-project", bucket="b$(touch /tmp/x)", prefix="it's/a prefix",
+        storage_endpoint=None, metadata_endpoint='http://m"`id`',
+    )
+    script = tmp_path / "startup.sh"
+    script.write_text(render_startup(make_spec(), "/var/lib/bench/x", template_vars(config)))
+    shellcheck = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os.defpath}")
+    result = subprocess.run([shellcheck, str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+    values = subprocess.run(
+        ["bash", "-c", f"source <(sed -n '/^readonly BUCKET=/,/^readonly METADATA_ENDPOINT=/p' "
+                       f"{script}); printf '%s|' \"$BUCKET\" \"$PREFIX\" \"$METADATA_ENDPOINT\""],
+        capture_output=True, text=True,
+    ).stdout
+    assert values == "b$(touch /tmp/x)|it's/a prefix|http://m\"`id`|"

