@@ -3,7 +3,8 @@
     python -m benches plans
     python -m benches environment --out environment.json
     python -m benches correctness --plan auto --out runs/demo
-    python -m benches run --plan auto --out runs/demo --measurements 600 --status-file runs/demo/status.json
+    python -m benches run --plan auto --out runs/demo --measurements 600 \
+        --status-file runs/demo/status.json
 
 --out is the run directory: CSVs go to DIR/results/, plan.json, environment.json and (after a
 complete `run`) manifest.json to DIR itself, the layout fetch and `bench report` read.
@@ -15,7 +16,6 @@ import argparse
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 from benches.plan import PlanError, load_plan_file, plan_names, resolve_plan
 
@@ -37,8 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--plan", default="auto", help="plan name, plan file, or auto (default)")
         cmd.add_argument("--out", type=Path, required=True, help="run directory")
-        cmd.add_argument("--run-id", help="defaults to the id of an earlier phase in --out, or a new one")
-        cmd.add_argument("--status-file", type=Path, help="status.json to keep current (none if absent)")
+        cmd.add_argument(
+            "--run-id", help="defaults to the id of an earlier phase in --out, or a new one"
+        )
+        cmd.add_argument(
+            "--status-file", type=Path, help="status.json to keep current (none if absent)"
+        )
     run = sub.choices["run"]
     run.add_argument(
         "--measurements",
@@ -48,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "plans":
@@ -67,8 +71,10 @@ def list_plans() -> int:
     for name in plan_names():
         plan = load_plan_file(PLANS_DIR / f"{name}.json")
         impls = ", ".join(plan.implementations)
-        print(f"{name:12} {plan.device:4} {len(plan.configs):3} configs x "
-              f"{plan.samples_per_config} samples  [{impls}]")
+        print(
+            f"{name:12} {plan.device:4} {len(plan.configs):3} configs x "
+            f"{plan.samples_per_config} samples  [{impls}]"
+        )
         print(f"{'':12} {plan.description}")
     return 0
 
@@ -81,7 +87,7 @@ def write_environment(out: Path) -> int:
     return 0
 
 
-def effective_plan(plan, measurements: Optional[int]):
+def effective_plan(plan, measurements: int | None):
     """The plan as run: --measurements replaces samples_per_config (its even share)."""
     from benches.plan import samples_per_config
 
@@ -108,7 +114,9 @@ def run_phases(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run_id = args.run_id or earlier_run_id(args.out) or runner.new_run_id()
     with runner.StopRequested() as stop:
-        ctx = runner.RunContext(plan, args.out, run_id, StatusWriter(args.status_file, run_id), stop)
+        ctx = runner.RunContext(
+            plan, args.out, run_id, StatusWriter(args.status_file, run_id), stop
+        )
         runner.write_plan(args.out, effective)
         environment = runner.load_or_write_environment(args.out)
         gate = None if args.command == "correctness" else runner.reusable_correctness(ctx)
@@ -126,7 +134,7 @@ def run_phases(args: argparse.Namespace) -> int:
     return 0
 
 
-def earlier_run_id(run_dir: Path) -> Optional[str]:
+def earlier_run_id(run_dir: Path) -> str | None:
     """The run id that an earlier `correctness` phase wrote into this run directory."""
     import csv
 
@@ -146,5 +154,7 @@ def print_summary(summary) -> None:
             if row.speedup is not None
             else ""
         )
-        print(f"{row.config:28} {row.implementation:15} {row.mode:6} median {row.median_ms:.4f} ms "
-              f"{row.tflops:8.2f} TFLOP/s{speedup}")
+        print(
+            f"{row.config:28} {row.implementation:15} {row.mode:6} median {row.median_ms:.4f} ms "
+            f"{row.tflops:8.2f} TFLOP/s{speedup}"
+        )

@@ -11,7 +11,7 @@ kernel must not widen its own tolerance). NaN or Inf in the output never passes.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 
@@ -55,7 +55,9 @@ def chunked_reference(reference: Callable, q, k, v, causal: bool) -> torch.Tenso
     per_head = s * k.shape[-2] * 8
     step = max(1, REFERENCE_CHUNK_BYTES // per_head)
     parts = [
-        reference(flat[0][:, i : i + step], flat[1][:, i : i + step], flat[2][:, i : i + step], causal)
+        reference(
+            flat[0][:, i : i + step], flat[1][:, i : i + step], flat[2][:, i : i + step], causal
+        )
         for i in range(0, b * h, step)
     ]
     return torch.cat(parts, dim=1).reshape(b, h, s, -1)
@@ -132,8 +134,9 @@ def _measure(name, q, k, v, config, ref, device):
 
 
 def _row(run_id, config, name, backend, result, message, tolerance) -> CorrectnessRow:
-    common = dict(run_id=run_id, config=config.name, implementation=name, backend=backend,
-                  tolerance=tolerance)
+    common = dict(
+        run_id=run_id, config=config.name, implementation=name, backend=backend, tolerance=tolerance
+    )
     if result is None:
         return CorrectnessRow(**common, passed=False, message=message)
     rel_l2, max_abs, nonfinite = result
@@ -143,11 +146,15 @@ def _row(run_id, config, name, backend, result, message, tolerance) -> Correctne
     elif not passed:
         message = f"relative L2 error {rel_l2:.3g} over tolerance {tolerance:.3g}"
     return CorrectnessRow(
-        **common, passed=passed, rel_l2_error=_finite_or_none(rel_l2),
-        max_abs_error=_finite_or_none(max_abs), nonfinite=nonfinite, message=message,
+        **common,
+        passed=passed,
+        rel_l2_error=_finite_or_none(rel_l2),
+        max_abs_error=_finite_or_none(max_abs),
+        nonfinite=nonfinite,
+        message=message,
     )
 
 
-def _finite_or_none(value: float) -> Optional[float]:
+def _finite_or_none(value: float) -> float | None:
     """NaN/Inf errors (from non-finite outputs) are recorded as unknown, not as numbers."""
     return value if math.isfinite(value) else None

@@ -48,10 +48,20 @@ def dobench(run_dir: Path) -> dict:
         else:
             theirs = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
         diff = (s.median_ms - theirs) / theirs
-        rows.append({"config": s.config, "implementation": s.implementation, "mode": s.mode,
-                     "harness_ms": s.median_ms, "triton_ms": theirs, "diff": diff})
-        print(f"{s.config:26} {s.implementation:15} {s.mode:6} harness {s.median_ms:.5f} "
-              f"triton {theirs:.5f} ms  {100 * diff:+6.2f}%")
+        rows.append(
+            {
+                "config": s.config,
+                "implementation": s.implementation,
+                "mode": s.mode,
+                "harness_ms": s.median_ms,
+                "triton_ms": theirs,
+                "diff": diff,
+            }
+        )
+        print(
+            f"{s.config:26} {s.implementation:15} {s.mode:6} harness {s.median_ms:.5f} "
+            f"triton {theirs:.5f} ms  {100 * diff:+6.2f}%"
+        )
     worst = max(rows, key=lambda r: abs(r["diff"]))
     single = [r for r in rows if r["mode"] == "single"]
     result = {
@@ -59,9 +69,11 @@ def dobench(run_dir: Path) -> dict:
         "max_abs_diff": abs(worst["diff"]),
         "max_abs_diff_single": max((abs(r["diff"]) for r in single), default=None),
     }
-    print(f"largest difference: {100 * abs(worst['diff']):.2f}% ({worst['config']}, "
-          f"{worst['implementation']}, {worst['mode']}); single-launch rows only: "
-          f"{100 * (result['max_abs_diff_single'] or 0):.2f}%")
+    print(
+        f"largest difference: {100 * abs(worst['diff']):.2f}% ({worst['config']}, "
+        f"{worst['implementation']}, {worst['mode']}); single-launch rows only: "
+        f"{100 * (result['max_abs_diff_single'] or 0):.2f}%"
+    )
     return result
 
 
@@ -71,14 +83,25 @@ def repeat(run_a: Path, run_b: Path) -> dict:
     rows = []
     for key in a.keys() & b.keys():
         diff = (b[key].median_ms - a[key].median_ms) / a[key].median_ms
-        rows.append({"config": key[0], "implementation": key[1], "a_ms": a[key].median_ms,
-                     "b_ms": b[key].median_ms, "diff": diff})
+        rows.append(
+            {
+                "config": key[0],
+                "implementation": key[1],
+                "a_ms": a[key].median_ms,
+                "b_ms": b[key].median_ms,
+                "diff": diff,
+            }
+        )
     rows.sort(key=lambda r: -abs(r["diff"]))
     for r in rows:
-        print(f"{r['config']:26} {r['implementation']:15} {r['a_ms']:.5f} {r['b_ms']:.5f} ms "
-              f"{100 * r['diff']:+6.2f}%")
-    print(f"largest back-to-back median difference: {100 * abs(rows[0]['diff']):.2f}% "
-          f"({rows[0]['config']}, {rows[0]['implementation']})")
+        print(
+            f"{r['config']:26} {r['implementation']:15} {r['a_ms']:.5f} {r['b_ms']:.5f} ms "
+            f"{100 * r['diff']:+6.2f}%"
+        )
+    print(
+        f"largest back-to-back median difference: {100 * abs(rows[0]['diff']):.2f}% "
+        f"({rows[0]['config']}, {rows[0]['implementation']})"
+    )
     return {"rows": rows, "max_abs_diff": abs(rows[0]["diff"])}
 
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 from importlib import metadata
-from typing import Any, Optional
+from typing import Any
 
 from results_schema import EnvironmentFingerprint
 
@@ -32,7 +32,7 @@ PEAK_TFLOPS_16BIT = (
 )
 
 
-def peak_tflops_for(gpu_name: Optional[str]) -> Optional[float]:
+def peak_tflops_for(gpu_name: str | None) -> float | None:
     if not gpu_name:
         return None
     for needle, peak in PEAK_TFLOPS_16BIT:
@@ -41,14 +41,14 @@ def peak_tflops_for(gpu_name: Optional[str]) -> Optional[float]:
     return None
 
 
-def _version(package: str) -> Optional[str]:
+def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
 
 
-def _nvcc_version() -> Optional[str]:
+def _nvcc_version() -> str | None:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return None
@@ -59,7 +59,7 @@ def _nvcc_version() -> Optional[str]:
     return None
 
 
-def _cpu_model() -> Optional[str]:
+def _cpu_model() -> str | None:
     with contextlib.suppress(OSError):
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -114,7 +114,7 @@ def _torch_facts() -> dict[str, Any]:
     return facts
 
 
-def _bool_env(name: str) -> Optional[bool]:
+def _bool_env(name: str) -> bool | None:
     value = os.environ.get(name)
     if value is None or value == "":
         return None

@@ -55,7 +55,9 @@ def resolve_plan(spec: str, cuda_available: bool | None = None) -> Plan:
     path = Path(spec)
     if path.suffix == ".json" or path.exists():
         return load_plan_file(path)
-    raise PlanError(f"unknown plan {spec!r}: use a file path, auto, or one of {', '.join(plan_names())}")
+    raise PlanError(
+        f"unknown plan {spec!r}: use a file path, auto, or one of {', '.join(plan_names())}"
+    )
 
 
 def samples_per_config(plan: Plan, total_per_implementation: int | None) -> list[int]:

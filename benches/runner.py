@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
@@ -32,7 +31,6 @@ from benches.writers import (
     StatusWriter,
     read_csv,
     write_csv,
-    write_manifest,
 )
 from kernels import registry
 from results_schema import CorrectnessRow, EnvironmentFingerprint, Measurement, Plan, SummaryRow
@@ -46,10 +44,10 @@ class StopRequested:
     """Turns SIGTERM/SIGINT into a flag read at sample boundaries."""
 
     def __init__(self) -> None:
-        self.signum: Optional[int] = None
+        self.signum: int | None = None
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> "StopRequested":
+    def __enter__(self) -> StopRequested:
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
@@ -101,7 +99,7 @@ def expected_pairs(plan: Plan) -> set[tuple[str, str]]:
     return {(c.name, i) for c in plan.configs for i in plan.implementations}
 
 
-def reusable_correctness(ctx: RunContext) -> Optional[list[CorrectnessRow]]:
+def reusable_correctness(ctx: RunContext) -> list[CorrectnessRow] | None:
     """The gate's rows from an earlier `correctness` phase of this run and plan, if any."""
     path = ctx.results_dir / "correctness.csv"
     if not path.is_file():
@@ -133,8 +131,14 @@ def run_correctness(ctx: RunContext) -> list[CorrectnessRow]:
     failed = [f"{r.config}/{r.implementation}: {r.message}" for r in rows if not r.passed]
     message = f"{len(rows) - len(failed)}/{len(rows)} passed"
     state = "partial" if ctx.stop() else "complete"
-    ctx.status.update("correctness", state, len(rows) // max(len(plan.implementations), 1),
-                      total, message, force=True)
+    ctx.status.update(
+        "correctness",
+        state,
+        len(rows) // max(len(plan.implementations), 1),
+        total,
+        message,
+        force=True,
+    )
     print(f"correctness: {message} in {time.monotonic() - started:.1f} s", file=sys.stderr)
     for line in failed:
         print(f"  FAILED {line}", file=sys.stderr)
@@ -173,7 +177,9 @@ def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> Conf
     # One mode per config for every implementation: graph and single timings don't compare.
     if clock.supports_graphs and fastest_us < plan.graph_below_us:
         batch = timing.graph_calls_for(fastest_us)
-        return ConfigTiming({n: clock.graph_sampler(calls[n], batch) for n in names}, "graph", batch)
+        return ConfigTiming(
+            {n: clock.graph_sampler(calls[n], batch) for n in names}, "graph", batch
+        )
     return ConfigTiming(single, "single", 1)
 
 
@@ -186,7 +192,7 @@ def make_clock(ctx: RunContext):
 def run_benchmark(
     ctx: RunContext,
     gate: list[CorrectnessRow],
-    measurements_per_implementation: Optional[int],
+    measurements_per_implementation: int | None,
     environment: EnvironmentFingerprint,
 ) -> tuple[list[Measurement], list[SummaryRow]]:
     plan = ctx.plan
@@ -202,36 +208,55 @@ def run_benchmark(
             for index, config in enumerate(plan.configs):
                 if ctx.stop() or not timed[index]:
                     continue
-                ctx.status.update("benchmark", "running", len(measurements), total,
-                                  f"warming up {config.name}", force=True)
+                ctx.status.update(
+                    "benchmark",
+                    "running",
+                    len(measurements),
+                    total,
+                    f"warming up {config.name}",
+                    force=True,
+                )
                 setup = prepare_config(ctx, clock, index, timed[index])
                 rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
                 for round_index, name, ms in timing.interleaved_rounds(
                     setup.samplers, counts[index], rng, ctx.stop
                 ):
                     reading = telemetry.read() if telemetry else EMPTY
-                    row = _measurement(ctx.run_id, config.name, name, setup, round_index, ms, reading)
+                    row = _measurement(
+                        ctx.run_id, config.name, name, setup, round_index, ms, reading
+                    )
                     writer.write([row])
                     measurements.append(row)
-                    ctx.status.update("benchmark", "running", len(measurements), total,
-                                      f"timing {config.name}")
+                    ctx.status.update(
+                        "benchmark", "running", len(measurements), total, f"timing {config.name}"
+                    )
                 del setup
                 _free_device_memory(ctx.device)
     finally:
         if telemetry:
             telemetry.close()
-    print(f"benchmark: {len(measurements)}/{total} samples in {time.monotonic() - started:.1f} s",
-          file=sys.stderr)
+    print(
+        f"benchmark: {len(measurements)}/{total} samples in {time.monotonic() - started:.1f} s",
+        file=sys.stderr,
+    )
     backends = {(r.config, r.implementation): r.backend for r in gate}
     summary = summarize(ctx.run_id, plan, measurements, backends, environment.peak_tflops)
     write_csv(ctx.results_dir / "summary.csv", SummaryRow, summary)
     state = "partial" if ctx.stop() else "complete"
-    ctx.status.update("benchmark", state, len(measurements), total,
-                      "interrupted" if ctx.stop() else "done", force=True)
+    ctx.status.update(
+        "benchmark",
+        state,
+        len(measurements),
+        total,
+        "interrupted" if ctx.stop() else "done",
+        force=True,
+    )
     return measurements, summary
 
 
-def _measurement(run_id, config, name, setup: ConfigTiming, round_index, ms, reading) -> Measurement:
+def _measurement(
+    run_id, config, name, setup: ConfigTiming, round_index, ms, reading
+) -> Measurement:
     return Measurement(
         run_id=run_id,
         config=config,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -74,15 +74,18 @@ def paired_speedup(
     candidate_by_round: Mapping[int, float],
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
-) -> Optional[Speedup]:
+) -> Speedup | None:
     """Pairs samples of the same round (run back to back, interleaved), so slow drift
     cancels in each ratio; None when no round has both."""
     rounds = sorted(set(baseline_by_round) & set(candidate_by_round))
     if not rounds:
         return None
     ratios = np.array([baseline_by_round[r] / candidate_by_round[r] for r in rounds])
-    low, high = bootstrap_median_ci(ratios, resamples, seed) if ratios.size > 1 else (
-        float(ratios[0]), float(ratios[0]))
+    low, high = (
+        bootstrap_median_ci(ratios, resamples, seed)
+        if ratios.size > 1
+        else (float(ratios[0]), float(ratios[0]))
+    )
     return Speedup(float(np.median(ratios)), low, high, int(ratios.size))
 
 
@@ -91,7 +94,7 @@ def summarize(
     plan: Plan,
     measurements: Iterable[Measurement],
     backends: Mapping[tuple[str, str], str],
-    peak_tflops: Optional[float],
+    peak_tflops: float | None,
 ) -> list[SummaryRow]:
     """One row per (config, implementation) that has samples, in plan order; baseline rows
     carry the candidate's speedup over them."""
@@ -110,9 +113,7 @@ def summarize(
                 speedup = paired_speedup(
                     _by_round(samples), _by_round(candidate), seed=plan.seed + index
                 )
-            rows.append(
-                _summary_row(run_id, config, name, samples, backends, peak_tflops, speedup)
-            )
+            rows.append(_summary_row(run_id, config, name, samples, backends, peak_tflops, speedup))
     return rows
 
 
@@ -146,7 +147,7 @@ def _summary_row(run_id, config, name, samples, backends, peak_tflops, speedup) 
     )
 
 
-def _pct_of_peak(config, tflops: float, peak_tflops: Optional[float]) -> Optional[float]:
+def _pct_of_peak(config, tflops: float, peak_tflops: float | None) -> float | None:
     """The known peak is the dense 16-bit tensor rate: other dtypes get no percentage."""
     if not peak_tflops or config.dtype not in ("float16", "bfloat16"):
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 # NVML clocks-event (formerly "throttle") reason bits that mean the GPU ran slower than it
 # could: SW power cap, HW slowdown, SW thermal, HW thermal, HW power brake. GPU idle (0x1),
@@ -18,11 +18,11 @@ SLOWDOWN_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 @dataclass(frozen=True)
 class Reading:
-    sm_clock_mhz: Optional[int] = None
-    mem_clock_mhz: Optional[int] = None
-    temperature_c: Optional[int] = None
-    power_w: Optional[float] = None
-    throttle_reasons: Optional[int] = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    throttle_reasons: int | None = None
 
     @property
     def throttled(self) -> bool:
@@ -91,5 +91,5 @@ class Telemetry:
             self._nvml = self._handle = None
 
 
-def _milliwatts_to_watts(value: Optional[int]) -> Optional[float]:
+def _milliwatts_to_watts(value: int | None) -> float | None:
     return None if value is None else value / 1000.0

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable, Iterator, Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import numpy as np
 

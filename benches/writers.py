@@ -9,14 +9,14 @@ from __future__ import annotations
 import argparse
 import csv
 import time
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Iterable, Optional
+from typing import IO
 
 from pydantic import BaseModel
 
-from results_schema import Manifest, Status
-from results_schema import record
+from results_schema import Manifest, Status, record
 
 RESULTS_SUBDIR = "results"  # DESIGN.md's run layout: <run dir>/results/*.csv, manifest beside it
 
@@ -58,7 +58,7 @@ class CsvWriter:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "CsvWriter":
+    def __enter__(self) -> CsvWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -85,7 +85,7 @@ class StatusWriter:
     """Rewrites status.json (record.py's shape, checked against results_schema.Status) at
     most once per `interval` seconds unless forced; a no-op without a path."""
 
-    def __init__(self, path: Optional[Path], run_id: str, interval: float = 1.0) -> None:
+    def __init__(self, path: Path | None, run_id: str, interval: float = 1.0) -> None:
         self.path = path
         self.run_id = run_id
         self.interval = interval

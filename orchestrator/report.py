@@ -11,7 +11,6 @@ import csv
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -30,10 +29,10 @@ class ReportRow:
     mode: str
     median_ms: float
     tflops: float
-    pct_of_peak: Optional[float]
-    speedup: Optional[float]
-    speedup_ci: Optional[tuple[float, float]]
-    verdict: Optional[str]
+    pct_of_peak: float | None
+    speedup: float | None
+    speedup_ci: tuple[float, float] | None
+    verdict: str | None
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class Report:
     status: str
     rows: list[ReportRow]
     plots: list[Path] = field(default_factory=list)
-    compared_with: Optional[str] = None
+    compared_with: str | None = None
     disagreements: list[Disagreement] = field(default_factory=list)
 
 
@@ -61,12 +60,12 @@ class Report:
 class RunResults:
     run_id: str
     status: str
-    plan: Optional[Plan]
+    plan: Plan | None
     summary: list[SummaryRow]
     measurements: list[Measurement]
 
 
-def make_report(results_dir: Path, compare_dir: Optional[Path] = None) -> Report:
+def make_report(results_dir: Path, compare_dir: Path | None = None) -> Report:
     run = load_run(results_dir)
     out_dir = results_dir / REPORT_SUBDIR
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -112,7 +111,7 @@ def load_run(run_dir: Path) -> RunResults:
     return RunResults(run_id, status, plan, summary, measurements)
 
 
-def _manifest(run_dir: Path) -> Optional[Manifest]:
+def _manifest(run_dir: Path) -> Manifest | None:
     path = run_dir / "manifest.json"
     if not path.is_file():
         return None
@@ -122,7 +121,7 @@ def _manifest(run_dir: Path) -> Optional[Manifest]:
         raise ResultsError(f"{path} does not match the schema: {exc}") from exc
 
 
-def _plan_file(run_dir: Path) -> Optional[Plan]:
+def _plan_file(run_dir: Path) -> Plan | None:
     path = run_dir / "plan.json"
     if not path.is_file():
         return None
@@ -132,8 +131,16 @@ def _plan_file(run_dir: Path) -> Optional[Plan]:
 def _row(s: SummaryRow) -> ReportRow:
     ci = (s.speedup_ci_low, s.speedup_ci_high) if s.speedup_ci_low is not None else None
     return ReportRow(
-        s.config, s.implementation, s.backend, s.mode, s.median_ms, s.tflops, s.pct_of_peak,
-        s.speedup, ci, s.verdict,
+        s.config,
+        s.implementation,
+        s.backend,
+        s.mode,
+        s.median_ms,
+        s.tflops,
+        s.pct_of_peak,
+        s.speedup,
+        ci,
+        s.verdict,
     )
 
 
@@ -222,10 +229,12 @@ def _plot_latency(plt, run: RunResults, path: Path) -> Path:
         ax.set_title(config, fontsize=9)
         ax.set_ylabel("ms per call", fontsize=8)
         values = np.concatenate([lat[(config, i)] for i in present])
-        if values.min() > 0 and values.max() / values.min() > 20:  # outliers would flatten the boxes
+        if (
+            values.min() > 0 and values.max() / values.min() > 20
+        ):  # outliers would flatten the boxes
             ax.set_yscale("log")
         ax.tick_params(axis="y", labelsize=8)
-    for ax in list(axes.flat)[len(configs):]:
+    for ax in list(axes.flat)[len(configs) :]:
         ax.axis("off")
     fig.suptitle(f"Latency per sample, run {run.run_id} ({run.status})")
     fig.tight_layout()
@@ -248,8 +257,9 @@ def _plot_speedup(plt, run: RunResults, path: Path) -> Path:
             [p.speedup - p.speedup_ci_low for p in points],
             [p.speedup_ci_high - p.speedup for p in points],
         ]
-        ax.errorbar([p.speedup for p in points], ys, xerr=xerr, fmt="o", capsize=3,
-                    label=f"over {baseline}")
+        ax.errorbar(
+            [p.speedup for p in points], ys, xerr=xerr, fmt="o", capsize=3, label=f"over {baseline}"
+        )
     ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], configs, fontsize=8)
     ax.invert_yaxis()
@@ -275,8 +285,9 @@ def _plot_tflops(plt, run: RunResults, path: Path) -> Path:
                 series[(s.implementation, c.head_dim)].append((c.seq_len, s.tflops))
         for (impl, head_dim), points in sorted(series.items()):
             points.sort()
-            ax.plot(*zip(*points), marker="o" if head_dim <= 64 else "s",
-                    label=f"{impl}, D={head_dim}")
+            ax.plot(
+                *zip(*points), marker="o" if head_dim <= 64 else "s", label=f"{impl}, D={head_dim}"
+            )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sequence length")
         ax.set_title("causal" if causal else "non-causal")

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import mimetypes
 import os
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.errors import (
     BenchError,

@@ -26,12 +26,11 @@ def only_run_id(state: Path) -> str:
     return run_id
 
 
-def small_plan(tmp_path: Path, name: str = "tiny", samples: int = 6) -> Path:
-    plan = Plan.model_validate_json(Path("benches/plans/cpu-smoke.json").read_text()
-                                    if Path("benches/plans/cpu-smoke.json").exists()
-                                    else _cpu_smoke_text())
-    plan = plan.model_copy(update={"name": name, "samples_per_config": samples,
-                                   "configs": plan.configs[:2]})
+def small_plan(tmp_path: Path, name: str = "tiny", samples: int = 6, heavy: bool = False) -> Path:
+    """cpu-smoke cut to two configs: its smallest, or (heavy) its largest."""
+    plan = Plan.model_validate_json(_cpu_smoke_text())
+    configs = plan.configs[-2:] if heavy else plan.configs[:2]
+    plan = plan.model_copy(update={"name": name, "samples_per_config": samples, "configs": configs})
     path = tmp_path / "plan.json"
     path.write_text(plan.model_dump_json(indent=2))
     return path
@@ -117,11 +116,11 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys):
 
 
 def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, capsys):
-    plan = small_plan(tmp_path, samples=3000)
+    plan = small_plan(tmp_path, samples=3000, heavy=True)
     state = bench_env / "state"
     assert main(["launch", "--backend", "local", "--plan", str(plan), "--budget", "1"]) == 0
     run_id = only_run_id(state)
-    status_file = store_run_dir(state, run_id) / "status.json"
+    status_file = state / "sandboxes" / run_id / "status.json"  # live, not the 2 s-old copy
 
     def measuring():
         if not status_file.exists():

@@ -22,17 +22,29 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _config(name, s, d, dtype, causal, b=1, h=1):
-    return {"name": name, "batch": b, "heads": h, "seq_len": s, "head_dim": d,
-            "dtype": dtype, "causal": causal}
+    return {
+        "name": name,
+        "batch": b,
+        "heads": h,
+        "seq_len": s,
+        "head_dim": d,
+        "dtype": dtype,
+        "causal": causal,
+    }
 
 
 @pytest.fixture(scope="module")
 def gpu_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("gpu")
     plan = {
-        "name": "gpu-test", "description": "harness test", "device": "cuda",
-        "candidate": "sdpa-efficient", "baselines": ["sdpa", "sdpa-flash"],
-        "reference": "reference", "samples_per_config": 20, "graph_below_us": 20.0,
+        "name": "gpu-test",
+        "description": "harness test",
+        "device": "cuda",
+        "candidate": "sdpa-efficient",
+        "baselines": ["sdpa", "sdpa-flash"],
+        "reference": "reference",
+        "samples_per_config": 20,
+        "graph_below_us": 20.0,
         "configs": [
             _config("tiny", 128, 64, "float16", False),
             _config("mid", 1024, 128, "bfloat16", True, b=4, h=16),
@@ -41,8 +53,20 @@ def gpu_run(tmp_path_factory) -> Path:
     }
     (out / "plan.json").write_text(json.dumps(plan))
     result = subprocess.run(
-        [sys.executable, "-m", "benches", "run", "--plan", str(out / "plan.json"), "--out",
-         str(out)], cwd=REPO, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "benches",
+            "run",
+            "--plan",
+            str(out / "plan.json"),
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     return out
@@ -58,8 +82,10 @@ def test_gate_records_a_refusal_and_goes_on(gpu_run):
 
 
 def test_tiny_kernels_use_graph_mode_and_large_ones_single(gpu_run):
-    summary = {(s.config, s.implementation): s for s in
-               read_csv(gpu_run / "results" / "summary.csv", SummaryRow)}
+    summary = {
+        (s.config, s.implementation): s
+        for s in read_csv(gpu_run / "results" / "summary.csv", SummaryRow)
+    }
     assert {s.mode for (c, _), s in summary.items() if c == "tiny"} == {"graph"}
     assert {s.mode for (c, _), s in summary.items() if c == "mid"} == {"single"}
     rows = read_csv(gpu_run / "results" / "measurements.csv", Measurement)

@@ -15,11 +15,19 @@ CPU = torch.device("cpu")
 
 
 def _plan(candidate: str, dtype: str = "float32") -> Plan:
-    config = AttentionConfig(name="c", batch=2, heads=3, seq_len=97, head_dim=64, dtype=dtype,
-                             causal=True)
-    return Plan(name="t", description="", device="cpu", candidate=candidate,
-                baselines=["sdpa-math"], reference="reference", samples_per_config=1,
-                configs=[config])
+    config = AttentionConfig(
+        name="c", batch=2, heads=3, seq_len=97, head_dim=64, dtype=dtype, causal=True
+    )
+    return Plan(
+        name="t",
+        description="",
+        device="cpu",
+        candidate=candidate,
+        baselines=["sdpa-math"],
+        reference="reference",
+        samples_per_config=1,
+        configs=[config],
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -75,8 +83,9 @@ def test_chunked_reference_equals_the_whole(monkeypatch):
     reference = registry.get("reference").run
     whole = reference(q, k, v, True)
     monkeypatch.setattr(correctness, "REFERENCE_CHUNK_BYTES", 1)  # one head per chunk
-    torch.testing.assert_close(correctness.chunked_reference(reference, q, k, v, True), whole,
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        correctness.chunked_reference(reference, q, k, v, True), whole, rtol=0, atol=0
+    )
 
 
 def q_numel(plan: Plan) -> int:

@@ -21,8 +21,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def benches(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "benches", *args], cwd=REPO, capture_output=True, text=True,
-        timeout=120, **kwargs,
+        [sys.executable, "-m", "benches", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kwargs,
     )
 
 
@@ -32,9 +36,19 @@ def smoke_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smoke")
     gate = benches("correctness", "--plan", "cpu-smoke", "--out", str(out), "--run-id", "r1")
     assert gate.returncode == 0, gate.stderr
-    run = benches("run", "--plan", "cpu-smoke", "--out", str(out), "--run-id", "r1",
-                  "--status-file", str(out / "status.json"))
+    run = benches(
+        "run",
+        "--plan",
+        "cpu-smoke",
+        "--out",
+        str(out),
+        "--run-id",
+        "r1",
+        "--status-file",
+        str(out / "status.json"),
+    )
     assert run.returncode == 0, run.stderr
+    assert "correctness:" not in run.stderr  # the gate's rows of this run were reused
     return out
 
 
@@ -97,9 +111,24 @@ def test_environment_fingerprint_reads_bench_variables(tmp_path):
 def test_sigterm_flushes_partial_measurements(tmp_path):
     status_file = tmp_path / "status.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benches", "run", "--plan", "cpu-smoke", "--out", str(tmp_path),
-         "--measurements", "600000", "--status-file", str(status_file)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "benches",
+            "run",
+            "--plan",
+            "cpu-smoke",
+            "--out",
+            str(tmp_path),
+            "--measurements",
+            "600000",
+            "--status-file",
+            str(status_file),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60

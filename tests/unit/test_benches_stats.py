@@ -54,16 +54,30 @@ def _plan() -> Plan:
         name="c", batch=1, heads=2, seq_len=128, head_dim=64, dtype="float16", causal=False
     )
     return Plan(
-        name="t", description="", device="cpu", candidate="a", baselines=["b"],
-        reference="reference", samples_per_config=3, configs=[config],
+        name="t",
+        description="",
+        device="cpu",
+        candidate="a",
+        baselines=["b"],
+        reference="reference",
+        samples_per_config=3,
+        configs=[config],
     )
 
 
 def test_summarize_fills_speedup_on_baseline_rows_only():
     now = datetime.now(timezone.utc)
     rows = [
-        Measurement(run_id="r", config="c", implementation=impl, mode="single", round=r,
-                    calls=1, latency_ms=ms * (1 + r / 100), timestamp=now)
+        Measurement(
+            run_id="r",
+            config="c",
+            implementation=impl,
+            mode="single",
+            round=r,
+            calls=1,
+            latency_ms=ms * (1 + r / 100),
+            timestamp=now,
+        )
         for r in range(3)
         for impl, ms in (("a", 1.0), ("b", 2.0))
     ]

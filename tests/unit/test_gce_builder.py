@@ -25,18 +25,18 @@ PLANS = Path(__file__).resolve().parents[2] / "benches" / "plans"
 
 def make_spec(**overrides) -> RunSpec:
     plan = Plan.model_validate(json.loads((PLANS / "default.json").read_text()))
-    fields = dict(
-        run_id="20261101-120000-abcdef",
-        backend="gce",
-        plan=plan,
-        owner="Ada.Lovelace@Example.com",
-        budget_usd=1.0,
-        rate_usd_per_hour=0.30,
-        max_run_seconds=11_880,
-        estimated_seconds=900,
-        payload_sha256="0" * 64,
-        spot=True,
-    )
+    fields = {
+        "run_id": "20261101-120000-abcdef",
+        "backend": "gce",
+        "plan": plan,
+        "owner": "Ada.Lovelace@Example.com",
+        "budget_usd": 1.0,
+        "rate_usd_per_hour": 0.30,
+        "max_run_seconds": 11_880,
+        "estimated_seconds": 900,
+        "payload_sha256": "0" * 64,
+        "spot": True,
+    }
     fields.update(overrides)
     return RunSpec(**fields)
 

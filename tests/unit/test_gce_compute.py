@@ -28,8 +28,8 @@ def server():
 
 
 def config_for(server, **overrides) -> BenchConfig:
-    fields = dict(project="bench-test-project", bucket="bench-bucket", zones=ZONES,
-                  compute_endpoint=server.endpoint)
+    fields = {"project": "bench-test-project", "bucket": "bench-bucket", "zones": ZONES,
+              "compute_endpoint": server.endpoint}
     fields.update(overrides)
     return BenchConfig(**fields)
 

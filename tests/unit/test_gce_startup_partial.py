@@ -59,7 +59,7 @@ def vm(tmp_path, gcs_server, gcs_bucket):  # noqa: F811
                 "export -f log store_put store_get machine_facts stop_machine machine_watchdog\n"
                 f"bash -Eeuo pipefail -c {snippet!r}\n"
             )
-            return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+            return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False,
                                   cwd=tmp_path, timeout=60)
 
         run.tmp_path = tmp_path  # type: ignore[attr-defined]
@@ -107,19 +107,31 @@ def test_the_token_never_appears_in_the_rendered_script(vm):
 def test_rendered_startup_script_passes_shellcheck(tmp_path):
     from orchestrator.render import render_startup
 
-    # Values no validator would pass, to prove quoting holds whatever reaches the template.
-    config = BenchConfig.model_construct(
-        project="bench-test-project", bucket="b$(touch /tmp/x)", prefix="it's/a prefix",
-        storage_endpoint=None, metadata_endpoint='http://m"`id`',
-    )
+    config = BenchConfig(project="bench-test-project", bucket="bench-bucket", prefix="a/b_c.d")
     script = tmp_path / "startup.sh"
     script.write_text(render_startup(make_spec(), "/var/lib/bench/x", template_vars(config)))
     shellcheck = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os.defpath}")
-    result = subprocess.run([shellcheck, str(script)], capture_output=True, text=True)
+    result = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout
+
+
+def test_hostile_values_stay_literal(tmp_path):
+    # Values no validator would pass: quoting must hold whatever reaches the template.
+    config = BenchConfig.model_construct(
+        project="bench-test-project", bucket="b$(touch x)", prefix="it's/a prefix",
+        storage_endpoint=None, metadata_endpoint='http://m"`id`',
+    )
+    partial = template_environment().get_template("partials/backend/gce.sh.j2")
+    (tmp_path / "backend.sh").write_text(partial.render(**template_vars(config)))
     values = subprocess.run(
-        ["bash", "-c", f"source <(sed -n '/^readonly BUCKET=/,/^readonly METADATA_ENDPOINT=/p' "
-                       f"{script}); printf '%s|' \"$BUCKET\" \"$PREFIX\" \"$METADATA_ENDPOINT\""],
-        capture_output=True, text=True,
+        ["bash", "-c", 'source backend.sh; printf "%s|" "$BUCKET" "$PREFIX" "$METADATA_ENDPOINT"'],
+        capture_output=True, text=True, cwd=tmp_path, check=False,
     ).stdout
-    assert values == "b$(touch /tmp/x)|it's/a prefix|http://m\"`id`|"
+    assert values == "b$(touch x)|it's/a prefix|http://m\"`id`|"
+    assert not (tmp_path / "x").exists()
+
+
+def test_machine_preempted_reads_the_metadata_flag(vm):
+    vm.compute.instance(ZONE, NAME).preempted = True
+    result = vm("machine_preempted && echo preempted")
+    assert result.returncode == 0 and result.stdout.strip() == "preempted"

@@ -98,4 +98,4 @@ def test_importing_the_store_does_not_import_the_sdk():
 
     code = ("import sys, orchestrator.stores.gcs; "
             "sys.exit(any(m.startswith('google.cloud.storage') for m in sys.modules))")
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

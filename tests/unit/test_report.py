@@ -19,9 +19,22 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def run_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("run")
     result = subprocess.run(
-        [sys.executable, "-m", "benches", "run", "--plan", "cpu-smoke", "--out", str(out),
-         "--measurements", "30"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "benches",
+            "run",
+            "--plan",
+            "cpu-smoke",
+            "--out",
+            str(out),
+            "--measurements",
+            "30",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     return out
@@ -59,7 +72,9 @@ def test_shifted_run_is_flagged(run_dir, tmp_path):
         scaled.append(",".join(cells))
     (tmp_path / "results" / "measurements.csv").write_text("\n".join(scaled) + "\n")
     report = make_report(run_dir, compare_dir=tmp_path)
-    medians = {(d.config, d.implementation) for d in report.disagreements if d.quantity == "median_ms"}
+    medians = {
+        (d.config, d.implementation) for d in report.disagreements if d.quantity == "median_ms"
+    }
     assert len(medians) == len(report.rows)
     assert all(isinstance(d, Disagreement) for d in report.disagreements)
 

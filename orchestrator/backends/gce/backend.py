@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Optional
 
 from orchestrator.backends.base import Machine, Placement
 from orchestrator.backends.gce.builder import (
@@ -75,8 +76,8 @@ class GceBackend:
         self,
         config: BenchConfig,
         *,
-        on_demand: Optional[OnDemandApproval] = None,
-        api: Optional[ComputeApi] = None,
+        on_demand: OnDemandApproval | None = None,
+        api: ComputeApi | None = None,
         poll_seconds: float = 10.0,
     ) -> None:
         self.config = config
@@ -103,7 +104,7 @@ class GceBackend:
         builder(spec)(self.config.zones[0], spec.spot)
         approved: list[RunSpec] = []
 
-        def on_demand() -> Optional[Build]:
+        def on_demand() -> Build | None:
             on_demand_spec = self.on_demand(spec) if self.on_demand else None
             if on_demand_spec is None:
                 return None
@@ -200,14 +201,14 @@ class GceBackend:
             finished = list(pool.map(self._finish_delete, machines, started))
         return [machine for machine, gone in zip(machines, finished) if gone]
 
-    def _start_delete(self, machine: Machine) -> tuple[bool, Optional[Operation]]:
+    def _start_delete(self, machine: Machine) -> tuple[bool, Operation | None]:
         try:
             return True, self.api.start_delete(machine.location, machine.name)
         except BenchError as e:
             self._stop_failed(machine, e)
             return False, None
 
-    def _finish_delete(self, machine: Machine, started: tuple[bool, Optional[Operation]]) -> bool:
+    def _finish_delete(self, machine: Machine, started: tuple[bool, Operation | None]) -> bool:
         sent, operation = started
         if not sent:
             return False

@@ -8,7 +8,8 @@ compute_v1 is imported inside `build_instance` only; the validators need no SDK.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import UsageError
 

@@ -8,8 +8,9 @@ Every call goes through `_call`, which turns google.api_core exceptions into ben
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.backends.gce.errors import translate
 from orchestrator.errors import BenchError, CloudError, ConfigError
@@ -100,7 +101,7 @@ class ComputeApi:
             timeout=self._read_retry_seconds,
         )
 
-    def _call(self, fn: Callable[[], T], zone: Optional[str] = None) -> T:
+    def _call(self, fn: Callable[[], T], zone: str | None = None) -> T:
         from google.api_core.exceptions import GoogleAPICallError
 
         try:
@@ -159,7 +160,7 @@ class ComputeApi:
         )
         self.wait(zone, operation)
 
-    def get(self, zone: str, name: str) -> Optional[Instance]:
+    def get(self, zone: str, name: str) -> Instance | None:
         """The instance, or None when it does not exist (deleted, never created)."""
         try:
             return self._read(self.instances.get, project=self.project, zone=zone, instance=name)
@@ -172,7 +173,7 @@ class ComputeApi:
         """Delete the instance and wait; False when it was already gone (idempotent)."""
         return self._finish(zone, self.start_delete(zone, name))
 
-    def start_delete(self, zone: str, name: str) -> Optional[Operation]:
+    def start_delete(self, zone: str, name: str) -> Operation | None:
         """Ask for the delete without waiting; None when the instance is already gone."""
         return self._start(self.instances.delete_unary, zone, name)
 
@@ -180,11 +181,11 @@ class ComputeApi:
         """Power the instance off (it keeps its disk) and wait; False when it does not exist."""
         return self._finish(zone, self._start(self.instances.stop_unary, zone, name))
 
-    def finish(self, zone: str, operation: Optional[Operation]) -> bool:
+    def finish(self, zone: str, operation: Operation | None) -> bool:
         """Wait for an operation from start_delete; False when the instance was gone."""
         return self._finish(zone, operation)
 
-    def _start(self, method: Callable[..., Operation], zone: str, name: str) -> Optional[Operation]:
+    def _start(self, method: Callable[..., Operation], zone: str, name: str) -> Operation | None:
         try:
             return self._call(
                 lambda: method(
@@ -196,7 +197,7 @@ class ComputeApi:
                 return None  # already gone: that is what we wanted
             raise
 
-    def _finish(self, zone: str, operation: Optional[Operation]) -> bool:
+    def _finish(self, zone: str, operation: Operation | None) -> bool:
         if operation is None:
             return False
         try:
@@ -227,7 +228,7 @@ class ComputeApi:
 
         return self._call(collect)
 
-    def serial_output(self, zone: str, name: str, start: int) -> Optional[SerialPortOutput]:
+    def serial_output(self, zone: str, name: str, start: int) -> SerialPortOutput | None:
         """Serial port 1 from byte `start`; None when the instance is gone."""
         try:
             return self._read(

@@ -9,7 +9,6 @@ our operation polling) for an operation that failed later, e.g. a spot stockout.
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 from orchestrator.errors import (
     BenchError,
@@ -81,18 +80,18 @@ def _codes_and_text(exc: Exception) -> tuple[set[str], str]:
     return codes, " | ".join(t for t in texts if t)
 
 
-def _status(exc: Exception) -> Optional[int]:
+def _status(exc: Exception) -> int | None:
     code = getattr(exc, "code", None)
     return int(code) if isinstance(code, int) else None
 
 
-def translate(exc: Exception, *, project: str, zone: Optional[str] = None) -> BenchError:
+def translate(exc: Exception, *, project: str, zone: str | None = None) -> BenchError:
     """One bench error for one google.api_core exception; `zone` is where it happened."""
     codes, text = _codes_and_text(exc)
     status = _status(exc)
     mentioned = {c for c in STOCKOUT_CODES if c in text}
     if zone and (codes & STOCKOUT_CODES or mentioned):
-        return ZoneUnavailable(zone, "no capacity", sorted(codes & STOCKOUT_CODES or mentioned)[0])
+        return ZoneUnavailable(zone, "no capacity", min(codes & STOCKOUT_CODES or mentioned))
     if codes & QUOTA_CODES or _QUOTA_NAME.search(text):
         return _quota_error(text, zone)
     if zone and status == 400 and _NOT_IN_ZONE.search(text):
@@ -118,7 +117,7 @@ def translate(exc: Exception, *, project: str, zone: Optional[str] = None) -> Be
     return CloudError(f"Compute Engine error{f' in {zone}' if zone else ''}: {text}")
 
 
-def _quota_error(text: str, zone: Optional[str]) -> QuotaError:
+def _quota_error(text: str, zone: str | None) -> QuotaError:
     match = _QUOTA_NAME.search(text)
     quota = match.group(1) if match else "unknown quota"
     if quota == GLOBAL_GPU_QUOTA or "globally" in text or GLOBAL_GPU_QUOTA in text:

@@ -8,8 +8,9 @@ so the user sees where bench looked and why each zone said no.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from orchestrator.backends.gce.errors import (
     GlobalQuotaExceeded,
@@ -17,8 +18,6 @@ from orchestrator.backends.gce.errors import (
     ZoneUnavailable,
 )
 from orchestrator.errors import NoCapacityError, QuotaError
-
-
 
 # build(zone, spot) -> body;  insert(zone, body) -> None or a bench error.
 Build = Callable[[str, bool], Any]
@@ -45,7 +44,7 @@ def region_of(zone: str) -> str:
 
 def _try_zones(
     zones: list[str], spot: bool, build: Build, insert: Insert, attempts: list[str]
-) -> tuple[Optional[str], _Round]:
+) -> tuple[str | None, _Round]:
     tried = _Round(attempts=attempts)
     kind = "spot" if spot else "on-demand"
     blocked: dict[str, str] = {}  # region -> quota that blocks it
@@ -81,7 +80,7 @@ def place(
     build: Build,
     insert: Insert,
     spot: bool = True,
-    on_demand: Optional[Callable[[], Optional[Build]]] = None,
+    on_demand: Callable[[], Build | None] | None = None,
 ) -> Landed:
     """Insert into the first zone that takes it; raise NoCapacityError or QuotaError.
 

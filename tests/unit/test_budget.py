@@ -1,0 +1,53 @@
+"""The cost engine: catalog rates, what a budget buys, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import budget
+from orchestrator.config import BenchConfig
+from orchestrator.errors import ConfigError, RefusedError
+from orchestrator.service.plans import resolve_plan
+
+
+def test_spot_l4_rate_matches_the_catalog_sum():
+    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    disk = 100 * 0.10 / 730
+    assert rate.total == pytest.approx(0.05874 + 0.2231 + disk)
+    assert rate.catalog_date and rate.region == "us-central1"
+    on_demand = budget.hourly_rate(BenchConfig(), spot=False)
+    assert on_demand.total == pytest.approx(0.14679 + 0.56004 + disk)
+
+
+def test_one_dollar_buys_about_three_and_a_half_spot_hours():
+    rate = budget.hourly_rate(BenchConfig(), spot=True).total
+    seconds = budget.max_run_seconds_for(1.00, rate)
+    assert 3.3 * 3600 < seconds < 3.6 * 3600
+    # Never more than the budget: the cap plus the margin costs at most $1.00.
+    assert (seconds + budget.BILLING_MARGIN_SECONDS) * rate / 3600 <= 1.00
+
+
+def test_tiny_budget_is_refused_with_both_figures():
+    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    plan, _ = resolve_plan("default", "gce")
+    estimated = budget.estimate_runtime_seconds(plan, "gce")
+    cap = budget.max_run_seconds_for(0.01, rate.total)
+    with pytest.raises(RefusedError) as refused:
+        budget.check_covers(0.01, rate, estimated, cap)
+    assert "$0.01" in str(refused.value) and "needs about" in str(refused.value)
+
+
+def test_unpriced_region_is_a_config_error():
+    with pytest.raises(ConfigError, match="no prices for region europe-west4"):
+        budget.hourly_rate(BenchConfig(zones=["europe-west4-a"]), spot=True)
+
+
+def test_monthly_cap_counts_the_whole_budget_of_this_launch():
+    budget.check_monthly_cap(10.0, spent_this_month=8.0, budget_usd=2.0)
+    with pytest.raises(RefusedError, match="monthly cap"):
+        budget.check_monthly_cap(10.0, spent_this_month=8.5, budget_usd=2.0)
+
+
+def test_gpu_plan_estimate_includes_the_fixed_vm_costs():
+    plan, _ = resolve_plan("default", "gce")
+    assert budget.estimate_runtime_seconds(plan, "gce") > sum(budget.GCE_FIXED_SECONDS.values())
