@@ -8,6 +8,7 @@ nothing that claims completeness is written.
 
 from __future__ import annotations
 
+import gc
 import secrets
 import signal
 import sys
@@ -203,6 +204,8 @@ def run_benchmark(
     clock, telemetry = make_clock(ctx), Telemetry() if ctx.device.type == "cuda" else None
     measurements: list[Measurement] = []
     started = time.monotonic()
+    gc.collect()
+    gc.disable()  # a collection inside a timed call would be charged to that sample
     try:
         with CsvWriter(ctx.results_dir / "measurements.csv", Measurement) as writer:
             for index, config in enumerate(plan.configs):
@@ -233,6 +236,7 @@ def run_benchmark(
                 del setup
                 _free_device_memory(ctx.device)
     finally:
+        gc.enable()
         if telemetry:
             telemetry.close()
     print(

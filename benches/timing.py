@@ -1,14 +1,18 @@
 """Timers and the interleaved measurement rounds.
 
 GPU: CUDA events around each call, after zeroing a buffer twice the L2 size so every
-sample starts from a cold cache (triton's do_bench does the same; the zeroing also keeps
-the GPU busy while the host enqueues the call, so launch overhead stays out of small
-timings). Kernels too short for that (under plan.graph_below_us) are timed in CUDA-graph
-batches. CPU: perf_counter around each call.
+sample starts from a cold cache (as triton's do_bench does). Events time the GPU, but the
+GPU waits for the host if the call is enqueued late: measured on an H100, a pinned-SDPA
+call costs ~70 µs of Python before its kernel launches, which added 70 µs to every sample.
+So a spin kernel (torch.cuda._sleep) sized from the measured host enqueue time keeps the
+GPU busy until the call is queued, and the events time the kernel alone. Kernels too short
+for single launches (under plan.graph_below_us) are timed in CUDA-graph batches.
+CPU: perf_counter around each call.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import statistics
 import time
@@ -25,6 +29,13 @@ STABLE_TOLERANCE = 0.02
 GRAPH_BATCH_TARGET_US = 500.0  # a graph sample lasts about this long...
 GRAPH_CALLS_MIN, GRAPH_CALLS_MAX = 8, 256  # ...within these batch sizes
 FLUSH_MIN_BYTES = 64 << 20
+# The spin before each sample lasts COVER_FACTOR x the median host enqueue time of recent
+# calls, within these bounds; _sleep counts SM cycles, converted at a clock above any GPU's
+# boost, so at lower clocks the cover only gets longer.
+COVER_FACTOR = 3.0
+COVER_MIN_US, COVER_MAX_US = 50.0, 2000.0
+COVER_CYCLES_PER_US = 2500
+HOST_HISTORY = 32
 
 
 class Clock(Protocol):
@@ -63,17 +74,25 @@ class CudaClock:
             self._flush_buffer = torch.empty(size // 4, dtype=torch.int32, device=device)
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
+        self._host_us: collections.deque[float] = collections.deque(maxlen=HOST_HISTORY)
 
     @property
     def flush_bytes(self) -> int:
         return 0 if self._flush_buffer is None else self._flush_buffer.numel() * 4
 
+    def cover_us(self) -> float:
+        recent = statistics.median(self._host_us) if self._host_us else COVER_MAX_US / 4
+        return min(max(COVER_FACTOR * recent, COVER_MIN_US), COVER_MAX_US)
+
     def time_call(self, fn: Call) -> float:
+        self._torch.cuda._sleep(int(self.cover_us() * COVER_CYCLES_PER_US))
         if self._flush_buffer is not None:
             self._flush_buffer.zero_()
+        enqueue_start = time.perf_counter()
         self._start.record()
         fn()
         self._end.record()
+        self._host_us.append((time.perf_counter() - enqueue_start) * 1e6)
         self._end.synchronize()
         return self._start.elapsed_time(self._end)
 

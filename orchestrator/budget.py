@@ -52,14 +52,31 @@ def load_catalog() -> dict:
 
 
 def hourly_rate(config: BenchConfig, spot: bool, catalog: dict | None = None) -> HourlyRate:
-    """Machine + GPUs + boot disk, per hour, for config's first region."""
+    """Machine + GPUs + boot disk, per hour: the dearest of the regions bench may land in."""
     catalog = catalog or load_catalog()
-    region = config.region
-    prices = catalog["regions"].get(region)
+    check_zones(config.zones, catalog)
+    regions = dict.fromkeys(zone.rsplit("-", 1)[0] for zone in config.zones)
+    return max((_region_rate(config, region, spot, catalog) for region in regions), key=lambda r: r.total)
+
+
+def check_zones(zones: list[str], catalog: dict) -> None:
+    """Every zone must be one the catalog prices and knows to have L4s (exit 2 otherwise)."""
     where = f"the price catalog (dated {catalog['catalog_date']})"
-    if prices is None:
-        known = ", ".join(catalog["regions"])
-        raise ConfigError(f"no prices for region {region} in {where}; priced regions: {known}")
+    for zone in zones:
+        region = zone.rsplit("-", 1)[0]
+        prices = catalog["regions"].get(region)
+        if prices is None:
+            known = ", ".join(catalog["regions"])
+            raise ConfigError(f"no prices for region {region} in {where}; priced regions: {known}")
+        if zone not in prices["zones"]:
+            raise ConfigError(
+                f"unknown zone {zone}: {where} lists {', '.join(prices['zones'])} for {region}"
+            )
+
+
+def _region_rate(config: BenchConfig, region: str, spot: bool, catalog: dict) -> HourlyRate:
+    prices = catalog["regions"][region]
+    where = f"the price catalog (dated {catalog['catalog_date']})"
     kind = "spot" if spot else "on_demand"
     machine = prices["machines"].get(config.machine_type)
     gpu = prices["gpus"].get(config.accelerator_type)

@@ -68,6 +68,10 @@ class BenchConfig(BaseModel):
     payload_python: Optional[str] = Field(
         None, description="local backend: python that runs the payload (default: this one)"
     )
+    vm_work_dir: str = Field("/var/lib/bench", description="where the VM keeps a run's files")
+    poll_seconds: Optional[float] = Field(
+        None, gt=0, le=300, description="how often --wait and logs --follow poll (default: 10 s on gce)"
+    )
     compute_endpoint: Optional[str] = Field(None, description="Compute API endpoint override")
     storage_endpoint: Optional[str] = Field(None, description="Cloud Storage endpoint override")
     metadata_endpoint: Optional[str] = Field(None, description="VM metadata server override")
@@ -93,6 +97,13 @@ class BenchConfig(BaseModel):
         if value is not None and (not BUCKET_RE.match(value) or ".." in value):
             raise ValueError("a bucket name is 3-63 lowercase letters, digits, '-', '_' or '.'")
         return value.removeprefix("gs://") if value else value
+
+    @field_validator("vm_work_dir")
+    @classmethod
+    def _absolute_path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must be an absolute path")
+        return value.rstrip("/")
 
     @field_validator("machine_type")
     @classmethod

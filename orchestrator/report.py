@@ -19,6 +19,10 @@ from results_schema import Manifest, Measurement, Plan, SummaryRow
 
 BOOTSTRAP_RESAMPLES = 2000
 REPORT_SUBDIR = "report"
+# Intervals from 50 samples are often narrower than run-to-run variation (measured on an
+# H100: back-to-back medians moved up to 1.8%, with non-overlapping intervals), so a
+# disagreement also needs the point estimates this far apart to be worth a flag.
+MIN_RELATIVE_DIFFERENCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class Disagreement:
     quantity: str  # "speedup" or "median_ms"
     this: tuple[float, float]
     other: tuple[float, float]
+    relative_difference: float  # (this - other) / other, of the point estimates
 
 
 @dataclass
@@ -65,7 +70,11 @@ class RunResults:
     measurements: list[Measurement]
 
 
-def make_report(results_dir: Path, compare_dir: Path | None = None) -> Report:
+def make_report(
+    results_dir: Path,
+    compare_dir: Path | None = None,
+    min_relative_difference: float = MIN_RELATIVE_DIFFERENCE,
+) -> Report:
     run = load_run(results_dir)
     out_dir = results_dir / REPORT_SUBDIR
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +83,7 @@ def make_report(results_dir: Path, compare_dir: Path | None = None) -> Report:
     if compare_dir is not None:
         other = load_run(compare_dir)
         report.compared_with = other.run_id
-        report.disagreements = compare_runs(run, other)
+        report.disagreements = compare_runs(run, other, min_relative_difference)
     return report
 
 
@@ -166,21 +175,36 @@ def _latencies(run: RunResults) -> dict[tuple[str, str], np.ndarray]:
     return {k: np.asarray(v) for k, v in grouped.items()}
 
 
-def compare_runs(this: RunResults, other: RunResults) -> list[Disagreement]:
-    """Configs whose speedup intervals, or whose median intervals, do not overlap."""
+def compare_runs(
+    this: RunResults, other: RunResults, min_relative_difference: float = MIN_RELATIVE_DIFFERENCE
+) -> list[Disagreement]:
+    """(config, implementation)s whose speedup intervals, or whose median intervals, do not
+    overlap between the runs and whose point estimates differ by at least the minimum."""
     found = []
+
+    def check(key, quantity, a, b, point_a, point_b):
+        change = (point_a - point_b) / point_b
+        if _disjoint(a, b) and abs(change) >= min_relative_difference:
+            found.append(Disagreement(key[0], key[1], quantity, a, b, change))
+
     other_summary = {(s.config, s.implementation): s for s in other.summary}
     for s in this.summary:
         o = other_summary.get((s.config, s.implementation))
-        if o and s.speedup_ci_low is not None and o.speedup_ci_low is not None:
-            a, b = (s.speedup_ci_low, s.speedup_ci_high), (o.speedup_ci_low, o.speedup_ci_high)
-            if _disjoint(a, b):
-                found.append(Disagreement(s.config, s.implementation, "speedup", a, b))
+        if o and s.speedup is not None and o.speedup is not None:
+            check(
+                (s.config, s.implementation),
+                "speedup",
+                (s.speedup_ci_low, s.speedup_ci_high),
+                (o.speedup_ci_low, o.speedup_ci_high),
+                s.speedup,
+                o.speedup,
+            )
     mine, theirs = _latencies(this), _latencies(other)
     for key in sorted(mine.keys() & theirs.keys()):
-        a, b = median_ci(mine[key]), median_ci(theirs[key])
-        if _disjoint(a, b):
-            found.append(Disagreement(key[0], key[1], "median_ms", a, b))
+        a, b = mine[key], theirs[key]
+        check(
+            key, "median_ms", median_ci(a), median_ci(b), float(np.median(a)), float(np.median(b))
+        )
     return found
 
 
@@ -247,7 +271,7 @@ def _plot_speedup(plt, run: RunResults, path: Path) -> Path:
     """The candidate's speedup over each baseline with its 95% interval, per config."""
     configs = _config_order(run)
     baselines = list(dict.fromkeys(s.implementation for s in run.summary if s.speedup is not None))
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(configs) * max(len(baselines), 1) + 1.5))
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(configs) * max(len(baselines), 1) + 1.5))
     height = 0.8 / max(len(baselines), 1)
     for b_index, baseline in enumerate(baselines):
         rows = {s.config: s for s in run.summary if s.implementation == baseline and s.speedup}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Optional
 
 import torch
 
@@ -51,10 +50,10 @@ class _Library:
         self.error_string.restype = ctypes.c_char_p
 
 
-_library: Optional[_Library] = None
+_library: _Library | None = None
 
 
-def load_library(arch: Optional[str] = None) -> _Library:
+def load_library(arch: str | None = None) -> _Library:
     """Builds or loads the library for the visible GPU (or `arch`); cached per process."""
     global _library
     if _library is None:
@@ -84,7 +83,9 @@ def _check_device_capability(index: int) -> None:
     if index not in _capable_devices:
         major, minor = torch.cuda.get_device_capability(index)
         if major < 8:
-            _fail(f"needs a GPU of compute capability 8.0 or newer; cuda:{index} is {major}.{minor}")
+            _fail(
+                f"needs a GPU of compute capability 8.0 or newer; cuda:{index} is {major}.{minor}"
+            )
         _capable_devices.add(index)
 
 
@@ -155,9 +156,19 @@ def _forward(
         _fail("q, k and v must start at 16-byte aligned addresses (cp.async reads 16 bytes)")
     lib = _library or load_library()
     params = FlashFwdParams(
-        *ptrs, out.data_ptr(), lse.data_ptr(),
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-        b, h, s_q, k.shape[2], d, scale,
+        *ptrs,
+        out.data_ptr(),
+        lse.data_ptr(),
+        *q.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        *out.stride()[:3],
+        b,
+        h,
+        s_q,
+        k.shape[2],
+        d,
+        scale,
     )
     index = q.get_device()
     dtype_code = SUPPORTED_DTYPES[q.dtype][1]
@@ -189,7 +200,7 @@ def flash_attention_with_lse(
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool = False,
-    scale: Optional[float] = None,
+    scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q k^T * scale) v and its log-sum-exp (float32, (B, H, S_q)).
 
@@ -210,7 +221,7 @@ def flash_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool = False,
-    scale: Optional[float] = None,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale) v; see flash_attention_with_lse for what is accepted."""
     return flash_attention_with_lse(q, k, v, causal=causal, scale=scale)[0]

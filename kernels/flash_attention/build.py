@@ -104,7 +104,7 @@ def cache_key(sha: str, nvcc_ver: str, arch: str) -> str:
 def _compile_unit(nvcc: str, src: Path, out: Path, flags: list[str]) -> tuple[str, float]:
     start = time.perf_counter()
     cmd = [nvcc, *flags, f"-I{CSRC_DIR}", "-c", str(src), "-o", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(f"nvcc failed on {src.name}:\n{' '.join(cmd)}\n{proc.stderr}")
     return src.stem, time.perf_counter() - start
@@ -129,7 +129,7 @@ def compile_units(
 def _link(nvcc: str, obj_dir: Path, library: Path) -> None:
     objects = sorted(str(p) for p in obj_dir.glob("*.o"))
     cmd = [nvcc, "-shared", *objects, "-o", str(library)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(f"link failed:\n{' '.join(cmd)}\n{proc.stderr}")
 
@@ -143,12 +143,21 @@ def build(arch: str | None = None, jobs: int | None = None, force: bool = False)
     flags = BASE_FLAGS + gencode_flags(arch)
     final_dir = cache_root() / cache_key(sha, version, arch)
     library = final_dir / LIBRARY_NAME
-    record = {"source_sha256": sha, "arch": arch, "flags": flags, "nvcc": version,
-              "library": str(library)}
+    record = {
+        "source_sha256": sha,
+        "arch": arch,
+        "flags": flags,
+        "nvcc": version,
+        "library": str(library),
+    }
     if library.is_file() and not force:
         units = json.loads((final_dir / "units.json").read_text())
-        return {**record, "cached": True, "seconds": time.perf_counter() - start,
-                "unit_seconds": units}
+        return {
+            **record,
+            "cached": True,
+            "seconds": time.perf_counter() - start,
+            "unit_seconds": units,
+        }
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     # Build in a scratch dir and rename: concurrent builders never see a half-written library.
     with tempfile.TemporaryDirectory(dir=final_dir.parent, prefix=".build-") as scratch:
@@ -167,8 +176,12 @@ def build(arch: str | None = None, jobs: int | None = None, force: bool = False)
         except OSError:
             if not library.is_file():  # lost a race to a builder that also failed
                 raise
-    return {**record, "cached": False, "seconds": time.perf_counter() - start,
-            "unit_seconds": units}
+    return {
+        **record,
+        "cached": False,
+        "seconds": time.perf_counter() - start,
+        "unit_seconds": units,
+    }
 
 
 def compile_only(arch: str, jobs: int | None = None) -> dict[str, float]:

@@ -13,6 +13,7 @@ import itertools
 import json
 import statistics
 import time
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -75,19 +76,29 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--json")
     parser.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
+    parser.add_argument("--head-dims", default="64,128")
     args = parser.parse_args()
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     rows = []
     seqlens = [int(s) for s in args.seqlens.split(",")]
-    grid = itertools.product((torch.float16, torch.bfloat16), (64, 128), (False, True), seqlens)
+    head_dims = [int(d) for d in args.head_dims.split(",")]
+    grid = itertools.product((torch.float16, torch.bfloat16), head_dims, (False, True), seqlens)
     for dtype, head_dim, causal, seqlen in grid:
         batch, heads = TOKENS // seqlen, HIDDEN // head_dim
-        q, k, v = (torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype)
-                   for _ in range(3))
-        row = {"dtype": str(dtype).removeprefix("torch."), "D": head_dim, "causal": causal,
-               "S": seqlen, "B": batch, "H": heads}
+        q, k, v = (
+            torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype)
+            for _ in range(3)
+        )
+        row = {
+            "dtype": str(dtype).removeprefix("torch."),
+            "D": head_dim,
+            "causal": causal,
+            "S": seqlen,
+            "B": batch,
+            "H": heads,
+        }
         for name, impl in IMPLS.items():
-            ms = median_ms(lambda: impl(q, k, v, causal), flush, args.reps)
+            ms = median_ms(partial(impl, q, k, v, causal), flush, args.reps)
             row[name] = round(tflops(batch, heads, seqlen, head_dim, causal, ms), 1)
         row["vs_flash"] = round(row["flash"] / row["sdpa-flash"], 2)
         row["vs_sdpa"] = round(row["flash"] / row["sdpa"], 2)
@@ -98,11 +109,15 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "host_overhead_us": overhead}, f, indent=1)
     print(f"\nhost path per eager call: {overhead:.1f} us")
-    print(f"{'dtype':9}{'D':>4}{'causal':>7}{'S':>6}{'flash':>8}{'sdpa-fl':>8}{'sdpa':>8}"
-          f"{'x fl':>6}{'x sdpa':>7}   (TFLOP/s)")
+    print(
+        f"{'dtype':9}{'D':>4}{'causal':>7}{'S':>6}{'flash':>8}{'sdpa-fl':>8}{'sdpa':>8}"
+        f"{'x fl':>6}{'x sdpa':>7}   (TFLOP/s)"
+    )
     for r in rows:
-        print(f"{r['dtype']:9}{r['D']:>4}{str(r['causal']):>7}{r['S']:>6}{r['flash']:>8}"
-              f"{r['sdpa-flash']:>8}{r['sdpa']:>8}{r['vs_flash']:>6}{r['vs_sdpa']:>7}")
+        print(
+            f"{r['dtype']:9}{r['D']:>4}{r['causal']!s:>7}{r['S']:>6}{r['flash']:>8}"
+            f"{r['sdpa-flash']:>8}{r['sdpa']:>8}{r['vs_flash']:>6}{r['vs_sdpa']:>7}"
+        )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def smoke_test() -> list[str]:
     cases = itertools.product((torch.float16, torch.bfloat16), (64, 128), (False, True))
     for dtype, head_dim, causal in cases:
         q, k, v = (torch.randn(2, 3, 97, head_dim, device="cuda", dtype=dtype) for _ in range(3))
-        out, lse = flash_attention_with_lse(q, k, v, causal=causal)
+        out, _ = flash_attention_with_lse(q, k, v, causal=causal)
         torch.cuda.synchronize()
         ref = reference_attention(q, k, v, causal)
         err = rel_l2(out, ref)

@@ -34,12 +34,20 @@ def fetch(run_id, fetch_all, dest):
     ctx = make_context()
     out = console()
     if fetch_all:
-        records = [r for r in ctx.registry.all() if r.state in ("running", "launched", "stopped")]
+        records = [r for r in ctx.registry.all() if r.state in ("running", "stopped")]
+        if not records:
+            out.print("bench: nothing to fetch: every run in the registry is fetched already")
     else:
         records = [ctx.registry.get(run_id or latest_run_id(ctx))]
     incomplete = []
     for record in records:
-        result = fetch_run(ctx, record, dest)
+        try:
+            result = fetch_run(ctx, record, dest)
+        except ResultsError as e:
+            if not fetch_all:
+                raise
+            incomplete.append(str(e))
+            continue
         show_summary(out, result)
         if result.manifest.status != "complete":
             incomplete.append(f"{record.run_id} is {result.manifest.status}: {result.manifest.reason}")

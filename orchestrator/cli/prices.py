@@ -25,6 +25,7 @@ def prices():
         for group in ("machines", "gpus"):
             for item, price in prices.get(group, {}).items():
                 table.add_row(region, item, f"{price['on_demand']:.5f}", f"{price['spot']:.5f}")
+        table.add_row(region, "zones with L4s", ", ".join(prices.get("zones", [])), "")
         for disk, price in prices.get("disks", {}).items():
             table.add_row(region, f"{disk} (per GB-month)", f"{price['gb_month']:.3f}", "same")
     out.print(table)

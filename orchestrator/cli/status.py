@@ -27,14 +27,20 @@ def status(run_id):
         out.print("no runs yet; start one with: bench launch --backend local --budget 1.00 --wait")
         return 0
     table = Table("run", "backend", "plan", "phase", "progress", "elapsed", "budget", "state")
+    reasons = []
     for view in rows:
         record, heartbeat = view.record, view.status
         phase = heartbeat.phase if heartbeat else "-"
         progress = f"{heartbeat.done}/{heartbeat.total}" if heartbeat and heartbeat.total else "-"
-        reason = f" ({view.manifest.reason})" if view.manifest and view.manifest.reason else ""
         table.add_row(
-            record.run_id, f"{record.backend} {record.location}", record.plan, phase, progress,
-            format_duration(view.elapsed_seconds), f"${record.budget_usd:.2f}", view.state + reason,
+            record.run_id, record.backend, record.plan, phase, progress,
+            format_duration(view.elapsed_seconds), f"${record.budget_usd:.2f}", view.state,
         )
+        if view.manifest and view.manifest.reason:
+            reasons.append(f"{record.run_id}: {view.manifest.reason}")
+    for column in table.columns:
+        column.overflow = "fold"
     out.print(table)
+    for reason in reasons:
+        out.print(reason)
     return 0

@@ -26,6 +26,8 @@ class RunView:
     @property
     def state(self) -> str:
         if self.manifest is not None:
+            if self.manifest.reason.startswith("preempted"):
+                return f"preempted ({self.manifest.status})"
             return self.manifest.status
         if self.machine in ("RUNNING", "PROVISIONING", "STAGING"):
             return "running"
@@ -60,7 +62,8 @@ def view(ctx: Context, record: RunRecord) -> RunView:
     manifest = read_json_object(store, f"{prefix}/manifest.json", Manifest)
     status = read_json_object(store, f"{prefix}/status.json", Status)
     machine = "GONE"
-    if record.state not in ("fetched",) or manifest is None:
+    # A fetched run's machine was released: no need to ask the cloud about it again.
+    if manifest is None or record.state in ("running", "stopped"):
         machine = ctx.backend(record.backend).machine_state(record.run_id, placement_of(record))
     return RunView(record, status, manifest, machine)
 

@@ -29,4 +29,4 @@ def wait_for_run(ctx: Context, record: RunRecord, on_progress: Callable[[RunView
                     f"run {record.run_id}: the machine is {current.machine} but left no "
                     f"manifest; see `bench logs {record.run_id}`"
                 )
-        time.sleep(POLL_SECONDS[record.backend])
+        time.sleep(ctx.config.poll_seconds or POLL_SECONDS[record.backend])

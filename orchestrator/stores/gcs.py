@@ -107,8 +107,9 @@ class GcsStore:
         except exceptions.PreconditionFailed as e:
             raise UsageError(f"{self.uri(key)} already exists and is not overwritten") from e
         except exceptions.GoogleAPICallError as e:
-            raise CloudError(f"Cloud Storage error on {self.uri(key) if key else self.uri('')}: "
-                             f"{e.message}") from e
+            raise CloudError(
+                f"Cloud Storage error on {self.uri(key) if key else self.uri('')}: {e.message}"
+            ) from e
 
     # -- the Store protocol --------------------------------------------------------------
 
@@ -129,7 +130,9 @@ class GcsStore:
 
     def put_file(self, key: str, path: Path, *, if_absent: bool = False) -> None:
         blob = self._bucket.blob(self.object_name(key))
-        self._call(lambda: blob.upload_from_filename(str(path), **_upload_args(key, if_absent)), key)
+        self._call(
+            lambda: blob.upload_from_filename(str(path), **_upload_args(key, if_absent)), key
+        )
 
     def get_bytes(self, key: str) -> bytes:
         blob = self._bucket.blob(self.object_name(key))
@@ -157,7 +160,7 @@ class GcsStore:
         root = f"{self.prefix}/" if self.prefix else ""
         full = root + prefix.lstrip("/")
         names = self._call(lambda: [b.name for b in self._bucket.list_blobs(prefix=full)])
-        return sorted(name[len(root):] for name in names)
+        return sorted(name[len(root) :] for name in names)
 
 
 def _upload_args(key: str, if_absent: bool) -> dict[str, Any]:

@@ -24,8 +24,14 @@ from orchestrator.config import BenchConfig
 from tests.fakes.compute_server import FakeComputeServer
 from tests.unit.test_gce_builder import make_spec
 
-ZONES = ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f",
-         "us-east4-a", "us-east4-c"]
+ZONES = [
+    "us-central1-a",
+    "us-central1-b",
+    "us-central1-c",
+    "us-central1-f",
+    "us-east4-a",
+    "us-east4-c",
+]
 
 
 def populate(server: FakeComputeServer, config: BenchConfig, instances: int) -> None:
@@ -41,8 +47,12 @@ def populate(server: FakeComputeServer, config: BenchConfig, instances: int) -> 
 
 def one_round(latency: float, instances: int) -> tuple[float, int, int]:
     with FakeComputeServer(run_scripts=False, zones=tuple(ZONES)) as server:
-        config = BenchConfig(project="bench-test-project", bucket="b-bucket", zones=ZONES,
-                             compute_endpoint=server.endpoint)
+        config = BenchConfig(
+            project="bench-test-project",
+            bucket="b-bucket",
+            zones=ZONES,
+            compute_endpoint=server.endpoint,
+        )
         populate(server, config, instances)
         server.faults.latency(latency)
         backend = GceBackend(config)
@@ -68,8 +78,10 @@ def main() -> int:
         assert left == 3, f"{left} instances left, expected the 3 unlabelled ones"
         times.append(elapsed)
         print(f"stop-all: {stopped} deleted, {left} unlabelled kept, {elapsed:.2f} s")
-    print(f"median {statistics.median(times):.2f} s over {len(times)} rounds "
-          f"({args.instances} instances, {len(ZONES)} zones, {args.latency * 1000:.0f} ms per call)")
+    print(
+        f"median {statistics.median(times):.2f} s over {len(times)} rounds "
+        f"({args.instances} instances, {len(ZONES)} zones, {args.latency * 1000:.0f} ms per call)"
+    )
     return 0 if statistics.median(times) < 5.0 else 1
 
 

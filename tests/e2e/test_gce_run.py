@@ -25,9 +25,13 @@ from tests.unit.test_gce_builder import make_spec
 def test_failed_run_uploads_its_manifest_and_powers_off(gcs_server, gcs_bucket, tmp_path):  # noqa: F811
     with FakeComputeServer() as compute:
         config = BenchConfig(
-            project="bench-test-project", zones=["us-central1-a", "us-central1-b"],
-            bucket=gcs_bucket, prefix="bench", compute_endpoint=compute.endpoint,
-            storage_endpoint=gcs_server.endpoint, metadata_endpoint=compute.metadata_url,
+            project="bench-test-project",
+            zones=["us-central1-a", "us-central1-b"],
+            bucket=gcs_bucket,
+            prefix="bench",
+            compute_endpoint=compute.endpoint,
+            storage_endpoint=gcs_server.endpoint,
+            metadata_endpoint=compute.metadata_url,
         )
         compute.faults.stockout("us-central1-a")
         backend = GceBackend(config, poll_seconds=0.2)

@@ -168,11 +168,21 @@ def test_backend_name_names_the_unit():
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: [torch.randn(1, 2, 16, 96, device="cuda", dtype=torch.float16)] * 3, "head_dim 96"),
+        (
+            lambda: [torch.randn(1, 2, 16, 96, device="cuda", dtype=torch.float16)] * 3,
+            "head_dim 96",
+        ),
         (lambda: [torch.randn(1, 2, 16, 64, device="cuda")] * 3, "torch.float32"),
         (
-            lambda: [torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16).transpose(2, 3)
-                     .contiguous().transpose(2, 3)] * 3,
+            lambda: (
+                [
+                    torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16)
+                    .transpose(2, 3)
+                    .contiguous()
+                    .transpose(2, 3)
+                ]
+                * 3
+            ),
             "last dim must be contiguous",
         ),
         (
@@ -184,9 +194,11 @@ def test_backend_name_names_the_unit():
             "differ in batch, heads or head_dim",
         ),
         (
-            lambda: [torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16),
-                     torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16),
-                     torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16)],
+            lambda: [
+                torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16),
+                torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16),
+                torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16),
+            ],
             "share a dtype",
         ),
     ],

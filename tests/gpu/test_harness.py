@@ -98,3 +98,11 @@ def test_telemetry_is_recorded_per_sample(gpu_run):
     assert all(r.sm_clock_mhz and r.mem_clock_mhz and r.throttle_reasons is not None for r in rows)
     env = json.loads((gpu_run / "environment.json").read_text())
     assert env["gpu_uuid"].startswith("GPU-") and env["driver"]
+
+
+def test_single_launch_medians_agree_with_triton_do_bench(gpu_run):
+    pytest.importorskip("triton")
+    from benches.crosscheck import dobench
+
+    result = dobench(gpu_run)
+    assert result["max_abs_diff_single"] < 0.05, result["rows"]

@@ -47,8 +47,12 @@ def make_config(**overrides) -> BenchConfig:
 
 def build(spot: bool = True, **config_overrides):
     return build_instance(
-        make_spec(), make_config(**config_overrides), "us-central1-b",
-        "#!/bin/bash\necho start\n", "#!/bin/bash\necho stop\n", spot,
+        make_spec(),
+        make_config(**config_overrides),
+        "us-central1-b",
+        "#!/bin/bash\necho start\n",
+        "#!/bin/bash\necho stop\n",
+        spot,
     )
 
 

@@ -28,8 +28,12 @@ def server():
 
 
 def config_for(server, **overrides) -> BenchConfig:
-    fields = {"project": "bench-test-project", "bucket": "bench-bucket", "zones": ZONES,
-              "compute_endpoint": server.endpoint}
+    fields = {
+        "project": "bench-test-project",
+        "bucket": "bench-bucket",
+        "zones": ZONES,
+        "compute_endpoint": server.endpoint,
+    }
     fields.update(overrides)
     return BenchConfig(**fields)
 
@@ -40,8 +44,14 @@ def api(server):
 
 
 def instance_for(server, zone="us-central1-a", run_id="20261101-120000-abcdef", spot=True):
-    return build_instance(make_spec(run_id=run_id), config_for(server), zone,
-                          "#!/bin/bash\necho hi\n", "#!/bin/bash\n", spot)
+    return build_instance(
+        make_spec(run_id=run_id),
+        config_for(server),
+        zone,
+        "#!/bin/bash\necho hi\n",
+        "#!/bin/bash\n",
+        spot,
+    )
 
 
 def test_insert_get_delete(server, api):
@@ -130,7 +140,10 @@ def test_backend_fails_over_to_the_third_zone(server):
     server.faults.missing_machine_type("us-central1-b")
     backend = GceBackend(config_for(server))
     placement = backend.start(make_spec(), "#!/bin/bash\n", "#!/bin/bash\n")
-    assert (placement.location, placement.handle) == ("us-central1-c", "bench-20261101-120000-abcdef")
+    assert (placement.location, placement.handle) == (
+        "us-central1-c",
+        "bench-20261101-120000-abcdef",
+    )
     assert placement.spot is True and placement.rate_usd_per_hour is None
     assert [a.split(" ")[0] for a in placement.attempts] == ["us-central1-a", "us-central1-b"]
     assert [r.path.split("/")[6] for r in server.calls("instances.insert")] == ZONES
@@ -143,8 +156,9 @@ def test_backend_on_demand_fallback_uses_the_approved_spec(server):
 
     def approve(spec):
         asked.append(spec.run_id)
-        return spec.model_copy(update={"spot": False, "rate_usd_per_hour": 0.72,
-                                       "max_run_seconds": 4_800})
+        return spec.model_copy(
+            update={"spot": False, "rate_usd_per_hour": 0.72, "max_run_seconds": 4_800}
+        )
 
     backend = GceBackend(config_for(server, on_demand_fallback=True), on_demand=approve)
     # Spot fails everywhere; capacity comes back for the on-demand round.
@@ -195,7 +209,9 @@ def test_backend_state_list_stop_and_release(server):
     assert backend.machine_state("x", placements[0]) == "GONE"
     ghost = Machine("20261101-999999-abcdef", "bench-gone", "us-central1-a", "RUNNING")
     stopped = backend.stop(backend.list_machines() + [ghost])
-    assert sorted(m.name for m in stopped) == sorted(p.handle for p in placements[1:]) + ["bench-gone"]
+    assert sorted(m.name for m in stopped) == sorted(p.handle for p in placements[1:]) + [
+        "bench-gone"
+    ]
     assert backend.list_machines() == [] and backend.stop_failures == {}
 
 
@@ -203,7 +219,9 @@ def test_backend_machine_state_after_guest_power_off():
     with FakeComputeServer() as server:
         backend = GceBackend(config_for(server), poll_seconds=0.05)
         spec = make_spec()
-        placement = backend.start(spec, "#!/bin/bash\necho line one\nprintf 'no newline'\nshutdown -h now\n", "")
+        placement = backend.start(
+            spec, "#!/bin/bash\necho line one\nprintf 'no newline'\nshutdown -h now\n", ""
+        )
         lines = list(backend.log_lines(spec.run_id, placement, follow=True))
         assert backend.machine_state(spec.run_id, placement) == "TERMINATED"
         assert any(line.endswith("startup-script: line one") for line in lines)
@@ -211,3 +229,45 @@ def test_backend_machine_state_after_guest_power_off():
         assert backend.list_machines()[0].state == "TERMINATED"
         backend.release(spec.run_id, Placement(location="", handle=""))
         assert backend.machine_state(spec.run_id, placement) == "GONE"
+
+
+class ScriptedSerialApi:
+    """serial_output/get answers in order: None while booting, chunks, then TERMINATED."""
+
+    def __init__(self, chunks, states):
+        self.chunks, self.states = list(chunks), list(states)
+
+    def serial_output(self, zone, name, start):
+        from google.cloud import compute_v1
+
+        text = self.chunks.pop(0) if self.chunks else ""
+        if text is None:
+            return None
+        return compute_v1.SerialPortOutput(contents=text, start=start, next_=start + len(text))
+
+    def get(self, zone, name):
+        from google.cloud import compute_v1
+
+        return compute_v1.Instance(status=self.states.pop(0) if self.states else "TERMINATED")
+
+
+def test_log_lines_waits_out_boot_and_drains_after_stop():
+    config = BenchConfig(project="bench-test-project", bucket="b-bucket")
+    api = ScriptedSerialApi(
+        [None, "one\ntw", "o\r\n", "", "last line"], ["STAGING", "RUNNING", "TERMINATED"]
+    )
+    backend = GceBackend(config, api=api, poll_seconds=0)
+    placement = Placement(location="us-central1-a", handle="bench-x")
+    assert list(backend.log_lines("x", placement, follow=True)) == ["one", "two", "last line"]
+
+
+def test_instance_request_json_is_the_wire_body(server):
+    import json
+
+    backend = GceBackend(config_for(server))
+    body = json.loads(
+        backend.instance_request_json(make_spec(), "us-central1-b", "#!/bin/bash\n", "")
+    )
+    assert body["machineType"] == "zones/us-central1-b/machineTypes/g2-standard-4"
+    assert body["scheduling"]["instanceTerminationAction"] == "DELETE"
+    assert server.requests == []  # rendering sends nothing

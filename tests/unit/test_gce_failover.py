@@ -87,8 +87,9 @@ def test_gpus_all_regions_stops_at_once():
 
 
 def test_no_capacity_anywhere_lists_every_zone_and_what_to_do():
-    insert = ScriptedInsert({"us-central1-a": stockout, "us-central1-b": stockout,
-                             "us-central1-c": regional_quota})
+    insert = ScriptedInsert(
+        {"us-central1-a": stockout, "us-central1-b": stockout, "us-central1-c": regional_quota}
+    )
     with pytest.raises(NoCapacityError) as caught:
         place(ZONES, build, insert)
     message = str(caught.value)
@@ -98,14 +99,18 @@ def test_no_capacity_anywhere_lists_every_zone_and_what_to_do():
 
 
 def test_on_demand_fallback_runs_after_every_spot_zone_failed():
-    insert = ScriptedInsert({**{(z, True): stockout for z in ZONES},
-                             ("us-central1-a", False): stockout})
+    insert = ScriptedInsert(
+        {**{(z, True): stockout for z in ZONES}, ("us-central1-a", False): stockout}
+    )
     asked = []
     landed = place(ZONES, build, insert, on_demand=lambda: asked.append(1) or build)
     assert asked == [1]
     assert (landed.zone, landed.spot) == ("us-central1-b", False)
     assert len(landed.attempts) == 4
-    assert landed.attempts[-1] == "us-central1-a (on-demand): no capacity [ZONE_RESOURCE_POOL_EXHAUSTED]"
+    assert (
+        landed.attempts[-1]
+        == "us-central1-a (on-demand): no capacity [ZONE_RESOURCE_POOL_EXHAUSTED]"
+    )
 
 
 def test_declined_on_demand_fallback_is_reported():
@@ -122,3 +127,10 @@ def test_other_errors_are_not_swallowed():
     with pytest.raises(PermissionDeniedError):
         place(ZONES, build, insert)
     assert len(insert.calls) == 1
+
+
+def test_no_on_demand_advice_when_the_caller_retries_on_demand_itself():
+    insert = ScriptedInsert({z: stockout for z in ZONES})
+    with pytest.raises(NoCapacityError) as caught:
+        place(ZONES, build, insert, suggest_on_demand=False)
+    assert "on_demand_fallback" not in str(caught.value)

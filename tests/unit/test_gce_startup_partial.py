@@ -31,8 +31,11 @@ def vm(tmp_path, gcs_server, gcs_bucket):  # noqa: F811
     """Runs bash snippets with the rendered partial sourced, as a phase would."""
     with FakeComputeServer(run_scripts=False) as compute:
         config = BenchConfig(
-            project="bench-test-project", zones=[ZONE], bucket=gcs_bucket,
-            prefix="team/bench", compute_endpoint=compute.endpoint,
+            project="bench-test-project",
+            zones=[ZONE],
+            bucket=gcs_bucket,
+            prefix="team/bench",
+            compute_endpoint=compute.endpoint,
             storage_endpoint=gcs_server.endpoint,
             metadata_endpoint=None,
         )
@@ -59,8 +62,14 @@ def vm(tmp_path, gcs_server, gcs_bucket):  # noqa: F811
                 "export -f log store_put store_get machine_facts stop_machine machine_watchdog\n"
                 f"bash -Eeuo pipefail -c {snippet!r}\n"
             )
-            return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False,
-                                  cwd=tmp_path, timeout=60)
+            return subprocess.run(
+                ["bash", "-c", script],
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd=tmp_path,
+                timeout=60,
+            )
 
         run.tmp_path = tmp_path  # type: ignore[attr-defined]
         run.compute = compute  # type: ignore[attr-defined]
@@ -70,11 +79,15 @@ def vm(tmp_path, gcs_server, gcs_bucket):  # noqa: F811
 def test_store_put_and_get_round_trip(vm, gcs_server, gcs_bucket):  # noqa: F811
     tmp: Path = vm.tmp_path
     (tmp / "summary.csv").write_text("a,b\n1,2\n")
-    result = vm('store_put summary.csv "runs/r1/results/sum mary+1.csv" && '
-                'store_get "runs/r1/results/sum mary+1.csv" back.csv')
+    result = vm(
+        'store_put summary.csv "runs/r1/results/sum mary+1.csv" && '
+        'store_get "runs/r1/results/sum mary+1.csv" back.csv'
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp / "back.csv").read_text() == "a,b\n1,2\n"
-    blob = gcs_server.client().bucket(gcs_bucket).get_blob("team/bench/runs/r1/results/sum mary+1.csv")
+    blob = (
+        gcs_server.client().bucket(gcs_bucket).get_blob("team/bench/runs/r1/results/sum mary+1.csv")
+    )
     assert blob is not None and blob.content_type == "text/csv"
     assert blob.download_as_bytes() == b"a,b\n1,2\n"
 
@@ -87,16 +100,20 @@ def test_store_get_of_a_missing_key_fails_fast_and_leaves_nothing(vm):
 
 
 def test_machine_facts_preempted_and_power_off(vm):
-    result = vm("machine_facts; echo \"$BENCH_ZONE $BENCH_MACHINE_TYPE $BENCH_SPOT\"; "
-                "if machine_preempted; then echo preempted; else echo not-preempted; fi; "
-                "machine_watchdog 3600; stop_machine")
+    result = vm(
+        'machine_facts; echo "$BENCH_ZONE $BENCH_MACHINE_TYPE $BENCH_SPOT"; '
+        "if machine_preempted; then echo preempted; else echo not-preempted; fi; "
+        "machine_watchdog 3600; stop_machine"
+    )
     assert result.returncode == 0, result.stderr
     assert "us-central1-a g2-standard-4" in result.stdout
     assert "not-preempted" in result.stdout
     env = (vm.tmp_path / "machine.env").read_text()
     assert "export BENCH_ZONE=us-central1-a" in env
     assert (vm.tmp_path / "shutdown.args").read_text().splitlines() == [
-        "-h +65 bench watchdog", "-h now"]
+        "-h +65 bench watchdog",
+        "-h now",
+    ]
 
 
 def test_the_token_never_appears_in_the_rendered_script(vm):
@@ -118,14 +135,20 @@ def test_rendered_startup_script_passes_shellcheck(tmp_path):
 def test_hostile_values_stay_literal(tmp_path):
     # Values no validator would pass: quoting must hold whatever reaches the template.
     config = BenchConfig.model_construct(
-        project="bench-test-project", bucket="b$(touch x)", prefix="it's/a prefix",
-        storage_endpoint=None, metadata_endpoint='http://m"`id`',
+        project="bench-test-project",
+        bucket="b$(touch x)",
+        prefix="it's/a prefix",
+        storage_endpoint=None,
+        metadata_endpoint='http://m"`id`',
     )
     partial = template_environment().get_template("partials/backend/gce.sh.j2")
     (tmp_path / "backend.sh").write_text(partial.render(**template_vars(config)))
     values = subprocess.run(
         ["bash", "-c", 'source backend.sh; printf "%s|" "$BUCKET" "$PREFIX" "$METADATA_ENDPOINT"'],
-        capture_output=True, text=True, cwd=tmp_path, check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
     ).stdout
     assert values == "b$(touch x)|it's/a prefix|http://m\"`id`|"
     assert not (tmp_path / "x").exists()

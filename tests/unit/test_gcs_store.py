@@ -13,7 +13,9 @@ from tests.fakes.fixtures import gcs_bucket, gcs_server  # noqa: F401 - fixtures
 @pytest.fixture
 def store(gcs_server, gcs_bucket):  # noqa: F811
     config = BenchConfig(
-        project="bench-test-project", bucket=gcs_bucket, prefix="team/bench",
+        project="bench-test-project",
+        bucket=gcs_bucket,
+        prefix="team/bench",
         storage_endpoint=gcs_server.endpoint,
     )
     return GcsStore(config)
@@ -81,8 +83,11 @@ def test_if_absent_refuses_to_overwrite(store):
 
 
 def test_a_missing_bucket_is_a_clear_config_error(gcs_server):  # noqa: F811
-    config = BenchConfig(project="bench-test-project", bucket="no-such-bucket-here",
-                         storage_endpoint=gcs_server.endpoint)
+    config = BenchConfig(
+        project="bench-test-project",
+        bucket="no-such-bucket-here",
+        storage_endpoint=gcs_server.endpoint,
+    )
     with pytest.raises(ConfigError, match="gs://no-such-bucket-here does not exist"):
         GcsStore(config).get_bytes("runs/x/manifest.json")
 
@@ -96,6 +101,8 @@ def test_importing_the_store_does_not_import_the_sdk():
     import subprocess
     import sys
 
-    code = ("import sys, orchestrator.stores.gcs; "
-            "sys.exit(any(m.startswith('google.cloud.storage') for m in sys.modules))")
+    code = (
+        "import sys, orchestrator.stores.gcs; "
+        "sys.exit(any(m.startswith('google.cloud.storage') for m in sys.modules))"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -70,8 +70,12 @@ def test_every_unit_compiles_for_l4_and_h100(tmp_path: Path):
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
             arch: pool.submit(
-                build.compile_units, nvcc, tmp_path / arch / "src", tmp_path / arch / "obj",
-                build.BASE_FLAGS + build.gencode_flags(arch), max(1, jobs // 2),
+                build.compile_units,
+                nvcc,
+                tmp_path / arch / "src",
+                tmp_path / arch / "obj",
+                build.BASE_FLAGS + build.gencode_flags(arch),
+                max(1, jobs // 2),
             )
             for arch in ("sm_89", "sm_90")
         }

@@ -77,6 +77,10 @@ def test_shifted_run_is_flagged(run_dir, tmp_path):
     }
     assert len(medians) == len(report.rows)
     assert all(isinstance(d, Disagreement) for d in report.disagreements)
+    # this run's medians are 1000x smaller than the other's
+    assert all(
+        d.relative_difference < -0.99 for d in report.disagreements if d.quantity == "median_ms"
+    )
 
 
 def test_missing_results_is_a_results_error(tmp_path):

@@ -14,14 +14,22 @@
 
 namespace flash {
 
-// Warps = 8 (128 query rows) fills an SM with one block where shared memory is scarce (sm_89:
-// 100 KB per SM); Warps = 4 (64 rows) lets two independent blocks share an SM where it is not
-// (sm_80, sm_90), so one block's softmax and barriers overlap the other's matrix work.
-template <int HeadDim, int Warps>
+// Warps = 8 fills an SM with one block where shared memory is scarce (sm_89: 100 KB per SM);
+// Warps = 4 lets two or three blocks share an SM where it is not (sm_80, sm_90), so one
+// block's softmax and barriers overlap another's matrix work. MTiles = 2 gives each warp 32
+// query rows (two m16 tiles) that share every K/V fragment read from shared memory: half the
+// shared-memory traffic per mma, paid for with Q re-read from shared memory (no registers
+// left to keep it).
+template <int HeadDim, int Warps, int MTiles>
 struct FwdConfig {
     static constexpr int kWarps = Warps;
-    static constexpr int kBlockM = 16 * Warps;
+    static constexpr int kMTiles = MTiles;
+    static constexpr int kBlockM = 16 * Warps * MTiles;
     static constexpr int kThreads = kWarps * 32;
+    static constexpr bool kQInRegs = MTiles == 1;
+    // Blocks per SM that the register budget is cut for. D=64 with 4 warps and one m-tile
+    // needs 72 KB of shared memory: 3 blocks fit in an H100 SM at 168 registers per thread.
+    static constexpr int kMinBlocks = Warps == 8 ? 1 : (HeadDim == 64 && MTiles == 1 ? 3 : 2);
     // D=64 keeps fewer registers per key, so it affords twice the keys per tile.
     static constexpr int kBlockN = HeadDim == 64 ? 128 : 64;
     static constexpr int kChunks = HeadDim / 8;  // 16-byte chunks per row
@@ -124,13 +132,14 @@ __device__ __forceinline__ void load_tile(Elem* tile, const Elem* base, int64_t 
     }
 }
 
-template <typename Elem, int HeadDim, bool Causal, int Warps>
-__global__ void __launch_bounds__(FwdConfig<HeadDim, Warps>::kThreads)
+template <typename Elem, int HeadDim, bool Causal, int Warps, int MTiles>
+__global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
+                                  FwdConfig<HeadDim, Warps, MTiles>::kMinBlocks)
     flash_fwd_kernel(const FlashFwdParams p) {
-    using Cfg = FwdConfig<HeadDim, Warps>;
+    using Cfg = FwdConfig<HeadDim, Warps, MTiles>;
     constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kThreads = Cfg::kThreads;
-    constexpr int kNTiles = kBlockN / 8;  // n8 score tiles per warp
-    constexpr int kDTiles = HeadDim / 8;  // n8 output tiles per warp
+    constexpr int kNTiles = kBlockN / 8;  // n8 score tiles per m-tile
+    constexpr int kDTiles = HeadDim / 8;  // n8 output tiles per m-tile
     constexpr int kKSteps = HeadDim / 16;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -164,17 +173,22 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps>::kThreads)
     }
 
     const float scale_log2 = p.scale * 1.4426950408889634f;
-    const int row_in_tile = warp * 16 + lane / 4;  // this thread's rows: +0 and +8
-    const int row0 = m0 + row_in_tile;
+    // Warp w owns tile rows (mt * Warps + w) * 16 .. +15 for each m-tile mt; within one, this
+    // thread holds rows lane / 4 and lane / 4 + 8 of the mma C layout.
+    auto tile_row = [&](int mt) { return (mt * Warps + warp) * 16; };
 
-    uint32_t q_frag[kKSteps][4];
-    float o_acc[kDTiles][4];
-    float row_max[2] = {-INFINITY, -INFINITY};  // raw (unscaled) scores
-    float row_sum[2] = {0.f, 0.f};               // this thread's partial sums
+    uint32_t q_frag[Cfg::kQInRegs ? kKSteps : 1][4];
+    float o_acc[MTiles][kDTiles][4];
+    float row_max[MTiles][2], row_sum[MTiles][2];  // max of raw scores; per-thread partial sums
 #pragma unroll
-    for (int t = 0; t < kDTiles; ++t)
+    for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
-        for (int c = 0; c < 4; ++c) o_acc[t][c] = 0.f;
+        for (int h = 0; h < 2; ++h) row_max[mt][h] = -INFINITY, row_sum[mt][h] = 0.f;
+#pragma unroll
+        for (int t = 0; t < kDTiles; ++t)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) o_acc[mt][t][c] = 0.f;
+    }
 
     for (int j = 0; j < n_blocks; ++j) {
         const int stage = j & 1;
@@ -184,11 +198,12 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps>::kThreads)
 
         cp_async_wait<1>();  // K_j (and Q) landed; V_j may still be in flight
         __syncthreads();
-        if (j == 0) {
+        if (Cfg::kQInRegs && j == 0) {
 #pragma unroll
             for (int ks = 0; ks < kKSteps; ++ks) {
-                const int r = warp * 16 + (lane & 15);
-                ldmatrix_x4(q_frag[ks], smem_u32(sQ + swizzled<HeadDim>(r, ks * 2 + (lane >> 4))));
+                const int r = tile_row(0) + (lane & 15);
+                ldmatrix_x4(q_frag[Cfg::kQInRegs ? ks : 0],
+                            smem_u32(sQ + swizzled<HeadDim>(r, ks * 2 + (lane >> 4))));
             }
         }
         // The other K stage was last read before the barrier above: refill it now.
@@ -197,21 +212,37 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps>::kThreads)
                                                   p.k_row_stride, n0 + kBlockN, p.seqlen_k, tid);
         cp_async_commit();
 
-        // S = Q K^T for this warp's 16 rows.
-        float s[kNTiles][4];
+        // S = Q K^T for this warp's rows.
+        float s[MTiles][kNTiles][4];
 #pragma unroll
-        for (int t = 0; t < kNTiles; ++t)
+        for (int mt = 0; mt < MTiles; ++mt)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) s[t][c] = 0.f;
+            for (int t = 0; t < kNTiles; ++t)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) s[mt][t][c] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < kKSteps; ++ks) {
+            uint32_t qa[MTiles][4];
+#pragma unroll
+            for (int mt = 0; mt < MTiles; ++mt) {
+                if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) qa[mt][c] = q_frag[ks][c];
+                } else {
+                    const int r = tile_row(mt) + (lane & 15);
+                    ldmatrix_x4(qa[mt], smem_u32(sQ + swizzled<HeadDim>(r, ks * 2 + (lane >> 4))));
+                }
+            }
 #pragma unroll
             for (int t2 = 0; t2 < kNTiles / 2; ++t2) {
                 uint32_t b[4];
                 const int r = t2 * 16 + (lane & 7) + ((lane >> 4) << 3);
                 ldmatrix_x4(b, smem_u32(sKj + swizzled<HeadDim>(r, ks * 2 + ((lane >> 3) & 1))));
-                Mma<Elem>::run(s[2 * t2], q_frag[ks], b[0], b[1]);
-                Mma<Elem>::run(s[2 * t2 + 1], q_frag[ks], b[2], b[3]);
+#pragma unroll
+                for (int mt = 0; mt < MTiles; ++mt) {
+                    Mma<Elem>::run(s[mt][2 * t2], qa[mt], b[0], b[1]);
+                    Mma<Elem>::run(s[mt][2 * t2 + 1], qa[mt], b[2], b[3]);
+                }
             }
         }
 
@@ -220,41 +251,47 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps>::kThreads)
         const bool diagonal = Causal && n0 + kBlockN - 1 > m0 + causal_offset;
         if (tail || diagonal) {
 #pragma unroll
-            for (int t = 0; t < kNTiles; ++t)
+            for (int mt = 0; mt < MTiles; ++mt)
 #pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const int col = n0 + t * 8 + (lane % 4) * 2 + (c & 1);
-                    const int row = row0 + (c >> 1) * 8;
-                    if (col >= p.seqlen_k || (Causal && col > row + causal_offset))
-                        s[t][c] = -INFINITY;
-                }
+                for (int t = 0; t < kNTiles; ++t)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const int col = n0 + t * 8 + (lane % 4) * 2 + (c & 1);
+                        const int row = m0 + tile_row(mt) + lane / 4 + (c >> 1) * 8;
+                        if (col >= p.seqlen_k || (Causal && col > row + causal_offset))
+                            s[mt][t][c] = -INFINITY;
+                    }
         }
 
         // Online softmax: rescale the running state to the new row maxima.
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = row_max[h];
+        for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
-            for (int t = 0; t < kNTiles; ++t) mx = fmaxf(mx, fmaxf(s[t][2 * h], s[t][2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            // A row that has seen only masked keys keeps max -inf: use 0 so no inf - inf.
-            const float m_use = mx == -INFINITY ? 0.f : mx;
-            const float correction = fast_exp2((row_max[h] - m_use) * scale_log2);
-            row_max[h] = mx;
-            row_sum[h] *= correction;
+            for (int h = 0; h < 2; ++h) {
+                float mx = row_max[mt][h];
 #pragma unroll
-            for (int t = 0; t < kDTiles; ++t) {
-                o_acc[t][2 * h] *= correction;
-                o_acc[t][2 * h + 1] *= correction;
-            }
-            const float m_scaled = m_use * scale_log2;
+                for (int t = 0; t < kNTiles; ++t)
+                    mx = fmaxf(mx, fmaxf(s[mt][t][2 * h], s[mt][t][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+                // A row that has seen only masked keys keeps max -inf: use 0 so no inf - inf.
+                const float m_use = mx == -INFINITY ? 0.f : mx;
+                const float correction = fast_exp2((row_max[mt][h] - m_use) * scale_log2);
+                row_max[mt][h] = mx;
+                row_sum[mt][h] *= correction;
 #pragma unroll
-            for (int t = 0; t < kNTiles; ++t) {
+                for (int t = 0; t < kDTiles; ++t) {
+                    o_acc[mt][t][2 * h] *= correction;
+                    o_acc[mt][t][2 * h + 1] *= correction;
+                }
+                const float m_scaled = m_use * scale_log2;
 #pragma unroll
-                for (int c = 2 * h; c < 2 * h + 2; ++c) {
-                    s[t][c] = fast_exp2(fmaf(s[t][c], scale_log2, -m_scaled));
-                    row_sum[h] += s[t][c];
+                for (int t = 0; t < kNTiles; ++t) {
+#pragma unroll
+                    for (int c = 2 * h; c < 2 * h + 2; ++c) {
+                        s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_scaled));
+                        row_sum[mt][h] += s[mt][t][c];
+                    }
                 }
             }
         }
@@ -269,18 +306,24 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps>::kThreads)
         // O += P V, with P taken straight from the score registers (C layout == A layout).
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
-            uint32_t a[4];
-            a[0] = Mma<Elem>::pack(s[2 * kk][0], s[2 * kk][1]);
-            a[1] = Mma<Elem>::pack(s[2 * kk][2], s[2 * kk][3]);
-            a[2] = Mma<Elem>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            a[3] = Mma<Elem>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            uint32_t a[MTiles][4];
+#pragma unroll
+            for (int mt = 0; mt < MTiles; ++mt) {
+                a[mt][0] = Mma<Elem>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = Mma<Elem>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = Mma<Elem>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = Mma<Elem>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int d2 = 0; d2 < kDTiles / 2; ++d2) {
                 uint32_t b[4];
                 const int r = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
                 ldmatrix_x4_trans(b, smem_u32(sVj + swizzled<HeadDim>(r, d2 * 2 + (lane >> 4))));
-                Mma<Elem>::run(o_acc[2 * d2], a, b[0], b[1]);
-                Mma<Elem>::run(o_acc[2 * d2 + 1], a, b[2], b[3]);
+#pragma unroll
+                for (int mt = 0; mt < MTiles; ++mt) {
+                    Mma<Elem>::run(o_acc[mt][2 * d2], a[mt], b[0], b[1]);
+                    Mma<Elem>::run(o_acc[mt][2 * d2 + 1], a[mt], b[2], b[3]);
+                }
             }
         }
     }
@@ -290,31 +333,38 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps>::kThreads)
     // Q tile (no other warp reads them) so that global stores are 16 bytes and coalesced.
     float* lse = p.lse + ((int64_t)batch * p.heads + head) * p.seqlen_q;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float sum = row_sum[h];
-        sum += __shfl_xor_sync(0xffffffff, sum, 1);
-        sum += __shfl_xor_sync(0xffffffff, sum, 2);
-        // Rows with no visible key (causal, seqlen_q > seqlen_k) give O = 0, lse = -inf.
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        const int row = row0 + h * 8;
-        if (lane % 4 == 0 && row < p.seqlen_q)
-            lse[row] = sum > 0.f ? row_max[h] * p.scale + logf(sum) : -INFINITY;
-        const int r = row_in_tile + h * 8;
+    for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
-        for (int t = 0; t < kDTiles; ++t) {
-            uint32_t packed = Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
-            *reinterpret_cast<uint32_t*>(sQ + swizzled<HeadDim>(r, t) + (lane % 4) * 2) = packed;
+        for (int h = 0; h < 2; ++h) {
+            float sum = row_sum[mt][h];
+            sum += __shfl_xor_sync(0xffffffff, sum, 1);
+            sum += __shfl_xor_sync(0xffffffff, sum, 2);
+            // Rows with no visible key (causal, seqlen_q > seqlen_k) give O = 0, lse = -inf.
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            const int r = tile_row(mt) + lane / 4 + h * 8;
+            if (lane % 4 == 0 && m0 + r < p.seqlen_q)
+                lse[m0 + r] = sum > 0.f ? row_max[mt][h] * p.scale + logf(sum) : -INFINITY;
+#pragma unroll
+            for (int t = 0; t < kDTiles; ++t) {
+                const uint32_t packed =
+                    Mma<Elem>::pack(o_acc[mt][t][2 * h] * inv, o_acc[mt][t][2 * h + 1] * inv);
+                *reinterpret_cast<uint32_t*>(sQ + swizzled<HeadDim>(r, t) + (lane % 4) * 2) = packed;
+            }
         }
     }
+    // Each warp reads and overwrites only its own rows of the Q tile: a warp sync suffices.
     __syncwarp();
     constexpr int kChunks = Cfg::kChunks;
 #pragma unroll
-    for (int i = 0; i < 16 * kChunks / 32; ++i) {
-        const int idx = i * 32 + lane;
-        const int r = warp * 16 + idx / kChunks, c = idx % kChunks;
-        if (m0 + r < p.seqlen_q) {
-            const uint4 val = *reinterpret_cast<const uint4*>(sQ + swizzled<HeadDim>(r, c));
-            *reinterpret_cast<uint4*>(o + (int64_t)(m0 + r) * p.o_row_stride + c * 8) = val;
+    for (int mt = 0; mt < MTiles; ++mt) {
+#pragma unroll
+        for (int i = 0; i < 16 * kChunks / 32; ++i) {
+            const int idx = i * 32 + lane;
+            const int r = tile_row(mt) + idx / kChunks, c = idx % kChunks;
+            if (m0 + r < p.seqlen_q) {
+                const uint4 val = *reinterpret_cast<const uint4*>(sQ + swizzled<HeadDim>(r, c));
+                *reinterpret_cast<uint4*>(o + (int64_t)(m0 + r) * p.o_row_stride + c * 8) = val;
+            }
         }
     }
 }

@@ -10,10 +10,14 @@ namespace flash {
 
 constexpr int kMaxDevices = 64;
 
-template <typename Elem, int HeadDim, bool Causal, int Warps>
+// Query m16 tiles per warp in the 4-warp configuration (see FwdConfig).
+template <int HeadDim>
+constexpr int kWideMTiles = HeadDim == 128 ? 2 : 1;
+
+template <typename Elem, int HeadDim, bool Causal, int Warps, int MTiles>
 int launch_with(const FlashFwdParams& params, cudaStream_t stream, int device) {
-    using Cfg = FwdConfig<HeadDim, Warps>;
-    auto kernel = flash_fwd_kernel<Elem, HeadDim, Causal, Warps>;
+    using Cfg = FwdConfig<HeadDim, Warps, MTiles>;
+    auto kernel = flash_fwd_kernel<Elem, HeadDim, Causal, Warps, MTiles>;
     // More than 48 KB of dynamic shared memory must be opted into, once per device.
     static bool opted_in[kMaxDevices] = {};
     if (!opted_in[device]) {
@@ -44,13 +48,14 @@ inline int warps_for(int device, int smem_bytes_4_warps) {
 
 template <typename Elem, int HeadDim, bool Causal>
 int launch_fwd(const FlashFwdParams& params, cudaStream_t stream) {
+    constexpr int kMTiles = kWideMTiles<HeadDim>;
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
     if (device >= kMaxDevices) return FLASH_ERR_UNSUPPORTED;
-    if (warps_for(device, FwdConfig<HeadDim, 4>::kSmemBytes) == 4)
-        return launch_with<Elem, HeadDim, Causal, 4>(params, stream, device);
-    return launch_with<Elem, HeadDim, Causal, 8>(params, stream, device);
+    if (warps_for(device, FwdConfig<HeadDim, 4, kMTiles>::kSmemBytes) == 4)
+        return launch_with<Elem, HeadDim, Causal, 4, kMTiles>(params, stream, device);
+    return launch_with<Elem, HeadDim, Causal, 8, 1>(params, stream, device);
 }
 
 }  // namespace flash

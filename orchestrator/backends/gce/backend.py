@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STORAGE_ENDPOINT = "https://storage.googleapis.com"
 DEFAULT_METADATA_ENDPOINT = "http://metadata.google.internal/computeMetadata/v1"
-VM_WORK_DIR = "/var/lib/bench"
 
 # Instance status -> the protocol's states. PROVISIONING/STAGING count as RUNNING: the run
 # has begun as far as the user (and the bill) is concerned.
@@ -83,14 +82,14 @@ class GceBackend:
         self.config = config
         self.api = api or ComputeApi(config)
         self.on_demand = on_demand
-        self.poll_seconds = poll_seconds
+        self.poll_seconds = config.poll_seconds or poll_seconds
         self.stop_failures: dict[str, str] = {}  # instance name -> why, from the last stop()
 
     def template_vars(self) -> dict:
         return template_vars(self.config)
 
     def work_dir(self, run_id: str) -> str:
-        return f"{VM_WORK_DIR}/{run_id}"
+        return f"{self.config.vm_work_dir}/{run_id}"
 
     # -- start -------------------------------------------------------------------------
 
@@ -113,8 +112,13 @@ class GceBackend:
 
         offer = self.config.on_demand_fallback and self.on_demand is not None
         landed = place(
-            self.config.zones, builder(spec), self.api.insert, spot=spec.spot,
+            self.config.zones,
+            builder(spec),
+            self.api.insert,
+            spot=spec.spot,
             on_demand=on_demand if offer else None,
+            # With on_demand_fallback set and no callback, the caller retries on-demand itself.
+            suggest_on_demand=not self.config.on_demand_fallback,
         )
         fell_back = spec.spot and not landed.spot
         return Placement(
@@ -124,6 +128,15 @@ class GceBackend:
             spot=landed.spot,
             rate_usd_per_hour=approved[0].rate_usd_per_hour if fell_back and approved else None,
         )
+
+    def instance_request_json(
+        self, spec: RunSpec, zone: str, startup_script: str, shutdown_script: str
+    ) -> str:
+        """The insert body `start` would send to `zone`, as JSON (for `bench render`)."""
+        instance = build_instance(
+            spec, self.config, zone, startup_script, shutdown_script, spec.spot
+        )
+        return type(instance).to_json(instance, preserving_proto_field_name=False, indent=2)
 
     # -- state and logs ----------------------------------------------------------------
 
@@ -136,9 +149,11 @@ class GceBackend:
     def log_lines(self, run_id: str, placement: Placement, follow: bool) -> Iterator[str]:
         """Serial port 1 line by line; with follow, until the instance stops or is gone."""
         zone, name = placement.location, placement.handle
-        position, partial = 0, ""
+        position, partial, draining = 0, "", False
         while True:
+            # None: the instance is gone, or its serial port cannot be read right now.
             output = self.api.serial_output(zone, name, position)
+            new_output = False
             if output is not None:
                 if output.start > position:
                     # The serial buffer is bounded; GCE says where it really started.
@@ -148,17 +163,15 @@ class GceBackend:
                 yield from lines
                 new_output = output.next_ > position
                 position = output.next_
-            else:
-                new_output = False
-            finished = output is None or (
-                not new_output and self.machine_state(run_id, placement) in _FINAL_STATES
-            )
-            if not follow or finished:
-                if partial:
-                    yield partial
-                return
+            if not follow or draining:
+                break
             if not new_output:
+                if self.machine_state(run_id, placement) in _FINAL_STATES:
+                    draining = True  # one more read: lines written just before it stopped
+                    continue
                 time.sleep(self.poll_seconds)
+        if partial:
+            yield partial
 
     # -- release and stop-all ----------------------------------------------------------
 

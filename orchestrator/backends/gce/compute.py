@@ -153,7 +153,9 @@ class ComputeApi:
         # Inserts are not retried: a retry after a lost reply could make a second VM.
         operation = self._call(
             lambda: self.instances.insert_unary(
-                project=self.project, zone=zone, instance_resource=instance,
+                project=self.project,
+                zone=zone,
+                instance_resource=instance,
                 timeout=HTTP_TIMEOUT_SECONDS,
             ),
             zone,
@@ -229,14 +231,19 @@ class ComputeApi:
         return self._call(collect)
 
     def serial_output(self, zone: str, name: str, start: int) -> SerialPortOutput | None:
-        """Serial port 1 from byte `start`; None when the instance is gone."""
+        """Serial port 1 from byte `start`; None when the instance is gone or not readable
+        (GCE answers 400 "not ready" while it boots and once it is TERMINATED)."""
         try:
             return self._read(
                 self.instances.get_serial_port_output,
-                project=self.project, zone=zone, instance=name, port=1, start=start,
+                project=self.project,
+                zone=zone,
+                instance=name,
+                port=1,
+                start=start,
             )
         except BenchError as e:
-            if _is_not_found(e):
+            if _is_not_found(e) or _is_not_ready(e):
                 return None
             raise
 
@@ -254,6 +261,15 @@ def _widen_pool(client: T) -> T:
         for scheme in ("https://", "http://"):
             session.mount(scheme, HTTPAdapter(pool_connections=4, pool_maxsize=PARALLEL_CALLS))
     return client
+
+
+def _is_not_ready(error: BenchError) -> bool:
+    from google.api_core.exceptions import BadRequest
+
+    cause = error.__cause__
+    return isinstance(cause, BadRequest) and (
+        "not ready" in str(cause).lower() or "RESOURCE_NOT_READY" in str(cause.errors)
+    )
 
 
 def _is_not_found(error: BenchError) -> bool:

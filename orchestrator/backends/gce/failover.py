@@ -51,7 +51,9 @@ def _try_zones(
     for zone in zones:
         region = region_of(zone)
         if region in blocked:
-            attempts.append(f"{zone} ({kind}): skipped, quota {blocked[region]} is used up in {region}")
+            attempts.append(
+                f"{zone} ({kind}): skipped, quota {blocked[region]} is used up in {region}"
+            )
             continue
         try:
             insert(zone, build(zone, spot))
@@ -81,12 +83,15 @@ def place(
     insert: Insert,
     spot: bool = True,
     on_demand: Callable[[], Build | None] | None = None,
+    suggest_on_demand: bool = True,
 ) -> Landed:
     """Insert into the first zone that takes it; raise NoCapacityError or QuotaError.
 
     `on_demand`, when given, is asked after every spot attempt failed: it returns a build
     function for an on-demand VM (the caller has checked the budget covers the higher
-    rate) or None to decline. Failover then runs once more, on-demand.
+    rate) or None to decline. Failover then runs once more, on-demand. Without it, the
+    error's advice mentions on_demand_fallback unless `suggest_on_demand` is False (the
+    caller retries on-demand itself).
     """
     attempts: list[str] = []
     zone, spot_round = _try_zones(zones, spot, build, insert, attempts)
@@ -102,11 +107,12 @@ def place(
             if zone:
                 return Landed(zone, False, attempts)
             rounds.append(demand_round)
-    raise _no_placement(zones, attempts, rounds, spot, offered_fallback=on_demand is not None)
+    suggest = spot and on_demand is None and suggest_on_demand
+    raise _no_placement(zones, attempts, rounds, suggest_on_demand=suggest)
 
 
 def _no_placement(
-    zones: list[str], attempts: list[str], rounds: list[_Round], spot: bool, offered_fallback: bool
+    zones: list[str], attempts: list[str], rounds: list[_Round], suggest_on_demand: bool
 ) -> Exception:
     tried = "; ".join(attempts)
     quotas = sorted({f"{q.quota} in {q.region}" for r in rounds for q in r.quota_errors})
@@ -118,8 +124,10 @@ def _no_placement(
             f"zones of another region to `zones`. Tried: {tried}"
         )
     advice = ["wait a few minutes and launch again", "add more zones to `zones` in bench.toml"]
-    if spot and not offered_fallback:
-        advice.append("set on_demand_fallback = true to allow an on-demand VM (about 2.5x the price)")
+    if suggest_on_demand:
+        advice.append(
+            "set on_demand_fallback = true to allow an on-demand VM (about 2.5x the price)"
+        )
     if quotas:
         advice.append(f"raise the quota ({', '.join(quotas)})")
     return NoCapacityError(

@@ -1,0 +1,211 @@
+"""`bench` on the gce backend, end to end: the real CLI and the real google-cloud clients
+against the loopback Compute stand-in and the real fake-gcs-server, whose "VM" runs the
+rendered startup script."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import budget
+from orchestrator.cli import main
+from orchestrator.config import BenchConfig
+from results_schema import Manifest, Plan
+from tests.fakes.fixtures import compute_server, gcs_bucket, gcs_server  # noqa: F401
+
+pytestmark = pytest.mark.timeout(180)
+ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
+
+
+@pytest.fixture
+def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):  # noqa: F811
+    """bench pointed at both stand-ins; the fake VM's python3 is this test's python."""
+    settings = {
+        "PROJECT": "bench-test-project",
+        "BUCKET": gcs_bucket,
+        "ZONES": ",".join(ZONES),
+        "COMPUTE_ENDPOINT": compute_server.endpoint,
+        "STORAGE_ENDPOINT": gcs_server.endpoint,
+        "METADATA_ENDPOINT": compute_server.metadata_url,
+        "VM_WORK_DIR": str(bench_env / "vm"),
+        "POLL_SECONDS": "0.2",
+    }
+    for key, value in settings.items():
+        monkeypatch.setenv(f"BENCH_{key}", value)
+    compute_server.config.vm_path = [str(Path(sys.executable).parent)]
+    return compute_server
+
+
+def bucket_objects(gcs_server, bucket: str) -> list[str]:  # noqa: F811
+    return sorted(blob.name for blob in gcs_server.client().bucket(bucket).list_blobs())
+
+
+def bucket_json(gcs_server, bucket: str, name: str):  # noqa: F811
+    blob = gcs_server.client().bucket(bucket).blob(name)
+    return json.loads(blob.download_as_bytes()) if blob.exists() else None
+
+
+def plan_file(tmp_path: Path, samples: int = 5, candidate: str = "sdpa", heavy: bool = False) -> str:
+    from orchestrator.service.plans import plans_dir
+
+    plan = Plan.model_validate_json((plans_dir() / "cpu-smoke.json").read_text())
+    configs = plan.configs[-2:] if heavy else plan.configs[:2]
+    plan = plan.model_copy(
+        update={"name": "gce-e2e", "samples_per_config": samples, "configs": configs,
+                "candidate": candidate}
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    return str(path)
+
+
+def launched_run_id(capsys) -> str:
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "launched run" in line)
+    return line.split("launched run ")[1].split()[0]
+
+
+def test_launch_wait_fetch_and_nothing_is_left(gce, gcs_server, gcs_bucket, tmp_path, capsys):  # noqa: F811
+    args = ["launch", "--backend", "gce", "--budget", "1.00", "--plan", plan_file(tmp_path), "--wait"]
+    assert main(args) == 0, capsys.readouterr()
+    run_id = launched_run_id(capsys)
+    assert main(["fetch", run_id, "--dest", str(tmp_path / "results")]) == 0
+    assert "every sha256 verified" in capsys.readouterr().out
+    manifest = Manifest.model_validate_json((tmp_path / "results" / run_id / "manifest.json").read_text())
+    assert manifest.status == "complete"
+    assert manifest.environment.zone == "us-central1-a"
+    assert manifest.cost.rate_usd_per_hour == pytest.approx(budget.hourly_rate(BenchConfig(), True).total)
+    assert gce.instances() == [], "fetch must delete the finished instance"
+    assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
+
+
+def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    assert main(["launch", "--backend", "gce", "--budget", "1.00", "--plan", plan_file(tmp_path)]) == 0
+    (sent,) = gce.inserted
+    scheduling = sent["scheduling"]
+    assert scheduling["provisioningModel"] == "SPOT"
+    assert scheduling["instanceTerminationAction"] == "DELETE"
+    assert scheduling["onHostMaintenance"] == "TERMINATE"
+    assert scheduling["automaticRestart"] is False
+    rate = budget.hourly_rate(BenchConfig(), spot=True).total
+    bought = 1.00 / rate * 3600
+    cap = int(scheduling["maxRunDuration"]["seconds"])
+    assert bought - budget.BILLING_MARGIN_SECONDS - 1 <= cap <= bought
+    labels = sent["labels"]
+    assert labels["bench-managed"] == "true" and labels["bench-run"] and labels["bench-owner"]
+    (account,) = sent["serviceAccounts"]
+    assert account["scopes"] == ["https://www.googleapis.com/auth/devstorage.read_write"]
+    metadata = json.dumps(sent["metadata"]).lower()
+    for marker in ("private_key", "client_secret", "ya29.", "refresh_token"):
+        assert marker not in metadata
+    # The script fetches its token at run time; no literal token travels in metadata.
+    assert not re.search(r"bearer [a-z0-9._-]{16,}", metadata)
+
+
+def test_stockout_in_two_zones_lands_in_the_third(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    gce.faults.stockout("us-central1-a")
+    gce.faults.stockout("us-central1-b", code="ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "us-central1-a" in out and "us-central1-b" in out and "in us-central1-c" in out
+    assert [i.zone for i in gce.instances()] == ["us-central1-c"]
+
+
+def test_quota_everywhere_is_exit_4_naming_the_quota(gce, tmp_path, capsys):
+    gce.faults.quota_exceeded("NVIDIA_L4_GPUS", region="us-central1")
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]) == 4
+    err = capsys.readouterr().err
+    assert "NVIDIA_L4_GPUS" in err and len(err.strip().splitlines()) == 1
+    assert gce.instances() == []
+
+
+def test_preemption_mid_benchmark_leaves_partial_results(gce, gcs_server, gcs_bucket, tmp_path, capsys):  # noqa: F811
+    gce.config.preemption_grace_s = 30.0  # what spot VMs get before the hard power-off
+    plan = plan_file(tmp_path, samples=3000, heavy=True)
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
+    run_id = launched_run_id(capsys)
+    status_name = f"bench/runs/{run_id}/status.json"
+
+    def measuring():
+        status = bucket_json(gcs_server, gcs_bucket, status_name)
+        return status and status["phase"] == "benchmark" and status["done"] > 0
+
+    gce.wait_for(measuring, timeout=90, interval=0.3)
+    (instance,) = gce.instances()
+    gce.preempt(instance.zone, instance.name)
+    manifest_name = f"bench/runs/{run_id}/manifest.json"
+    gce.wait_for(lambda: bucket_json(gcs_server, gcs_bucket, manifest_name), timeout=30)
+    manifest = Manifest.model_validate(bucket_json(gcs_server, gcs_bucket, manifest_name))
+    assert manifest.status == "partial" and "preempted" in manifest.reason
+    assert 0 < manifest.file("results/measurements.csv").rows < 2 * 3000 * 2
+    gce.wait_for(lambda: gce.instances() == [], timeout=10)  # DELETE on preemption
+    assert main(["status", run_id]) == 0
+    assert "preempted" in capsys.readouterr().out
+
+
+def test_failing_build_uploads_log_and_failed_manifest_and_powers_off(gce, gcs_server, gcs_bucket, tmp_path, capsys):  # noqa: F811
+    # Our kernel on a machine with no GPU: the build phase must fail, loudly and cheaply.
+    plan = plan_file(tmp_path, candidate="flash")
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan, "--wait"]) == 5
+    err = capsys.readouterr().err
+    assert "failed" in err and "build" in err
+    (instance,) = gce.instances()
+    instance = gce.wait_for_status(instance.zone, instance.name, "TERMINATED")
+    assert instance.going_down_because == "guest"
+    run_id = instance.sent["labels"]["bench-run"]
+    manifest = Manifest.model_validate(
+        bucket_json(gcs_server, gcs_bucket, f"bench/runs/{run_id}/manifest.json")
+    )
+    assert manifest.status == "failed" and manifest.failed_phase == "build"
+    assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
+    assert main(["fetch", run_id, "--dest", str(tmp_path / "r")]) == 5
+    assert gce.instances() == [], "fetch deletes the powered-off instance and its disk"
+
+
+def test_max_run_duration_deletes_the_vm_when_the_controller_is_gone(gce, tmp_path, capsys):
+    # --no-wait returns right after the insert: exactly a controller killed at that moment.
+    gce.config.run_scripts = False
+    gce.config.time_scale = 1200.0
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path),
+            "--max-runtime", "20m"]
+    assert main(args) == 0
+    (instance,) = gce.instances()
+    started = time.monotonic()
+    gce.wait_for(lambda: gce.instances() == [], timeout=20)
+    assert gce.instance(instance.zone, instance.name).going_down_because == "maxRunDuration"
+    assert time.monotonic() - started < 20
+
+
+def test_refusals_send_nothing(gce, gcs_server, gcs_bucket, tmp_path, monkeypatch, capsys):  # noqa: F811
+    plan = plan_file(tmp_path)
+    assert main(["launch", "--backend", "gce", "--budget", "0.01", "--plan", plan]) == 3
+    assert "$0.01" in capsys.readouterr().err
+    for key, value in [("ZONES", "us-central1-z"), ("MACHINE_TYPE", "g2-standard-5"),
+                       ("BUCKET", "Not_A..Bucket")]:
+        with monkeypatch.context() as patch:
+            patch.setenv(f"BENCH_{key}", value)
+            assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 2
+            assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert gce.requests == []
+    assert bucket_objects(gcs_server, gcs_bucket) == []
+
+
+def test_stop_all_finds_and_deletes_only_bench_instances(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    plan = plan_file(tmp_path)
+    for _ in range(2):
+        assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
+    capsys.readouterr()
+    assert main(["stop-all", "--dry-run"]) == 0
+    assert "would stop 2 machines" in capsys.readouterr().out
+    assert len(gce.instances()) == 2
+    assert main(["stop-all", "--yes"]) == 0
+    assert "stopped 2 machines" in capsys.readouterr().out
+    assert gce.instances() == []
