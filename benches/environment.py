@@ -60,11 +60,10 @@ def _nvcc_version() -> str | None:
 
 
 def _cpu_model() -> str | None:
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
     return platform.processor() or None
 
 

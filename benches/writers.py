@@ -7,78 +7,17 @@ as true/false, datetimes in ISO 8601 with their UTC offset.
 from __future__ import annotations
 
 import argparse
-import csv
 import time
-from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO
-
-from pydantic import BaseModel
 
 from results_schema import Manifest, Status, record
+from results_schema.csvio import CsvWriter, cell, columns, write_csv
+from results_schema.csvio import read_rows as read_csv
+
+__all__ = ["CsvWriter", "cell", "columns", "read_csv", "write_csv"]
 
 RESULTS_SUBDIR = "results"  # DESIGN.md's run layout: <run dir>/results/*.csv, manifest beside it
-
-
-def cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-def columns(model: type[BaseModel]) -> list[str]:
-    return list(model.model_fields)
-
-
-class CsvWriter:
-    """Appends rows of one model, flushing after each batch so a preempted run keeps them."""
-
-    def __init__(self, path: Path, model: type[BaseModel]) -> None:
-        self.path = path
-        self.model = model
-        self.rows = 0
-        self._file: IO[str] = open(path, "w", newline="", encoding="utf-8")
-        self._writer = csv.writer(self._file)
-        self._writer.writerow(columns(model))
-
-    def write(self, rows: Iterable[BaseModel]) -> None:
-        fields = columns(self.model)
-        for row in rows:
-            if not isinstance(row, self.model):
-                raise TypeError(f"{self.path.name} holds {self.model.__name__} rows, got {row!r}")
-            self._writer.writerow([cell(getattr(row, f)) for f in fields])
-            self.rows += 1
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-    def __enter__(self) -> CsvWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def write_csv(path: Path, model: type[BaseModel], rows: Iterable[BaseModel]) -> int:
-    with CsvWriter(path, model) as writer:
-        writer.write(rows)
-        return writer.rows
-
-
-def read_csv(path: Path, model: type[BaseModel]) -> list:
-    """Rows back as validated models. An empty cell is a field left out, so it takes the
-    model's default: None for optional fields, "" for messages."""
-    with open(path, newline="", encoding="utf-8") as f:
-        return [
-            model.model_validate({k: v for k, v in row.items() if v != ""})
-            for row in csv.DictReader(f)
-        ]
 
 
 class StatusWriter:

@@ -15,8 +15,8 @@ claims a kernel that did not run.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +31,7 @@ class Implementation:
     name: str
     run: AttentionFn
     backend_for: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], str]
-    available: Callable[[torch.device], Optional[str]]  # None if usable, else why not
+    available: Callable[[torch.device], str | None]  # None if usable, else why not
 
 
 def _sdpa_backend(name: str):
@@ -74,15 +74,15 @@ def default_sdpa_backend(q, k, v, causal) -> str:
     return "sdpa:unknown"
 
 
-def _needs_cuda(device: torch.device) -> Optional[str]:
+def _needs_cuda(device: torch.device) -> str | None:
     return None if device.type == "cuda" else "needs a CUDA GPU"
 
 
-def _always(device: torch.device) -> Optional[str]:
+def _always(device: torch.device) -> str | None:
     return None
 
 
-def _flash_available(device: torch.device) -> Optional[str]:
+def _flash_available(device: torch.device) -> str | None:
     if device.type != "cuda":
         return "needs a CUDA GPU"
     major, _ = torch.cuda.get_device_capability(device)

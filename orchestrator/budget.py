@@ -56,7 +56,9 @@ def hourly_rate(config: BenchConfig, spot: bool, catalog: dict | None = None) ->
     catalog = catalog or load_catalog()
     check_zones(config.zones, catalog)
     regions = dict.fromkeys(zone.rsplit("-", 1)[0] for zone in config.zones)
-    return max((_region_rate(config, region, spot, catalog) for region in regions), key=lambda r: r.total)
+    return max(
+        (_region_rate(config, region, spot, catalog) for region in regions), key=lambda r: r.total
+    )
 
 
 def check_zones(zones: list[str], catalog: dict) -> None:
@@ -86,7 +88,10 @@ def _region_rate(config: BenchConfig, region: str, spot: bool, catalog: dict) ->
     disk_per_hour = config.disk_gb * prices["disks"]["pd-balanced"]["gb_month"] / HOURS_PER_MONTH
     items = [
         (config.machine_type, machine[kind]),
-        (f"{config.accelerator_count} x {config.accelerator_type}", gpu[kind] * config.accelerator_count),
+        (
+            f"{config.accelerator_count} x {config.accelerator_type}",
+            gpu[kind] * config.accelerator_count,
+        ),
         (f"{config.disk_gb} GB pd-balanced", disk_per_hour),
     ]
     return HourlyRate(
@@ -127,7 +132,9 @@ def format_duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def check_covers(budget_usd: float, rate: HourlyRate, estimated_seconds: int, cap_seconds: int) -> None:
+def check_covers(
+    budget_usd: float, rate: HourlyRate, estimated_seconds: int, cap_seconds: int
+) -> None:
     """Refuse (exit 3) when the time the budget buys is shorter than the plan needs."""
     if cap_seconds >= estimated_seconds:
         return
@@ -139,7 +146,9 @@ def check_covers(budget_usd: float, rate: HourlyRate, estimated_seconds: int, ca
     )
 
 
-def check_monthly_cap(monthly_cap: float | None, spent_this_month: float, budget_usd: float) -> None:
+def check_monthly_cap(
+    monthly_cap: float | None, spent_this_month: float, budget_usd: float
+) -> None:
     """Refuse when this launch's worst case (its whole budget) would pass the monthly cap."""
     if monthly_cap is None or spent_this_month + budget_usd <= monthly_cap:
         return

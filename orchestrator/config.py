@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -41,7 +42,7 @@ class BenchConfig(BaseModel):
     backend: Literal["auto", "local", "gce"] = Field(
         "auto", description="where runs go; auto = gce when a project is set, else local"
     )
-    project: Optional[str] = Field(None, description="GCP project id")
+    project: str | None = Field(None, description="GCP project id")
     zones: list[str] = Field(
         ["us-central1-a", "us-central1-b", "us-central1-c"],
         min_length=1,
@@ -57,24 +58,27 @@ class BenchConfig(BaseModel):
     disk_gb: int = Field(100, ge=50, le=2000, description="boot disk size (pd-balanced)")
     spot: bool = Field(True, description="spot (preemptible) pricing")
     on_demand_fallback: bool = Field(False, description="retry on-demand if spot has no capacity")
-    bucket: Optional[str] = Field(None, description="GCS bucket for payloads and results")
+    bucket: str | None = Field(None, description="GCS bucket for payloads and results")
     prefix: str = Field("bench", description="object prefix inside the bucket")
     service_account: str = Field("default", description="VM service account email, or default")
-    owner: Optional[str] = Field(None, description="bench-owner label (default: your user name)")
-    monthly_cap: Optional[float] = Field(
+    owner: str | None = Field(None, description="bench-owner label (default: your user name)")
+    monthly_cap: float | None = Field(
         None, gt=0, description="refuse launches that would take this month's spend past it (USD)"
     )
-    state_dir: Optional[Path] = Field(None, description="registry, local store and sandboxes")
-    payload_python: Optional[str] = Field(
+    state_dir: Path | None = Field(None, description="registry, local store and sandboxes")
+    payload_python: str | None = Field(
         None, description="local backend: python that runs the payload (default: this one)"
     )
     vm_work_dir: str = Field("/var/lib/bench", description="where the VM keeps a run's files")
-    poll_seconds: Optional[float] = Field(
-        None, gt=0, le=300, description="how often --wait and logs --follow poll (default: 10 s on gce)"
+    poll_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=300,
+        description="how often --wait and logs --follow poll (default: 10 s on gce)",
     )
-    compute_endpoint: Optional[str] = Field(None, description="Compute API endpoint override")
-    storage_endpoint: Optional[str] = Field(None, description="Cloud Storage endpoint override")
-    metadata_endpoint: Optional[str] = Field(None, description="VM metadata server override")
+    compute_endpoint: str | None = Field(None, description="Compute API endpoint override")
+    storage_endpoint: str | None = Field(None, description="Cloud Storage endpoint override")
+    metadata_endpoint: str | None = Field(None, description="VM metadata server override")
 
     @field_validator("zones")
     @classmethod
@@ -86,14 +90,14 @@ class BenchConfig(BaseModel):
 
     @field_validator("project")
     @classmethod
-    def _project_id(cls, value: Optional[str]) -> Optional[str]:
+    def _project_id(cls, value: str | None) -> str | None:
         if value is not None and not PROJECT_RE.match(value):
             raise ValueError("a project id is 6-30 lowercase letters, digits or hyphens")
         return value
 
     @field_validator("bucket")
     @classmethod
-    def _bucket_name(cls, value: Optional[str]) -> Optional[str]:
+    def _bucket_name(cls, value: str | None) -> str | None:
         if value is not None and (not BUCKET_RE.match(value) or ".." in value):
             raise ValueError("a bucket name is 3-63 lowercase letters, digits, '-', '_' or '.'")
         return value.removeprefix("gs://") if value else value
@@ -167,9 +171,9 @@ def _env_settings(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def load_config(
-    flags: Optional[Mapping[str, Any]] = None,
-    env: Optional[Mapping[str, str]] = None,
-    cwd: Optional[Path] = None,
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> BenchConfig:
     """Merge every source (files < environment < flags) and validate once."""
     env = os.environ if env is None else env

@@ -11,7 +11,6 @@ import sqlite3
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 from orchestrator.errors import NotFoundError
 
@@ -33,8 +32,8 @@ class RunRecord:
     attempts: list[str] = field(default_factory=list)
     spot: bool = True
     state: str = "launched"
-    finished_at: Optional[str] = None
-    cost_usd: Optional[float] = None
+    finished_at: str | None = None
+    cost_usd: float | None = None
     sandbox: str = ""
 
     @property
@@ -63,7 +62,9 @@ class RunRegistry:
 
     def add(self, record: RunRecord) -> None:
         with self._connect() as db:
-            db.execute("INSERT INTO runs VALUES (?, ?)", (record.run_id, json.dumps(asdict(record))))
+            db.execute(
+                "INSERT INTO runs VALUES (?, ?)", (record.run_id, json.dumps(asdict(record)))
+            )
 
     def update(self, run_id: str, **changes) -> RunRecord:
         record = self.get(run_id)
@@ -77,7 +78,7 @@ class RunRegistry:
             )
         return record
 
-    def find(self, run_id: str) -> Optional[RunRecord]:
+    def find(self, run_id: str) -> RunRecord | None:
         if not self.path.exists():
             return None
         with self._connect() as db:
@@ -97,7 +98,7 @@ class RunRegistry:
             rows = db.execute("SELECT record FROM runs ORDER BY run_id").fetchall()
         return [RunRecord(**json.loads(r[0])) for r in rows]
 
-    def committed_this_month(self, now: Optional[datetime] = None) -> float:
+    def committed_this_month(self, now: datetime | None = None) -> float:
         """Spend of this month's runs: actual cost when known, else the whole budget."""
         now = now or datetime.now(timezone.utc)
         total = 0.0

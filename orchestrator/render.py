@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 import jinja2
 

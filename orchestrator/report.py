@@ -7,7 +7,6 @@ Controller side: numpy and matplotlib (imported lazily, Agg backend), never torc
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ import numpy as np
 
 from orchestrator.errors import ResultsError
 from results_schema import Manifest, Measurement, Plan, SummaryRow
+from results_schema.csvio import read_rows
 
 BOOTSTRAP_RESAMPLES = 2000
 REPORT_SUBDIR = "report"
@@ -88,16 +88,6 @@ def make_report(
 
 
 # --- reading -----------------------------------------------------------------------------
-
-
-def read_rows(path: Path, model):
-    """Rows back as validated models. An empty cell is a field left out, so it takes the
-    model's default: None for optional fields, "" for messages."""
-    with open(path, newline="", encoding="utf-8") as f:
-        return [
-            model.model_validate({k: v for k, v in row.items() if v != ""})
-            for row in csv.DictReader(f)
-        ]
 
 
 def load_run(run_dir: Path) -> RunResults:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import secrets
 from datetime import datetime, timezone
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from results_schema import Plan
 
 
-def new_run_id(now: Optional[datetime] = None) -> str:
+def new_run_id(now: datetime | None = None) -> str:
     """YYYYMMDD-HHMMSS-xxxxxx in UTC (DESIGN.md, "Names")."""
     now = now or datetime.now(timezone.utc)
     return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"

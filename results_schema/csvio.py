@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Type, TypeVar
+from typing import IO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -15,23 +17,58 @@ class CsvSchemaError(ValueError):
     """A CSV file that does not match its model: which file, which line, what is wrong."""
 
 
-def columns(model: Type[BaseModel]) -> list[str]:
+def columns(model: type[BaseModel]) -> list[str]:
     return list(model.model_fields)
 
 
-def write_rows(path: Path, model: Type[Row], rows: Iterable[Row]) -> int:
-    count = 0
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns(model))
-        writer.writeheader()
+def cell(value: object) -> str:
+    """None is empty; booleans are true/false; datetimes ISO 8601 with their offset."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+class CsvWriter:
+    """Appends rows of one model, flushing after each batch so a preempted run keeps them."""
+
+    def __init__(self, path: Path, model: type[BaseModel]) -> None:
+        self.path = path
+        self.model = model
+        self.rows = 0
+        self._file: IO[str] = open(path, "w", newline="", encoding="utf-8")
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(columns(model))
+
+    def write(self, rows: Iterable[BaseModel]) -> None:
+        fields = columns(self.model)
         for row in rows:
-            data = row.model_dump(mode="json")
-            writer.writerow({k: "" if v is None else v for k, v in data.items()})
-            count += 1
-    return count
+            if not isinstance(row, self.model):
+                raise TypeError(f"{self.path.name} holds {self.model.__name__} rows, got {row!r}")
+            self._writer.writerow([cell(getattr(row, f)) for f in fields])
+            self.rows += 1
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> CsvWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def read_rows(path: Path, model: Type[Row]) -> list[Row]:
+def write_csv(path: Path, model: type[BaseModel], rows: Iterable[BaseModel]) -> int:
+    with CsvWriter(path, model) as writer:
+        writer.write(rows)
+        return writer.rows
+
+
+def read_rows(path: Path, model: type[Row]) -> list[Row]:
     """Every row validated; the first bad one raises CsvSchemaError naming its line."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)

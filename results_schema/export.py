@@ -1,7 +1,7 @@
 """Exports every model's JSON Schema to results_schema/jsonschema/ (a test keeps them in sync).
 
-    python -m results_schema.export          # rewrite the files
-    python -m results_schema.export --check  # exit 1 if any file is stale
+python -m results_schema.export          # rewrite the files
+python -m results_schema.export --check  # exit 1 if any file is stale
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -62,7 +62,9 @@ class Plan(_Strict):
     samples_per_config: int = Field(ge=1, description="timed samples per (config, implementation)")
     warmup_min: int = Field(default=3, ge=0, description="warmup calls before checking stability")
     warmup_max: int = Field(default=50, ge=0)
-    flush_l2: bool = Field(default=True, description="zero a buffer larger than L2 before each sample")
+    flush_l2: bool = Field(
+        default=True, description="zero a buffer larger than L2 before each sample"
+    )
     graph_below_us: float = Field(
         default=0.0,
         ge=0,
@@ -73,7 +75,7 @@ class Plan(_Strict):
     configs: list[AttentionConfig] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _unique_config_names(self) -> "Plan":
+    def _unique_config_names(self) -> Plan:
         names = [c.name for c in self.configs]
         if len(set(names)) != len(names):
             raise ValueError("config names must be unique within a plan")
@@ -97,11 +99,11 @@ class Measurement(_Strict):
     round: int = Field(ge=0, description="interleaving round; paired ratios match on it")
     calls: int = Field(ge=1, description="calls inside the timed region (graph mode batches)")
     latency_ms: float = Field(gt=0, description="time per call")
-    sm_clock_mhz: Optional[int] = None
-    mem_clock_mhz: Optional[int] = None
-    temperature_c: Optional[int] = None
-    power_w: Optional[float] = None
-    throttle_reasons: Optional[int] = Field(default=None, description="NVML clocks-event bitmask")
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    throttle_reasons: int | None = Field(default=None, description="NVML clocks-event bitmask")
     throttled: bool = False
     timestamp: datetime
 
@@ -122,13 +124,15 @@ class SummaryRow(_Strict):
     std_ms: float
     iqr_over_median: float
     tflops: float
-    pct_of_peak: Optional[float] = None
+    pct_of_peak: float | None = None
     throttled_samples: int = 0
     # Filled on every row but the candidate's: the candidate's speedup over this one.
-    speedup: Optional[float] = Field(default=None, description="median of paired ratios this/candidate")
-    speedup_ci_low: Optional[float] = None
-    speedup_ci_high: Optional[float] = None
-    verdict: Optional[Verdict] = None
+    speedup: float | None = Field(
+        default=None, description="median of paired ratios this/candidate"
+    )
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    verdict: Verdict | None = None
 
 
 class CorrectnessRow(_Strict):
@@ -139,9 +143,9 @@ class CorrectnessRow(_Strict):
     implementation: str
     backend: str
     passed: bool
-    rel_l2_error: Optional[float] = None
-    max_abs_error: Optional[float] = None
-    tolerance: Optional[float] = None
+    rel_l2_error: float | None = None
+    max_abs_error: float | None = None
+    tolerance: float | None = None
     nonfinite: int = 0
     message: str = ""
 
@@ -162,7 +166,7 @@ class FileEntry(_Strict):
     path: str = Field(description="relative to the run's directory, e.g. results/summary.csv")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     bytes: int = Field(ge=0)
-    rows: Optional[int] = Field(default=None, ge=0, description="data rows, for CSV files")
+    rows: int | None = Field(default=None, ge=0, description="data rows, for CSV files")
 
 
 class PhaseRecord(_Strict):
@@ -176,24 +180,26 @@ class EnvironmentFingerprint(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    gpu_name: Optional[str] = None
-    gpu_uuid: Optional[str] = None
-    gpu_count: Optional[int] = None
-    driver: Optional[str] = None
-    cuda: Optional[str] = None
-    cudnn: Optional[str] = None
-    torch: Optional[str] = None
-    triton: Optional[str] = None
-    numpy: Optional[str] = None
-    python: Optional[str] = None
-    nvcc: Optional[str] = None
-    platform: Optional[str] = None
-    cpu: Optional[str] = None
-    image: Optional[str] = None
-    machine_type: Optional[str] = None
-    zone: Optional[str] = None
-    spot: Optional[bool] = None
-    peak_tflops: Optional[float] = Field(default=None, description="dense 16-bit tensor peak used for %")
+    gpu_name: str | None = None
+    gpu_uuid: str | None = None
+    gpu_count: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    cudnn: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    numpy: str | None = None
+    python: str | None = None
+    nvcc: str | None = None
+    platform: str | None = None
+    cpu: str | None = None
+    image: str | None = None
+    machine_type: str | None = None
+    zone: str | None = None
+    spot: bool | None = None
+    peak_tflops: float | None = Field(
+        default=None, description="dense 16-bit tensor peak used for %"
+    )
 
 
 class KernelBuild(BaseModel):
@@ -204,8 +210,8 @@ class KernelBuild(BaseModel):
     flags: list[str]
     seconds: float
     cached: bool
-    nvcc: Optional[str] = None
-    library: Optional[str] = None
+    nvcc: str | None = None
+    library: str | None = None
 
 
 class Cost(_Strict):
@@ -213,9 +219,9 @@ class Cost(_Strict):
     rate_usd_per_hour: float = Field(ge=0)
     budget_usd: float = Field(ge=0)
     max_run_seconds: int = Field(ge=0)
-    started_at: Optional[datetime] = None
-    finished_at: Optional[datetime] = None
-    estimated_usd: Optional[float] = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    estimated_usd: float | None = None
 
 
 class Manifest(_Strict):
@@ -225,15 +231,15 @@ class Manifest(_Strict):
     run_id: str
     status: Literal["complete", "partial", "failed"]
     reason: str = ""
-    failed_phase: Optional[str] = None
-    started_at: Optional[datetime] = None
+    failed_phase: str | None = None
+    started_at: datetime | None = None
     finished_at: datetime
     phases: list[PhaseRecord] = []
-    plan: Optional[Plan] = None
-    environment: Optional[EnvironmentFingerprint] = None
-    kernel_build: Optional[KernelBuild] = None
-    cost: Optional[Cost] = None
+    plan: Plan | None = None
+    environment: EnvironmentFingerprint | None = None
+    kernel_build: KernelBuild | None = None
+    cost: Cost | None = None
     files: list[FileEntry] = []
 
-    def file(self, path: str) -> Optional[FileEntry]:
+    def file(self, path: str) -> FileEntry | None:
         return next((f for f in self.files if f.path == path), None)

@@ -165,7 +165,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status")
     status.add_argument("--phase", required=True, choices=PHASES)
-    status.add_argument("--state", required=True, choices=("running", "complete", "partial", "failed"))
+    status.add_argument(
+        "--state", required=True, choices=("running", "complete", "partial", "failed")
+    )
     status.add_argument("--message", default="")
     status.add_argument("--done", type=int, default=0)
     status.add_argument("--total", type=int, default=0)

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# The stand-ins' fixtures, for every test that names them.
+from tests.fakes.fixtures import compute_server, gcs_bucket, gcs_server  # noqa: F401
+
 
 def _cuda_available() -> bool:
     try:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Protocol
+from typing import Protocol
 
 from orchestrator.spec import RunSpec
 
@@ -16,7 +17,7 @@ class Placement:
     handle: str  # instance name, or the pid of the local script
     attempts: list[str] = field(default_factory=list)  # "us-central1-a: no capacity", ...
     spot: bool = True
-    rate_usd_per_hour: Optional[float] = None  # set when the backend changed it (on-demand fallback)
+    rate_usd_per_hour: float | None = None  # set when the backend changed it (on-demand fallback)
 
 
 @dataclass

@@ -12,8 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from orchestrator.backends.base import Machine, Placement
 from orchestrator.paths import StatePaths

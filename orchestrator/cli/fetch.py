@@ -10,8 +10,13 @@ from orchestrator.cli.options import console, make_context
 @click.command()
 @click.argument("run_id", required=False)
 @click.option("--all", "fetch_all", is_flag=True, help="every finished run not fetched yet")
-@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-              show_default=True, help="where results/<run id>/ goes")
+@click.option(
+    "--dest",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="where results/<run id>/ goes",
+)
 def fetch(run_id, fetch_all, dest):
     """Download a finished run, verify every sha256, validate every row.
 
@@ -50,7 +55,9 @@ def fetch(run_id, fetch_all, dest):
             continue
         show_summary(out, result)
         if result.manifest.status != "complete":
-            incomplete.append(f"{record.run_id} is {result.manifest.status}: {result.manifest.reason}")
+            incomplete.append(
+                f"{record.run_id} is {result.manifest.status}: {result.manifest.reason}"
+            )
     if incomplete:
         raise ResultsError("; ".join(incomplete))
     return 0
@@ -70,8 +77,11 @@ def show_summary(out, result) -> None:
         return
     plan = manifest.plan
     by_key = {(row.config, row.implementation): row for row in result.summary}
-    table = Table("config", *[f"{name} ms" for name in plan.implementations],
-                  *[f"speedup vs {name} [95% CI]" for name in plan.baselines])
+    table = Table(
+        "config",
+        *[f"{name} ms" for name in plan.implementations],
+        *[f"speedup vs {name} [95% CI]" for name in plan.baselines],
+    )
     for config in plan.configs:
         medians = [by_key.get((config.name, name)) for name in plan.implementations]
         cells = [f"{row.median_ms:.4f}" if row else "-" for row in medians]
@@ -79,7 +89,8 @@ def show_summary(out, result) -> None:
             row = by_key.get((config.name, baseline))
             cells.append(
                 f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] {row.verdict}"
-                if row and row.speedup is not None else "-"
+                if row and row.speedup is not None
+                else "-"
             )
         table.add_row(config.name, *cells)
     out.print(table)

@@ -9,10 +9,16 @@ from orchestrator.cli.options import Duration, Money, backend_option, console, m
 @backend_option()
 @click.option("--budget", type=Money(), required=True, help="most this run may cost, in USD")
 @click.option(
-    "--max-runtime", type=Duration(), default=None, help="lower the time cap, e.g. 45m (never raises it)"
+    "--max-runtime",
+    type=Duration(),
+    default=None,
+    help="lower the time cap, e.g. 45m (never raises it)",
 )
 @click.option(
-    "--plan", "plan_ref", default="auto", show_default=True,
+    "--plan",
+    "plan_ref",
+    default="auto",
+    show_default=True,
     help="plan name (see benches/plans), a plan .json file, or auto",
 )
 @click.option("--wait/--no-wait", default=False, help="follow the run with a progress bar")
@@ -43,7 +49,9 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
         from orchestrator.cli.progress import follow
 
         return follow(ctx, ctx.registry.get(result.spec.run_id), out)
-    out.print(f"follow it with: bench status {result.spec.run_id}   then: bench fetch {result.spec.run_id}")
+    out.print(
+        f"follow it with: bench status {result.spec.run_id}   then: bench fetch {result.spec.run_id}"
+    )
     return 0
 
 

@@ -37,7 +37,9 @@ class Duration(click.ParamType):
 
 
 def backend_option(help_text: str = "where to run: local (this machine) or gce"):
-    return click.option("--backend", type=click.Choice(["local", "gce"]), default=None, help=help_text)
+    return click.option(
+        "--backend", type=click.Choice(["local", "gce"]), default=None, help=help_text
+    )
 
 
 def yes_option():

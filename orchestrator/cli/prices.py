@@ -19,7 +19,9 @@ def prices():
 
     catalog = load_catalog()
     out = console()
-    out.print(f"price catalog dated [bold]{catalog['catalog_date']}[/] ({catalog['currency']}/hour)")
+    out.print(
+        f"price catalog dated [bold]{catalog['catalog_date']}[/] ({catalog['currency']}/hour)"
+    )
     table = Table("region", "item", "on-demand", "spot")
     for region, prices in catalog["regions"].items():
         for group in ("machines", "gpus"):

@@ -12,8 +12,12 @@ def follow(ctx, record, out) -> int:
     from orchestrator.service.wait import wait_for_run
 
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
-        TimeElapsedColumn(), console=out, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[count]}"),
+        TimeElapsedColumn(),
+        console=out,
+        transient=False,
     ) as bar:
         task = bar.add_task("starting", total=None, count="")
 

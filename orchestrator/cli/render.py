@@ -7,9 +7,15 @@ from orchestrator.cli.options import Money, backend_option, make_context
 
 @click.command()
 @backend_option()
-@click.option("--plan", "plan_ref", default="auto", show_default=True, help="plan name, .json file or auto")
-@click.option("--budget", type=Money(), default=1.0, show_default=True, help="budget used for the time cap")
-@click.option("--shutdown", "which", flag_value="shutdown", help="print the shutdown script instead")
+@click.option(
+    "--plan", "plan_ref", default="auto", show_default=True, help="plan name, .json file or auto"
+)
+@click.option(
+    "--budget", type=Money(), default=1.0, show_default=True, help="budget used for the time cap"
+)
+@click.option(
+    "--shutdown", "which", flag_value="shutdown", help="print the shutdown script instead"
+)
 def render(backend, plan_ref, budget, which):
     """Print the startup script a launch would run; creates and sends nothing.
 

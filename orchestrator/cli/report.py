@@ -10,8 +10,13 @@ from orchestrator.cli.options import console
 @click.command()
 @click.argument("run_id")
 @click.option("--compare", "compare_id", default=None, help="another fetched run to compare with")
-@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-              show_default=True, help="where fetched runs live")
+@click.option(
+    "--dest",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="where fetched runs live",
+)
 def report(run_id, compare_id, dest):
     """Tables and PNG plots of a fetched run, optionally against another run.
 
@@ -30,7 +35,9 @@ def report(run_id, compare_id, dest):
     compare_dir = dest / compare_id if compare_id else None
     for directory in filter(None, (run_dir, compare_dir)):
         if not (directory / "manifest.json").is_file():
-            raise NotFoundError(f"{directory} holds no fetched run; run `bench fetch {directory.name}` first")
+            raise NotFoundError(
+                f"{directory} holds no fetched run; run `bench fetch {directory.name}` first"
+            )
     result = make_report(run_dir, compare_dir)
     console().print(result)
     return 0

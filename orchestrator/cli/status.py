@@ -33,8 +33,14 @@ def status(run_id):
         phase = heartbeat.phase if heartbeat else "-"
         progress = f"{heartbeat.done}/{heartbeat.total}" if heartbeat and heartbeat.total else "-"
         table.add_row(
-            record.run_id, record.backend, record.plan, phase, progress,
-            format_duration(view.elapsed_seconds), f"${record.budget_usd:.2f}", view.state,
+            record.run_id,
+            record.backend,
+            record.plan,
+            phase,
+            progress,
+            format_duration(view.elapsed_seconds),
+            f"${record.budget_usd:.2f}",
+            view.state,
         )
         if view.manifest and view.manifest.reason:
             reasons.append(f"{record.run_id}: {view.manifest.reason}")

@@ -35,10 +35,14 @@ def stop_all(yes, dry_run):
     table = Table("backend", "run", "machine", "where", "state", "$/h")
     for backend, machines in found.machines.items():
         for m in machines:
-            table.add_row(backend, m.run_id, m.name, m.location, m.state, f"{m.rate_usd_per_hour:.4f}")
+            table.add_row(
+                backend, m.run_id, m.name, m.location, m.state, f"{m.rate_usd_per_hour:.4f}"
+            )
     out.print(table)
     if dry_run:
-        out.print(f"bench: dry run: would stop {found.count} machines (${found.hourly_spend:.4f}/h)")
+        out.print(
+            f"bench: dry run: would stop {found.count} machines (${found.hourly_spend:.4f}/h)"
+        )
         return 0
     if not yes:
         click.confirm(f"Stop these {found.count} machines?", abort=True)

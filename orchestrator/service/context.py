@@ -70,6 +70,6 @@ def require_gce_settings(config: BenchConfig) -> None:
     if missing:
         raise UsageError(
             f"the gce backend needs {' and '.join(missing)}: set them in bench.toml "
-            f"(e.g. project = \"my-project\", bucket = \"my-bench-results\") or as "
+            f'(e.g. project = "my-project", bucket = "my-bench-results") or as '
             + " / ".join(f"BENCH_{k.upper()}" for k in missing)
         )

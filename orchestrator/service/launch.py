@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from orchestrator import budget
 from orchestrator.backends.base import Placement
@@ -23,7 +22,7 @@ from results_schema import Plan
 class LaunchRequest:
     budget_usd: float
     plan: str = "auto"
-    max_runtime_seconds: Optional[int] = None
+    max_runtime_seconds: int | None = None
 
 
 @dataclass
@@ -32,10 +31,12 @@ class LaunchResult:
     placement: Placement
     backend_reason: str
     notes: list[str] = field(default_factory=list)
-    rate: Optional[budget.HourlyRate] = None
+    rate: budget.HourlyRate | None = None
 
 
-def plan_spec(ctx: Context, request: LaunchRequest, backend: str, plan: Plan, spot: bool) -> tuple[RunSpec, Optional[budget.HourlyRate]]:
+def plan_spec(
+    ctx: Context, request: LaunchRequest, backend: str, plan: Plan, spot: bool
+) -> tuple[RunSpec, budget.HourlyRate | None]:
     """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan."""
     estimated = budget.estimate_runtime_seconds(plan, backend)
     if backend == "local":

@@ -41,9 +41,12 @@ def resolve_plan(ref: str, backend: str) -> tuple[Plan, str]:
         if backend == "gce" or local_gpu_present():
             ref = GPU_PLAN
         else:
-            ref, note = CPU_PLAN, (
-                f"no CUDA GPU on this machine: --plan auto chose {CPU_PLAN!r}, which times "
-                "SDPA on the CPU; these numbers say nothing about GPU kernels"
+            ref, note = (
+                CPU_PLAN,
+                (
+                    f"no CUDA GPU on this machine: --plan auto chose {CPU_PLAN!r}, which times "
+                    "SDPA on the CPU; these numbers say nothing about GPU kernels"
+                ),
             )
     path = Path(ref)
     if not (ref.endswith(".json") or path.is_file()):
@@ -59,4 +62,6 @@ def resolve_plan(ref: str, backend: str) -> tuple[Plan, str]:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise UsageError(f"plan {path} is invalid at {where or 'top level'}: {first['msg']}") from None
+        raise UsageError(
+            f"plan {path} is invalid at {where or 'top level'}: {first['msg']}"
+        ) from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from orchestrator.payload import build_payload
 from orchestrator.service.context import Context
@@ -15,7 +14,7 @@ from orchestrator.service.plans import resolve_plan
 class Rendered:
     startup: str
     shutdown: str
-    instance_json: Optional[str] = None
+    instance_json: str | None = None
 
 
 def render_scripts(ctx: Context, backend_name: str, plan_ref: str, budget_usd: float) -> Rendered:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Optional
 
 from pydantic import ValidationError
 
@@ -19,8 +18,8 @@ from results_schema import Manifest, Status
 @dataclass
 class RunView:
     record: RunRecord
-    status: Optional[Status]
-    manifest: Optional[Manifest]
+    status: Status | None
+    manifest: Manifest | None
     machine: str  # RUNNING, TERMINATED, GONE, ...
 
     @property
@@ -68,7 +67,7 @@ def view(ctx: Context, record: RunRecord) -> RunView:
     return RunView(record, status, manifest, machine)
 
 
-def views(ctx: Context, run_id: Optional[str] = None) -> list[RunView]:
+def views(ctx: Context, run_id: str | None = None) -> list[RunView]:
     records = [ctx.registry.get(run_id)] if run_id else ctx.registry.all()
     return [view(ctx, record) for record in records]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from orchestrator.errors import ResultsError
 from orchestrator.registry import RunRecord
@@ -15,7 +15,9 @@ POLL_SECONDS = {"local": 0.5, "gce": 10.0}
 MANIFEST_GRACE_SECONDS = {"local": 5.0, "gce": 60.0}
 
 
-def wait_for_run(ctx: Context, record: RunRecord, on_progress: Callable[[RunView], None]) -> RunView:
+def wait_for_run(
+    ctx: Context, record: RunRecord, on_progress: Callable[[RunView], None]
+) -> RunView:
     ended_at = None
     while True:
         current = view(ctx, record)

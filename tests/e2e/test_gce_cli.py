@@ -16,14 +16,13 @@ from orchestrator import budget
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from results_schema import Manifest, Plan
-from tests.fakes.fixtures import compute_server, gcs_bucket, gcs_server  # noqa: F401
 
 pytestmark = pytest.mark.timeout(180)
 ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
 
 
 @pytest.fixture
-def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):  # noqa: F811
+def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):
     """bench pointed at both stand-ins; the fake VM's python3 is this test's python."""
     settings = {
         "PROJECT": "bench-test-project",
@@ -41,23 +40,29 @@ def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):  # noqa
     return compute_server
 
 
-def bucket_objects(gcs_server, bucket: str) -> list[str]:  # noqa: F811
+def bucket_objects(gcs_server, bucket: str) -> list[str]:
     return sorted(blob.name for blob in gcs_server.client().bucket(bucket).list_blobs())
 
 
-def bucket_json(gcs_server, bucket: str, name: str):  # noqa: F811
+def bucket_json(gcs_server, bucket: str, name: str):
     blob = gcs_server.client().bucket(bucket).blob(name)
     return json.loads(blob.download_as_bytes()) if blob.exists() else None
 
 
-def plan_file(tmp_path: Path, samples: int = 5, candidate: str = "sdpa", heavy: bool = False) -> str:
+def plan_file(
+    tmp_path: Path, samples: int = 5, candidate: str = "sdpa", heavy: bool = False
+) -> str:
     from orchestrator.service.plans import plans_dir
 
     plan = Plan.model_validate_json((plans_dir() / "cpu-smoke.json").read_text())
     configs = plan.configs[-2:] if heavy else plan.configs[:2]
     plan = plan.model_copy(
-        update={"name": "gce-e2e", "samples_per_config": samples, "configs": configs,
-                "candidate": candidate}
+        update={
+            "name": "gce-e2e",
+            "samples_per_config": samples,
+            "configs": configs,
+            "candidate": candidate,
+        }
     )
     path = tmp_path / "plan.json"
     path.write_text(plan.model_dump_json())
@@ -70,23 +75,38 @@ def launched_run_id(capsys) -> str:
     return line.split("launched run ")[1].split()[0]
 
 
-def test_launch_wait_fetch_and_nothing_is_left(gce, gcs_server, gcs_bucket, tmp_path, capsys):  # noqa: F811
-    args = ["launch", "--backend", "gce", "--budget", "1.00", "--plan", plan_file(tmp_path), "--wait"]
+def test_launch_wait_fetch_and_nothing_is_left(gce, gcs_server, gcs_bucket, tmp_path, capsys):
+    args = [
+        "launch",
+        "--backend",
+        "gce",
+        "--budget",
+        "1.00",
+        "--plan",
+        plan_file(tmp_path),
+        "--wait",
+    ]
     assert main(args) == 0, capsys.readouterr()
     run_id = launched_run_id(capsys)
     assert main(["fetch", run_id, "--dest", str(tmp_path / "results")]) == 0
     assert "every sha256 verified" in capsys.readouterr().out
-    manifest = Manifest.model_validate_json((tmp_path / "results" / run_id / "manifest.json").read_text())
+    manifest = Manifest.model_validate_json(
+        (tmp_path / "results" / run_id / "manifest.json").read_text()
+    )
     assert manifest.status == "complete"
     assert manifest.environment.zone == "us-central1-a"
-    assert manifest.cost.rate_usd_per_hour == pytest.approx(budget.hourly_rate(BenchConfig(), True).total)
+    assert manifest.cost.rate_usd_per_hour == pytest.approx(
+        budget.hourly_rate(BenchConfig(), True).total
+    )
     assert gce.instances() == [], "fetch must delete the finished instance"
     assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
 
 
 def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, capsys):
     gce.config.run_scripts = False
-    assert main(["launch", "--backend", "gce", "--budget", "1.00", "--plan", plan_file(tmp_path)]) == 0
+    assert (
+        main(["launch", "--backend", "gce", "--budget", "1.00", "--plan", plan_file(tmp_path)]) == 0
+    )
     (sent,) = gce.inserted
     scheduling = sent["scheduling"]
     assert scheduling["provisioningModel"] == "SPOT"
@@ -126,7 +146,9 @@ def test_quota_everywhere_is_exit_4_naming_the_quota(gce, tmp_path, capsys):
     assert gce.instances() == []
 
 
-def test_preemption_mid_benchmark_leaves_partial_results(gce, gcs_server, gcs_bucket, tmp_path, capsys):  # noqa: F811
+def test_preemption_mid_benchmark_leaves_partial_results(
+    gce, gcs_server, gcs_bucket, tmp_path, capsys
+):
     gce.config.preemption_grace_s = 30.0  # what spot VMs get before the hard power-off
     plan = plan_file(tmp_path, samples=3000, heavy=True)
     assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
@@ -150,7 +172,9 @@ def test_preemption_mid_benchmark_leaves_partial_results(gce, gcs_server, gcs_bu
     assert "preempted" in capsys.readouterr().out
 
 
-def test_failing_build_uploads_log_and_failed_manifest_and_powers_off(gce, gcs_server, gcs_bucket, tmp_path, capsys):  # noqa: F811
+def test_failing_build_uploads_log_and_failed_manifest_and_powers_off(
+    gce, gcs_server, gcs_bucket, tmp_path, capsys
+):
     # Our kernel on a machine with no GPU: the build phase must fail, loudly and cheaply.
     plan = plan_file(tmp_path, candidate="flash")
     assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan, "--wait"]) == 5
@@ -173,8 +197,17 @@ def test_max_run_duration_deletes_the_vm_when_the_controller_is_gone(gce, tmp_pa
     # --no-wait returns right after the insert: exactly a controller killed at that moment.
     gce.config.run_scripts = False
     gce.config.time_scale = 1200.0
-    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path),
-            "--max-runtime", "20m"]
+    args = [
+        "launch",
+        "--backend",
+        "gce",
+        "--budget",
+        "1",
+        "--plan",
+        plan_file(tmp_path),
+        "--max-runtime",
+        "20m",
+    ]
     assert main(args) == 0
     (instance,) = gce.instances()
     started = time.monotonic()
@@ -183,12 +216,15 @@ def test_max_run_duration_deletes_the_vm_when_the_controller_is_gone(gce, tmp_pa
     assert time.monotonic() - started < 20
 
 
-def test_refusals_send_nothing(gce, gcs_server, gcs_bucket, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_refusals_send_nothing(gce, gcs_server, gcs_bucket, tmp_path, monkeypatch, capsys):
     plan = plan_file(tmp_path)
     assert main(["launch", "--backend", "gce", "--budget", "0.01", "--plan", plan]) == 3
     assert "$0.01" in capsys.readouterr().err
-    for key, value in [("ZONES", "us-central1-z"), ("MACHINE_TYPE", "g2-standard-5"),
-                       ("BUCKET", "Not_A..Bucket")]:
+    for key, value in [
+        ("ZONES", "us-central1-z"),
+        ("MACHINE_TYPE", "g2-standard-5"),
+        ("BUCKET", "Not_A..Bucket"),
+    ]:
         with monkeypatch.context() as patch:
             patch.setenv(f"BENCH_{key}", value)
             assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 2

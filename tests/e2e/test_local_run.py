@@ -67,7 +67,10 @@ def wait_for(predicate, timeout: float = 120.0, every: float = 0.2):
 
 def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys):
     state = bench_env / "state"
-    assert main(["launch", "--backend", "local", "--plan", "cpu-smoke", "--budget", "1.00", "--wait"]) == 0
+    assert (
+        main(["launch", "--backend", "local", "--plan", "cpu-smoke", "--budget", "1.00", "--wait"])
+        == 0
+    )
     run_id = only_run_id(state)
     assert leftover_processes(state / "sandboxes" / run_id) == [], "the run left processes behind"
     assert main(["fetch", "--dest", str(bench_env / "results")]) == 0
@@ -85,7 +88,14 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys):
     expected = manifest.plan.samples_per_implementation()
     assert per_impl == {name: expected for name in manifest.plan.implementations}
     assert [p.name for p in manifest.phases] == [
-        "preflight", "environment", "payload", "build", "correctness", "benchmark", "upload", "finish"
+        "preflight",
+        "environment",
+        "payload",
+        "build",
+        "correctness",
+        "benchmark",
+        "upload",
+        "finish",
     ]
     assert manifest.environment and manifest.environment.torch
 
@@ -147,14 +157,18 @@ def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, ca
     assert (bench_env / "results" / run_id / "results" / "measurements.csv").exists()
 
 
-@pytest.mark.parametrize("hostile", ["$(touch {canary})", "'; touch {canary} #", "`touch {canary}`"])
+@pytest.mark.parametrize(
+    "hostile", ["$(touch {canary})", "'; touch {canary} #", "`touch {canary}`"]
+)
 def test_hostile_settings_are_inert_when_the_script_runs(bench_env, tmp_path, monkeypatch, hostile):
     canary = tmp_path / "pwned"
     text = hostile.format(canary=canary)
     state = tmp_path / f"state {text}"
     monkeypatch.setenv("BENCH_STATE_DIR", str(state))
     plan = small_plan(tmp_path, name=text, samples=2)
-    assert main(["launch", "--backend", "local", "--plan", str(plan), "--budget", "1", "--wait"]) == 0
+    assert (
+        main(["launch", "--backend", "local", "--plan", str(plan), "--budget", "1", "--wait"]) == 0
+    )
     assert not canary.exists(), "a setting was executed by the startup script"
     manifest = Manifest.model_validate_json(
         (state / "store" / "bench" / "runs" / only_run_id(state) / "manifest.json").read_text()

@@ -136,7 +136,7 @@ def test_inside_cuda_graph(dtype):
         static_out = flash_attention(*static, causal=True)
     for _ in range(2):  # fresh inputs through the same captured graph
         fresh = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3)]
-        for buf, new in zip(static, fresh):
+        for buf, new in zip(static, fresh, strict=True):
             buf.copy_(new)
         static_out.fill_(float("nan"))
         graph.replay()

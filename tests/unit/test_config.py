@@ -9,7 +9,9 @@ from orchestrator.errors import ConfigError
 
 
 def test_flags_beat_environment_beat_files(bench_env, monkeypatch):
-    (bench_env / "work" / "bench.toml").write_text('prefix = "from-file"\nmachine_type = "g2-standard-8"\n')
+    (bench_env / "work" / "bench.toml").write_text(
+        'prefix = "from-file"\nmachine_type = "g2-standard-8"\n'
+    )
     monkeypatch.setenv("BENCH_PREFIX", "from-env")
     config = load_config(flags={"prefix": "from-flag"})
     assert config.prefix == "from-flag"

@@ -21,9 +21,15 @@ HOSTILE = ["$(touch /tmp/pwned)", "'; rm -rf ~ #", '"; touch pwned; "', "`touch 
 def spec_for(plan_name: str, backend: str) -> RunSpec:
     plan, _ = resolve_plan(plan_name, backend)
     return RunSpec(
-        run_id=new_run_id(), backend=backend, plan=plan, owner="tester", budget_usd=1.0,
-        rate_usd_per_hour=0.28 if backend == "gce" else 0.0, max_run_seconds=3600,
-        estimated_seconds=300, payload_sha256="a" * 64,
+        run_id=new_run_id(),
+        backend=backend,
+        plan=plan,
+        owner="tester",
+        budget_usd=1.0,
+        rate_usd_per_hour=0.28 if backend == "gce" else 0.0,
+        max_run_seconds=3600,
+        estimated_seconds=300,
+        payload_sha256="a" * 64,
     )
 
 
@@ -71,7 +77,9 @@ def test_shquote_round_trips_through_bash(value):
 
 
 def test_gce_script_holds_no_credentials(tmp_path):
-    script = render_startup(spec_for("default", "gce"), "/var/lib/bench/x", backend_vars("gce", tmp_path))
+    script = render_startup(
+        spec_for("default", "gce"), "/var/lib/bench/x", backend_vars("gce", tmp_path)
+    )
     lowered = script.lower()
     for secret_marker in ("private_key", "client_secret", "ya29.", "refresh_token", "begin rsa"):
         assert secret_marker not in lowered

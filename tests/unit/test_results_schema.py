@@ -26,9 +26,23 @@ def run_record(*args: str) -> str:
 
 
 def test_status_written_by_the_record_tool_validates(tmp_path):
-    run_record("status", "--dir", str(tmp_path), "--run-id", "r1", "--phase", "build",
-               "--state", "running", "--message", 'quotes " and \\ and ünïcode', "--done", "3",
-               "--total", "9")
+    run_record(
+        "status",
+        "--dir",
+        str(tmp_path),
+        "--run-id",
+        "r1",
+        "--phase",
+        "build",
+        "--state",
+        "running",
+        "--message",
+        'quotes " and \\ and ünïcode',
+        "--done",
+        "3",
+        "--total",
+        "9",
+    )
     status = Status.model_validate_json((tmp_path / "status.json").read_text())
     assert (status.phase, status.done, status.total) == ("build", 3, 9)
     assert status.message == 'quotes " and \\ and ünïcode'
@@ -37,10 +51,23 @@ def test_status_written_by_the_record_tool_validates(tmp_path):
 def test_manifest_is_failed_without_samples_and_partial_with_them(tmp_path):
     (tmp_path / "phases.tsv").write_text("preflight\t1\t0\nenvironment\t2\t0\nbuild\t5\t2\n")
     cost = '{"backend": "gce", "rate_usd_per_hour": 0.3, "budget_usd": 1.0, "max_run_seconds": 100}'
-    common = ["manifest", "--dir", str(tmp_path), "--run-id", "r1", "--cost-json", cost,
-              "--started-at", "2026-11-22T08:00:00+00:00"]
-    assert run_record(*common, "--exit-code", "2", "--reason", "phase build failed",
-                      "--failed-phase", "build").strip() == "failed"
+    common = [
+        "manifest",
+        "--dir",
+        str(tmp_path),
+        "--run-id",
+        "r1",
+        "--cost-json",
+        cost,
+        "--started-at",
+        "2026-11-22T08:00:00+00:00",
+    ]
+    assert (
+        run_record(
+            *common, "--exit-code", "2", "--reason", "phase build failed", "--failed-phase", "build"
+        ).strip()
+        == "failed"
+    )
     manifest = Manifest.model_validate_json((tmp_path / "manifest.json").read_text())
     assert manifest.failed_phase == "build" and [p.exit_code for p in manifest.phases] == [0, 0, 2]
     assert manifest.cost.estimated_usd >= 0.3 / 60  # at least the one-minute minimum

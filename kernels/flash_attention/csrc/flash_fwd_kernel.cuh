@@ -1,9 +1,9 @@
 // FlashAttention-2 style forward kernel for sm_80+ (mma.sync m16n8k16, ldmatrix, cp.async).
 //
-// One thread block owns kBlockM query rows of one (batch, head); each of its 4 or 8 warps owns 16
-// rows. K and V tiles of kBlockN keys stream through shared memory, double buffered with
-// cp.async. Scores, the online softmax state and the output accumulator stay in registers;
-// P is converted to 16 bits in registers and reused as the A operand of the P.V product.
+// One thread block owns kBlockM query rows of one (batch, head); each of its warps owns 16 or
+// 32 of them (FwdConfig). K and V tiles of kBlockN keys stream through shared memory, double
+// buffered with cp.async. Scores, the online softmax state and the output accumulator stay in
+// registers; P is converted to 16 bits in registers and reused as the A operand of P.V.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -155,9 +155,12 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
     // Bottom-right causal alignment: query row i sees keys j <= i + causal_offset.
     const int causal_offset = p.seqlen_k - p.seqlen_q;
 
-    const Elem* q = static_cast<const Elem*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
-    const Elem* k = static_cast<const Elem*>(p.k) + batch * p.k_batch_stride + head * p.k_head_stride;
-    const Elem* v = static_cast<const Elem*>(p.v) + batch * p.v_batch_stride + head * p.v_head_stride;
+    const Elem* q =
+        static_cast<const Elem*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
+    const Elem* k =
+        static_cast<const Elem*>(p.k) + batch * p.k_batch_stride + head * p.k_head_stride;
+    const Elem* v =
+        static_cast<const Elem*>(p.v) + batch * p.v_batch_stride + head * p.v_head_stride;
     Elem* o = static_cast<Elem*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
 
     int n_end = p.seqlen_k;
@@ -348,7 +351,8 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
             for (int t = 0; t < kDTiles; ++t) {
                 const uint32_t packed =
                     Mma<Elem>::pack(o_acc[mt][t][2 * h] * inv, o_acc[mt][t][2 * h + 1] * inv);
-                *reinterpret_cast<uint32_t*>(sQ + swizzled<HeadDim>(r, t) + (lane % 4) * 2) = packed;
+                Elem* dst = sQ + swizzled<HeadDim>(r, t) + (lane % 4) * 2;
+                *reinterpret_cast<uint32_t*>(dst) = packed;
             }
         }
     }
