@@ -20,15 +20,21 @@ PAYLOAD_PACKAGES = ("benches", "kernels", "results_schema")
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache", "build", ".mypy_cache"}
 SKIPPED_SUFFIXES = {".pyc", ".pyo", ".so", ".o"}
 
-# What the payload's python must have; the environment phase installs these into a venv only
-# when the image lacks them. The GPU pins match the Deep Learning VM image's CUDA 12.8.
+# What the payload's python must have. On a VM the environment phase installs these pins into
+# a venv when the image lacks them (they match the Deep Learning VM image's CUDA 12.8); on the
+# user's own machine any installed version will do, so only the names are checked there.
 PAYLOAD_PIP_PACKAGES = {
     "cuda": ["torch==2.8.0", "numpy==2.2.6", "pydantic==2.12.5", "nvidia-ml-py==13.580.82"],
-    "cpu": ["torch", "numpy", "pydantic"],
+    "cpu": ["torch", "numpy", "pydantic"],  # the smoke plan: any versions will do
 }
+
+
+def payload_requirements(backend: str, device: str) -> list[str]:
+    pins = PAYLOAD_PIP_PACKAGES[device]
+    return pins if backend == "gce" else [pin.split("==")[0] for pin in pins]
 PAYLOAD_PIP_INDEX_ARGS = {
     "cuda": "--extra-index-url https://download.pytorch.org/whl/cu128",
-    "cpu": "",
+    "cpu": "--extra-index-url https://download.pytorch.org/whl/cpu",
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from orchestrator.payload import PAYLOAD_PIP_INDEX_ARGS, PAYLOAD_PIP_PACKAGES
+from orchestrator.payload import PAYLOAD_PIP_INDEX_ARGS, payload_requirements
 from orchestrator.spec import RunSpec
 from results_schema import PHASES
 
@@ -87,7 +87,7 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "max_run_seconds": spec.max_run_seconds,
         "heartbeat_seconds": HEARTBEAT_SECONDS[spec.backend],
         "cost_json": json.dumps(cost, sort_keys=True),
-        "pip_packages": PAYLOAD_PIP_PACKAGES[plan.device],
+        "pip_packages": payload_requirements(spec.backend, plan.device),
         "pip_index_args": PAYLOAD_PIP_INDEX_ARGS[plan.device],
         "record_tool_source": record_tool_source(),
         "phases": PHASES,

@@ -166,7 +166,7 @@ def test_preemption_mid_benchmark_leaves_partial_results(
     gce.wait_for(lambda: bucket_json(gcs_server, gcs_bucket, manifest_name), timeout=30)
     manifest = Manifest.model_validate(bucket_json(gcs_server, gcs_bucket, manifest_name))
     assert manifest.status == "partial" and "preempted" in manifest.reason
-    assert 0 < manifest.file("results/measurements.csv").rows < 2 * 3000 * 2
+    assert 0 < manifest.file("results/measurements.csv").rows < manifest.plan.samples_per_implementation() * 3
     gce.wait_for(lambda: gce.instances() == [], timeout=10)  # DELETE on preemption
     assert main(["status", run_id]) == 0
     assert "preempted" in capsys.readouterr().out
