@@ -38,6 +38,48 @@ def report(run_id, compare_id, dest):
             raise NotFoundError(
                 f"{directory} holds no fetched run; run `bench fetch {directory.name}` first"
             )
-    result = make_report(run_dir, compare_dir)
-    console().print(result)
+    show_report(console(), make_report(run_dir, compare_dir))
     return 0
+
+
+def show_report(out, report) -> None:
+    from rich.table import Table
+
+    table = Table(
+        "config",
+        "implementation",
+        "mode",
+        "median ms",
+        "TFLOP/s",
+        "% peak",
+        "candidate speedup [95% CI]",
+        title=f"run {report.run_id} ({report.status})",
+    )
+    for row in report.rows:
+        speedup = "(candidate)"
+        if row.speedup is not None and row.speedup_ci:
+            low, high = row.speedup_ci
+            speedup = f"{row.speedup:.2f}x [{low:.2f}, {high:.2f}] {row.verdict or ''}"
+        peak = f"{row.pct_of_peak:.1f}" if row.pct_of_peak is not None else "-"
+        table.add_row(
+            row.config,
+            row.implementation,
+            row.mode,
+            f"{row.median_ms:.4f}",
+            f"{row.tflops:.1f}",
+            peak,
+            speedup,
+        )
+    out.print(table)
+    for plot in report.plots:
+        out.print(f"plot: {plot}")
+    if report.compared_with is None:
+        return
+    if not report.disagreements:
+        out.print(f"against {report.compared_with}: every interval overlaps; no config moved")
+    for d in report.disagreements:
+        out.print(
+            f"[yellow]moved[/] {d.config} {d.implementation} {d.quantity}: "
+            f"[{d.this[0]:.4g}, {d.this[1]:.4g}] vs [{d.other[0]:.4g}, {d.other[1]:.4g}] "
+            f"({100 * d.relative_difference:+.1f}%)"
+        )
