@@ -42,6 +42,10 @@ class Backend(Protocol):
 
     def log_lines(self, run_id: str, placement: Placement, follow: bool) -> Iterator[str]: ...
 
+    def log_since(self, run_id: str, placement: Placement, offset: int) -> tuple[str, int]:
+        """Log text from byte `offset` (serial port 1 on gce), and the next offset."""
+        ...
+
     def release(self, run_id: str, placement: Placement) -> None:
         """Delete what the run leaves behind; already gone is fine."""
         ...

@@ -98,6 +98,16 @@ class LocalBackend:
                 return
             time.sleep(0.5)
 
+    def log_since(self, run_id: str, placement: Placement, offset: int) -> tuple[str, int]:
+        """The startup log from byte `offset`, and where the next read starts."""
+        log = self.paths.sandbox(run_id) / "logs" / "startup.log"
+        if not log.exists():
+            return "", offset
+        with log.open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+        return data.decode("utf-8", errors="replace"), offset + len(data)
+
     def release(self, run_id: str, placement: Placement) -> None:
         """Nothing to delete: the sandbox stays for inspection."""
 

@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
-from orchestrator.errors import ResultsError
+from orchestrator.errors import BenchError, ResultsError
+
+
+class LogTail:
+    """New `[bench ...]` lines of the run's log since the last call (the script's own lines,
+    without the VM's boot chatter on the serial port)."""
+
+    def __init__(self, backend, record):
+        from orchestrator.service.runs import placement_of
+
+        self.backend, self.record = backend, record
+        self.placement = placement_of(record)
+        self.offset, self.partial = 0, ""
+
+    def new_lines(self) -> list[str]:
+        try:
+            text, self.offset = self.backend.log_since(
+                self.record.run_id, self.placement, self.offset
+            )
+        except BenchError:
+            return []  # the log is a courtesy; the heartbeat decides progress
+        lines = (self.partial + text).replace("\r\n", "\n").split("\n")
+        self.partial = lines.pop()
+        return [line[line.index("[bench ") :] for line in lines if "[bench " in line]
 
 
 def follow(ctx, record, out) -> int:
@@ -20,8 +43,11 @@ def follow(ctx, record, out) -> int:
         transient=False,
     ) as bar:
         task = bar.add_task("starting", total=None, count="")
+        tail = LogTail(ctx.backend(record.backend), record)
 
         def show(view):
+            for line in tail.new_lines():
+                bar.console.print(line, style="dim", markup=False, highlight=False)
             status = view.status
             if status is not None:
                 total = status.total or None

@@ -35,6 +35,14 @@ class RunView:
         return "lost" if self.record.state == "running" else self.record.state
 
     @property
+    def cost_usd(self) -> float:
+        """What the run has cost so far: the manifest's estimate once it ended, else rate ×
+        elapsed with GCE's one-minute minimum."""
+        if self.manifest is not None and self.manifest.cost is not None:
+            return self.manifest.cost.estimated_usd or 0.0
+        return self.record.rate_usd_per_hour * max(self.elapsed_seconds, 60.0) / 3600.0
+
+    @property
     def elapsed_seconds(self) -> float:
         end = datetime.now(timezone.utc)
         if self.manifest is not None:

@@ -173,6 +173,13 @@ class GceBackend:
         if partial:
             yield partial
 
+    def log_since(self, run_id: str, placement: Placement, offset: int) -> tuple[str, int]:
+        """Serial output from byte `offset`, and where the next read starts."""
+        output = self.api.serial_output(placement.location, placement.handle, offset)
+        if output is None:
+            return "", offset
+        return output.contents, output.next_
+
     # -- release and stop-all ----------------------------------------------------------
 
     def release(self, run_id: str, placement: Placement) -> None:
