@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.errors import ResultsError
 from orchestrator.report import Disagreement, make_report
+from results_schema import Plan
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -43,7 +44,8 @@ def run_dir(tmp_path_factory) -> Path:
 def test_report_rows_and_pngs(run_dir):
     report = make_report(run_dir)
     assert report.status == "complete"
-    assert len(report.rows) == 6 * 2
+    plan = Plan.model_validate_json((run_dir / "plan.json").read_text())
+    assert len(report.rows) == len(plan.configs) * len(plan.implementations)
     baselines = [r for r in report.rows if r.implementation == "sdpa-math"]
     assert all(r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1] for r in baselines)
     assert {p.name for p in report.plots} == {"latency.png", "speedup.png", "tflops.png"}
