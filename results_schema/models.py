@@ -7,20 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = "1"
-
-# The startup script's phases, in order. `record.py` keeps its own copy (it may not import
-# pydantic); a unit test checks the two agree.
-PHASES = (
-    "preflight",
-    "environment",
-    "payload",
-    "build",
-    "correctness",
-    "benchmark",
-    "upload",
-    "finish",
-)
+# One definition of both, in the stdlib-only record tool the startup script carries.
+from results_schema.record import PHASES
 
 Dtype = Literal["float16", "bfloat16", "float32", "float64"]
 Device = Literal["cuda", "cpu"]

@@ -5,7 +5,8 @@ python3, so a run whose environment phase failed (no pip, no pydantic, no torch)
 ends with a valid heartbeat and a `failed` manifest. The shapes here must match
 `results_schema.models`; tests validate what this writes against those models.
 
-    python3 record.py status   --dir D --run-id ID --phase P --state S [--message M] [--done N --total N]
+    python3 record.py status   --dir D --run-id ID --phase P --state S [--message M]
+                               [--done N --total N]
     python3 record.py manifest --dir D --run-id ID --exit-code RC [--reason R] [--failed-phase P]
                                [--started-at ISO] [--interrupted] [--cost-json JSON]
 """

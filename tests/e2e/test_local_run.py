@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from results_schema import Manifest, Plan
+from results_schema import PHASES, Manifest, Plan
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -87,16 +87,7 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys):
         per_impl = Counter(row["implementation"] for row in csv.DictReader(f))
     expected = manifest.plan.samples_per_implementation()
     assert per_impl == {name: expected for name in manifest.plan.implementations}
-    assert [p.name for p in manifest.phases] == [
-        "preflight",
-        "environment",
-        "payload",
-        "build",
-        "correctness",
-        "benchmark",
-        "upload",
-        "finish",
-    ]
+    assert [p.name for p in manifest.phases] == list(PHASES)
     assert manifest.environment and manifest.environment.torch
 
     # Idempotent: fetching again gives the same verified copy.
