@@ -32,6 +32,8 @@ PAYLOAD_PIP_PACKAGES = {
 def payload_requirements(backend: str, device: str) -> list[str]:
     pins = PAYLOAD_PIP_PACKAGES[device]
     return pins if backend == "gce" else [pin.split("==")[0] for pin in pins]
+
+
 PAYLOAD_PIP_INDEX_ARGS = {
     "cuda": "--extra-index-url https://download.pytorch.org/whl/cu128",
     "cpu": "--extra-index-url https://download.pytorch.org/whl/cpu",

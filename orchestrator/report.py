@@ -236,7 +236,7 @@ def _plot_latency(plt, run: RunResults, path: Path) -> Path:
     cols = min(4, len(configs))
     rows = -(-len(configs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax, config in zip(axes.flat, configs):
+    for ax, config in zip(axes.flat, configs, strict=False):
         present = [i for i in impls if (config, i) in lat]
         ax.boxplot([lat[(config, i)] for i in present], showfliers=True)
         ax.set_xticks(range(1, len(present) + 1), present, rotation=20, fontsize=8)
@@ -291,7 +291,7 @@ def _plot_tflops(plt, run: RunResults, path: Path) -> Path:
     non-causal in separate panels since causal does half the work."""
     configs = {c.name: c for c in run.plan.configs}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, causal in zip(axes, (False, True)):
+    for ax, causal in zip(axes, (False, True), strict=False):
         series: dict[tuple[str, int], list[tuple[int, float]]] = defaultdict(list)
         for s in run.summary:
             c = configs.get(s.config)
@@ -300,7 +300,9 @@ def _plot_tflops(plt, run: RunResults, path: Path) -> Path:
         for (impl, head_dim), points in sorted(series.items()):
             points.sort()
             ax.plot(
-                *zip(*points), marker="o" if head_dim <= 64 else "s", label=f"{impl}, D={head_dim}"
+                *zip(*points, strict=False),
+                marker="o" if head_dim <= 64 else "s",
+                label=f"{impl}, D={head_dim}",
             )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sequence length")

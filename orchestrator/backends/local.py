@@ -137,7 +137,7 @@ class LocalBackend:
                 if not process_alive(pid, self.paths.sandbox(run_id)):
                     del pending[run_id]
             time.sleep(0.2)
-        for run_id, pid in pending.items():
+        for pid in pending.values():
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:

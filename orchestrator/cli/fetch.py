@@ -88,7 +88,8 @@ def show_summary(out, result) -> None:
         for baseline in plan.baselines:
             row = by_key.get((config.name, baseline))
             cells.append(
-                f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] {row.verdict}"
+                f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] "
+                f"{row.verdict}"
                 if row and row.speedup is not None
                 else "-"
             )

@@ -50,7 +50,8 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
 
         return follow(ctx, ctx.registry.get(result.spec.run_id), out)
     out.print(
-        f"follow it with: bench status {result.spec.run_id}   then: bench fetch {result.spec.run_id}"
+        f"follow it with: bench status {result.spec.run_id}   "
+        f"then: bench fetch {result.spec.run_id}"
     )
     return 0
 

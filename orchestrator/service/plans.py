@@ -53,7 +53,8 @@ def resolve_plan(ref: str, backend: str) -> tuple[Plan, str]:
         path = plans_dir() / f"{ref}.json"
         if not path.is_file():
             raise UsageError(
-                f"unknown plan {ref!r}; choose one of {', '.join(plan_names())}, auto, or a .json file"
+                f"unknown plan {ref!r}; choose one of {', '.join(plan_names())}, "
+                "auto, or a .json file"
             )
     try:
         return Plan.model_validate_json(path.read_text()), note

@@ -219,7 +219,7 @@ class GceBackend:
         with ThreadPoolExecutor(max_workers=min(PARALLEL_CALLS, len(machines))) as pool:
             started = list(pool.map(self._start_delete, machines))
             finished = list(pool.map(self._finish_delete, machines, started))
-        return [machine for machine, gone in zip(machines, finished) if gone]
+        return [machine for machine, gone in zip(machines, finished, strict=False) if gone]
 
     def _start_delete(self, machine: Machine) -> tuple[bool, Operation | None]:
         try:
