@@ -117,6 +117,20 @@ def estimate_runtime_seconds(plan: Plan, backend: str) -> int:
     return math.ceil(sum(fixed.values()) + timed + overhead + correctness)
 
 
+# Past runs predict better than the model, but vary (boot times, installs): keep headroom.
+HISTORY_HEADROOM = 1.25
+
+
+def refined_estimate(model_seconds: int, past_seconds: list[float]) -> tuple[int, str]:
+    """The estimate from past complete runs of the same plan and backend when there are any
+    (their median, with headroom), else the model's; and a note saying which."""
+    if not past_seconds:
+        return model_seconds, "model"
+    ordered = sorted(past_seconds)
+    median = ordered[len(ordered) // 2]
+    return math.ceil(median * HISTORY_HEADROOM), f"{len(ordered)} past runs"
+
+
 def max_run_seconds_for(budget_usd: float, rate_usd_per_hour: float) -> int:
     """What the budget buys at this rate, less the billing margin; the cloud enforces it."""
     bought = math.floor(budget_usd / rate_usd_per_hour * 3600) - BILLING_MARGIN_SECONDS

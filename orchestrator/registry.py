@@ -98,6 +98,14 @@ class RunRegistry:
             rows = db.execute("SELECT record FROM runs ORDER BY run_id").fetchall()
         return [RunRecord(**json.loads(r[0])) for r in rows]
 
+    def past_durations(self, plan: str, backend: str) -> list[float]:
+        """Wall seconds of earlier complete runs of this plan on this backend."""
+        return [
+            (datetime.fromisoformat(r.finished_at) - r.created).total_seconds()
+            for r in self.all()
+            if r.plan == plan and r.backend == backend and r.state == "complete" and r.finished_at
+        ]
+
     def committed_this_month(self, now: datetime | None = None) -> float:
         """Spend of this month's runs: actual cost when known, else the whole budget."""
         now = now or datetime.now(timezone.utc)

@@ -6,8 +6,6 @@ when the payload's Python environment never came up.
 """
 
 from results_schema.models import (
-    PHASES,
-    SCHEMA_VERSION,
     AttentionConfig,
     CorrectnessRow,
     Cost,
@@ -21,6 +19,7 @@ from results_schema.models import (
     Status,
     SummaryRow,
 )
+from results_schema.record import PHASES, SCHEMA_VERSION
 
 # file name in results/ -> the model of one of its rows
 CSV_MODELS = {

@@ -38,7 +38,10 @@ def plan_spec(
     ctx: Context, request: LaunchRequest, backend: str, plan: Plan, spot: bool
 ) -> tuple[RunSpec, budget.HourlyRate | None]:
     """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan."""
-    estimated = budget.estimate_runtime_seconds(plan, backend)
+    estimated, _ = budget.refined_estimate(
+        budget.estimate_runtime_seconds(plan, backend),
+        ctx.registry.past_durations(plan.name, backend),
+    )
     if backend == "local":
         rate, rate_total = None, 0.0
         cap = request.max_runtime_seconds or budget.LOCAL_DEFAULT_MAX_RUN_SECONDS

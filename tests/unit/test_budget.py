@@ -51,3 +51,51 @@ def test_monthly_cap_counts_the_whole_budget_of_this_launch():
 def test_gpu_plan_estimate_includes_the_fixed_vm_costs():
     plan, _ = resolve_plan("default", "gce")
     assert budget.estimate_runtime_seconds(plan, "gce") > sum(budget.GCE_FIXED_SECONDS.values())
+
+
+def test_past_runs_replace_the_model_estimate_with_headroom():
+    assert budget.refined_estimate(700, []) == (700, "model")
+    seconds, source = budget.refined_estimate(700, [400.0, 300.0, 500.0])
+    assert seconds == 500 and source == "3 past runs"
+
+
+def test_registry_reports_durations_of_complete_runs_only(tmp_path):
+    from orchestrator.registry import RunRecord, RunRegistry
+
+    registry = RunRegistry(tmp_path / "runs.sqlite")
+    common = dict(
+        plan="default",
+        budget_usd=1,
+        rate_usd_per_hour=0.3,
+        max_run_seconds=9,
+        estimated_seconds=9,
+        created_at="2026-11-22T08:00:00+00:00",
+    )
+    registry.add(
+        RunRecord(
+            run_id="a",
+            backend="gce",
+            state="complete",
+            finished_at="2026-11-22T08:10:00+00:00",
+            **common,
+        )
+    )
+    registry.add(
+        RunRecord(
+            run_id="b",
+            backend="gce",
+            state="failed",
+            finished_at="2026-11-22T08:01:00+00:00",
+            **common,
+        )
+    )
+    registry.add(
+        RunRecord(
+            run_id="c",
+            backend="local",
+            state="complete",
+            finished_at="2026-11-22T08:02:00+00:00",
+            **common,
+        )
+    )
+    assert registry.past_durations("default", "gce") == [600.0]

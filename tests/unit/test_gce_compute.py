@@ -123,7 +123,10 @@ def test_serial_output_follows_next(tmp_path):
         api = ComputeApi(config_for(server), read_retry_seconds=5)
         api.insert("us-central1-a", instance_for(server))
         name = "bench-20261101-120000-abcdef"
-        server.wait_for(lambda: "hi" in server.serial_output("us-central1-a", name))
+        # Wait for the script's last line, so nothing new can arrive between the two reads.
+        server.wait_for(
+            lambda: "finished with exit status" in server.serial_output("us-central1-a", name)
+        )
         first = api.serial_output("us-central1-a", name, 0)
         assert "startup-script: hi" in first.contents
         again = api.serial_output("us-central1-a", name, first.next_)
