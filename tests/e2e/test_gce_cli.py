@@ -245,3 +245,15 @@ def test_stop_all_finds_and_deletes_only_bench_instances(gce, tmp_path, capsys):
     assert main(["stop-all", "--yes"]) == 0
     assert "stopped 2 machines" in capsys.readouterr().out
     assert gce.instances() == []
+
+
+def test_render_prints_script_and_instance_request_and_creates_nothing(
+    gce, gcs_server, gcs_bucket, bench_env, capsys
+):
+    assert main(["render", "--backend", "gce", "--plan", "default"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("#!/usr/bin/env bash\n") and "phase_benchmark()" in captured.out
+    request = json.loads(captured.err.split("# ---- instance request (JSON) ----", 1)[1])
+    assert request["scheduling"]["instanceTerminationAction"] == "DELETE"
+    assert gce.requests == [] and bucket_objects(gcs_server, gcs_bucket) == []
+    assert not (bench_env / "state").exists()

@@ -90,6 +90,11 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys):
     assert [p.name for p in manifest.phases] == list(PHASES)
     assert manifest.environment and manifest.environment.torch
 
+    capsys.readouterr()
+    assert main(["logs", run_id]) == 0
+    log = capsys.readouterr().out
+    assert "phase benchmark: done" in log and f"run {run_id} finished: complete" in log
+
     # Idempotent: fetching again gives the same verified copy.
     assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 0
 
