@@ -53,6 +53,12 @@ def status(run_id):
         )
         if view.manifest and view.manifest.reason:
             reasons.append(f"{record.run_id}: {view.manifest.reason}")
+        if record.backend == "gce" and view.machine == "TERMINATED":
+            # Powered off by its own script: no VM charge, but the disk bills until deleted.
+            reasons.append(
+                f"{record.run_id}: VM powered off, its disk still bills; "
+                f"`bench fetch {record.run_id}` deletes it"
+            )
     table.columns[0].no_wrap = True  # a run id must stay copyable
     out.print(table)
     for reason in reasons:

@@ -189,6 +189,9 @@ def test_failing_build_uploads_log_and_failed_manifest_and_powers_off(
     )
     assert manifest.status == "failed" and manifest.failed_phase == "build"
     assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
+    capsys.readouterr()
+    assert main(["status", run_id]) == 0
+    assert "disk still bills" in capsys.readouterr().out
     assert main(["fetch", run_id, "--dest", str(tmp_path / "r")]) == 5
     assert gce.instances() == [], "fetch deletes the powered-off instance and its disk"
 
