@@ -17,7 +17,6 @@ class Placement:
     handle: str  # instance name, or the pid of the local script
     attempts: list[str] = field(default_factory=list)  # "us-central1-a: no capacity", ...
     spot: bool = True
-    rate_usd_per_hour: float | None = None  # set when the backend changed it (on-demand fallback)
 
 
 @dataclass

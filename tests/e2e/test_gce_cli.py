@@ -166,7 +166,11 @@ def test_preemption_mid_benchmark_leaves_partial_results(
     gce.wait_for(lambda: bucket_json(gcs_server, gcs_bucket, manifest_name), timeout=30)
     manifest = Manifest.model_validate(bucket_json(gcs_server, gcs_bucket, manifest_name))
     assert manifest.status == "partial" and "preempted" in manifest.reason
-    assert 0 < manifest.file("results/measurements.csv").rows < manifest.plan.samples_per_implementation() * 3
+    assert (
+        0
+        < manifest.file("results/measurements.csv").rows
+        < manifest.plan.samples_per_implementation() * 3
+    )
     gce.wait_for(lambda: gce.instances() == [], timeout=10)  # DELETE on preemption
     assert main(["status", run_id]) == 0
     assert "preempted" in capsys.readouterr().out
@@ -260,3 +264,28 @@ def test_render_prints_script_and_instance_request_and_creates_nothing(
     assert request["scheduling"]["instanceTerminationAction"] == "DELETE"
     assert gce.requests == [] and bucket_objects(gcs_server, gcs_bucket) == []
     assert not (bench_env / "state").exists()
+
+
+def test_on_demand_fallback_replans_the_time_cap_at_the_higher_rate(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    for zone in ZONES:
+        gce.faults.stockout(zone, spot_only=True)
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+    assert main([*args, "--on-demand-fallback"]) == 0
+    assert "retrying on-demand" in capsys.readouterr().out
+    *spot_tries, landed = gce.inserted
+    assert [t["scheduling"]["provisioningModel"] for t in spot_tries] == ["SPOT"] * 3
+    assert landed["scheduling"]["provisioningModel"] == "STANDARD"
+    on_demand = budget.hourly_rate(BenchConfig(), spot=False).total
+    expected = budget.max_run_seconds_for(1.0, on_demand)
+    assert int(landed["scheduling"]["maxRunDuration"]["seconds"]) == expected
+
+
+def test_on_demand_fallback_is_refused_when_the_budget_covers_only_spot(gce, tmp_path, capsys):
+    for zone in ZONES:
+        gce.faults.stockout(zone, spot_only=True)
+    args = ["launch", "--backend", "gce", "--budget", "0.10", "--plan", plan_file(tmp_path)]
+    assert main([*args, "--on-demand-fallback"]) == 3
+    assert "buys" in capsys.readouterr().err
+    assert all(t["scheduling"]["provisioningModel"] == "SPOT" for t in gce.inserted)
+    assert gce.instances() == []

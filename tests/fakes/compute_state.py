@@ -191,7 +191,8 @@ class FakeCompute:
         machine_type = (body.get("machineType") or "").rsplit("/", 1)[-1]
         if not machine_type:
             raise gce_errors.invalid("Invalid value for field 'resource.machineType': ''.")
-        failure = self.faults.insert_failure(project, zone, machine_type)
+        spot = (body.get("scheduling") or {}).get("provisioningModel") == "SPOT"
+        failure = self.faults.insert_failure(project, zone, machine_type, spot)
         if failure is not None and failure[1] == "http":
             raise failure[0]
         with self.lock:

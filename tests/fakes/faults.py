@@ -22,6 +22,7 @@ STOCKOUT_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_
 class _Stockout:
     code: str
     via: str  # "operation" (realistic: insert accepted, operation fails) or "http"
+    spot_only: bool = False  # spot capacity gone, on-demand still available
 
 
 @dataclass
@@ -59,13 +60,18 @@ class FaultPlan:
     # -- configuration -------------------------------------------------------------------
 
     def stockout(
-        self, zone: str, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", via: str = "operation"
+        self,
+        zone: str,
+        code: str = "ZONE_RESOURCE_POOL_EXHAUSTED",
+        via: str = "operation",
+        spot_only: bool = False,
     ) -> None:
-        """Inserts in `zone` fail for lack of capacity until `clear_stockout(zone)`."""
+        """Inserts in `zone` (spot ones only, if `spot_only`) fail for lack of capacity
+        until `clear_stockout(zone)`."""
         if code not in STOCKOUT_CODES or via not in ("operation", "http"):
             raise ValueError(f"bad stockout {code=} {via=}")
         with self._lock:
-            self._stockouts[zone] = _Stockout(code, via)
+            self._stockouts[zone] = _Stockout(code, via, spot_only)
 
     def clear_stockout(self, zone: str) -> None:
         with self._lock:
@@ -118,7 +124,7 @@ class FaultPlan:
         return None
 
     def insert_failure(
-        self, project: str, zone: str, machine_type: str
+        self, project: str, zone: str, machine_type: str, spot: bool = False
     ) -> tuple[GceError, str] | None:
         """The error an insert meets in `zone`, and how it surfaces ("http"/"operation")."""
         with self._lock:
@@ -129,6 +135,6 @@ class FaultPlan:
                 if quota.region is None or quota.region == region_of(zone):
                     return gce_errors.quota_exceeded(quota.quota, quota.region), quota.via
             stock = self._stockouts.get(zone)
-            if stock is not None:
+            if stock is not None and (spot or not stock.spot_only):
                 return gce_errors.stockout(project, zone, stock.code, machine_type), stock.via
         return None

@@ -81,7 +81,7 @@ def test_gpus_all_regions_stops_at_once():
     global_quota = GlobalQuotaExceeded("GPUS_ALL_REGIONS", "Limit: 0.0 globally")
     insert = ScriptedInsert({"us-central1-a": global_quota})
     with pytest.raises(QuotaError, match="GPUS_ALL_REGIONS") as caught:
-        place(ZONES, build, insert, on_demand=lambda: build)
+        place(ZONES, build, insert)
     assert len(insert.calls) == 1
     assert "IAM & Admin > Quotas" in str(caught.value)
 
@@ -96,28 +96,6 @@ def test_no_capacity_anywhere_lists_every_zone_and_what_to_do():
     for zone in ZONES:
         assert zone in message
     assert "on_demand_fallback" in message and "add more zones" in message
-
-
-def test_on_demand_fallback_runs_after_every_spot_zone_failed():
-    insert = ScriptedInsert(
-        {**{(z, True): stockout for z in ZONES}, ("us-central1-a", False): stockout}
-    )
-    asked = []
-    landed = place(ZONES, build, insert, on_demand=lambda: asked.append(1) or build)
-    assert asked == [1]
-    assert (landed.zone, landed.spot) == ("us-central1-b", False)
-    assert len(landed.attempts) == 4
-    assert (
-        landed.attempts[-1]
-        == "us-central1-a (on-demand): no capacity [ZONE_RESOURCE_POOL_EXHAUSTED]"
-    )
-
-
-def test_declined_on_demand_fallback_is_reported():
-    insert = ScriptedInsert({z: stockout for z in ZONES})
-    with pytest.raises(NoCapacityError, match="on-demand fallback declined"):
-        place(ZONES, build, insert, on_demand=lambda: None)
-    assert len(insert.calls) == 3
 
 
 def test_other_errors_are_not_swallowed():

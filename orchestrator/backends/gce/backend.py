@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from orchestrator.backends.base import Machine, Placement
 from orchestrator.backends.gce.builder import (
@@ -21,7 +21,7 @@ from orchestrator.backends.gce.builder import (
     managed_filter,
 )
 from orchestrator.backends.gce.compute import PARALLEL_CALLS, ComputeApi
-from orchestrator.backends.gce.failover import Build, place
+from orchestrator.backends.gce.failover import place
 from orchestrator.errors import BenchError, ConfigError
 
 if TYPE_CHECKING:
@@ -50,10 +50,6 @@ _STATES = {
 }
 _FINAL_STATES = {"TERMINATED", "PREEMPTED", "GONE"}
 
-# Asked when every spot zone failed: given the spot spec, return an on-demand one (spot
-# False, its rate and max_run_seconds) if the budget covers it, else None.
-OnDemandApproval = Callable[["RunSpec"], Optional["RunSpec"]]
-
 
 def template_vars(config: BenchConfig) -> dict:
     """What startup_templates/partials/backend/gce.sh.j2 needs, for render_startup."""
@@ -75,13 +71,11 @@ class GceBackend:
         self,
         config: BenchConfig,
         *,
-        on_demand: OnDemandApproval | None = None,
         api: ComputeApi | None = None,
         poll_seconds: float = 10.0,
     ) -> None:
         self.config = config
         self.api = api or ComputeApi(config)
-        self.on_demand = on_demand
         self.poll_seconds = config.poll_seconds or poll_seconds
         self.stop_failures: dict[str, str] = {}  # instance name -> why, from the last stop()
 
@@ -94,39 +88,26 @@ class GceBackend:
     # -- start -------------------------------------------------------------------------
 
     def start(self, spec: RunSpec, startup_script: str, shutdown_script: str) -> Placement:
-        def builder(run: RunSpec) -> Build:
-            return lambda zone, spot: build_instance(
-                run, self.config, zone, startup_script, shutdown_script, spot
-            )
+        """Failover over the configured zones. An on-demand retry is the launch service's
+        call: it re-plans the time cap and re-renders the scripts at the higher rate."""
+
+        def build(zone: str, spot: bool) -> Instance:
+            return build_instance(spec, self.config, zone, startup_script, shutdown_script, spot)
 
         # Build once before any request: a bad name or label fails here, costing nothing.
-        builder(spec)(self.config.zones[0], spec.spot)
-        approved: list[RunSpec] = []
-
-        def on_demand() -> Build | None:
-            on_demand_spec = self.on_demand(spec) if self.on_demand else None
-            if on_demand_spec is None:
-                return None
-            approved.append(on_demand_spec)
-            return builder(on_demand_spec)
-
-        offer = self.config.on_demand_fallback and self.on_demand is not None
+        build(self.config.zones[0], spec.spot)
         landed = place(
             self.config.zones,
-            builder(spec),
+            build,
             self.api.insert,
             spot=spec.spot,
-            on_demand=on_demand if offer else None,
-            # With on_demand_fallback set and no callback, the caller retries on-demand itself.
-            suggest_on_demand=not self.config.on_demand_fallback,
+            suggest_on_demand=spec.spot and not self.config.on_demand_fallback,
         )
-        fell_back = spec.spot and not landed.spot
         return Placement(
             location=landed.zone,
             handle=spec.instance_name,
             attempts=landed.attempts,
             spot=landed.spot,
-            rate_usd_per_hour=approved[0].rate_usd_per_hour if fell_back and approved else None,
         )
 
     def instance_request_json(

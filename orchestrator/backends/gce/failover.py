@@ -82,33 +82,18 @@ def place(
     build: Build,
     insert: Insert,
     spot: bool = True,
-    on_demand: Callable[[], Build | None] | None = None,
     suggest_on_demand: bool = True,
 ) -> Landed:
     """Insert into the first zone that takes it; raise NoCapacityError or QuotaError.
 
-    `on_demand`, when given, is asked after every spot attempt failed: it returns a build
-    function for an on-demand VM (the caller has checked the budget covers the higher
-    rate) or None to decline. Failover then runs once more, on-demand. Without it, the
-    error's advice mentions on_demand_fallback unless `suggest_on_demand` is False (the
-    caller retries on-demand itself).
+    The error's advice mentions on_demand_fallback when `suggest_on_demand` (the launch
+    service retries on-demand itself when that setting is on).
     """
     attempts: list[str] = []
-    zone, spot_round = _try_zones(zones, spot, build, insert, attempts)
+    zone, tried = _try_zones(zones, spot, build, insert, attempts)
     if zone:
         return Landed(zone, spot, attempts)
-    rounds = [spot_round]
-    if spot and on_demand is not None:
-        on_demand_build = on_demand()
-        if on_demand_build is None:
-            attempts.append("on-demand fallback declined (the budget does not cover it)")
-        else:
-            zone, demand_round = _try_zones(zones, False, on_demand_build, insert, attempts)
-            if zone:
-                return Landed(zone, False, attempts)
-            rounds.append(demand_round)
-    suggest = spot and on_demand is None and suggest_on_demand
-    raise _no_placement(zones, attempts, rounds, suggest_on_demand=suggest)
+    raise _no_placement(zones, attempts, [tried], suggest_on_demand=suggest_on_demand)
 
 
 def _no_placement(
