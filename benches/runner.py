@@ -200,7 +200,7 @@ def run_benchmark(
     counts = samples_per_config(plan, measurements_per_implementation)
     passed = {(r.config, r.implementation) for r in gate if r.passed}
     timed = [[n for n in plan.implementations if (c.name, n) in passed] for c in plan.configs]
-    total = sum(count * len(names) for count, names in zip(counts, timed))
+    total = sum(count * len(names) for count, names in zip(counts, timed, strict=True))
     clock, telemetry = make_clock(ctx), Telemetry() if ctx.device.type == "cuda" else None
     measurements: list[Measurement] = []
     started = time.monotonic()
@@ -221,6 +221,8 @@ def run_benchmark(
                 )
                 setup = prepare_config(ctx, clock, index, timed[index])
                 rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
+                if ctx.device.type == "cuda":
+                    timing.settle(setup.samplers, timing.SETTLE_SECONDS, rng)
                 for round_index, name, ms in timing.interleaved_rounds(
                     setup.samplers, counts[index], rng, ctx.stop
                 ):
@@ -239,8 +241,10 @@ def run_benchmark(
         gc.enable()
         if telemetry:
             telemetry.close()
+    retaken = getattr(clock, "retaken", 0)
     print(
-        f"benchmark: {len(measurements)}/{total} samples in {time.monotonic() - started:.1f} s",
+        f"benchmark: {len(measurements)}/{total} samples in {time.monotonic() - started:.1f} s"
+        + (f" ({retaken} taken again after a host stall)" if retaken else ""),
         file=sys.stderr,
     )
     backends = {(r.config, r.implementation): r.backend for r in gate}
