@@ -26,6 +26,6 @@ cp "$results/${runs[1]}"/report/*.png "$out/" 2>/dev/null || true
 cp "$results/${runs[0]}/manifest.json" "$out/manifest-a.json"
 cp "$results/${runs[1]}/manifest.json" "$out/manifest-b.json"
 cp "$results/${runs[1]}/results/summary.csv" "$out/summary-b.csv"
-python3 -m benches.crosscheck dobench "$results/${runs[1]}" --plan "${PLAN:-default}" --json "$out/dobench.json" \
+python3 -m benches.crosscheck dobench "$results/${runs[1]}" --plan "${PLAN:-default}" --json /tmp/dobench.json \
   | tee "$out/dobench.txt"
 python3 benches/devrun_table.py "$results/${runs[0]}" "$results/${runs[1]}" | tee "$out/table.txt"

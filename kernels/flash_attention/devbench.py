@@ -4,6 +4,9 @@ Grid of FlashAttention's own benchmarks: B*S = 16k tokens, H*D = 2048, S 512..81
 CUDA events around each call, 256 MB L2 flush before each, median of --reps after warmup.
 
     python -m kernels.flash_attention.devbench [--reps 30] [--json out.json]
+
+The kernel variant follows the launcher's environment (BENCH_FLASH_VARIANT,
+BENCH_FLASH_SMEM_PER_SM: see NOTES.md); the JSON records it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import time
 from functools import partial
@@ -77,7 +81,9 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     parser.add_argument("--head-dims", default="64,128")
+    parser.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset")
     args = parser.parse_args()
+    impls = {name: IMPLS[name] for name in args.impls.split(",")}
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     rows = []
     seqlens = [int(s) for s in args.seqlens.split(",")]
@@ -97,26 +103,29 @@ def main() -> None:
             "B": batch,
             "H": heads,
         }
-        for name, impl in IMPLS.items():
+        for name, impl in impls.items():
             ms = median_ms(partial(impl, q, k, v, causal), flush, args.reps)
             row[name] = round(tflops(batch, heads, seqlen, head_dim, causal, ms), 1)
-        row["vs_flash"] = round(row["flash"] / row["sdpa-flash"], 2)
-        row["vs_sdpa"] = round(row["flash"] / row["sdpa"], 2)
+        for peer, key in (("sdpa-flash", "vs_flash"), ("sdpa", "vs_sdpa")):
+            if "flash" in row and peer in row:
+                row[key] = round(row["flash"] / row[peer], 2)
         rows.append(row)
         print(json.dumps(row), flush=True)
     overhead = host_overhead_us()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "host_overhead_us": overhead}, f, indent=1)
+            env = {k: v for k, v in os.environ.items() if k.startswith("BENCH_FLASH_")}
+            json.dump({"rows": rows, "host_overhead_us": overhead, "env": env}, f, indent=1)
     print(f"\nhost path per eager call: {overhead:.1f} us")
     print(
         f"{'dtype':9}{'D':>4}{'causal':>7}{'S':>6}{'flash':>8}{'sdpa-fl':>8}{'sdpa':>8}"
         f"{'x fl':>6}{'x sdpa':>7}   (TFLOP/s)"
     )
     for r in rows:
+        cells = [r.get(key, "-") for key in ("flash", "sdpa-flash", "sdpa", "vs_flash", "vs_sdpa")]
         print(
-            f"{r['dtype']:9}{r['D']:>4}{r['causal']!s:>7}{r['S']:>6}{r['flash']:>8}"
-            f"{r['sdpa-flash']:>8}{r['sdpa']:>8}{r['vs_flash']:>6}{r['vs_sdpa']:>7}"
+            f"{r['dtype']:9}{r['D']:>4}{r['causal']!s:>7}{r['S']:>6}{cells[0]:>8}{cells[1]:>8}"
+            f"{cells[2]:>8}{cells[3]:>6}{cells[4]:>7}"
         )
 
 

@@ -8,6 +8,10 @@ tensors every run; outputs are poisoned with NaN first, and NaN/Inf never pass.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -81,6 +85,26 @@ def test_matches_reference(dtype, head_dim, causal, seqlen, batch_heads):
     assert out.shape == q.shape and lse.shape == q.shape[:3]
     assert lse.dtype == torch.float32
     assert_close_to_reference(q, k, v, causal, out, lse)
+
+
+# The L4 (sm_89) has 100 KB of shared memory per SM; the launcher picks its kernel variant
+# from that, once per process (NOTES.md, "L4 path").
+L4_SMEM_PER_SM = "102400"
+
+
+@pytest.mark.skipif(
+    os.environ.get("BENCH_FLASH_SMEM_PER_SM") is not None, reason="this process already emulates"
+)
+def test_l4_variant_matches_reference():
+    """The kernel an L4 runs, under L4 emulation, in a fresh process over odd and long shapes."""
+    repo_root = Path(__file__).resolve().parents[2]
+    selection = "test_matches_reference and (s17 or s97 or s1025 or s4096)"
+    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "--noconftest", "-p", "no:cacheprovider"]
+    env = {**os.environ, "BENCH_FLASH_SMEM_PER_SM": L4_SMEM_PER_SM}
+    proc = subprocess.run(
+        [*cmd, "-k", selection], env=env, cwd=repo_root, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -1,9 +1,10 @@
 // FlashAttention-2 style forward kernel for sm_80+ (mma.sync m16n8k16, ldmatrix, cp.async).
 //
 // One thread block owns kBlockM query rows of one (batch, head); each of its warps owns 16 or
-// 32 of them (FwdConfig). K and V tiles of kBlockN keys stream through shared memory, double
-// buffered with cp.async. Scores, the online softmax state and the output accumulator stay in
-// registers; P is converted to 16 bits in registers and reused as the A operand of P.V.
+// 32 of them (FwdConfig). K and V tiles of kBlockN keys stream through shared memory with
+// cp.async, in one or two stages. Scores, the online softmax state and the output
+// accumulator stay in registers; P is converted to 16 bits in registers and reused as the A
+// operand of P.V.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,28 +15,32 @@
 
 namespace flash {
 
-// Warps = 8 fills an SM with one block where shared memory is scarce (sm_89: 100 KB per SM);
-// Warps = 4 lets two or three blocks share an SM where it is not (sm_80, sm_90), so one
-// block's softmax and barriers overlap another's matrix work. MTiles = 2 gives each warp 32
-// query rows (two m16 tiles) that share every K/V fragment read from shared memory: half the
-// shared-memory traffic per mma, paid for with Q re-read from shared memory (no registers
-// left to keep it).
-template <int HeadDim, int Warps, int MTiles>
+// One thread block of 4 warps owns kBlockM = 64 * MTiles query rows. MTiles = 2 gives each warp
+// 32 query rows (two m16 tiles) that share every K/V fragment read from shared memory: half
+// the shared-memory traffic per mma, paid for with Q re-read from shared memory (no
+// registers left to keep it). K and V tiles of BlockN keys pass through Stages (1 or 2)
+// shared-memory buffers each: two stages let a tile's loads fly for a whole iteration
+// behind one barrier; one stage halves the K/V footprint where shared memory is scarce.
+template <int HeadDim, int MTiles, int BlockN, int Stages>
 struct FwdConfig {
-    static constexpr int kWarps = Warps;
+    // Four warps per block, two blocks per SM: one block's softmax and barriers overlap the
+    // other's matrix work (NOTES.md, v2).
+    static constexpr int kWarps = 4;
     static constexpr int kMTiles = MTiles;
-    static constexpr int kBlockM = 16 * Warps * MTiles;
+    static constexpr int kBlockM = 16 * kWarps * MTiles;
+    static constexpr int kBlockN = BlockN;
+    static constexpr int kStages = Stages;
     static constexpr int kThreads = kWarps * 32;
     static constexpr bool kQInRegs = MTiles == 1;
-    // Blocks per SM that the register budget is cut for. D=64 with 4 warps and one m-tile
-    // needs 72 KB of shared memory: 3 blocks fit in an H100 SM at 168 registers per thread.
-    static constexpr int kMinBlocks = Warps == 8 ? 1 : (HeadDim == 64 && MTiles == 1 ? 3 : 2);
-    // D=64 keeps fewer registers per key, so it affords twice the keys per tile.
-    static constexpr int kBlockN = HeadDim == 64 ? 128 : 64;
+    // Blocks per SM that the register budget is cut for: two 4-warp blocks at 255 registers
+    // (allocated as 256) take exactly the 64K registers of an sm_80/86/89/90 SM.
+    static constexpr int kMinBlocks = 2;
     static constexpr int kChunks = HeadDim / 8;  // 16-byte chunks per row
-    static constexpr int kSmemElems = kBlockM * HeadDim + 4 * kBlockN * HeadDim;
+    static constexpr int kSmemElems = kBlockM * HeadDim + 2 * Stages * kBlockN * HeadDim;
     static constexpr int kSmemBytes = kSmemElems * 2;
     static_assert(HeadDim == 64 || HeadDim == 128, "head dim 64 or 128");
+    static_assert(Stages == 1 || Stages == 2, "one or two K/V stages");
+    static_assert(BlockN % 16 == 0, "K/V tile is whole k16 steps of P.V");
 };
 
 // --- small PTX wrappers -------------------------------------------------------------------
@@ -132,11 +137,10 @@ __device__ __forceinline__ void load_tile(Elem* tile, const Elem* base, int64_t 
     }
 }
 
-template <typename Elem, int HeadDim, bool Causal, int Warps, int MTiles>
-__global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
-                                  FwdConfig<HeadDim, Warps, MTiles>::kMinBlocks)
+template <typename Elem, int HeadDim, bool Causal, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     flash_fwd_kernel(const FlashFwdParams p) {
-    using Cfg = FwdConfig<HeadDim, Warps, MTiles>;
+    constexpr int Warps = Cfg::kWarps, MTiles = Cfg::kMTiles;
     constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kThreads = Cfg::kThreads;
     constexpr int kNTiles = kBlockN / 8;  // n8 score tiles per m-tile
     constexpr int kDTiles = HeadDim / 8;  // n8 output tiles per m-tile
@@ -144,8 +148,8 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-    Elem* sK = sQ + kBlockM * HeadDim;  // two stages
-    Elem* sV = sK + 2 * kBlockN * HeadDim;  // two stages
+    Elem* sK = sQ + kBlockM * HeadDim;
+    Elem* sV = sK + Cfg::kStages * kBlockN * HeadDim;
 
     // Causal blocks near the end of the sequence carry the most work: start them first.
     const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -163,15 +167,18 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
         static_cast<const Elem*>(p.v) + batch * p.v_batch_stride + head * p.v_head_stride;
     Elem* o = static_cast<Elem*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
 
+    // Keys at or past n_end are visible to no row of this block: copies zero-fill them
+    // rather than read them.
     int n_end = p.seqlen_k;
     if (Causal) n_end = min(n_end, m0 + kBlockM + causal_offset);
     const int n_blocks = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
 
     if (n_blocks > 0) {
         load_tile<kBlockM, HeadDim, kThreads>(sQ, q, p.q_row_stride, m0, p.seqlen_q, tid);
-        load_tile<kBlockN, HeadDim, kThreads>(sK, k, p.k_row_stride, 0, p.seqlen_k, tid);
-        cp_async_commit();
-        load_tile<kBlockN, HeadDim, kThreads>(sV, v, p.v_row_stride, 0, p.seqlen_k, tid);
+        load_tile<kBlockN, HeadDim, kThreads>(sK, k, p.k_row_stride, 0, n_end, tid);
+        // One stage: V_0 goes out in the first iteration, once the barrier allows it.
+        if (Cfg::kStages == 2)
+            load_tile<kBlockN, HeadDim, kThreads>(sV, v, p.v_row_stride, 0, n_end, tid);
         cp_async_commit();
     }
 
@@ -194,12 +201,14 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
     }
 
     for (int j = 0; j < n_blocks; ++j) {
-        const int stage = j & 1;
+        const int stage = Cfg::kStages == 2 ? j & 1 : 0;
         const Elem* sKj = sK + stage * kBlockN * HeadDim;
         const Elem* sVj = sV + stage * kBlockN * HeadDim;
         const int n0 = j * kBlockN;
 
-        cp_async_wait<1>();  // K_j (and Q) landed; V_j may still be in flight
+        // Only tile j's group is in flight here. The barrier also means every warp has
+        // finished iteration j - 1, so the buffers it read may be refilled.
+        cp_async_wait<0>();
         __syncthreads();
         if (Cfg::kQInRegs && j == 0) {
 #pragma unroll
@@ -209,11 +218,18 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
                             smem_u32(sQ + swizzled<HeadDim>(r, ks * 2 + (lane >> 4))));
             }
         }
-        // The other K stage was last read before the barrier above: refill it now.
-        if (j + 1 < n_blocks)
-            load_tile<kBlockN, HeadDim, kThreads>(sK + (stage ^ 1) * kBlockN * HeadDim, k,
-                                                  p.k_row_stride, n0 + kBlockN, p.seqlen_k, tid);
-        cp_async_commit();
+        if constexpr (Cfg::kStages == 2) {
+            // K and V of tile j + 1 form one group, waited for at the next iteration's top:
+            // one barrier per tile instead of two. V's copies are issued after the softmax,
+            // where fewer registers are live than during S = Q K^T.
+            if (j + 1 < n_blocks)
+                load_tile<kBlockN, HeadDim, kThreads>(sK + (stage ^ 1) * kBlockN * HeadDim, k,
+                                                      p.k_row_stride, n0 + kBlockN, n_end, tid);
+        } else {
+            // V_j lands while S = Q K_j^T and the softmax run.
+            load_tile<kBlockN, HeadDim, kThreads>(sV, v, p.v_row_stride, n0, n_end, tid);
+            cp_async_commit();
+        }
 
         // S = Q K^T for this warp's rows.
         float s[MTiles][kNTiles][4];
@@ -279,14 +295,20 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
                 // A row that has seen only masked keys keeps max -inf: use 0 so no inf - inf.
                 const float m_use = mx == -INFINITY ? 0.f : mx;
-                const float correction = fast_exp2((row_max[mt][h] - m_use) * scale_log2);
-                row_max[mt][h] = mx;
-                row_sum[mt][h] *= correction;
+                // Once the maxima settle (after the first few tiles on most rows) the rescale
+                // multiplies by exactly 1: skip it unless a row of these 8 moved. The vote
+                // keeps the branch uniform across the warp.
+                if (__any_sync(0xffffffff, mx != row_max[mt][h])) {
+                    const float correction =
+                        fast_exp2((row_max[mt][h] - m_use) * scale_log2);
+                    row_sum[mt][h] *= correction;
 #pragma unroll
-                for (int t = 0; t < kDTiles; ++t) {
-                    o_acc[mt][t][2 * h] *= correction;
-                    o_acc[mt][t][2 * h + 1] *= correction;
+                    for (int t = 0; t < kDTiles; ++t) {
+                        o_acc[mt][t][2 * h] *= correction;
+                        o_acc[mt][t][2 * h + 1] *= correction;
+                    }
                 }
+                row_max[mt][h] = mx;
                 const float m_scaled = m_use * scale_log2;
 #pragma unroll
                 for (int t = 0; t < kNTiles; ++t) {
@@ -299,11 +321,16 @@ __global__ void __launch_bounds__(FwdConfig<HeadDim, Warps, MTiles>::kThreads,
             }
         }
 
-        cp_async_wait<1>();  // V_j landed; K_{j+1} may still be in flight
-        __syncthreads();
-        if (j + 1 < n_blocks)
+        if constexpr (Cfg::kStages == 1) {
+            cp_async_wait<0>();  // V_j landed
+            __syncthreads();     // and every warp is done with K_j: refill it
+            if (j + 1 < n_blocks)
+                load_tile<kBlockN, HeadDim, kThreads>(sK, k, p.k_row_stride, n0 + kBlockN,
+                                                      n_end, tid);
+        } else if (j + 1 < n_blocks) {
             load_tile<kBlockN, HeadDim, kThreads>(sV + (stage ^ 1) * kBlockN * HeadDim, v,
-                                                  p.v_row_stride, n0 + kBlockN, p.seqlen_k, tid);
+                                                  p.v_row_stride, n0 + kBlockN, n_end, tid);
+        }
         cp_async_commit();
 
         // O += P V, with P taken straight from the score registers (C layout == A layout).

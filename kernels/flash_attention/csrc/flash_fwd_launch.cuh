@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "flash_fwd_kernel.cuh"
 
@@ -10,52 +12,143 @@ namespace flash {
 
 constexpr int kMaxDevices = 64;
 
-// Query m16 tiles per warp in the 4-warp configuration (see FwdConfig): 2 measured 10-15 %
-// faster than 1 on the H100 for both head dims (NOTES.md, v4/v5).
-constexpr int kWideMTiles = 2;
+// Kernel shapes (NOTES.md, "Variants"). Both are 4 warps with two blocks per SM.
+enum class Variant {
+    // 128-row Q tile (32 rows per warp), K/V tiles of 128 (D=64) / 64 (D=128) keys, two
+    // stages: 80-96 KB, so two blocks fit only where an SM has ~200 KB (sm_90).
+    kWide,
+    // 48 KB, so two blocks fit an SM of 100 KB (the L4, sm_89; sm_86). D=64: 128-row Q tile,
+    // K/V tiles of 64 keys, two stages. D=128: 64-row Q tile (16 rows per warp, Q in
+    // registers), K/V tiles of 64 keys, one stage; it beat a 128-row tile with 32-key K/V
+    // tiles by 5-20 % under L4 emulation (NOTES.md, v6).
+    kCompact,
+};
 
-template <typename Elem, int HeadDim, bool Causal, int Warps, int MTiles>
-int launch_with(const FlashFwdParams& params, cudaStream_t stream, int device) {
-    using Cfg = FwdConfig<HeadDim, Warps, MTiles>;
-    auto kernel = flash_fwd_kernel<Elem, HeadDim, Causal, Warps, MTiles>;
+template <int HeadDim, Variant V>
+struct VariantConfig;
+template <int HeadDim>
+struct VariantConfig<HeadDim, Variant::kWide> {
+    using type = FwdConfig<HeadDim, 2, HeadDim == 64 ? 128 : 64, 2>;
+};
+template <>
+struct VariantConfig<64, Variant::kCompact> {
+    using type = FwdConfig<64, 2, 64, 2>;
+};
+template <>
+struct VariantConfig<128, Variant::kCompact> {
+    using type = FwdConfig<128, 1, 64, 1>;
+};
+
+// 100 KB per SM and 1 KB reserved per block on sm_86/sm_89: two compact blocks must fit.
+static_assert(2 * (VariantConfig<64, Variant::kCompact>::type::kSmemBytes + 1024) <= 100 * 1024);
+static_assert(2 * (VariantConfig<128, Variant::kCompact>::type::kSmemBytes + 1024) <= 100 * 1024);
+
+// What the launcher decided for one device, once.
+struct DeviceChoice {
+    bool decided = false;
+    Variant variant = Variant::kCompact;
+    // BENCH_FLASH_SMEM_PER_SM emulates an SM with that much shared memory (bytes): the
+    // variant is chosen as for that GPU, and every launch asks for enough padding that this
+    // GPU fits no more blocks per SM than the emulated one would. 0: no emulation.
+    int emulated_smem_per_sm = 0;
+    int smem_per_sm = 0, reserved_per_block = 0, max_per_block = 0;
+};
+
+inline bool parse_variant(const char* name, Variant* out) {
+    if (strcmp(name, "wide") == 0) *out = Variant::kWide;
+    else if (strcmp(name, "compact") == 0) *out = Variant::kCompact;
+    else return false;
+    return true;
+}
+
+// Blocks of `smem_bytes` that fit an SM of `per_sm` bytes, each block also costing the
+// reserved per-block shared memory.
+inline int blocks_fitting(int per_sm, int smem_bytes, int reserved) {
+    return per_sm / (smem_bytes + reserved);
+}
+
+template <int HeadDim>
+const DeviceChoice& choice_for(int device) {
+    static DeviceChoice choices[kMaxDevices];
+    DeviceChoice& c = choices[device];
+    if (!c.decided) {
+        cudaDeviceGetAttribute(&c.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                               device);
+        cudaDeviceGetAttribute(&c.reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock,
+                               device);
+        cudaDeviceGetAttribute(&c.max_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               device);
+        const char* emulate = getenv("BENCH_FLASH_SMEM_PER_SM");
+        if (emulate != nullptr && atoi(emulate) > 0) c.emulated_smem_per_sm = atoi(emulate);
+        const int per_sm = c.emulated_smem_per_sm > 0 ? c.emulated_smem_per_sm : c.smem_per_sm;
+        constexpr int kWideBytes = VariantConfig<HeadDim, Variant::kWide>::type::kSmemBytes;
+        c.variant = blocks_fitting(per_sm, kWideBytes, c.reserved_per_block) >= 2
+                        ? Variant::kWide
+                        : Variant::kCompact;
+        // BENCH_FLASH_VARIANT=wide|compact overrides the choice, for measurement.
+        const char* forced = getenv("BENCH_FLASH_VARIANT");
+        if (forced != nullptr) parse_variant(forced, &c.variant);
+        c.decided = true;
+    }
+    return c;
+}
+
+// Dynamic shared memory to ask for: the config's own, or under emulation the amount that
+// leaves this GPU room for exactly as many blocks per SM as the emulated GPU; 0 if the
+// config does not fit the emulated GPU at all.
+inline int launch_smem_bytes(const DeviceChoice& c, int smem_bytes) {
+    if (c.emulated_smem_per_sm == 0) return smem_bytes;
+    const int blocks = blocks_fitting(c.emulated_smem_per_sm, smem_bytes, c.reserved_per_block);
+    if (blocks == 0) return 0;
+    // One reserved unit of slack so that rounding never lets one more block in.
+    const int padded = c.smem_per_sm / blocks - 2 * c.reserved_per_block;
+    return padded < smem_bytes ? smem_bytes : (padded > c.max_per_block ? c.max_per_block : padded);
+}
+
+template <typename Elem, int HeadDim, bool Causal, typename Cfg>
+int launch_with(const FlashFwdParams& params, cudaStream_t stream, int device,
+                const DeviceChoice& choice) {
+    auto kernel = flash_fwd_kernel<Elem, HeadDim, Causal, Cfg>;
+    const int smem = launch_smem_bytes(choice, Cfg::kSmemBytes);
+    if (smem == 0) return FLASH_ERR_UNSUPPORTED;
     // More than 48 KB of dynamic shared memory must be opted into, once per device.
-    static bool opted_in[kMaxDevices] = {};
-    if (!opted_in[device]) {
-        cudaError_t err = cudaFuncSetAttribute(
-            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+    static int opted_in[kMaxDevices] = {};
+    if (opted_in[device] != smem) {
+        cudaError_t err =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (err != cudaSuccess) return err;
-        opted_in[device] = true;
+        opted_in[device] = smem;
+        if (choice.emulated_smem_per_sm > 0) {
+            // Emulation is a measurement mode: say once what occupancy it produced.
+            int blocks = 0;
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Cfg::kThreads, smem);
+            fprintf(stderr,
+                    "flash: D=%d causal=%d block %dx%d stages=%d smem %d B padded to %d B: "
+                    "%d blocks/SM\n",
+                    HeadDim, int(Causal), Cfg::kBlockM, Cfg::kBlockN, Cfg::kStages,
+                    Cfg::kSmemBytes, smem, blocks);
+        }
     }
     const dim3 grid((params.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, params.heads,
                     params.batch);
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
+    kernel<<<grid, Cfg::kThreads, smem, stream>>>(params);
     return cudaGetLastError();
-}
-
-// 4 warps when two such blocks fit in one SM's shared memory, else 8 (see FwdConfig).
-// FLASH_ATTENTION_WARPS=4|8 overrides the choice, for tuning.
-inline int warps_for(int device, int smem_bytes_4_warps) {
-    static int chosen[kMaxDevices] = {};
-    if (chosen[device] == 0) {
-        int per_sm = 0;
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-        chosen[device] = per_sm >= 2 * (smem_bytes_4_warps + 1024) ? 4 : 8;
-        const char* env = getenv("FLASH_ATTENTION_WARPS");
-        if (env != nullptr && (atoi(env) == 4 || atoi(env) == 8)) chosen[device] = atoi(env);
-    }
-    return chosen[device];
 }
 
 template <typename Elem, int HeadDim, bool Causal>
 int launch_fwd(const FlashFwdParams& params, cudaStream_t stream) {
-    constexpr int kMTiles = kWideMTiles;
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
     if (device >= kMaxDevices) return FLASH_ERR_UNSUPPORTED;
-    if (warps_for(device, FwdConfig<HeadDim, 4, kMTiles>::kSmemBytes) == 4)
-        return launch_with<Elem, HeadDim, Causal, 4, kMTiles>(params, stream, device);
-    return launch_with<Elem, HeadDim, Causal, 8, 1>(params, stream, device);
+    const DeviceChoice& choice = choice_for<HeadDim>(device);
+    if (choice.variant == Variant::kWide)
+        return launch_with<Elem, HeadDim, Causal,
+                           typename VariantConfig<HeadDim, Variant::kWide>::type>(
+            params, stream, device, choice);
+    return launch_with<Elem, HeadDim, Causal,
+                       typename VariantConfig<HeadDim, Variant::kCompact>::type>(
+        params, stream, device, choice);
 }
 
 }  // namespace flash
