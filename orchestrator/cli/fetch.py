@@ -1,22 +1,14 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from orchestrator.cli.options import console, make_context
+from orchestrator.cli.options import console, dest_option, make_context
 
 
 @click.command()
 @click.argument("run_id", required=False)
 @click.option("--all", "fetch_all", is_flag=True, help="every finished run not fetched yet")
-@click.option(
-    "--dest",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    help="where results/<run id>/ goes",
-)
+@dest_option("where results/<run id>/ goes")
 def fetch(run_id, fetch_all, dest):
     """Download a finished run, verify every sha256, validate every row.
 

@@ -42,6 +42,19 @@ def backend_option(help_text: str = "where to run: local (this machine) or gce")
     )
 
 
+def dest_option(help_text: str):
+    """Where fetched runs live: fetch writes DEST/<run id>/, report reads it."""
+    from pathlib import Path
+
+    return click.option(
+        "--dest",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("results"),
+        show_default=True,
+        help=help_text,
+    )
+
+
 def yes_option():
     return click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
 

@@ -1,22 +1,14 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from orchestrator.cli.options import console
+from orchestrator.cli.options import console, dest_option
 
 
 @click.command()
 @click.argument("run_id")
 @click.option("--compare", "compare_id", default=None, help="another fetched run to compare with")
-@click.option(
-    "--dest",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    help="where fetched runs live",
-)
+@dest_option("where fetched runs live")
 def report(run_id, compare_id, dest):
     """Tables and PNG plots of a fetched run, optionally against another run.
 
