@@ -174,9 +174,9 @@ def graph_rows(plan) -> list[dict]:
                 continue
             settled = timing.settled_median_ms(timing.warm_up(partial(clock.time_call, fn), 5, 100))
             calls = timing.graph_calls_for(settled * 1e3)
-            sampler = clock.graph_sampler(fn, calls)
+            sampler = clock.graph_sampler([fn], calls)
             harness = statistics.median(sampler() for _ in range(60))
-            sampler_nf = noflush.graph_sampler(fn, calls)
+            sampler_nf = noflush.graph_sampler([fn], calls)
             harness_nf = statistics.median(sampler_nf() for _ in range(60))
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):

@@ -6,9 +6,12 @@
 set -euo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl
-export PYTHONPATH="/tmp/site:$PWD" BENCH_STATE_DIR=/tmp/bench-state PYTHONUNBUFFERED=1
+# Fresh state and results on every call: a warm machine keeps /tmp between calls, and the
+# two runs compared below must be this call's.
+scratch=$(mktemp -d /tmp/bench-e2e.XXXXXX)
+export PYTHONPATH="/tmp/site:$PWD" BENCH_STATE_DIR="$scratch/state" PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/bench-out}
-results=/tmp/bench-results
+results="$scratch/results"
 mkdir -p "$out"
 bench() { python3 -m orchestrator "$@"; }
 

@@ -165,13 +165,18 @@ class ConfigTiming:
 
 def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> ConfigTiming:
     plan, config = ctx.plan, ctx.plan.configs[index]
-    q, k, v = correctness.make_inputs(
+    inputs = correctness.make_inputs(
         config, ctx.device, correctness.config_seed(plan.seed, index, "timing")
     )
-    calls = {n: partial(registry.get(n).run, q, k, v, config.causal) for n in names}
-    single = {n: partial(clock.time_call, calls[n]) for n in names}
+    # Every implementation gets the same copies of the same inputs, one copy per round in turn.
+    copies = timing.placements(inputs)
+    calls = {n: [partial(registry.get(n).run, *x, config.causal) for x in copies] for n in names}
+
+    def single(name: str) -> timing.Sampler:
+        return timing.cycling([partial(clock.time_call, call) for call in calls[name]])
+
     settled = {
-        n: timing.settled_median_ms(timing.warm_up(single[n], plan.warmup_min, plan.warmup_max))
+        n: timing.settled_median_ms(timing.warm_up(single(n), plan.warmup_min, plan.warmup_max))
         for n in names
     }
     fastest_us = min(settled.values()) * 1e3
@@ -181,7 +186,7 @@ def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> Conf
         return ConfigTiming(
             {n: clock.graph_sampler(calls[n], batch) for n in names}, "graph", batch
         )
-    return ConfigTiming(single, "single", 1)
+    return ConfigTiming({n: single(n) for n in names}, "single", 1)
 
 
 def make_clock(ctx: RunContext):

@@ -6,7 +6,16 @@ GPU waits for the host if the call is enqueued late: measured on an H100, a pinn
 call costs ~70 µs of Python before its kernel launches, which added 70 µs to every sample.
 So a spin kernel (torch.cuda._sleep) sized from the measured host enqueue time keeps the
 GPU busy until the call is queued, and the events time the kernel alone. Kernels too short
-for single launches (under plan.graph_below_us) are timed in CUDA-graph batches.
+for single launches (under plan.graph_below_us) are timed in CUDA-graph batches of about
+GRAPH_BATCH_TARGET_US. Each call of a batch writes an output buffer of its own, as calls in
+a model do: measured on an H100 at S=128 (5-6 µs kernels, 256-call batches), batches whose
+calls all rewrote one buffer varied 3-7% from one capture to the next with where that
+buffer lay; with a buffer per call, 0.1-0.6%. cuDNN SDPA still moved 2-3% from one capture
+to the next, so samples rotate over GRAPH_CAPTURES captures of the batch.
+Where a config's inputs lie moves its time too: measured on an H100, (16,32,512,64) bf16 ran
+2.3-2.5% faster for all three implementations on one of six copies of the same inputs, so
+one run's medians sat 2.8-3.5% from the next one's. Rounds therefore rotate over
+INPUT_PLACEMENTS copies (six-copy rotation: medians within 0.2-0.6% over repeats).
 A sample whose host enqueue outlasted the spin (a host stall: measured on an H100, 0.4-1.2 ms
 samples of a 0.15 ms kernel, host enqueue 1-1.8 ms against a 0.4 ms cover) timed the host,
 not the kernel, and is taken again.
@@ -20,21 +29,27 @@ CPU: perf_counter around each call.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 Call = Callable[[], object]
+T = TypeVar("T")
 Sampler = Callable[[], float]  # one timed sample, milliseconds per call
 
 STABLE_WINDOW = 5  # warmup compares the medians of the last two windows of this many calls
 STABLE_TOLERANCE = 0.02
-GRAPH_BATCH_TARGET_US = 500.0  # a graph sample lasts about this long...
+GRAPH_BATCH_TARGET_US = 2000.0  # a graph sample lasts about this long...
 GRAPH_CALLS_MIN, GRAPH_CALLS_MAX = 8, 256  # ...within these batch sizes
+GRAPH_CAPTURES = 4
+# Rounds rotate over copies of a config's inputs (see the module docstring), within a memory cap.
+INPUT_PLACEMENTS = 4
+INPUT_COPIES_BYTES_MAX = 1 << 30
 FLUSH_MIN_BYTES = 64 << 20
 # The spin before each sample lasts COVER_FACTOR x the median host enqueue time of recent
 # calls, within these bounds; _sleep counts SM cycles, converted at a clock above any GPU's
@@ -119,11 +134,19 @@ class CudaClock:
         self._end.synchronize()
         return self._start.elapsed_time(self._end), host_us <= cover_us
 
-    def graph_sampler(self, fn: Call, calls: int) -> Sampler:
-        """Capture `calls` back-to-back calls once; a sample replays them (L2 flushed before
-        the batch, not between its calls) and reports the time per call."""
-        graph = self.capture(fn, calls)
-        return lambda: self.time_call(graph.replay) / calls
+    def graph_sampler(self, fns: list[Call], calls: int) -> Sampler:
+        """A sample replays a batch of `calls` back-to-back calls (L2 flushed before the
+        batch, not between its calls) and reports the time per call."""
+        batch = self.graph_batch(fns, calls)
+        return lambda: self.time_call(batch) / calls
+
+    def graph_batch(self, fns: list[Call], calls: int) -> Call:
+        """Replays GRAPH_CAPTURES captures of `calls` back-to-back calls in turn, each on the
+        next of `fns` (one per input placement), so the median spans several buffer
+        placements instead of resting on one."""
+        graphs = [self.capture(fns[i % len(fns)], calls) for i in range(GRAPH_CAPTURES)]
+        turns = itertools.cycle(graphs)
+        return lambda: next(turns).replay()
 
     def capture(self, fn: Call, calls: int):
         """A CUDA graph of `calls` back-to-back calls, warmed first as capture needs."""
@@ -136,12 +159,26 @@ class CudaClock:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
+            outputs = [fn() for _ in range(calls)]  # alive until capture ends: one buffer each
+        del outputs
         for _ in range(2):
             graph.replay()
         torch.cuda.synchronize()
         return graph
+
+
+def placements(inputs: tuple, copies: int = INPUT_PLACEMENTS) -> list[tuple]:
+    """`inputs` and clones of it at other addresses, as many as fit INPUT_COPIES_BYTES_MAX."""
+    size = sum(t.numel() * t.element_size() for t in inputs)
+    count = max(1, min(copies, INPUT_COPIES_BYTES_MAX // max(size, 1)))
+    return [inputs] + [tuple(t.clone() for t in inputs) for _ in range(count - 1)]
+
+
+def cycling(calls: list[Callable[[], T]]) -> Callable[[], T]:
+    """One call that runs the next of `calls` each time. Over samplers: every implementation
+    samples once per round, so a round's samples share a placement."""
+    turns = itertools.cycle(calls)
+    return lambda: next(turns)()
 
 
 def warm_up(sample: Sampler, minimum: int, maximum: int) -> list[float]:
