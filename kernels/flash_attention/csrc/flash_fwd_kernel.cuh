@@ -121,19 +121,29 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 }
 
 // Copies rows [row0, row0 + Rows) of a (seq, HeadDim) matrix into a swizzled tile; rows at or
-// past `rows_valid` become zeros.
+// past `rows_valid` become zeros. Thread t copies chunk t % kChunks of rows t / kChunks + i *
+// kRowsPerPass: a pass covers a whole number of 8-row swizzle periods, so every pass has the
+// same swizzled column and the addresses are one base plus compile-time (shared) or
+// once-computed (global) steps. Indexing each copy from scratch cost ~21 instructions per
+// cp.async in the main loop, a quarter of its instructions (NOTES.md, v7).
 template <int Rows, int HeadDim, int Threads, typename Elem>
 __device__ __forceinline__ void load_tile(Elem* tile, const Elem* base, int64_t row_stride,
                                           int row0, int rows_valid, int tid) {
     constexpr int kChunks = HeadDim / 8;
-    static_assert((Rows * kChunks) % Threads == 0, "tile must split evenly over threads");
+    constexpr int kRowsPerPass = Threads / kChunks;
+    static_assert(Threads % kChunks == 0 && kRowsPerPass % 8 == 0, "passes of whole swizzle periods");
+    static_assert(Rows % kRowsPerPass == 0, "tile must split evenly over threads");
+    const int r = tid / kChunks, c = tid % kChunks;
+    // Rows past the end keep their (unread) address: with src_bytes = 0 cp.async reads nothing.
+    const Elem* src = base + (int64_t)(row0 + r) * row_stride + c * 8;
+    const int64_t step = (int64_t)kRowsPerPass * row_stride;
+    const uint32_t dst = smem_u32(tile + swizzled<HeadDim>(r, c));
+    const int rows_left = rows_valid - row0 - r;
 #pragma unroll
-    for (int i = 0; i < Rows * kChunks / Threads; ++i) {
-        const int idx = i * Threads + tid;
-        const int r = idx / kChunks, c = idx % kChunks;
-        const bool valid = row0 + r < rows_valid;
-        const Elem* src = base + (valid ? (int64_t)(row0 + r) * row_stride + c * 8 : 0);
-        cp_async_16(smem_u32(tile + swizzled<HeadDim>(r, c)), src, valid ? 16 : 0);
+    for (int i = 0; i < Rows / kRowsPerPass; ++i) {
+        cp_async_16(dst + i * kRowsPerPass * HeadDim * (int)sizeof(Elem), src,
+                    i * kRowsPerPass < rows_left ? 16 : 0);
+        src += step;
     }
 }
 
