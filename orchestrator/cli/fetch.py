@@ -56,7 +56,9 @@ def fetch(run_id, fetch_all, dest):
 
 
 def show_summary(out, result) -> None:
-    """One row per config: each implementation's median, and the candidate's speedups."""
+    """Per config, one line per implementation: its median, and the candidate's speedup over
+    it. Long rather than wide, so that at 80 columns (a pipe, CI) no config name is cut."""
+    from rich import box
     from rich.table import Table
 
     manifest = result.manifest
@@ -69,22 +71,29 @@ def show_summary(out, result) -> None:
         return
     plan = manifest.plan
     by_key = {(row.config, row.implementation): row for row in result.summary}
-    table = Table(
-        "config",
-        *[f"{name} ms" for name in plan.implementations],
-        *[f"speedup vs {name} [95% CI]" for name in plan.baselines],
-    )
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    table.add_column("config", no_wrap=True)
+    table.add_column("impl", no_wrap=True)
+    table.add_column("median ms", justify="right", no_wrap=True)
+    table.add_column(f"{plan.candidate} speedup [95% CI]")
     for config in plan.configs:
-        medians = [by_key.get((config.name, name)) for name in plan.implementations]
-        cells = [f"{row.median_ms:.4f}" if row else "-" for row in medians]
-        for baseline in plan.baselines:
-            row = by_key.get((config.name, baseline))
-            cells.append(
-                f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] "
-                f"{row.verdict}"
-                if row and row.speedup is not None
-                else "-"
+        for index, name in enumerate(plan.implementations):
+            row = by_key.get((config.name, name))
+            table.add_row(
+                config.name if index == 0 else "",
+                name,
+                f"{row.median_ms:.4f}" if row else "-",
+                _speedup_cell(plan, name, row),
             )
-        table.add_row(config.name, *cells)
     out.print(table)
-    out.print(f"speedup = {plan.candidate}'s: median of per-round paired ratios baseline/candidate")
+    out.print(
+        f"{plan.candidate} speedup = median of per-round paired ratios baseline/{plan.candidate}"
+    )
+
+
+def _speedup_cell(plan, implementation: str, row) -> str:
+    if implementation == plan.candidate:
+        return "(candidate)"
+    if row is None or row.speedup is None:
+        return "-"
+    return f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] {row.verdict}"

@@ -41,9 +41,14 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
     ctx = make_context(backend=backend, on_demand_fallback=on_demand_fallback)
     name, reason = ctx.config.resolved_backend()
     out = console()
-    out.print(f"bench: backend [bold]{name}[/]: {reason}")
     request = LaunchRequest(budget_usd=budget, plan=plan_ref, max_runtime_seconds=max_runtime)
-    result = launch_run(ctx, request, name, reason)
+    result = launch_run(
+        ctx,
+        request,
+        name,
+        reason,
+        on_validated=lambda: out.print(f"bench: backend [bold]{name}[/]: {reason}"),
+    )
     _print_launch(out, result)
     if wait:
         from orchestrator.cli.progress import follow

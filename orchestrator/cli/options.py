@@ -68,6 +68,8 @@ def make_context(**flags):
 
 
 def console():
+    """Tables fit the terminal; plain lines are never broken by us (soft_wrap), so a run
+    id or a path at the end of a line stays whole for copy and paste."""
     from rich.console import Console
 
-    return Console(highlight=False)
+    return Console(highlight=False, soft_wrap=True)

@@ -27,26 +27,21 @@ def status(run_id):
     if not rows:
         out.print("no runs yet; start one with: bench launch --backend local --budget 1.00 --wait")
         return 0
-    table = Table(
-        "run",
-        "backend",
-        "phase",
-        "elapsed",
-        "cost/budget",
-        "state",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
+    # At 80 columns (a pipe, CI) phase+progress and state wrap at their space; nothing is cut.
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    table.add_column("run", no_wrap=True)  # a run id must stay copyable
+    table.add_column("backend", no_wrap=True)
+    table.add_column("phase", min_width=len("environment"))
+    table.add_column("elapsed", no_wrap=True)
+    table.add_column("cost/budget", no_wrap=True)
+    table.add_column("state", min_width=len("preempted"))
     reasons = []
     for view in rows:
-        record, heartbeat = view.record, view.status
-        phase = heartbeat.phase if heartbeat else "-"
-        if heartbeat and heartbeat.total:
-            phase += f" {heartbeat.done}/{heartbeat.total}"
+        record = view.record
         table.add_row(
             record.run_id,
             record.backend,
-            phase,
+            _phase_and_progress(view),
             format_duration(view.elapsed_seconds),
             f"${view.cost_usd:.2f}/{record.budget_usd:.2f}",
             view.state,
@@ -59,8 +54,21 @@ def status(run_id):
                 f"{record.run_id}: VM powered off, its disk still bills; "
                 f"`bench fetch {record.run_id}` deletes it"
             )
-    table.columns[0].no_wrap = True  # a run id must stay copyable
     out.print(table)
     for reason in reasons:
         out.print(reason)
     return 0
+
+
+def _phase_and_progress(view) -> str:
+    """The live heartbeat's done/total; once a run ended, the samples its manifest holds (a
+    partial run's last heartbeat says finish 0/0, which would hide how far it got)."""
+    heartbeat, manifest = view.status, view.manifest
+    phase = heartbeat.phase if heartbeat else "-"
+    if heartbeat and heartbeat.total:
+        return f"{phase} {heartbeat.done}/{heartbeat.total}"
+    measured = manifest.file("results/measurements.csv") if manifest else None
+    if measured is not None and measured.rows is not None and manifest.plan is not None:
+        planned = manifest.plan.samples_per_implementation() * len(manifest.plan.implementations)
+        return f"{phase} {measured.rows}/{planned}"
+    return phase

@@ -69,7 +69,8 @@ def require_gce_settings(config: BenchConfig) -> None:
     missing = [key for key in ("project", "bucket") if getattr(config, key) is None]
     if missing:
         raise UsageError(
-            f"the gce backend needs {' and '.join(missing)}: set them in bench.toml "
+            f"the gce backend needs {' and '.join(missing)}: set "
+            f"{'them' if len(missing) > 1 else 'it'} in bench.toml "
             f'(e.g. project = "my-project", bucket = "my-bench-results") or as '
             + " / ".join(f"BENCH_{k.upper()}" for k in missing)
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator import budget
@@ -11,7 +12,7 @@ from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
 from orchestrator.registry import RunRecord
 from orchestrator.render import render_shutdown, render_startup
-from orchestrator.service.context import Context
+from orchestrator.service.context import Context, require_gce_settings
 from orchestrator.service.plans import resolve_plan
 from orchestrator.spec import RunSpec, new_run_id
 from orchestrator.users import owner_label
@@ -67,7 +68,17 @@ def plan_spec(
     return spec, rate
 
 
-def launch(ctx: Context, request: LaunchRequest, backend: str, backend_reason: str) -> LaunchResult:
+def launch(
+    ctx: Context,
+    request: LaunchRequest,
+    backend: str,
+    backend_reason: str,
+    on_validated: Callable[[], None] | None = None,
+) -> LaunchResult:
+    """Validate everything, call `on_validated` (the CLI says what it is about to do: a
+    refused launch prints only its error), then write, start and record the run."""
+    if backend == "gce":
+        require_gce_settings(ctx.config)
     plan, plan_note = resolve_plan(request.plan, backend)
     notes = [plan_note] if plan_note else []
     spec, rate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
@@ -77,6 +88,8 @@ def launch(ctx: Context, request: LaunchRequest, backend: str, backend_reason: s
         )
     # Everything is validated before the first byte is written.
     ensure_writable(ctx.paths)
+    if on_validated is not None:
+        on_validated()
     payload = build_payload(plan)
     spec = spec.model_copy(update={"payload_sha256": payload.sha256})
     store = ctx.store(backend)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -65,7 +66,8 @@ def wait_for(predicate, timeout: float = 120.0, every: float = 0.2):
     raise AssertionError("timed out waiting")
 
 
-def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys):
+def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # what rich assumes for a pipe, and CI's width
     state = bench_env / "state"
     assert (
         main(["launch", "--backend", "local", "--plan", "cpu-smoke", "--budget", "1.00", "--wait"])
@@ -73,9 +75,11 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys):
     )
     run_id = only_run_id(state)
     assert leftover_processes(state / "sandboxes" / run_id) == [], "the run left processes behind"
+    capsys.readouterr()
     assert main(["fetch", "--dest", str(bench_env / "results")]) == 0
     out = capsys.readouterr().out
-    assert "every sha256 verified" in out and "speedup vs" in out
+    assert "every sha256 verified" in out and "speedup" in out
+    assert_summary_readable_at_80_columns(out, Plan.model_validate_json(_cpu_smoke_text()))
 
     fetched = bench_env / "results" / run_id
     manifest = Manifest.model_validate_json((fetched / "manifest.json").read_text())
@@ -121,6 +125,17 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys):
     assert (fetched / "results" / "measurements.csv").read_bytes() == good
 
 
+def assert_summary_readable_at_80_columns(out: str, plan: Plan) -> None:
+    """Every config name whole, every baseline's speedup on the line of its median."""
+    table = out.splitlines()[1:]  # the first line holds a path: the terminal wraps it
+    assert max(len(line) for line in table) <= 80
+    assert "…" not in out
+    for config in plan.configs:
+        assert any(line.startswith(config.name + " ") for line in table), config.name
+    speedups = [line for line in table if re.search(r"\d\.\d{4}\s+\d+\.\d\dx \[", line)]
+    assert len(speedups) == len(plan.configs) * len(plan.baselines)
+
+
 def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, capsys):
     plan = small_plan(tmp_path, samples=3000, heavy=True)
     state = bench_env / "state"
@@ -148,7 +163,8 @@ def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, ca
     assert measured is not None and 0 < measured.rows < total
 
     assert main(["status", run_id]) == 0
-    assert "partial" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "partial" in out and f"{measured.rows}/{total}" in out
     assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 5
     assert (bench_env / "results" / run_id / "results" / "measurements.csv").exists()
 
@@ -162,10 +178,11 @@ def test_hostile_settings_are_inert_when_the_script_runs(bench_env, tmp_path, mo
     state = tmp_path / f"state {text}"
     monkeypatch.setenv("BENCH_STATE_DIR", str(state))
     plan = small_plan(tmp_path, name=text, samples=2)
-    assert (
-        main(["launch", "--backend", "local", "--plan", str(plan), "--budget", "1", "--wait"]) == 0
-    )
+    code = main(["launch", "--backend", "local", "--plan", str(plan), "--budget", "1", "--wait"])
     assert not canary.exists(), "a setting was executed by the startup script"
+    # Broken quoting can also just break the script (an unbalanced ' swallows lines): the
+    # run must still complete, with the hostile string intact.
+    assert code == 0
     manifest = Manifest.model_validate_json(
         (state / "store" / "bench" / "runs" / only_run_id(state) / "manifest.json").read_text()
     )

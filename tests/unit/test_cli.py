@@ -43,11 +43,22 @@ def test_help_imports_no_cloud_sdk_and_no_torch():
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(bench_env, capsys, args, expected):
+    before = files_under(bench_env)
     assert main(args) == 2
-    err = capsys.readouterr().err.strip()
+    out, err = capsys.readouterr()
     assert expected in err
-    assert len(err.splitlines()) == 1, err
-    assert not (bench_env / "state").exists(), "a refused launch must write nothing"
+    assert_one_line(out, err)
+    assert files_under(bench_env) == before, "a refused launch must write nothing"
+
+
+def files_under(root) -> set:
+    return {p.relative_to(root) for p in root.rglob("*")}
+
+
+def assert_one_line(out: str, err: str) -> None:
+    """The error and nothing else: no 'backend local: ...' line before it."""
+    assert out == "", f"expected only the error line, stdout had: {out!r}"
+    assert len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize(
@@ -56,25 +67,36 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(bench_env, capsys, args
 )
 def test_bad_bench_toml_is_exit_2(bench_env, capsys, toml, expected):
     (bench_env / "work" / "bench.toml").write_text(toml)
+    before = files_under(bench_env)
     assert main(["launch", "--budget", "1", "--backend", "local"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert expected in err and len(err.splitlines()) == 1
-    assert not (bench_env / "state").exists()
+    out, err = capsys.readouterr()
+    assert expected in err
+    assert_one_line(out, err)
+    assert files_under(bench_env) == before
 
 
 def test_unwritable_state_dir_is_exit_2(bench_env, capsys, monkeypatch):
     blocker = bench_env / "not-a-dir"
     blocker.write_text("a file where the state dir should go")
     monkeypatch.setenv("BENCH_STATE_DIR", str(blocker / "state"))
+    before = files_under(bench_env)
     assert main(["launch", "--budget", "1", "--backend", "local", "--plan", "cpu-smoke"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "not writable" in err and len(err.splitlines()) == 1
+    out, err = capsys.readouterr()
+    assert "not writable" in err
+    assert_one_line(out, err)
     assert blocker.read_text() == "a file where the state dir should go"
+    assert files_under(bench_env) == before
 
 
-def test_gce_without_project_explains_what_to_set(bench_env, capsys):
+@pytest.mark.parametrize("toml", ["", 'project = "my-project-1"\n'])
+def test_gce_without_project_explains_what_to_set(bench_env, capsys, toml):
+    (bench_env / "work" / "bench.toml").write_text(toml)
+    before = files_under(bench_env)
     assert main(["launch", "--budget", "1", "--backend", "gce"]) == 2
-    assert "project" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "bucket" in err and "bench.toml" in err
+    assert_one_line(out, err)
+    assert files_under(bench_env) == before, "a launch refused for missing settings wrote files"
 
 
 def test_unexpected_errors_are_exit_1_with_a_hint(bench_env, capsys, monkeypatch):
