@@ -44,6 +44,7 @@ class HourlyRate:
     region: str = ""
     spot: bool = True
     catalog_date: str = ""
+    disk: float = 0.0  # the boot disk's share of total: all a powered-off VM still bills
 
 
 def load_catalog() -> dict:
@@ -77,22 +78,47 @@ def check_zones(zones: list[str], catalog: dict) -> None:
 
 
 def _region_rate(config: BenchConfig, region: str, spot: bool, catalog: dict) -> HourlyRate:
-    prices = catalog["regions"][region]
+    return machine_rate(
+        region,
+        config.machine_type,
+        config.accelerator_type,
+        config.accelerator_count,
+        config.disk_gb,
+        spot,
+        catalog,
+    )
+
+
+def machine_rate(
+    region: str,
+    machine_type: str,
+    accelerator_type: str,
+    accelerator_count: int,
+    disk_gb: int,
+    spot: bool,
+    catalog: dict | None = None,
+) -> HourlyRate:
+    """Machine + GPUs + pd-balanced boot disk in one region, per hour; ConfigError when the
+    catalog has no price for one of them."""
+    catalog = catalog or load_catalog()
     where = f"the price catalog (dated {catalog['catalog_date']})"
+    prices = catalog["regions"].get(region)
+    if prices is None:
+        raise ConfigError(f"no prices for region {region} in {where}")
     kind = "spot" if spot else "on_demand"
-    machine = prices["machines"].get(config.machine_type)
-    gpu = prices["gpus"].get(config.accelerator_type)
-    if machine is None or gpu is None:
-        missing = config.machine_type if machine is None else config.accelerator_type
+    machine = prices["machines"].get(machine_type)
+    gpu = prices["gpus"].get(accelerator_type)
+    if machine is None or (gpu is None and accelerator_count):
+        missing = machine_type if machine is None else accelerator_type
         raise ConfigError(f"no price for {missing} in {region} in {where}")
-    disk_per_hour = config.disk_gb * prices["disks"]["pd-balanced"]["gb_month"] / HOURS_PER_MONTH
+    disk_per_hour = disk_gb * prices["disks"]["pd-balanced"]["gb_month"] / HOURS_PER_MONTH
     items = [
-        (config.machine_type, machine[kind]),
+        (machine_type, machine[kind]),
         (
-            f"{config.accelerator_count} x {config.accelerator_type}",
-            gpu[kind] * config.accelerator_count,
+            f"{accelerator_count} x {accelerator_type}",
+            gpu[kind] * accelerator_count if accelerator_count else 0.0,
         ),
-        (f"{config.disk_gb} GB pd-balanced", disk_per_hour),
+        (f"{disk_gb} GB pd-balanced", disk_per_hour),
     ]
     return HourlyRate(
         total=sum(price for _, price in items),
@@ -100,6 +126,7 @@ def _region_rate(config: BenchConfig, region: str, spot: bool, catalog: dict) ->
         region=region,
         spot=spot,
         catalog_date=catalog["catalog_date"],
+        disk=disk_per_hour,
     )
 
 

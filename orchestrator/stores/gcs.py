@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mimetypes
 import os
+import re
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from orchestrator.config import BenchConfig
 
 T = TypeVar("T")
+# How long one call keeps retrying what is transient (429, 5xx, dropped connections): the
+# client library's own default.
+RETRY_SECONDS = 120.0
+DEFAULT_STORAGE_ENDPOINT = "https://storage.googleapis.com"
 _CONTENT_TYPES = {
     ".csv": "text/csv",
     ".json": "application/json",
@@ -37,13 +42,14 @@ _CONTENT_TYPES = {
 class GcsStore:
     name = "gcs"
 
-    def __init__(self, config: BenchConfig) -> None:
+    def __init__(self, config: BenchConfig, *, retry_seconds: float = RETRY_SECONDS) -> None:
         if not config.bucket:
             raise ConfigError("the gcs store needs a bucket: set `bucket` in bench.toml")
         self.bucket_name = config.bucket
         self.prefix = config.prefix.strip("/")
         self._project = config.project
         self._endpoint = config.storage_endpoint
+        self._retry_seconds = retry_seconds
         self._bucket_checked = False
 
     # -- client --------------------------------------------------------------------------
@@ -70,6 +76,12 @@ class GcsStore:
             ) from None
         return client.bucket(self.bucket_name)
 
+    @cached_property
+    def _retry(self):
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        return DEFAULT_RETRY.with_timeout(self._retry_seconds)
+
     def _call(self, fn: Callable[[], T], key: str = "") -> T:
         """Run one request, the first time after checking the bucket exists."""
         if not self._bucket_checked:
@@ -80,36 +92,59 @@ class GcsStore:
         # Listing one object needs only storage.objects.list, which anyone who can use the
         # bucket has (buckets.get would demand more); a missing bucket answers 404.
         self._translated(
-            lambda: list(self._bucket.list_blobs(max_results=1, prefix=self.prefix + "/")),
+            lambda: list(
+                self._bucket.list_blobs(max_results=1, prefix=self.prefix + "/", retry=self._retry)
+            ),
             "",
             missing_bucket=True,
         )
         self._bucket_checked = True
 
     def _translated(self, fn: Callable[[], T], key: str, missing_bucket: bool = False) -> T:
-        from google.api_core import exceptions
+        from google.api_core.exceptions import GoogleAPIError
+        from google.auth.exceptions import GoogleAuthError
+        from requests import RequestException
 
         try:
             return fn()
-        except exceptions.NotFound as e:
+        except (GoogleAPIError, GoogleAuthError, RequestException) as e:
+            raise self._error_for(e, key, missing_bucket) from e
+
+    def _error_for(self, error: Exception, key: str, missing_bucket: bool) -> BenchError:
+        """One bench error for what the client raised (RetryError: what it met last)."""
+        from google.api_core import exceptions
+        from google.auth.exceptions import RefreshError
+
+        if isinstance(error, exceptions.RetryError) and isinstance(error.cause, Exception):
+            error = error.cause
+        if isinstance(error, exceptions.NotFound):
             if missing_bucket:
-                raise ConfigError(
+                return ConfigError(
                     f"bucket gs://{self.bucket_name} does not exist; create it with `gcloud "
                     f"storage buckets create gs://{self.bucket_name} --location=<region>` "
                     "or set `bucket` in bench.toml to one that exists"
-                ) from e
-            raise NotFoundError(f"{self.uri(key)} does not exist") from e
-        except (exceptions.Forbidden, exceptions.Unauthorized) as e:
-            raise PermissionDeniedError(
-                f"no access to gs://{self.bucket_name} ({e.message}); you need "
+                )
+            return NotFoundError(f"{self.uri(key)} does not exist")
+        if isinstance(error, (exceptions.Forbidden, exceptions.Unauthorized)):
+            return PermissionDeniedError(
+                f"no access to gs://{self.bucket_name} ({error.message}); you need "
                 "roles/storage.objectAdmin on the bucket"
-            ) from e
-        except exceptions.PreconditionFailed as e:
-            raise UsageError(f"{self.uri(key)} already exists and is not overwritten") from e
-        except exceptions.GoogleAPICallError as e:
-            raise CloudError(
-                f"Cloud Storage error on {self.uri(key) if key else self.uri('')}: {e.message}"
-            ) from e
+            )
+        if isinstance(error, exceptions.PreconditionFailed):
+            return UsageError(f"{self.uri(key)} already exists and is not overwritten")
+        if isinstance(error, exceptions.GoogleAPICallError):
+            return CloudError(f"Cloud Storage error on {self.uri(key)}: {error.message}")
+        if isinstance(error, RefreshError):
+            return PermissionDeniedError(
+                f"the Google credentials could not be refreshed ({error}); run "
+                "`gcloud auth application-default login` and try again"
+            )
+        # No HTTP answer at all: connection refused or reset, DNS, timeouts.
+        return CloudError(
+            f"cannot reach Cloud Storage at {self._endpoint or DEFAULT_STORAGE_ENDPOINT} "
+            f"({_network_reason(error)}); check the network connection (and "
+            "`storage_endpoint`, if set) and try again"
+        )
 
     # -- the Store protocol --------------------------------------------------------------
 
@@ -126,17 +161,17 @@ class GcsStore:
     def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         """Upload; with if_absent, refuse (UsageError) to replace an existing object."""
         blob = self._bucket.blob(self.object_name(key))
-        self._call(lambda: blob.upload_from_string(data, **_upload_args(key, if_absent)), key)
+        args = _upload_args(key, if_absent, self._retry)
+        self._call(lambda: blob.upload_from_string(data, **args), key)
 
     def put_file(self, key: str, path: Path, *, if_absent: bool = False) -> None:
         blob = self._bucket.blob(self.object_name(key))
-        self._call(
-            lambda: blob.upload_from_filename(str(path), **_upload_args(key, if_absent)), key
-        )
+        args = _upload_args(key, if_absent, self._retry)
+        self._call(lambda: blob.upload_from_filename(str(path), **args), key)
 
     def get_bytes(self, key: str) -> bytes:
         blob = self._bucket.blob(self.object_name(key))
-        return self._call(blob.download_as_bytes, key)
+        return self._call(lambda: blob.download_as_bytes(retry=self._retry), key)
 
     def download(self, key: str, path: Path) -> None:
         """Download to path, via a temporary file so a failure never leaves half of it."""
@@ -145,7 +180,7 @@ class GcsStore:
         partial = path.with_name(f"{path.name}.part.{os.getpid()}")
         blob = self._bucket.blob(self.object_name(key))
         try:
-            self._call(lambda: blob.download_to_filename(str(partial)), key)
+            self._call(lambda: blob.download_to_filename(str(partial), retry=self._retry), key)
             partial.replace(path)
         except BenchError:
             partial.unlink(missing_ok=True)
@@ -153,26 +188,36 @@ class GcsStore:
 
     def exists(self, key: str) -> bool:
         blob = self._bucket.blob(self.object_name(key))
-        return self._call(blob.exists, key)
+        return self._call(lambda: blob.exists(retry=self._retry), key)
 
     def list(self, prefix: str) -> list[str]:
         """Keys under prefix, relative to the store root, sorted (the client follows pages)."""
         root = f"{self.prefix}/" if self.prefix else ""
         full = root + prefix.lstrip("/")
-        names = self._call(lambda: [b.name for b in self._bucket.list_blobs(prefix=full)])
+        names = self._call(
+            lambda: [b.name for b in self._bucket.list_blobs(prefix=full, retry=self._retry)]
+        )
         return sorted(name[len(root) :] for name in names)
 
 
-def _upload_args(key: str, if_absent: bool) -> dict[str, Any]:
-    from google.cloud.storage.retry import DEFAULT_RETRY
-
+def _upload_args(key: str, if_absent: bool, retry: Any) -> dict[str, Any]:
     suffix = Path(key).suffix
     content_type = _CONTENT_TYPES.get(suffix) or mimetypes.guess_type(key)[0]
-    args: dict[str, Any] = {"content_type": content_type or "application/octet-stream"}
+    # Retrying is safe either way: re-uploading the same bytes to the same key is harmless,
+    # and with if_generation_match=0 a repeat cannot clobber (it answers 412).
+    args: dict[str, Any] = {
+        "content_type": content_type or "application/octet-stream",
+        "retry": retry,
+    }
     if if_absent:
-        # The client retries conditional uploads on its own: a repeat cannot clobber.
         args["if_generation_match"] = 0
-    else:
-        # Re-uploading the same bytes to the same key is harmless, so retry it too.
-        args["retry"] = DEFAULT_RETRY
     return args
+
+
+def _network_reason(error: Exception) -> str:
+    """The useful part of a transport error ("[Errno 111] Connection refused"), in short."""
+    text = str(error)
+    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if errno:
+        return errno.group(0).strip()
+    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import sys
 import time
 from pathlib import Path
@@ -134,7 +135,9 @@ def test_stockout_in_two_zones_lands_in_the_third(gce, tmp_path, capsys):
     gce.faults.stockout("us-central1-b", code="ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
     assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "us-central1-a" in out and "us-central1-b" in out and "in us-central1-c" in out
+    assert "tried us-central1-a (spot): no capacity [ZONE_RESOURCE_POOL_EXHAUSTED]" in out
+    assert "tried us-central1-b (spot): no capacity [ZONE_RESOURCE_POOL_EXHAUSTED_WITH" in out
+    assert "in us-central1-c" in out
     assert [i.zone for i in gce.instances()] == ["us-central1-c"]
 
 
@@ -225,19 +228,38 @@ def test_max_run_duration_deletes_the_vm_when_the_controller_is_gone(gce, tmp_pa
 
 def test_refusals_send_nothing(gce, gcs_server, gcs_bucket, tmp_path, monkeypatch, capsys):
     plan = plan_file(tmp_path)
-    assert main(["launch", "--backend", "gce", "--budget", "0.01", "--plan", plan]) == 3
-    assert "$0.01" in capsys.readouterr().err
-    for key, value in [
-        ("ZONES", "us-central1-z"),
-        ("MACHINE_TYPE", "g2-standard-5"),
-        ("BUCKET", "Not_A..Bucket"),
-    ]:
-        with monkeypatch.context() as patch:
-            patch.setenv(f"BENCH_{key}", value)
-            assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 2
-            assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    connects = []
+
+    def no_connection(sock, address):
+        connects.append(address)
+        raise ConnectionRefusedError(f"a refused launch must not connect to {address}")
+
+    with monkeypatch.context() as guard:
+        # Not one connection, to Compute, Storage, metadata or an auth server: nothing sent.
+        guard.setattr(socket.socket, "connect", no_connection)
+        assert main(["launch", "--backend", "gce", "--budget", "0.01", "--plan", plan]) == 3
+        assert "$0.01" in capsys.readouterr().err
+        for key, value in [
+            ("ZONES", "us-central1-z"),
+            ("MACHINE_TYPE", "g2-standard-5"),
+            ("BUCKET", "Not_A..Bucket"),
+        ]:
+            with monkeypatch.context() as patch:
+                patch.setenv(f"BENCH_{key}", value)
+                assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 2
+                assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert connects == []
     assert gce.requests == []
     assert bucket_objects(gcs_server, gcs_bucket) == []
+
+
+def test_a_lost_insert_is_exit_4_saying_where_the_vm_may_be(gce, tmp_path, capsys):
+    gce.faults.drop_next("instances.insert")  # sent, then the connection died unanswered
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+    assert main(args) == 4
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "cannot reach Compute Engine" in line and "bench stop-all --dry-run" in line
+    assert len(gce.calls("instances.insert")) == 1  # never retried: no second VM
 
 
 def test_stop_all_finds_and_deletes_only_bench_instances(gce, tmp_path, capsys):

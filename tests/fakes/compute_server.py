@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .compute_state import FakeCompute, FakeComputeConfig, FakeInstance, project_number
-from .faults import FaultPlan
+from .faults import DROP, FaultPlan
 from .gce_errors import GceError, invalid
 from .http_base import BackgroundHttpServer, JsonHandler
 from .list_filter import compile_filter
@@ -108,6 +108,9 @@ class _ComputeHandler(JsonHandler):
             time.sleep(delay)
         try:
             transient = server.faults.take_transient(api_name)
+            if transient is DROP:
+                self.close_connection = True  # no status line: the client sees a reset
+                return
             if transient is not None:
                 raise transient
             self.reply_json(200, server.handle(api_name, params, self.query, body))

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from . import gce_errors
 from .gce_errors import GceError
 
+# take_transient's answer when the connection is to be dropped without a reply.
+DROP = GceError(0, "dropped", "DROPPED", "connection dropped by fault injection")
 STOCKOUT_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
 
 
@@ -35,7 +37,7 @@ class _Quota:
 @dataclass
 class _Transient:
     method: str
-    status: int
+    status: int  # 0: no answer at all, the connection is dropped
     remaining: int
 
 
@@ -99,6 +101,12 @@ class FaultPlan:
         with self._lock:
             self._transients.append(_Transient(method, status, times))
 
+    def drop_next(self, method: str = "*", times: int = 1) -> None:
+        """The next `times` calls of `method` get no answer: the server closes the
+        connection unanswered, as a network blip does, and does nothing."""
+        with self._lock:
+            self._transients.append(_Transient(method, 0, times))
+
     def latency(self, seconds: float, method: str = "*") -> None:
         """Every call of `method` waits `seconds` before it is handled."""
         with self._lock:
@@ -116,11 +124,12 @@ class FaultPlan:
             return self._latency.get(method, self._latency.get("*", 0.0))
 
     def take_transient(self, method: str) -> GceError | None:
+        """The error this call must answer with; `DROP` for no answer at all."""
         with self._lock:
             for fault in self._transients:
                 if fault.remaining > 0 and fault.method in (method, "*"):
                     fault.remaining -= 1
-                    return gce_errors.transient(fault.status)
+                    return gce_errors.transient(fault.status) if fault.status else DROP
         return None
 
     def insert_failure(

@@ -85,6 +85,7 @@ def stockout(project: str, zone: str, code: str, machine_type: str) -> GceError:
             f"The zone 'projects/{project}/zones/{zone}' does not have enough resources "
             "available to fulfill the request.  '(resource type:compute)'."
         )
+        unavailable = f"A {machine_type} VM instance is currently unavailable in the {zone} zone."
         details = [
             {
                 "errorInfo": {
@@ -96,7 +97,7 @@ def stockout(project: str, zone: str, code: str, machine_type: str) -> GceError:
             {
                 "localizedMessage": {
                     "locale": "en-US",
-                    "message": f"A {machine_type} VM instance is currently unavailable in the {zone} zone.",
+                    "message": unavailable,
                 }
             },
         ]

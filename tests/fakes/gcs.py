@@ -9,7 +9,8 @@ What works against it (checked by tests/unit/test_fake_gcs.py):
 - google-cloud-storage via `storage_client(endpoint)`: create bucket, upload, list with
   prefix, download.
 - the VM script's curl forms, with an `Authorization: Bearer ...` header (ignored):
-    curl -X POST --data-binary @FILE "$ENDPOINT/upload/storage/v1/b/BUCKET/o?uploadType=media&name=OBJ"
+    curl -X POST --data-binary @FILE \
+        "$ENDPOINT/upload/storage/v1/b/BUCKET/o?uploadType=media&name=OBJ"
     curl "$ENDPOINT/storage/v1/b/BUCKET/o/OBJ_URLENCODED?alt=media"
   Pass `-H "Content-Type: ..."`: without it curl sends application/x-www-form-urlencoded,
   which the server stores as the object's content type. A missing object answers 404.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from orchestrator.backends.base import Machine, Placement
@@ -9,12 +11,13 @@ from orchestrator.backends.gce.backend import GceBackend
 from orchestrator.backends.gce.builder import build_instance, managed_filter
 from orchestrator.backends.gce.compute import ComputeApi
 from orchestrator.backends.gce.errors import (
+    ComputeUnreachable,
     GlobalQuotaExceeded,
     RegionalQuotaExceeded,
     ZoneUnavailable,
 )
 from orchestrator.config import BenchConfig
-from orchestrator.errors import NoCapacityError, QuotaError
+from orchestrator.errors import CloudError, NoCapacityError, QuotaError
 from tests.fakes.compute_server import FakeComputeServer
 from tests.unit.test_gce_builder import make_spec
 
@@ -106,6 +109,51 @@ def test_reads_retry_transient_errors(server, api, status):
     assert len(server.calls("instances.get")) == 3
 
 
+def test_reads_survive_a_dropped_connection(server, api):
+    api.insert("us-central1-a", instance_for(server))
+    server.faults.drop_next("instances.get")
+    assert api.get("us-central1-a", "bench-20261101-120000-abcdef") is not None
+    assert len(server.calls("instances.get")) == 2
+
+
+def test_reads_that_keep_failing_end_as_a_cloud_error_with_the_last_status(server):
+    api = ComputeApi(config_for(server), read_retry_seconds=0.5)
+    server.faults.fail_next("instances.get", status=503, times=1000)
+    with pytest.raises(CloudError, match="503") as failed:
+        api.get("us-central1-a", "bench-x")
+    assert failed.value.exit_code == 4
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_unreachable_api_is_a_cloud_error_not_a_crash(server):
+    # Nothing listens there: every call fails to connect. stop-all must report that, not
+    # crash with "a bug".
+    config = config_for(server, compute_endpoint=f"http://127.0.0.1:{closed_port()}")
+    api = ComputeApi(config, read_retry_seconds=0.5)
+    with pytest.raises(ComputeUnreachable, match="cannot reach Compute Engine") as failed:
+        api.insert("us-central1-a", instance_for(server))
+    assert failed.value.exit_code == 4 and "Connection refused" in str(failed.value)
+    assert "stop-all" not in str(failed.value)  # never connected: no VM can exist
+    with pytest.raises(ComputeUnreachable, match="cannot reach Compute Engine"):
+        GceBackend(config, api=api).list_machines()
+    with pytest.raises(ComputeUnreachable):
+        api.delete("us-central1-a", "bench-x")
+
+
+def test_an_insert_without_an_answer_says_where_the_vm_may_be(server, api):
+    # The request went out and the connection died: GCE may have created the VM.
+    server.faults.drop_next("instances.insert")
+    with pytest.raises(ComputeUnreachable, match="stop-all --dry-run") as failed:
+        api.insert("us-central1-a", instance_for(server))
+    assert "bench-20261101-120000-abcdef exists in us-central1-a" in str(failed.value)
+    assert len(server.calls("instances.insert")) == 1  # inserts are never retried
+
+
 def test_aggregated_list_finds_labelled_instances_in_every_zone(server, api):
     for i, zone in enumerate(ZONES):
         api.insert(zone, instance_for(server, zone, run_id=f"20261101-12000{i}-abcdef"))
@@ -189,6 +237,31 @@ def test_backend_state_list_stop_and_release(server):
     assert backend.list_machines() == [] and backend.stop_failures == {}
 
 
+def test_list_machines_prices_each_instance_by_what_it_is_and_whether_it_runs(server):
+    # stop-all reports the hourly spend it stopped: each VM at its own region, model and
+    # state, not at the current config's rate.
+    api = ComputeApi(config_for(server), read_retry_seconds=5)
+    launches = [
+        ("us-central1-a", "20261101-120001-abcdef", True),
+        ("us-central1-b", "20261101-120002-abcdef", False),
+        ("us-east4-a", "20261101-120003-abcdef", True),  # a region the catalog does not price
+        ("us-central1-c", "20261101-120004-abcdef", True),
+    ]
+    for zone, run_id, spot in launches:
+        api.insert(zone, instance_for(server, zone, run_id=run_id, spot=spot))
+    api.stop("us-central1-c", "bench-20261101-120004-abcdef")  # powered off: disk only
+    disk = 100 * 0.10 / 730
+    rates = {m.run_id: m.rate_usd_per_hour for m in GceBackend(config_for(server)).list_machines()}
+    assert rates == pytest.approx(
+        {
+            "20261101-120001-abcdef": 0.05874 + 0.2231 + disk,
+            "20261101-120002-abcdef": 0.14679 + 0.56004 + disk,
+            "20261101-120003-abcdef": 0.0,
+            "20261101-120004-abcdef": disk,
+        }
+    )
+
+
 def test_backend_machine_state_after_guest_power_off():
     with FakeComputeServer() as server:
         backend = GceBackend(config_for(server), poll_seconds=0.05)
@@ -239,9 +312,21 @@ def test_instance_request_json_is_the_wire_body(server):
     import json
 
     backend = GceBackend(config_for(server))
-    body = json.loads(
-        backend.instance_request_json(make_spec(), "us-central1-b", "#!/bin/bash\n", "")
-    )
-    assert body["machineType"] == "zones/us-central1-b/machineTypes/g2-standard-4"
-    assert body["scheduling"]["instanceTerminationAction"] == "DELETE"
+    spec, startup, shutdown = make_spec(), "#!/bin/bash\necho hi\n", "#!/bin/bash\n"
+    body = json.loads(backend.instance_request_json(spec, "us-central1-b", startup, shutdown))
     assert server.requests == []  # rendering sends nothing
+    # What the client really sends for the same instance, less the scripts' text.
+    backend.api.insert(
+        "us-central1-b",
+        build_instance(spec, backend.config, "us-central1-b", startup, shutdown, True),
+    )
+    (sent,) = server.inserted
+    assert [item["value"] for item in body["metadata"]["items"]] == [
+        "<20 bytes: the startup script `bench render` prints>",
+        "<12 bytes: the script `bench render --shutdown` prints>",
+    ]
+    for item in sent["metadata"]["items"]:
+        item.pop("value")
+    for item in body["metadata"]["items"]:
+        item.pop("value")
+    assert body == sent

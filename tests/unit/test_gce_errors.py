@@ -69,6 +69,8 @@ def test_regional_and_global_quota():
         zone="us-central1-a",
     )
     assert isinstance(glob, GlobalQuotaExceeded) and glob.quota == "GPUS_ALL_REGIONS"
+    # The HTTP message and its errors[] entry say the same thing: the user reads it once.
+    assert str(glob).count("Limit: 0.0 globally") == 1
 
 
 def test_machine_type_missing_in_zone():

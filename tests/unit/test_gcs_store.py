@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from orchestrator.config import BenchConfig
-from orchestrator.errors import ConfigError, NotFoundError, UsageError
+from orchestrator.errors import CloudError, ConfigError, NotFoundError, UsageError
 from orchestrator.stores.gcs import GcsStore
 from tests.fakes.fixtures import gcs_bucket, gcs_server  # noqa: F401 - fixtures
 
@@ -90,6 +92,21 @@ def test_a_missing_bucket_is_a_clear_config_error(gcs_server):  # noqa: F811
     )
     with pytest.raises(ConfigError, match="gs://no-such-bucket-here does not exist"):
         GcsStore(config).get_bytes("runs/x/manifest.json")
+
+
+def test_an_unreachable_endpoint_is_a_cloud_error_not_a_crash():
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = BenchConfig(
+        project="bench-test-project",
+        bucket="bench-bucket",
+        storage_endpoint=f"http://127.0.0.1:{port}",
+    )
+    store = GcsStore(config, retry_seconds=0.5)
+    with pytest.raises(CloudError, match="cannot reach Cloud Storage") as failed:
+        store.put_bytes("runs/r1/payload.tar.gz", b"x")
+    assert failed.value.exit_code == 4 and "Connection refused" in str(failed.value)
 
 
 def test_keys_cannot_escape_the_prefix(store):

@@ -113,11 +113,24 @@ class GceBackend:
     def instance_request_json(
         self, spec: RunSpec, zone: str, startup_script: str, shutdown_script: str
     ) -> str:
-        """The insert body `start` would send to `zone`, as JSON (for `bench render`)."""
+        """The insert body `start` would send to `zone`, as JSON (for `bench render`).
+
+        Serialized as the REST transport does (no empty defaults), except that the scripts,
+        which `bench render` prints in full anyway, are replaced by their size.
+        """
+        from google.protobuf import json_format
+
         instance = build_instance(
             spec, self.config, zone, startup_script, shutdown_script, spec.spot
         )
-        return type(instance).to_json(instance, preserving_proto_field_name=False, indent=2)
+        shown = {
+            "startup-script": "the startup script `bench render` prints",
+            "shutdown-script": "the script `bench render --shutdown` prints",
+        }
+        for item in instance.metadata.items:
+            if item.key in shown:
+                item.value = f"<{len(item.value.encode())} bytes: {shown[item.key]}>"
+        return json_format.MessageToJson(type(instance).pb(instance), indent=2)
 
     # -- state and logs ----------------------------------------------------------------
 
@@ -173,7 +186,9 @@ class GceBackend:
 
     def list_machines(self) -> list[Machine]:
         """Every instance labelled bench-managed=true, in every zone of the project."""
-        machines, rates = [], {}
+        from orchestrator.budget import load_catalog
+
+        machines, catalog = [], load_catalog()
         for zone, instance in self.api.list_instances(managed_filter()):
             labels = dict(instance.labels)
             if labels.get(MANAGED_LABEL) != "true":
@@ -184,7 +199,7 @@ class GceBackend:
                     name=instance.name,
                     location=zone,
                     state=instance.status,
-                    rate_usd_per_hour=self._rate(instance, rates),
+                    rate_usd_per_hour=self._rate(zone, instance, catalog),
                 )
             )
         return machines
@@ -224,13 +239,36 @@ class GceBackend:
         self.stop_failures[machine.name] = str(error)
         log.warning("could not delete %s in %s: %s", machine.name, machine.location, error)
 
-    def _rate(self, instance: Instance, rates: dict[bool, float]) -> float:
-        from orchestrator.budget import hourly_rate
+    def _rate(self, zone: str, instance: Instance, catalog: dict) -> float:
+        """What this instance bills per hour now, priced from what it is (it may come from
+        another config or region): a powered-off one only its disk; 0 when not priced."""
+        from orchestrator.budget import machine_rate
 
-        spot = instance.scheduling.provisioning_model == "SPOT"
-        if spot not in rates:
-            try:
-                rates[spot] = hourly_rate(self.config, spot).total
-            except BenchError:
-                rates[spot] = 0.0  # not priced: stop-all still deletes it
-        return rates[spot]
+        accelerators = list(instance.guest_accelerators)
+        boot_disks = [d for d in instance.disks if d.boot]
+        disk_gb = next(
+            (d.disk_size_gb or d.initialize_params.disk_size_gb for d in boot_disks),
+            self.config.disk_gb,
+        )
+        try:
+            rate = machine_rate(
+                region=zone.rsplit("-", 1)[0],
+                machine_type=_last_segment(instance.machine_type) or self.config.machine_type,
+                accelerator_type=(
+                    _last_segment(accelerators[0].accelerator_type)
+                    if accelerators
+                    else self.config.accelerator_type
+                ),
+                accelerator_count=sum(a.accelerator_count for a in accelerators),
+                disk_gb=disk_gb or self.config.disk_gb,
+                spot=instance.scheduling.provisioning_model == "SPOT",
+                catalog=catalog,
+            )
+        except BenchError:
+            return 0.0  # not priced: stop-all still deletes it
+        return rate.disk if _STATES.get(instance.status) == "TERMINATED" else rate.total
+
+
+def _last_segment(url: str) -> str:
+    """`.../zones/us-central1-a/machineTypes/g2-standard-4` -> `g2-standard-4`."""
+    return url.rsplit("/", 1)[-1]

@@ -12,7 +12,12 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from orchestrator.backends.gce.errors import translate
+from orchestrator.backends.gce.errors import (
+    ComputeUnreachable,
+    credentials_failed,
+    translate,
+    unreachable,
+)
 from orchestrator.errors import BenchError, CloudError, ConfigError
 
 if TYPE_CHECKING:
@@ -22,12 +27,15 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# Reads are idempotent: retry 429/503 for a bounded time instead of the client's 600 s.
+# Reads are idempotent: retry 429/5xx and dropped connections for a bounded time instead of
+# the client's 600 s (a laptop's network blip must not end `--wait` or `stop-all`).
 READ_RETRY_SECONDS = 60.0
 HTTP_TIMEOUT_SECONDS = 60.0
 OPERATION_TIMEOUT_SECONDS = 900.0
 # Concurrent requests `stop` may have in flight (GCE's per-project rate limits are far above).
 PARALLEL_CALLS = 32
+# Where the client goes without `compute_endpoint`; only named in error messages.
+DEFAULT_COMPUTE_ENDPOINT = "https://compute.googleapis.com"
 
 
 class ComputeApi:
@@ -87,14 +95,11 @@ class ComputeApi:
 
     @cached_property
     def _read_retry(self):
-        from google.api_core import exceptions, retry
+        from google.api_core import retry
 
         return retry.Retry(
-            predicate=retry.if_exception_type(
-                exceptions.TooManyRequests,
-                exceptions.ServiceUnavailable,
-                exceptions.InternalServerError,
-            ),
+            # 429, 500, 503, connection errors and transport errors of the auth layer.
+            predicate=retry.if_transient_error,
             initial=0.5,
             maximum=8.0,
             multiplier=2.0,
@@ -102,12 +107,28 @@ class ComputeApi:
         )
 
     def _call(self, fn: Callable[[], T], zone: str | None = None) -> T:
-        from google.api_core.exceptions import GoogleAPICallError
+        """Run one API call; whatever goes wrong leaves here as a bench error."""
+        import requests
+        from google.api_core.exceptions import GoogleAPICallError, RetryError
+        from google.auth.exceptions import RefreshError, TransportError
 
         try:
             return fn()
         except GoogleAPICallError as e:
             raise translate(e, project=self.project, zone=zone) from e
+        except RetryError as e:
+            # A read gave up retrying: report what it met last.
+            if isinstance(e.cause, GoogleAPICallError):
+                raise translate(e.cause, project=self.project) from e.cause
+            raise unreachable(e.cause or e, endpoint=self._endpoint_name) from e
+        except RefreshError as e:
+            raise credentials_failed(e) from e
+        except (requests.RequestException, TransportError) as e:
+            raise unreachable(e, endpoint=self._endpoint_name) from e
+
+    @property
+    def _endpoint_name(self) -> str:
+        return self._endpoint or DEFAULT_COMPUTE_ENDPOINT
 
     def _read(self, method: Callable[..., T], **request: Any) -> T:
         # No zone for translate: a read's 503 is a transient, never a stockout.
@@ -151,15 +172,23 @@ class ComputeApi:
     def insert(self, zone: str, instance: Instance) -> None:
         """Create the instance and wait until GCE has placed it (or said why not)."""
         # Inserts are not retried: a retry after a lost reply could make a second VM.
-        operation = self._call(
-            lambda: self.instances.insert_unary(
-                project=self.project,
-                zone=zone,
-                instance_resource=instance,
-                timeout=HTTP_TIMEOUT_SECONDS,
-            ),
-            zone,
-        )
+        try:
+            operation = self._call(
+                lambda: self.instances.insert_unary(
+                    project=self.project,
+                    zone=zone,
+                    instance_resource=instance,
+                    timeout=HTTP_TIMEOUT_SECONDS,
+                ),
+                zone,
+            )
+        except ComputeUnreachable as e:
+            if _never_connected(e.__cause__):
+                raise
+            raise ComputeUnreachable(
+                f"{e}. If the request got through, {instance.name} exists in {zone}: "
+                "`bench stop-all --dry-run` lists it (its max_run_duration deletes it anyway)"
+            ) from e.__cause__
         self.wait(zone, operation)
 
     def get(self, zone: str, name: str) -> Instance | None:
@@ -261,6 +290,18 @@ def _widen_pool(client: T) -> T:
         for scheme in ("https://", "http://"):
             session.mount(scheme, HTTPAdapter(pool_connections=4, pool_maxsize=PARALLEL_CALLS))
     return client
+
+
+def _never_connected(error: BaseException | None) -> bool:
+    """True when the request cannot have reached the server: no connection was made."""
+    import requests
+    from urllib3.exceptions import ConnectTimeoutError
+
+    if isinstance(error, requests.ConnectTimeout):
+        return True
+    reason = getattr(error.args[0], "reason", None) if error and error.args else None
+    # NewConnectionError (refused, DNS) is a ConnectTimeoutError in urllib3.
+    return isinstance(error, requests.ConnectionError) and isinstance(reason, ConnectTimeoutError)
 
 
 def _is_not_ready(error: BenchError) -> bool:

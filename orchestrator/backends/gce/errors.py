@@ -56,6 +56,10 @@ class RegionalQuotaExceeded(QuotaError):
         self.quota, self.region, self.detail = quota, region, detail
 
 
+class ComputeUnreachable(CloudError):
+    """No answer from the Compute API: network down, endpoint wrong, or retries ran out."""
+
+
 class GlobalQuotaExceeded(QuotaError):
     """GPUS_ALL_REGIONS (or another project-wide quota): no zone anywhere will work."""
 
@@ -75,7 +79,8 @@ def _codes_and_text(exc: Exception) -> tuple[set[str], str]:
             fields = [getattr(err, "code", None), getattr(err, "reason", None)]
             message = getattr(err, "message", None)
         codes.update(str(f) for f in fields if f)
-        if message:
+        # The top-level message usually repeats the first error's: say it once.
+        if message and not any(str(message) in text for text in texts):
             texts.append(str(message))
     return codes, " | ".join(t for t in texts if t)
 
@@ -114,7 +119,9 @@ def translate(exc: Exception, *, project: str, zone: str | None = None) -> Bench
         )
     if status == 400:
         return ConfigError(f"Compute Engine rejected the request: {text}")
-    return CloudError(f"Compute Engine error{f' in {zone}' if zone else ''}: {text}")
+    where = f" in {zone}" if zone else ""
+    http = f" (HTTP {status})" if status else ""
+    return CloudError(f"Compute Engine error{where}{http}: {text}")
 
 
 def _quota_error(text: str, zone: str | None) -> QuotaError:
@@ -125,3 +132,27 @@ def _quota_error(text: str, zone: str | None) -> QuotaError:
     region_match = _QUOTA_REGION.search(text)
     region = region_match.group(1) if region_match else (zone.rsplit("-", 1)[0] if zone else "?")
     return RegionalQuotaExceeded(quota, region, text)
+
+
+def network_reason(exc: BaseException) -> str:
+    """The useful part of a transport error ("[Errno 111] Connection refused"), in short."""
+    text = str(exc)
+    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if errno:
+        return errno.group(0).strip()
+    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
+
+
+def unreachable(exc: BaseException, *, endpoint: str) -> ComputeUnreachable:
+    """The Compute API could not be reached at all (no HTTP status to translate)."""
+    return ComputeUnreachable(
+        f"cannot reach Compute Engine at {endpoint} ({network_reason(exc)}); check the "
+        "network connection (and `compute_endpoint`, if set) and try again"
+    )
+
+
+def credentials_failed(exc: BaseException) -> PermissionDeniedError:
+    return PermissionDeniedError(
+        f"the Google credentials could not be refreshed ({network_reason(exc)}); run "
+        "`gcloud auth application-default login` and try again"
+    )
