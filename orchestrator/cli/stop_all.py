@@ -13,7 +13,9 @@ def stop_all(yes, dry_run):
 
     Finds every VM labelled bench-managed=true in every zone of the project
     (no local state needed) and every running local run, then deletes/stops
-    them in parallel and reports the hourly spend stopped.
+    them in parallel and reports the hourly spend stopped. If a backend cannot
+    be searched (network, credentials), it still stops what it found and then
+    fails with that backend's error: it never reports "nothing running" unseen.
 
     \b
     Examples:
@@ -22,14 +24,15 @@ def stop_all(yes, dry_run):
     """
     from rich.table import Table
 
-    from orchestrator.service.stop_all import find_machines, stop_machines
+    from orchestrator.service.stop_all import find_machines, stop_machines, unsearched_error
 
     ctx = make_context()
     out = console()
     found = find_machines(ctx)
-    for backend, why in found.skipped.items():
-        out.print(f"[yellow]bench: could not search {backend}: {why}[/]")
+    unsearched = unsearched_error(found)
     if found.count == 0:
+        if unsearched:
+            raise unsearched
         out.print("bench: no bench machines are running")
         return 0
     table = Table("backend", "run", "machine", "where", "state", "$/h")
@@ -43,10 +46,14 @@ def stop_all(yes, dry_run):
         out.print(
             f"bench: dry run: would stop {found.count} machines (${found.hourly_spend:.4f}/h)"
         )
+        if unsearched:
+            raise unsearched
         return 0
     if not yes:
         click.confirm(f"Stop these {found.count} machines?", abort=True)
     stopped = stop_machines(ctx, found)
     count = sum(len(m) for m in stopped.values())
     out.print(f"bench: stopped {count} machines; hourly spend stopped: ${found.hourly_spend:.4f}/h")
+    if unsearched:
+        raise unsearched
     return 0

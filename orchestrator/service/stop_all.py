@@ -12,7 +12,7 @@ from orchestrator.service.context import Context
 @dataclass
 class Found:
     machines: dict[str, list[Machine]] = field(default_factory=dict)  # backend -> machines
-    skipped: dict[str, str] = field(default_factory=dict)  # backend -> why not searched
+    skipped: dict[str, BenchError] = field(default_factory=dict)  # backend -> why not searched
 
     @property
     def count(self) -> int:
@@ -34,8 +34,20 @@ def find_machines(ctx: Context) -> Found:
         try:
             found.machines[name] = ctx.backend(name).list_machines()
         except BenchError as e:
-            found.skipped[name] = str(e)
+            found.skipped[name] = e
     return found
+
+
+def unsearched_error(found: Found) -> BenchError | None:
+    """What to end with when a backend could not be searched: machines there may still be
+    billing, so the kill switch must not end as if it had stopped everything."""
+    if not found.skipped:
+        return None
+    first = next(iter(found.skipped.values()))
+    return type(first)(
+        f"could not search {', '.join(found.skipped)}: {first}; machines there may still be "
+        "running: run `bench stop-all` again, or look in the cloud console"
+    )
 
 
 def stop_machines(ctx: Context, found: Found) -> dict[str, list[Machine]]:

@@ -276,6 +276,16 @@ def test_stop_all_finds_and_deletes_only_bench_instances(gce, tmp_path, capsys):
     assert gce.instances() == []
 
 
+@pytest.mark.parametrize("flags", [["--yes"], ["--dry-run"]])
+def test_stop_all_that_cannot_search_gce_never_says_nothing_is_running(gce, capsys, flags):
+    gce.faults.fail_next("instances.aggregatedList", status=403, times=100)
+    assert main(["stop-all", *flags]) == 4
+    captured = capsys.readouterr()
+    assert "no bench machines are running" not in captured.out
+    (line,) = captured.err.strip().splitlines()
+    assert "could not search gce" in line and "may still be running" in line
+
+
 def test_render_prints_script_and_instance_request_and_creates_nothing(
     gce, gcs_server, gcs_bucket, bench_env, capsys
 ):
