@@ -31,6 +31,19 @@ NON_SETTING_ENV = {"BENCH_DEBUG"}
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+IPV4_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """What Cloud Storage would refuse in this bucket name, or None (its naming rules: a
+    refused name must stop here, not after a round trip)."""
+    if not BUCKET_RE.match(name) or ".." in name:
+        return "a bucket name is 3-63 lowercase letters, digits, '-', '_' or '.'"
+    if IPV4_RE.match(name):
+        return "a bucket name cannot look like an IP address"
+    if name.startswith("goog") or "google" in name or "g00gle" in name:
+        return "a bucket name cannot start with 'goog' or contain 'google'"
+    return None
 MACHINE_TYPE_RE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+(-[0-9]+)?$")
 
 
@@ -98,9 +111,13 @@ class BenchConfig(BaseModel):
     @field_validator("bucket")
     @classmethod
     def _bucket_name(cls, value: str | None) -> str | None:
-        if value is not None and (not BUCKET_RE.match(value) or ".." in value):
-            raise ValueError("a bucket name is 3-63 lowercase letters, digits, '-', '_' or '.'")
-        return value.removeprefix("gs://") if value else value
+        if value is None:
+            return None
+        name = value.removeprefix("gs://").rstrip("/")
+        problem = bucket_name_problem(name)
+        if problem:
+            raise ValueError(problem)
+        return name
 
     @field_validator("vm_work_dir")
     @classmethod

@@ -65,3 +65,24 @@ def test_backend_choice_says_why(bench_env):
     assert "no GCP project" in load_config().resolved_backend()[1]
     backend, reason = load_config(flags={"project": "my-project-1"}).resolved_backend()
     assert backend == "gce" and "my-project-1" in reason
+
+
+@pytest.mark.parametrize(
+    "bucket, problem",
+    [
+        ("my-google-bucket", "google"),
+        ("goog-results", "goog"),
+        ("192.168.5.4", "IP address"),
+        ("a..b", "lowercase"),
+        ("ab", "lowercase"),
+    ],
+)
+def test_bucket_names_storage_refuses_are_config_errors(bench_env, monkeypatch, bucket, problem):
+    monkeypatch.setenv("BENCH_BUCKET", bucket)
+    with pytest.raises(ConfigError, match=problem):
+        load_config()
+
+
+def test_a_gs_url_names_its_bucket(bench_env, monkeypatch):
+    monkeypatch.setenv("BENCH_BUCKET", "gs://my-bench-results/")
+    assert load_config().bucket == "my-bench-results"
