@@ -16,6 +16,11 @@ Where a config's inputs lie moves its time too: measured on an H100, (16,32,512,
 2.3-2.5% faster for all three implementations on one of six copies of the same inputs, so
 one run's medians sat 2.8-3.5% from the next one's. Rounds therefore rotate over
 INPUT_PLACEMENTS copies (six-copy rotation: medians within 0.2-0.6% over repeats).
+The flush writes (zero_, as do_bench does), so the timed kernel also writes back up to an
+L2's worth of dirty lines. Measured on that config: a read-only flush ran 3-4.5% faster and
+moved 0.1% within a process, against 1.4% for the write flush. The harness keeps do_bench's
+method so the two compare; such a config's medians can still move 2-3% from one process to
+the next, every implementation together, while the paired speedups stay put.
 A sample whose host enqueue outlasted the spin (a host stall: measured on an H100, 0.4-1.2 ms
 samples of a 0.15 ms kernel, host enqueue 1-1.8 ms against a 0.4 ms cover) timed the host,
 not the kernel, and is taken again.
