@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import statistics
 import threading
@@ -100,7 +101,8 @@ def single_rows(plan, poller: Poller) -> list[dict]:
     device = torch.device("cuda")
     clock = timing.CudaClock(device, flush_l2=True)
     clock256 = timing.CudaClock(device, flush_l2=True)
-    clock256._flush_buffer = torch.empty(256 << 18, dtype=torch.int32, device=device)
+    clock256._flush_buffers = [torch.empty(256 << 18, dtype=torch.int32, device=device)]
+    clock256._flush_turns = itertools.cycle(clock256._flush_buffers)
     rows = []
     for name, impls in SINGLE.items():
         config = plan.configs[index[name]]

@@ -173,7 +173,8 @@ def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> Conf
     calls = {n: [partial(registry.get(n).run, *x, config.causal) for x in copies] for n in names}
 
     def single(name: str) -> timing.Sampler:
-        return timing.cycling([partial(clock.time_call, call) for call in calls[name]])
+        outputs = timing.OutputRing()
+        return timing.cycling([partial(clock.time_call, outputs.keep(c)) for c in calls[name]])
 
     settled = {
         n: timing.settled_median_ms(timing.warm_up(single(n), plan.warmup_min, plan.warmup_max))

@@ -19,8 +19,11 @@ INPUT_PLACEMENTS copies (six-copy rotation: medians within 0.2-0.6% over repeats
 The flush writes (zero_, as do_bench does), so the timed kernel also writes back up to an
 L2's worth of dirty lines. Measured on that config: a read-only flush ran 3-4.5% faster and
 moved 0.1% within a process, against 1.4% for the write flush. The harness keeps do_bench's
-method so the two compare; such a config's medians can still move 2-3% from one process to
-the next, every implementation together, while the paired speedups stay put.
+method so the two compare. With one flush buffer per process such a config's medians still
+moved 2.8% from one process to the next, every implementation together (the paired
+speedups stayed put). Samples also rotate over FLUSH_BUFFERS flush buffers and keep
+OUTPUT_PLACEMENTS outputs alive, so neither the flush nor the output buffer is one fixed
+placement per process.
 A sample whose host enqueue outlasted the spin (a host stall: measured on an H100, 0.4-1.2 ms
 samples of a 0.15 ms kernel, host enqueue 1-1.8 ms against a 0.4 ms cover) timed the host,
 not the kernel, and is taken again.
@@ -54,8 +57,10 @@ GRAPH_CALLS_MIN, GRAPH_CALLS_MAX = 8, 256  # ...within these batch sizes
 GRAPH_CAPTURES = 4
 # Rounds rotate over copies of a config's inputs (see the module docstring), within a memory cap.
 INPUT_PLACEMENTS = 4
+OUTPUT_PLACEMENTS = 3  # outputs kept alive per implementation: 4 buffers in turn
 INPUT_COPIES_BYTES_MAX = 1 << 30
 FLUSH_MIN_BYTES = 64 << 20
+FLUSH_BUFFERS = 4  # samples rotate over them: see the module docstring
 # The spin before each sample lasts COVER_FACTOR x the median host enqueue time of recent
 # calls, within these bounds; _sleep counts SM cycles, converted at a clock above any GPU's
 # boost, so at lower clocks the cover only gets longer.
@@ -96,11 +101,15 @@ class CudaClock:
         import torch
 
         self._torch = torch
-        self._flush_buffer = None
+        self._flush_buffers: list = []
         if flush_l2:
             l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
             size = max(2 * l2_bytes, FLUSH_MIN_BYTES)
-            self._flush_buffer = torch.empty(size // 4, dtype=torch.int32, device=device)
+            self._flush_buffers = [
+                torch.empty(size // 4, dtype=torch.int32, device=device)
+                for _ in range(FLUSH_BUFFERS)
+            ]
+        self._flush_turns = itertools.cycle(self._flush_buffers)
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
         self._host_us: collections.deque[float] = collections.deque(maxlen=HOST_HISTORY)
@@ -108,7 +117,7 @@ class CudaClock:
 
     @property
     def flush_bytes(self) -> int:
-        return 0 if self._flush_buffer is None else self._flush_buffer.numel() * 4
+        return self._flush_buffers[0].numel() * 4 if self._flush_buffers else 0
 
     def cover_us(self) -> float:
         recent = statistics.median(self._host_us) if self._host_us else COVER_MAX_US / 4
@@ -128,8 +137,8 @@ class CudaClock:
         kernel was queued before the GPU reached the start event."""
         cover_us = self.cover_us()
         self._torch.cuda._sleep(int(cover_us * COVER_CYCLES_PER_US))
-        if self._flush_buffer is not None:
-            self._flush_buffer.zero_()
+        if self._flush_buffers:
+            next(self._flush_turns).zero_()
         enqueue_start = time.perf_counter()
         self._start.record()
         fn()
@@ -177,6 +186,18 @@ def placements(inputs: tuple, copies: int = INPUT_PLACEMENTS) -> list[tuple]:
     size = sum(t.numel() * t.element_size() for t in inputs)
     count = max(1, min(copies, INPUT_COPIES_BYTES_MAX // max(size, 1)))
     return [inputs] + [tuple(t.clone() for t in inputs) for _ in range(count - 1)]
+
+
+class OutputRing:
+    """Holds the last OUTPUT_PLACEMENTS outputs of a call, so that successive calls write to
+    different buffers: freed at once, every call would get the allocator's same block back,
+    and that one placement would hold for a whole run."""
+
+    def __init__(self) -> None:
+        self._outputs: collections.deque = collections.deque(maxlen=OUTPUT_PLACEMENTS)
+
+    def keep(self, call: Call) -> Call:
+        return lambda: self._outputs.append(call())
 
 
 def cycling(calls: list[Callable[[], T]]) -> Callable[[], T]:
