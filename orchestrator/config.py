@@ -44,6 +44,8 @@ def bucket_name_problem(name: str) -> str | None:
     if name.startswith("goog") or "google" in name or "g00gle" in name:
         return "a bucket name cannot start with 'goog' or contain 'google'"
     return None
+
+
 MACHINE_TYPE_RE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+(-[0-9]+)?$")
 
 

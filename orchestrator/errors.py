@@ -6,6 +6,8 @@ prints its message on one line and exits with its `exit_code` (DESIGN.md, "Error
 
 from __future__ import annotations
 
+import re
+
 
 class BenchError(Exception):
     """Base of every error bench reports to a user: what happened, why, what to do."""
@@ -59,3 +61,12 @@ class NotFoundError(ResultsError):
 
 class InterruptedByUser(BenchError):
     exit_code = 130
+
+
+def network_reason(error: BaseException) -> str:
+    """The useful part of a transport error ("[Errno 111] Connection refused"), in short."""
+    text = str(error)
+    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if errno:
+        return errno.group(0).strip()
+    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__

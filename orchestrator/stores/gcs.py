@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import mimetypes
 import os
-import re
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -21,6 +20,7 @@ from orchestrator.errors import (
     NotFoundError,
     PermissionDeniedError,
     UsageError,
+    network_reason,
 )
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class GcsStore:
         # No HTTP answer at all: connection refused or reset, DNS, timeouts.
         return CloudError(
             f"cannot reach Cloud Storage at {self._endpoint or DEFAULT_STORAGE_ENDPOINT} "
-            f"({_network_reason(error)}); check the network connection (and "
+            f"({network_reason(error)}); check the network connection (and "
             "`storage_endpoint`, if set) and try again"
         )
 
@@ -212,12 +212,3 @@ def _upload_args(key: str, if_absent: bool, retry: Any) -> dict[str, Any]:
     if if_absent:
         args["if_generation_match"] = 0
     return args
-
-
-def _network_reason(error: Exception) -> str:
-    """The useful part of a transport error ("[Errno 111] Connection refused"), in short."""
-    text = str(error)
-    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
-    if errno:
-        return errno.group(0).strip()
-    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__

@@ -17,6 +17,7 @@ from orchestrator.errors import (
     NoCapacityError,
     PermissionDeniedError,
     QuotaError,
+    network_reason,
 )
 
 # Codes that mean "this zone cannot give you the machine right now": try the next zone.
@@ -132,15 +133,6 @@ def _quota_error(text: str, zone: str | None) -> QuotaError:
     region_match = _QUOTA_REGION.search(text)
     region = region_match.group(1) if region_match else (zone.rsplit("-", 1)[0] if zone else "?")
     return RegionalQuotaExceeded(quota, region, text)
-
-
-def network_reason(exc: BaseException) -> str:
-    """The useful part of a transport error ("[Errno 111] Connection refused"), in short."""
-    text = str(exc)
-    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
-    if errno:
-        return errno.group(0).strip()
-    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
 
 
 def unreachable(exc: BaseException, *, endpoint: str) -> ComputeUnreachable:
