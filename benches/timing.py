@@ -7,23 +7,20 @@ call costs ~70 µs of Python before its kernel launches, which added 70 µs to e
 So a spin kernel (torch.cuda._sleep) sized from the measured host enqueue time keeps the
 GPU busy until the call is queued, and the events time the kernel alone. Kernels too short
 for single launches (under plan.graph_below_us) are timed in CUDA-graph batches of about
-GRAPH_BATCH_TARGET_US. Each call of a batch writes an output buffer of its own, as calls in
-a model do: measured on an H100 at S=128 (5-6 µs kernels, 256-call batches), batches whose
-calls all rewrote one buffer varied 3-7% from one capture to the next with where that
-buffer lay; with a buffer per call, 0.1-0.6%. cuDNN SDPA still moved 2-3% from one capture
-to the next, so samples rotate over GRAPH_CAPTURES captures of the batch.
-Where a config's inputs lie moves its time too: measured on an H100, (16,32,512,64) bf16 ran
-2.3-2.5% faster for all three implementations on one of six copies of the same inputs, so
-one run's medians sat 2.8-3.5% from the next one's. Rounds therefore rotate over
-INPUT_PLACEMENTS copies (six-copy rotation: medians within 0.2-0.6% over repeats).
+GRAPH_BATCH_TARGET_US.
+Where buffers lie moves a median by a few percent, so no buffer keeps one placement for a
+whole run (measured on an H100):
+- graph batches whose calls all rewrote one output buffer varied 3-7% from capture to
+  capture at S=128; with a buffer per call, 0.1-0.6%. cuDNN SDPA still moved 2-3% between
+  captures, so samples rotate over GRAPH_CAPTURES captures.
+- (16,32,512,64) bf16 ran 2.3-2.5% faster, all implementations together, on one of six
+  copies of its inputs: rounds rotate over INPUT_PLACEMENTS copies. Two runs still sat
+  2.4% apart with input copies and FLUSH_BUFFERS flush buffers in turn, because every call
+  got the allocator's same output block back; keeping OUTPUT_PLACEMENTS outputs alive
+  brought that to 0.14%.
 The flush writes (zero_, as do_bench does), so the timed kernel also writes back up to an
-L2's worth of dirty lines. Measured on that config: a read-only flush ran 3-4.5% faster and
-moved 0.1% within a process, against 1.4% for the write flush. The harness keeps do_bench's
-method so the two compare. With one flush buffer per process such a config's medians still
-moved 2.8% from one process to the next, every implementation together (the paired
-speedups stayed put). Samples also rotate over FLUSH_BUFFERS flush buffers and keep
-OUTPUT_PLACEMENTS outputs alive, so neither the flush nor the output buffer is one fixed
-placement per process.
+L2's worth of dirty lines: on that config a read-only flush ran 3-4.5% faster. The harness
+keeps do_bench's method so that the two compare.
 A sample whose host enqueue outlasted the spin (a host stall: measured on an H100, 0.4-1.2 ms
 samples of a 0.15 ms kernel, host enqueue 1-1.8 ms against a 0.4 ms cover) timed the host,
 not the kernel, and is taken again.
@@ -60,7 +57,7 @@ INPUT_PLACEMENTS = 4
 OUTPUT_PLACEMENTS = 3  # outputs kept alive per implementation: 4 buffers in turn
 INPUT_COPIES_BYTES_MAX = 1 << 30
 FLUSH_MIN_BYTES = 64 << 20
-FLUSH_BUFFERS = 4  # samples rotate over them: see the module docstring
+FLUSH_BUFFERS = 4  # samples take them in turn
 # The spin before each sample lasts COVER_FACTOR x the median host enqueue time of recent
 # calls, within these bounds; _sleep counts SM cycles, converted at a clock above any GPU's
 # boost, so at lower clocks the cover only gets longer.
@@ -114,10 +111,6 @@ class CudaClock:
         self._end = torch.cuda.Event(enable_timing=True)
         self._host_us: collections.deque[float] = collections.deque(maxlen=HOST_HISTORY)
         self.retaken = 0  # samples taken again after a host stall, for the run's log
-
-    @property
-    def flush_bytes(self) -> int:
-        return self._flush_buffers[0].numel() * 4 if self._flush_buffers else 0
 
     def cover_us(self) -> float:
         recent = statistics.median(self._host_us) if self._host_us else COVER_MAX_US / 4

@@ -131,7 +131,8 @@ __device__ __forceinline__ void load_tile(Elem* tile, const Elem* base, int64_t 
                                           int row0, int rows_valid, int tid) {
     constexpr int kChunks = HeadDim / 8;
     constexpr int kRowsPerPass = Threads / kChunks;
-    static_assert(Threads % kChunks == 0 && kRowsPerPass % 8 == 0, "passes of whole swizzle periods");
+    static_assert(Threads % kChunks == 0 && kRowsPerPass % 8 == 0,
+                  "passes of whole swizzle periods");
     static_assert(Rows % kRowsPerPass == 0, "tile must split evenly over threads");
     const int r = tid / kChunks, c = tid % kChunks;
     // Rows past the end keep their (unread) address: with src_bytes = 0 cp.async reads nothing.
