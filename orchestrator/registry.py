@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable, Iterable
+from contextlib import closing
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -61,10 +63,27 @@ class RunRegistry:
         return connection
 
     def add(self, record: RunRecord) -> None:
-        with self._connect() as db:
-            db.execute(
-                "INSERT INTO runs VALUES (?, ?)", (record.run_id, json.dumps(asdict(record)))
-            )
+        self.reserve(record)
+
+    def reserve(
+        self, record: RunRecord, check_spend: Callable[[float], None] | None = None
+    ) -> None:
+        """Insert the run, after `check_spend(this month's committed spend)` has not raised,
+        in one write transaction: two launches cannot both pass a cap that fits one."""
+        with closing(self._connect()) as db:
+            db.isolation_level = None  # we open the transaction ourselves
+            db.execute("BEGIN IMMEDIATE")  # the write lock, before the spend is read
+            try:
+                if check_spend is not None:
+                    rows = db.execute("SELECT record FROM runs").fetchall()
+                    check_spend(committed_in_month(RunRecord(**json.loads(r[0])) for r in rows))
+                db.execute(
+                    "INSERT INTO runs VALUES (?, ?)", (record.run_id, json.dumps(asdict(record)))
+                )
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def update(self, run_id: str, **changes) -> RunRecord:
         record = self.get(run_id)
@@ -101,20 +120,25 @@ class RunRegistry:
     def past_durations(self, plan: str, backend: str) -> list[float]:
         """Wall seconds of earlier complete runs of this plan on this backend."""
         return [
-            (datetime.fromisoformat(r.finished_at) - r.created).total_seconds()
+            max((datetime.fromisoformat(r.finished_at) - r.created).total_seconds(), 0.0)
             for r in self.all()
             if r.plan == plan and r.backend == backend and r.state == "complete" and r.finished_at
         ]
 
     def committed_this_month(self, now: datetime | None = None) -> float:
-        """Spend of this month's runs: actual cost when known, else the whole budget."""
-        now = now or datetime.now(timezone.utc)
-        total = 0.0
-        for record in self.all():
-            created = record.created
-            if (created.year, created.month) != (now.year, now.month):
-                continue
-            if record.backend == "local":
-                continue
-            total += record.cost_usd if record.cost_usd is not None else record.budget_usd
-        return total
+        return committed_in_month(self.all(), now)
+
+
+def committed_in_month(records: Iterable[RunRecord], now: datetime | None = None) -> float:
+    """Spend of this month's runs: actual cost when known, else the whole budget (so a run
+    still launching holds its budget)."""
+    now = now or datetime.now(timezone.utc)
+    total = 0.0
+    for record in records:
+        created = record.created
+        if (created.year, created.month) != (now.year, now.month):
+            continue
+        if record.backend == "local":
+            continue
+        total += record.cost_usd if record.cost_usd is not None else record.budget_usd
+    return total

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator import boundary
 from orchestrator.errors import ResultsError
-from results_schema import Manifest, Measurement, Plan, SummaryRow
-from results_schema.csvio import read_rows
+from results_schema import Plan, SummaryRow
 
 BOOTSTRAP_RESAMPLES = 2000
 REPORT_SUBDIR = "report"
@@ -67,7 +67,7 @@ class RunResults:
     status: str
     plan: Plan | None
     summary: list[SummaryRow]
-    measurements: list[Measurement]
+    latencies: dict[tuple[str, str], np.ndarray]  # (config, implementation) -> ms per call
 
 
 def make_report(
@@ -98,33 +98,29 @@ def load_run(run_dir: Path) -> RunResults:
             f"{run_dir} has no results/summary.csv and results/measurements.csv: "
             "fetch the run first, or point at the directory that holds manifest.json"
         )
-    try:
-        summary = read_rows(summary_path, SummaryRow)
-        measurements = read_rows(measurements_path, Measurement)
-    except ValueError as exc:
-        raise ResultsError(f"{run_dir}: a results row does not match the schema: {exc}") from exc
-    manifest = _manifest(run_dir)
+    # The same boundary as fetch: a results folder may have been copied from anywhere.
+    manifest = boundary.fetched_manifest(run_dir)
+    run_id = manifest.run_id if manifest else None
+    summary = list(boundary.checked_rows(summary_path, "summary.csv", run_id))
+    run_id = run_id or (summary[0].run_id if summary else None)
+    latencies = _latencies(boundary.checked_rows(measurements_path, "measurements.csv", run_id))
     plan = manifest.plan if manifest and manifest.plan else _plan_file(run_dir)
-    run_id = manifest.run_id if manifest else (summary[0].run_id if summary else run_dir.name)
     status = manifest.status if manifest else "no manifest"
-    return RunResults(run_id, status, plan, summary, measurements)
-
-
-def _manifest(run_dir: Path) -> Manifest | None:
-    path = run_dir / "manifest.json"
-    if not path.is_file():
-        return None
-    try:
-        return Manifest.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ResultsError(f"{path} does not match the schema: {exc}") from exc
+    return RunResults(run_id or run_dir.name, status, plan, summary, latencies)
 
 
 def _plan_file(run_dir: Path) -> Plan | None:
     path = run_dir / "plan.json"
     if not path.is_file():
         return None
-    return Plan.model_validate_json(path.read_text(encoding="utf-8"))
+    try:
+        data = boundary.parse_json(path.read_bytes(), boundary.LIMITS.manifest_bytes)
+        plan = Plan.model_validate(data)
+    except ValueError as exc:
+        raise ResultsError(f"{path} is not a valid plan: {boundary.printable(exc)}") from None
+    if len(plan.configs) > boundary.LIMITS.configs:
+        raise ResultsError(f"{path}: {len(plan.configs)} configs (most {boundary.LIMITS.configs})")
+    return plan
 
 
 def _row(s: SummaryRow) -> ReportRow:
@@ -158,9 +154,10 @@ def _disjoint(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[1] < b[0] or b[1] < a[0]
 
 
-def _latencies(run: RunResults) -> dict[tuple[str, str], np.ndarray]:
+def _latencies(measurements) -> dict[tuple[str, str], np.ndarray]:
+    """Only what the comparison and plots use: a float per sample, not a model per row."""
     grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for m in run.measurements:
+    for m in measurements:
         grouped[(m.config, m.implementation)].append(m.latency_ms)
     return {k: np.asarray(v) for k, v in grouped.items()}
 
@@ -189,7 +186,7 @@ def compare_runs(
                 s.speedup,
                 o.speedup,
             )
-    mine, theirs = _latencies(this), _latencies(other)
+    mine, theirs = this.latencies, other.latencies
     for key in sorted(mine.keys() & theirs.keys()):
         a, b = mine[key], theirs[key]
         check(
@@ -205,6 +202,9 @@ def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a server or in CI
+    # Config and implementation names come from a run: "$...$" in one must stay text, not
+    # mathtext that fails to parse.
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt
@@ -232,7 +232,7 @@ def _implementations(run: RunResults) -> list[str]:
 
 def _plot_latency(plt, run: RunResults, path: Path) -> Path:
     """One panel per config: each implementation's sample distribution."""
-    configs, impls, lat = _config_order(run), _implementations(run), _latencies(run)
+    configs, impls, lat = _config_order(run), _implementations(run), run.latencies
     cols = min(4, len(configs))
     rows = -(-len(configs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TypeVar
@@ -70,27 +70,34 @@ def write_csv(path: Path, model: type[BaseModel], rows: Iterable[BaseModel]) -> 
 
 def read_rows(path: Path, model: type[Row]) -> list[Row]:
     """Every row validated; the first bad one raises CsvSchemaError naming its line."""
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames != columns(model):
+    return list(iter_rows(path, model))
+
+
+def iter_rows(path: Path, model: type[Row]) -> Iterator[Row]:
+    """Rows one at a time, so a caller that only counts or checks them holds one in memory."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            yield from _validated(path, csv.DictReader(f), model)
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise CsvSchemaError(f"{path.name}: not a UTF-8 CSV file ({e})") from None
+
+
+def _validated(path: Path, reader: csv.DictReader, model: type[Row]) -> Iterator[Row]:
+    if reader.fieldnames != columns(model):
+        raise CsvSchemaError(
+            f"{path.name}: header {reader.fieldnames} does not match {model.__name__} "
+            f"columns {columns(model)}"
+        )
+    for line, raw in enumerate(reader, start=2):
+        if None in raw or any(v is None for v in raw.values()):
+            raise CsvSchemaError(f"{path.name} line {line}: wrong number of cells")
+        # An empty cell means "the default" (None for optional fields, "" for text).
+        cleaned = {k: v for k, v in raw.items() if v != "" or model.model_fields[k].is_required()}
+        try:
+            yield model.model_validate(cleaned)
+        except ValidationError as e:
+            first = e.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
             raise CsvSchemaError(
-                f"{path.name}: header {reader.fieldnames} does not match {model.__name__} "
-                f"columns {columns(model)}"
-            )
-        rows = []
-        for line, raw in enumerate(reader, start=2):
-            if None in raw or any(v is None for v in raw.values()):
-                raise CsvSchemaError(f"{path.name} line {line}: wrong number of cells")
-            # An empty cell means "the default" (None for optional fields, "" for text).
-            cleaned = {
-                k: v for k, v in raw.items() if v != "" or model.model_fields[k].is_required()
-            }
-            try:
-                rows.append(model.model_validate(cleaned))
-            except ValidationError as e:
-                first = e.errors()[0]
-                field = ".".join(str(p) for p in first["loc"])
-                raise CsvSchemaError(
-                    f"{path.name} line {line}: {field}: {first['msg']} (got {raw.get(field)!r})"
-                ) from None
-    return rows
+                f"{path.name} line {line}: {field}: {first['msg']} (got {raw.get(field)!r})"
+            ) from None

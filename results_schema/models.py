@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
 from results_schema.record import PHASES
@@ -18,7 +17,8 @@ Verdict = Literal["faster", "slower", "indistinguishable"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A VM's numbers are untrusted: NaN and infinity are refused everywhere, not field by field.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class AttentionConfig(_Strict):
@@ -90,10 +90,10 @@ class Measurement(_Strict):
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
     temperature_c: int | None = None
-    power_w: float | None = None
+    power_w: float | None = Field(default=None, ge=0)
     throttle_reasons: int | None = Field(default=None, description="NVML clocks-event bitmask")
     throttled: bool = False
-    timestamp: datetime
+    timestamp: AwareDatetime
 
 
 class SummaryRow(_Strict):
@@ -105,21 +105,21 @@ class SummaryRow(_Strict):
     backend: str = Field(description="which kernel actually ran, as the registry reports it")
     mode: TimingMode
     n: int = Field(ge=1)
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    mean_ms: float
-    std_ms: float
-    iqr_over_median: float
-    tflops: float
-    pct_of_peak: float | None = None
-    throttled_samples: int = 0
+    median_ms: float = Field(gt=0)
+    p10_ms: float = Field(gt=0)
+    p90_ms: float = Field(gt=0)
+    mean_ms: float = Field(gt=0)
+    std_ms: float = Field(ge=0)
+    iqr_over_median: float = Field(ge=0)
+    tflops: float = Field(ge=0)
+    pct_of_peak: float | None = Field(default=None, ge=0)
+    throttled_samples: int = Field(default=0, ge=0)
     # Filled on every row but the candidate's: the candidate's speedup over this one.
     speedup: float | None = Field(
-        default=None, description="median of paired ratios this/candidate"
+        default=None, gt=0, description="median of paired ratios this/candidate"
     )
-    speedup_ci_low: float | None = None
-    speedup_ci_high: float | None = None
+    speedup_ci_low: float | None = Field(default=None, gt=0)
+    speedup_ci_high: float | None = Field(default=None, gt=0)
     verdict: Verdict | None = None
 
 
@@ -131,10 +131,10 @@ class CorrectnessRow(_Strict):
     implementation: str
     backend: str
     passed: bool
-    rel_l2_error: float | None = None
-    max_abs_error: float | None = None
-    tolerance: float | None = None
-    nonfinite: int = 0
+    rel_l2_error: float | None = Field(default=None, ge=0)
+    max_abs_error: float | None = Field(default=None, ge=0)
+    tolerance: float | None = Field(default=None, ge=0)
+    nonfinite: int = Field(default=0, ge=0)
     message: str = ""
 
 
@@ -144,9 +144,9 @@ class Status(_Strict):
     run_id: str
     phase: Literal[PHASES]  # type: ignore[valid-type]
     state: RunState
-    done: int = 0
-    total: int = 0
-    updated_at: datetime
+    done: int = Field(default=0, ge=0)
+    total: int = Field(default=0, ge=0)
+    updated_at: AwareDatetime
     message: str = ""
 
 
@@ -166,11 +166,11 @@ class PhaseRecord(_Strict):
 class EnvironmentFingerprint(BaseModel):
     """What the numbers were measured on. Unknown values stay None; extra keys are kept."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     gpu_name: str | None = None
     gpu_uuid: str | None = None
-    gpu_count: int | None = None
+    gpu_count: int | None = Field(default=None, ge=0)
     driver: str | None = None
     cuda: str | None = None
     cudnn: str | None = None
@@ -186,17 +186,17 @@ class EnvironmentFingerprint(BaseModel):
     zone: str | None = None
     spot: bool | None = None
     peak_tflops: float | None = Field(
-        default=None, description="dense 16-bit tensor peak used for %"
+        default=None, ge=0, description="dense 16-bit tensor peak used for %"
     )
 
 
 class KernelBuild(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     source_sha256: str
     arch: str
     flags: list[str]
-    seconds: float
+    seconds: float = Field(ge=0)
     cached: bool
     nvcc: str | None = None
     library: str | None = None
@@ -207,9 +207,9 @@ class Cost(_Strict):
     rate_usd_per_hour: float = Field(ge=0)
     budget_usd: float = Field(ge=0)
     max_run_seconds: int = Field(ge=0)
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    estimated_usd: float | None = None
+    started_at: AwareDatetime | None = None
+    finished_at: AwareDatetime | None = None
+    estimated_usd: float | None = Field(default=None, ge=0)
 
 
 class Manifest(_Strict):
@@ -220,8 +220,8 @@ class Manifest(_Strict):
     status: Literal["complete", "partial", "failed"]
     reason: str = ""
     failed_phase: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime
+    started_at: AwareDatetime | None = None
+    finished_at: AwareDatetime
     phases: list[PhaseRecord] = []
     plan: Plan | None = None
     environment: EnvironmentFingerprint | None = None

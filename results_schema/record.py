@@ -42,11 +42,25 @@ def utc_now() -> str:
 
 
 def write_json_atomic(path: str, data: dict) -> None:
+    """Write, flush to disk, read back, and only then rename over `path`: on a full disk the
+    old file (or none) stays, never an empty or cut one."""
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        with open(tmp, encoding="utf-8") as f:
+            if f.read() != text:
+                raise OSError(f"{tmp} does not hold what was written")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def sha256_of(path: str) -> str:
@@ -62,11 +76,27 @@ def csv_rows(path: str) -> int:
         return max(sum(1 for _ in csv.reader(f)) - 1, 0)
 
 
+def drop_cut_line(path: str) -> None:
+    """A writer stopped mid-row (a full disk, a kill) leaves a last line without its newline;
+    cut it so that the rows before it stay valid and fetchable."""
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(max(size - (1 << 16), 0))
+        tail = f.read()
+        if tail.endswith(b"\n"):
+            return
+        cut = tail.rfind(b"\n")
+        f.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
+
+
 def file_entries(run_dir: str) -> list[dict]:
     entries = []
     for name in RESULT_FILES:
         path = os.path.join(run_dir, "results", name)
         if os.path.isfile(path):
+            drop_cut_line(path)
             entries.append(
                 {
                     "path": f"results/{name}",

@@ -1,8 +1,10 @@
 """The local backend: the startup script runs on this machine, detached, in a sandbox dir.
 
-"Machine" here means the script's process: start spawns it in its own session (so it
-outlives the controller), stop sends it SIGTERM (its trap flushes partial results and
-writes the manifest), and the registry remembers its pid.
+"Machine" here means the script's session: start spawns the script as the leader of a
+session of its own (so it outlives the controller), and the registry remembers its pid,
+which is the session id. Stop sends the script SIGTERM (its trap flushes partial results
+and writes the manifest), then ends whatever is left of the session, which also finds a
+run whose bash was SIGKILLed and left its children behind.
 """
 
 from __future__ import annotations
@@ -21,10 +23,25 @@ from orchestrator.registry import RunRegistry
 from orchestrator.spec import RunSpec
 
 STOP_GRACE_SECONDS = 30
+# Every process of a local run carries this variable (value: the run id), so that after
+# its bash is gone the processes it left can still be told apart from anyone else's.
+RUN_MARK_ENV = "BENCH_LOCAL_RUN"
+
+
+def run_pid(handle: str) -> int | None:
+    """The pid a registry handle names, or None: pid 0, -1 and 1 would signal a process
+    group, every process of the user, or init, so no handle may name them."""
+    try:
+        pid = int(handle)
+    except (TypeError, ValueError):
+        return None
+    return pid if pid > 1 else None
 
 
 def process_alive(pid: int, sandbox: Path) -> bool:
     """True if pid runs, and (where /proc exists) is still our script, not a reused pid."""
+    if pid <= 1:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -38,6 +55,35 @@ def process_alive(pid: int, sandbox: Path) -> bool:
         except OSError:
             return False
     return True
+
+
+def session_processes(session: int, run_id: str) -> list[int]:
+    """Live processes of the run's session that carry its mark (a session id stays taken
+    while any member lives, so a member cannot belong to someone else's session)."""
+    if session <= 1 or not Path("/proc/self/stat").exists():
+        return []
+    mark = f"{RUN_MARK_ENV}={run_id}".encode() + b"\0"
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # Fields after the command name, which may itself hold spaces or parentheses.
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+            environ = (stat.parent / "environ").read_bytes()
+        except (OSError, IndexError):
+            continue
+        state, sid = fields[0], int(fields[3])
+        if sid == session and state != b"Z" and mark in b"\0" + environ:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        if pid > 1:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 class LocalBackend:
@@ -68,19 +114,27 @@ class LocalBackend:
                 stdout=console,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env=self._script_env(),
+                env=self._script_env(spec.run_id),
             )
         return Placement(location="localhost", handle=str(process.pid), spot=False)
 
-    def _script_env(self) -> dict[str, str]:
+    def _script_env(self, run_id: str) -> dict[str, str]:
         # The payload must not pick up the controller's own bench settings by accident.
-        return {k: v for k, v in os.environ.items() if not k.startswith("BENCH_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_")}
+        return {**env, RUN_MARK_ENV: run_id}
+
+    def _processes(self, run_id: str, handle: str) -> list[int]:
+        """The run's live processes: its script, or what the script left in its session."""
+        pid = run_pid(handle)
+        if pid is None:
+            return []
+        leader = [pid] if process_alive(pid, self.paths.sandbox(run_id)) else []
+        return sorted(set(leader + session_processes(pid, run_id)))
 
     def machine_state(self, run_id: str, placement: Placement) -> str:
-        if not placement.handle:
+        if run_pid(placement.handle) is None:
             return "GONE"
-        alive = process_alive(int(placement.handle), self.paths.sandbox(run_id))
-        return "RUNNING" if alive else "TERMINATED"
+        return "RUNNING" if self._processes(run_id, placement.handle) else "TERMINATED"
 
     def log_lines(self, run_id: str, placement: Placement, follow: bool) -> Iterator[str]:
         log = self.paths.sandbox(run_id) / "logs" / "startup.log"
@@ -114,32 +168,34 @@ class LocalBackend:
     def list_machines(self) -> list[Machine]:
         machines = []
         for record in self.registry.all():
-            if record.backend != "local" or not record.handle:
+            if record.backend != "local" or run_pid(record.handle) is None:
                 continue
-            if process_alive(int(record.handle), self.paths.sandbox(record.run_id)):
+            if self._processes(record.run_id, record.handle):
                 machines.append(
                     Machine(record.run_id, f"pid {record.handle}", "localhost", "RUNNING")
                 )
         return machines
 
     def stop(self, machines: list[Machine]) -> list[Machine]:
-        """TERM every script (each flushes and writes its manifest), then wait for them."""
-        pids = {m.run_id: int(m.name.removeprefix("pid ")) for m in machines}
-        for pid in pids.values():
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        """TERM every script (each flushes and writes its manifest) or, where the script is
+        gone, what it left; wait for them; then KILL whatever of each run remains."""
+        handles = {m.run_id: m.name.removeprefix("pid ") for m in machines}
+        for run_id, handle in handles.items():
+            pid = run_pid(handle)
+            if pid is None:
+                continue
+            if process_alive(pid, self.paths.sandbox(run_id)):
+                signal_all([pid], signal.SIGTERM)
+            else:
+                signal_all(session_processes(pid, run_id), signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        pending = dict(pids)
+        pending = dict(handles)
         while pending and time.monotonic() < deadline:
-            for run_id, pid in list(pending.items()):
-                if not process_alive(pid, self.paths.sandbox(run_id)):
+            for run_id, handle in list(pending.items()):
+                if not self._processes(run_id, handle):
                     del pending[run_id]
             time.sleep(0.2)
-        for pid in pending.values():
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for run_id, handle in pending.items():
+            # Looked up again just before signalling: each pid is still the run's own.
+            signal_all(self._processes(run_id, handle), signal.SIGKILL)
         return machines

@@ -59,7 +59,10 @@ def cli() -> None:
 
 
 def _fail(message: str, code: int) -> int:
-    click.echo(f"bench: error: {message}", err=True)
+    from orchestrator.boundary import printable
+
+    # Messages may quote what a run wrote: one line, no control characters.
+    click.echo(f"bench: error: {printable(message)}", err=True)
     return code
 
 

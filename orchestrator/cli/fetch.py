@@ -22,6 +22,7 @@ def fetch(run_id, fetch_all, dest):
       bench fetch 20261122-081500-a1b2c3 --dest ~/results
       bench fetch --all
     """
+    from orchestrator.boundary import printable
     from orchestrator.errors import ResultsError, UsageError
     from orchestrator.service.fetch import fetch as fetch_run
     from orchestrator.service.runs import latest_run_id
@@ -48,7 +49,7 @@ def fetch(run_id, fetch_all, dest):
         show_summary(out, result)
         if result.manifest.status != "complete":
             incomplete.append(
-                f"{record.run_id} is {result.manifest.status}: {result.manifest.reason}"
+                f"{record.run_id} is {result.manifest.status}: {printable(result.manifest.reason)}"
             )
     if incomplete:
         raise ResultsError("; ".join(incomplete))
@@ -60,6 +61,8 @@ def show_summary(out, result) -> None:
     it. Long rather than wide, so that at 80 columns (a pipe, CI) no config name is cut."""
     from rich import box
     from rich.table import Table
+
+    from orchestrator.boundary import markup_safe
 
     manifest = result.manifest
     samples = next((f.rows for f in manifest.files if f.path.endswith("measurements.csv")), 0)
@@ -75,20 +78,19 @@ def show_summary(out, result) -> None:
     table.add_column("config", no_wrap=True)
     table.add_column("impl", no_wrap=True)
     table.add_column("median ms", justify="right", no_wrap=True)
-    table.add_column(f"{plan.candidate} speedup [95% CI]")
+    table.add_column(f"{markup_safe(plan.candidate)} speedup [95% CI]")
     for config in plan.configs:
         for index, name in enumerate(plan.implementations):
             row = by_key.get((config.name, name))
             table.add_row(
-                config.name if index == 0 else "",
-                name,
+                markup_safe(config.name) if index == 0 else "",
+                markup_safe(name),
                 f"{row.median_ms:.4f}" if row else "-",
                 _speedup_cell(plan, name, row),
             )
     out.print(table)
-    out.print(
-        f"{plan.candidate} speedup = median of per-round paired ratios baseline/{plan.candidate}"
-    )
+    candidate = markup_safe(plan.candidate)
+    out.print(f"{candidate} speedup = median of per-round paired ratios baseline/{candidate}")
 
 
 def _speedup_cell(plan, implementation: str, row) -> str:

@@ -72,4 +72,4 @@ def console():
     id or a path at the end of a line stays whole for copy and paste."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, emoji=False)

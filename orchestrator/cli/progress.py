@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orchestrator.boundary import markup_safe, printable
 from orchestrator.errors import BenchError, ResultsError
 
 
@@ -25,7 +26,7 @@ class LogTail:
             return []  # the log is a courtesy; the heartbeat decides progress
         lines = (self.partial + text).replace("\r\n", "\n").split("\n")
         self.partial = lines.pop()
-        return [line[line.index("[bench ") :] for line in lines if "[bench " in line]
+        return [printable(line[line.index("[bench ") :]) for line in lines if "[bench " in line]
 
 
 def follow(ctx, record, out) -> int:
@@ -52,15 +53,15 @@ def follow(ctx, record, out) -> int:
             if status is not None:
                 total = status.total or None
                 count = f"{status.done}/{status.total}" if total else ""
-                label = f"{status.phase:<11} {status.message[:40]:<40}"
+                label = f"{status.phase:<11} {markup_safe(status.message[:40]):<40}"
                 bar.update(task, description=label, completed=status.done, total=total, count=count)
 
         final = wait_for_run(ctx, record, show)
     manifest = final.manifest
     colour = {"complete": "green", "partial": "yellow"}.get(manifest.status, "red")
-    reason = f": {manifest.reason}" if manifest.reason else ""
+    reason = f": {markup_safe(manifest.reason)}" if manifest.reason else ""
     out.print(f"bench: run {record.run_id} [bold {colour}]{manifest.status}[/]{reason}")
     out.print(f"fetch the results with: bench fetch {record.run_id}")
     if manifest.status != "complete":
-        raise ResultsError(f"run {record.run_id} ended {manifest.status}{reason}")
+        raise ResultsError(f"run {record.run_id} ended {manifest.status}: {manifest.reason}")
     return 0

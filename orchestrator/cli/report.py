@@ -37,6 +37,8 @@ def report(run_id, compare_id, dest):
 def show_report(out, report) -> None:
     from rich.table import Table
 
+    from orchestrator.boundary import markup_safe
+
     table = Table(
         "config",
         "implementation",
@@ -45,7 +47,7 @@ def show_report(out, report) -> None:
         "TFLOP/s",
         "% peak",
         "candidate speedup [95% CI]",
-        title=f"run {report.run_id} ({report.status})",
+        title=f"run {markup_safe(report.run_id)} ({report.status})",
     )
     for row in report.rows:
         speedup = "(candidate)"
@@ -54,8 +56,8 @@ def show_report(out, report) -> None:
             speedup = f"{row.speedup:.2f}x [{low:.2f}, {high:.2f}] {row.verdict or ''}"
         peak = f"{row.pct_of_peak:.1f}" if row.pct_of_peak is not None else "-"
         table.add_row(
-            row.config,
-            row.implementation,
+            markup_safe(row.config),
+            markup_safe(row.implementation),
             row.mode,
             f"{row.median_ms:.4f}",
             f"{row.tflops:.1f}",
@@ -64,14 +66,17 @@ def show_report(out, report) -> None:
         )
     out.print(table)
     for plot in report.plots:
-        out.print(f"plot: {plot}")
+        out.print(f"plot: {markup_safe(plot)}")
     if report.compared_with is None:
         return
     if not report.disagreements:
-        out.print(f"against {report.compared_with}: every interval overlaps; no config moved")
+        out.print(
+            f"against {markup_safe(report.compared_with)}: every interval overlaps; no config moved"
+        )
     for d in report.disagreements:
         out.print(
-            f"[yellow]moved[/] {d.config} {d.implementation} {d.quantity}: "
-            f"[{d.this[0]:.4g}, {d.this[1]:.4g}] vs [{d.other[0]:.4g}, {d.other[1]:.4g}] "
+            f"[yellow]moved[/] {markup_safe(d.config)} {markup_safe(d.implementation)} "
+            f"{d.quantity}: [{d.this[0]:.4g}, {d.this[1]:.4g}] vs "
+            f"[{d.other[0]:.4g}, {d.other[1]:.4g}] "
             f"({100 * d.relative_difference:+.1f}%)"
         )

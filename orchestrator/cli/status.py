@@ -18,7 +18,9 @@ def status(run_id):
     from rich import box
     from rich.table import Table
 
+    from orchestrator.boundary import markup_safe
     from orchestrator.budget import format_duration
+    from orchestrator.errors import ResultsError
     from orchestrator.service.runs import views
 
     ctx = make_context()
@@ -47,7 +49,7 @@ def status(run_id):
             view.state,
         )
         if view.manifest and view.manifest.reason:
-            reasons.append(f"{record.run_id}: {view.manifest.reason}")
+            reasons.append(f"{record.run_id}: {markup_safe(view.manifest.reason)}")
         if record.backend == "gce" and view.machine == "TERMINATED":
             # Powered off by its own script: no VM charge, but the disk bills until deleted.
             reasons.append(
@@ -57,6 +59,10 @@ def status(run_id):
     out.print(table)
     for reason in reasons:
         out.print(reason)
+    # Every run is listed first; a run whose files were refused then fails the command.
+    problems = [view.problem for view in rows if view.problem]
+    if problems:
+        raise ResultsError("; ".join(problems))
     return 0
 
 

@@ -1,13 +1,15 @@
-"""launch: validate → plan → estimate and cap → payload → store → render → start → record."""
+"""launch: validate → plan → estimate → reserve (cap) → payload → store → render → start →
+record."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from orchestrator import budget
 from orchestrator.backends.base import Placement
-from orchestrator.errors import NoCapacityError
+from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
 from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
 from orchestrator.registry import RunRecord
@@ -82,38 +84,72 @@ def launch(
     plan, plan_note = resolve_plan(request.plan, backend)
     notes = [plan_note] if plan_note else []
     spec, rate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
-    if backend == "gce":
-        budget.check_monthly_cap(
-            ctx.config.monthly_cap, ctx.registry.committed_this_month(), request.budget_usd
-        )
-    # Everything is validated before the first byte is written.
     ensure_writable(ctx.paths)
+    # The run is in the registry, holding its budget against the monthly cap, before
+    # anything is created: a controller killed at any later step leaves a run `status` lists.
+    ctx.registry.reserve(_launching_record(ctx, backend, spec), _spend_check(ctx, request, backend))
     if on_validated is not None:
         on_validated()
-    payload = build_payload(plan)
-    spec = spec.model_copy(update={"payload_sha256": payload.sha256})
-    store = ctx.store(backend)
-    store.put_bytes(f"{spec.run_prefix}/payload.tar.gz", payload.data)
-    placement, spec, rate = _start(ctx, request, backend, spec, rate, notes)
-    ctx.registry.add(
-        RunRecord(
-            run_id=spec.run_id,
-            backend=backend,
-            plan=plan.name,
-            budget_usd=spec.budget_usd,
-            rate_usd_per_hour=spec.rate_usd_per_hour,
-            max_run_seconds=spec.max_run_seconds,
-            estimated_seconds=spec.estimated_seconds,
-            created_at=spec.created_at.isoformat(),
-            location=placement.location,
-            handle=placement.handle,
-            attempts=placement.attempts,
-            spot=spec.spot,
-            state="running",
-            sandbox=ctx.backend(backend).work_dir(spec.run_id),
-        )
+    try:
+        payload = build_payload(plan)
+        spec = spec.model_copy(update={"payload_sha256": payload.sha256})
+        ctx.store(backend).put_bytes(f"{spec.run_prefix}/payload.tar.gz", payload.data)
+        placement, spec, rate = _start(ctx, request, backend, spec, rate, notes)
+    except BaseException as error:
+        _record_failed_launch(ctx, spec.run_id, error)
+        raise
+    ctx.registry.update(
+        spec.run_id,
+        state="running",
+        location=placement.location,
+        handle=placement.handle,
+        attempts=placement.attempts,
+        # On-demand fallback re-plans the rate and the time cap.
+        rate_usd_per_hour=spec.rate_usd_per_hour,
+        max_run_seconds=spec.max_run_seconds,
+        spot=spec.spot,
     )
     return LaunchResult(spec, placement, backend_reason, notes, rate)
+
+
+def _spend_check(ctx: Context, request: LaunchRequest, backend: str):
+    """The monthly cap, checked by the registry inside the insert's transaction."""
+    if backend != "gce":
+        return None
+    return lambda committed: budget.check_monthly_cap(
+        ctx.config.monthly_cap, committed, request.budget_usd
+    )
+
+
+def _launching_record(ctx: Context, backend: str, spec: RunSpec) -> RunRecord:
+    return RunRecord(
+        run_id=spec.run_id,
+        backend=backend,
+        plan=spec.plan.name,
+        budget_usd=spec.budget_usd,
+        rate_usd_per_hour=spec.rate_usd_per_hour,
+        max_run_seconds=spec.max_run_seconds,
+        estimated_seconds=spec.estimated_seconds,
+        created_at=spec.created_at.isoformat(),
+        spot=spec.spot,
+        state="launching",
+        sandbox=ctx.backend(backend).work_dir(spec.run_id),
+    )
+
+
+# Errors after which nothing can be running or billing: the run cost nothing.
+_NOTHING_CREATED = (NoCapacityError, QuotaError, PermissionDeniedError, UsageError)
+
+
+def _record_failed_launch(ctx: Context, run_id: str, error: BaseException) -> None:
+    """A launch that did not start: `failed`, costing nothing where nothing was created;
+    otherwise (a lost insert, an interrupt) its budget stays held against the cap."""
+    ctx.registry.update(
+        run_id,
+        state="failed",
+        finished_at=datetime.now(timezone.utc).isoformat(),
+        cost_usd=0.0 if isinstance(error, _NOTHING_CREATED) else None,
+    )
 
 
 def _start(ctx: Context, request: LaunchRequest, backend_name: str, spec: RunSpec, rate, notes):

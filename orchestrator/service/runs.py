@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from pydantic import ValidationError
-
+from orchestrator import boundary
 from orchestrator.backends.base import Placement
-from orchestrator.errors import NotFoundError
+from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from results_schema import Manifest, Status
@@ -21,9 +19,12 @@ class RunView:
     status: Status | None
     manifest: Manifest | None
     machine: str  # RUNNING, TERMINATED, GONE, ...
+    problem: str | None = None  # why the run's files were refused at the trust boundary
 
     @property
     def state(self) -> str:
+        if self.problem is not None:
+            return "invalid"
         if self.manifest is not None:
             if self.manifest.reason.startswith("preempted"):
                 return f"preempted ({self.manifest.status})"
@@ -54,25 +55,25 @@ def placement_of(record: RunRecord) -> Placement:
     return Placement(location=record.location, handle=record.handle, attempts=record.attempts)
 
 
-def read_json_object(store, key: str, model):
-    try:
-        return model.model_validate(json.loads(store.get_bytes(key)))
-    except NotFoundError:
-        return None
-    except (ValueError, ValidationError):
-        return None
-
-
 def view(ctx: Context, record: RunRecord) -> RunView:
+    """What is known of one run. A run whose files fail the trust boundary is shown with
+    its problem rather than stopping the listing of every other run."""
     store = ctx.store(record.backend)
-    prefix = f"runs/{record.run_id}"
-    manifest = read_json_object(store, f"{prefix}/manifest.json", Manifest)
-    status = read_json_object(store, f"{prefix}/status.json", Status)
+    problems, manifest, status = [], None, None
+    try:
+        manifest = boundary.read_manifest(store, record)
+    except ResultsError as e:
+        problems.append(str(e))
+    try:
+        status = boundary.read_status(store, record)
+    except ResultsError as e:
+        problems.append(str(e))
     machine = "GONE"
-    # A fetched run's machine was released: no need to ask the cloud about it again.
-    if manifest is None or record.state in ("running", "stopped"):
+    # A fetched run's machine was released, and one that never got a handle has none to
+    # ask about: no need to ask the cloud.
+    if record.handle and (manifest is None or record.state in ("running", "stopped")):
         machine = ctx.backend(record.backend).machine_state(record.run_id, placement_of(record))
-    return RunView(record, status, manifest, machine)
+    return RunView(record, status, manifest, machine, "; ".join(problems) or None)
 
 
 def views(ctx: Context, run_id: str | None = None) -> list[RunView]:

@@ -21,6 +21,8 @@ def wait_for_run(
     ended_at = None
     while True:
         current = view(ctx, record)
+        if current.problem is not None:
+            raise ResultsError(current.problem)
         on_progress(current)
         if current.manifest is not None:
             return current

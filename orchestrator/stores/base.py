@@ -17,11 +17,14 @@ class Store(Protocol):
 
     def put_bytes(self, key: str, data: bytes) -> None: ...
 
-    def get_bytes(self, key: str) -> bytes:
-        """Raise orchestrator.errors.NotFoundError when the object does not exist."""
+    def get_bytes(self, key: str, max_bytes: int | None = None) -> bytes:
+        """Raise NotFoundError when the object does not exist, ResultsError when it holds
+        more than max_bytes (never reading much more than that)."""
         ...
 
-    def download(self, key: str, path: Path) -> None: ...
+    def download(self, key: str, path: Path, max_bytes: int | None = None) -> None:
+        """Like get_bytes, into a file."""
+        ...
 
     def exists(self, key: str) -> bool: ...
 

@@ -19,6 +19,7 @@ from orchestrator.errors import (
     ConfigError,
     NotFoundError,
     PermissionDeniedError,
+    ResultsError,
     UsageError,
     network_reason,
 )
@@ -169,18 +170,31 @@ class GcsStore:
         args = _upload_args(key, if_absent, self._retry)
         self._call(lambda: blob.upload_from_filename(str(path), **args), key)
 
-    def get_bytes(self, key: str) -> bytes:
+    def get_bytes(self, key: str, max_bytes: int | None = None) -> bytes:
+        """The object's bytes; with max_bytes, at most one byte more is ever transferred and
+        a larger object is refused."""
         blob = self._bucket.blob(self.object_name(key))
-        return self._call(lambda: blob.download_as_bytes(retry=self._retry), key)
+        args = _download_args(max_bytes, self._retry)
+        data = self._call(lambda: _ranged(lambda: blob.download_as_bytes(**args), b""), key)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise ResultsError(f"{self.uri(key)} is larger than {max_bytes} bytes; refused")
+        return data
 
-    def download(self, key: str, path: Path) -> None:
+    def download(self, key: str, path: Path, max_bytes: int | None = None) -> None:
         """Download to path, via a temporary file so a failure never leaves half of it."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.part.{os.getpid()}")
         blob = self._bucket.blob(self.object_name(key))
+        args = _download_args(max_bytes, self._retry)
         try:
-            self._call(lambda: blob.download_to_filename(str(partial), retry=self._retry), key)
+            self._call(
+                lambda: _ranged(lambda: blob.download_to_filename(str(partial), **args), None),
+                key,
+            )
+            partial.touch()  # an empty object answered 416 and wrote nothing
+            if max_bytes is not None and partial.stat().st_size > max_bytes:
+                raise ResultsError(f"{self.uri(key)} is larger than {max_bytes} bytes; refused")
             partial.replace(path)
         except BenchError:
             partial.unlink(missing_ok=True)
@@ -198,6 +212,25 @@ class GcsStore:
             lambda: [b.name for b in self._bucket.list_blobs(prefix=full, retry=self._retry)]
         )
         return sorted(name[len(root) :] for name in names)
+
+
+def _download_args(max_bytes: int | None, retry: Any) -> dict[str, Any]:
+    # raw_download: the stored bytes, never a decompressed stream (a gzip-encoded object
+    # could inflate without bound); the caller checks them against the manifest's sha256.
+    args: dict[str, Any] = {"retry": retry, "raw_download": True}
+    if max_bytes is not None:
+        args.update(start=0, end=max_bytes)  # `end` is inclusive: one byte more tells
+    return args
+
+
+def _ranged(download: Callable[[], T], empty: T) -> T:
+    """A range read of an empty object answers 416 Range Not Satisfiable: it is empty."""
+    from google.api_core.exceptions import RequestRangeNotSatisfiable
+
+    try:
+        return download()
+    except RequestRangeNotSatisfiable:
+        return empty
 
 
 def _upload_args(key: str, if_absent: bool, retry: Any) -> dict[str, Any]:

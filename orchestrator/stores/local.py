@@ -1,12 +1,17 @@
-"""The local store: the bucket layout under a directory of the state dir."""
+"""The local store: the bucket layout under a directory of the state dir.
+
+Anything under it may have been written by a run's script, so reads never follow a
+symbolic link out of it and stop at the size the caller allows.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
-from orchestrator.errors import NotFoundError
+from orchestrator.errors import NotFoundError, ResultsError, UsageError
 
 
 class LocalStore:
@@ -16,10 +21,10 @@ class LocalStore:
         self.root = root
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
-        if self.root.resolve() not in path.parents:
-            raise ValueError(f"key {key!r} escapes the store")
-        return path
+        parts = Path(key).parts
+        if not parts or Path(key).is_absolute() or ".." in parts:
+            raise UsageError(f"invalid store key {key!r}")
+        return self.root / key
 
     def put_bytes(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -31,20 +36,46 @@ class LocalStore:
     def put_file(self, key: str, path: Path) -> None:
         self.put_bytes(key, Path(path).read_bytes())
 
-    def get_bytes(self, key: str) -> bytes:
+    def _open(self, key: str) -> int:
+        """A read-only descriptor of a regular file reached through no symbolic link."""
+        path = self._path(key)
+        here = self.root
+        for part in Path(key).parts:
+            here = here / part
+            if here.is_symlink():
+                raise ResultsError(f"{self.uri(key)} is a symbolic link; refused")
         try:
-            return self._path(key).read_bytes()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             raise NotFoundError(f"{self.uri(key)} does not exist") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ResultsError(f"{self.uri(key)} is not a regular file; refused")
+        return fd
 
-    def download(self, key: str, path: Path) -> None:
-        source = self._path(key)
-        if not source.is_file():
-            raise NotFoundError(f"{self.uri(key)} does not exist")
-        shutil.copyfile(source, path)
+    def get_bytes(self, key: str, max_bytes: int | None = None) -> bytes:
+        """The object's bytes; with max_bytes, a larger object is refused unread."""
+        with os.fdopen(self._open(key), "rb") as f:
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise ResultsError(f"{self.uri(key)} is larger than {max_bytes} bytes; refused")
+        return data
+
+    def download(self, key: str, path: Path, max_bytes: int | None = None) -> None:
+        with os.fdopen(self._open(key), "rb") as source, open(path, "wb") as target:
+            if max_bytes is None:
+                shutil.copyfileobj(source, target)
+                return
+            remaining = max_bytes + 1
+            while remaining > 0 and (block := source.read(min(remaining, 1 << 20))):
+                target.write(block)
+                remaining -= len(block)
+        if remaining <= 0:
+            raise ResultsError(f"{self.uri(key)} is larger than {max_bytes} bytes; refused")
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        path = self._path(key)
+        return path.is_file() and not path.is_symlink()
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix) if prefix else self.root
