@@ -222,6 +222,16 @@ def _plot_all(run: RunResults, out_dir: Path) -> list[Path]:
     return plots
 
 
+def _label(name: str) -> str:
+    """A name from the run, as plot text: control characters escaped (and reported by no
+    missing-glyph warning on the terminal)."""
+    return boundary.printable(name, max_chars=80)
+
+
+def _labels(names: list[str]) -> list[str]:
+    return [_label(name) for name in names]
+
+
 def _config_order(run: RunResults) -> list[str]:
     return list(dict.fromkeys(s.config for s in run.summary))
 
@@ -239,8 +249,8 @@ def _plot_latency(plt, run: RunResults, path: Path) -> Path:
     for ax, config in zip(axes.flat, configs, strict=False):
         present = [i for i in impls if (config, i) in lat]
         ax.boxplot([lat[(config, i)] for i in present], showfliers=True)
-        ax.set_xticks(range(1, len(present) + 1), present, rotation=20, fontsize=8)
-        ax.set_title(config, fontsize=9)
+        ax.set_xticks(range(1, len(present) + 1), _labels(present), rotation=20, fontsize=8)
+        ax.set_title(_label(config), fontsize=9)
         ax.set_ylabel("ms per call", fontsize=8)
         values = np.concatenate([lat[(config, i)] for i in present])
         if (
@@ -250,7 +260,7 @@ def _plot_latency(plt, run: RunResults, path: Path) -> Path:
         ax.tick_params(axis="y", labelsize=8)
     for ax in list(axes.flat)[len(configs) :]:
         ax.axis("off")
-    fig.suptitle(f"Latency per sample, run {run.run_id} ({run.status})")
+    fig.suptitle(f"Latency per sample, run {_label(run.run_id)} ({run.status})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -272,14 +282,19 @@ def _plot_speedup(plt, run: RunResults, path: Path) -> Path:
             [p.speedup_ci_high - p.speedup for p in points],
         ]
         ax.errorbar(
-            [p.speedup for p in points], ys, xerr=xerr, fmt="o", capsize=3, label=f"over {baseline}"
+            [p.speedup for p in points],
+            ys,
+            xerr=xerr,
+            fmt="o",
+            capsize=3,
+            label=f"over {_label(baseline)}",
         )
     ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], configs, fontsize=8)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], _labels(configs), fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("speedup of the candidate (median of paired ratios, 95% CI); > 1 is faster")
     ax.legend(fontsize=8)
-    ax.set_title(f"Speedup, run {run.run_id}")
+    ax.set_title(f"Speedup, run {_label(run.run_id)}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -302,7 +317,7 @@ def _plot_tflops(plt, run: RunResults, path: Path) -> Path:
             ax.plot(
                 *zip(*points, strict=False),
                 marker="o" if head_dim <= 64 else "s",
-                label=f"{impl}, D={head_dim}",
+                label=f"{_label(impl)}, D={head_dim}",
             )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sequence length")
@@ -310,7 +325,7 @@ def _plot_tflops(plt, run: RunResults, path: Path) -> Path:
         if series:
             ax.legend(fontsize=7)
     axes[0].set_ylabel("TFLOP/s (at the median)")
-    fig.suptitle(f"Throughput, run {run.run_id}")
+    fig.suptitle(f"Throughput, run {_label(run.run_id)}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
