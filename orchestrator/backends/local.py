@@ -168,13 +168,21 @@ class LocalBackend:
     def list_machines(self) -> list[Machine]:
         machines = []
         for record in self.registry.all():
-            if record.backend != "local" or run_pid(record.handle) is None:
+            if record.backend != "local":
                 continue
-            if self._processes(record.run_id, record.handle):
-                machines.append(
-                    Machine(record.run_id, f"pid {record.handle}", "localhost", "RUNNING")
-                )
+            handle = record.handle or self._pid_file_handle(record.run_id)
+            if run_pid(handle) is not None and self._processes(record.run_id, handle):
+                machines.append(Machine(record.run_id, f"pid {handle}", "localhost", "RUNNING"))
         return machines
+
+    def _pid_file_handle(self, run_id: str) -> str:
+        """The pid the script wrote at its start: how a run whose controller died before
+        recording its handle is still found (checked like any handle before use)."""
+        try:
+            with open(self.paths.sandbox(run_id) / "startup.pid", "rb") as f:
+                return f.read(32).decode("ascii", errors="replace").strip()
+        except OSError:
+            return ""
 
     def stop(self, machines: list[Machine]) -> list[Machine]:
         """TERM every script (each flushes and writes its manifest) or, where the script is

@@ -1,0 +1,211 @@
+"""Local runs against the real startup script, with a stand-in payload interpreter.
+
+The stand-in (a shell script given as `payload_python`) answers the environment check,
+and then does what a test needs in the benchmark phase: hang, or fill the disk. That
+keeps these runs to seconds while the script, its traps and the controller are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backends.local import RUN_MARK_ENV
+from orchestrator.cli import main
+from results_schema import Manifest
+
+pytestmark = pytest.mark.timeout(120)
+
+FORBIDDEN = ["\x1b", "\x07", "\x7f", *(chr(c) for c in range(0x80, 0xA0))]
+MEASUREMENT_HEADER = (
+    "run_id,config,implementation,mode,round,calls,latency_ms,sm_clock_mhz,mem_clock_mhz,"
+    "temperature_c,power_w,throttle_reasons,throttled,timestamp"
+)
+
+# The benchmark phase's behaviour is the body of `benchmark()`.
+STAND_IN = """#!/usr/bin/env bash
+benchmark() {{
+{benchmark}
+}}
+case "$1" in
+  -) cat >/dev/null; exit 0 ;;                       # the pinned-packages check
+  --version) echo "Python 3.12 (stand-in)" ;;
+  -m) shift
+      case "$1" in
+        benches) shift
+          case "$1" in
+            environment) echo '{{}}' > "$3" ;;
+            correctness) ;;
+            run) shift; benchmark "$@" ;;
+          esac ;;
+      esac ;;
+esac
+"""
+
+
+def stand_in(directory: Path, benchmark: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "python"
+    path.write_text(STAND_IN.format(benchmark=benchmark))
+    path.chmod(0o755)
+    return path
+
+
+def only_run_id(state: Path) -> str:
+    (run_id,) = [p.name for p in (state / "sandboxes").iterdir()]
+    return run_id
+
+
+def run_processes(run_id: str) -> list[int]:
+    """Every live process carrying the run's mark, whatever its session or group."""
+    mark = f"{RUN_MARK_ENV}={run_id}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mark in environ.read_bytes().split(b"\0"):
+                state = (environ.parent / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+                if state != b"Z":
+                    found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for(predicate, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def launch_local(*extra: str) -> int:
+    return main(["launch", "--backend", "local", "--plan", "cpu-smoke", "--budget", "1", *extra])
+
+
+def test_stop_all_ends_every_process_of_a_run_whose_bash_was_killed(bench_env, monkeypatch):
+    marker = bench_env / "benchmark-started"
+    python = stand_in(bench_env / "py", f"touch {marker}; sleep 300 & sleep 300; wait")
+    monkeypatch.setenv("BENCH_PAYLOAD_PYTHON", str(python))
+    assert launch_local() == 0
+    wait_for(marker.exists)
+    run_id = only_run_id(bench_env / "state")
+    pid = int((bench_env / "state" / "sandboxes" / run_id / "startup.pid").read_text())
+    before = run_processes(run_id)
+    assert pid in before and len(before) >= 4  # bash, heartbeat, watchdog, timeout, sleeps
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: pid not in run_processes(run_id))
+    assert run_processes(run_id), "its children outlive the bash: what stop-all must end"
+    try:
+        assert main(["stop-all", "--yes"]) == 0
+        wait_for(lambda: not run_processes(run_id), timeout=10)
+    finally:
+        for left in run_processes(run_id):
+            os.kill(left, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("handle", ["0", "-1", "1", "not-a-pid"])
+def test_a_handle_that_would_signal_others_is_never_used(bench_env, handle, capsys):
+    from orchestrator.config import load_config
+    from orchestrator.registry import RunRecord
+    from orchestrator.service.context import Context
+
+    ctx = Context(load_config())
+    ctx.registry.add(
+        RunRecord(
+            run_id="20261123-000000-abcdef",
+            backend="local",
+            plan="p",
+            budget_usd=1,
+            rate_usd_per_hour=0,
+            max_run_seconds=60,
+            estimated_seconds=60,
+            created_at="2026-11-23T00:00:00+00:00",
+            handle=handle,
+            state="running",
+        )
+    )
+    assert main(["stop-all", "--yes"]) == 0
+    assert "no bench machines are running" in capsys.readouterr().out
+    assert main(["status"]) == 0
+
+
+HOSTILE_DIR = "py\x1b]52;c;ZXZpbA==\x07\x1b[2J[/][bold]x[/bold]\x9b31m"
+
+
+def test_launch_wait_status_logs_fetch_show_a_hostile_run_as_text(bench_env, capsys):
+    """The run's own interpreter path (in its failure reason, heartbeat and log) and its
+    output hold escapes and markup; no command may print a control byte or exit 1."""
+    python = stand_in(bench_env / HOSTILE_DIR, "exit 1")
+    python.write_text(
+        "#!/usr/bin/env bash\nprintf 'missing: \\033]52;c;ZXZpbA==\\007 [/] \\033[2J\\n'\nexit 1\n"
+    )
+    os.environ["BENCH_PAYLOAD_PYTHON"] = str(python)
+    try:
+        capsys.readouterr()
+        code = launch_local("--wait")
+        out = "".join(capsys.readouterr())
+    finally:
+        del os.environ["BENCH_PAYLOAD_PYTHON"]
+    assert code == 5, out
+    assert "\\x1b" in out, out  # the hostile text was shown, escaped
+    run_id = only_run_id(bench_env / "state")
+    for command in (["status"], ["logs", run_id], ["fetch", run_id]):
+        code = main(command)
+        out = "".join(capsys.readouterr())
+        assert code in (0, 5), (command, out)
+        assert not any(ch in out for ch in FORBIDDEN), (command, repr(out))
+
+
+@pytest.fixture
+def small_disk(bench_env):
+    """The sandboxes on a real filesystem of their own, small enough to fill."""
+    mount = bench_env / "state" / "sandboxes"
+    mount.mkdir(parents=True)
+    # preflight wants 200 MB free for a CPU plan.
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=220m", "tmpfs", str(mount)], capture_output=True
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_disk_full_mid_benchmark_leaves_a_valid_partial_manifest(
+    small_disk, bench_env, monkeypatch, capsys
+):
+    rows = 40
+    benchmark = f"""
+  local out=$4 run=$6 i
+  mkdir -p "$out/results"
+  echo '{MEASUREMENT_HEADER}' > "$out/results/measurements.csv"
+  for ((i = 0; i < {rows}; i++)); do
+    echo "$run,c,sdpa,single,$i,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00"
+  done >> "$out/results/measurements.csv"
+  cat /dev/zero > "$out/fill" 2>/dev/null     # the disk fills up...
+  for ((; i < 100000; i++)); do               # ...while the benchmark still writes
+    echo "$run,c,sdpa,single,$i,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00" \\
+      >> "$out/results/measurements.csv" 2>/dev/null || exit 1
+  done"""
+    monkeypatch.setenv("BENCH_PAYLOAD_PYTHON", str(stand_in(bench_env / "py", benchmark)))
+    assert launch_local("--wait") == 5
+    run_id = only_run_id(bench_env / "state")
+    stored = bench_env / "state" / "store" / "bench" / "runs" / run_id / "manifest.json"
+    manifest = Manifest.model_validate(json.loads(stored.read_bytes()))
+    assert manifest.status == "partial", manifest.reason
+    measured = manifest.file("results/measurements.csv")
+    assert measured is not None and measured.rows >= rows
+    capsys.readouterr()
+    # Partial is exit 5, but what was measured is fetched and verified.
+    assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 5
+    fetched = bench_env / "results" / run_id / "results" / "measurements.csv"
+    assert len(fetched.read_text().splitlines()) == measured.rows + 1
