@@ -26,6 +26,7 @@ STOP_GRACE_SECONDS = 30
 # Every process of a local run carries this variable (value: the run id), so that after
 # its bash is gone the processes it left can still be told apart from anyone else's.
 RUN_MARK_ENV = "BENCH_LOCAL_RUN"
+LOG_CHUNK_CHARS = 1 << 20  # the most of a run's log read at once
 
 
 def run_pid(handle: str) -> int | None:
@@ -143,7 +144,8 @@ class LocalBackend:
             if log.exists():
                 with log.open(encoding="utf-8", errors="replace") as f:
                     f.seek(position)
-                    for line in f:
+                    # The run writes this file: a line without end must not fill memory.
+                    for line in iter(lambda: f.readline(LOG_CHUNK_CHARS), ""):
                         yield line.rstrip("\n")
                     position = f.tell()
             if not follow or self.machine_state(run_id, placement) != "RUNNING":
@@ -159,7 +161,7 @@ class LocalBackend:
             return "", offset
         with log.open("rb") as f:
             f.seek(offset)
-            data = f.read()
+            data = f.read(LOG_CHUNK_CHARS)
         return data.decode("utf-8", errors="replace"), offset + len(data)
 
     def release(self, run_id: str, placement: Placement) -> None:
