@@ -25,8 +25,9 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 ENV_PREFIX = "BENCH_"
-# BENCH_* variables that are not settings.
-NON_SETTING_ENV = {"BENCH_DEBUG"}
+# BENCH_* variables that are not settings (BENCH_LOCAL_RUN marks a local run's processes,
+# so a bench started inside a run still reads its settings).
+NON_SETTING_ENV = {"BENCH_DEBUG", "BENCH_LOCAL_RUN"}
 
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
