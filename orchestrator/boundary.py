@@ -99,11 +99,12 @@ def _escaped(ch: str) -> str:
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    keys = [key for key, _ in pairs]
-    if len(set(keys)) != len(keys):
-        duplicate = next(k for k in keys if keys.count(k) > 1)
-        raise ValueError(f"duplicate key {printable(duplicate, 60)!r}")
-    return dict(pairs)
+    data: dict = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"duplicate key {printable(key, 60)!r}")
+        data[key] = value
+    return data
 
 
 def _refuse_constant(name: str) -> None:
