@@ -33,7 +33,7 @@ Model = TypeVar("Model", bound=BaseModel)
 @dataclass(frozen=True)
 class Limits:
     """Bounds on what a run may hand us. The default plan (12 configs × 50 samples × 3
-    implementations: 1,800 measurement rows, ≈ 400 kB) sits two orders of magnitude below
+    implementations: 1,800 measurement rows, ≈ 200 kB) sits two orders of magnitude below
     every one of them."""
 
     manifest_bytes: int = 1 << 20
