@@ -58,6 +58,7 @@ class FaultPlan:
         self._quotas: list[_Quota] = []
         self._transients: list[_Transient] = []
         self._latency: dict[str, float] = {}
+        self._lost_answers: dict[str, int] = {}
 
     # -- configuration -------------------------------------------------------------------
 
@@ -106,6 +107,19 @@ class FaultPlan:
         connection unanswered, as a network blip does, and does nothing."""
         with self._lock:
             self._transients.append(_Transient(method, 0, times))
+
+    def lose_answer_next(self, method: str, times: int = 1) -> None:
+        """The next `times` calls of `method` are carried out, but the connection closes
+        before the answer is sent (a response lost on the way back)."""
+        with self._lock:
+            self._lost_answers[method] = self._lost_answers.get(method, 0) + times
+
+    def take_lost_answer(self, method: str) -> bool:
+        with self._lock:
+            if self._lost_answers.get(method, 0) > 0:
+                self._lost_answers[method] -= 1
+                return True
+        return False
 
     def latency(self, seconds: float, method: str = "*") -> None:
         """Every call of `method` waits `seconds` before it is handled."""
