@@ -255,13 +255,14 @@ def test_refusals_send_nothing(gce, gcs_server, gcs_bucket, tmp_path, monkeypatc
     assert bucket_objects(gcs_server, gcs_bucket) == []
 
 
-def test_a_lost_insert_is_exit_4_saying_where_the_vm_may_be(gce, tmp_path, capsys):
-    gce.faults.drop_next("instances.insert")  # sent, then the connection died unanswered
+def test_a_lost_insert_answer_is_resent_and_leaves_exactly_one_vm(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    gce.faults.lose_answer_next("instances.insert")  # GCE made the VM; the answer was lost
     args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
-    assert main(args) == 4
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "cannot reach Compute Engine" in line and "bench stop-all --dry-run" in line
-    assert len(gce.calls("instances.insert")) == 1  # never retried: no second VM
+    assert main(args) == 0
+    first, again = gce.calls("instances.insert")
+    assert first.query["requestId"] == again.query["requestId"]
+    assert len(gce.instances()) == 1
 
 
 def test_stop_all_finds_and_deletes_only_bench_instances(gce, tmp_path, capsys):
@@ -286,6 +287,29 @@ def test_stop_all_that_cannot_search_gce_never_says_nothing_is_running(gce, caps
     assert "no bench machines are running" not in captured.out
     (line,) = captured.err.strip().splitlines()
     assert "could not search gce" in line and "may still be running" in line
+
+
+def test_stop_all_names_the_vm_it_could_not_delete_and_exits_4(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    plan = plan_file(tmp_path)
+    for _ in range(2):
+        assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
+    capsys.readouterr()
+    gce.faults.fail_next("instances.delete", status=403)
+    assert main(["stop-all", "--yes"]) == 4
+    captured = capsys.readouterr()
+    (left,) = gce.instances()
+    assert f"could not delete {left.name} in {left.zone}" in captured.out
+    assert "stopped 1 machines" in captured.out
+    (line,) = captured.err.strip().splitlines()
+    assert left.name in line and "may still bill" in line
+
+
+def test_stop_all_without_a_project_says_gce_was_not_searched(bench_env, capsys):
+    assert main(["stop-all", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "GCE was not searched: no project configured" in out
+    assert "(local searched)" in out
 
 
 def test_render_prints_script_and_instance_request_and_creates_nothing(
