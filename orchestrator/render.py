@@ -32,6 +32,10 @@ PHASE_TIMEOUTS = {
     "finish": 60,
 }
 SHUTDOWN_GRACE_SECONDS = 25
+# Preflight waits this long for a baked-in NVIDIA driver to answer (inside its 120 s cap).
+DRIVER_WAIT_SECONDS = 90
+# apt waits this long for the dpkg lock that a booting image's unattended-upgrades holds.
+APT_LOCK_TIMEOUT_SECONDS = 300
 
 
 def shquote(value: Any) -> str:
@@ -97,6 +101,8 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "build_kernel": builds_kernel,
         "preflight_tools": backend_vars.get("preflight_tools", []),
         "min_free_mb": 2000 if on_gpu else 200,
+        "driver_wait_seconds": DRIVER_WAIT_SECONDS,
+        "apt_lock_timeout_seconds": APT_LOCK_TIMEOUT_SECONDS,
         "payload_python": backend_vars.get("payload_python", ""),
         **backend_vars,
     }

@@ -32,7 +32,7 @@ def follow(ctx, record, out) -> int:
     """Show progress until the run ends; exit code 0 only for a complete run."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from orchestrator.service.wait import wait_for_run
+    from orchestrator.service.wait import release_finished, wait_for_run
 
     with Progress(
         TextColumn("{task.description}"),
@@ -56,6 +56,9 @@ def follow(ctx, record, out) -> int:
                 bar.update(task, description=label, completed=status.done, total=total, count=count)
 
         final = wait_for_run(ctx, record, show)
+    released = release_finished(ctx, record)
+    if released:
+        out.print(f"bench: {released}")
     manifest = final.manifest
     colour = {"complete": "green", "partial": "yellow"}.get(manifest.status, "red")
     reason = f": {manifest.reason}" if manifest.reason else ""

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from pydantic import ValidationError
 
-from orchestrator.backends.base import Placement
+from orchestrator.backends.base import Machine, Placement
 from orchestrator.errors import NotFoundError
 from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
@@ -85,3 +85,32 @@ def latest_run_id(ctx: Context) -> str:
     if not records:
         raise NotFoundError("no runs yet; start one with `bench launch --budget 1.00`")
     return records[-1].run_id
+
+
+@dataclass
+class Leftover:
+    """A powered-off bench VM: no VM charge, but its disk bills until it is deleted."""
+
+    machine: Machine
+    remove_with: str  # the one command that deletes it
+
+
+def leftovers(ctx: Context, known: list[RunView]) -> list[Leftover]:
+    """Every TERMINATED bench VM in the project, priced, with the command that removes it:
+    `bench fetch` for a finished run of this registry, else a gcloud delete of that VM."""
+    if not ctx.config.project:
+        return []
+    finished = {v.record.run_id for v in known if v.manifest is not None}
+    found = []
+    for machine in ctx.backend("gce").list_machines():
+        if machine.state not in ("TERMINATED", "STOPPED", "SUSPENDED"):
+            continue
+        if machine.run_id in finished:
+            command = f"bench fetch {machine.run_id}"
+        else:
+            command = (
+                f"gcloud compute instances delete {machine.name} "
+                f"--zone {machine.location} --project {ctx.config.project} --quiet"
+            )
+        found.append(Leftover(machine, command))
+    return found

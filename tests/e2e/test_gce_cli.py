@@ -99,8 +99,50 @@ def test_launch_wait_fetch_and_nothing_is_left(gce, gcs_server, gcs_bucket, tmp_
     assert manifest.cost.rate_usd_per_hour == pytest.approx(
         budget.hourly_rate(BenchConfig(), True).total
     )
-    assert gce.instances() == [], "fetch must delete the finished instance"
+    assert gce.instances() == [], "the end of --wait deletes the powered-off instance"
+    deletes = gce.calls("instances.delete")
+    assert [d.caller for d in deletes] == ["controller"]  # the default account may not
     assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
+    assert all(discovery_valid(body) for body in gce.inserted)
+
+
+def discovery_valid(body) -> bool:
+    from tests.fakes import discovery
+
+    discovery.validate("compute", "v1", "Instance", body)
+    return True
+
+
+def test_with_the_dedicated_account_the_vm_deletes_itself(
+    gce, gcs_bucket, tmp_path, capsys, monkeypatch
+):
+    account = "bench-vm@bench-test-project.iam.gserviceaccount.com"
+    monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", account)
+    gce.accounts_may_delete.add(account)
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path), "--wait"]
+    assert main(args) == 0, capsys.readouterr()
+    assert "deleted itself" in capsys.readouterr().out
+    assert gce.instances() == []
+    (delete,) = gce.calls("instances.delete")
+    assert delete.caller.startswith("vm:bench-")  # no controller call deleted it
+    (sent,) = gce.inserted
+    assert "https://www.googleapis.com/auth/compute" in sent["serviceAccounts"][0]["scopes"]
+
+
+def test_an_insert_slower_than_the_http_timeout_still_launches(gce, tmp_path, capsys, monkeypatch):
+    # Scaled 1:60: the insert operation finishes after 90 s, each wait is held its full
+    # 2 minutes, the client's read timeout is 150 s (60 s made this fail before).
+    from orchestrator.backends.gce import compute
+
+    gce.config.time_scale = 60.0
+    gce.config.provisioning_s = 90 / 60
+    gce.config.operation_wait_s = 120 / 60
+    monkeypatch.setattr(compute, "OPERATION_WAIT_HTTP_TIMEOUT_SECONDS", 150 / 60)
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path), "--wait"]
+    started = time.monotonic()
+    assert main(args) == 0, capsys.readouterr()
+    assert time.monotonic() - started >= 1.5
+    assert gce.instances() == []
 
 
 def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, capsys):
@@ -185,24 +227,32 @@ def test_failing_build_uploads_log_and_failed_manifest_and_powers_off(
     gce, gcs_server, gcs_bucket, tmp_path, capsys
 ):
     # Our kernel on a machine with no GPU: the build phase must fail, loudly and cheaply.
+    # Without --wait nobody deletes the powered-off VM: status shows it until fetch does.
     plan = plan_file(tmp_path, candidate="flash")
-    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan, "--wait"]) == 5
-    err = capsys.readouterr().err
-    assert "failed" in err and "build" in err
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
+    run_id = launched_run_id(capsys)
     (instance,) = gce.instances()
-    instance = gce.wait_for_status(instance.zone, instance.name, "TERMINATED")
+    instance = gce.wait_for_status(instance.zone, instance.name, "TERMINATED", timeout=90)
     assert instance.going_down_because == "guest"
-    run_id = instance.sent["labels"]["bench-run"]
+    assert instance.sandbox.halted.is_set() and not instance.deleted  # its disk stays
     manifest = Manifest.model_validate(
         bucket_json(gcs_server, gcs_bucket, f"bench/runs/{run_id}/manifest.json")
     )
     assert manifest.status == "failed" and manifest.failed_phase == "build"
     assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
     capsys.readouterr()
-    assert main(["status", run_id]) == 0
-    assert "disk still bills" in capsys.readouterr().out
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    disk = budget.hourly_rate(BenchConfig(), spot=True).disk
+    assert (
+        f"leftover: {instance.name} in {instance.zone} is powered off; its disk bills "
+        f"${disk:.4f}/h until deleted: bench fetch {run_id}"
+    ) in out.replace("\n", " ")
     assert main(["fetch", run_id, "--dest", str(tmp_path / "r")]) == 5
     assert gce.instances() == [], "fetch deletes the powered-off instance and its disk"
+    capsys.readouterr()
+    assert main(["status"]) == 0
+    assert "leftover" not in capsys.readouterr().out
 
 
 def test_max_run_duration_deletes_the_vm_when_the_controller_is_gone(gce, tmp_path, capsys):
