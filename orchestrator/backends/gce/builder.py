@@ -41,6 +41,7 @@ def vm_may_delete_itself(config: BenchConfig) -> bool:
 def vm_scopes(config: BenchConfig) -> list[str]:
     return [STORAGE_SCOPE, COMPUTE_SCOPE] if vm_may_delete_itself(config) else [STORAGE_SCOPE]
 
+
 _RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
