@@ -53,10 +53,15 @@ def status(run_id):
         )
         if view.manifest and view.manifest.reason:
             reasons.append(f"{record.run_id}: {view.manifest.reason}")
+        elif view.console_reason:
+            reasons.append(
+                f"{record.run_id}: {view.console_reason} (from the VM's serial output: "
+                "no manifest reached the bucket)"
+            )
     if rows:
         out.print(table)
     for reason in reasons:
-        out.print(reason)
+        out.print(reason, markup=False, highlight=False)
     for leftover in left:
         m = leftover.machine
         out.print(

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from pydantic import ValidationError
 
 from orchestrator.backends.base import Machine, Placement
-from orchestrator.errors import NotFoundError
+from orchestrator.errors import BenchError, NotFoundError
 from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from results_schema import Manifest, Status
+
+# The EXIT trap's last log line; the serial console carries it even when the bucket
+# refused the manifest (a VM account without bucket access).
+_FINISHED_LINE = re.compile(
+    r"\[bench [0-9:]+\] run (?P<run>\S+) finished: (?P<state>[a-z]+)(?: \((?P<why>.*)\))?$"
+)
+_MAX_REASON = 300
 
 
 @dataclass
@@ -21,6 +29,7 @@ class RunView:
     status: Status | None
     manifest: Manifest | None
     machine: str  # RUNNING, TERMINATED, GONE, ...
+    console_reason: str = ""  # why it ended, from the serial output, when no manifest came
 
     @property
     def state(self) -> str:
@@ -28,6 +37,8 @@ class RunView:
             if self.manifest.reason.startswith("preempted"):
                 return f"preempted ({self.manifest.status})"
             return self.manifest.status
+        if self.console_reason:
+            return "failed"
         if self.machine in ("RUNNING", "PROVISIONING", "STAGING"):
             return "running"
         if self.machine == "PREEMPTED":
@@ -72,7 +83,25 @@ def view(ctx: Context, record: RunRecord) -> RunView:
     # A fetched run's machine was released: no need to ask the cloud about it again.
     if manifest is None or record.state in ("running", "stopped"):
         machine = ctx.backend(record.backend).machine_state(record.run_id, placement_of(record))
-    return RunView(record, status, manifest, machine)
+    reason = ""
+    if manifest is None and machine == "TERMINATED":
+        reason = console_reason(ctx, record)
+    return RunView(record, status, manifest, machine, reason)
+
+
+def console_reason(ctx: Context, record: RunRecord) -> str:
+    """Why a run that left no manifest ended, from its VM's serial output (untrusted:
+    printable characters only, bounded); "" when the log does not say."""
+    try:
+        text, _ = ctx.backend(record.backend).log_since(record.run_id, placement_of(record), 0)
+    except BenchError:
+        return ""
+    for line in reversed(text.replace("\r\n", "\n").split("\n")):
+        found = _FINISHED_LINE.search(line.strip())
+        if found and found["run"] == record.run_id and found["state"] != "complete":
+            why = "".join(c for c in (found["why"] or found["state"]) if c.isprintable())
+            return why[:_MAX_REASON]
+    return ""
 
 
 def views(ctx: Context, run_id: str | None = None) -> list[RunView]:

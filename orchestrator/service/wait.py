@@ -27,9 +27,10 @@ def wait_for_run(
         if current.machine not in ("RUNNING", "PROVISIONING", "STAGING", "STOPPING"):
             ended_at = ended_at or time.monotonic()
             if time.monotonic() - ended_at > MANIFEST_GRACE_SECONDS[record.backend]:
+                why = f" (its log says: {current.console_reason})" if current.console_reason else ""
                 raise ResultsError(
                     f"run {record.run_id}: the machine is {current.machine} but left no "
-                    f"manifest; see `bench logs {record.run_id}`"
+                    f"manifest{why}; see `bench logs {record.run_id}`"
                 )
         time.sleep(ctx.config.poll_seconds or POLL_SECONDS[record.backend])
 

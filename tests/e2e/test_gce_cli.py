@@ -255,6 +255,33 @@ def test_failing_build_uploads_log_and_failed_manifest_and_powers_off(
     assert "leftover" not in capsys.readouterr().out
 
 
+def test_a_vm_account_without_bucket_access_fails_in_the_payload_phase_in_seconds(
+    gce, gcs_server, tmp_path, capsys, monkeypatch
+):
+    from tests.fakes.gcs_proxy import GcsIamProxy
+
+    with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:  # no member: denied
+        monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
+        plan = plan_file(tmp_path)
+        assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
+        run_id = launched_run_id(capsys)
+        (instance,) = gce.instances()
+        gce.wait_for_status(instance.zone, instance.name, "RUNNING")
+        booted = time.monotonic()
+        instance = gce.wait_for_status(instance.zone, instance.name, "TERMINATED", timeout=60)
+        assert time.monotonic() - booted < 30  # no environment install first
+        assert proxy.denied and all(
+            account.endswith("-compute@developer.gserviceaccount.com")
+            for account, _, _ in proxy.denied
+        )
+        assert main(["status", run_id]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "failed" in out and "phase payload failed" in out
+        assert "refused (HTTP 403): this VM's service account may not read gs://" in out
+        assert "from the VM's serial output" in out
+        assert "phase environment" not in instance.serial_text()
+
+
 def test_max_run_duration_deletes_the_vm_when_the_controller_is_gone(gce, tmp_path, capsys):
     # --no-wait returns right after the insert: exactly a controller killed at that moment.
     gce.config.run_scripts = False

@@ -387,6 +387,17 @@ class FakeComputeServer:
                 f"{params.get('name')}'",
             )
 
+    def account_of_token(self, token: str) -> str | None:
+        """The service account email a VM token stands for (what the metadata server
+        reports for that VM), or None for a token of no live VM."""
+        inst = self.metadata_instance_by_name(token.removeprefix(VM_TOKEN_PREFIX))
+        if inst is None:
+            return None
+        email = ((inst.sent.get("serviceAccounts") or [{}])[0]).get("email") or "default"
+        if email == "default":
+            return f"{project_number(inst.project)}-compute@developer.gserviceaccount.com"
+        return email
+
     def metadata_instance_by_name(self, name: str) -> FakeInstance | None:
         with self.compute.lock:
             live = [i for i in self.compute.instances.values() if i.name == name]
