@@ -199,6 +199,17 @@ class GcsStore:
         )
         return sorted(name[len(root) :] for name in names)
 
+    def delete(self, key: str) -> None:
+        blob = self._bucket.blob(self.object_name(key))
+        self._call(lambda: blob.delete(retry=self._retry), key)
+
+    def role_members(self) -> dict[str, set[str]]:
+        """The bucket's IAM policy: role -> members (e.g. "serviceAccount:x@p.iam...")."""
+        policy = self._translated(
+            lambda: self._bucket.get_iam_policy(retry=self._retry), "", missing_bucket=True
+        )
+        return {binding["role"]: set(binding["members"]) for binding in policy.bindings}
+
 
 def _upload_args(key: str, if_absent: bool, retry: Any) -> dict[str, Any]:
     suffix = Path(key).suffix

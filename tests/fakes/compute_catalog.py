@@ -43,6 +43,7 @@ class FakeCatalog:
     project_quotas: dict[str, float] = field(default_factory=lambda: {"GPUS_ALL_REGIONS": 8.0})
     images: dict[str, list[FakeImage]] = field(default_factory=dict)  # "project/family" -> images
     compute_api_enabled: bool = True
+    credentials_valid: bool = True
 
     def set_region_quota(self, region: str, metric: str, limit: float) -> None:
         self.region_quotas.setdefault(region, {})[metric] = limit

@@ -357,6 +357,15 @@ class FakeComputeServer:
         resource.name starting with "bench-"
         (https://cloud.google.com/compute/docs/access/granting-access-to-resources#iam-conditions).
         """
+        if not self.catalog.credentials_valid:
+            # https://cloud.google.com/docs/authentication/troubleshoot-adc (401 UNAUTHENTICATED)
+            raise GceError(
+                401,
+                "authError",
+                "UNAUTHENTICATED",
+                "Request had invalid authentication credentials. Expected OAuth 2 access "
+                "token, login cookie or other valid authentication credential.",
+            )
         if not self.catalog.compute_api_enabled:
             raise GceError(
                 403,

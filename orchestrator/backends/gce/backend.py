@@ -25,7 +25,7 @@ from orchestrator.backends.gce.builder import (
 )
 from orchestrator.backends.gce.compute import DEFAULT_COMPUTE_ENDPOINT, PARALLEL_CALLS, ComputeApi
 from orchestrator.backends.gce.failover import place
-from orchestrator.errors import BenchError, ConfigError
+from orchestrator.errors import BenchError, CloudError, ConfigError
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import Instance, Operation
@@ -101,6 +101,7 @@ class GceBackend:
 
         # Build once before any request: a bad name or label fails here, costing nothing.
         build(self.config.zones[0], spec.spot)
+        self.check_before_insert(spec.spot)
         landed = place(
             self.config.zones,
             build,
@@ -114,6 +115,44 @@ class GceBackend:
             attempts=landed.attempts,
             spot=landed.spot,
         )
+
+    def check_before_insert(self, spot: bool) -> None:
+        """The cheap part of `bench doctor`, before any VM exists: the image family resolves
+        to a supported image, and some configured region has GPU quota for this launch."""
+        from orchestrator.backends.gce.project_resources import ProjectResources
+        from orchestrator.backends.gce.readiness import (
+            image_check,
+            quotas_of,
+            region_quota_check,
+            shapes_for,
+        )
+
+        resources = ProjectResources(self.api)
+        config = self.config
+        image = image_check(
+            config.image_project,
+            config.image_family,
+            *resources.image_state(config.image_project, config.image_family),
+        )
+        quota = [
+            region_quota_check(
+                region,
+                quotas_of(resources.region(region)),
+                shapes_for(config),
+                spot,
+                not spot or config.on_demand_fallback,
+            )
+            for region in dict.fromkeys(z.rsplit("-", 1)[0] for z in config.zones)
+        ]
+        failed = [image] if not image.ok else []
+        if not any(check.ok for check in quota):
+            failed += quota
+        if failed:
+            first = failed[0]
+            raise CloudError(
+                f"{first.name}: {first.detail}; {first.fix}. Nothing was created; "
+                "`bench doctor` checks the whole project"
+            )
 
     def instance_request_json(
         self, spec: RunSpec, zone: str, startup_script: str, shutdown_script: str

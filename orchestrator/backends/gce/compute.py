@@ -124,7 +124,7 @@ class ComputeApi:
         """Run one API call; whatever goes wrong leaves here as a bench error."""
         import requests
         from google.api_core.exceptions import GoogleAPICallError, RetryError
-        from google.auth.exceptions import RefreshError, TransportError
+        from google.auth.exceptions import InvalidOperation, RefreshError, TransportError
 
         try:
             return fn()
@@ -135,7 +135,9 @@ class ComputeApi:
             if isinstance(e.cause, GoogleAPICallError):
                 raise translate(e.cause, project=self.project) from e.cause
             raise unreachable(e.cause or e, endpoint=self._endpoint_name) from e
-        except RefreshError as e:
+        except (RefreshError, InvalidOperation) as e:
+            # A 401 makes the transport refresh the credentials; when that fails (or they
+            # cannot be refreshed at all) the credentials are what is wrong.
             raise credentials_failed(e) from e
         except (requests.RequestException, TransportError) as e:
             raise unreachable(e, endpoint=self._endpoint_name) from e
