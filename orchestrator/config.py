@@ -94,6 +94,10 @@ class BenchConfig(BaseModel):
     compute_endpoint: str | None = Field(None, description="Compute API endpoint override")
     storage_endpoint: str | None = Field(None, description="Cloud Storage endpoint override")
     metadata_endpoint: str | None = Field(None, description="VM metadata server override")
+    iam_endpoint: str | None = Field(None, description="IAM API endpoint override (bench setup)")
+    resourcemanager_endpoint: str | None = Field(
+        None, description="Resource Manager API endpoint override (bench setup)"
+    )
 
     @field_validator("zones")
     @classmethod

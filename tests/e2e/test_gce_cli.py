@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -17,28 +16,9 @@ from orchestrator import budget
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from results_schema import Manifest, Plan
+from tests.e2e.conftest import ZONES
 
 pytestmark = pytest.mark.timeout(180)
-ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
-
-
-@pytest.fixture
-def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):
-    """bench pointed at both stand-ins; the fake VM's python3 is this test's python."""
-    settings = {
-        "PROJECT": "bench-test-project",
-        "BUCKET": gcs_bucket,
-        "ZONES": ",".join(ZONES),
-        "COMPUTE_ENDPOINT": compute_server.endpoint,
-        "STORAGE_ENDPOINT": gcs_server.endpoint,
-        "METADATA_ENDPOINT": compute_server.metadata_url,
-        "VM_WORK_DIR": str(bench_env / "vm"),
-        "POLL_SECONDS": "0.2",
-    }
-    for key, value in settings.items():
-        monkeypatch.setenv(f"BENCH_{key}", value)
-    compute_server.config.vm_path = [str(Path(sys.executable).parent)]
-    return compute_server
 
 
 def bucket_objects(gcs_server, bucket: str) -> list[str]:

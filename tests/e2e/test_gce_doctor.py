@@ -7,7 +7,6 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
-from tests.e2e.test_gce_cli import gce  # noqa: F401 - fixture
 from tests.fakes.compute_state import project_number
 from tests.fakes.gcs_proxy import GcsIamProxy
 
@@ -18,7 +17,7 @@ FAMILY = BenchConfig().image_family
 
 
 @pytest.fixture
-def project(gce, gcs_server, monkeypatch):  # noqa: F811
+def project(gce, gcs_server, monkeypatch):
     """A healthy project: the VM's default account holds object access on the bucket."""
     with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:
         proxy.object_members.add(f"serviceAccount:{DEFAULT_ACCOUNT}")

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 _IAM = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/iam$")
 _BUCKET = re.compile(r"^/(?:upload/)?storage/v1/b/(?P<bucket>[^/]+)")
 OBJECT_ROLE = "roles/storage.objectUser"
+OBJECT_ROLES = (OBJECT_ROLE, "roles/storage.objectAdmin", "roles/storage.admin")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
 
 
@@ -48,6 +49,9 @@ class _ProxyHandler(JsonHandler):
         token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
         account = proxy.identity_of(token) if token.startswith(VM_TOKEN_PREFIX) else None
         iam = _IAM.match(self.url_path)
+        if iam and self.command == "PUT" and account is None:
+            self._set_policy(proxy, iam["bucket"])
+            return
         if iam and self.command == "GET":
             self._policy(proxy, iam["bucket"])
             return
@@ -90,6 +94,23 @@ class _ProxyHandler(JsonHandler):
         discovery.validate_response("storage", "v1", "buckets.getIamPolicy", policy)
         self.reply_json(200, policy)
 
+    def _set_policy(self, proxy: GcsIamProxy, bucket: str) -> None:
+        """buckets.setIamPolicy: members of the object roles become `object_members`."""
+        policy = self.json_body()
+        try:
+            discovery.validate("storage", "v1", "Policy", policy)
+        except discovery.DiscoveryError as e:
+            proxy.schema_violations.append(f"request buckets.setIamPolicy: {e}")
+            self.reply_json(400, {"error": {"code": 400, "message": str(e)}})
+            return
+        proxy.object_members = {
+            member
+            for binding in policy.get("bindings", [])
+            if binding["role"] in OBJECT_ROLES
+            for member in binding["members"]
+        }
+        self._policy(proxy, bucket)
+
     def _forward(self, proxy: GcsIamProxy) -> None:
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
         status, reply_headers, body = proxy.upstream_request(
@@ -113,6 +134,7 @@ class GcsIamProxy:
         self.identity_of = identity_of
         self.object_members: set[str] = set()
         self.denied: list[tuple[str, str, str]] = []  # (account, method, path) refused
+        self.schema_violations: list[str] = []
         self._http = BackgroundHttpServer(_ProxyHandler)
 
     def upstream_request(
@@ -138,6 +160,8 @@ class GcsIamProxy:
 
     def stop(self) -> None:
         self._http.stop()
+        if self.schema_violations:
+            raise AssertionError("gcs proxy: " + "; ".join(self.schema_violations))
 
     def __enter__(self) -> Self:
         return self.start()
