@@ -404,3 +404,19 @@ def test_on_demand_fallback_is_refused_when_the_budget_covers_only_spot(gce, tmp
     assert "buys" in capsys.readouterr().err
     assert all(t["scheduling"]["provisioningModel"] == "SPOT" for t in gce.inserted)
     assert gce.instances() == []
+
+
+@pytest.mark.parametrize("broken", ["image", "quota"])
+def test_launch_checks_image_and_quota_before_it_inserts(gce, tmp_path, capsys, broken):
+    family = BenchConfig().image_family
+    if broken == "image":
+        gce.catalog.deprecate_family("deeplearning-platform-release", family, "newer-family")
+    else:
+        gce.catalog.set_region_quota("us-central1", "NVIDIA_L4_GPUS", 0.0)
+        gce.catalog.set_region_quota("us-central1", "PREEMPTIBLE_NVIDIA_L4_GPUS", 0.0)
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+    assert main(args) == 4
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    expected = "successor is newer-family" if broken == "image" else "PREEMPTIBLE_NVIDIA_L4_GPUS"
+    assert expected in line and "No VM was created" in line and "bench doctor" in line
+    assert gce.calls("instances.insert") == []

@@ -150,7 +150,7 @@ class GceBackend:
         if failed:
             first = failed[0]
             raise CloudError(
-                f"{first.name}: {first.detail}; {first.fix}. Nothing was created; "
+                f"{first.name}: {first.detail}; {first.fix}. No VM was created; "
                 "`bench doctor` checks the whole project"
             )
 
