@@ -322,12 +322,16 @@ def test_a_lost_insert_answer_is_resent_and_leaves_exactly_one_vm(gce, tmp_path,
     assert len(gce.instances()) == 1
 
 
-def test_stop_all_finds_and_deletes_only_bench_instances(gce, tmp_path, capsys):
+def launch_two_idle_vms(gce, tmp_path, capsys) -> None:
     gce.config.run_scripts = False
     plan = plan_file(tmp_path)
     for _ in range(2):
         assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
     capsys.readouterr()
+
+
+def test_stop_all_finds_and_deletes_only_bench_instances(gce, tmp_path, capsys):
+    launch_two_idle_vms(gce, tmp_path, capsys)
     assert main(["stop-all", "--dry-run"]) == 0
     assert "would stop 2 machines" in capsys.readouterr().out
     assert len(gce.instances()) == 2
@@ -347,11 +351,7 @@ def test_stop_all_that_cannot_search_gce_never_says_nothing_is_running(gce, caps
 
 
 def test_stop_all_names_the_vm_it_could_not_delete_and_exits_4(gce, tmp_path, capsys):
-    gce.config.run_scripts = False
-    plan = plan_file(tmp_path)
-    for _ in range(2):
-        assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
-    capsys.readouterr()
+    launch_two_idle_vms(gce, tmp_path, capsys)
     gce.faults.fail_next("instances.delete", status=403)
     assert main(["stop-all", "--yes"]) == 4
     captured = capsys.readouterr()

@@ -26,15 +26,12 @@ from __future__ import annotations
 import http.client
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from . import discovery
-from .http_base import BackgroundHttpServer, JsonHandler
+from .http_base import JsonHandler, LoopbackStandIn
 from .metadata_server import VM_TOKEN_PREFIX
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 _IAM = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/iam$")
 _BUCKET = re.compile(r"^/(?:upload/)?storage/v1/b/(?P<bucket>[^/]+)")
@@ -126,16 +123,17 @@ class _ProxyHandler(JsonHandler):
             self.wfile.write(body)
 
 
-class GcsIamProxy:
+class GcsIamProxy(LoopbackStandIn):
     """The proxy on its own loopback port; `endpoint` replaces fake-gcs-server's."""
 
+    handler_class = _ProxyHandler
+
     def __init__(self, upstream: str, identity_of: Callable[[str], str | None]) -> None:
+        super().__init__()
         self.upstream = urlsplit(upstream)
         self.identity_of = identity_of
         self.object_members: set[str] = set()
         self.denied: list[tuple[str, str, str]] = []  # (account, method, path) refused
-        self.schema_violations: list[str] = []
-        self._http = BackgroundHttpServer(_ProxyHandler)
 
     def upstream_request(
         self, method: str, path: str, body: bytes, headers: dict[str, str]
@@ -149,22 +147,3 @@ class GcsIamProxy:
             return response.status, response.getheaders(), response.read()
         finally:
             connection.close()
-
-    @property
-    def endpoint(self) -> str:
-        return self._http.base_url
-
-    def start(self) -> Self:
-        self._http.start(self)
-        return self
-
-    def stop(self) -> None:
-        self._http.stop()
-        if self.schema_violations:
-            raise AssertionError("gcs proxy: " + "; ".join(self.schema_violations))
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

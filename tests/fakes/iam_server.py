@@ -20,13 +20,10 @@ against the iam v1 / cloudresourcemanager v3 discovery documents.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import discovery
-from .http_base import BackgroundHttpServer, JsonHandler
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
+from .http_base import JsonHandler, LoopbackStandIn
 
 _ROUTES = [
     (
@@ -96,36 +93,18 @@ class _Handler(JsonHandler):
         self.reply_json(404, IamError(404, "NOT_FOUND", f"fake: no route {self.path}").payload())
 
 
-class FakeIamServer:
+class FakeIamServer(LoopbackStandIn):
     """Service accounts, custom roles and project IAM policies, per project."""
 
+    handler_class = _Handler
+
     def __init__(self) -> None:
+        super().__init__()
         self.accounts: dict[str, dict[str, Any]] = {}  # email -> ServiceAccount
         self.roles: dict[str, dict[str, Any]] = {}  # projects/p/roles/id -> Role
         self.policies: dict[str, dict[str, Any]] = {}  # project -> Policy
         self.calls: list[tuple[str, Any]] = []
-        self.schema_violations: list[str] = []
         self._etags = 0
-        self._http = BackgroundHttpServer(_Handler)
-
-    @property
-    def endpoint(self) -> str:
-        return self._http.base_url
-
-    def start(self) -> Self:
-        self._http.start(self)
-        return self
-
-    def stop(self) -> None:
-        self._http.stop()
-        if self.schema_violations:
-            raise AssertionError("iam stand-in: " + "; ".join(self.schema_violations))
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def policy(self, project: str) -> dict[str, Any]:
         return self.policies.setdefault(project, {"version": 1, "etag": "BwAAAA==", "bindings": []})
