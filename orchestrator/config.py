@@ -75,7 +75,11 @@ class BenchConfig(BaseModel):
     on_demand_fallback: bool = Field(False, description="retry on-demand if spot has no capacity")
     bucket: str | None = Field(None, description="GCS bucket for payloads and results")
     prefix: str = Field("bench", description="object prefix inside the bucket")
-    service_account: str = Field("default", description="VM service account email, or default")
+    service_account: str = Field(
+        "default",
+        description="VM service account email, or default; with the account `bench setup` "
+        "creates, each VM deletes itself when its run ends",
+    )
     owner: str | None = Field(None, description="bench-owner label (default: your user name)")
     monthly_cap: float | None = Field(
         None, gt=0, description="refuse launches that would take this month's spend past it (USD)"

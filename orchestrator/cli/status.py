@@ -23,12 +23,19 @@ def status(run_id):
     from rich.table import Table
 
     from orchestrator.budget import format_duration
+    from orchestrator.errors import BenchError
     from orchestrator.service.runs import leftovers, views
 
     ctx = make_context()
     rows = views(ctx, run_id)
     out = console()
-    left = leftovers(ctx, rows)
+    try:
+        left = leftovers(ctx, rows)
+    except BenchError as e:  # the runs above still deserve a table
+        left = []
+        note = f"bench: could not list powered-off VMs that may still bill: {e}"
+    else:
+        note = ""
     if not rows and not left:
         out.print("no runs yet; start one with: bench launch --backend local --budget 1.00 --wait")
         return 0
@@ -62,6 +69,8 @@ def status(run_id):
         out.print(table)
     for reason in reasons:
         out.print(reason, markup=False, highlight=False)
+    if note:
+        out.print(note, markup=False, highlight=False)
     for leftover in left:
         m = leftover.machine
         out.print(

@@ -420,3 +420,13 @@ def test_launch_checks_image_and_quota_before_it_inserts(gce, tmp_path, capsys, 
     expected = "successor is newer-family" if broken == "image" else "PREEMPTIBLE_NVIDIA_L4_GPUS"
     assert expected in line and "No VM was created" in line and "bench doctor" in line
     assert gce.calls("instances.insert") == []
+
+
+def test_status_still_shows_runs_when_powered_off_vms_cannot_be_listed(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]) == 0
+    run_id = launched_run_id(capsys)
+    gce.faults.fail_next("instances.aggregatedList", status=403, times=100)
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert run_id in out and "could not list powered-off VMs that may still bill" in out
