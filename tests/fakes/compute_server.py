@@ -444,7 +444,7 @@ class FakeComputeServer:
             # "waits for no more than the 2 minutes and then returns the current state of
             # the operation, which might be DONE or still in progress":
             # https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait
-            op.done.wait(self.config.operation_wait_s)
+            op.done.wait(self.config.wait_hold_s)
         return op.to_json()
 
     def _catalog(self, api_name: str, p: dict[str, str], query: dict[str, str]) -> Any:

@@ -41,11 +41,20 @@ class FakeComputeConfig:
     shutdown_grace_s: float = 1.0  # stop/delete/guest power-off: SIGTERM -> SIGKILL
     preemption_grace_s: float = 1.0  # 30 s on real spot VMs
     time_scale: float = 1.0  # simulated seconds per real second
-    operation_wait_s: float = 2.0  # zoneOperations.wait returns by then (2 min on GCE)
+    # zoneOperations.wait holds a call up to GCE's 2 minutes in simulated time, and never
+    # longer than operation_wait_s real seconds (which keeps time_scale=1 tests fast).
+    operation_wait_s: float = 2.0
+    operation_wait_sim_s: float = 120.0
     zones: tuple[str, ...] = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")
     run_scripts: bool = True  # False: instances boot without running startup-script
     vm_env: dict[str, str] = field(default_factory=dict)  # extra env for the VM scripts
     vm_path: list[str] = field(default_factory=list)  # dirs put first on the VM's PATH
+
+
+    @property
+    def wait_hold_s(self) -> float:
+        """Real seconds zoneOperations.wait holds a call that is not DONE."""
+        return min(self.operation_wait_s, self.operation_wait_sim_s / self.time_scale)
 
 
 def project_number(project: str) -> int:

@@ -91,9 +91,13 @@ class FaultPlan:
                     known.add(machine_type)
 
     def quota_exceeded(
-        self, quota: str = "NVIDIA_L4_GPUS", region: str | None = None, via: str = "http"
+        self, quota: str = "NVIDIA_L4_GPUS", region: str | None = None, via: str = "operation"
     ) -> None:
-        """Inserts answer 403 QUOTA_EXCEEDED in `region` (every region if None)."""
+        """Inserts in `region` (every region if None) fail with 403 QUOTA_EXCEEDED: by
+        default inside the accepted insert's operation (httpErrorStatusCode 403,
+        error.errors[].code), as an operation reports failure
+        (https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations);
+        `via="http"` answers the insert itself with 403."""
         with self._lock:
             self._quotas.append(_Quota(quota, region, via))
 

@@ -232,7 +232,7 @@ def test_machine_type_missing_and_quota(compute_server, clients):
             zone="us-central1-c",
             instance_resource=make_instance("q", zone="us-central1-c"),
         )
-    compute_server.faults.quota_exceeded("GPUS_ALL_REGIONS")
+    compute_server.faults.quota_exceeded("GPUS_ALL_REGIONS", via="http")
     with pytest.raises(exceptions.Forbidden, match="GPUS_ALL_REGIONS") as caught:
         instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("q"))
     assert caught.value.errors[0]["reason"] == "quotaExceeded"
