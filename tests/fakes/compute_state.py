@@ -50,7 +50,6 @@ class FakeComputeConfig:
     vm_env: dict[str, str] = field(default_factory=dict)  # extra env for the VM scripts
     vm_path: list[str] = field(default_factory=list)  # dirs put first on the VM's PATH
 
-
     @property
     def wait_hold_s(self) -> float:
         """Real seconds zoneOperations.wait holds a call that is not DONE."""
