@@ -68,6 +68,7 @@ class ComputeApi:
         self._read_retry_seconds = read_retry_seconds
         self._operation_timeout_seconds = operation_timeout_seconds
         self._wait_http_timeout = wait_http_timeout
+        self._clients: dict[str, Any] = {}  # read_resource's clients, by class name
 
     # -- clients -----------------------------------------------------------------------
 
@@ -151,6 +152,21 @@ class ComputeApi:
         return self._call(
             lambda: method(request=request, retry=self._read_retry, timeout=HTTP_TIMEOUT_SECONDS)
         )
+
+    def read_resource(self, client_name: str, method: str, **request: Any) -> Any | None:
+        """One read through any compute_v1 client (e.g. "RegionsClient", "get"), retried
+        like every read; None when the API says 404."""
+        if client_name not in self._clients:
+            from google.cloud import compute_v1
+
+            self._clients[client_name] = self._make(getattr(compute_v1, client_name))
+        call = getattr(self._clients[client_name], method)
+        try:
+            return self._read(call, **request)
+        except BenchError as e:
+            if _is_not_found(e):
+                return None
+            raise
 
     # -- operations --------------------------------------------------------------------
 
