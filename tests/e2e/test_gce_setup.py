@@ -80,5 +80,10 @@ def test_after_setup_a_run_deletes_its_own_vm_and_doctor_is_green(
     args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path), "--wait"]
     assert main(args) == 0, capsys.readouterr()
     assert gce.instances() == []
+    assert "deleted itself" in capsys.readouterr().out
     (delete,) = gce.calls("instances.delete")
     assert delete.caller.startswith("vm:bench-")  # the VM itself, not the controller
+    (sent,) = gce.inserted
+    (account,) = sent["serviceAccounts"]
+    assert account["email"] == ACCOUNT
+    assert "https://www.googleapis.com/auth/compute" in account["scopes"]
