@@ -20,6 +20,10 @@ from orchestrator.spec import RunSpec
 from results_schema import PHASES
 
 HEARTBEAT_SECONDS = {"local": 2, "gce": 20}
+# How long a VM whose manifest could not be uploaded stays up so that `bench status` and
+# `launch --wait` can read why from its serial console (GCE serves it only while the VM
+# runs); ≈ $0.01 at the spot L4 rate. The local backend's log is a file: no wait.
+REASON_WINDOW_SECONDS = {"local": 0, "gce": 180}
 # Per-phase caps. Environment may install torch (minutes on a fresh image); the benchmark's
 # cap comes from the plan's estimate.
 PHASE_TIMEOUTS = {
@@ -90,6 +94,7 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "plan_name": plan.name,
         "max_run_seconds": spec.max_run_seconds,
         "heartbeat_seconds": HEARTBEAT_SECONDS[spec.backend],
+        "reason_window_seconds": REASON_WINDOW_SECONDS[spec.backend],
         "cost_json": json.dumps(cost, sort_keys=True),
         "pip_packages": payload_requirements(spec.backend, plan.device),
         "pip_index_args": PAYLOAD_PIP_INDEX_ARGS[plan.device],

@@ -84,7 +84,9 @@ def view(ctx: Context, record: RunRecord) -> RunView:
     if manifest is None or record.state in ("running", "stopped"):
         machine = ctx.backend(record.backend).machine_state(record.run_id, placement_of(record))
     reason = ""
-    if manifest is None and machine == "TERMINATED":
+    # No heartbeat ever reached the store: the VM may not write it. Its console says why,
+    # while it runs (GCE serves serial output only then; the VM waits a little for us).
+    if manifest is None and status is None and machine in ("RUNNING", "STOPPING"):
         reason = console_reason(ctx, record)
     return RunView(record, status, manifest, machine, reason)
 

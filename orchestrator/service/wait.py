@@ -22,8 +22,8 @@ def wait_for_run(
     while True:
         current = view(ctx, record)
         on_progress(current)
-        if current.manifest is not None:
-            return current
+        if current.manifest is not None or current.console_reason:
+            return current  # ended: with a manifest, or without one and its console says why
         if current.machine not in ("RUNNING", "PROVISIONING", "STAGING", "STOPPING"):
             ended_at = ended_at or time.monotonic()
             if time.monotonic() - ended_at > MANIFEST_GRACE_SECONDS[record.backend]:
@@ -38,6 +38,11 @@ def wait_for_run(
 # How long a finished VM may take to delete itself or power off before the controller
 # deletes it anyway (its manifest is in: the run is over).
 SETTLE_SECONDS = 120.0
+
+
+def release_failed(ctx: Context, record: RunRecord) -> None:
+    """A run that ended without a manifest: its VM only waits to be read; delete it now."""
+    ctx.backend(record.backend).release(record.run_id, placement_of(record))
 
 
 def release_finished(ctx: Context, record: RunRecord) -> str:

@@ -230,18 +230,36 @@ def test_a_vm_account_without_bucket_access_fails_in_the_payload_phase_in_second
         (instance,) = gce.instances()
         gce.wait_for_status(instance.zone, instance.name, "RUNNING")
         booted = time.monotonic()
-        instance = gce.wait_for_status(instance.zone, instance.name, "TERMINATED", timeout=60)
+        gce.wait_for(lambda: f"run {run_id} finished: failed" in instance.serial_text(), 30)
         assert time.monotonic() - booted < 30  # no environment install first
+        assert "phase environment" not in instance.serial_text()
         assert proxy.denied and all(
             account.endswith("-compute@developer.gserviceaccount.com")
             for account, _, _ in proxy.denied
         )
+        # No manifest can reach the bucket: the VM stays up a while so its console says why.
         assert main(["status", run_id]) == 0
         out = " ".join(capsys.readouterr().out.split())
         assert "failed" in out and "phase payload failed" in out
         assert "refused (HTTP 403): this VM's service account may not read gs://" in out
         assert "from the VM's serial output" in out
-        assert "phase environment" not in instance.serial_text()
+
+
+def test_launch_wait_ends_at_once_when_the_vm_cannot_reach_the_bucket(
+    gce, gcs_server, tmp_path, capsys, monkeypatch
+):
+    from tests.fakes.gcs_proxy import GcsIamProxy
+
+    with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:  # no member: denied
+        monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
+        args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+        started = time.monotonic()
+        assert main([*args, "--wait"]) == 5
+        assert time.monotonic() - started < 60  # not the VM's 180 s reason window
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "failed: phase payload failed" in line and "may not read gs://" in line
+        assert "its VM was deleted" in line
+        assert gce.instances() == []
 
 
 def test_max_run_duration_deletes_the_vm_when_the_controller_is_gone(gce, tmp_path, capsys):

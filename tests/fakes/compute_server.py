@@ -477,6 +477,12 @@ class FakeComputeServer:
     def _serial_port(self, p: dict[str, str], query: dict[str, str]) -> dict[str, Any]:
         with self.compute.lock:
             inst = self.compute.get(p["project"], p["zone"], p["name"])
+            status = inst.status
+        # "Serial port output is accessible ... only while the VM instance is running"
+        # (https://cloud.google.com/compute/docs/troubleshooting/viewing-serial-port-output);
+        # a stopping guest still runs its shutdown.
+        if status not in ("RUNNING", "STOPPING"):
+            raise invalid(f"The resource '{inst.path}' is not ready")
         port = int(query.get("port") or 1)
         if not 1 <= port <= 4:
             raise invalid(f"Invalid value for field 'port': '{port}'.")
