@@ -19,20 +19,20 @@ from orchestrator.backends.gce.readiness import (
     project_check,
     quotas_of,
     region_quota_check,
+    regions_of,
     shapes_for,
     vm_access_check,
     zone_check,
 )
 from orchestrator.errors import BenchError
-from orchestrator.service.context import Context
+from orchestrator.service.context import Context, require_gce_settings
 
 
 def run_doctor(ctx: Context) -> Iterator[Check]:
-    """Every check, in order; stops after credentials or project fail (nothing else can
-    be asked), and says so."""
+    """Every check, in order; stops after a failed credentials, project or Compute API
+    check: nothing else can be asked then."""
     from orchestrator.backends.gce.compute import ComputeApi
     from orchestrator.backends.gce.project_resources import ProjectResources
-    from orchestrator.service.context import require_gce_settings
 
     config = ctx.config
     require_gce_settings(config)
@@ -52,7 +52,7 @@ def run_doctor(ctx: Context) -> Iterator[Check]:
         config.image_family,
         *resources.image_state(config.image_project, config.image_family),
     )
-    for region in dict.fromkeys(z.rsplit("-", 1)[0] for z in config.zones):
+    for region in regions_of(config.zones):
         quotas = quotas_of(resources.region(region))
         yield region_quota_check(
             region, quotas, shapes, config.spot, not config.spot or config.on_demand_fallback

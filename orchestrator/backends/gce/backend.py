@@ -124,6 +124,7 @@ class GceBackend:
             image_check,
             quotas_of,
             region_quota_check,
+            regions_of,
             shapes_for,
         )
 
@@ -142,7 +143,7 @@ class GceBackend:
                 spot,
                 not spot or config.on_demand_fallback,
             )
-            for region in dict.fromkeys(z.rsplit("-", 1)[0] for z in config.zones)
+            for region in regions_of(config.zones)
         ]
         failed = [image] if not image.ok else []
         if not any(check.ok for check in quota):
