@@ -76,7 +76,11 @@ class BenchConfig(BaseModel):
     on_demand_fallback: bool = Field(False, description="retry on-demand if spot has no capacity")
     bucket: str | None = Field(None, description="GCS bucket for payloads and results")
     prefix: str = Field("bench", description="object prefix inside the bucket")
-    service_account: str = Field("default", description="VM service account email, or default")
+    service_account: str = Field(
+        "default",
+        description="VM service account email, or default; with the account `bench setup` "
+        "creates, each VM deletes itself when its run ends",
+    )
     owner: str | None = Field(None, description="bench-owner label (default: your user name)")
     monthly_cap: float | None = Field(
         None, gt=0, description="refuse launches that would take this month's spend past it (USD)"
@@ -95,6 +99,10 @@ class BenchConfig(BaseModel):
     compute_endpoint: str | None = Field(None, description="Compute API endpoint override")
     storage_endpoint: str | None = Field(None, description="Cloud Storage endpoint override")
     metadata_endpoint: str | None = Field(None, description="VM metadata server override")
+    iam_endpoint: str | None = Field(None, description="IAM API endpoint override (bench setup)")
+    resourcemanager_endpoint: str | None = Field(
+        None, description="Resource Manager API endpoint override (bench setup)"
+    )
 
     @field_validator("zones")
     @classmethod

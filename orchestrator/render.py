@@ -20,6 +20,10 @@ from orchestrator.spec import RunSpec
 from results_schema import PHASES
 
 HEARTBEAT_SECONDS = {"local": 2, "gce": 20}
+# How long a VM whose manifest could not be uploaded stays up so that `bench status` and
+# `launch --wait` can read why from its serial console (GCE serves it only while the VM
+# runs); ≈ $0.01 at the spot L4 rate. The local backend's log is a file: no wait.
+REASON_WINDOW_SECONDS = {"local": 0, "gce": 180}
 # Per-phase caps. Environment may install torch (minutes on a fresh image); the benchmark's
 # cap comes from the plan's estimate.
 PHASE_TIMEOUTS = {
@@ -32,6 +36,10 @@ PHASE_TIMEOUTS = {
     "finish": 60,
 }
 SHUTDOWN_GRACE_SECONDS = 25
+# Preflight waits this long for a baked-in NVIDIA driver to answer (inside its 120 s cap).
+DRIVER_WAIT_SECONDS = 90
+# apt waits this long for the dpkg lock that a booting image's unattended-upgrades holds.
+APT_LOCK_TIMEOUT_SECONDS = 300
 
 
 def shquote(value: Any) -> str:
@@ -86,6 +94,7 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "plan_name": plan.name,
         "max_run_seconds": spec.max_run_seconds,
         "heartbeat_seconds": HEARTBEAT_SECONDS[spec.backend],
+        "reason_window_seconds": REASON_WINDOW_SECONDS[spec.backend],
         "cost_json": json.dumps(cost, sort_keys=True),
         "pip_packages": payload_requirements(spec.backend, plan.device),
         "pip_index_args": PAYLOAD_PIP_INDEX_ARGS[plan.device],
@@ -97,6 +106,8 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "build_kernel": builds_kernel,
         "preflight_tools": backend_vars.get("preflight_tools", []),
         "min_free_mb": 2000 if on_gpu else 200,
+        "driver_wait_seconds": DRIVER_WAIT_SECONDS,
+        "apt_lock_timeout_seconds": APT_LOCK_TIMEOUT_SECONDS,
         "payload_python": backend_vars.get("payload_python", ""),
         **backend_vars,
     }

@@ -45,8 +45,9 @@ class Backend(Protocol):
         """Log text from byte `offset` (serial port 1 on gce), and the next offset."""
         ...
 
-    def release(self, run_id: str, placement: Placement) -> None:
-        """Delete what the run leaves behind; already gone is fine."""
+    def release(self, run_id: str, placement: Placement) -> bool:
+        """Delete what the run leaves behind; True when something was deleted (already
+        gone is fine, and False)."""
         ...
 
     def list_machines(self) -> list[Machine]:

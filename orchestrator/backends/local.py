@@ -164,8 +164,9 @@ class LocalBackend:
             data = f.read(LOG_CHUNK_CHARS)
         return data.decode("utf-8", errors="replace"), offset + len(data)
 
-    def release(self, run_id: str, placement: Placement) -> None:
+    def release(self, run_id: str, placement: Placement) -> bool:
         """Nothing to delete: the sandbox stays for inspection."""
+        return False
 
     def list_machines(self) -> list[Machine]:
         machines = []

@@ -22,6 +22,8 @@ COMMANDS = {
     "logs": "logs",
     "fetch": "fetch",
     "stop-all": "stop_all",
+    "doctor": "doctor",
+    "setup": "setup",
     "render": "render",
     "prices": "prices",
     "report": "report",

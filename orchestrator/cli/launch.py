@@ -27,8 +27,11 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
     """Start a benchmark run; the cloud enforces its budget as a time cap.
 
     On gce, the VM gets max_run_duration = what --budget buys at the catalog
-    rate (GCE deletes it then, even if this laptop is gone); bench refuses a
-    launch whose estimated cost exceeds the budget.
+    rate (GCE deletes it then if it still runs, even if this laptop is gone);
+    bench refuses a launch whose estimated cost exceeds the budget. When the
+    run ends the VM deletes itself if its service account may (`bench setup`);
+    otherwise it powers off and its disk bills until --wait's end, `bench
+    fetch` or `bench stop-all` deletes it (`bench status` shows it).
 
     \b
     Examples:

@@ -33,7 +33,7 @@ def follow(ctx, record, out) -> int:
     """Show progress until the run ends; exit code 0 only for a complete run."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from orchestrator.service.wait import wait_for_run
+    from orchestrator.service.wait import release_failed, release_finished, wait_for_run
 
     with Progress(
         TextColumn("{task.description}"),
@@ -57,6 +57,15 @@ def follow(ctx, record, out) -> int:
                 bar.update(task, description=label, completed=status.done, total=total, count=count)
 
         final = wait_for_run(ctx, record, show)
+    if final.manifest is None:
+        release_failed(ctx, record)
+        raise ResultsError(
+            f"run {record.run_id} failed: {final.console_reason} (from its serial console: no "
+            "manifest reached the bucket); its VM was deleted"
+        )
+    released = release_finished(ctx, record)
+    if released:
+        out.print(f"bench: {released}")
     manifest = final.manifest
     colour = {"complete": "green", "partial": "yellow"}.get(manifest.status, "red")
     reason = f": {markup_safe(manifest.reason)}" if manifest.reason else ""

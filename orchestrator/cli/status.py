@@ -10,6 +10,10 @@ from orchestrator.cli.options import console, make_context
 def status(run_id):
     """Show runs: backend, phase and progress, elapsed time, cost so far, budget, state.
 
+    With a project configured it also lists every powered-off bench VM in the
+    project: no VM charge, but its disk bills until it is deleted. Each line
+    gives its $/h and the one command that removes it.
+
     \b
     Examples:
       bench status                      # every run in the registry
@@ -20,13 +24,20 @@ def status(run_id):
 
     from orchestrator.boundary import markup_safe
     from orchestrator.budget import format_duration
-    from orchestrator.errors import ResultsError
-    from orchestrator.service.runs import views
+    from orchestrator.errors import BenchError, ResultsError
+    from orchestrator.service.runs import leftovers, views
 
     ctx = make_context()
     rows = views(ctx, run_id)
     out = console()
-    if not rows:
+    try:
+        left = leftovers(ctx, rows)
+    except BenchError as e:  # the runs above still deserve a table
+        left = []
+        note = f"bench: could not list powered-off VMs that may still bill: {e}"
+    else:
+        note = ""
+    if not rows and not left:
         out.print("no runs yet; start one with: bench launch --backend local --budget 1.00 --wait")
         return 0
     # At 80 columns (a pipe, CI) phase+progress and state wrap at their space; nothing is cut.
@@ -50,15 +61,26 @@ def status(run_id):
         )
         if view.manifest and view.manifest.reason:
             reasons.append(f"{record.run_id}: {markup_safe(view.manifest.reason)}")
-        if record.backend == "gce" and view.machine == "TERMINATED":
-            # Powered off by its own script: no VM charge, but the disk bills until deleted.
+        elif view.console_reason:
             reasons.append(
-                f"{record.run_id}: VM powered off, its disk still bills; "
-                f"`bench fetch {record.run_id}` deletes it"
+                f"{record.run_id}: {markup_safe(view.console_reason)} "
+                "(from the VM's serial output: "
+                "no manifest reached the bucket)"
             )
-    out.print(table)
+    if rows:
+        out.print(table)
     for reason in reasons:
         out.print(reason)
+    if note:
+        out.print(note, markup=False, highlight=False)
+    for leftover in left:
+        m = leftover.machine
+        out.print(
+            f"leftover: {m.name} in {m.location} is powered off; its disk bills "
+            f"${m.rate_usd_per_hour:.4f}/h until deleted: {leftover.remove_with}",
+            markup=False,
+            highlight=False,
+        )
     # Every run is listed first; a run whose files were refused then fails the command.
     problems = [view.problem for view in rows if view.problem]
     if problems:

@@ -12,10 +12,13 @@ def stop_all(yes, dry_run):
     """The kill switch: stop every bench machine, wherever it runs.
 
     Finds every VM labelled bench-managed=true in every zone of the project
-    (no local state needed) and every running local run, then deletes/stops
-    them in parallel and reports the hourly spend stopped. If a backend cannot
-    be searched (network, credentials), it still stops what it found and then
-    fails with that backend's error: it never reports "nothing running" unseen.
+    (no local state needed), running or powered off, and every running local
+    run, then deletes/stops them in parallel and reports the hourly spend
+    stopped. Says which backends it did not search and why (GCE without a
+    project). If a backend cannot be searched (network, credentials), it still
+    stops what it found and then fails with that backend's error: it never
+    reports "nothing running" unseen. Exit 4 naming every VM it could not
+    delete.
 
     \b
     Examples:
@@ -24,16 +27,23 @@ def stop_all(yes, dry_run):
     """
     from rich.table import Table
 
-    from orchestrator.service.stop_all import find_machines, stop_machines, unsearched_error
+    from orchestrator.service.stop_all import (
+        failed_error,
+        find_machines,
+        stop_machines,
+        unsearched_error,
+    )
 
     ctx = make_context()
     out = console()
     found = find_machines(ctx)
+    for backend, why in found.not_configured.items():
+        out.print(f"bench: {backend} was not searched: {why}")
     unsearched = unsearched_error(found)
     if found.count == 0:
         if unsearched:
             raise unsearched
-        out.print("bench: no bench machines are running")
+        out.print(f"bench: no bench machines are running ({', '.join(found.machines)} searched)")
         return 0
     table = Table("backend", "run", "machine", "where", "state", "$/h")
     for backend, machines in found.machines.items():
@@ -52,8 +62,13 @@ def stop_all(yes, dry_run):
     if not yes:
         click.confirm(f"Stop these {found.count} machines?", abort=True)
     stopped = stop_machines(ctx, found)
-    count = sum(len(m) for m in stopped.values())
-    out.print(f"bench: stopped {count} machines; hourly spend stopped: ${found.hourly_spend:.4f}/h")
+    saved = sum(m.rate_usd_per_hour for ms in stopped.machines.values() for m in ms)
+    out.print(f"bench: stopped {stopped.count} machines; hourly spend stopped: ${saved:.4f}/h")
+    for machine, why in stopped.failed.values():
+        out.print(f"bench: could not delete {machine.name} in {machine.location}: {why}")
+    failed = failed_error(stopped)
     if unsearched:
         raise unsearched
+    if failed:
+        raise failed
     return 0

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from orchestrator import boundary
-from orchestrator.backends.base import Placement
-from orchestrator.errors import NotFoundError, ResultsError
+from orchestrator.backends.base import Machine, Placement
+from orchestrator.errors import BenchError, NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from results_schema import Manifest, Status
+
+# The EXIT trap's last log line; the serial console carries it even when the bucket
+# refused the manifest (a VM account without bucket access).
+_FINISHED_LINE = re.compile(
+    r"\[bench [0-9:]+\] run (?P<run>\S+) finished: (?P<state>[a-z]+)(?: \((?P<why>.*)\))?$"
+)
+_MAX_REASON = 300
 
 
 @dataclass
@@ -20,6 +28,7 @@ class RunView:
     manifest: Manifest | None
     machine: str  # RUNNING, TERMINATED, GONE, ...
     problem: str | None = None  # why the run's files were refused at the trust boundary
+    console_reason: str = ""  # why it ended, from the serial output, when no manifest came
 
     @property
     def state(self) -> str:
@@ -29,6 +38,8 @@ class RunView:
             if self.manifest.reason.startswith("preempted"):
                 return f"preempted ({self.manifest.status})"
             return self.manifest.status
+        if self.console_reason:
+            return "failed"
         if self.machine in ("RUNNING", "PROVISIONING", "STAGING"):
             return "running"
         if self.machine == "PREEMPTED":
@@ -73,7 +84,29 @@ def view(ctx: Context, record: RunRecord) -> RunView:
     # ask about: no need to ask the cloud.
     if record.handle and (manifest is None or record.state in ("running", "stopped")):
         machine = ctx.backend(record.backend).machine_state(record.run_id, placement_of(record))
-    return RunView(record, status, manifest, machine, "; ".join(problems) or None)
+    reason = ""
+    # No heartbeat ever reached the store: the VM may not write it. Its console says why,
+    # while it runs (GCE serves serial output only then; the VM waits a little for us).
+    if manifest is None and status is None and machine in ("RUNNING", "STOPPING"):
+        reason = console_reason(ctx, record)
+    return RunView(
+        record, status, manifest, machine, "; ".join(problems) or None, console_reason=reason
+    )
+
+
+def console_reason(ctx: Context, record: RunRecord) -> str:
+    """Why a run that left no manifest ended, from its VM's serial output (untrusted:
+    printable characters only, bounded); "" when the log does not say."""
+    try:
+        text, _ = ctx.backend(record.backend).log_since(record.run_id, placement_of(record), 0)
+    except BenchError:
+        return ""
+    for line in reversed(text.replace("\r\n", "\n").split("\n")):
+        found = _FINISHED_LINE.search(line.strip())
+        if found and found["run"] == record.run_id and found["state"] != "complete":
+            why = "".join(c for c in (found["why"] or found["state"]) if c.isprintable())
+            return why[:_MAX_REASON]
+    return ""
 
 
 def views(ctx: Context, run_id: str | None = None) -> list[RunView]:
@@ -86,3 +119,32 @@ def latest_run_id(ctx: Context) -> str:
     if not records:
         raise NotFoundError("no runs yet; start one with `bench launch --budget 1.00`")
     return records[-1].run_id
+
+
+@dataclass
+class Leftover:
+    """A powered-off bench VM: no VM charge, but its disk bills until it is deleted."""
+
+    machine: Machine
+    remove_with: str  # the one command that deletes it
+
+
+def leftovers(ctx: Context, known: list[RunView]) -> list[Leftover]:
+    """Every TERMINATED bench VM in the project, priced, with the command that removes it:
+    `bench fetch` for a finished run of this registry, else a gcloud delete of that VM."""
+    if not ctx.config.project:
+        return []
+    finished = {v.record.run_id for v in known if v.manifest is not None}
+    found = []
+    for machine in ctx.backend("gce").list_machines():
+        if machine.state not in ("TERMINATED", "STOPPED", "SUSPENDED"):
+            continue
+        if machine.run_id in finished:
+            command = f"bench fetch {machine.run_id}"
+        else:
+            command = (
+                f"gcloud compute instances delete {machine.name} "
+                f"--zone {machine.location} --project {ctx.config.project} --quiet"
+            )
+        found.append(Leftover(machine, command))
+    return found

@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.backends.base import Machine
-from orchestrator.errors import BenchError
+from orchestrator.errors import BenchError, CloudError
 from orchestrator.service.context import Context
 
 
 @dataclass
 class Found:
     machines: dict[str, list[Machine]] = field(default_factory=dict)  # backend -> machines
-    skipped: dict[str, BenchError] = field(default_factory=dict)  # backend -> why not searched
+    skipped: dict[str, BenchError] = field(default_factory=dict)  # backend -> search failed
+    not_configured: dict[str, str] = field(default_factory=dict)  # backend -> why not searched
 
     @property
     def count(self) -> int:
@@ -30,6 +31,8 @@ def backends_to_search(ctx: Context) -> list[str]:
 
 def find_machines(ctx: Context) -> Found:
     found = Found()
+    if not ctx.config.project:
+        found.not_configured["GCE"] = "no project configured"
     for name in backends_to_search(ctx):
         try:
             found.machines[name] = ctx.backend(name).list_machines()
@@ -50,12 +53,43 @@ def unsearched_error(found: Found) -> BenchError | None:
     )
 
 
-def stop_machines(ctx: Context, found: Found) -> dict[str, list[Machine]]:
-    stopped = {}
+@dataclass
+class Stopped:
+    machines: dict[str, list[Machine]] = field(default_factory=dict)  # backend -> now gone
+    failed: dict[str, tuple[Machine, str]] = field(default_factory=dict)  # name -> (m, why)
+
+    @property
+    def count(self) -> int:
+        return sum(len(m) for m in self.machines.values())
+
+
+def stop_machines(ctx: Context, found: Found) -> Stopped:
+    """Stop everything found; the machines a backend could not stop land in `failed`."""
+    stopped = Stopped()
     for name, machines in found.machines.items():
-        if machines:
-            stopped[name] = ctx.backend(name).stop(machines)
-            for machine in stopped[name]:
-                if ctx.registry.find(machine.run_id):
-                    ctx.registry.update(machine.run_id, state="stopped")
+        if not machines:
+            continue
+        backend = ctx.backend(name)
+        gone = backend.stop(machines)
+        stopped.machines[name] = gone
+        reasons = getattr(backend, "stop_failures", {})
+        gone_names = {m.name for m in gone}
+        for machine in machines:
+            if machine.name not in gone_names:
+                why = reasons.get(machine.name, "still there after the delete")
+                stopped.failed[machine.name] = (machine, why)
+        for machine in gone:
+            if ctx.registry.find(machine.run_id):
+                ctx.registry.update(machine.run_id, state="stopped")
     return stopped
+
+
+def failed_error(stopped: Stopped) -> CloudError | None:
+    """Exit 4 naming every machine left running: the kill switch must not look done."""
+    if not stopped.failed:
+        return None
+    names = ", ".join(f"{m.name} ({m.location})" for m, _ in stopped.failed.values())
+    return CloudError(
+        f"could not delete {len(stopped.failed)} machine(s): {names}; they may still bill: "
+        "run `bench stop-all` again, or delete them in the cloud console"
+    )

@@ -213,6 +213,41 @@ class GcsStore:
         )
         return sorted(name[len(root) :] for name in names)
 
+    def delete(self, key: str) -> None:
+        blob = self._bucket.blob(self.object_name(key))
+        self._call(lambda: blob.delete(retry=self._retry), key)
+
+    def bucket_exists(self) -> bool:
+        return self._translated(lambda: self._bucket.exists(retry=self._retry), "")
+
+    def create_bucket(self, location: str) -> None:
+        """A bucket with uniform bucket-level access (IAM only, no object ACLs)."""
+        bucket = self._bucket
+        bucket.iam_configuration.uniform_bucket_level_access_enabled = True
+        self._translated(lambda: bucket.create(location=location, retry=self._retry), "")
+
+    def grant(self, role: str, member: str) -> None:
+        """Add `member` to `role` in the bucket's IAM policy (read, modify, write)."""
+
+        def update() -> None:
+            policy = self._bucket.get_iam_policy(retry=self._retry)
+            for binding in policy.bindings:
+                if binding["role"] == role:
+                    binding["members"] = set(binding["members"]) | {member}
+                    break
+            else:
+                policy.bindings.append({"role": role, "members": {member}})
+            self._bucket.set_iam_policy(policy, retry=self._retry)
+
+        self._translated(update, "", missing_bucket=True)
+
+    def role_members(self) -> dict[str, set[str]]:
+        """The bucket's IAM policy: role -> members (e.g. "serviceAccount:x@p.iam...")."""
+        policy = self._translated(
+            lambda: self._bucket.get_iam_policy(retry=self._retry), "", missing_bucket=True
+        )
+        return {binding["role"]: set(binding["members"]) for binding in policy.bindings}
+
 
 def _download_args(max_bytes: int | None, retry: Any) -> dict[str, Any]:
     # raw_download: the stored bytes, never a decompressed stream (a gzip-encoded object

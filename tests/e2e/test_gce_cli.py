@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -17,28 +16,9 @@ from orchestrator import budget
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from results_schema import Manifest, Plan
+from tests.e2e.conftest import ZONES
 
 pytestmark = pytest.mark.timeout(180)
-ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
-
-
-@pytest.fixture
-def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):
-    """bench pointed at both stand-ins; the fake VM's python3 is this test's python."""
-    settings = {
-        "PROJECT": "bench-test-project",
-        "BUCKET": gcs_bucket,
-        "ZONES": ",".join(ZONES),
-        "COMPUTE_ENDPOINT": compute_server.endpoint,
-        "STORAGE_ENDPOINT": gcs_server.endpoint,
-        "METADATA_ENDPOINT": compute_server.metadata_url,
-        "VM_WORK_DIR": str(bench_env / "vm"),
-        "POLL_SECONDS": "0.2",
-    }
-    for key, value in settings.items():
-        monkeypatch.setenv(f"BENCH_{key}", value)
-    compute_server.config.vm_path = [str(Path(sys.executable).parent)]
-    return compute_server
 
 
 def bucket_objects(gcs_server, bucket: str) -> list[str]:
@@ -76,7 +56,17 @@ def launched_run_id(capsys) -> str:
     return line.split("launched run ")[1].split()[0]
 
 
-def test_launch_wait_fetch_and_nothing_is_left(gce, gcs_server, gcs_bucket, tmp_path, capsys):
+def test_launch_wait_fetch_and_nothing_is_left(
+    gce, gcs_server, gcs_bucket, tmp_path, capsys, monkeypatch
+):
+    # Scaled 1:60: the insert operation finishes after 90 s and each wait is held up to its
+    # 2 minutes; the client's read timeout is 150 s (a 60 s one made this fail before).
+    from orchestrator.backends.gce import compute
+
+    gce.config.time_scale = 60.0
+    gce.config.provisioning_s = 90 / 60
+    gce.config.operation_wait_s = 120 / 60
+    monkeypatch.setattr(compute, "OPERATION_WAIT_HTTP_TIMEOUT_SECONDS", 150 / 60)
     args = [
         "launch",
         "--backend",
@@ -87,8 +77,12 @@ def test_launch_wait_fetch_and_nothing_is_left(gce, gcs_server, gcs_bucket, tmp_
         plan_file(tmp_path),
         "--wait",
     ]
+    started = time.monotonic()
     assert main(args) == 0, capsys.readouterr()
+    assert time.monotonic() - started >= 90 / 60
     run_id = launched_run_id(capsys)
+    (insert,) = gce.calls("instances.insert")
+    assert insert.query["requestId"]
     assert main(["fetch", run_id, "--dest", str(tmp_path / "results")]) == 0
     assert "every sha256 verified" in capsys.readouterr().out
     manifest = Manifest.model_validate_json(
@@ -99,8 +93,18 @@ def test_launch_wait_fetch_and_nothing_is_left(gce, gcs_server, gcs_bucket, tmp_
     assert manifest.cost.rate_usd_per_hour == pytest.approx(
         budget.hourly_rate(BenchConfig(), True).total
     )
-    assert gce.instances() == [], "fetch must delete the finished instance"
+    assert gce.instances() == [], "the end of --wait deletes the powered-off instance"
+    deletes = gce.calls("instances.delete")
+    assert [d.caller for d in deletes] == ["controller"]  # the default account may not
     assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
+    assert all(discovery_valid(body) for body in gce.inserted)
+
+
+def discovery_valid(body) -> bool:
+    from tests.fakes import discovery
+
+    discovery.validate("compute", "v1", "Instance", body)
+    return True
 
 
 def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, capsys):
@@ -185,24 +189,77 @@ def test_failing_build_uploads_log_and_failed_manifest_and_powers_off(
     gce, gcs_server, gcs_bucket, tmp_path, capsys
 ):
     # Our kernel on a machine with no GPU: the build phase must fail, loudly and cheaply.
+    # Without --wait nobody deletes the powered-off VM: status shows it until fetch does.
     plan = plan_file(tmp_path, candidate="flash")
-    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan, "--wait"]) == 5
-    err = capsys.readouterr().err
-    assert "failed" in err and "build" in err
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
+    run_id = launched_run_id(capsys)
     (instance,) = gce.instances()
-    instance = gce.wait_for_status(instance.zone, instance.name, "TERMINATED")
+    instance = gce.wait_for_status(instance.zone, instance.name, "TERMINATED", timeout=90)
     assert instance.going_down_because == "guest"
-    run_id = instance.sent["labels"]["bench-run"]
+    assert instance.sandbox.halted.is_set() and not instance.deleted  # its disk stays
     manifest = Manifest.model_validate(
         bucket_json(gcs_server, gcs_bucket, f"bench/runs/{run_id}/manifest.json")
     )
     assert manifest.status == "failed" and manifest.failed_phase == "build"
     assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
     capsys.readouterr()
-    assert main(["status", run_id]) == 0
-    assert "disk still bills" in capsys.readouterr().out
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    disk = budget.hourly_rate(BenchConfig(), spot=True).disk
+    assert (
+        f"leftover: {instance.name} in {instance.zone} is powered off; its disk bills "
+        f"${disk:.4f}/h until deleted: bench fetch {run_id}"
+    ) in out.replace("\n", " ")
     assert main(["fetch", run_id, "--dest", str(tmp_path / "r")]) == 5
     assert gce.instances() == [], "fetch deletes the powered-off instance and its disk"
+    capsys.readouterr()
+    assert main(["status"]) == 0
+    assert "leftover" not in capsys.readouterr().out
+
+
+def test_a_vm_account_without_bucket_access_fails_in_the_payload_phase_in_seconds(
+    gce, gcs_server, tmp_path, capsys, monkeypatch
+):
+    from tests.fakes.gcs_proxy import GcsIamProxy
+
+    with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:  # no member: denied
+        monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
+        plan = plan_file(tmp_path)
+        assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
+        run_id = launched_run_id(capsys)
+        (instance,) = gce.instances()
+        gce.wait_for_status(instance.zone, instance.name, "RUNNING")
+        booted = time.monotonic()
+        gce.wait_for(lambda: f"run {run_id} finished: failed" in instance.serial_text(), 30)
+        assert time.monotonic() - booted < 30  # no environment install first
+        assert "phase environment" not in instance.serial_text()
+        assert proxy.denied and all(
+            account.endswith("-compute@developer.gserviceaccount.com")
+            for account, _, _ in proxy.denied
+        )
+        # No manifest can reach the bucket: the VM stays up a while so its console says why.
+        assert main(["status", run_id]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "failed" in out and "phase payload failed" in out
+        assert "refused (HTTP 403): this VM's service account may not read gs://" in out
+        assert "from the VM's serial output" in out
+
+
+def test_launch_wait_ends_at_once_when_the_vm_cannot_reach_the_bucket(
+    gce, gcs_server, tmp_path, capsys, monkeypatch
+):
+    from tests.fakes.gcs_proxy import GcsIamProxy
+
+    with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:  # no member: denied
+        monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
+        args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+        started = time.monotonic()
+        assert main([*args, "--wait"]) == 5
+        assert time.monotonic() - started < 60  # not the VM's 180 s reason window
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "failed: phase payload failed" in line and "may not read gs://" in line
+        assert "its VM was deleted" in line
+        assert gce.instances() == []
 
 
 def test_max_run_duration_deletes_the_vm_when_the_controller_is_gone(gce, tmp_path, capsys):
@@ -255,21 +312,26 @@ def test_refusals_send_nothing(gce, gcs_server, gcs_bucket, tmp_path, monkeypatc
     assert bucket_objects(gcs_server, gcs_bucket) == []
 
 
-def test_a_lost_insert_is_exit_4_saying_where_the_vm_may_be(gce, tmp_path, capsys):
-    gce.faults.drop_next("instances.insert")  # sent, then the connection died unanswered
+def test_a_lost_insert_answer_is_resent_and_leaves_exactly_one_vm(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    gce.faults.lose_answer_next("instances.insert")  # GCE made the VM; the answer was lost
     args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
-    assert main(args) == 4
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "cannot reach Compute Engine" in line and "bench stop-all --dry-run" in line
-    assert len(gce.calls("instances.insert")) == 1  # never retried: no second VM
+    assert main(args) == 0
+    first, again = gce.calls("instances.insert")
+    assert first.query["requestId"] == again.query["requestId"]
+    assert len(gce.instances()) == 1
 
 
-def test_stop_all_finds_and_deletes_only_bench_instances(gce, tmp_path, capsys):
+def launch_two_idle_vms(gce, tmp_path, capsys) -> None:
     gce.config.run_scripts = False
     plan = plan_file(tmp_path)
     for _ in range(2):
         assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
     capsys.readouterr()
+
+
+def test_stop_all_finds_and_deletes_only_bench_instances(gce, tmp_path, capsys):
+    launch_two_idle_vms(gce, tmp_path, capsys)
     assert main(["stop-all", "--dry-run"]) == 0
     assert "would stop 2 machines" in capsys.readouterr().out
     assert len(gce.instances()) == 2
@@ -286,6 +348,25 @@ def test_stop_all_that_cannot_search_gce_never_says_nothing_is_running(gce, caps
     assert "no bench machines are running" not in captured.out
     (line,) = captured.err.strip().splitlines()
     assert "could not search gce" in line and "may still be running" in line
+
+
+def test_stop_all_names_the_vm_it_could_not_delete_and_exits_4(gce, tmp_path, capsys):
+    launch_two_idle_vms(gce, tmp_path, capsys)
+    gce.faults.fail_next("instances.delete", status=403)
+    assert main(["stop-all", "--yes"]) == 4
+    captured = capsys.readouterr()
+    (left,) = gce.instances()
+    assert f"could not delete {left.name} in {left.zone}" in captured.out
+    assert "stopped 1 machines" in captured.out
+    (line,) = captured.err.strip().splitlines()
+    assert left.name in line and "may still bill" in line
+
+
+def test_stop_all_without_a_project_says_gce_was_not_searched(bench_env, capsys):
+    assert main(["stop-all", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "GCE was not searched: no project configured" in out
+    assert "(local searched)" in out
 
 
 def test_render_prints_script_and_instance_request_and_creates_nothing(
@@ -323,3 +404,29 @@ def test_on_demand_fallback_is_refused_when_the_budget_covers_only_spot(gce, tmp
     assert "buys" in capsys.readouterr().err
     assert all(t["scheduling"]["provisioningModel"] == "SPOT" for t in gce.inserted)
     assert gce.instances() == []
+
+
+@pytest.mark.parametrize("broken", ["image", "quota"])
+def test_launch_checks_image_and_quota_before_it_inserts(gce, tmp_path, capsys, broken):
+    family = BenchConfig().image_family
+    if broken == "image":
+        gce.catalog.deprecate_family("deeplearning-platform-release", family, "newer-family")
+    else:
+        gce.catalog.set_region_quota("us-central1", "NVIDIA_L4_GPUS", 0.0)
+        gce.catalog.set_region_quota("us-central1", "PREEMPTIBLE_NVIDIA_L4_GPUS", 0.0)
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+    assert main(args) == 4
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    expected = "successor is newer-family" if broken == "image" else "PREEMPTIBLE_NVIDIA_L4_GPUS"
+    assert expected in line and "No VM was created" in line and "bench doctor" in line
+    assert gce.calls("instances.insert") == []
+
+
+def test_status_still_shows_runs_when_powered_off_vms_cannot_be_listed(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]) == 0
+    run_id = launched_run_id(capsys)
+    gce.faults.fail_next("instances.aggregatedList", status=403, times=100)
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert run_id in out and "could not list powered-off VMs that may still bill" in out

@@ -12,7 +12,23 @@ Speaks the paths and JSON of the real API, so the real google-cloud-compute clie
   GET    /compute/v1/projects/{p}/aggregated/instances                 aggregatedList
   GET    /compute/v1/projects/{p}/zones/{z}/operations/{op}            zoneOperations.get
   POST   /compute/v1/projects/{p}/zones/{z}/operations/{op}/wait       zoneOperations.wait
+  GET    /compute/v1/projects/{p}                                      projects.get
+  GET    /compute/v1/projects/{p}/regions/{r}                          regions.get
+  GET    /compute/v1/projects/{p}/zones/{z}                            zones.get
+  GET    /compute/v1/projects/{p}/zones/{z}/machineTypes/{t}           machineTypes.get
+  GET    /compute/v1/projects/{p}/zones/{z}/acceleratorTypes/{t}       acceleratorTypes.get
+  GET    /compute/v1/projects/{p}/global/images/family/{f}             images.getFromFamily
+  GET    /compute/v1/projects/{p}/global/images                        images.list
   POST   /_fake/poweroff/{p}/{z}/{n}      the fake VM's `shutdown` shim (body: its arguments)
+
+Every request (query and body) and every 200 answer is checked against the compute v1
+discovery document (discovery.py): a request that does not fit answers 400 as the API
+would, an answer that does not fit is a stand-in bug (500); both land in
+`server.schema_violations`, and `stop()` fails the test when any did.
+
+Callers: a request without Authorization is the controller (AnonymousCredentials); one with
+`Bearer fake-token-<instance>` (the metadata server's token) comes from that VM and is
+authorized against its service account and scopes (see `_authorize`).
 
 Instances run their startup-script in a sandbox (vm_sandbox.py) once RUNNING, with the
 environment of the test process plus `config.vm_env`, PATH = shims + `config.vm_path` + PATH,
@@ -38,14 +54,19 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import discovery
+from .compute_catalog import FakeCatalog
 from .compute_state import FakeCompute, FakeComputeConfig, FakeInstance, project_number
 from .faults import DROP, FaultPlan
 from .gce_errors import GceError, invalid
 from .http_base import BackgroundHttpServer, JsonHandler
 from .list_filter import compile_filter
-from .metadata_server import MetadataServer
+from .metadata_server import VM_TOKEN_PREFIX, MetadataServer
 from .operations import API_ROOT
 from .peer_process import session_of_peer
+
+COMPUTE_SCOPE = "https://www.googleapis.com/auth/compute"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -66,7 +87,13 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", _P + "/aggregated/instances", "instances.aggregatedList"),
         ("GET", _Z + r"/operations/(?P<op>[^/]+)", "zoneOperations.get"),
         ("POST", _Z + r"/operations/(?P<op>[^/]+)/wait", "zoneOperations.wait"),
-        ("GET", _Z + r"/operations/(?P<op>[^/]+)/wait", "zoneOperations.wait"),
+        ("GET", _P, "projects.get"),
+        ("GET", _P + r"/regions/(?P<region>[^/]+)", "regions.get"),
+        ("GET", _Z, "zones.get"),
+        ("GET", _Z + r"/machineTypes/(?P<type>[^/]+)", "machineTypes.get"),
+        ("GET", _Z + r"/acceleratorTypes/(?P<type>[^/]+)", "acceleratorTypes.get"),
+        ("GET", _P + r"/global/images/family/(?P<family>[^/]+)", "images.getFromFamily"),
+        ("GET", _P + r"/global/images", "images.list"),
     ]
 ]
 _POWEROFF = re.compile(r"^/_fake/poweroff/(?P<project>[^/]+)/(?P<zone>[^/]+)/(?P<name>[^/]+)$")
@@ -79,6 +106,7 @@ class RecordedRequest:
     path: str
     query: dict[str, str]
     body: Any  # parsed JSON, or None
+    caller: str = "controller"  # or "vm:<instance name>" for a VM's own token
 
 
 class _ComputeHandler(JsonHandler):
@@ -102,7 +130,9 @@ class _ComputeHandler(JsonHandler):
 
     def _serve(self, server: FakeComputeServer, api_name: str, params: dict[str, str]) -> None:
         body = self.json_body()
-        server.record(RecordedRequest(api_name, self.command, self.url_path, self.query, body))
+        caller = _caller(self.headers.get("Authorization"))
+        request = RecordedRequest(api_name, self.command, self.url_path, self.query, body, caller)
+        server.record(request)
         delay = server.faults.delay_for(api_name)
         if delay:
             time.sleep(delay)
@@ -113,9 +143,23 @@ class _ComputeHandler(JsonHandler):
                 return
             if transient is not None:
                 raise transient
-            self.reply_json(200, server.handle(api_name, params, self.query, body))
+            server.check_request(request)
+            server.authorize(request, params)
+            answer = server.handle(api_name, params, self.query, body)
+            server.check_response(api_name, answer)
+            if server.faults.take_lost_answer(api_name):
+                self.close_connection = True  # done, but the answer never reaches the client
+                return
+            self.reply_json(200, answer)
         except GceError as error:
             self.reply_json(error.status, error.http_payload())
+
+
+def _caller(authorization: str | None) -> str:
+    token = (authorization or "").removeprefix("Bearer ").strip()
+    if token.startswith(VM_TOKEN_PREFIX):
+        return f"vm:{token[len(VM_TOKEN_PREFIX) :]}"
+    return "controller"
 
 
 def _page(items: list[Any], query: dict[str, str]) -> tuple[list[Any], str | None]:
@@ -137,6 +181,10 @@ class FakeComputeServer:
         self.faults = FaultPlan()
         self.requests: list[RecordedRequest] = []
         self.inserted: list[dict[str, Any]] = []
+        self.schema_violations: list[str] = []
+        self.catalog = FakeCatalog(self.config.zones)
+        # Accounts holding the bench custom role (compute.instances.delete on bench-*).
+        self.accounts_may_delete: set[str] = set()
         self._record_lock = threading.Lock()
         self._http = BackgroundHttpServer(_ComputeHandler)
         self.metadata = MetadataServer(self)
@@ -162,6 +210,11 @@ class FakeComputeServer:
         self.metadata.stop()
         if self.compute is not None:
             self.compute.shutdown()
+        if self.schema_violations:
+            raise AssertionError(
+                "compute stand-in: requests or answers outside the discovery schema:\n"
+                + "\n".join(self.schema_violations)
+            )
 
     def __enter__(self) -> Self:
         return self.start()
@@ -274,14 +327,103 @@ class FakeComputeServer:
     def project_number(self, project: str) -> int:
         return project_number(project)
 
+    # -- schema and authorization ----------------------------------------------------------
+
+    def check_request(self, request: RecordedRequest) -> None:
+        try:
+            discovery.validate_call(
+                "compute", "v1", request.api_method, request.query, request.body
+            )
+        except discovery.DiscoveryError as e:
+            self.schema_violations.append(f"request {request.api_method}: {e}")
+            raise invalid(f"Invalid JSON payload received. {e}") from None
+
+    def check_response(self, api_name: str, answer: Any) -> None:
+        try:
+            discovery.validate_response("compute", "v1", api_name, answer)
+        except discovery.DiscoveryError as e:
+            self.schema_violations.append(f"answer {api_name}: {e}")
+            raise GceError(
+                500, "backendError", "INTERNAL", f"stand-in answer invalid: {e}"
+            ) from None
+
+    def authorize(self, request: RecordedRequest, params: dict[str, str]) -> None:
+        """The controller may do anything; a VM's token only what its identity allows.
+
+        A VM calls Compute with its service account's token from the metadata server; the
+        call needs both an access scope that covers Compute and an IAM permission
+        (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam).
+        bench's setup grants compute.instances.delete under an IAM condition on
+        resource.name starting with "bench-"
+        (https://cloud.google.com/compute/docs/access/granting-access-to-resources#iam-conditions).
+        """
+        if not self.catalog.credentials_valid:
+            # https://cloud.google.com/docs/authentication/troubleshoot-adc (401 UNAUTHENTICATED)
+            raise GceError(
+                401,
+                "authError",
+                "UNAUTHENTICATED",
+                "Request had invalid authentication credentials. Expected OAuth 2 access "
+                "token, login cookie or other valid authentication credential.",
+            )
+        if not self.catalog.compute_api_enabled:
+            raise GceError(
+                403,
+                "accessNotConfigured",
+                "SERVICE_DISABLED",
+                f"Compute Engine API has not been used in project {params.get('project')} "
+                "before or it is disabled.",
+                domain="usageLimits",
+            )
+        if request.caller == "controller":
+            return
+        caller = self.metadata_instance_by_name(request.caller[len("vm:") :])
+        account = (caller.sent.get("serviceAccounts") or [{}])[0] if caller else {}
+        scopes = set(account.get("scopes") or [])
+        allowed = (
+            request.api_method == "instances.delete"
+            and scopes & {COMPUTE_SCOPE, CLOUD_PLATFORM_SCOPE}
+            and account.get("email") in self.accounts_may_delete
+            and params.get("name", "").startswith("bench-")
+        )
+        if not allowed:
+            raise GceError(
+                403,
+                "forbidden",
+                "PERMISSION_DENIED",
+                f"Required 'compute.{request.api_method}' permission for "
+                f"'projects/{params.get('project')}/zones/{params.get('zone')}/instances/"
+                f"{params.get('name')}'",
+            )
+
+    def account_of_token(self, token: str) -> str | None:
+        """The service account email a VM token stands for (what the metadata server
+        reports for that VM), or None for a token of no live VM."""
+        inst = self.metadata_instance_by_name(token.removeprefix(VM_TOKEN_PREFIX))
+        if inst is None:
+            return None
+        email = ((inst.sent.get("serviceAccounts") or [{}])[0]).get("email") or "default"
+        if email == "default":
+            return f"{project_number(inst.project)}-compute@developer.gserviceaccount.com"
+        return email
+
+    def metadata_instance_by_name(self, name: str) -> FakeInstance | None:
+        with self.compute.lock:
+            live = [i for i in self.compute.instances.values() if i.name == name]
+        return live[0] if live else None
+
     # -- API handlers --------------------------------------------------------------------
 
     def handle(
         self, api_name: str, p: dict[str, str], query: dict[str, str], body: Any
     ) -> dict[str, Any]:
         compute = self.compute
+        catalog_answer = self._catalog(api_name, p, query)
+        if catalog_answer is not None:
+            return catalog_answer
         if api_name == "instances.insert":
-            return compute.insert(p["project"], p["zone"], body or {}).to_json()
+            request_id = query.get("requestId")
+            return compute.insert(p["project"], p["zone"], body or {}, request_id).to_json()
         if api_name == "instances.get":
             with compute.lock:
                 return compute.get(p["project"], p["zone"], p["name"]).to_json()
@@ -299,12 +441,48 @@ class FakeComputeServer:
             return self._aggregated_list(p["project"], query)
         op = compute.operation(p["project"], p["zone"], p["op"])
         if api_name == "zoneOperations.wait":
-            op.done.wait(self.config.operation_wait_s)
+            # "waits for no more than the 2 minutes and then returns the current state of
+            # the operation, which might be DONE or still in progress":
+            # https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait
+            op.done.wait(self.config.wait_hold_s)
         return op.to_json()
+
+    def _catalog(self, api_name: str, p: dict[str, str], query: dict[str, str]) -> Any:
+        catalog = self.catalog
+        if api_name == "projects.get":
+            return catalog.project(p["project"], project_number(p["project"]))
+        if api_name == "regions.get":
+            return catalog.region(p["project"], p["region"])
+        if api_name == "zones.get":
+            return catalog.zone(p["project"], p["zone"])
+        if api_name == "machineTypes.get":
+            return catalog.machine_type(p["project"], p["zone"], p["type"])
+        if api_name == "acceleratorTypes.get":
+            return catalog.accelerator_type(p["project"], p["zone"], p["type"])
+        if api_name == "images.getFromFamily":
+            return catalog.image_from_family(p["project"], p["family"])
+        if api_name == "images.list":
+            match = re.fullmatch(r'family\s*=\s*"?([a-z0-9-]+)"?', query.get("filter", ""))
+            if match is None:
+                raise invalid('fake: images.list supports only a `family = "X"` filter')
+            items = catalog.images_in_family(p["project"], match[1])
+            return {
+                "kind": "compute#imageList",
+                "id": f"projects/{p['project']}/global/images",
+                "items": items,
+                "selfLink": f"{API_ROOT}/projects/{p['project']}/global/images",
+            }
+        return None
 
     def _serial_port(self, p: dict[str, str], query: dict[str, str]) -> dict[str, Any]:
         with self.compute.lock:
             inst = self.compute.get(p["project"], p["zone"], p["name"])
+            status = inst.status
+        # "Serial port output is accessible ... only while the VM instance is running"
+        # (https://cloud.google.com/compute/docs/troubleshooting/viewing-serial-port-output);
+        # a stopping guest still runs its shutdown.
+        if status not in ("RUNNING", "STOPPING"):
+            raise invalid(f"The resource '{inst.path}' is not ready")
         port = int(query.get("port") or 1)
         if not 1 <= port <= 4:
             raise invalid(f"Invalid value for field 'port': '{port}'.")

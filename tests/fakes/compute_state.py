@@ -41,11 +41,19 @@ class FakeComputeConfig:
     shutdown_grace_s: float = 1.0  # stop/delete/guest power-off: SIGTERM -> SIGKILL
     preemption_grace_s: float = 1.0  # 30 s on real spot VMs
     time_scale: float = 1.0  # simulated seconds per real second
-    operation_wait_s: float = 2.0  # zoneOperations.wait returns by then (2 min on GCE)
+    # zoneOperations.wait holds a call up to GCE's 2 minutes in simulated time, and never
+    # longer than operation_wait_s real seconds (which keeps time_scale=1 tests fast).
+    operation_wait_s: float = 2.0
+    operation_wait_sim_s: float = 120.0
     zones: tuple[str, ...] = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")
     run_scripts: bool = True  # False: instances boot without running startup-script
     vm_env: dict[str, str] = field(default_factory=dict)  # extra env for the VM scripts
     vm_path: list[str] = field(default_factory=list)  # dirs put first on the VM's PATH
+
+    @property
+    def wait_hold_s(self) -> float:
+        """Real seconds zoneOperations.wait holds a call that is not DONE."""
+        return min(self.operation_wait_s, self.operation_wait_sim_s / self.time_scale)
 
 
 def project_number(project: str) -> int:
@@ -166,6 +174,7 @@ class FakeCompute:
         self.instances: dict[tuple[str, str, str], FakeInstance] = {}
         self.gone: list[FakeInstance] = []  # deleted instances, kept for inspection
         self.operations: dict[str, Operation] = {}
+        self.request_ids: dict[str, Operation] = {}
         self._sandbox_root = Path(tempfile.mkdtemp(prefix="fake-gce-"))
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True)
@@ -184,7 +193,25 @@ class FakeCompute:
             raise gce_errors.not_found(f"projects/{project}/zones/{zone}/instances/{name}")
         return inst
 
-    def insert(self, project: str, zone: str, body: dict[str, Any]) -> Operation:
+    def insert(
+        self, project: str, zone: str, body: dict[str, Any], request_id: str | None = None
+    ) -> Operation:
+        """Accept the insert; the operation is DONE once the VM runs (or its failure is known).
+
+        "If you make the request again with the same request ID, the server can check if
+        original operation with the same request ID was received, and if so, will ignore the
+        second request" (requestId in
+        https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert).
+        """
+        with self.lock:
+            if request_id and request_id in self.request_ids:
+                return self.request_ids[request_id]
+            op = self._insert(project, zone, body)
+            if request_id:
+                self.request_ids[request_id] = op
+            return op
+
+    def _insert(self, project: str, zone: str, body: dict[str, Any]) -> Operation:
         name = body.get("name") or ""
         if not name:
             raise gce_errors.invalid("Invalid value for field 'resource.name': ''.")
@@ -334,7 +361,12 @@ class FakeCompute:
             and age >= cfg.stopping_s
             and (inst.sandbox is None or inst.sandbox.halted.is_set())
         ):
+            # A stopped VM keeps its disk (billed) and loses its termination timer: "The
+            # termination timestamp is automatically cleared whenever a VM is stopped"
+            # (https://cloud.google.com/compute/docs/instances/limit-vm-runtime). Only
+            # preemption and maxRunDuration carry instanceTerminationAction=DELETE.
             inst.poweroff_at = None
+            inst.running_since = None
             self._set_status(inst, "TERMINATED")
         if inst.status == "TERMINATED" and inst.remove_when_down:
             self._remove(inst)

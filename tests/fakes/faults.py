@@ -58,6 +58,7 @@ class FaultPlan:
         self._quotas: list[_Quota] = []
         self._transients: list[_Transient] = []
         self._latency: dict[str, float] = {}
+        self._lost_answers: dict[str, int] = {}
 
     # -- configuration -------------------------------------------------------------------
 
@@ -90,9 +91,13 @@ class FaultPlan:
                     known.add(machine_type)
 
     def quota_exceeded(
-        self, quota: str = "NVIDIA_L4_GPUS", region: str | None = None, via: str = "http"
+        self, quota: str = "NVIDIA_L4_GPUS", region: str | None = None, via: str = "operation"
     ) -> None:
-        """Inserts answer 403 QUOTA_EXCEEDED in `region` (every region if None)."""
+        """Inserts in `region` (every region if None) fail with 403 QUOTA_EXCEEDED: by
+        default inside the accepted insert's operation (httpErrorStatusCode 403,
+        error.errors[].code), as an operation reports failure
+        (https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations);
+        `via="http"` answers the insert itself with 403."""
         with self._lock:
             self._quotas.append(_Quota(quota, region, via))
 
@@ -106,6 +111,19 @@ class FaultPlan:
         connection unanswered, as a network blip does, and does nothing."""
         with self._lock:
             self._transients.append(_Transient(method, 0, times))
+
+    def lose_answer_next(self, method: str, times: int = 1) -> None:
+        """The next `times` calls of `method` are carried out, but the connection closes
+        before the answer is sent (a response lost on the way back)."""
+        with self._lock:
+            self._lost_answers[method] = self._lost_answers.get(method, 0) + times
+
+    def take_lost_answer(self, method: str) -> bool:
+        with self._lock:
+            if self._lost_answers.get(method, 0) > 0:
+                self._lost_answers[method] -= 1
+                return True
+        return False
 
     def latency(self, seconds: float, method: str = "*") -> None:
         """Every call of `method` waits `seconds` before it is handled."""

@@ -104,3 +104,37 @@ class BackgroundHttpServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+
+class LoopbackStandIn:
+    """A stand-in on its own loopback port: start()/stop() or a context manager. Requests
+    or answers it found outside Google's discovery schema land in `schema_violations`, and
+    stop() then fails the test that drove it."""
+
+    handler_class: type[JsonHandler]
+
+    def __init__(self) -> None:
+        self.schema_violations: list[str] = []
+        self._http = BackgroundHttpServer(self.handler_class)
+
+    @property
+    def endpoint(self) -> str:
+        return self._http.base_url
+
+    def start(self) -> Any:
+        self._http.start(self)
+        return self
+
+    def stop(self) -> None:
+        self._http.stop()
+        if self.schema_violations:
+            raise AssertionError(
+                f"{type(self).__name__}: outside the discovery schema: "
+                + "; ".join(self.schema_violations)
+            )
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -29,6 +29,8 @@ _ROUTED = re.compile(
     r"^/vm/(?P<project>[^/]+)/(?P<zone>[^/]+)/(?P<name>[^/]+)"
     r"/computeMetadata/v1/(?P<path>.*)$"
 )
+# The token names its VM, so the other stand-ins can tell which identity is calling.
+VM_TOKEN_PREFIX = "fake-token-"
 _SHARED = re.compile(r"^/computeMetadata/v1/(?P<path>.*)$")
 
 
@@ -93,7 +95,7 @@ def metadata_value(
         return None if value is None else ("application/text", value)
     if path == "instance/service-accounts/default/token":
         token = {
-            "access_token": f"fake-token-{inst.name}",
+            "access_token": f"{VM_TOKEN_PREFIX}{inst.name}",
             "expires_in": 3599,
             "token_type": "Bearer",
         }

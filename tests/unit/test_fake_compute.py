@@ -232,7 +232,7 @@ def test_machine_type_missing_and_quota(compute_server, clients):
             zone="us-central1-c",
             instance_resource=make_instance("q", zone="us-central1-c"),
         )
-    compute_server.faults.quota_exceeded("GPUS_ALL_REGIONS")
+    compute_server.faults.quota_exceeded("GPUS_ALL_REGIONS", via="http")
     with pytest.raises(exceptions.Forbidden, match="GPUS_ALL_REGIONS") as caught:
         instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("q"))
     assert caught.value.errors[0]["reason"] == "quotaExceeded"
@@ -361,3 +361,124 @@ def test_metadata_server(compute_server, clients):
     assert metadata_get(f"{base}/project/project-id")[1] == PROJECT
     token = json.loads(metadata_get(f"{base}/instance/service-accounts/default/token")[1])
     assert token["token_type"] == "Bearer" and token["expires_in"] == 3599
+
+
+# -- rules added from Google's documentation (URLs beside each rule in tests/fakes) ---------
+
+
+def test_insert_answers_a_running_operation_that_completes_later(compute_server, clients):
+    instances, ops = clients
+    compute_server.config.provisioning_s = 0.5
+    op = instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("slow"))
+    assert op.status == compute_v1.Operation.Status.RUNNING
+    assert wait_operation(ops, op.name).status == DONE
+
+
+def test_wait_holds_up_to_its_limit_and_may_return_before_done(compute_server, clients):
+    instances, ops = clients
+    compute_server.config.provisioning_s = 5.0
+    compute_server.config.operation_wait_s = 0.3  # GCE's 2 minutes, scaled
+    op = instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("w"))
+    started = time.monotonic()
+    held = ops.wait(project=PROJECT, zone=ZONE, operation=op.name)
+    assert 0.25 <= time.monotonic() - started < 2.0
+    assert held.status == compute_v1.Operation.Status.RUNNING
+
+
+def test_a_repeated_request_id_returns_the_first_operation(compute_server, clients):
+    instances, _ = clients
+    request = compute_v1.InsertInstanceRequest(
+        project=PROJECT,
+        zone=ZONE,
+        instance_resource=make_instance("once"),
+        request_id="5f0c9d3e-7f43-4b8c-9c38-2a3b7e8f1d20",
+    )
+    first = instances.insert_unary(request=request)
+    again = instances.insert_unary(request=request)
+    assert first.name == again.name
+    assert [i.name for i in compute_server.instances()] == ["once"]
+
+
+def test_quota_errors_arrive_inside_the_operation(compute_server, clients):
+    instances, ops = clients
+    compute_server.faults.quota_exceeded("NVIDIA_L4_GPUS", "us-central1", via="operation")
+    op = instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("q"))
+    done = wait_operation(ops, op.name)
+    assert done.http_error_status_code == 403 and done.http_error_message == "FORBIDDEN"
+    assert done.error.errors[0].code == "QUOTA_EXCEEDED"
+
+
+def test_a_guest_power_off_keeps_the_disk_and_clears_max_run_duration(compute_server, clients):
+    create(clients, "off", "shutdown -h now", max_run_s=60)
+    wait_status(clients[0], "off", "TERMINATED")
+    compute_server.config.time_scale = 6000  # 60 simulated seconds pass in 10 ms
+    time.sleep(0.3)
+    inst = compute_server.instance(ZONE, "off")
+    assert inst.status == "TERMINATED" and not inst.deleted  # not deleted: its disk bills
+    assert inst.going_down_because == "guest"
+
+
+def test_a_request_outside_the_discovery_schema_is_a_400_and_recorded(compute_server):
+    body = json.dumps(
+        {"name": "x", "machineType": "zones/a/machineTypes/g2-standard-4", "notAField": 1}
+    ).encode()
+    request = urllib.request.Request(
+        f"{compute_server.endpoint}/compute/v1/projects/{PROJECT}/zones/{ZONE}/instances",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=5)
+    assert caught.value.code == 400
+    assert compute_server.schema_violations == [
+        "request instances.insert: $: unknown field 'notAField'"
+    ]
+    compute_server.schema_violations.clear()  # expected here; stop() fails a test on any
+
+
+def test_images_from_family_skip_deprecated_ones(compute_server):
+    images = compute_v1.ImagesClient(**compute_client_options(compute_server))
+    found = images.get_from_family(project="deeplearning-platform-release", family="fam-a")
+    assert found.name == "fam-a-v20261101" and not found.deprecated.state
+    compute_server.catalog.deprecate_family("deeplearning-platform-release", "fam-a", "fam-b")
+    with pytest.raises(exceptions.NotFound):
+        images.get_from_family(project="deeplearning-platform-release", family="fam-a")
+    (old,) = images.list(
+        request=compute_v1.ListImagesRequest(
+            project="deeplearning-platform-release", filter='family = "fam-a"'
+        )
+    )
+    assert old.deprecated.state == "DEPRECATED" and old.deprecated.replacement.endswith("/fam-b")
+
+
+def test_gpu_quotas_in_regions_and_the_project(compute_server):
+    kwargs = compute_client_options(compute_server)
+    compute_server.catalog.set_region_quota("us-central1", "PREEMPTIBLE_NVIDIA_L4_GPUS", 0.0)
+    region = compute_v1.RegionsClient(**kwargs).get(project=PROJECT, region="us-central1")
+    quotas = {q.metric: q.limit for q in region.quotas}
+    assert quotas["NVIDIA_L4_GPUS"] == 8 and quotas["PREEMPTIBLE_NVIDIA_L4_GPUS"] == 0
+    project = compute_v1.ProjectsClient(**kwargs).get(project=PROJECT)
+    assert {q.metric: q.limit for q in project.quotas}["GPUS_ALL_REGIONS"] == 8
+
+
+def test_a_vm_token_may_delete_only_when_its_identity_allows(compute_server, clients):
+    create(clients, "bench-self")
+    url = (
+        f"{compute_server.endpoint}/compute/v1/projects/{PROJECT}/zones/{ZONE}/instances/bench-self"
+    )
+    token = {"Authorization": "Bearer fake-token-bench-self"}
+    with pytest.raises(urllib.error.HTTPError) as caught:  # default account, storage scope
+        urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=token))
+    assert caught.value.code == 403
+    inst = compute_server.instance(ZONE, "bench-self")
+    inst.sent["serviceAccounts"] = [
+        {
+            "email": "bench-vm@p.iam.gserviceaccount.com",
+            "scopes": ["https://www.googleapis.com/auth/compute"],
+        }
+    ]
+    compute_server.accounts_may_delete.add("bench-vm@p.iam.gserviceaccount.com")
+    with urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=token)):
+        pass
+    compute_server.wait_for_status(ZONE, "bench-self", "DELETED")

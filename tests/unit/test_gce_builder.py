@@ -100,12 +100,33 @@ def test_three_labels_with_a_sanitized_owner():
     }
 
 
-def test_only_the_storage_scope_on_the_configured_service_account():
+def test_the_default_account_gets_only_the_storage_scope():
     (account,) = build().service_accounts
     assert account.email == "default"
     assert list(account.scopes) == [STORAGE_SCOPE]
-    (account,) = build(service_account="runner@p.iam.gserviceaccount.com").service_accounts
-    assert account.email == "runner@p.iam.gserviceaccount.com"
+
+
+def test_the_dedicated_account_adds_the_compute_scope_to_delete_itself():
+    (account,) = build(service_account="bench-vm@p.iam.gserviceaccount.com").service_accounts
+    assert account.email == "bench-vm@p.iam.gserviceaccount.com"
+    assert list(account.scopes) == [STORAGE_SCOPE, "https://www.googleapis.com/auth/compute"]
+
+
+@pytest.mark.parametrize("account", ["default", "bench-vm@p.iam.gserviceaccount.com"])
+@pytest.mark.parametrize("spot", [True, False])
+def test_every_insert_body_fits_the_compute_discovery_schema(account, spot):
+    from google.cloud import compute_v1
+    from google.protobuf import json_format
+
+    from tests.fakes import discovery
+
+    instance = build(spot=spot, service_account=account)
+    # What the REST transport sends: camelCase, int64 as strings, no empty defaults.
+    body = json_format.MessageToDict(compute_v1.Instance.pb(instance))
+    discovery.validate("compute", "v1", "Instance", body)
+    body["unknownField"] = 1
+    with pytest.raises(discovery.DiscoveryError, match="unknown field 'unknownField'"):
+        discovery.validate("compute", "v1", "Instance", body)
 
 
 def test_metadata_holds_the_two_scripts_and_nothing_secret():

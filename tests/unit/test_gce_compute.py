@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import uuid
 
 import pytest
 
@@ -145,13 +146,49 @@ def test_an_unreachable_api_is_a_cloud_error_not_a_crash(server):
         api.delete("us-central1-a", "bench-x")
 
 
-def test_an_insert_without_an_answer_says_where_the_vm_may_be(server, api):
-    # The request went out and the connection died: GCE may have created the VM.
-    server.faults.drop_next("instances.insert")
+def test_an_insert_without_any_answer_says_where_the_vm_may_be(server, api, monkeypatch):
+    # Every attempt went out and its connection died: GCE may have created the VM.
+    monkeypatch.setattr("orchestrator.backends.gce.compute.time.sleep", lambda s: None)
+    server.faults.drop_next("instances.insert", times=4)
     with pytest.raises(ComputeUnreachable, match="stop-all --dry-run") as failed:
         api.insert("us-central1-a", instance_for(server))
     assert "bench-20261101-120000-abcdef exists in us-central1-a" in str(failed.value)
-    assert len(server.calls("instances.insert")) == 1  # inserts are never retried
+    sent = server.calls("instances.insert")
+    assert len(sent) == 4 and len({r.query["requestId"] for r in sent}) == 1
+
+
+def test_a_lost_insert_answer_is_resent_with_its_request_id_and_makes_one_vm(
+    server, api, monkeypatch
+):
+    monkeypatch.setattr("orchestrator.backends.gce.compute.time.sleep", lambda s: None)
+    server.faults.lose_answer_next("instances.insert")
+    api.insert("us-central1-a", instance_for(server))
+    first, again = server.calls("instances.insert")
+    assert first.query["requestId"] == again.query["requestId"]
+    assert str(uuid.UUID(first.query["requestId"])) == first.query["requestId"]
+    assert [i.name for i in server.instances()] == ["bench-20261101-120000-abcdef"]
+    assert len(server.compute.operations) == 1  # the repeat got the first operation
+
+
+def test_an_insert_slower_than_one_wait_and_the_http_timeout_still_lands(monkeypatch):
+    # The insert takes 90 s and each wait is held its full 2 minutes (both scaled 1/60);
+    # the client's read timeout (scaled the same way) ends some waits early: still running.
+    with FakeComputeServer(run_scripts=False, provisioning_s=1.5, operation_wait_s=2.0) as fake:
+        api = ComputeApi(config_for(fake), read_retry_seconds=5, wait_http_timeout=0.5)
+        api.insert("us-central1-a", instance_for(fake))
+        waits = fake.calls("zoneOperations.wait")
+        assert len(waits) >= 3  # at least two timed out before the operation was DONE
+        assert fake.instance("us-central1-a", "bench-20261101-120000-abcdef").status in (
+            "RUNNING",
+            "STAGING",
+        )
+
+
+def test_no_client_timeout_is_shorter_than_the_documented_wait():
+    from orchestrator.backends.gce import compute
+
+    assert compute.OPERATION_WAIT_HTTP_TIMEOUT_SECONDS > compute.OPERATION_WAIT_SERVER_SECONDS
+    assert compute.OPERATION_WAIT_SERVER_SECONDS == 120.0
 
 
 def test_aggregated_list_finds_labelled_instances_in_every_zone(server, api):
@@ -266,8 +303,9 @@ def test_backend_machine_state_after_guest_power_off():
     with FakeComputeServer() as server:
         backend = GceBackend(config_for(server), poll_seconds=0.05)
         spec = make_spec()
+        # GCE serves serial output only while the VM runs: the script stays up a moment.
         placement = backend.start(
-            spec, "#!/bin/bash\necho line one\nprintf 'no newline'\nshutdown -h now\n", ""
+            spec, "#!/bin/bash\necho line one\nprintf 'no newline'\nsleep 1\nshutdown -h now\n", ""
         )
         lines = list(backend.log_lines(spec.run_id, placement, follow=True))
         assert backend.machine_state(spec.run_id, placement) == "TERMINATED"

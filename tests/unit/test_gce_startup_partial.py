@@ -158,3 +158,44 @@ def test_machine_preempted_reads_the_metadata_flag(vm):
     vm.compute.instance(ZONE, NAME).preempted = True
     result = vm("machine_preempted && echo preempted")
     assert result.returncode == 0 and result.stdout.strip() == "preempted"
+
+
+def _may_delete_itself(vm, allowed: bool) -> None:
+    """The VM runs as bench setup's dedicated account; `allowed`: it holds the delete role."""
+    backend = vm.tmp_path / "backend.sh"
+    backend.write_text(
+        backend.read_text().replace("readonly SELF_DELETE=false", "readonly SELF_DELETE=true")
+    )
+    account = "bench-vm@bench-test-project.iam.gserviceaccount.com"
+    instance = vm.compute.instance(ZONE, NAME)
+    instance.sent["serviceAccounts"] = [
+        {
+            "email": account,
+            "scopes": [
+                "https://www.googleapis.com/auth/devstorage.read_write",
+                "https://www.googleapis.com/auth/compute",
+            ],
+        }
+    ]
+    if allowed:
+        vm.compute.accounts_may_delete.add(account)
+
+
+def test_a_vm_whose_account_may_deletes_itself_and_does_not_power_off(vm):
+    _may_delete_itself(vm, allowed=True)
+    result = vm("stop_machine")
+    assert result.returncode == 0, result.stderr
+    assert "nothing is left billing" in result.stdout
+    (delete,) = vm.compute.calls("instances.delete")
+    assert delete.caller == f"vm:{NAME}"
+    vm.compute.wait_for_status(ZONE, NAME, "DELETED")
+    assert not (vm.tmp_path / "shutdown.args").exists()
+
+
+def test_a_vm_whose_account_may_not_delete_gets_403_and_powers_off(vm):
+    _may_delete_itself(vm, allowed=False)
+    result = vm("stop_machine")
+    assert result.returncode == 0, result.stderr
+    assert "403" in result.stderr and "powering off instead" in result.stdout
+    assert (vm.tmp_path / "shutdown.args").read_text().splitlines() == ["-h now"]
+    assert [i.name for i in vm.compute.instances()] == [NAME]

@@ -1,7 +1,9 @@
 """GceBackend: the Backend protocol on Compute Engine.
 
-start = zone failover over `build_instance` + insert; the VM powers itself off when done,
-so a finished run is TERMINATED until `release` (fetch) or `stop` (stop-all) deletes it.
+start = zone failover over `build_instance` + insert. When its run ends, a VM with the
+dedicated service account (`bench setup`) deletes itself; any other VM powers itself off
+and stays TERMINATED, its disk billing, until `release` (the end of `launch --wait`,
+`fetch`) or `stop` (stop-all) deletes it. max_run_duration does not: a stop clears it.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from orchestrator.backends.gce.builder import (
     build_instance,
     label_filter,
     managed_filter,
+    vm_may_delete_itself,
 )
-from orchestrator.backends.gce.compute import PARALLEL_CALLS, ComputeApi
+from orchestrator.backends.gce.compute import DEFAULT_COMPUTE_ENDPOINT, PARALLEL_CALLS, ComputeApi
 from orchestrator.backends.gce.failover import place
-from orchestrator.errors import BenchError, ConfigError
+from orchestrator.errors import BenchError, CloudError, ConfigError
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import Instance, Operation
@@ -60,6 +63,8 @@ def template_vars(config: BenchConfig) -> dict:
         "prefix": config.prefix,
         "storage_endpoint": (config.storage_endpoint or DEFAULT_STORAGE_ENDPOINT).rstrip("/"),
         "metadata_endpoint": (config.metadata_endpoint or DEFAULT_METADATA_ENDPOINT).rstrip("/"),
+        "compute_endpoint": (config.compute_endpoint or DEFAULT_COMPUTE_ENDPOINT).rstrip("/"),
+        "self_delete": vm_may_delete_itself(config),
         "preflight_tools": ["curl", "shutdown"],
     }
 
@@ -96,6 +101,7 @@ class GceBackend:
 
         # Build once before any request: a bad name or label fails here, costing nothing.
         build(self.config.zones[0], spec.spot)
+        self.check_before_insert(spec.spot)
         landed = place(
             self.config.zones,
             build,
@@ -109,6 +115,45 @@ class GceBackend:
             attempts=landed.attempts,
             spot=landed.spot,
         )
+
+    def check_before_insert(self, spot: bool) -> None:
+        """The cheap part of `bench doctor`, before any VM exists: the image family resolves
+        to a supported image, and some configured region has GPU quota for this launch."""
+        from orchestrator.backends.gce.project_resources import ProjectResources
+        from orchestrator.backends.gce.readiness import (
+            image_check,
+            quotas_of,
+            region_quota_check,
+            regions_of,
+            shapes_for,
+        )
+
+        resources = ProjectResources(self.api)
+        config = self.config
+        image = image_check(
+            config.image_project,
+            config.image_family,
+            *resources.image_state(config.image_project, config.image_family),
+        )
+        quota = [
+            region_quota_check(
+                region,
+                quotas_of(resources.region(region)),
+                shapes_for(config),
+                spot,
+                not spot or config.on_demand_fallback,
+            )
+            for region in regions_of(config.zones)
+        ]
+        failed = [image] if not image.ok else []
+        if not any(check.ok for check in quota):
+            failed += quota
+        if failed:
+            first = failed[0]
+            raise CloudError(
+                f"{first.name}: {first.detail}; {first.fix}. No VM was created; "
+                "`bench doctor` checks the whole project"
+            )
 
     def instance_request_json(
         self, spec: RunSpec, zone: str, startup_script: str, shutdown_script: str
@@ -176,13 +221,17 @@ class GceBackend:
 
     # -- release and stop-all ----------------------------------------------------------
 
-    def release(self, run_id: str, placement: Placement) -> None:
-        """Delete the run's instance (and, by auto_delete, its disk); gone already is fine."""
+    def release(self, run_id: str, placement: Placement) -> bool:
+        """Delete the run's instance (and, by auto_delete, its disk); False when it was gone
+        already (it deleted itself), and then no delete is sent."""
         if placement.location and placement.handle:
-            self.api.delete(placement.location, placement.handle)
-            return
+            if self.api.get(placement.location, placement.handle) is None:
+                return False
+            return self.api.delete(placement.location, placement.handle)
+        deleted = False
         for zone, instance in self.api.list_instances(label_filter(RUN_LABEL, run_id)):
-            self.api.delete(zone, instance.name)
+            deleted = self.api.delete(zone, instance.name) or deleted
+        return deleted
 
     def list_machines(self) -> list[Machine]:
         """Every instance labelled bench-managed=true, in every zone of the project."""

@@ -23,8 +23,24 @@ MANAGED_LABEL = "bench-managed"
 RUN_LABEL = "bench-run"
 OWNER_LABEL = "bench-owner"
 
-# The VM only reads its payload and writes results: nothing broader than object storage.
+# The VM reads its payload and writes results: object storage. With the dedicated account
+# that `bench setup` creates it may also delete itself, which needs the compute scope as
+# well as its IAM role (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam);
+# the default account keeps storage only: with the compute scope its broad project roles
+# would reach every VM.
 STORAGE_SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
+COMPUTE_SCOPE = "https://www.googleapis.com/auth/compute"
+DEFAULT_SERVICE_ACCOUNT = "default"
+
+
+def vm_may_delete_itself(config: BenchConfig) -> bool:
+    """True with a dedicated VM service account (`bench setup`): its run deletes its VM."""
+    return config.service_account != DEFAULT_SERVICE_ACCOUNT
+
+
+def vm_scopes(config: BenchConfig) -> list[str]:
+    return [STORAGE_SCOPE, COMPUTE_SCOPE] if vm_may_delete_itself(config) else [STORAGE_SCOPE]
+
 
 _RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -102,8 +118,9 @@ def build_instance(
 ) -> Instance:
     """The instance insert body for one run in one zone.
 
-    The cloud enforces the time cap: `max_run_duration` with DELETE removes the VM (and its
-    disk) at the budget's end even if the user's laptop is gone.
+    The cloud enforces the time cap: `max_run_duration` with DELETE removes a VM still
+    running at the budget's end (and its disk), even if the user's laptop is gone. It does
+    not remove a VM that powered itself off: GCE clears the timer when a VM stops.
     """
     from google.cloud import compute_v1
 
@@ -160,6 +177,6 @@ def build_instance(
         ),
         # "default" is the project's Compute Engine default service account.
         service_accounts=[
-            compute_v1.ServiceAccount(email=config.service_account, scopes=[STORAGE_SCOPE])
+            compute_v1.ServiceAccount(email=config.service_account, scopes=vm_scopes(config))
         ],
     )

@@ -7,7 +7,9 @@ Every call goes through `_call`, which turns google.api_core exceptions into ben
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,12 +28,22 @@ if TYPE_CHECKING:
     from orchestrator.config import BenchConfig
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # Reads are idempotent: retry 429/5xx and dropped connections for a bounded time instead of
 # the client's 600 s (a laptop's network blip must not end `--wait` or `stop-all`).
 READ_RETRY_SECONDS = 60.0
 HTTP_TIMEOUT_SECONDS = 60.0
+# zoneOperations.wait "waits for no more than the 2 minutes" and may answer before DONE
+# (https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait): our read
+# timeout must outlast it, and a wait that times out anyway only means "still running".
+OPERATION_WAIT_SERVER_SECONDS = 120.0
+OPERATION_WAIT_HTTP_TIMEOUT_SECONDS = OPERATION_WAIT_SERVER_SECONDS + 30.0
+# The stated deadline for one operation (insert, delete): polling goes on until then.
 OPERATION_TIMEOUT_SECONDS = 900.0
+# An insert whose answer was lost is sent again with the same requestId, which GCE answers
+# with the first operation instead of creating a second VM.
+INSERT_ATTEMPTS = 4
 # Concurrent requests `stop` may have in flight (GCE's per-project rate limits are far above).
 PARALLEL_CALLS = 32
 # Where the client goes without `compute_endpoint`; only named in error messages.
@@ -47,6 +59,7 @@ class ComputeApi:
         *,
         read_retry_seconds: float = READ_RETRY_SECONDS,
         operation_timeout_seconds: float = OPERATION_TIMEOUT_SECONDS,
+        wait_http_timeout: float = OPERATION_WAIT_HTTP_TIMEOUT_SECONDS,
     ) -> None:
         if not config.project:
             raise ConfigError("the gce backend needs a project: set `project` in bench.toml")
@@ -54,6 +67,8 @@ class ComputeApi:
         self._endpoint = config.compute_endpoint
         self._read_retry_seconds = read_retry_seconds
         self._operation_timeout_seconds = operation_timeout_seconds
+        self._wait_http_timeout = wait_http_timeout
+        self._clients: dict[str, Any] = {}  # read_resource's clients, by class name
 
     # -- clients -----------------------------------------------------------------------
 
@@ -110,7 +125,7 @@ class ComputeApi:
         """Run one API call; whatever goes wrong leaves here as a bench error."""
         import requests
         from google.api_core.exceptions import GoogleAPICallError, RetryError
-        from google.auth.exceptions import RefreshError, TransportError
+        from google.auth.exceptions import InvalidOperation, RefreshError, TransportError
 
         try:
             return fn()
@@ -121,7 +136,9 @@ class ComputeApi:
             if isinstance(e.cause, GoogleAPICallError):
                 raise translate(e.cause, project=self.project) from e.cause
             raise unreachable(e.cause or e, endpoint=self._endpoint_name) from e
-        except RefreshError as e:
+        except (RefreshError, InvalidOperation) as e:
+            # A 401 makes the transport refresh the credentials; when that fails (or they
+            # cannot be refreshed at all) the credentials are what is wrong.
             raise credentials_failed(e) from e
         except (requests.RequestException, TransportError) as e:
             raise unreachable(e, endpoint=self._endpoint_name) from e
@@ -136,10 +153,26 @@ class ComputeApi:
             lambda: method(request=request, retry=self._read_retry, timeout=HTTP_TIMEOUT_SECONDS)
         )
 
+    def read_resource(self, client_name: str, method: str, **request: Any) -> Any | None:
+        """One read through any compute_v1 client (e.g. "RegionsClient", "get"), retried
+        like every read; None when the API says 404."""
+        if client_name not in self._clients:
+            from google.cloud import compute_v1
+
+            self._clients[client_name] = self._make(getattr(compute_v1, client_name))
+        call = getattr(self._clients[client_name], method)
+        try:
+            return self._read(call, **request)
+        except BenchError as e:
+            if _is_not_found(e):
+                return None
+            raise
+
     # -- operations --------------------------------------------------------------------
 
     def wait(self, zone: str, operation: Operation) -> None:
-        """Block until the operation is DONE; raise its error as a bench error."""
+        """Block until the operation is DONE or the stated deadline passes; raise its error
+        as a bench error."""
         from google.cloud.compute_v1 import Operation as Op
 
         deadline = time.monotonic() + self._operation_timeout_seconds
@@ -149,11 +182,27 @@ class ComputeApi:
                     f"operation {operation.name} in {zone} still not done after "
                     f"{self._operation_timeout_seconds:.0f} s; check the Cloud Console"
                 )
-            # `wait` returns after about 2 minutes at most, possibly not DONE: loop.
-            operation = self._read(
-                self.operations.wait, project=self.project, zone=zone, operation=operation.name
-            )
+            operation = self._wait_once(zone, operation)
         self._raise_if_failed(zone, operation)
+
+    def _wait_once(self, zone: str, operation: Operation) -> Operation:
+        """One zoneOperations.wait: the operation as GCE sees it now, DONE or not."""
+        try:
+            return self._call(
+                lambda: self.operations.wait(
+                    project=self.project,
+                    zone=zone,
+                    operation=operation.name,
+                    retry=self._read_retry,
+                    timeout=self._wait_http_timeout,
+                )
+            )
+        except ComputeUnreachable as e:
+            import requests
+
+            if isinstance(e.__cause__, requests.ReadTimeout):
+                return operation  # the server held the call past our timeout: still running
+            raise
 
     def _raise_if_failed(self, zone: str, operation: Operation) -> None:
         from google.api_core import exceptions
@@ -171,25 +220,43 @@ class ComputeApi:
 
     def insert(self, zone: str, instance: Instance) -> None:
         """Create the instance and wait until GCE has placed it (or said why not)."""
-        # Inserts are not retried: a retry after a lost reply could make a second VM.
-        try:
-            operation = self._call(
-                lambda: self.instances.insert_unary(
-                    project=self.project,
-                    zone=zone,
-                    instance_resource=instance,
-                    timeout=HTTP_TIMEOUT_SECONDS,
-                ),
-                zone,
-            )
-        except ComputeUnreachable as e:
-            if _never_connected(e.__cause__):
-                raise
-            raise ComputeUnreachable(
-                f"{e}. If the request got through, {instance.name} exists in {zone}: "
-                "`bench stop-all --dry-run` lists it (its max_run_duration deletes it anyway)"
-            ) from e.__cause__
-        self.wait(zone, operation)
+        self.wait(zone, self._send_insert(zone, instance, str(uuid.uuid4())))
+
+    def _send_insert(self, zone: str, instance: Instance, request_id: str) -> Operation:
+        """POST the insert; when no answer comes, send it again with the same requestId:
+        GCE answers a repeat with the first operation, so there is never a second VM."""
+        from google.cloud import compute_v1
+
+        for attempt in range(1, INSERT_ATTEMPTS + 1):
+            try:
+                return self._call(
+                    lambda: self.instances.insert_unary(
+                        request=compute_v1.InsertInstanceRequest(
+                            project=self.project,
+                            zone=zone,
+                            instance_resource=instance,
+                            request_id=request_id,
+                        ),
+                        timeout=HTTP_TIMEOUT_SECONDS,
+                    ),
+                    zone,
+                )
+            except ComputeUnreachable as e:
+                if _never_connected(e.__cause__) or attempt == INSERT_ATTEMPTS:
+                    lost = e
+                    break
+                log.info(
+                    "insert of %s got no answer; re-sending (requestId %s)",
+                    instance.name,
+                    request_id,
+                )
+                time.sleep(min(2.0**attempt, 8.0))
+        if _never_connected(lost.__cause__):
+            raise lost
+        raise ComputeUnreachable(
+            f"{lost}. If a request got through, {instance.name} exists in {zone}: "
+            "`bench status` and `bench stop-all --dry-run` list it"
+        ) from lost.__cause__
 
     def get(self, zone: str, name: str) -> Instance | None:
         """The instance, or None when it does not exist (deleted, never created)."""

@@ -1,0 +1,200 @@
+"""Is a project ready for a launch? Pure check builders: one `Check` per question, each
+with the fix, built from what Compute and Storage answered (`bench doctor` and launch's
+cheap checks make the calls), so every verdict and its wording is unit-tested offline.
+
+GPU checks take a list of `GpuShape`s so that several GPU types can be checked together
+later; today the configured machine and accelerator are the only shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Roles that let the VM read its payload and write results (predefined Cloud Storage roles:
+# https://cloud.google.com/storage/docs/access-control/iam-roles).
+OBJECT_ROLES = ("roles/storage.objectUser", "roles/storage.objectAdmin", "roles/storage.admin")
+GLOBAL_GPU_QUOTA = "GPUS_ALL_REGIONS"
+QUOTA_PAGE = "https://console.cloud.google.com/iam-admin/quotas"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class GpuShape:
+    """One machine shape to check: a machine type carrying `count` accelerators."""
+
+    machine_type: str
+    accelerator_type: str
+    count: int
+
+    @property
+    def quota_metric(self) -> str:
+        """The regional quota metric of this GPU (on-demand; PREEMPTIBLE_ for spot)."""
+        model = self.accelerator_type.removeprefix("nvidia-").removeprefix("tesla-")
+        model = model.split("-")[0].upper()
+        return f"NVIDIA_{model}_GPUS"
+
+
+def regions_of(zones: list[str]) -> list[str]:
+    """The regions of these zones, in order, once each (us-central1-a -> us-central1)."""
+    return list(dict.fromkeys(zone.rsplit("-", 1)[0] for zone in zones))
+
+
+def shapes_for(config) -> list[GpuShape]:
+    return [GpuShape(config.machine_type, config.accelerator_type, config.accelerator_count)]
+
+
+# -- pure check builders -------------------------------------------------------------------
+
+
+def credentials_check(problem: str | None) -> Check:
+    if problem:
+        return Check(
+            "credentials",
+            False,
+            problem,
+            "run `gcloud auth application-default login`",
+        )
+    return Check("credentials", True, "Google credentials accepted")
+
+
+def project_check(project: str, info: dict | None) -> Check:
+    if info is None:
+        return Check(
+            "project",
+            False,
+            f"project {project} not found or not visible to these credentials",
+            "set `project` in bench.toml to a project id you can use",
+        )
+    return Check("project", True, f"{project} (number {info.get('id', '?')})")
+
+
+def compute_api_check(project: str, disabled: bool) -> Check:
+    if disabled:
+        return Check(
+            "Compute API",
+            False,
+            f"the Compute Engine API is disabled in {project}",
+            f"gcloud services enable compute.googleapis.com --project {project}",
+        )
+    return Check("Compute API", True, "enabled")
+
+
+def zone_check(zone: str, exists: bool, missing: list[str]) -> Check:
+    """`missing`: machine or accelerator types of the wanted shapes the zone lacks."""
+    name = f"zone {zone}"
+    if not exists:
+        return Check(name, False, "no such zone", f"remove {zone} from `zones`")
+    if missing:
+        return Check(
+            name,
+            False,
+            f"does not offer {', '.join(missing)}",
+            f"remove {zone} from `zones` (see https://cloud.google.com/compute/docs/gpus/"
+            "gpu-regions-zones for zones that do)",
+        )
+    return Check(name, True, "offers the machine type and the GPU")
+
+
+def image_check(
+    image_project: str, family: str, resolved: dict | None, family_images: list[dict]
+) -> Check:
+    """`resolved`: images.getFromFamily's answer (None: no usable image); `family_images`:
+    every image of the family, to name the successor of a deprecated one."""
+    name = f"image family {family}"
+    deprecated = (resolved or {}).get("deprecated") or {}
+    if resolved is not None and deprecated.get("state", "ACTIVE") == "ACTIVE":
+        return Check(name, True, f"resolves to {resolved.get('name')}")
+    states = [i.get("deprecated") or {} for i in ([resolved] if resolved else family_images)]
+    if not any(states):
+        return Check(
+            name,
+            False,
+            f"no image in family {family} of project {image_project}",
+            "set `image_family`/`image_project` to a family that exists",
+        )
+    latest = states[-1]
+    successor = _last_segment(latest.get("replacement", "")) or "(none named)"
+    return Check(
+        name,
+        False,
+        f"deprecated ({latest.get('state', 'DEPRECATED')}); its successor is {successor}",
+        f"set image_family = {successor!r} in bench.toml"
+        if latest.get("replacement")
+        else "choose a supported family from https://cloud.google.com/deep-learning-vm/docs/images",
+    )
+
+
+def region_quota_check(
+    region: str, quotas: dict[str, float], shapes: list[GpuShape], spot: bool, on_demand: bool
+) -> Check:
+    """Spot VMs use the PREEMPTIBLE_ quota when granted, else the on-demand one
+    (https://cloud.google.com/compute/resource-usage#gpu_quota)."""
+    name = f"GPU quota {region}"
+    found, short = [], []
+    for shape in shapes:
+        metric = shape.quota_metric
+        standard = quotas.get(metric, 0.0)
+        preemptible = quotas.get(f"PREEMPTIBLE_{metric}", 0.0)
+        found.append(f"{metric} {standard:g}, PREEMPTIBLE_{metric} {preemptible:g}")
+        if spot and max(standard, preemptible) < shape.count:
+            short.append(f"PREEMPTIBLE_{metric}")
+        if on_demand and standard < shape.count:
+            short.append(metric)
+    if short:
+        return Check(
+            name,
+            False,
+            "; ".join(found),
+            f"request {' and '.join(short)} ≥ {shapes[0].count} in {region} at {QUOTA_PAGE}",
+        )
+    return Check(name, True, "; ".join(found))
+
+
+def global_quota_check(quotas: dict[str, float], shapes: list[GpuShape]) -> Check:
+    limit = quotas.get(GLOBAL_GPU_QUOTA, 0.0)
+    needed = max(shape.count for shape in shapes)
+    if limit < needed:
+        return Check(
+            GLOBAL_GPU_QUOTA,
+            False,
+            f"{limit:g} (new projects start at 0: no GPU anywhere)",
+            f"request {GLOBAL_GPU_QUOTA} ≥ {needed} at {QUOTA_PAGE}",
+        )
+    return Check(GLOBAL_GPU_QUOTA, True, f"{limit:g}")
+
+
+def bucket_check(bucket: str, problem: str | None) -> Check:
+    name = f"bucket gs://{bucket}"
+    if problem:
+        return Check(name, False, problem, "run `bench setup` (or fix the bucket's access)")
+    return Check(name, True, "exists; this machine wrote, read and deleted an object")
+
+
+def vm_access_check(bucket: str, account: str, roles: dict[str, set[str]]) -> Check:
+    member = f"serviceAccount:{account}"
+    held = [role for role in OBJECT_ROLES if member in roles.get(role, set())]
+    name = "VM bucket access"
+    if not held:
+        return Check(
+            name,
+            False,
+            f"{account} holds no object role on gs://{bucket}: the VM could not fetch its payload",
+            f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
+            f"--member={member} --role=roles/storage.objectUser",
+        )
+    return Check(name, True, f"{account} holds {held[0]}")
+
+
+def quotas_of(resource: dict | None) -> dict[str, float]:
+    return {q["metric"]: float(q.get("limit", 0.0)) for q in (resource or {}).get("quotas", [])}
+
+
+def _last_segment(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]

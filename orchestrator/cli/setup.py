@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.options import console, make_context
+
+
+@click.command()
+@click.option("--apply", "apply_", is_flag=True, help="perform the steps (default: print them)")
+def setup(apply_):
+    """Print (or with --apply perform) the least-privilege one-time setup of a project.
+
+    Creates the bucket; a service account for bench VMs with object access to
+    that bucket only; a custom role holding only compute.instances.delete,
+    granted to that account on instances named bench-* only. With
+    `service_account` set to that account, each run's VM deletes itself when
+    it ends: nothing is left billing. Without --apply it only prints the gcloud
+    commands, so you can check them line by line (or run them yourself).
+    --apply runs the same steps through Google's APIs and is safe to repeat.
+
+    \b
+    Examples:
+      bench setup                 # print the commands
+      bench setup --apply         # do it (needs a project Owner or the IAM admin roles)
+    """
+    from orchestrator.service.setup import apply_setup, plan_setup, vm_account_email
+
+    ctx = make_context(backend="gce")
+    out = console()
+    steps = plan_setup(ctx)
+    if not apply_:
+        out.print("# bench setup: run these (or `bench setup --apply`), then set the account")
+        for number, step in enumerate(steps, 1):
+            out.print(f"# {number}. {step.title}", markup=False, highlight=False)
+            out.print(step.command_line(), markup=False, highlight=False)
+    else:
+        apply_setup(
+            ctx,
+            steps,
+            lambda step, what: out.print(f"bench: {step.title}: {what}", markup=False),
+        )
+    email = vm_account_email(ctx.config.project)
+    out.print(f'then add to bench.toml: service_account = "{email}"', markup=False)
+    out.print("and check the project with: bench doctor", markup=False)
+    return 0

@@ -1,0 +1,137 @@
+"""doctor: is this project ready for a launch? Asks Compute and Storage, then judges with
+the pure builders of backends/gce/readiness.py: one line per check, ✓ or ✗ with its fix."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from orchestrator.backends.gce.readiness import (
+    Check,
+    GpuShape,
+    bucket_check,
+    compute_api_check,
+    credentials_check,
+    global_quota_check,
+    image_check,
+    project_check,
+    quotas_of,
+    region_quota_check,
+    regions_of,
+    shapes_for,
+    vm_access_check,
+    zone_check,
+)
+from orchestrator.errors import BenchError
+from orchestrator.service.context import Context, require_gce_settings
+
+
+def run_doctor(ctx: Context) -> Iterator[Check]:
+    """Every check, in order; stops after a failed credentials, project or Compute API
+    check: nothing else can be asked then."""
+    from orchestrator.backends.gce.compute import ComputeApi
+    from orchestrator.backends.gce.project_resources import ProjectResources
+
+    config = ctx.config
+    require_gce_settings(config)
+    resources = ProjectResources(ComputeApi(config))
+    info, first = _first_contact(resources)
+    yield first[0]
+    if not first[0].ok:
+        return
+    yield from first[1:]
+    if not all(c.ok for c in first):
+        return
+    shapes = shapes_for(config)
+    for zone in config.zones:
+        yield _zone(resources, zone, shapes)
+    yield image_check(
+        config.image_project,
+        config.image_family,
+        *resources.image_state(config.image_project, config.image_family),
+    )
+    for region in regions_of(config.zones):
+        quotas = quotas_of(resources.region(region))
+        yield region_quota_check(
+            region, quotas, shapes, config.spot, not config.spot or config.on_demand_fallback
+        )
+    yield global_quota_check(quotas_of(info), shapes)
+    bucket = _bucket(ctx)
+    yield bucket
+    if bucket.ok:
+        yield _vm_access(ctx, info)
+
+
+def _first_contact(resources) -> tuple[dict | None, list[Check]]:
+    """projects.get answers three questions: credentials, project, Compute API."""
+    from google.api_core import exceptions
+
+    project = resources.project
+    try:
+        info = resources.project_info()
+    except BenchError as e:
+        cause = e.__cause__
+        if isinstance(cause, exceptions.Unauthorized) or "credentials" in str(e):
+            return None, [credentials_check(str(e))]
+        if isinstance(cause, exceptions.Forbidden) and (
+            "SERVICE_DISABLED" in str(cause.errors) or "accessNotConfigured" in str(cause.errors)
+        ):
+            return None, [
+                credentials_check(None),
+                project_check(project, {}),
+                compute_api_check(project, True),
+            ]
+        if isinstance(cause, exceptions.Forbidden):
+            return None, [credentials_check(None), project_check(project, None)]
+        raise
+    return info, [
+        credentials_check(None),
+        project_check(project, info),
+        compute_api_check(project, False),
+    ]
+
+
+def _zone(resources, zone: str, shapes: list[GpuShape]) -> Check:
+    if resources.zone(zone) is None:
+        return zone_check(zone, False, [])
+    missing = []
+    for shape in shapes:
+        if resources.machine_type(zone, shape.machine_type) is None:
+            missing.append(shape.machine_type)
+        if resources.accelerator_type(zone, shape.accelerator_type) is None:
+            missing.append(shape.accelerator_type)
+    return zone_check(zone, True, missing)
+
+
+def _bucket(ctx: Context) -> Check:
+    store = ctx.store("gce")
+    key = f"doctor/{uuid.uuid4().hex}.txt"
+    probe = f"bench doctor {time.time()}".encode()
+    try:
+        store.put_bytes(key, probe)
+        read_back = store.get_bytes(key)
+        store.delete(key)
+    except BenchError as e:
+        return bucket_check(ctx.config.bucket, str(e))
+    if read_back != probe:
+        return bucket_check(ctx.config.bucket, "an object read back differs from what was written")
+    return bucket_check(ctx.config.bucket, None)
+
+
+def _vm_access(ctx: Context, info: dict[str, Any] | None) -> Check:
+    account = ctx.config.service_account
+    if account == "default":
+        # The Compute Engine default service account's documented form.
+        account = f"{(info or {}).get('id', '?')}-compute@developer.gserviceaccount.com"
+    try:
+        roles = ctx.store("gce").role_members()
+    except BenchError as e:
+        return Check(
+            "VM bucket access",
+            False,
+            f"cannot read the bucket's IAM policy ({e})",
+            "you need storage.buckets.getIamPolicy on the bucket to check this",
+        )
+    return vm_access_check(ctx.config.bucket, account, roles)

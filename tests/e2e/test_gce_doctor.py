@@ -1,0 +1,117 @@
+"""`bench doctor` against the compute stand-in and fake-gcs-server behind the IAM proxy:
+all ✓ on a healthy project; each broken thing gives exactly one ✗ line naming its fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.config import BenchConfig
+from tests.fakes.compute_state import project_number
+from tests.fakes.gcs_proxy import GcsIamProxy
+
+pytestmark = pytest.mark.timeout(60)
+PROJECT = "bench-test-project"
+DEFAULT_ACCOUNT = f"{project_number(PROJECT)}-compute@developer.gserviceaccount.com"
+FAMILY = BenchConfig().image_family
+
+
+@pytest.fixture
+def project(gce, gcs_server, monkeypatch):
+    """A healthy project: the VM's default account holds object access on the bucket."""
+    with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:
+        proxy.object_members.add(f"serviceAccount:{DEFAULT_ACCOUNT}")
+        monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
+        gce.proxy = proxy
+        yield gce
+
+
+def doctor(capsys) -> tuple[int, list[str], list[str]]:
+    code = main(["doctor"])
+    captured = capsys.readouterr()
+    assert code in (0, 4), captured.err
+    out = captured.out.splitlines()
+    return (
+        code,
+        [line for line in out if line.startswith("✓")],
+        [line for line in out if line.startswith("✗")],
+    )
+
+
+def test_a_healthy_project_is_all_ticks(project, gcs_bucket, capsys):
+    code, ticks, crosses = doctor(capsys)
+    assert code == 0 and crosses == []
+    names = [line.split(": ")[0] for line in ticks]
+    assert names == [
+        "✓ credentials",
+        "✓ project",
+        "✓ Compute API",
+        "✓ zone us-central1-a",
+        "✓ zone us-central1-b",
+        "✓ zone us-central1-c",
+        f"✓ image family {FAMILY}",
+        "✓ GPU quota us-central1",
+        "✓ GPUS_ALL_REGIONS",
+        f"✓ bucket gs://{gcs_bucket}",
+        "✓ VM bucket access",
+    ]
+    assert not [r for r in project.requests if r.api_method == "instances.insert"]
+
+
+def _break(project, monkeypatch, what: str) -> None:
+    catalog = project.catalog
+    if what == "credentials":
+        catalog.credentials_valid = False
+    elif what == "compute-api":
+        catalog.compute_api_enabled = False
+    elif what == "unknown-zone":
+        monkeypatch.setenv("BENCH_ZONES", "us-central1-a,us-central1-z")
+    elif what == "zone-without-l4":
+        catalog.zones_without_l4.add("us-central1-b")
+    elif what == "deprecated-image":
+        catalog.deprecate_family(
+            "deeplearning-platform-release", FAMILY, "common-cu129-ubuntu-2404-nvidia-580"
+        )
+    elif what == "regional-quota":
+        catalog.set_region_quota("us-central1", "NVIDIA_L4_GPUS", 0.0)
+        catalog.set_region_quota("us-central1", "PREEMPTIBLE_NVIDIA_L4_GPUS", 0.0)
+    elif what == "global-quota":
+        catalog.project_quotas["GPUS_ALL_REGIONS"] = 0.0
+    elif what == "missing-bucket":
+        monkeypatch.setenv("BENCH_BUCKET", "bench-no-such-bucket")
+    elif what == "vm-bucket-access":
+        project.proxy.object_members.clear()
+
+
+@pytest.mark.parametrize(
+    ("what", "cross", "fix"),
+    [
+        ("credentials", "✗ credentials", "run `gcloud auth application-default login`"),
+        ("compute-api", "✗ Compute API", "gcloud services enable compute.googleapis.com"),
+        ("unknown-zone", "✗ zone us-central1-z: no such zone", "remove us-central1-z"),
+        ("zone-without-l4", "✗ zone us-central1-b: does not offer", "remove us-central1-b"),
+        (
+            "deprecated-image",
+            f"✗ image family {FAMILY}: deprecated (DEPRECATED); its successor is "
+            "common-cu129-ubuntu-2404-nvidia-580",
+            "set image_family = 'common-cu129-ubuntu-2404-nvidia-580'",
+        ),
+        ("regional-quota", "✗ GPU quota us-central1", "request PREEMPTIBLE_NVIDIA_L4_GPUS ≥ 1"),
+        ("global-quota", "✗ GPUS_ALL_REGIONS: 0", "request GPUS_ALL_REGIONS ≥ 1"),
+        ("missing-bucket", "✗ bucket gs://bench-no-such-bucket", "run `bench setup`"),
+        (
+            "vm-bucket-access",
+            f"✗ VM bucket access: {DEFAULT_ACCOUNT}",
+            "gcloud storage buckets add-iam-policy-binding gs://",
+        ),
+    ],
+)
+def test_each_broken_thing_is_exactly_one_cross_naming_its_fix(
+    project, monkeypatch, capsys, what, cross, fix
+):
+    _break(project, monkeypatch, what)
+    code, _, crosses = doctor(capsys)
+    assert code == 4
+    (line,) = crosses
+    assert line.startswith(cross) and f"fix: {fix}" in line
+    assert not project.calls("instances.insert")

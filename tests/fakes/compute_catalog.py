@@ -1,0 +1,173 @@
+"""Read-only resources of the compute stand-in: zones, regions with their quotas, the
+project's quotas, machine and accelerator types, images and image families.
+
+Each answer is shaped as the compute v1 discovery document says (the server validates
+it). Defaults describe a healthy project: every configured zone offers the g2 types and
+the L4, the L4 quotas are 8, and every image family resolves to an ACTIVE image. Tests
+break one thing at a time through the `FakeCatalog` attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import gce_errors
+from .operations import API_ROOT, rfc3339_now
+
+# g2 machine types carry the L4 and exist only where the L4 does:
+# https://cloud.google.com/compute/docs/gpus/gpu-regions-zones
+G2_TYPES = ("g2-standard-4", "g2-standard-8", "g2-standard-12", "g2-standard-16")
+L4 = "nvidia-l4"
+
+
+def region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+@dataclass
+class FakeImage:
+    name: str
+    family: str
+    state: str = "ACTIVE"  # DeprecationStatus.state: ACTIVE, DEPRECATED, OBSOLETE, DELETED
+    replacement: str | None = None  # an image or family URL, set with DEPRECATED
+
+
+@dataclass
+class FakeCatalog:
+    """What the project offers. Quota limits are GPU counts."""
+
+    zones: tuple[str, ...]
+    zones_without_l4: set[str] = field(default_factory=set)
+    region_quotas: dict[str, dict[str, float]] = field(default_factory=dict)
+    project_quotas: dict[str, float] = field(default_factory=lambda: {"GPUS_ALL_REGIONS": 8.0})
+    images: dict[str, list[FakeImage]] = field(default_factory=dict)  # "project/family" -> images
+    compute_api_enabled: bool = True
+    credentials_valid: bool = True
+
+    def set_region_quota(self, region: str, metric: str, limit: float) -> None:
+        self.region_quotas.setdefault(region, {})[metric] = limit
+
+    def deprecate_family(self, project: str, family: str, successor_family: str) -> None:
+        """Every image of `family` DEPRECATED, pointing at the successor family."""
+        replacement = f"{API_ROOT}/projects/{project}/global/images/family/{successor_family}"
+        self.images[f"{project}/{family}"] = [
+            FakeImage(f"{family}-v20260401", family, "DEPRECATED", replacement)
+        ]
+
+    # -- lookups (raise GceError as the API answers) -------------------------------------
+
+    def _zone(self, project: str, zone: str) -> None:
+        if zone not in self.zones:
+            raise gce_errors.not_found(f"projects/{project}/zones/{zone}")
+
+    def zone(self, project: str, zone: str) -> dict[str, Any]:
+        self._zone(project, zone)
+        return {
+            "kind": "compute#zone",
+            "id": str(2000 + self.zones.index(zone)),
+            "creationTimestamp": rfc3339_now(),
+            "name": zone,
+            "description": zone,
+            "status": "UP",
+            "region": f"{API_ROOT}/projects/{project}/regions/{region_of(zone)}",
+            "selfLink": f"{API_ROOT}/projects/{project}/zones/{zone}",
+        }
+
+    def machine_type(self, project: str, zone: str, name: str) -> dict[str, Any]:
+        self._zone(project, zone)
+        if name not in G2_TYPES or zone in self.zones_without_l4:
+            raise gce_errors.not_found(f"projects/{project}/zones/{zone}/machineTypes/{name}")
+        cpus = int(name.rsplit("-", 1)[1])
+        return {
+            "kind": "compute#machineType",
+            "id": str(900_000 + cpus),
+            "name": name,
+            "description": f"{cpus} vCPUs, {cpus * 4} GB RAM, 1 NVIDIA L4",
+            "guestCpus": cpus,
+            "memoryMb": cpus * 4096,
+            "accelerators": [{"guestAcceleratorType": L4, "guestAcceleratorCount": 1}],
+            "zone": zone,
+            "selfLink": f"{API_ROOT}/projects/{project}/zones/{zone}/machineTypes/{name}",
+        }
+
+    def accelerator_type(self, project: str, zone: str, name: str) -> dict[str, Any]:
+        self._zone(project, zone)
+        if name != L4 or zone in self.zones_without_l4:
+            raise gce_errors.not_found(f"projects/{project}/zones/{zone}/acceleratorTypes/{name}")
+        return {
+            "kind": "compute#acceleratorType",
+            "id": "10041",
+            "name": name,
+            "description": "NVIDIA L4",
+            "maximumCardsPerInstance": 8,
+            "zone": f"{API_ROOT}/projects/{project}/zones/{zone}",
+            "selfLink": f"{API_ROOT}/projects/{project}/zones/{zone}/acceleratorTypes/{name}",
+        }
+
+    def region(self, project: str, region: str) -> dict[str, Any]:
+        zones = [z for z in self.zones if region_of(z) == region]
+        if not zones:
+            raise gce_errors.not_found(f"projects/{project}/regions/{region}")
+        # GPU quotas are per region, spot and on-demand apart:
+        # https://cloud.google.com/compute/resource-usage#gpu_quota
+        limits = {"NVIDIA_L4_GPUS": 8.0, "PREEMPTIBLE_NVIDIA_L4_GPUS": 8.0, "CPUS": 24.0}
+        limits.update(self.region_quotas.get(region, {}))
+        return {
+            "kind": "compute#region",
+            "id": str(1000 + len(region)),
+            "name": region,
+            "status": "UP",
+            "zones": [f"{API_ROOT}/projects/{project}/zones/{z}" for z in zones],
+            "quotas": [
+                {"metric": metric, "limit": limit, "usage": 0.0}
+                for metric, limit in sorted(limits.items())
+            ],
+            "selfLink": f"{API_ROOT}/projects/{project}/regions/{region}",
+        }
+
+    def project(self, project: str, number: int) -> dict[str, Any]:
+        # GPUS_ALL_REGIONS caps GPUs in every region together; it is a project quota:
+        # https://cloud.google.com/compute/resource-usage#gpu_quota
+        return {
+            "kind": "compute#project",
+            "id": str(number),
+            "name": project,
+            "quotas": [
+                {"metric": metric, "limit": limit, "usage": 0.0}
+                for metric, limit in sorted(self.project_quotas.items())
+            ],
+            "selfLink": f"{API_ROOT}/projects/{project}",
+        }
+
+    def _family(self, project: str, family: str) -> list[FakeImage]:
+        return self.images.get(f"{project}/{family}") or [FakeImage(f"{family}-v20261101", family)]
+
+    def image_from_family(self, project: str, family: str) -> dict[str, Any]:
+        # "Returns the latest image that is part of an image family and is not deprecated":
+        # https://cloud.google.com/compute/docs/reference/rest/v1/images/getFromFamily
+        active = [i for i in self._family(project, family) if i.state == "ACTIVE"]
+        if not active:
+            raise gce_errors.not_found(f"projects/{project}/global/images/family/{family}")
+        return self._image_json(project, active[-1])
+
+    def images_in_family(self, project: str, family: str) -> list[dict[str, Any]]:
+        """images.list with `family = "X"`: deprecated ones too (they still exist)."""
+        return [self._image_json(project, i) for i in self._family(project, family)]
+
+    def _image_json(self, project: str, image: FakeImage) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "compute#image",
+            "id": str(5_000_000 + len(image.name)),
+            "name": image.name,
+            "family": image.family,
+            "status": "READY",
+            "diskSizeGb": "50",
+            "selfLink": f"{API_ROOT}/projects/{project}/global/images/{image.name}",
+        }
+        if image.state != "ACTIVE":
+            # https://cloud.google.com/compute/docs/images/create-custom#deprecating_an_image
+            body["deprecated"] = {"state": image.state}
+            if image.replacement:
+                body["deprecated"]["replacement"] = image.replacement
+        return body
