@@ -35,4 +35,13 @@ def render(backend, plan_ref, budget, which):
     if rendered.instance_json and which != "shutdown":
         click.echo("\n# ---- instance request (JSON) ----", err=True)
         click.echo(rendered.instance_json, err=True)
+    if rendered.estimate is not None:
+        from rich.console import Console
+
+        from orchestrator.cli.estimate_table import phase_table
+
+        click.echo("\n# ---- runtime estimate (the launch would budget with it) ----", err=True)
+        Console(stderr=True, highlight=False).print(
+            phase_table({"seconds": rendered.estimate}, rendered.rate_usd_per_hour)
+        )
     return 0

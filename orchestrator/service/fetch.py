@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
+from orchestrator.runtime_model import recorded_phase_seconds
 from orchestrator.service.context import Context
 from orchestrator.service.runs import placement_of, read_json_object
 from results_schema import CSV_MODELS, Manifest, Status, SummaryRow
@@ -53,6 +54,7 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
         state=manifest.status,
         finished_at=manifest.finished_at.isoformat(),
         cost_usd=cost,
+        phase_seconds=recorded_phase_seconds(manifest, record.created),
     )
     return FetchResult(record.run_id, final, manifest, summary, released=True)
 
