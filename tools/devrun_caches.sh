@@ -3,8 +3,10 @@
 # the default plan, twice with one fresh state dir: the first run finds the store's caches
 # empty, the second finds them warm. Then the environment cache's save/restore on a
 # torch-sized venv through the same partial functions and the local store. Short table last.
+# `tools/devrun_caches.sh envcache` runs only the second part (and times the build's key).
 # Needs the wheels in .whl/ (pydantic & co. are not on the device image).
 set -euo pipefail
+only=${1:-all}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl
 scratch=$(mktemp -d /tmp/bench-caches.XXXXXX)
@@ -14,6 +16,7 @@ mkdir -p "$out"
 bench() { python3 -m orchestrator "$@"; }
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+cli_runs() {
 for round in cold warm; do
   start=$(date +%s.%N)
   bench launch --backend local --plan "${PLAN:-default}" --budget 1.00 --wait | tail -n 4
@@ -28,6 +31,8 @@ for i in 0 1; do
 done
 bench render --backend local --plan "${PLAN:-default}" 2>"$out/render-estimate.txt" >/dev/null
 bench prices > "$out/prices.txt"
+}
+[[ "$only" == envcache ]] || cli_runs
 
 # The environment cache on a torch-sized tree: a venv holding this machine's torch and the
 # NVIDIA libraries beside it, saved and restored with the startup script's own functions.
@@ -63,6 +68,12 @@ export WORK_DIR="$scratch"
   fi
 ) 2>&1 | tee "$out/envcache.txt"
 
+start=$(date +%s.%N)
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)
+key=$(python3 -m kernels.flash_attention.build --print-cache-key --arch "$arch")
+echo "build cache key $key from nvidia-smi's $arch in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.2f", e-s}') s" \
+  | tee -a "$out/envcache.txt"
+[[ "$only" == envcache ]] && exit 0
 python3 - "$out" <<'PY'
 import json, sys
 from pathlib import Path
@@ -78,4 +89,4 @@ for r in rows:
           "env source:", (r.get("environment") or {}).get("environment_source"))
 PY
 cat "$out"/cachelog-*.txt | grep "cache:" || true
-grep "cache:\|zstd\|restored venv" "$out/envcache.txt" || true
+grep "cache:\|zstd\|restored venv\|cache key" "$out/envcache.txt" || true

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 import textwrap
 
@@ -57,16 +58,27 @@ def corrupt(gcs_server, bucket: str, key: str) -> None:  # noqa: F811
     tarball.upload_from_string(tarball.download_as_bytes()[:-7] + b"garbage")
 
 
-def test_a_saved_tree_comes_back_and_a_corrupt_one_is_refused(cache_vm, gcs_server, gcs_bucket):  # noqa: F811
+@pytest.mark.parametrize("fmt", ["zst", "tar"])
+def test_a_saved_tree_comes_back_and_a_corrupt_one_is_refused(
+    cache_vm,
+    gcs_server,  # noqa: F811
+    gcs_bucket,  # noqa: F811
+    fmt,
+):
+    if fmt == "zst" and not shutil.which("zstd"):
+        pytest.skip("no zstd on this machine")
     tmp = cache_vm.tmp_path
     (tmp / "tree" / "sub").mkdir(parents=True)
     (tmp / "tree" / "sub" / "file.txt").write_text("cached bytes\n")
-    saved = cache_vm('cache_save tree "kernels/k1" && cache_restore "kernels/k1" back')
+    saved = cache_vm(
+        f"cache_format() {{ echo {fmt}; }}; "
+        'cache_save tree "kernels/k1" && cache_restore "kernels/k1" back'
+    )
     assert saved.returncode == 0, saved.stderr + saved.stdout
     assert (tmp / "back" / "sub" / "file.txt").read_text() == "cached bytes\n"
-    digest, fmt = blob(gcs_server, gcs_bucket, "kernels/k1.sha256").download_as_text().split()
+    digest, stored = blob(gcs_server, gcs_bucket, "kernels/k1.sha256").download_as_text().split()
     data = blob(gcs_server, gcs_bucket, f"kernels/k1.tar.{fmt}").download_as_bytes()
-    assert hashlib.sha256(data).hexdigest() == digest
+    assert stored == fmt and hashlib.sha256(data).hexdigest() == digest
 
     corrupt(gcs_server, gcs_bucket, "kernels/k1")
     refused = cache_vm('cache_restore "kernels/k1" back2 || echo "exit $?"')
@@ -133,6 +145,7 @@ FAKE_BUILD = textwrap.dedent(
     from pathlib import Path
 
     key, root = "src0123-nvcc12.9-sm_89", Path(os.environ["BENCH_KERNEL_CACHE"])
+    assert sys.argv[sys.argv.index("--arch") + 1] == "8.9"  # from nvidia-smi, not torch
     if "--print-cache-key" in sys.argv:
         print(key)
         sys.exit(0)
@@ -162,6 +175,9 @@ def test_kernel_build_cache_skips_the_build_and_rebuilds_a_corrupt_one(
     (package / "__init__.py").write_text("")
     (package / "build.py").write_text(FAKE_BUILD)
     (tmp / "python.path").write_text(sys.executable)
+    nvidia_smi = tmp / "bin" / "nvidia-smi"  # the vm fixture's stubs are first on PATH
+    nvidia_smi.write_text('#!/bin/bash\n[[ "$*" == *compute_cap* ]] && echo 8.9\n')
+    nvidia_smi.chmod(0o755)
     build = (
         f"export COMPILES={tmp}/compiles; payload_python() {{ cat {tmp}/python.path; }}; "
         "export -f payload_python; export BENCH_KERNEL_CACHE=$WORK_DIR/kernels-$RANDOM; "
