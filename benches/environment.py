@@ -129,6 +129,8 @@ def fingerprint() -> EnvironmentFingerprint:
         "platform": platform.platform(),
         "cpu": _cpu_model(),
         "image": os.environ.get("BENCH_IMAGE") or None,
+        # image (its own python had every package), cache, built (a venv) or given (local)
+        "environment_source": os.environ.get("BENCH_ENV_SOURCE") or None,
         "machine_type": os.environ.get("BENCH_MACHINE_TYPE") or None,
         "zone": os.environ.get("BENCH_ZONE") or None,
         "spot": _bool_env("BENCH_SPOT"),

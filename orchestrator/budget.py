@@ -11,7 +11,6 @@ from importlib import resources
 
 from orchestrator.config import BenchConfig
 from orchestrator.errors import ConfigError, RefusedError
-from results_schema import Plan
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,16 +24,6 @@ BILLING_MARGIN_SECONDS = 120
 # GCE's own ceiling for max_run_duration is 120 days; bench never needs more than a day.
 MAX_RUN_SECONDS_CEILING = 24 * 3600
 LOCAL_DEFAULT_MAX_RUN_SECONDS = 2 * 3600
-
-# Fixed phase costs on a fresh VM (seconds): boot and image pull, a torch install into a
-# venv, compiling the kernel units on 4 vCPUs, uploads.
-GCE_FIXED_SECONDS = {"boot": 120, "environment": 420, "build": 120, "upload": 30}
-LOCAL_FIXED_SECONDS = {"environment": 5, "build": 30, "upload": 2}
-# What one timed sample costs beyond the kernel itself (warmup share, L2 flush, telemetry,
-# host overhead), by device.
-PER_SAMPLE_OVERHEAD_SECONDS = {"cuda": 0.004, "cpu": 0.002}
-# Rough sustained rates used only to estimate the kernel time of a sample.
-ESTIMATE_TFLOPS = {"cuda": 40.0, "cpu": 0.02}
 
 
 @dataclass(frozen=True)
@@ -77,13 +66,18 @@ def check_zones(zones: list[str], catalog: dict) -> None:
             )
 
 
+def priced_disk_gb(disk_gb: int | None, catalog: dict) -> int:
+    """The boot disk size to price: the configured one, else the catalog's image size."""
+    return disk_gb or int(catalog["image_disk_gb"])
+
+
 def _region_rate(config: BenchConfig, region: str, spot: bool, catalog: dict) -> HourlyRate:
     return machine_rate(
         region,
         config.machine_type,
         config.accelerator_type,
         config.accelerator_count,
-        config.disk_gb,
+        priced_disk_gb(config.disk_gb, catalog),
         spot,
         catalog,
     )
@@ -128,34 +122,6 @@ def machine_rate(
         catalog_date=catalog["catalog_date"],
         disk=disk_per_hour,
     )
-
-
-def estimate_runtime_seconds(plan: Plan, backend: str) -> int:
-    """Boot + environment + build + correctness + samples, from fixed costs and FLOPs."""
-    fixed = GCE_FIXED_SECONDS if backend == "gce" else LOCAL_FIXED_SECONDS
-    implementations = len(plan.implementations)
-    kernel_seconds = sum(
-        config.flops() / (ESTIMATE_TFLOPS[plan.device] * 1e12) for config in plan.configs
-    )
-    timed = plan.samples_per_config * implementations * kernel_seconds
-    overhead = plan.samples_per_implementation() * implementations
-    overhead *= PER_SAMPLE_OVERHEAD_SECONDS[plan.device]
-    correctness = 2.0 * len(plan.configs)
-    return math.ceil(sum(fixed.values()) + timed + overhead + correctness)
-
-
-# Past runs predict better than the model, but vary (boot times, installs): keep headroom.
-HISTORY_HEADROOM = 1.25
-
-
-def refined_estimate(model_seconds: int, past_seconds: list[float]) -> tuple[int, str]:
-    """The estimate from past complete runs of the same plan and backend when there are any
-    (their median, with headroom), else the model's; and a note saying which."""
-    if not past_seconds:
-        return model_seconds, "model"
-    ordered = sorted(past_seconds)
-    median = ordered[len(ordered) // 2]
-    return math.ceil(median * HISTORY_HEADROOM), f"{len(ordered)} past runs"
 
 
 def max_run_seconds_for(budget_usd: float, rate_usd_per_hour: float) -> int:

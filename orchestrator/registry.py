@@ -37,6 +37,8 @@ class RunRecord:
     finished_at: str | None = None
     cost_usd: float | None = None
     sandbox: str = ""
+    # Seconds per runtime-model phase, from the fetched manifest (runtime_model).
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def created(self) -> datetime:
@@ -117,12 +119,12 @@ class RunRegistry:
             rows = db.execute("SELECT record FROM runs ORDER BY run_id").fetchall()
         return [RunRecord(**json.loads(r[0])) for r in rows]
 
-    def past_durations(self, plan: str, backend: str) -> list[float]:
-        """Wall seconds of earlier complete runs of this plan on this backend."""
+    def past_phase_seconds(self, plan: str, backend: str) -> list[dict[str, float]]:
+        """Phase times of earlier complete, fetched runs of this plan on this backend."""
         return [
-            max((datetime.fromisoformat(r.finished_at) - r.created).total_seconds(), 0.0)
+            r.phase_seconds
             for r in self.all()
-            if r.plan == plan and r.backend == backend and r.state == "complete" and r.finished_at
+            if r.plan == plan and r.backend == backend and r.state == "complete" and r.phase_seconds
         ]
 
     def committed_this_month(self, now: datetime | None = None) -> float:

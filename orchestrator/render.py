@@ -15,7 +15,11 @@ from typing import Any
 
 import jinja2
 
-from orchestrator.payload import PAYLOAD_PIP_INDEX_ARGS, payload_requirements
+from orchestrator.payload import (
+    PAYLOAD_PIP_INDEX_ARGS,
+    image_requirements,
+    payload_requirements,
+)
 from orchestrator.spec import RunSpec
 from results_schema import PHASES
 
@@ -97,6 +101,7 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "reason_window_seconds": REASON_WINDOW_SECONDS[spec.backend],
         "cost_json": json.dumps(cost, sort_keys=True),
         "pip_packages": payload_requirements(spec.backend, plan.device),
+        "image_packages": image_requirements(spec.backend, plan.device),
         "pip_index_args": PAYLOAD_PIP_INDEX_ARGS[plan.device],
         "record_tool_source": record_tool_source(),
         "phases": PHASES,

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from results_schema import Plan
+from results_schema.record import billed_usd
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -46,4 +47,4 @@ class RunSpec(BaseModel):
         return f"runs/{self.run_id}"
 
     def estimated_cost_usd(self) -> float:
-        return self.rate_usd_per_hour * max(self.estimated_seconds, 60) / 3600.0
+        return billed_usd(self.rate_usd_per_hour, self.estimated_seconds)

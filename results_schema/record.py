@@ -168,14 +168,18 @@ def build_manifest(args: argparse.Namespace) -> dict:
     return manifest
 
 
+def billed_usd(rate_usd_per_hour: float, seconds: float) -> float:
+    """What GCE bills for this many seconds: per second, with a one-minute minimum."""
+    return rate_usd_per_hour * max(seconds, 60.0) / 3600.0
+
+
 def estimated_cost(cost: dict) -> float:
-    """Rate times elapsed time, with GCE's one-minute billing minimum."""
+    """Rate times elapsed time, as billed."""
     if not cost.get("started_at"):
         return 0.0
     start = datetime.fromisoformat(cost["started_at"])
     end = datetime.fromisoformat(cost["finished_at"])
-    seconds = max((end - start).total_seconds(), 60.0)
-    return round(cost["rate_usd_per_hour"] * seconds / 3600.0, 6)
+    return round(billed_usd(cost["rate_usd_per_hour"], (end - start).total_seconds()), 6)
 
 
 def write_status(args: argparse.Namespace) -> None:

@@ -8,6 +8,7 @@ compiler or GPU never reuses a stale build.
 
     python -m kernels.flash_attention.build --check --record build.json   # on a GPU machine
     python -m kernels.flash_attention.build --compile-only --arch sm_89   # no GPU needed
+    python -m kernels.flash_attention.build --print-cache-key             # the cache dir name
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ def cache_root() -> Path:
 
 def cache_key(sha: str, nvcc_ver: str, arch: str) -> str:
     return f"{sha[:16]}-nvcc{nvcc_ver}-{arch}"
+
+
+def cache_key_for(arch: str | None = None) -> str:
+    """The cache directory name a build for `arch` (default: the visible GPU) would use."""
+    arch = normalize_arch(arch) if arch else detect_arch()
+    return cache_key(source_sha256(), nvcc_version(find_nvcc()), arch)
 
 
 def _compile_unit(nvcc: str, src: Path, out: Path, flags: list[str]) -> tuple[str, float]:
@@ -201,8 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-only", action="store_true", help="compile, no GPU, no cache")
     parser.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+    parser.add_argument(
+        "--print-cache-key", action="store_true", help="print the cache dir name and exit"
+    )
     args = parser.parse_args(argv)
     try:
+        if args.print_cache_key:
+            print(cache_key_for(args.arch))
+            return 0
         if args.compile_only:
             if not args.arch:
                 parser.error("--compile-only needs --arch")

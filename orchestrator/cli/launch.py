@@ -78,6 +78,12 @@ def _print_launch(out, result) -> None:
     )
     for attempt in placement.attempts:
         out.print(f"bench: tried {attempt}")
+    if result.estimate is not None:
+        out.print(
+            "bench: estimate by phase: "
+            + ", ".join(f"{p.phase} {p.seconds:.0f}s" for p in result.estimate.phases)
+            + " (sources: bench prices)"
+        )
     cost = f"≈ ${spec.estimated_cost_usd():.2f}" if spec.rate_usd_per_hour else "free"
     out.print(
         f"bench: rate ${spec.rate_usd_per_hour:.4f}/h{' (spot)' if spec.spot else ''} · "

@@ -19,7 +19,8 @@ from orchestrator.cli.options import Money, backend_option, make_context
 def render(backend, plan_ref, budget, which):
     """Print the startup script a launch would run; creates and sends nothing.
 
-    On gce it also prints the instance request as JSON.
+    On stderr: the runtime estimate, phase by phase with its sources, and on
+    gce the instance request as JSON.
 
     \b
     Examples:
@@ -32,6 +33,15 @@ def render(backend, plan_ref, budget, which):
     name, _ = ctx.config.resolved_backend()
     rendered = render_scripts(ctx, name, plan_ref, budget)
     click.echo(rendered.shutdown if which == "shutdown" else rendered.startup, nl=False)
+    if rendered.estimate is not None:
+        from rich.console import Console
+
+        from orchestrator.cli.estimate_table import phase_table
+
+        click.echo("# ---- runtime estimate (the launch would budget with it) ----", err=True)
+        Console(stderr=True, highlight=False).print(
+            phase_table({"seconds": rendered.estimate}, rendered.rate_usd_per_hour)
+        )
     if rendered.instance_json and which != "shutdown":
         click.echo("\n# ---- instance request (JSON) ----", err=True)
         click.echo(rendered.instance_json, err=True)

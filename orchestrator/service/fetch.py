@@ -15,6 +15,7 @@ from pathlib import Path
 from orchestrator import boundary
 from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
+from orchestrator.runtime_model import recorded_phase_seconds
 from orchestrator.service.context import Context
 from orchestrator.service.runs import placement_of
 from results_schema import Manifest, SummaryRow
@@ -49,6 +50,7 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
         state=manifest.status,
         finished_at=manifest.finished_at.isoformat(),
         cost_usd=manifest.cost.estimated_usd if manifest.cost else None,
+        phase_seconds=recorded_phase_seconds(manifest, record.created),
     )
     return FetchResult(record.run_id, final, manifest, summary, released=True)
 

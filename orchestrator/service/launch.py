@@ -14,6 +14,7 @@ from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
 from orchestrator.registry import RunRecord
 from orchestrator.render import render_shutdown, render_startup
+from orchestrator.runtime_model import RuntimeEstimate, model_phases, refine
 from orchestrator.service.context import Context, require_gce_settings
 from orchestrator.service.plans import resolve_plan
 from orchestrator.spec import RunSpec, new_run_id
@@ -35,16 +36,21 @@ class LaunchResult:
     backend_reason: str
     notes: list[str] = field(default_factory=list)
     rate: budget.HourlyRate | None = None
+    estimate: RuntimeEstimate | None = None
+
+
+def runtime_estimate(ctx: Context, backend: str, plan: Plan) -> RuntimeEstimate:
+    """The phase model for this plan here, refined by past complete runs' phase times."""
+    model = model_phases(plan, backend, ctx.config.accelerator_type, ctx.config.image_family)
+    return refine(model, ctx.registry.past_phase_seconds(plan.name, backend))
 
 
 def plan_spec(
     ctx: Context, request: LaunchRequest, backend: str, plan: Plan, spot: bool
-) -> tuple[RunSpec, budget.HourlyRate | None]:
+) -> tuple[RunSpec, budget.HourlyRate | None, RuntimeEstimate]:
     """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan."""
-    estimated, _ = budget.refined_estimate(
-        budget.estimate_runtime_seconds(plan, backend),
-        ctx.registry.past_durations(plan.name, backend),
-    )
+    estimate = runtime_estimate(ctx, backend, plan)
+    estimated = estimate.total_seconds
     if backend == "local":
         rate, rate_total = None, 0.0
         cap = request.max_runtime_seconds or budget.LOCAL_DEFAULT_MAX_RUN_SECONDS
@@ -67,7 +73,7 @@ def plan_spec(
         payload_sha256="0" * 64,
         spot=spot and backend == "gce",
     )
-    return spec, rate
+    return spec, rate, estimate
 
 
 def launch(
@@ -83,7 +89,7 @@ def launch(
         require_gce_settings(ctx.config)
     plan, plan_note = resolve_plan(request.plan, backend)
     notes = [plan_note] if plan_note else []
-    spec, rate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
+    spec, rate, estimate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
     ensure_writable(ctx.paths)
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.
@@ -109,7 +115,7 @@ def launch(
         max_run_seconds=spec.max_run_seconds,
         spot=spec.spot,
     )
-    return LaunchResult(spec, placement, backend_reason, notes, rate)
+    return LaunchResult(spec, placement, backend_reason, notes, rate, estimate)
 
 
 def _spend_check(ctx: Context, request: LaunchRequest, backend: str):
@@ -160,7 +166,7 @@ def _start(ctx: Context, request: LaunchRequest, backend_name: str, spec: RunSpe
         if not (spec.spot and ctx.config.on_demand_fallback):
             raise
         # Same run, on-demand: the rate is higher, so the budget buys less time.
-        on_demand, rate = plan_spec(ctx, request, backend_name, spec.plan, spot=False)
+        on_demand, rate, _ = plan_spec(ctx, request, backend_name, spec.plan, spot=False)
         on_demand = on_demand.model_copy(
             update={"run_id": spec.run_id, "payload_sha256": spec.payload_sha256}
         )

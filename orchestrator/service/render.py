@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.payload import build_payload
+from orchestrator.runtime_model import RuntimeEstimate
 from orchestrator.service.context import Context
 from orchestrator.service.launch import LaunchRequest, _render_for, plan_spec
 from orchestrator.service.plans import resolve_plan
@@ -15,16 +16,18 @@ class Rendered:
     startup: str
     shutdown: str
     instance_json: str | None = None
+    estimate: RuntimeEstimate | None = None
+    rate_usd_per_hour: float = 0.0
 
 
 def render_scripts(ctx: Context, backend_name: str, plan_ref: str, budget_usd: float) -> Rendered:
     plan, _ = resolve_plan(plan_ref, backend_name)
     request = LaunchRequest(budget_usd=budget_usd, plan=plan_ref)
-    spec, _ = plan_spec(ctx, request, backend_name, plan, spot=ctx.config.spot)
+    spec, _, estimate = plan_spec(ctx, request, backend_name, plan, spot=ctx.config.spot)
     spec = spec.model_copy(update={"payload_sha256": build_payload(plan).sha256})
     backend = ctx.backend(backend_name)
     startup, shutdown = _render_for(ctx, backend, spec)
     instance_json = None
     if backend_name == "gce":
         instance_json = backend.instance_request_json(spec, ctx.config.zones[0], startup, shutdown)
-    return Rendered(startup, shutdown, instance_json)
+    return Rendered(startup, shutdown, instance_json, estimate, spec.rate_usd_per_hour)

@@ -376,6 +376,8 @@ def test_render_prints_script_and_instance_request_and_creates_nothing(
     captured = capsys.readouterr()
     assert captured.out.startswith("#!/usr/bin/env bash\n") and "phase_benchmark()" in captured.out
     request = json.loads(captured.err.split("# ---- instance request (JSON) ----", 1)[1])
+    estimate = captured.err.split("# ---- runtime estimate", 1)[1]
+    assert all(phase in estimate for phase in ("boot", "environment", "build", "shutdown"))
     assert request["scheduling"]["instanceTerminationAction"] == "DELETE"
     assert gce.requests == [] and bucket_objects(gcs_server, gcs_bucket) == []
     assert not (bench_env / "state").exists()
@@ -399,7 +401,7 @@ def test_on_demand_fallback_replans_the_time_cap_at_the_higher_rate(gce, tmp_pat
 def test_on_demand_fallback_is_refused_when_the_budget_covers_only_spot(gce, tmp_path, capsys):
     for zone in ZONES:
         gce.faults.stockout(zone, spot_only=True)
-    args = ["launch", "--backend", "gce", "--budget", "0.10", "--plan", plan_file(tmp_path)]
+    args = ["launch", "--backend", "gce", "--budget", "0.03", "--plan", plan_file(tmp_path)]
     assert main([*args, "--on-demand-fallback"]) == 3
     assert "buys" in capsys.readouterr().err
     assert all(t["scheduling"]["provisioningModel"] == "SPOT" for t in gce.inserted)

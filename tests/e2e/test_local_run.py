@@ -93,6 +93,16 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys, monkeypatch):
     assert per_impl == {name: expected for name in manifest.plan.implementations}
     assert [p.name for p in manifest.phases] == list(PHASES)
     assert manifest.environment and manifest.environment.torch
+    assert manifest.environment.model_extra["environment_source"] == "given"
+    # The fetched phase times refine the next launch's estimate of the same plan.
+    from orchestrator.registry import RunRegistry
+    from orchestrator.runtime_model import MODEL_PHASES
+
+    (recorded,) = RunRegistry(state / "runs.sqlite").past_phase_seconds("cpu-smoke", "local")
+    assert set(recorded) == set(MODEL_PHASES) - {"shutdown"}  # no manifest sees the shutdown
+    assert recorded["benchmark"] == next(
+        p.seconds for p in manifest.phases if p.name == "benchmark"
+    )
 
     capsys.readouterr()
     assert main(["logs", run_id]) == 0

@@ -102,7 +102,7 @@ def test_telemetry_is_recorded_per_sample(gpu_run):
 
 def test_single_launch_medians_agree_with_triton_do_bench(gpu_run):
     pytest.importorskip("triton")
-    from benches.crosscheck import dobench
+    from tools.crosscheck import dobench
 
     result = dobench(gpu_run)
     assert result["max_abs_diff_single"] < 0.05, result["rows"]

@@ -7,12 +7,13 @@ import pytest
 from orchestrator import budget
 from orchestrator.config import BenchConfig
 from orchestrator.errors import ConfigError, RefusedError
+from orchestrator.runtime_model import model_phases
 from orchestrator.service.plans import resolve_plan
 
 
 def test_spot_l4_rate_matches_the_catalog_sum():
     rate = budget.hourly_rate(BenchConfig(), spot=True)
-    disk = 100 * 0.10 / 730
+    disk = 100 * 0.10 / 730  # an image-sized disk is priced at the catalog's image_disk_gb
     assert rate.total == pytest.approx(0.05874 + 0.2231 + disk)
     assert rate.catalog_date and rate.region == "us-central1"
     on_demand = budget.hourly_rate(BenchConfig(), spot=False)
@@ -30,7 +31,7 @@ def test_one_dollar_buys_about_three_and_a_half_spot_hours():
 def test_tiny_budget_is_refused_with_both_figures():
     rate = budget.hourly_rate(BenchConfig(), spot=True)
     plan, _ = resolve_plan("default", "gce")
-    estimated = budget.estimate_runtime_seconds(plan, "gce")
+    estimated = model_phases(plan, "gce", "nvidia-l4").total_seconds
     cap = budget.max_run_seconds_for(0.01, rate.total)
     with pytest.raises(RefusedError) as refused:
         budget.check_covers(0.01, rate, estimated, cap)
@@ -48,18 +49,7 @@ def test_monthly_cap_counts_the_whole_budget_of_this_launch():
         budget.check_monthly_cap(10.0, spent_this_month=8.5, budget_usd=2.0)
 
 
-def test_gpu_plan_estimate_includes_the_fixed_vm_costs():
-    plan, _ = resolve_plan("default", "gce")
-    assert budget.estimate_runtime_seconds(plan, "gce") > sum(budget.GCE_FIXED_SECONDS.values())
-
-
-def test_past_runs_replace_the_model_estimate_with_headroom():
-    assert budget.refined_estimate(700, []) == (700, "model")
-    seconds, source = budget.refined_estimate(700, [400.0, 300.0, 500.0])
-    assert seconds == 500 and source == "3 past runs"
-
-
-def test_registry_reports_durations_of_complete_runs_only(tmp_path):
+def test_registry_reports_phase_times_of_complete_runs_only(tmp_path):
     from orchestrator.registry import RunRecord, RunRegistry
 
     registry = RunRegistry(tmp_path / "runs.sqlite")
@@ -77,6 +67,7 @@ def test_registry_reports_durations_of_complete_runs_only(tmp_path):
             backend="gce",
             state="complete",
             finished_at="2026-11-22T08:10:00+00:00",
+            phase_seconds={"build": 30.0},
             **common,
         )
     )
@@ -86,6 +77,7 @@ def test_registry_reports_durations_of_complete_runs_only(tmp_path):
             backend="gce",
             state="failed",
             finished_at="2026-11-22T08:01:00+00:00",
+            phase_seconds={"build": 1.0},
             **common,
         )
     )
@@ -95,7 +87,8 @@ def test_registry_reports_durations_of_complete_runs_only(tmp_path):
             backend="local",
             state="complete",
             finished_at="2026-11-22T08:02:00+00:00",
+            phase_seconds={"build": 2.0},
             **common,
         )
     )
-    assert registry.past_durations("default", "gce") == [600.0]
+    assert registry.past_phase_seconds("default", "gce") == [{"build": 30.0}]

@@ -83,13 +83,20 @@ def test_machine_gpu_disk_and_network_are_zonal_and_from_config():
     assert disk.boot and disk.auto_delete
     assert disk.initialize_params.source_image == (
         "projects/deeplearning-platform-release/global/images/family/"
-        "common-cu128-ubuntu-2204-nvidia-570"
+        "pytorch-2-9-cu129-ubuntu-2204-nvidia-580"
     )
     assert disk.initialize_params.disk_size_gb == 150
     assert disk.initialize_params.disk_type == "zones/us-central1-b/diskTypes/pd-balanced"
     (nic,) = instance.network_interfaces
     assert nic.network == "global/networks/default"
     assert nic.access_configs[0].type_ == "ONE_TO_ONE_NAT"
+
+
+def test_by_default_the_boot_disk_is_sized_as_its_image():
+    # No diskSizeGb: GCE then uses the image's size, the smallest the image allows (compute
+    # v1 discovery document, AttachedDiskInitializeParams.diskSizeGb).
+    (disk,) = build().disks
+    assert "disk_size_gb" not in disk.initialize_params
 
 
 def test_three_labels_with_a_sanitized_owner():

@@ -291,14 +291,13 @@ class GceBackend:
     def _rate(self, zone: str, instance: Instance, catalog: dict) -> float:
         """What this instance bills per hour now, priced from what it is (it may come from
         another config or region): a powered-off one only its disk; 0 when not priced."""
-        from orchestrator.budget import machine_rate
+        from orchestrator.budget import machine_rate, priced_disk_gb
 
         accelerators = list(instance.guest_accelerators)
         boot_disks = [d for d in instance.disks if d.boot]
         disk_gb = next(
-            (d.disk_size_gb or d.initialize_params.disk_size_gb for d in boot_disks),
-            self.config.disk_gb,
-        )
+            (d.disk_size_gb or d.initialize_params.disk_size_gb for d in boot_disks), None
+        ) or priced_disk_gb(self.config.disk_gb, catalog)
         try:
             rate = machine_rate(
                 region=zone.rsplit("-", 1)[0],
@@ -309,7 +308,7 @@ class GceBackend:
                     else self.config.accelerator_type
                 ),
                 accelerator_count=sum(a.accelerator_count for a in accelerators),
-                disk_gb=disk_gb or self.config.disk_gb,
+                disk_gb=disk_gb,
                 spot=instance.scheduling.provisioning_model == "SPOT",
                 catalog=catalog,
             )

@@ -146,6 +146,8 @@ def build_instance(
         type_="PERSISTENT",
         initialize_params=compute_v1.AttachedDiskInitializeParams(
             source_image=f"projects/{config.image_project}/global/images/family/{config.image_family}",
+            # Unset, GCE sizes the disk as the image (compute v1 discovery document,
+            # AttachedDiskInitializeParams.diskSizeGb): the smallest the image allows.
             disk_size_gb=config.disk_gb,
             disk_type=f"zones/{zone}/diskTypes/pd-balanced",
             labels=labels,

@@ -1,7 +1,7 @@
 """Developer checks of the harness itself on a GPU (not part of a run).
 
-    python -m benches.crosscheck dobench RUN_DIR     medians against triton.testing.do_bench
-    python -m benches.crosscheck repeat RUN_A RUN_B  per-(config, implementation) median drift
+    python -m tools.crosscheck dobench RUN_DIR     medians against triton.testing.do_bench
+    python -m tools.crosscheck repeat RUN_A RUN_B  per-(config, implementation) median drift
 
 `dobench` re-creates each config's timing inputs and asks triton's do_bench (256 MB zeroed
 before every timed call, CUDA events per call) for the median, under the harness's
@@ -206,7 +206,7 @@ def repeat(run_a: Path, run_b: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benches.crosscheck", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.crosscheck", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("dobench")
     p.add_argument("run_dir", type=Path)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (developer tool): the real `bench` CLI on the local backend with the
 # default GPU plan, twice back to back; fetch, report, compare, check the second run's
-# medians against triton's do_bench (benches/crosscheck.py); a short table last.
+# medians against triton's do_bench (tools/crosscheck.py); a short table last.
 # Needs the wheels in .whl/ (pydantic & co. are not on the device image).
 set -euo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -29,6 +29,6 @@ cp "$results/${runs[1]}"/report/*.png "$out/" 2>/dev/null || true
 cp "$results/${runs[0]}/manifest.json" "$out/manifest-a.json"
 cp "$results/${runs[1]}/manifest.json" "$out/manifest-b.json"
 cp "$results/${runs[1]}/results/summary.csv" "$out/summary-b.csv"
-python3 -m benches.crosscheck dobench "$results/${runs[1]}" --plan "${PLAN:-default}" --json /tmp/dobench.json \
+python3 -m tools.crosscheck dobench "$results/${runs[1]}" --plan "${PLAN:-default}" --json /tmp/dobench.json \
   | tee "$out/dobench.txt"
-python3 benches/devrun_table.py "$results/${runs[0]}" "$results/${runs[1]}" | tee "$out/table.txt"
+python3 tools/devrun_table.py "$results/${runs[0]}" "$results/${runs[1]}" | tee "$out/table.txt"

@@ -1,7 +1,7 @@
 """Developer tool (one device call): why the harness's medians and triton's do_bench differ,
 and how stable a config's medians are over time. Not part of a run.
 
-    python3 benches/devrun_diag.py --out $OUT/diag.json
+    python3 tools/devrun_diag.py --out $OUT/diag.json
 
 Every experiment runs with an NVML poller (SM clock, power, clock-event reasons every 2 ms)
 so that a difference in time can be set against a difference in GPU state.
@@ -25,9 +25,9 @@ import triton.testing
 
 from benches import timing
 from benches.correctness import config_seed, make_inputs
-from benches.crosscheck import SpinBeforeEachCall
 from benches.plan import resolve_plan
 from kernels import registry
+from tools.crosscheck import SpinBeforeEachCall
 
 SINGLE = {  # config -> implementations compared with do_bench in single-launch mode
     "bf16-b16h32s512d64": ("flash", "sdpa"),

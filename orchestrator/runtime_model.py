@@ -1,0 +1,153 @@
+"""How long a run takes, phase by phase: a sourced model, refined by finished runs.
+
+The figures are data (orchestrator/data/phases.toml), each with its source: a measurement
+here or a public page. A phase that finished runs of the same plan and backend recorded in
+their manifests is estimated from those instead (their median, with headroom).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+
+from orchestrator.errors import ConfigError
+from results_schema import Manifest, Plan
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MODEL_PHASES = (
+    "boot",
+    "environment",
+    "payload",
+    "build",
+    "correctness",
+    "benchmark",
+    "upload",
+    "shutdown",
+)
+# The startup script's own phases that the model folds into a neighbour.
+SCRIPT_PHASE_TO_MODEL = {"preflight": "boot", "finish": "upload"}
+# Past runs predict better than the model, but vary (boot times, installs): keep headroom.
+HISTORY_HEADROOM = 1.25
+# An image family of this prefix carries torch: the run installs nothing.
+TORCH_IMAGE_PREFIX = "pytorch-"
+
+
+@dataclass(frozen=True)
+class PhaseFigure:
+    phase: str
+    seconds: float
+    source: str
+
+
+@dataclass(frozen=True)
+class RuntimeEstimate:
+    phases: tuple[PhaseFigure, ...]
+
+    @property
+    def total_seconds(self) -> int:
+        return math.ceil(sum(p.seconds for p in self.phases))
+
+    def seconds_of(self, phase: str) -> float:
+        return next(p.seconds for p in self.phases if p.phase == phase)
+
+
+def load_phase_catalog() -> dict:
+    text = resources.files("orchestrator.data").joinpath("phases.toml").read_text()
+    return tomllib.loads(text)
+
+
+def machine_figures(backend: str, accelerator: str, catalog: dict) -> dict:
+    """The figures for this backend and GPU type; ConfigError when the model has none."""
+    if backend == "local":
+        return catalog["local"]
+    figures = catalog["gce"].get(accelerator)
+    if figures is None:
+        known = ", ".join(catalog["gce"])
+        raise ConfigError(f"no runtime model for {accelerator} in phases.toml; modelled: {known}")
+    return figures
+
+
+def model_phases(
+    plan: Plan,
+    backend: str,
+    accelerator: str = "",
+    image_family: str = "",
+    warm: bool = False,
+    catalog: dict | None = None,
+) -> RuntimeEstimate:
+    """Every phase from the model alone. `warm`: the store's caches (environment, kernel
+    build) already hold this run's entries, as on every run after the first."""
+    catalog = catalog or load_phase_catalog()
+    figures = machine_figures(backend, accelerator, catalog)
+    rates = figures[plan.device] if backend == "local" else figures
+
+    def fixed(phase: str, key: str | None = None) -> PhaseFigure:
+        entry = figures[key or phase]
+        return PhaseFigure(phase, float(entry["seconds"]), entry["source"])
+
+    if backend == "local":
+        environment = fixed("environment")
+    elif image_family.startswith(TORCH_IMAGE_PREFIX):
+        environment = fixed("environment", "environment_image")
+    else:
+        environment = fixed("environment", "environment_cached" if warm else "environment_venv")
+    builds = "flash" in plan.implementations
+    build = fixed("build", "build_cached" if warm else "build") if builds else None
+    phases = [
+        fixed("boot") if "boot" in figures else PhaseFigure("boot", 0.0, "no machine to start"),
+        environment,
+        fixed("payload"),
+        build or PhaseFigure("build", 0.0, "the plan measures no kernel of ours"),
+        _correctness(plan, rates),
+        _benchmark(plan, rates),
+        fixed("upload"),
+        fixed("shutdown") if "shutdown" in figures else PhaseFigure("shutdown", 0.0, "nothing"),
+    ]
+    return RuntimeEstimate(tuple(phases))
+
+
+def _correctness(plan: Plan, rates: dict) -> PhaseFigure:
+    seconds = rates["correctness_per_config_seconds"] * len(plan.configs)
+    return PhaseFigure("correctness", seconds, rates["correctness_source"])
+
+
+def _benchmark(plan: Plan, rates: dict) -> PhaseFigure:
+    """Kernel time from the plan's FLOPs at a sustained rate, plus each sample's overhead."""
+    implementations = len(plan.implementations)
+    kernel = sum(c.flops() for c in plan.configs) / (rates["sustained_tflops"] * 1e12)
+    timed = plan.samples_per_config * implementations * kernel
+    overhead = plan.samples_per_implementation() * implementations * rates["per_sample_seconds"]
+    return PhaseFigure("benchmark", timed + overhead, rates["benchmark_source"])
+
+
+def refine(model: RuntimeEstimate, past_runs: list[dict[str, float]]) -> RuntimeEstimate:
+    """Each phase that past complete runs recorded: their median with headroom."""
+    phases = []
+    for figure in model.phases:
+        seen = sorted(run[figure.phase] for run in past_runs if figure.phase in run)
+        if not seen:
+            phases.append(figure)
+            continue
+        median = seen[len(seen) // 2]
+        source = f"median of {len(seen)} past run{'s' * (len(seen) > 1)} × {HISTORY_HEADROOM}"
+        phases.append(PhaseFigure(figure.phase, median * HISTORY_HEADROOM, source))
+    return RuntimeEstimate(tuple(phases))
+
+
+def recorded_phase_seconds(manifest: Manifest, created_at: datetime) -> dict[str, float]:
+    """A finished run's phases in the model's terms: its manifest's phase times, and boot as
+    the time from the launch to the script's start."""
+    seconds: dict[str, float] = {}
+    if manifest.started_at is not None:
+        seconds["boot"] = max((manifest.started_at - created_at).total_seconds(), 0.0)
+    for record in manifest.phases:
+        phase = SCRIPT_PHASE_TO_MODEL.get(record.name, record.name)
+        seconds[phase] = seconds.get(phase, 0.0) + record.seconds
+    return seconds

@@ -1,0 +1,34 @@
+"""estimate: what a gce run of a plan costs, phase by phase, on its first and later runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator import budget
+from orchestrator.runtime_model import RuntimeEstimate, model_phases
+from orchestrator.service.context import Context
+from orchestrator.service.launch import runtime_estimate
+from orchestrator.service.plans import resolve_plan
+from results_schema import Plan
+
+
+@dataclass(frozen=True)
+class GceEstimate:
+    plan: Plan
+    rate: budget.HourlyRate
+    first_run: RuntimeEstimate  # empty caches
+    later_runs: RuntimeEstimate  # the store's caches hold this run's environment and build
+    launch: RuntimeEstimate  # what launch budgets with: the first run, refined by past runs
+
+
+def gce_estimate(ctx: Context, plan_ref: str = "default") -> GceEstimate:
+    """The configured machine at the configured provisioning model's catalog rate."""
+    config = ctx.config
+    plan, _ = resolve_plan(plan_ref, "gce")
+    rate = budget.hourly_rate(config, spot=config.spot)
+
+    def modelled(warm: bool) -> RuntimeEstimate:
+        return model_phases(plan, "gce", config.accelerator_type, config.image_family, warm=warm)
+
+    launch = runtime_estimate(ctx, "gce", plan)
+    return GceEstimate(plan, rate, modelled(False), modelled(True), launch)

@@ -1,0 +1,204 @@
+"""The environment and kernel-build caches in the bucket, run by bash against the real
+fake-gcs-server through the gce partial's store_put/store_get: saved once, restored later,
+and a corrupt object detected by its sha256 and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import textwrap
+
+import pytest
+
+from orchestrator.render import template_environment
+from tests.fakes.fixtures import gcs_bucket, gcs_server  # noqa: F401 - fixtures
+from tests.unit.test_gce_startup_partial import vm  # noqa: F401 - fixture
+
+PREFIX = "team/bench"
+
+
+@pytest.fixture
+def cache_vm(vm):  # noqa: F811
+    """The vm fixture with the cache, environment and build partials sourced too."""
+    env = template_environment()
+    for name, context in (
+        ("cache", {}),
+        ("environment", {}),
+        ("build", {"build_kernel": True, "plan_name": "default"}),
+    ):
+        text = env.get_template(f"partials/{name}.sh.j2").render(**context)
+        (vm.tmp_path / f"{name}.sh").write_text(text)
+
+    def run(snippet: str):
+        # Through a file: the vm fixture quotes its snippet for bash only roughly.
+        script = vm.tmp_path / "snippet.sh"
+        script.write_text(
+            'fail() { echo "FAIL: $*" >&2; exit 1; }\n'
+            "export -f fail\n"
+            "export PIP_INDEX_ARGS='' PLAN_NAME=default\n"
+            "source cache.sh; source environment.sh; source build.sh\n" + snippet + "\n"
+        )
+        return vm(f"source {script}")
+
+    run.tmp_path = vm.tmp_path  # type: ignore[attr-defined]
+    return run
+
+
+def blob(gcs_server, bucket: str, key: str):  # noqa: F811
+    return gcs_server.client().bucket(bucket).get_blob(f"{PREFIX}/cache/{key}")
+
+
+def corrupt(gcs_server, bucket: str, key: str) -> None:  # noqa: F811
+    """Overwrite the cached tarball (not its digest), as a bad upload or a bit flip would."""
+    sha = blob(gcs_server, bucket, f"{key}.sha256").download_as_text().split()
+    tarball = blob(gcs_server, bucket, f"{key}.tar.{sha[1]}")
+    tarball.upload_from_string(tarball.download_as_bytes()[:-7] + b"garbage")
+
+
+@pytest.mark.parametrize("fmt", ["zst", "tar"])
+def test_a_saved_tree_comes_back_and_a_corrupt_one_is_refused(
+    cache_vm,
+    gcs_server,  # noqa: F811
+    gcs_bucket,  # noqa: F811
+    fmt,
+):
+    if fmt == "zst" and not shutil.which("zstd"):
+        pytest.skip("no zstd on this machine")
+    tmp = cache_vm.tmp_path
+    (tmp / "tree" / "sub").mkdir(parents=True)
+    (tmp / "tree" / "sub" / "file.txt").write_text("cached bytes\n")
+    saved = cache_vm(
+        f"cache_format() {{ echo {fmt}; }}; "
+        'cache_save tree "kernels/k1" && cache_restore "kernels/k1" back'
+    )
+    assert saved.returncode == 0, saved.stderr + saved.stdout
+    assert (tmp / "back" / "sub" / "file.txt").read_text() == "cached bytes\n"
+    digest, stored = blob(gcs_server, gcs_bucket, "kernels/k1.sha256").download_as_text().split()
+    data = blob(gcs_server, gcs_bucket, f"kernels/k1.tar.{fmt}").download_as_bytes()
+    assert stored == fmt and hashlib.sha256(data).hexdigest() == digest
+
+    corrupt(gcs_server, gcs_bucket, "kernels/k1")
+    refused = cache_vm('cache_restore "kernels/k1" back2 || echo "exit $?"')
+    assert refused.returncode == 0, refused.stderr
+    assert "kernels/k1 is corrupt" in refused.stdout and "exit 1" in refused.stdout
+    assert not (tmp / "back2").exists()
+    missing = cache_vm('cache_restore "kernels/none" back3 || echo "exit $?"')
+    assert "no kernels/none yet" in missing.stdout and "exit 1" in missing.stdout
+
+
+def test_environment_cache_built_restored_and_rebuilt_when_corrupt(
+    cache_vm,
+    gcs_server,  # noqa: F811
+    gcs_bucket,  # noqa: F811
+):
+    # A venv over this interpreter (as over a PyTorch image's python); `pip` is already in
+    # every venv, so nothing is fetched from an index.
+    base = sys.executable
+    provide = (
+        f"provide_venv {base} --system-site-packages pip; "
+        'venv/bin/python -c "import sys; print(sys.prefix)"'
+    )
+    first = cache_vm(provide)
+    assert first.returncode == 0, first.stderr + first.stdout
+    assert first.stdout.splitlines()[-2:] == ["built", str(cache_vm.tmp_path / "venv")]
+    keys = [
+        b.name for b in gcs_server.client().list_blobs(gcs_bucket, prefix=f"{PREFIX}/cache/env/")
+    ]
+    assert len(keys) == 2 and any(k.endswith(".sha256") for k in keys)
+    key = keys[0].removeprefix(f"{PREFIX}/cache/").rsplit(".tar.", 1)[0].removesuffix(".sha256")
+
+    (cache_vm.tmp_path / "venv" / "marker").write_text("a fresh machine has no venv")
+    second = cache_vm("rm -rf venv; " + provide)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[-2] == "cache"
+    assert "cache: restored env/" in second.stderr
+
+    corrupt(gcs_server, gcs_bucket, key)
+    third = cache_vm("rm -rf venv; " + provide)
+    assert third.returncode == 0, third.stderr
+    assert "is corrupt" in third.stderr and third.stdout.splitlines()[-2] == "built"
+    # Rebuilt and saved again: the bucket's digest matches its tarball once more.
+    digest, fmt = blob(gcs_server, gcs_bucket, f"{key}.sha256").download_as_text().split()
+    data = blob(gcs_server, gcs_bucket, f"{key}.tar.{fmt}").download_as_bytes()
+    assert hashlib.sha256(data).hexdigest() == digest
+
+
+def test_a_changed_pin_is_a_different_environment_key(cache_vm):
+    keys = cache_vm(
+        'cache_key env img "3.10" "" "torch==2.8.0"; echo; '
+        'cache_key env img "3.10" "" "torch==2.9.0"; echo; '
+        'cache_key env other "3.10" "" "torch==2.8.0"'
+    )
+    first, second, third = keys.stdout.split()
+    assert len({first, second, third}) == 3 and first.startswith("env-")
+
+
+# A stand-in for kernels.flash_attention.build on a machine without nvcc: it "compiles" by
+# writing the library into BENCH_KERNEL_CACHE/<key>, counting compilations, and fails its
+# smoke test when the library there is not what it writes.
+FAKE_BUILD = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+
+    key, root = "src0123-nvcc12.9-sm_89", Path(os.environ["BENCH_KERNEL_CACHE"])
+    assert sys.argv[sys.argv.index("--arch") + 1] == "8.9"  # from nvidia-smi, not torch
+    if "--print-cache-key" in sys.argv:
+        print(key)
+        sys.exit(0)
+    library = root / key / "libflash_attention.so"
+    cached = library.is_file() and "--force" not in sys.argv
+    if not cached:
+        library.parent.mkdir(parents=True, exist_ok=True)
+        library.write_text("compiled")
+        with open(os.environ["COMPILES"], "a") as f:
+            f.write("compile\\n")
+    record = Path(sys.argv[sys.argv.index("--record") + 1])
+    record.write_text(json.dumps({"cached": cached}))
+    sys.exit(0 if library.read_text() == "compiled" else 1)
+    """
+)
+
+
+def test_kernel_build_cache_skips_the_build_and_rebuilds_a_corrupt_one(
+    cache_vm,
+    gcs_server,  # noqa: F811
+    gcs_bucket,  # noqa: F811
+):
+    tmp = cache_vm.tmp_path
+    package = tmp / "payload" / "kernels" / "flash_attention"
+    package.mkdir(parents=True)
+    (tmp / "payload" / "kernels" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "build.py").write_text(FAKE_BUILD)
+    (tmp / "python.path").write_text(sys.executable)
+    nvidia_smi = tmp / "bin" / "nvidia-smi"  # the vm fixture's stubs are first on PATH
+    nvidia_smi.write_text('#!/bin/bash\n[[ "$*" == *compute_cap* ]] && echo 8.9\n')
+    nvidia_smi.chmod(0o755)
+    build = (
+        f"export COMPILES={tmp}/compiles; payload_python() {{ cat {tmp}/python.path; }}; "
+        "export -f payload_python; export BENCH_KERNEL_CACHE=$WORK_DIR/kernels-$RANDOM; "
+        "phase_build"
+    )
+
+    def compiles() -> int:
+        path = tmp / "compiles"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    first = cache_vm(build)
+    assert first.returncode == 0, first.stderr + first.stdout
+    assert compiles() == 1 and "cache: saved kernels/src0123-nvcc12.9-sm_89" in first.stdout
+    second = cache_vm(build)  # a new machine: an empty local kernel cache
+    assert second.returncode == 0, second.stderr
+    assert compiles() == 1, "the same sources on the same GPU type must not compile again"
+    assert json.loads((tmp / "build.json").read_text()) == {"cached": True}
+
+    corrupt(gcs_server, gcs_bucket, "kernels/src0123-nvcc12.9-sm_89")
+    third = cache_vm(build)
+    assert third.returncode == 0, third.stderr
+    assert "is corrupt" in third.stdout and compiles() == 2
+    fourth = cache_vm(build)  # the rebuilt library was uploaded again
+    assert fourth.returncode == 0 and compiles() == 2
