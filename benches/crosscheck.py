@@ -127,6 +127,7 @@ def dobench(run_dir: Path, plan_spec: str | None = None) -> dict:
     from benches import timing
     from benches.correctness import config_seed, make_inputs
     from kernels import registry
+    from results_schema.models import implementation_of
 
     plan = _plan(run_dir, plan_spec)
     index = {c.name: i for i, c in enumerate(plan.configs)}
@@ -138,8 +139,8 @@ def dobench(run_dir: Path, plan_spec: str | None = None) -> dict:
         i = index[s.config]
         config = plan.configs[i]
         inputs = make_inputs(config, device, config_seed(plan.seed, i, "timing"))
-        run = registry.get(s.implementation).run
-        fns = [partial(run, *qkv, config.causal) for qkv in timing.placements(inputs)]
+        run = registry.get(implementation_of(s.implementation)).run
+        fns = [partial(run, *qkv, config.causal) for qkv in timing.input_copies(inputs)]
         calls = graph_calls.get((s.config, s.implementation)) if s.mode == "graph" else None
         theirs, plain = matched_do_bench(fns, clock, calls)
         diff = (s.median_ms - theirs) / theirs

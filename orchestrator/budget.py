@@ -133,7 +133,7 @@ def machine_rate(
 def estimate_runtime_seconds(plan: Plan, backend: str) -> int:
     """Boot + environment + build + correctness + samples, from fixed costs and FLOPs."""
     fixed = GCE_FIXED_SECONDS if backend == "gce" else LOCAL_FIXED_SECONDS
-    implementations = len(plan.implementations)
+    implementations = len(plan.identities)
     kernel_seconds = sum(
         config.flops() / (ESTIMATE_TFLOPS[plan.device] * 1e12) for config in plan.configs
     )

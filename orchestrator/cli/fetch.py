@@ -77,7 +77,7 @@ def show_summary(out, result) -> None:
     table.add_column("median ms", justify="right", no_wrap=True)
     table.add_column(f"{plan.candidate} speedup [95% CI]")
     for config in plan.configs:
-        for index, name in enumerate(plan.implementations):
+        for index, name in enumerate(plan.identities):
             row = by_key.get((config.name, name))
             table.add_row(
                 config.name if index == 0 else "",
@@ -88,12 +88,17 @@ def show_summary(out, result) -> None:
     out.print(table)
     out.print(
         f"{plan.candidate} speedup = median of per-round paired ratios baseline/{plan.candidate}"
+        f"; verdicts need the interval clear of [1-δ, 1+δ], δ = {plan.margin:g}"
     )
+    if plan.control:
+        out.print(f"{plan.control_identity}: A/A control, {plan.control} against itself")
 
 
 def _speedup_cell(plan, implementation: str, row) -> str:
     if implementation == plan.candidate:
         return "(candidate)"
+    if row is not None and row.flag:
+        return row.flag
     if row is None or row.speedup is None:
         return "-"
     return f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] {row.verdict}"
