@@ -3,7 +3,8 @@
 #   quick: the harness's gpu tests (cheats included), a profile of the correctness gate,
 #          one default-plan run and its do_bench crosscheck.
 #   full:  the real CLI on the local backend (fresh BENCH_STATE_DIR): the default plan 3
-#          times (A/A control, wall time), the sensitivity plan once; BEFORE_TREE (a
+#          times (A/A control, wall time), the sensitivity plan once; do_bench crosscheck
+#          of the first run; BEFORE_TREE (a
 #          checkout of the code before this change) once for the "before" wall time; a
 #          verdict table last.
 # Run from this checkout's root with PYTHONPATH holding its dependencies.
@@ -36,6 +37,8 @@ for plan in default default default sensitivity; do
 done
 bench fetch --all --dest "$scratch/results" > /dev/null
 mapfile -t runs < <(ls -d "$scratch"/results/*/)
+python3 -m benches.crosscheck dobench "${runs[0]}" --plan default 2>&1 | tee "$out/dobench.txt" \
+  | tail -n 1
 if [[ -n ${BEFORE_TREE:-} ]]; then
   start=$(date +%s)
   (cd "$BEFORE_TREE" && BENCH_STATE_DIR="$scratch/before" \

@@ -88,8 +88,8 @@ def show_summary(out, result) -> None:
     out.print(table)
     out.print(
         f"{plan.candidate} speedup = median of per-round paired ratios baseline/{plan.candidate}"
-        f"; verdicts need the interval clear of [1-δ, 1+δ], δ = {plan.margin:g}"
     )
+    out.print(f"verdicts need the interval clear of [1-δ, 1+δ]; δ = {plan.margin:g}")
     if plan.control:
         out.print(f"{plan.control_identity}: A/A control, {plan.control} against itself")
 
