@@ -30,15 +30,17 @@ fi
 
 scratch=$(mktemp -d /tmp/bench-verdicts.XXXXXX)
 bench() { BENCH_STATE_DIR="$scratch/state" python3 -m orchestrator "$@"; }
-for plan in default default default sensitivity; do
+for plan in ${PLANS:-default default default sensitivity}; do
   start=$(date +%s)
   bench launch --backend local --plan "$plan" --budget 1.00 --wait 2>&1 | tail -n 2
   echo "$plan: launch --wait took $(( $(date +%s) - start )) s"
 done
 bench fetch --all --dest "$scratch/results" > /dev/null
 mapfile -t runs < <(ls -d "$scratch"/results/*/)
-python3 -m benches.crosscheck dobench "${runs[0]}" --plan default 2>&1 | tee "$out/dobench.txt" \
-  | tail -n 1
+if [[ -z ${SKIP_CROSSCHECK:-} ]]; then
+  python3 -m benches.crosscheck dobench "${runs[0]}" --plan default 2>&1 \
+    | tee "$out/dobench.txt" | tail -n 1
+fi
 if [[ -n ${BEFORE_TREE:-} ]]; then
   start=$(date +%s)
   (cd "$BEFORE_TREE" && BENCH_STATE_DIR="$scratch/before" \
@@ -53,6 +55,7 @@ if [[ -n ${BEFORE_TREE:-} ]]; then
 print('before phases:', {p['name']: round(p['seconds'], 1) for p in m['phases']})" "$m"
   done
 fi
-bench report "$(basename "${runs[0]}")" --dest "$scratch/results" 2>&1 | tail -n 4
+COLUMNS=160 bench report "$(basename "${runs[0]}")" --dest "$scratch/results" 2>&1 \
+  | tail -n 4
 tar -C "$scratch/results" -czf "$out/runs.tgz" .
 python3 tools/verdict_table.py "${runs[@]}" | tee "$out/table.txt" | tail -n 30

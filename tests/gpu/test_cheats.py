@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from benches import runner
 from benches.writers import StatusWriter, read_csv
 from kernels import registry
-from results_schema import CorrectnessRow, EnvironmentFingerprint, Plan
+from results_schema import AttentionConfig, CorrectnessRow, EnvironmentFingerprint, Plan
 
 pytestmark = [
     pytest.mark.gpu,
@@ -93,18 +93,6 @@ CHEATS = {
 }
 
 
-def _config(name, s, d, b=1, h=1, causal=False):
-    return {
-        "name": name,
-        "batch": b,
-        "heads": h,
-        "seq_len": s,
-        "head_dim": d,
-        "dtype": "float16",
-        "causal": causal,
-    }
-
-
 def run_plan(tmp_path, candidate: str):
     plan = Plan.model_validate(
         {
@@ -118,8 +106,24 @@ def run_plan(tmp_path, candidate: str):
             "placements": 3,
             "graph_below_us": 20.0,
             "configs": [
-                _config("tiny", 128, 64),  # graph mode
-                _config("mid", 1024, 64, b=4, h=16, causal=True),  # single launches
+                AttentionConfig(  # graph mode
+                    name="tiny",
+                    batch=1,
+                    heads=1,
+                    seq_len=128,
+                    head_dim=64,
+                    dtype="float16",
+                    causal=False,
+                ),
+                AttentionConfig(  # single launches
+                    name="mid",
+                    batch=4,
+                    heads=16,
+                    seq_len=1024,
+                    head_dim=64,
+                    dtype="float16",
+                    causal=True,
+                ),
             ],
         }
     )
