@@ -45,8 +45,7 @@ def main(run_dirs: list[str]) -> None:
         phases = {p.name: p.seconds for p in manifest.phases} if manifest else {}
         print(
             f"run {run_dir.name} plan {plan.name}: δ={plan.margin:g}, placements "
-            f"{plan.placements}, phases "
-            + ", ".join(f"{n} {s:.1f} s" for n, s in phases.items())
+            f"{plan.placements}, phases " + ", ".join(f"{n} {s:.1f} s" for n, s in phases.items())
         )
         for row in summary:
             if row.speedup is None:
