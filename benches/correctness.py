@@ -183,9 +183,14 @@ def check_output(
     else:
         result, message = errors(out, ref), ""
     row = _row(
-        run_id, config, gate_row.implementation, gate_row.backend, result, message,
+        run_id,
+        config,
+        gate_row.implementation,
+        gate_row.backend,
+        result,
+        message,
         gate_row.tolerance,
-    )  # fmt: skip
+    )
     return row.model_copy(update={"stage": stage, "message": _staged(stage, row.message)})
 
 

@@ -26,8 +26,16 @@ class Placement:
     is what the latest call wrote, `refill(values)` writes new inputs into every copy (the
     captures read them from there too)."""
 
-    def __init__(self, clock, run: Callable, inputs: tuple, causal: bool, mode: str, calls: int,
-                 rng: np.random.Generator) -> None:  # fmt: skip
+    def __init__(
+        self,
+        clock,
+        run: Callable,
+        inputs: tuple,
+        causal: bool,
+        mode: str,
+        calls: int,
+        rng: np.random.Generator,
+    ) -> None:
         self._spacer = _spacer(inputs[0], rng)
         self.inputs = timing.input_copies(inputs)
         fns = [partial(run, *x, causal) for x in self.inputs]
@@ -53,8 +61,15 @@ def _spacer(like, rng: np.random.Generator):
     return torch.empty(size, dtype=torch.uint8, device=like.device)
 
 
-def build(clock, runs: dict[str, Callable], inputs: tuple, causal: bool, mode: str, calls: int,
-          rng: np.random.Generator) -> dict[str, Placement]:  # fmt: skip
+def build(
+    clock,
+    runs: dict[str, Callable],
+    inputs: tuple,
+    causal: bool,
+    mode: str,
+    calls: int,
+    rng: np.random.Generator,
+) -> dict[str, Placement]:
     """A fresh placement for every identity, built in a random order, returned in `runs`'
     order."""
     names = list(runs)

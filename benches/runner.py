@@ -296,8 +296,9 @@ def run_benchmark(
     return measurements, summary
 
 
-def time_config(ctx, clock, index, setup: ConfigTiming, rounds: int, checks: TimedChecks,
-                telemetry) -> Iterator[Measurement]:  # fmt: skip
+def time_config(
+    ctx, clock, index, setup: ConfigTiming, rounds: int, checks: TimedChecks, telemetry
+) -> Iterator[Measurement]:
     """The config's rounds, block by block, each block on fresh placements of every
     identity; the first round's and the last round's outputs are checked."""
     plan, config = ctx.plan, ctx.plan.configs[index]
