@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="timed samples per implementation over the whole plan (spread over its configs)",
     )
+    run.add_argument(
+        "--margin",
+        type=float,
+        help="practical-equivalence margin δ, replacing the plan's: faster/slower need the "
+        "speedup interval outside [1-δ, 1+δ] (e.g. 0.01)",
+    )
     return parser
 
 
@@ -87,14 +93,20 @@ def write_environment(out: Path) -> int:
     return 0
 
 
-def effective_plan(plan, measurements: int | None):
-    """The plan as run: --measurements replaces samples_per_config (its even share)."""
+def effective_plan(plan, measurements: int | None, margin: float | None = None):
+    """The plan as run: --measurements replaces samples_per_config (its even share),
+    --margin the margin."""
     from benches.plan import samples_per_config
 
-    if measurements is None:
-        return plan
-    counts = samples_per_config(plan, measurements)  # raises PlanError when too few
-    return plan.model_copy(update={"samples_per_config": min(counts)})
+    update = {}
+    if measurements is not None:
+        counts = samples_per_config(plan, measurements)  # raises PlanError when too few
+        update["samples_per_config"] = min(counts)
+    if margin is not None:
+        if not 0 <= margin < 1:
+            raise PlanError(f"--margin {margin} must be at least 0 and below 1")
+        update["margin"] = margin
+    return plan.model_copy(update=update)
 
 
 def run_phases(args: argparse.Namespace) -> int:
@@ -102,8 +114,8 @@ def run_phases(args: argparse.Namespace) -> int:
     from benches import runner
     from benches.writers import StatusWriter
 
-    plan = resolve_plan(args.plan)
     measurements = getattr(args, "measurements", None)
+    plan = effective_plan(resolve_plan(args.plan), None, getattr(args, "margin", None))
     effective = effective_plan(plan, measurements)
     try:
         runner.require_device(plan)
@@ -130,7 +142,7 @@ def run_phases(args: argparse.Namespace) -> int:
         from benches.writers import write_manifest
 
         write_manifest(args.out, run_id, started_at)
-        print_summary(summary)
+        print_summary(summary, plan.margin)
     return 0
 
 
@@ -146,13 +158,14 @@ def earlier_run_id(run_dir: Path) -> str | None:
     return first["run_id"] if first else None
 
 
-def print_summary(summary) -> None:
+def print_summary(summary, margin: float) -> None:
+    print(f"verdicts need the speedup interval clear of [1-δ, 1+δ], δ = {margin:g}")
     for row in summary:
         speedup = (
-            f"  speedup {row.speedup:.3f} [{row.speedup_ci_low:.3f}, {row.speedup_ci_high:.3f}] "
-            f"{row.verdict}"
+            f"  {row.speedup:.3f}x over {row.versus} "
+            f"[{row.speedup_ci_low:.3f}, {row.speedup_ci_high:.3f}] {row.verdict or row.flag}"
             if row.speedup is not None
-            else ""
+            else (f"  {row.flag}" if row.flag else "")
         )
         print(
             f"{row.config:28} {row.implementation:15} {row.mode:6} median {row.median_ms:.4f} ms "

@@ -6,6 +6,12 @@ inputs' own dtype reaches (two yardsticks: eager matmul-softmax-matmul, as Flash
 tests use, and SDPA's math path), so the gate asks "as accurate as PyTorch in this dtype",
 not "under a magic number". Yardsticks are never implementations under test (a broken
 kernel must not widen its own tolerance). NaN or Inf in the output never passes.
+
+A kernel that passes must also not be able to fool the timer. On a GPU each implementation
+is then captured in a CUDA graph and replayed on fresh inputs, its captured output poisoned
+(NaN) first (`graph_probe`): an output cached from an earlier call, work on a stream the
+graph never sees, or a partial write leaves NaN or a wrong answer there. The benchmark
+checks outputs from its timed loop with `check_output` too.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import torch
 
 from kernels import registry
 from results_schema import AttentionConfig, CorrectnessRow, Plan
+from results_schema.models import implementation_of
 
 YARDSTICK_IMPLEMENTATIONS = ("sdpa-math",)  # with same_dtype_attention, they set the tolerance
 TOLERANCE_FACTOR = 3.0
@@ -30,9 +37,14 @@ DTYPES = {
 }
 
 
+SEED_PURPOSES = ("correctness", "timing", "probe", "probe-replay", "timed-last", "order")
+
+
 def config_seed(plan_seed: int, index: int, purpose: str) -> int:
-    """Distinct, reproducible seeds per config, and per purpose (gate vs timing)."""
-    return (plan_seed * 1_000_003 + index * 7919 + (0 if purpose == "correctness" else 1)) % 2**63
+    """Distinct, reproducible seeds per config and per purpose (SEED_PURPOSES), so that
+    every check sees inputs no earlier call saw."""
+    offset = SEED_PURPOSES.index(purpose)
+    return (plan_seed * 1_000_003 + index * 7919 + offset * 104_729) % 2**63
 
 
 def make_inputs(config: AttentionConfig, device: torch.device, seed: int):
@@ -95,29 +107,105 @@ def errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, int]:
     return rel_l2, float(diff.abs().max()), nonfinite
 
 
+def reference_output(plan: Plan, config: AttentionConfig, inputs: tuple) -> torch.Tensor:
+    return chunked_reference(registry.get(plan.reference).run, *inputs, config.causal)
+
+
 def check_config(
     run_id: str, config: AttentionConfig, plan: Plan, index: int, device: torch.device
 ) -> list[CorrectnessRow]:
-    """One row per implementation of the plan; a failure is a row, never an exception."""
+    """One row per identity of the plan; a failure is a row, never an exception."""
     q, k, v = make_inputs(config, device, config_seed(plan.seed, index, "correctness"))
-    ref = chunked_reference(registry.get(plan.reference).run, q, k, v, config.causal)
+    ref = reference_output(plan, config, (q, k, v))
     measured = {
         name: _measure(name, q, k, v, config, ref, device)
-        for name in dict.fromkeys([*YARDSTICK_IMPLEMENTATIONS, *plan.implementations])
+        for name in dict.fromkeys([*YARDSTICK_IMPLEMENTATIONS, *plan.identities])
     }
     yardsticks = [errors(chunked_reference(same_dtype_attention, q, k, v, config.causal), ref)]
     yardsticks += [measured[n][1] for n in YARDSTICK_IMPLEMENTATIONS if measured[n][1]]
     finite = [e[0] for e in yardsticks if e[2] == 0 and math.isfinite(e[0])]
     tolerance = TOLERANCE_FACTOR * max(finite, default=0.0) + unit_roundoff(config.dtype)
     rows = []
-    for name in plan.implementations:
+    for name in plan.identities:
         backend, result, message = measured[name]
         rows.append(_row(run_id, config, name, backend, result, message, tolerance))
+    if device.type == "cuda":
+        rows = _graph_probes(run_id, config, plan, index, device, rows)
     return rows
 
 
+def _graph_probes(run_id, config, plan, index, device, rows) -> list[CorrectnessRow]:
+    """Each passing row replaced by its graph probe's row when the probe fails."""
+    capture_inputs = make_inputs(config, device, config_seed(plan.seed, index, "probe"))
+    replay_inputs = make_inputs(config, device, config_seed(plan.seed, index, "probe-replay"))
+    ref = reference_output(plan, config, replay_inputs)
+    probed = []
+    for row in rows:
+        if row.passed:
+            run = registry.get(implementation_of(row.implementation)).run
+            try:
+                out = graph_probe(run, capture_inputs, replay_inputs, config.causal)
+            except Exception as exc:  # capture refused the work: it left the calling stream
+                out = f"graph capture failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+            checked = check_output(run_id, config, row, out, ref, "graph-probe")
+            row = row if checked.passed else checked
+        probed.append(row)
+    return probed
+
+
+def graph_probe(run: Callable, capture_inputs: tuple, replay_inputs: tuple, causal: bool):
+    """The output of one call captured in a CUDA graph, poisoned, then replayed on
+    `replay_inputs` written into the captured input buffers."""
+    from benches.timing import capture
+
+    copies = tuple(t.clone() for t in capture_inputs)
+    graph, out = capture(lambda: run(*copies, causal), 1)
+    out.fill_(float("nan"))
+    for tensor, value in zip(copies, replay_inputs, strict=True):
+        tensor.copy_(value)
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
+
+
+def check_output(
+    run_id: str, config: AttentionConfig, gate_row: CorrectnessRow, out, ref, stage: str
+) -> CorrectnessRow:
+    """An output checked against `ref` with the gate's tolerance, as a row of `stage`; `out`
+    is the output, or a message saying why there is none."""
+    if isinstance(out, str):
+        result, message = None, out
+    elif not isinstance(out, torch.Tensor) or out.shape != ref.shape:
+        result, message = (
+            None,
+            f"output {getattr(out, 'shape', out)!r}, expected {tuple(ref.shape)}",
+        )
+    else:
+        result, message = errors(out, ref), ""
+    row = _row(
+        run_id,
+        config,
+        gate_row.implementation,
+        gate_row.backend,
+        result,
+        message,
+        gate_row.tolerance,
+    )
+    return row.model_copy(update={"stage": stage, "message": _staged(stage, row.message)})
+
+
+def _staged(stage: str, message: str) -> str:
+    return f"{stage}: {message}" if message else ""
+
+
+def poison(out) -> None:
+    """NaN over an output already checked: returned again unwritten, it fails."""
+    if isinstance(out, torch.Tensor) and out.is_floating_point():
+        out.fill_(float("nan"))
+
+
 def _measure(name, q, k, v, config, ref, device):
-    impl = registry.get(name)
+    impl = registry.get(implementation_of(name))
     reason = impl.available(device)
     if reason is not None:
         return "unavailable", None, reason

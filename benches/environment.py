@@ -32,13 +32,39 @@ PEAK_TFLOPS_16BIT = (
 )
 
 
-def peak_tflops_for(gpu_name: str | None) -> float | None:
+# Peak memory bandwidth in GB/s, from the same datasheets (where a name covers several
+# memory sizes, the fastest): a result that moves q, k, v and the output faster than this
+# is impossible. nvidia.com/en-us/data-center/{h100,h200,a100,l4,l40,l40s,a10,tesla-t4,v100}/
+# and the GH200 and A10G product briefs.
+PEAK_GBYTES_PER_S = (
+    ("H100 PCIe", 2000.0),
+    ("H100 NVL", 3900.0),
+    ("GH200", 4900.0),
+    ("H100", 3350.0),  # SXM
+    ("H200", 4800.0),
+    ("A100", 2039.0),
+    ("L40S", 864.0),
+    ("L40", 864.0),
+    ("L4", 300.0),
+    ("A10G", 600.0),
+    ("A10", 600.0),
+    ("T4", 320.0),
+    ("V100", 900.0),
+)
+
+
+def _first_match(table, gpu_name: str | None) -> float | None:
     if not gpu_name:
         return None
-    for needle, peak in PEAK_TFLOPS_16BIT:
-        if needle in gpu_name:
-            return peak
-    return None
+    return next((peak for needle, peak in table if needle in gpu_name), None)
+
+
+def peak_tflops_for(gpu_name: str | None) -> float | None:
+    return _first_match(PEAK_TFLOPS_16BIT, gpu_name)
+
+
+def peak_gbytes_per_s_for(gpu_name: str | None) -> float | None:
+    return _first_match(PEAK_GBYTES_PER_S, gpu_name)
 
 
 def _version(package: str) -> str | None:
@@ -139,4 +165,5 @@ def fingerprint() -> EnvironmentFingerprint:
     # NVML's name and UUID win over torch's: they match nvidia-smi and the NVML telemetry.
     facts.update({k: v for k, v in _nvml_facts().items() if v is not None})
     facts["peak_tflops"] = peak_tflops_for(facts.get("gpu_name"))
+    facts["peak_gbytes_per_s"] = peak_gbytes_per_s_for(facts.get("gpu_name"))
     return EnvironmentFingerprint.model_validate(facts)

@@ -13,18 +13,18 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from benches import correctness, timing
+from benches import correctness, placement, timing
 from benches.environment import fingerprint
 from benches.plan import samples_per_config
-from benches.stats import summarize
+from benches.stats import interval_method, summarize
 from benches.telemetry import EMPTY, Telemetry
 from benches.writers import (
     RESULTS_SUBDIR,
@@ -35,6 +35,7 @@ from benches.writers import (
 )
 from kernels import registry
 from results_schema import CorrectnessRow, EnvironmentFingerprint, Measurement, Plan, SummaryRow
+from results_schema.models import implementation_of
 
 
 def new_run_id() -> str:
@@ -97,7 +98,7 @@ def require_device(plan: Plan) -> None:
 
 
 def expected_pairs(plan: Plan) -> set[tuple[str, str]]:
-    return {(c.name, i) for c in plan.configs for i in plan.implementations}
+    return {(c.name, i) for c in plan.configs for i in plan.identities}
 
 
 def reusable_correctness(ctx: RunContext) -> list[CorrectnessRow] | None:
@@ -135,7 +136,7 @@ def run_correctness(ctx: RunContext) -> list[CorrectnessRow]:
     ctx.status.update(
         "correctness",
         state,
-        len(rows) // max(len(plan.implementations), 1),
+        len(rows) // max(len(plan.identities), 1),
         total,
         message,
         force=True,
@@ -156,44 +157,67 @@ def _free_device_memory(device: torch.device) -> None:
 
 @dataclass
 class ConfigTiming:
-    """What the timing loop needs for one config: who runs, how, how many rounds."""
+    """How one config is timed: who runs, in which mode, how many calls per sample."""
 
-    samplers: dict[str, timing.Sampler]
+    runs: dict[str, Callable]
+    inputs: tuple
     mode: str
     calls: int
 
 
 def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> ConfigTiming:
+    """Warm every identity up on a throwaway placement and choose the config's mode."""
     plan, config = ctx.plan, ctx.plan.configs[index]
     inputs = correctness.make_inputs(
         config, ctx.device, correctness.config_seed(plan.seed, index, "timing")
     )
-    # Every implementation gets the same copies of the same inputs, one copy per round in turn.
-    copies = timing.placements(inputs)
-    calls = {n: [partial(registry.get(n).run, *x, config.causal) for x in copies] for n in names}
-
-    def single(name: str) -> timing.Sampler:
-        outputs = timing.OutputRing()
-        return timing.cycling([partial(clock.time_call, outputs.keep(c)) for c in calls[name]])
-
+    runs = {n: registry.get(implementation_of(n)).run for n in names}
+    rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
+    trial = placement.build(clock, runs, inputs, config.causal, "single", 1, rng)
     settled = {
-        n: timing.settled_median_ms(timing.warm_up(single(n), plan.warmup_min, plan.warmup_max))
-        for n in names
+        n: timing.settled_median_ms(timing.warm_up(p.sample, plan.warmup_min, plan.warmup_max))
+        for n, p in trial.items()
     }
+    del trial
     fastest_us = min(settled.values()) * 1e3
     # One mode per config for every implementation: graph and single timings don't compare.
     if clock.supports_graphs and fastest_us < plan.graph_below_us:
-        batch = timing.graph_calls_for(fastest_us)
-        return ConfigTiming(
-            {n: clock.graph_sampler(calls[n], batch) for n in names}, "graph", batch
-        )
-    return ConfigTiming({n: single(n) for n in names}, "single", 1)
+        return ConfigTiming(runs, inputs, "graph", timing.graph_calls_for(fastest_us))
+    return ConfigTiming(runs, inputs, "single", 1)
 
 
 def make_clock(ctx: RunContext):
     if ctx.device.type == "cuda":
         return timing.CudaClock(ctx.device, ctx.plan.flush_l2)
     return timing.CpuClock()
+
+
+class TimedChecks:
+    """Outputs from the timed loop, checked: the first round's against the timing inputs'
+    reference; the last round's after fresh inputs were written into every placement's
+    buffers just before it (an implementation that skips repeated inputs answers stale).
+    Each checked output is poisoned afterwards. Rows go to results/timed_checks.csv."""
+
+    def __init__(self, ctx: RunContext, gate: list[CorrectnessRow], writer: CsvWriter) -> None:
+        self._ctx, self._writer = ctx, writer
+        self._gate = {(r.config, r.implementation): r for r in gate}
+        self.wrong: set[tuple[str, str]] = set()
+
+    def check(self, config, placements: dict, inputs: tuple, stage: str) -> None:
+        ref = correctness.reference_output(self._ctx.plan, config, inputs)
+        rows = []
+        for name, p in placements.items():
+            out = p.last_output()
+            row = correctness.check_output(
+                self._ctx.run_id, config, self._gate[(config.name, name)], out, ref, stage
+            )
+            correctness.poison(out)
+            rows.append(row)
+            if not row.passed:
+                self.wrong.add((config.name, name))
+                print(f"  WRONG {config.name}/{name}: {row.message}", file=sys.stderr)
+        self._writer.write(rows)
+        del ref
 
 
 def run_benchmark(
@@ -205,7 +229,7 @@ def run_benchmark(
     plan = ctx.plan
     counts = samples_per_config(plan, measurements_per_implementation)
     passed = {(r.config, r.implementation) for r in gate if r.passed}
-    timed = [[n for n in plan.implementations if (c.name, n) in passed] for c in plan.configs]
+    timed = [[n for n in plan.identities if (c.name, n) in passed] for c in plan.configs]
     total = sum(count * len(names) for count, names in zip(counts, timed, strict=True))
     clock, telemetry = make_clock(ctx), Telemetry() if ctx.device.type == "cuda" else None
     measurements: list[Measurement] = []
@@ -213,7 +237,11 @@ def run_benchmark(
     gc.collect()
     gc.disable()  # a collection inside a timed call would be charged to that sample
     try:
-        with CsvWriter(ctx.results_dir / "measurements.csv", Measurement) as writer:
+        with (
+            CsvWriter(ctx.results_dir / "measurements.csv", Measurement) as writer,
+            CsvWriter(ctx.results_dir / "timed_checks.csv", CorrectnessRow) as check_writer,
+        ):
+            checks = TimedChecks(ctx, gate, check_writer)
             for index, config in enumerate(plan.configs):
                 if ctx.stop() or not timed[index]:
                     continue
@@ -226,16 +254,7 @@ def run_benchmark(
                     force=True,
                 )
                 setup = prepare_config(ctx, clock, index, timed[index])
-                rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
-                if ctx.device.type == "cuda":
-                    timing.settle(setup.samplers, timing.SETTLE_SECONDS, rng)
-                for round_index, name, ms in timing.interleaved_rounds(
-                    setup.samplers, counts[index], rng, ctx.stop
-                ):
-                    reading = telemetry.read() if telemetry else EMPTY
-                    row = _measurement(
-                        ctx.run_id, config.name, name, setup, round_index, ms, reading
-                    )
+                for row in time_config(ctx, clock, index, setup, counts[index], checks, telemetry):
                     writer.write([row])
                     measurements.append(row)
                     ctx.status.update(
@@ -254,8 +273,17 @@ def run_benchmark(
         file=sys.stderr,
     )
     backends = {(r.config, r.implementation): r.backend for r in gate}
-    summary = summarize(ctx.run_id, plan, measurements, backends, environment.peak_tflops)
+    summary = summarize(
+        ctx.run_id,
+        plan,
+        measurements,
+        backends,
+        environment.peak_tflops,
+        environment.peak_gbytes_per_s,
+        checks.wrong,
+    )
     write_csv(ctx.results_dir / "summary.csv", SummaryRow, summary)
+    write_statistics(ctx.run_dir, plan)
     state = "partial" if ctx.stop() else "complete"
     ctx.status.update(
         "benchmark",
@@ -268,8 +296,54 @@ def run_benchmark(
     return measurements, summary
 
 
+def time_config(
+    ctx, clock, index, setup: ConfigTiming, rounds: int, checks: TimedChecks, telemetry
+) -> Iterator[Measurement]:
+    """The config's rounds, block by block, each block on fresh placements of every
+    identity; the first round's and the last round's outputs are checked."""
+    plan, config = ctx.plan, ctx.plan.configs[index]
+    rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
+    blocks = placement.rounds_per_placement(rounds, plan.placements)
+    round_index = 0
+    for block, block_rounds in enumerate(blocks):
+        placements = placement.build(
+            clock, setup.runs, setup.inputs, config.causal, setup.mode, setup.calls, rng
+        )
+        samplers = {n: p.sample for n, p in placements.items()}
+        if ctx.device.type == "cuda":
+            seconds = timing.SETTLE_SECONDS if block == 0 else 0.0
+            timing.settle(samplers, seconds, rng, min_rounds=placement.WARM_ROUNDS)
+        for r in range(block_rounds):
+            last = block == len(blocks) - 1 and r == block_rounds - 1
+            if last:
+                fresh = correctness.make_inputs(
+                    config, ctx.device, correctness.config_seed(plan.seed, index, "timed-last")
+                )
+                for p in placements.values():
+                    p.refill(fresh)
+            for _, name, ms in timing.interleaved_rounds(samplers, 1, rng, ctx.stop):
+                reading = telemetry.read() if telemetry else EMPTY
+                yield _measurement(
+                    ctx.run_id, config.name, name, setup, block, round_index, ms, reading
+                )
+            if ctx.stop():
+                return
+            if round_index == 0:
+                checks.check(config, placements, setup.inputs, "timed-first")
+            if last:
+                checks.check(config, placements, fresh, "timed-last")
+            round_index += 1
+        del placements, samplers
+
+
+def write_statistics(run_dir: Path, plan: Plan) -> None:
+    """statistics.json: how intervals and verdicts were made; the manifest carries it."""
+    method = interval_method(plan)
+    (run_dir / "statistics.json").write_text(method.model_dump_json(indent=2) + "\n")
+
+
 def _measurement(
-    run_id, config, name, setup: ConfigTiming, round_index, ms, reading
+    run_id, config, name, setup: ConfigTiming, block, round_index, ms, reading
 ) -> Measurement:
     return Measurement(
         run_id=run_id,
@@ -277,6 +351,7 @@ def _measurement(
         implementation=name,
         mode=setup.mode,
         round=round_index,
+        placement=block,
         calls=setup.calls,
         latency_ms=ms,
         sm_clock_mhz=reading.sm_clock_mhz,

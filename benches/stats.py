@@ -1,17 +1,41 @@
-"""Summaries of timed samples and paired speedups with bootstrap confidence intervals."""
+"""Summaries of timed samples, paired speedups with intervals a rerun would respect, verdicts.
+
+A speedup is the median of paired ratios baseline/candidate, a pair being two samples of the
+same round (run back to back, in random order). Its interval must hold the variance a rerun
+sees, and most of that lies between placements (buffers, graph captures: measured on an H100,
+A/A verdicts came out `faster`/`slower` 28% of the time when the interval resampled rounds
+alone). So, with two or more placements per config, the interval is a cluster bootstrap:
+placements are resampled with replacement, each bringing all its pairs, and the median of the
+pooled ratios is taken; the percentile interval is then widened by t(P-1)/z * sqrt(P/(P-1)),
+the small-sample correction for an estimate from P clusters (the bootstrap's spread alone
+understates it for few clusters). With one placement, rounds are resampled (the old method).
+
+A verdict needs the interval clear of the practical-equivalence margin δ: `faster` above
+1+δ, `slower` below 1-δ, `equivalent` inside [1-δ, 1+δ], otherwise `indistinguishable`.
+A row faster than the GPU's peak compute or memory bandwidth permits is flagged `impossible`
+and neither it nor a comparison with it gets a verdict.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from results_schema import Measurement, Plan, SummaryRow
+from results_schema import IntervalMethod, Measurement, Plan, SummaryRow
 
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
+Z_975 = 1.959964
+# Student's t 0.975 quantile by degrees of freedom (beyond 30, z serves).
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+PairKey = tuple[int, int]  # (placement, round)
 
 
 @dataclass(frozen=True)
@@ -27,20 +51,49 @@ class Distribution:
 
 @dataclass(frozen=True)
 class Speedup:
-    """Candidate over a baseline: the median of per-round ratios baseline/candidate."""
+    """Candidate over a baseline: the median of paired ratios baseline/candidate."""
 
     ratio: float
     ci_low: float
     ci_high: float
     pairs: int
+    placements: int
 
-    @property
-    def verdict(self) -> str:
-        if self.ci_low > 1.0:
-            return "faster"
-        if self.ci_high < 1.0:
-            return "slower"
-        return "indistinguishable"
+    def verdict(self, margin: float) -> str:
+        return verdict(self.ci_low, self.ci_high, margin)
+
+
+def verdict(ci_low: float, ci_high: float, margin: float) -> str:
+    if ci_low > 1.0 + margin:
+        return "faster"
+    if ci_high < 1.0 - margin:
+        return "slower"
+    if ci_low >= 1.0 - margin and ci_high <= 1.0 + margin:
+        return "equivalent"
+    return "indistinguishable"
+
+
+def interval_method(plan: Plan) -> IntervalMethod:
+    """What statistics.json (and so the manifest) says about how intervals were made."""
+    clustered = plan.placements >= 2
+    text = (
+        f"{CONFIDENCE:.0%} interval of the median paired ratio: cluster bootstrap over "
+        f"{plan.placements} placements per config (fresh buffers and graph captures each), "
+        f"percentile interval widened by t(P-1)/z*sqrt(P/(P-1)); verdicts need it clear of "
+        f"[1-δ, 1+δ], δ={plan.margin:g}"
+        if clustered
+        else f"{CONFIDENCE:.0%} percentile bootstrap over rounds of one placement (placement "
+        f"variance not included); verdicts need it clear of [1-δ, 1+δ], δ={plan.margin:g}"
+    )
+    return IntervalMethod(
+        method="placement-cluster-bootstrap" if clustered else "round-bootstrap",
+        description=text,
+        confidence=CONFIDENCE,
+        resamples=BOOTSTRAP_RESAMPLES,
+        placements=plan.placements,
+        margin=plan.margin,
+        control=plan.control_identity,
+    )
 
 
 def describe(latencies_ms: Sequence[float]) -> Distribution:
@@ -57,36 +110,105 @@ def describe(latencies_ms: Sequence[float]) -> Distribution:
     )
 
 
+def _tails() -> tuple[float, float]:
+    tail = (1.0 - CONFIDENCE) / 2 * 100
+    return tail, 100 - tail
+
+
 def bootstrap_median_ci(
     values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median (CONFIDENCE level)."""
+    """Percentile bootstrap interval of the median (CONFIDENCE level), values i.i.d."""
     x = np.asarray(values, dtype=np.float64)
     rng = np.random.default_rng(seed)
     medians = np.median(x[rng.integers(0, x.size, size=(resamples, x.size))], axis=1)
-    tail = (1.0 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(medians, [tail, 100 - tail])
+    low, high = np.percentile(medians, _tails())
     return float(low), float(high)
 
 
+def small_cluster_factor(clusters: int) -> float:
+    """t(P-1)/z * sqrt(P/(P-1)): how much wider than the bootstrap's own an interval from P
+    clusters must be (the bootstrap divides the spread by P, not P-1, and its percentiles
+    are normal quantiles where P-1 degrees of freedom call for Student's)."""
+    df = clusters - 1
+    t = T_975[df - 1] if df <= len(T_975) else Z_975
+    return t / Z_975 * float(np.sqrt(clusters / df))
+
+
+def _row_medians(samples: np.ndarray) -> np.ndarray:
+    """Median of each row, ignoring NaN padding, without numpy's slow per-row nanmedian."""
+    ordered = np.sort(samples, axis=1)  # NaN sorts last
+    counts = np.sum(~np.isnan(samples), axis=1)
+    low = np.take_along_axis(ordered, ((counts - 1) // 2)[:, None], axis=1)[:, 0]
+    high = np.take_along_axis(ordered, (counts // 2)[:, None], axis=1)[:, 0]
+    return (low + high) / 2
+
+
+def cluster_bootstrap_median_ci(
+    groups: Sequence[Sequence[float]], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> tuple[float, float]:
+    """Interval of the median of all values when groups (placements) are the independent
+    units: resample groups with replacement, take the pooled median, widen the percentile
+    interval around the point estimate by small_cluster_factor."""
+    if len(groups) < 2:
+        raise ValueError("a cluster bootstrap needs at least two groups")
+    width = max(len(g) for g in groups)
+    padded = np.full((len(groups), width), np.nan)
+    for i, g in enumerate(groups):
+        padded[i, : len(g)] = g
+    rng = np.random.default_rng(seed)
+    chosen = padded[rng.integers(0, len(groups), size=(resamples, len(groups)))]
+    medians = _row_medians(chosen.reshape(resamples, -1))
+    low, high = np.percentile(medians, _tails())
+    point = float(np.median(padded[~np.isnan(padded)]))
+    factor = small_cluster_factor(len(groups))
+    return point - factor * (point - float(low)), point + factor * (float(high) - point)
+
+
 def paired_speedup(
-    baseline_by_round: Mapping[int, float],
-    candidate_by_round: Mapping[int, float],
+    baseline: Mapping[PairKey, float],
+    candidate: Mapping[PairKey, float],
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
 ) -> Speedup | None:
-    """Pairs samples of the same round (run back to back, interleaved), so slow drift
-    cancels in each ratio; None when no round has both."""
-    rounds = sorted(set(baseline_by_round) & set(candidate_by_round))
-    if not rounds:
+    """Pairs samples of the same (placement, round), so slow drift cancels in each ratio;
+    None when no round has both."""
+    keys = sorted(set(baseline) & set(candidate))
+    if not keys:
         return None
-    ratios = np.array([baseline_by_round[r] / candidate_by_round[r] for r in rounds])
-    low, high = (
-        bootstrap_median_ci(ratios, resamples, seed)
-        if ratios.size > 1
-        else (float(ratios[0]), float(ratios[0]))
-    )
-    return Speedup(float(np.median(ratios)), low, high, int(ratios.size))
+    groups: dict[int, list[float]] = defaultdict(list)
+    for key in keys:
+        groups[key[0]].append(baseline[key] / candidate[key])
+    ratios = np.array([r for g in groups.values() for r in g])
+    if len(groups) >= 2:
+        low, high = cluster_bootstrap_median_ci(list(groups.values()), resamples, seed)
+    elif ratios.size > 1:
+        low, high = bootstrap_median_ci(ratios, resamples, seed)
+    else:
+        low = high = float(ratios[0])
+    return Speedup(float(np.median(ratios)), low, high, int(ratios.size), len(groups))
+
+
+# --- physical limits ---------------------------------------------------------------------
+
+
+def attention_bytes(config) -> float:
+    """The least memory traffic of a forward attention: read q, k, v, write the output."""
+    elements = config.batch * config.heads * config.seq_len * config.head_dim
+    return 4.0 * elements * ELEMENT_BYTES[config.dtype]
+
+
+def impossible(config, median_ms: float, peak_tflops, peak_gbytes_per_s) -> bool:
+    """Faster than the peak tensor rate (16-bit only: the table holds 16-bit peaks) or the
+    peak memory bandwidth allows."""
+    seconds = median_ms * 1e-3
+    if peak_tflops and config.dtype in ("float16", "bfloat16"):
+        if config.flops() / seconds / 1e12 > peak_tflops:
+            return True
+    return bool(peak_gbytes_per_s) and attention_bytes(config) / seconds / 1e9 > peak_gbytes_per_s
+
+
+# --- summary.csv -------------------------------------------------------------------------
 
 
 def summarize(
@@ -95,34 +217,71 @@ def summarize(
     measurements: Iterable[Measurement],
     backends: Mapping[tuple[str, str], str],
     peak_tflops: float | None,
+    peak_gbytes_per_s: float | None = None,
+    wrong_outputs: Collection[tuple[str, str]] = (),
 ) -> list[SummaryRow]:
-    """One row per (config, implementation) that has samples, in plan order; baseline rows
-    carry the candidate's speedup over them."""
+    """One row per (config, identity) that has samples, in plan order; baseline rows carry
+    the candidate's speedup over them, the A/A control's row its speedup over its twin.
+    `wrong_outputs` are (config, identity) whose timed-loop outputs failed their check."""
     by_key: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
     for m in measurements:
         by_key[(m.config, m.implementation)].append(m)
     rows = []
     for index, config in enumerate(plan.configs):
-        candidate = by_key.get((config.name, plan.candidate), [])
-        for name in plan.implementations:
+        flags = {}
+        for name in plan.identities:
+            samples = by_key.get((config.name, name))
+            if (config.name, name) in wrong_outputs:
+                flags[name] = "wrong-timed-output"
+            elif samples and impossible(
+                config, describe(_latencies(samples)).median, peak_tflops, peak_gbytes_per_s
+            ):
+                flags[name] = "impossible"
+        for name in plan.identities:
             samples = by_key.get((config.name, name))
             if not samples:
                 continue
+            versus = _versus(plan, name)
             speedup = None
-            if name != plan.candidate and candidate:
+            if versus and by_key.get((config.name, versus)):
                 speedup = paired_speedup(
-                    _by_round(samples), _by_round(candidate), seed=plan.seed + index
+                    _by_pair(samples),
+                    _by_pair(by_key[(config.name, versus)]),
+                    seed=plan.seed + index,
                 )
-            rows.append(_summary_row(run_id, config, name, samples, backends, peak_tflops, speedup))
+            row = _summary_row(run_id, config, name, samples, backends, peak_tflops, speedup)
+            flagged = flags.get(name) or (flags.get(versus) if speedup else None)
+            verdict_now = speedup.verdict(plan.margin) if speedup and not flagged else None
+            rows.append(
+                row.model_copy(
+                    update={
+                        "versus": versus if speedup else None,
+                        "verdict": verdict_now,
+                        "flag": flags.get(name),
+                    }
+                )
+            )
     return rows
 
 
-def _by_round(samples: list[Measurement]) -> dict[int, float]:
-    return {m.round: m.latency_ms for m in samples}
+def _versus(plan: Plan, identity: str) -> str | None:
+    """Who this identity is compared with: the control with its twin, a baseline with the
+    candidate, the candidate with nobody."""
+    if identity == plan.control_identity:
+        return plan.control
+    return None if identity == plan.candidate else plan.candidate
+
+
+def _latencies(samples: list[Measurement]) -> list[float]:
+    return [m.latency_ms for m in samples]
+
+
+def _by_pair(samples: list[Measurement]) -> dict[PairKey, float]:
+    return {(m.placement, m.round): m.latency_ms for m in samples}
 
 
 def _summary_row(run_id, config, name, samples, backends, peak_tflops, speedup) -> SummaryRow:
-    dist = describe([m.latency_ms for m in samples])
+    dist = describe(_latencies(samples))
     tflops = config.flops() / (dist.median * 1e-3) / 1e12
     return SummaryRow(
         run_id=run_id,
@@ -143,7 +302,7 @@ def _summary_row(run_id, config, name, samples, backends, peak_tflops, speedup) 
         speedup=speedup.ratio if speedup else None,
         speedup_ci_low=speedup.ci_low if speedup else None,
         speedup_ci_high=speedup.ci_high if speedup else None,
-        verdict=speedup.verdict if speedup else None,
+        placements=len({m.placement for m in samples}),
     )
 
 

@@ -28,6 +28,16 @@ Before a config's timed rounds, `settle` runs the same interleaved calls, untime
 SETTLE_SECONDS: measured on an H100, the first ~60 ms of a new load ran 1.5-2.7% faster than
 the steady state for every implementation, which moved a 50-round median by up to 3.8% from
 one run to the next.
+Placements: what lies where still moves a median from one set of buffers and captures to the
+next, so each config's rounds are split among plan.placements independent placements
+(benches.placement): every implementation gets fresh input copies after a spacer of random
+size, fresh outputs and fresh graph captures in each, built in a random order, and the
+speedup interval resamples placements (benches.stats).
+Work off the calling stream: the events bracket the calling stream only. The gate replays
+every implementation from a CUDA graph (correctness.graph_probe): capture fails on a forked
+stream that is never joined, and work on a stream never forked is not captured, so the
+replayed output stays poisoned. What passes that probe enqueues all its work in order on
+the calling stream, which the events do bracket.
 CPU: perf_counter around each call.
 """
 
@@ -51,7 +61,7 @@ STABLE_WINDOW = 5  # warmup compares the medians of the last two windows of this
 STABLE_TOLERANCE = 0.02
 GRAPH_BATCH_TARGET_US = 2000.0  # a graph sample lasts about this long...
 GRAPH_CALLS_MIN, GRAPH_CALLS_MAX = 8, 256  # ...within these batch sizes
-GRAPH_CAPTURES = 4
+GRAPH_CAPTURES = 2  # per placement
 # Rounds rotate over copies of a config's inputs (see the module docstring), within a memory cap.
 INPUT_PLACEMENTS = 4
 OUTPUT_PLACEMENTS = 3  # outputs kept alive per implementation: 4 buffers in turn
@@ -147,38 +157,55 @@ class CudaClock:
         batch = self.graph_batch(fns, calls)
         return lambda: self.time_call(batch) / calls
 
-    def graph_batch(self, fns: list[Call], calls: int) -> Call:
-        """Replays GRAPH_CAPTURES captures of `calls` back-to-back calls in turn, each on the
-        next of `fns` (one per input placement), so the median spans several buffer
-        placements instead of resting on one."""
-        graphs = [self.capture(fns[i % len(fns)], calls) for i in range(GRAPH_CAPTURES)]
-        turns = itertools.cycle(graphs)
-        return lambda: next(turns).replay()
-
-    def capture(self, fn: Call, calls: int):
-        """A CUDA graph of `calls` back-to-back calls, warmed first as capture needs."""
-        torch = self._torch
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # capture needs lazy initialisation done off-graph
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outputs = [fn() for _ in range(calls)]  # alive until capture ends: one buffer each
-        del outputs
-        for _ in range(2):
-            graph.replay()
-        torch.cuda.synchronize()
-        return graph
+    def graph_batch(self, fns: list[Call], calls: int) -> GraphBatch:
+        return GraphBatch([capture(fns[i % len(fns)], calls) for i in range(GRAPH_CAPTURES)])
 
 
-def placements(inputs: tuple, copies: int = INPUT_PLACEMENTS) -> list[tuple]:
-    """`inputs` and clones of it at other addresses, as many as fit INPUT_COPIES_BYTES_MAX."""
+class GraphBatch:
+    """Replays captures of `calls` back-to-back calls in turn, each on the next of `fns` (one
+    per input copy), so the median spans several buffer placements instead of resting on
+    one. last_output() is the last call's output of the capture replayed last."""
+
+    def __init__(self, captures: list[tuple]) -> None:
+        self._captures = captures
+        self._turn = -1
+
+    def __call__(self) -> None:
+        self._turn = (self._turn + 1) % len(self._captures)
+        self._captures[self._turn][0].replay()
+
+    def last_output(self):
+        return self._captures[max(self._turn, 0)][1]
+
+
+def capture(fn: Call, calls: int) -> tuple:
+    """(graph, output of its last call): a CUDA graph of `calls` back-to-back calls, warmed
+    first as capture needs. The outputs stay alive until capture ends (one buffer each);
+    the last one stays for the timed-loop check."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # capture needs lazy initialisation done off-graph
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = [fn() for _ in range(calls)]
+    last = outputs[-1]
+    del outputs
+    for _ in range(2):
+        graph.replay()
+    torch.cuda.synchronize()
+    return graph, last
+
+
+def input_copies(inputs: tuple, copies: int = INPUT_PLACEMENTS) -> list[tuple]:
+    """Clones of `inputs` at fresh addresses, as many as fit INPUT_COPIES_BYTES_MAX."""
     size = sum(t.numel() * t.element_size() for t in inputs)
     count = max(1, min(copies, INPUT_COPIES_BYTES_MAX // max(size, 1)))
-    return [inputs] + [tuple(t.clone() for t in inputs) for _ in range(count - 1)]
+    return [tuple(t.clone() for t in inputs) for _ in range(count)]
 
 
 class OutputRing:
@@ -191,6 +218,9 @@ class OutputRing:
 
     def keep(self, call: Call) -> Call:
         return lambda: self._outputs.append(call())
+
+    def last_output(self):
+        return self._outputs[-1] if self._outputs else None
 
 
 def cycling(calls: list[Callable[[], T]]) -> Callable[[], T]:
@@ -227,13 +257,15 @@ def graph_calls_for(median_us: float) -> int:
     return min(max(calls, GRAPH_CALLS_MIN), GRAPH_CALLS_MAX)
 
 
-def settle(samplers: dict[str, Sampler], seconds: float, rng: np.random.Generator) -> int:
-    """Untimed interleaved rounds for `seconds` (at least one round), so the GPU's clock and
+def settle(
+    samplers: dict[str, Sampler], seconds: float, rng: np.random.Generator, min_rounds: int = 1
+) -> int:
+    """Untimed interleaved rounds for `seconds` (at least `min_rounds`), so the GPU's clock and
     power reach the state this config's duty cycle holds before samples count. Returns the
     number of rounds run."""
     deadline = time.perf_counter() + seconds
     rounds = 0
-    while rounds == 0 or time.perf_counter() < deadline:
+    while rounds < min_rounds or time.perf_counter() < deadline:
         for _ in interleaved_rounds(samplers, 1, rng, lambda: False):
             pass
         rounds += 1

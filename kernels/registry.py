@@ -7,6 +7,11 @@
     sdpa-efficient  SDPA pinned to memory-efficient attention
     sdpa-math       SDPA pinned to the plain math path
     reference       float64 attention (kernels.reference), the correctness yardstick
+    sdpa-extraN     calibration only (N = 16, 32, 64, 128): default SDPA, then one more SDPA
+                    over the first 1/N of the queries (discarded). Not 1/N of the cost:
+                    that extra kernel fills under one wave of the GPU, so it lasts about
+                    one wave of the main one whatever N is (measured on an H100: 13-40%
+                    slower for every N), a large slowdown of known direction
 
 Each implementation says which backend actually ran (`backend_for`), so a CSV row never
 claims a kernel that did not run.
@@ -61,6 +66,19 @@ def _default_sdpa(q, k, v, causal):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+CALIBRATION_FRACTIONS = (16, 32, 64, 128)
+
+
+def _sdpa_plus_extra(fraction: int) -> AttentionFn:
+    def run(q, k, v, causal):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        rows = max(1, q.shape[-2] // fraction)
+        F.scaled_dot_product_attention(q[..., :rows, :], k, v)  # the known extra work
+        return out
+
+    return run
+
+
 _CHOICE_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
 
 
@@ -112,6 +130,11 @@ def _registry() -> dict[str, Implementation]:
             _always,
         ),
     }
+    for fraction in CALIBRATION_FRACTIONS:
+        name = f"sdpa-extra{fraction}"
+        impls[name] = Implementation(
+            name, _sdpa_plus_extra(fraction), default_sdpa_backend, _always
+        )
     for name in ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math"):
         impls[name] = Implementation(
             name,

@@ -15,7 +15,7 @@ import numpy as np
 
 from orchestrator import boundary
 from orchestrator.errors import ResultsError
-from results_schema import Plan, SummaryRow
+from results_schema import IntervalMethod, Plan, SummaryRow
 
 BOOTSTRAP_RESAMPLES = 2000
 REPORT_SUBDIR = "report"
@@ -37,6 +37,8 @@ class ReportRow:
     speedup: float | None
     speedup_ci: tuple[float, float] | None
     verdict: str | None
+    versus: str | None = None
+    flag: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,16 @@ class Report:
     plots: list[Path] = field(default_factory=list)
     compared_with: str | None = None
     disagreements: list[Disagreement] = field(default_factory=list)
+    statistics: IntervalMethod | None = None  # how intervals and verdicts were made
+    control: str | None = None  # the A/A control's identity
+
+    def control_verdicts(self) -> dict[str, int]:
+        """How many configs the A/A control called each verdict: the run's noise floor."""
+        counts: dict[str, int] = defaultdict(int)
+        for row in self.rows:
+            if row.implementation == self.control and row.verdict:
+                counts[row.verdict] += 1
+        return dict(counts)
 
 
 @dataclass
@@ -68,6 +80,7 @@ class RunResults:
     plan: Plan | None
     summary: list[SummaryRow]
     latencies: dict[tuple[str, str], np.ndarray]  # (config, implementation) -> ms per call
+    statistics: IntervalMethod | None = None
 
 
 def make_report(
@@ -79,6 +92,8 @@ def make_report(
     out_dir = results_dir / REPORT_SUBDIR
     out_dir.mkdir(parents=True, exist_ok=True)
     report = Report(run.run_id, run.status, [_row(s) for s in run.summary])
+    report.statistics = run.statistics
+    report.control = run.plan.control_identity if run.plan else None
     report.plots = _plot_all(run, out_dir)
     if compare_dir is not None:
         other = load_run(compare_dir)
@@ -106,7 +121,8 @@ def load_run(run_dir: Path) -> RunResults:
     latencies = _latencies(boundary.checked_rows(measurements_path, "measurements.csv", run_id))
     plan = manifest.plan if manifest and manifest.plan else _plan_file(run_dir)
     status = manifest.status if manifest else "no manifest"
-    return RunResults(run_id or run_dir.name, status, plan, summary, latencies)
+    statistics = manifest.statistics if manifest else None
+    return RunResults(run_id or run_dir.name, status, plan, summary, latencies, statistics)
 
 
 def _plan_file(run_dir: Path) -> Plan | None:
@@ -136,6 +152,8 @@ def _row(s: SummaryRow) -> ReportRow:
         s.speedup,
         ci,
         s.verdict,
+        s.versus,
+        s.flag,
     )
 
 

@@ -120,7 +120,7 @@ def _correctness(plan: Plan, rates: dict) -> PhaseFigure:
 
 def _benchmark(plan: Plan, rates: dict) -> PhaseFigure:
     """Kernel time from the plan's FLOPs at a sustained rate, plus each sample's overhead."""
-    implementations = len(plan.implementations)
+    implementations = len(plan.identities)
     kernel = sum(c.flops() for c in plan.configs) / (rates["sustained_tflops"] * 1e12)
     timed = plan.samples_per_config * implementations * kernel
     overhead = plan.samples_per_implementation() * implementations * rates["per_sample_seconds"]

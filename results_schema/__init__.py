@@ -11,6 +11,7 @@ from results_schema.models import (
     Cost,
     EnvironmentFingerprint,
     FileEntry,
+    IntervalMethod,
     KernelBuild,
     Manifest,
     Measurement,
@@ -26,6 +27,7 @@ CSV_MODELS = {
     "measurements.csv": Measurement,
     "summary.csv": SummaryRow,
     "correctness.csv": CorrectnessRow,
+    "timed_checks.csv": CorrectnessRow,
 }
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "Cost",
     "EnvironmentFingerprint",
     "FileEntry",
+    "IntervalMethod",
     "KernelBuild",
     "Manifest",
     "Measurement",

@@ -13,7 +13,24 @@ Dtype = Literal["float16", "bfloat16", "float32", "float64"]
 Device = Literal["cuda", "cpu"]
 RunState = Literal["running", "complete", "partial", "failed"]
 TimingMode = Literal["single", "graph"]
-Verdict = Literal["faster", "slower", "indistinguishable"]
+# faster/slower: the whole interval lies beyond the margin; equivalent: inside it;
+# indistinguishable: it straddles a margin's edge.
+Verdict = Literal["faster", "slower", "equivalent", "indistinguishable"]
+# Why a row gets no verdict: faster than the GPU's physical peak allows, or an output taken
+# from inside the timed loop was wrong.
+Flag = Literal["impossible", "wrong-timed-output"]
+CheckStage = Literal["gate", "graph-probe", "timed-first", "timed-last"]
+# The A/A control: the plan's `control` implementation timed again under this identity.
+CONTROL_SUFFIX = "@aa"
+# From A/A controls on an H100 (2026-11-23, 3 CLI runs of the default plan's 12 configs):
+# point estimates strayed up to 1.4% from 1 in graph mode (S=128), up to 0.4% elsewhere;
+# 0 of 36 verdicts said faster/slower at δ = 1% or 0.5%, 3 of 36 (8%) at δ = 0.
+DEFAULT_MARGIN = 0.01
+
+
+def implementation_of(identity: str) -> str:
+    """The registry implementation a timed identity runs (the A/A control runs its twin's)."""
+    return identity.removesuffix(CONTROL_SUFFIX)
 
 
 class _Strict(BaseModel):
@@ -60,6 +77,25 @@ class Plan(_Strict):
         "CUDA-graph batch mode (0 = never)",
     )
     seed: int = 0
+    placements: int = Field(
+        default=1,
+        ge=1,
+        description="independent placements per implementation and config (fresh buffers, "
+        "fresh graph captures, samples split evenly among them); 2 or more make the speedup "
+        "interval a cluster bootstrap over placements",
+    )
+    margin: float = Field(
+        default=DEFAULT_MARGIN,
+        ge=0,
+        lt=1,
+        description="practical-equivalence margin δ: faster/slower need the whole interval "
+        "outside [1-δ, 1+δ], equivalent needs it inside",
+    )
+    control: str | None = Field(
+        default=None,
+        description="an implementation of the plan timed a second time as '<name>@aa' (an "
+        "A/A control): its verdict against itself is the run's noise floor",
+    )
     configs: list[AttentionConfig] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -67,11 +103,22 @@ class Plan(_Strict):
         names = [c.name for c in self.configs]
         if len(set(names)) != len(names):
             raise ValueError("config names must be unique within a plan")
+        if self.control is not None and self.control not in self.implementations:
+            raise ValueError("control must be the candidate or one of the baselines")
         return self
 
     @property
     def implementations(self) -> list[str]:
         return [self.candidate, *[b for b in self.baselines if b != self.candidate]]
+
+    @property
+    def control_identity(self) -> str | None:
+        return self.control + CONTROL_SUFFIX if self.control else None
+
+    @property
+    def identities(self) -> list[str]:
+        """Everything timed: the implementations, then the A/A control's second identity."""
+        return [*self.implementations, *([self.control_identity] if self.control else [])]
 
     def samples_per_implementation(self) -> int:
         return self.samples_per_config * len(self.configs)
@@ -85,6 +132,9 @@ class Measurement(_Strict):
     implementation: str
     mode: TimingMode
     round: int = Field(ge=0, description="interleaving round; paired ratios match on it")
+    placement: int = Field(
+        default=0, ge=0, description="which of the config's placements the round belongs to"
+    )
     calls: int = Field(ge=1, description="calls inside the timed region (graph mode batches)")
     latency_ms: float = Field(gt=0, description="time per call")
     sm_clock_mhz: int | None = None
@@ -121,6 +171,13 @@ class SummaryRow(_Strict):
     speedup_ci_low: float | None = Field(default=None, gt=0)
     speedup_ci_high: float | None = Field(default=None, gt=0)
     verdict: Verdict | None = None
+    versus: str | None = Field(
+        default=None,
+        description="whose speedup over this row `speedup` is: the candidate, or for the "
+        "A/A control's row, its twin",
+    )
+    placements: int | None = Field(default=None, ge=1, description="placements sampled")
+    flag: Flag | None = Field(default=None, description="why this row has no verdict")
 
 
 class CorrectnessRow(_Strict):
@@ -136,6 +193,24 @@ class CorrectnessRow(_Strict):
     tolerance: float | None = Field(default=None, ge=0)
     nonfinite: int = Field(default=0, ge=0)
     message: str = ""
+    stage: CheckStage = Field(
+        default="gate",
+        description="gate: fresh inputs, poisoned output; graph-probe: the call captured in "
+        "a CUDA graph and replayed on fresh inputs (work off the calling stream is lost); "
+        "timed-first/-last: an output from the timed loop's first/last round",
+    )
+
+
+class IntervalMethod(_Strict):
+    """How summary.csv's speedup intervals and verdicts were computed (statistics.json)."""
+
+    method: Literal["placement-cluster-bootstrap", "round-bootstrap"]
+    description: str
+    confidence: float
+    resamples: int
+    placements: int
+    margin: float
+    control: str | None = None
 
 
 class Status(_Strict):
@@ -188,6 +263,9 @@ class EnvironmentFingerprint(BaseModel):
     peak_tflops: float | None = Field(
         default=None, ge=0, description="dense 16-bit tensor peak used for %"
     )
+    peak_gbytes_per_s: float | None = Field(
+        default=None, description="memory bandwidth peak: faster than it is impossible"
+    )
 
 
 class KernelBuild(BaseModel):
@@ -227,6 +305,7 @@ class Manifest(_Strict):
     environment: EnvironmentFingerprint | None = None
     kernel_build: KernelBuild | None = None
     cost: Cost | None = None
+    statistics: IntervalMethod | None = None
     files: list[FileEntry] = []
 
     def file(self, path: str) -> FileEntry | None:

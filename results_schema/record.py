@@ -34,9 +34,14 @@ PHASES = (
     "upload",
     "finish",
 )
-RESULT_FILES = ("measurements.csv", "summary.csv", "correctness.csv")
+RESULT_FILES = ("measurements.csv", "summary.csv", "correctness.csv", "timed_checks.csv")
 # JSON side files the payload leaves in the run directory, copied into the manifest.
-SIDE_FILES = {"plan": "plan.json", "environment": "environment.json", "kernel_build": "build.json"}
+SIDE_FILES = {
+    "plan": "plan.json",
+    "environment": "environment.json",
+    "kernel_build": "build.json",
+    "statistics": "statistics.json",
+}
 
 
 def utc_now() -> str:

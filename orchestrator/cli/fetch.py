@@ -80,7 +80,7 @@ def show_summary(out, result) -> None:
     table.add_column("median ms", justify="right", no_wrap=True)
     table.add_column(f"{markup_safe(plan.candidate)} speedup [95% CI]")
     for config in plan.configs:
-        for index, name in enumerate(plan.implementations):
+        for index, name in enumerate(plan.identities):
             row = by_key.get((config.name, name))
             table.add_row(
                 markup_safe(config.name) if index == 0 else "",
@@ -91,11 +91,19 @@ def show_summary(out, result) -> None:
     out.print(table)
     candidate = markup_safe(plan.candidate)
     out.print(f"{candidate} speedup = median of per-round paired ratios baseline/{candidate}")
+    out.print(f"verdicts need the interval clear of [1-δ, 1+δ]; δ = {plan.margin:g}")
+    if plan.control:
+        out.print(
+            f"{markup_safe(plan.control_identity)}: A/A control, "
+            f"{markup_safe(plan.control)} against itself"
+        )
 
 
 def _speedup_cell(plan, implementation: str, row) -> str:
     if implementation == plan.candidate:
         return "(candidate)"
+    if row is not None and row.flag:
+        return row.flag
     if row is None or row.speedup is None:
         return "-"
     return f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] {row.verdict}"

@@ -46,14 +46,19 @@ def show_report(out, report) -> None:
         "median ms",
         "TFLOP/s",
         "% peak",
-        "candidate speedup [95% CI]",
+        "speedup [95% CI] over",
         title=f"run {markup_safe(report.run_id)} ({report.status})",
     )
     for row in report.rows:
         speedup = "(candidate)"
         if row.speedup is not None and row.speedup_ci:
             low, high = row.speedup_ci
-            speedup = f"{row.speedup:.2f}x [{low:.2f}, {high:.2f}] {row.verdict or ''}"
+            speedup = (
+                f"{row.speedup:.3f}x [{low:.3f}, {high:.3f}] over {markup_safe(row.versus or 'candidate')}"
+                f" {markup_safe(row.verdict or row.flag or '')}"
+            )
+        elif row.flag:
+            speedup = markup_safe(row.flag)
         peak = f"{row.pct_of_peak:.1f}" if row.pct_of_peak is not None else "-"
         table.add_row(
             markup_safe(row.config),
@@ -65,6 +70,14 @@ def show_report(out, report) -> None:
             speedup,
         )
     out.print(table)
+    if report.statistics:
+        out.print(f"intervals: {markup_safe(report.statistics.description)}")
+    if report.control:
+        counts = ", ".join(f"{n} {v}" for v, n in sorted(report.control_verdicts().items()))
+        out.print(
+            f"A/A control {markup_safe(report.control)} (the same implementation under a second name): "
+            f"{counts or 'no verdicts'}; the noise floor of this run"
+        )
     for plot in report.plots:
         out.print(f"plot: {markup_safe(plot)}")
     if report.compared_with is None:

@@ -97,6 +97,6 @@ def _phase_and_progress(view) -> str:
         return f"{phase} {heartbeat.done}/{heartbeat.total}"
     measured = manifest.file("results/measurements.csv") if manifest else None
     if measured is not None and measured.rows is not None and manifest.plan is not None:
-        planned = manifest.plan.samples_per_implementation() * len(manifest.plan.implementations)
+        planned = manifest.plan.samples_per_implementation() * len(manifest.plan.identities)
         return f"{phase} {measured.rows}/{planned}"
     return phase

@@ -43,6 +43,7 @@ def plan_file(
             "samples_per_config": samples,
             "configs": configs,
             "candidate": candidate,
+            "control": candidate,
         }
     )
     path = tmp_path / "plan.json"

@@ -90,7 +90,7 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys, monkeypatch):
     with open(fetched / "results" / "measurements.csv", newline="") as f:
         per_impl = Counter(row["implementation"] for row in csv.DictReader(f))
     expected = manifest.plan.samples_per_implementation()
-    assert per_impl == {name: expected for name in manifest.plan.implementations}
+    assert per_impl == {name: expected for name in manifest.plan.identities}
     assert [p.name for p in manifest.phases] == list(PHASES)
     assert manifest.environment and manifest.environment.torch
     assert manifest.environment.model_extra["environment_source"] == "given"
@@ -143,7 +143,7 @@ def assert_summary_readable_at_80_columns(out: str, plan: Plan) -> None:
     for config in plan.configs:
         assert any(line.startswith(config.name + " ") for line in table), config.name
     speedups = [line for line in table if re.search(r"\d\.\d{4}\s+\d+\.\d\dx \[", line)]
-    assert len(speedups) == len(plan.configs) * len(plan.baselines)
+    assert len(speedups) == len(plan.configs) * (len(plan.identities) - 1)
 
 
 def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, capsys):
@@ -169,7 +169,7 @@ def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, ca
     assert manifest.status == "partial"
     assert "SIGTERM" in manifest.reason and "benchmark" in manifest.reason
     measured = manifest.file("results/measurements.csv")
-    total = 2 * 3000 * len(manifest.plan.implementations)
+    total = 2 * 3000 * len(manifest.plan.identities)
     assert measured is not None and 0 < measured.rows < total
 
     assert main(["status", run_id]) == 0

@@ -44,6 +44,8 @@ def gpu_run(tmp_path_factory) -> Path:
         "baselines": ["sdpa", "sdpa-flash"],
         "reference": "reference",
         "samples_per_config": 20,
+        "placements": 4,
+        "control": "sdpa",
         "graph_below_us": 20.0,
         "configs": [
             _config("tiny", 128, 64, "float16", False),
@@ -78,7 +80,7 @@ def test_gate_records_a_refusal_and_goes_on(gpu_run):
     assert [(r.config, r.implementation) for r in refused] == [("fp32", "sdpa-flash")]
     rows = read_csv(gpu_run / "results" / "measurements.csv", Measurement)
     assert not [r for r in rows if (r.config, r.implementation) == ("fp32", "sdpa-flash")]
-    assert sum(r.config == "fp32" for r in rows) == 2 * 20
+    assert sum(r.config == "fp32" for r in rows) == 3 * 20  # sdpa-efficient, sdpa, sdpa@aa
 
 
 def test_tiny_kernels_use_graph_mode_and_large_ones_single(gpu_run):
@@ -98,6 +100,16 @@ def test_telemetry_is_recorded_per_sample(gpu_run):
     assert all(r.sm_clock_mhz and r.mem_clock_mhz and r.throttle_reasons is not None for r in rows)
     env = json.loads((gpu_run / "environment.json").read_text())
     assert env["gpu_uuid"].startswith("GPU-") and env["driver"]
+
+
+def test_placements_and_the_control_are_in_the_summary(gpu_run):
+    summary = read_csv(gpu_run / "results" / "summary.csv", SummaryRow)
+    control = [s for s in summary if s.implementation == "sdpa@aa"]
+    assert len(control) == 3 and all(s.versus == "sdpa" for s in control)
+    assert all(s.placements == 4 for s in summary)
+    assert all(s.verdict != "faster" and s.verdict != "slower" for s in control), control
+    stats = json.loads((gpu_run / "statistics.json").read_text())
+    assert stats["method"] == "placement-cluster-bootstrap" and stats["control"] == "sdpa@aa"
 
 
 def test_single_launch_medians_agree_with_triton_do_bench(gpu_run):

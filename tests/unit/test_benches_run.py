@@ -62,24 +62,42 @@ def test_every_csv_row_validates_with_model_columns(smoke_run):
 def test_samples_per_implementation_match_the_plan(smoke_run):
     plan = resolve_plan("cpu-smoke")
     rows = read_csv(smoke_run / "results" / "measurements.csv", Measurement)
-    for impl in plan.implementations:
+    for impl in plan.identities:
         assert sum(r.implementation == impl for r in rows) == plan.samples_per_implementation()
     rounds = {(r.config, r.implementation): set() for r in rows}
+    placements = {(r.config, r.implementation): set() for r in rows}
     for r in rows:
         rounds[(r.config, r.implementation)].add(r.round)
+        placements[(r.config, r.implementation)].add(r.placement)
     assert all(v == set(range(plan.samples_per_config)) for v in rounds.values())
+    assert all(v == set(range(plan.placements)) for v in placements.values())
+
+
+def test_timed_outputs_were_checked_first_and_last(smoke_run):
+    plan = resolve_plan("cpu-smoke")
+    checks = read_csv(smoke_run / "results" / "timed_checks.csv", CorrectnessRow)
+    assert sorted((r.config, r.implementation, r.stage) for r in checks) == sorted(
+        (c.name, i, stage)
+        for c in plan.configs
+        for i in plan.identities
+        for stage in ("timed-first", "timed-last")
+    )
+    assert all(r.passed and r.rel_l2_error <= r.tolerance for r in checks)
 
 
 def test_summary_has_one_row_per_config_and_implementation(smoke_run):
     plan = resolve_plan("cpu-smoke")
     summary = read_csv(smoke_run / "results" / "summary.csv", SummaryRow)
-    assert len(summary) == len(plan.configs) * len(plan.implementations)
+    assert len(summary) == len(plan.configs) * len(plan.identities)
     for row in summary:
         assert row.run_id == "r1" and row.n == plan.samples_per_config
+        assert row.placements == plan.placements
         baseline = row.implementation != plan.candidate
         assert (row.speedup is not None) == baseline
         if baseline:
             assert row.speedup_ci_low <= row.speedup <= row.speedup_ci_high
+            twin = plan.control if row.implementation == plan.control_identity else plan.candidate
+            assert row.versus == twin
     gate = read_csv(smoke_run / "results" / "correctness.csv", CorrectnessRow)
     assert all(r.passed for r in gate)
 
@@ -88,6 +106,8 @@ def test_manifest_and_status_claim_completion(smoke_run):
     manifest = Manifest.model_validate_json((smoke_run / "manifest.json").read_text())
     assert manifest.status == "complete" and manifest.run_id == "r1"
     assert manifest.plan.name == "cpu-smoke" and manifest.environment.python
+    assert manifest.statistics.method == "placement-cluster-bootstrap"
+    assert manifest.statistics.placements == 4 and manifest.statistics.control == "sdpa@aa"
     assert {f.path for f in manifest.files} == {f"results/{n}" for n in CSV_MODELS}
     status = Status.model_validate_json((smoke_run / "status.json").read_text())
     assert (status.phase, status.state, status.done) == ("benchmark", "complete", status.total)

@@ -45,9 +45,13 @@ def test_report_rows_and_pngs(run_dir):
     report = make_report(run_dir)
     assert report.status == "complete"
     plan = Plan.model_validate_json((run_dir / "plan.json").read_text())
-    assert len(report.rows) == len(plan.configs) * len(plan.implementations)
+    assert len(report.rows) == len(plan.configs) * len(plan.identities)
     baselines = [r for r in report.rows if r.implementation == "sdpa-math"]
     assert all(r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1] for r in baselines)
+    assert report.statistics.method == "placement-cluster-bootstrap"
+    assert "δ=0.01" in report.statistics.description
+    assert report.control == "sdpa@aa"
+    assert sum(report.control_verdicts().values()) == len(plan.configs)
     assert {p.name for p in report.plots} == {"latency.png", "speedup.png", "tflops.png"}
     for plot in report.plots:
         assert plot.parent == run_dir / "report"
