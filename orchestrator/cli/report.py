@@ -54,7 +54,8 @@ def show_report(out, report) -> None:
         if row.speedup is not None and row.speedup_ci:
             low, high = row.speedup_ci
             speedup = (
-                f"{row.speedup:.3f}x [{low:.3f}, {high:.3f}] over {markup_safe(row.versus or 'candidate')}"
+                f"{row.speedup:.3f}x [{low:.3f}, {high:.3f}]"
+                f" over {markup_safe(row.versus or 'candidate')}"
                 f" {markup_safe(row.verdict or row.flag or '')}"
             )
         elif row.flag:
@@ -75,7 +76,8 @@ def show_report(out, report) -> None:
     if report.control:
         counts = ", ".join(f"{n} {v}" for v, n in sorted(report.control_verdicts().items()))
         out.print(
-            f"A/A control {markup_safe(report.control)} (the same implementation under a second name): "
+            f"A/A control {markup_safe(report.control)}"
+            " (the same implementation under a second name): "
             f"{counts or 'no verdicts'}; the noise floor of this run"
         )
     for plot in report.plots:

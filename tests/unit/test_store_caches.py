@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from orchestrator.render import template_environment
+from orchestrator.render import APT_LOCK_TIMEOUT_SECONDS, template_environment
 from tests.fakes.fixtures import gcs_bucket, gcs_server  # noqa: F401 - fixtures
 from tests.unit.test_gce_startup_partial import vm  # noqa: F401 - fixture
 
@@ -26,7 +26,7 @@ def cache_vm(vm):  # noqa: F811
     env = template_environment()
     for name, context in (
         ("cache", {}),
-        ("environment", {}),
+        ("environment", {"apt_lock_timeout_seconds": APT_LOCK_TIMEOUT_SECONDS}),
         ("build", {"build_kernel": True, "plan_name": "default"}),
     ):
         text = env.get_template(f"partials/{name}.sh.j2").render(**context)
