@@ -2,7 +2,15 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import Duration, Money, backend_option, console, make_context
+from orchestrator.cli.options import (
+    Duration,
+    Money,
+    backend_option,
+    comparison_options,
+    console,
+    make_context,
+    plan_options,
+)
 
 
 @click.command()
@@ -23,7 +31,8 @@ from orchestrator.cli.options import Duration, Money, backend_option, console, m
 )
 @click.option("--wait/--no-wait", default=False, help="follow the run with a progress bar")
 @click.option("--on-demand-fallback", is_flag=True, default=None, help="gce: on-demand if no spot")
-def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
+@comparison_options
+def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, **comparison):
     """Start a benchmark run; the cloud enforces its budget as a time cap.
 
     On gce, the VM gets max_run_duration = what --budget buys at the catalog
@@ -33,10 +42,19 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
     otherwise it powers off and its disk bills until --wait's end, `bench
     fetch` or `bench stop-all` deletes it (`bench status` shows it).
 
+    A/B: --baseline REF times the working tree's kernel against REF's in one
+    run, on one GPU; the summary and `bench report` lead with the speedup per
+    config and its geometric mean, each with an interval and a verdict.
+    --profile adds Nsight Compute counters, taken after the timing.
+
     \b
     Examples:
       bench launch --backend local --budget 1.00 --wait
       bench launch --budget 1.00 --plan default --max-runtime 45m
+      bench launch --budget 1.00 --baseline main            # did my edits help?
+      bench launch --budget 1.00 --baseline ../old/kernels --profile
+      bench launch --budget 1.00 --candidate sdpa-flash --baseline-impl sdpa-cudnn
+      bench launch --budget 1.00 --profile fp16-b4h16s1024d64,bf16-b1h16s8192d64
     """
     from orchestrator.service.launch import LaunchRequest
     from orchestrator.service.launch import launch as launch_run
@@ -44,7 +62,12 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
     ctx = make_context(backend=backend, on_demand_fallback=on_demand_fallback)
     name, reason = ctx.config.resolved_backend()
     out = console()
-    request = LaunchRequest(budget_usd=budget, plan=plan_ref, max_runtime_seconds=max_runtime)
+    request = LaunchRequest(
+        budget_usd=budget,
+        plan=plan_ref,
+        max_runtime_seconds=max_runtime,
+        options=plan_options(**comparison),
+    )
     result = launch_run(
         ctx,
         request,
