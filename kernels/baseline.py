@@ -3,10 +3,19 @@
 The baseline tree is a directory holding its own kernels/ (BENCH_BASELINE_ROOT; in a payload,
 baseline/). Its own build.py builds it in a child process whose imports resolve to that
 tree, so its sources, generator and flags are the baseline's and its cache key is its own
-source hash: identical sources share one cached library, different ones never do. The
-library is then called through this tree's binding: the C ABI (csrc/flash_api.h) is the
-contract both builds share, and the correctness gate checks the baseline like any
-implementation, so a baseline whose ABI drifted fails the gate instead of being timed.
+source hash, in a cache of its own (BENCH_BASELINE_CACHE): even identical sources give two
+libraries, loaded side by side. The library is then called through this tree's binding:
+the C ABI (csrc/flash_api.h) is the contract both builds share, and the correctness gate
+checks the baseline like any implementation, so a baseline whose ABI drifted fails the gate
+instead of being timed.
+
+Two libraries built from one code base in one process: their host code defines the same
+template statics (the launcher's "opted in to >48 KB shared memory" flags), which GCC emits
+as STB_GNU_UNIQUE symbols, and the dynamic linker binds those process-wide even across
+RTLD_LOCAL libraries: the baseline would read the candidate's flags and launch its kernels
+without their shared-memory opt-in (the launch fails). The baseline is therefore compiled
+with -fno-gnu-unique (through nvcc's NVCC_APPEND_FLAGS, which any revision's build.py
+honours): its statics stay its own. Device code is unaffected.
 
     python -m kernels.baseline --root DIR --arch sm_90 --check --record baseline_build.json
 """
@@ -22,6 +31,8 @@ from pathlib import Path
 
 ROOT_ENV = "BENCH_BASELINE_ROOT"
 RECORD_ENV = "BENCH_BASELINE_BUILD"  # the build phase's record: later phases load its library
+CACHE_ENV = "BENCH_BASELINE_CACHE"
+OWN_STATICS_FLAG = "-Xcompiler=-fno-gnu-unique"
 
 
 class BaselineError(RuntimeError):
@@ -41,11 +52,23 @@ def build(root: Path, arch: str, record: Path, check: bool = False, force: bool 
     command += ["--record", str(record.resolve())]
     command += ["--check"] * check + ["--force"] * force
     # cwd and PYTHONPATH both name the baseline tree: none of this tree's modules is imported.
-    env = {**os.environ, "PYTHONPATH": str(root.resolve())}
+    appended = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} {OWN_STATICS_FLAG}".strip()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(root.resolve()),
+        "BENCH_KERNEL_CACHE": str(cache_root()),
+        "NVCC_APPEND_FLAGS": appended,
+    }
     proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BaselineError(f"the baseline kernel did not build or check:\n{proc.stderr[-4000:]}")
     return json.loads(record.read_text(encoding="utf-8"))
+
+
+def cache_root() -> Path:
+    """Baseline builds are cached apart from the candidate's (their flags differ)."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "bench" / "kernels-baseline"
 
 
 _library = None

@@ -8,6 +8,7 @@
 #   3. --baseline HEAD on a dirty tree             (A/A: an edit outside kernels/)
 #   4. --baseline a copy of kernels/ (a path)      (A/A)
 # then fetch, report, the verdict counts and one .ncu-rep read back with `ncu --import`.
+# STAGE=second: only the slowed baseline (no profile) and the clean A/A.
 # Run from this checkout's root with PYTHONPATH holding its dependencies; output under $OUT.
 set -uo pipefail
 out=${OUT:-/tmp/bench-out}
@@ -57,18 +58,15 @@ launch() {  # launch LABEL ARGS...
   grep -E "estimate by phase|phase (build|correctness|benchmark): done|profile:|cache:" \
     "$out/launch-$label.txt" | tail -n 20
 }
-launch aa-git-clean --baseline HEAD
-launch slow-profile --baseline "$scratch/slow" --profile
-echo "# a dirty tree: an edit outside kernels/" >> "$repo/README.md"
-launch aa-git-dirty --baseline HEAD
-launch aa-path --baseline "$scratch/copy-kernels"
-
-bench fetch --all --dest "$scratch/results" > "$out/fetch.txt" 2>&1
-echo "fetch: exit $?"; tail -n 3 "$out/fetch.txt"
-for dir in "$scratch"/results/*/; do
+summarize() {  # summarize: fetch the runs so far, report and tally the newest
+  bench fetch --all --dest "$scratch/results" > "$out/fetch.txt" 2>&1
+  echo "fetch: exit $?"
+  local dir
+  dir=$(find "$scratch/results" -mindepth 1 -maxdepth 1 -type d -name '2*' | sort | tail -n 1)
   id=$(basename "$dir")
   bench report "$id" --dest "$scratch/results" > "$out/report-$id.txt" 2>&1
   echo "report $id: exit $?"
+  tar -C "$scratch/results" -czf "$out/runs.tgz" --exclude='*.png' .
   python3 - "$dir" <<'EOF'
 import csv, json, sys
 from collections import Counter
@@ -93,18 +91,36 @@ for o in m.get("comparison") or []:
           f"[{o['ci_low']:.4f}, {o['ci_high']:.4f}] {o['verdict']} ({o['configs']} configs)")
 gate = [r for r in csv.DictReader(open(d + "/results/correctness.csv")) if not r["passed"] == "true"]
 print("  gate failures:", len(gate))
+for r in gate[:4]:
+    print("   ", r["config"], r["implementation"], r["stage"], r["message"][:200])
 EOF
-done
-slow=$(grep -l "slow" "$scratch"/results/*/manifest.json | head -n 1)
-if [[ -n "$slow" ]]; then
-  sdir=$(dirname "$slow")
-  cat "$out/report-$(basename "$sdir").txt"
-  rep=$(ls "$sdir"/results/*.ncu-rep 2>/dev/null | head -n 1)
-  if [[ -n "$rep" ]]; then
-    cp "$rep" "$out/"
-    cp "$sdir/results/profile.csv" "$out/"
-    ncu --import "$rep" --page raw --csv --print-units base > "$out/raw-page.csv" 2>&1
-    ncu --import "$rep" 2>&1 | tee "$out/ncu-import.txt" | head -n 60
-  fi
+}
+readback() {  # the slowed run's report as printed, and one .ncu-rep read back by ncu
+  local dir rep
+  dir=$(find "$scratch/results" -mindepth 1 -maxdepth 1 -type d -name '2*' | sort | tail -n 1)
+  cat "$out/report-$(basename "$dir").txt"
+  rep=$(find "$dir/results" -name '*.ncu-rep' | sort | tail -n 1)
+  [[ -n "$rep" ]] || { echo "no .ncu-rep came back"; return; }
+  cp "$rep" "$dir/results/profile.csv" "$out/"
+  ncu --import "$rep" --page raw --csv --print-units base > "$out/raw-page.csv" 2>&1
+  ncu --import "$rep" > "$out/ncu-import.txt" 2>&1
+  echo "ncu --import $(basename "$rep"): exit $?"
+  head -n 45 "$out/ncu-import.txt"
+}
+if [[ ${STAGE:-all} == second ]]; then  # the slowed baseline again, then one A/A
+  launch slow --baseline "$scratch/slow"
+  summarize
+  launch aa-git-clean --baseline HEAD
+  summarize
+  exit 0
 fi
-tar -C "$scratch/results" -czf "$out/runs.tgz" .
+launch aa-git-clean --baseline HEAD
+summarize
+launch slow-profile --baseline "$scratch/slow" --profile
+summarize
+readback
+echo "# a dirty tree: an edit outside kernels/" >> "$repo/README.md"
+launch aa-git-dirty --baseline HEAD
+summarize
+launch aa-path --baseline "$scratch/copy-kernels"
+summarize
