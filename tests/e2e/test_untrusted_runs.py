@@ -29,8 +29,8 @@ from orchestrator.service.context import Context
 from orchestrator.service.plans import plans_dir
 from orchestrator.spec import new_run_id
 from results_schema import CorrectnessRow, Measurement, Plan, ProfileRow, SummaryRow
-from results_schema.record import MAX_PROFILE_REPORTS
 from results_schema.csvio import cell, columns
+from results_schema.record import MAX_PROFILE_REPORTS
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -240,9 +240,7 @@ def test_geomean_of_aa_configs_has_about_five_percent_false_positives():
     wrong = 0
     for seed in range(200):
         configs = [_aa_experiment(rng, 10, 5, between=0.01, within=0.01) for _ in range(6)]
-        wrong += geomean_speedup(configs, 0.0, resamples=500, seed=seed)[3] != (
-            "indistinguishable"
-        )
+        wrong += geomean_speedup(configs, 0.0, resamples=500, seed=seed)[3] != ("indistinguishable")
     assert wrong / 200 <= 0.09
 
 
