@@ -206,11 +206,15 @@ def flash_attention_with_lse(
 
     q: (B, H, S_q, D), k and v: (B, H, S_k, D); float16 or bfloat16; D 64 or 128; any
     strides on B/H/S (multiples of 8 elements), last dim contiguous. scale defaults to
-    1/sqrt(D). Causal masking aligns the last query with the last key (bottom-right), the
+    1/sqrt(D); any finite value works (negative and zero too), inf and NaN are refused. Causal masking aligns the last query with the last key (bottom-right), the
     same as SDPA for S_q == S_k; a query row with no visible key gets O = 0 and lse = -inf.
     """
+    if scale is not None:
+        scale = float(scale)
+        if not math.isfinite(scale):
+            _fail(f"scale must be a finite number (any sign, zero included); got {scale}")
     validate(q, k, v)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if torch.compiler.is_compiling():
         return torch.ops.bench_flash.fwd(q, k, v, bool(causal), scale)
     return _forward(q, k, v, bool(causal), scale)

@@ -98,7 +98,7 @@ L4_SMEM_PER_SM = "102400"
 def test_l4_variant_matches_reference():
     """The kernel an L4 runs, under L4 emulation, in a fresh process over odd and long shapes."""
     repo_root = Path(__file__).resolve().parents[2]
-    selection = "test_matches_reference and (s17 or s97 or s1025 or s4096)"
+    selection = "(test_matches_reference and (s17 or s97 or s1025 or s4096)) or test_any_finite"
     cmd = [sys.executable, "-m", "pytest", __file__, "-q", "--noconftest", "-p", "no:cacheprovider"]
     env = {**os.environ, "BENCH_FLASH_SMEM_PER_SM": L4_SMEM_PER_SM}
     proc = subprocess.run(
@@ -139,12 +139,38 @@ def test_causal_rows_without_keys_are_zero():
     assert rel_l2(out[:, :, 150:], ref) <= 2e-3
 
 
-def test_custom_scale():
-    q, k, v = (torch.randn(1, 2, 257, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-    out, lse = run_poisoned(q, k, v, causal=False, scale=0.3)
-    ref = reference_attention(q, k, v, False, scale=0.3)
-    assert rel_l2(out, ref) <= 2e-3
-    assert (lse.double() - reference_lse(q, k, False, scale=0.3)).abs().max().item() <= 1e-3
+# Every finite scale is valid, as in SDPA: a negative one prefers the least similar keys, zero
+# averages the visible values, a tiny one is within rounding of zero. The running max must be
+# taken over scaled scores for these (issue: the max over raw scores gave all-NaN outputs).
+SCALES = [0.3, 2.0, -0.125, -1.0, 0.0, 1e-30, -1e-30, 1e-42]
+SCALE_TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.mark.parametrize("scale", SCALES, ids=lambda x: f"scale{x:g}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_any_finite_scale(dtype, head_dim, causal, scale):
+    q, k, v = (torch.randn(2, 3, 257, head_dim, device="cuda", dtype=dtype) for _ in range(3))
+    out, lse = run_poisoned(q, k, v, causal, scale=scale)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    ref = reference_attention(q, k, v, causal, scale=scale)
+    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    err_ours, err_sdpa = rel_l2(out, ref), rel_l2(sdpa, ref)
+    # Should an SDPA backend not cope with this scale, hold ours to the dtype's usual bound.
+    bound = 2 * err_sdpa + 1e-5 if math.isfinite(err_sdpa) else SCALE_TOLERANCE[dtype]
+    assert err_ours <= bound, f"rel L2 {err_ours:.3e} vs SDPA {err_sdpa:.3e}"
+    lse_err = (lse.double() - reference_lse(q, k, causal, scale=scale)).abs().max().item()
+    assert lse_err <= 1e-3, f"lse max abs error {lse_err:.3e}"
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_scale_is_refused(scale):
+    from kernels.flash_attention import flash_attention
+
+    q = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        flash_attention(q, q, q, scale=scale)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])

@@ -99,3 +99,12 @@ def test_non_tensor_is_rejected():
 
     with pytest.raises(ValueError, match="q must be a torch.Tensor, got list"):
         flash_attention([1.0], None, None)
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_scale_is_rejected_before_anything_runs(scale):
+    from kernels.flash_attention import flash_attention
+
+    q = torch.randn(1, 2, 16, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        flash_attention(q, q, q, scale=scale)

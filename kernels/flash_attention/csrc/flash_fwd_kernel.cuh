@@ -9,6 +9,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <float.h>
 #include <stdint.h>
 
 #include "flash_api.h"
@@ -148,6 +149,21 @@ __device__ __forceinline__ void load_tile(Elem* tile, const Elem* base, int64_t 
     }
 }
 
+// Flips the sign of every 16-bit element of a shared-memory tile (exact for fp16 and bf16).
+template <int Elems, int Threads, typename Elem>
+__device__ __forceinline__ void negate_tile(Elem* tile, int tid) {
+    static_assert(Elems % (8 * Threads) == 0, "whole 16-byte chunks per thread");
+    uint4* chunks = reinterpret_cast<uint4*>(tile);
+#pragma unroll
+    for (int i = tid; i < Elems / 8; i += Threads) {
+        uint4 v = chunks[i];
+        v.x ^= 0x80008000u, v.y ^= 0x80008000u, v.z ^= 0x80008000u, v.w ^= 0x80008000u;
+        chunks[i] = v;
+    }
+}
+
+constexpr float kLn2 = 0.6931471805599453f;
+
 template <typename Elem, int HeadDim, bool Causal, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     flash_fwd_kernel(const FlashFwdParams p) {
@@ -193,14 +209,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         cp_async_commit();
     }
 
-    const float scale_log2 = p.scale * 1.4426950408889634f;
+    // Scores are scaled by |scale| * log2(e), kept positive and normal: max(c * s) = c * max(s)
+    // holds only for c > 0, and a zero factor would turn masked -inf scores into NaN. A
+    // negative scale is folded into Q (its sign bits flipped in shared memory, exactly); a
+    // scale under FLT_MIN weighs every score within fp32 rounding of a zero scale's equal
+    // weights, which is what the clamp gives.
+    const float scale_log2 = fmaxf(fabsf(p.scale) * 1.4426950408889634f, FLT_MIN);
+    if (p.scale < 0.f && n_blocks > 0) {
+        cp_async_wait<0>();
+        __syncthreads();
+        negate_tile<kBlockM * HeadDim, kThreads>(sQ, tid);  // the loop's first barrier orders it
+    }
     // Warp w owns tile rows (mt * Warps + w) * 16 .. +15 for each m-tile mt; within one, this
     // thread holds rows lane / 4 and lane / 4 + 8 of the mma C layout.
     auto tile_row = [&](int mt) { return (mt * Warps + warp) * 16; };
 
     uint32_t q_frag[Cfg::kQInRegs ? kKSteps : 1][4];
     float o_acc[MTiles][kDTiles][4];
-    float row_max[MTiles][2], row_sum[MTiles][2];  // max of raw scores; per-thread partial sums
+    // Running max of the scaled scores (log2 units, so exp2 needs no further scaling) and
+    // per-thread partial row sums.
+    float row_max[MTiles][2], row_sum[MTiles][2];
 #pragma unroll
     for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
@@ -298,20 +326,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float mx = row_max[mt][h];
+                float mx = -INFINITY;  // this tile's max raw score
 #pragma unroll
                 for (int t = 0; t < kNTiles; ++t)
                     mx = fmaxf(mx, fmaxf(s[mt][t][2 * h], s[mt][t][2 * h + 1]));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+                mx = fmaxf(row_max[mt][h], mx * scale_log2);  // scaled: scale_log2 > 0
                 // A row that has seen only masked keys keeps max -inf: use 0 so no inf - inf.
                 const float m_use = mx == -INFINITY ? 0.f : mx;
                 // Once the maxima settle (after the first few tiles on most rows) the rescale
                 // multiplies by exactly 1: skip it unless a row of these 8 moved. The vote
                 // keeps the branch uniform across the warp.
                 if (__any_sync(0xffffffff, mx != row_max[mt][h])) {
-                    const float correction =
-                        fast_exp2((row_max[mt][h] - m_use) * scale_log2);
+                    const float correction = fast_exp2(row_max[mt][h] - m_use);
                     row_sum[mt][h] *= correction;
 #pragma unroll
                     for (int t = 0; t < kDTiles; ++t) {
@@ -320,12 +348,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                     }
                 }
                 row_max[mt][h] = mx;
-                const float m_scaled = m_use * scale_log2;
 #pragma unroll
                 for (int t = 0; t < kNTiles; ++t) {
 #pragma unroll
                     for (int c = 2 * h; c < 2 * h + 2; ++c) {
-                        s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_scaled));
+                        s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_use));
                         row_sum[mt][h] += s[mt][t][c];
                     }
                 }
@@ -384,7 +411,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
             const float inv = sum > 0.f ? 1.f / sum : 0.f;
             const int r = tile_row(mt) + lane / 4 + h * 8;
             if (lane % 4 == 0 && m0 + r < p.seqlen_q)
-                lse[m0 + r] = sum > 0.f ? row_max[mt][h] * p.scale + logf(sum) : -INFINITY;
+                lse[m0 + r] = sum > 0.f ? row_max[mt][h] * kLn2 + logf(sum) : -INFINITY;
 #pragma unroll
             for (int t = 0; t < kDTiles; ++t) {
                 const uint32_t packed =
