@@ -1,0 +1,92 @@
+// Online softmax over K tiles, in registers, for the sm_80 kernel's mma fragments.
+#pragma once
+
+#include <float.h>
+#include <math.h>
+
+#include "utils.h"
+
+namespace flash {
+
+// The factor that turns a raw score into a base-2 exponent: |scale| * log2(e), positive and
+// normal. max(c * s) = c * max(s) holds only for c > 0, so a negative scale is folded into Q
+// (its sign flipped, exactly) and only |scale| remains; a zero factor would turn masked -inf
+// scores into NaN, and a scale under FLT_MIN weighs every score within fp32 rounding of a
+// zero scale's equal weights, which is what the clamp gives.
+__device__ __forceinline__ float score_scale_log2(float scale) {
+    return fmaxf(fabsf(scale) * kLog2e, FLT_MIN);
+}
+
+// Each thread holds two rows (lane / 4 and lane / 4 + 8) of every m-tile; the 4 threads of a
+// quad share a row, so row reductions are two xor-shuffles.
+template <int MTiles>
+struct OnlineSoftmax {
+    // Running max of the scaled scores, in log2 units (exp2 needs no further scaling), and
+    // this thread's partial row sums of exp2(score - max).
+    float row_max[MTiles][2], row_sum[MTiles][2];
+
+    __device__ __forceinline__ OnlineSoftmax() {
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) row_max[mt][h] = -INFINITY, row_sum[mt][h] = 0.f;
+    }
+
+    // Folds one tile of raw scores in: moves the maxima, rescales the sums and o_acc to them,
+    // and replaces s by the unnormalised probabilities exp2(s * scale_log2 - max).
+    template <int NTiles, int DTiles>
+    __device__ __forceinline__ void update(float (&s)[MTiles][NTiles][4],
+                                           float (&o_acc)[MTiles][DTiles][4], float scale_log2) {
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = -INFINITY;  // this tile's max raw score
+#pragma unroll
+                for (int t = 0; t < NTiles; ++t)
+                    mx = fmaxf(mx, fmaxf(s[mt][t][2 * h], s[mt][t][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+                mx = fmaxf(row_max[mt][h], mx * scale_log2);  // scaled: scale_log2 > 0
+                // A row that has seen only masked keys keeps max -inf: use 0 so no inf - inf.
+                const float m_use = mx == -INFINITY ? 0.f : mx;
+                // Once the maxima settle (after the first few tiles on most rows) the rescale
+                // multiplies by exactly 1: skip it unless a row of these 8 moved. The vote
+                // keeps the branch uniform across the warp.
+                if (__any_sync(0xffffffff, mx != row_max[mt][h])) {
+                    const float correction = fast_exp2(row_max[mt][h] - m_use);
+                    row_sum[mt][h] *= correction;
+#pragma unroll
+                    for (int t = 0; t < DTiles; ++t) {
+                        o_acc[mt][t][2 * h] *= correction;
+                        o_acc[mt][t][2 * h + 1] *= correction;
+                    }
+                }
+                row_max[mt][h] = mx;
+#pragma unroll
+                for (int t = 0; t < NTiles; ++t) {
+#pragma unroll
+                    for (int c = 2 * h; c < 2 * h + 2; ++c) {
+                        s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_use));
+                        row_sum[mt][h] += s[mt][t][c];
+                    }
+                }
+            }
+        }
+    }
+
+    // The full row sum (over the quad). Rows with no visible key have sum 0.
+    __device__ __forceinline__ float total(int mt, int h) const {
+        float sum = row_sum[mt][h];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        return sum;
+    }
+
+    // Natural-log log-sum-exp of the scaled scores of a row whose total is `sum`.
+    __device__ __forceinline__ float lse(int mt, int h, float sum) const {
+        return sum > 0.f ? row_max[mt][h] * kLn2 + logf(sum) : -INFINITY;
+    }
+};
+
+}  // namespace flash
