@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from kernels.flash_attention import generate
+from kernels.flash_attention import build, generate
 
 # torch dtype -> its row of the generated dtype table (the C enum comes from the same rows).
 SUPPORTED_DTYPES = {getattr(torch, d.torch_name): d for d in generate.DTYPES}
@@ -63,8 +63,6 @@ def load_library(arch: str | None = None, defines: dict[str, int] | None = None)
     global _library
     wanted = dict(sorted((defines or {}).items()))
     if _library is None or (defines is not None and _library.record["defines"] != wanted):
-        from kernels.flash_attention import build
-
         _library = _Library(build.build(arch, defines=wanted))
     return _library
 
@@ -141,7 +139,8 @@ def backend_name(q: torch.Tensor, causal: bool) -> str:
     major, minor = torch.cuda.get_device_capability(q.device)
     arch = f"sm_{major}{minor}"
     # Any measurement switch of the sm_80 kernel turns the Hopper path off (csrc/switches.h).
-    switched = _library is not None and any(_library.record["defines"].values())
+    defines = _library.record["defines"] if _library is not None else {}
+    switched = any(defines.get(name) for name in build.SM80_SWITCHES)
     hopper = (
         generate.has_sm90_path(arch)
         and (q.shape[-1], bool(causal)) in generate.SM90_COVERS

@@ -104,6 +104,8 @@ SWITCHES = {
     "FLASH_EMULATE_SMEM_PER_SM": range(0, 2**31),
     "FLASH_DISABLE_SM90": range(0, 2),
 }
+# Switches that select or shape the sm_80 kernel: any of them set turns the Hopper path off.
+SM80_SWITCHES = ("FLASH_FORCE_VARIANT", "FLASH_EMULATE_SMEM_PER_SM", "FLASH_DISABLE_SM90")
 
 
 def define_flags(defines: dict[str, int] | None) -> list[str]:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kernels.flash_attention import flash_attention, load_library
+from kernels.flash_attention import build, flash_attention, load_library
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 L4_SMEM_PER_SM = 102400  # the L4's shared memory per SM (sm_89: 100 KB)
@@ -94,6 +94,7 @@ def main() -> None:
         "--l4", action="store_true", help=f"= --emulate-smem-per-sm {L4_SMEM_PER_SM} --sm80"
     )
     parser.add_argument("--sm80", action="store_true", help="no Hopper path on sm_90")
+    parser.add_argument("--define", action="append", default=[], metavar="NAME=INT")
     args = parser.parse_args()
     defines = {
         "FLASH_FORCE_VARIANT": VARIANTS[args.variant],
@@ -101,6 +102,7 @@ def main() -> None:
         "FLASH_DISABLE_SM90": int(args.sm80 or args.l4),
     }
     defines = {name: value for name, value in defines.items() if value}
+    defines.update(build.parse_defines(args.define))
     record = load_library(defines=defines).record
     impls = {name: IMPLS[name] for name in args.impls.split(",")}
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")

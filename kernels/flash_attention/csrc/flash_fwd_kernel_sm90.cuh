@@ -197,6 +197,24 @@ __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
     }
 }
 
+// Turn-taking of the two consumer warpgroups over MMA issue ("pingpong"): a warpgroup issues
+// its MMAs when the other has issued its own, so that one's softmax runs under the other's
+// MMAs (NOTES.md, h2). Hardware barriers 3 and 4 (1 and 2 are per warpgroup).
+struct Pingpong {
+    int consumer_wg;
+    __device__ __forceinline__ void start() const {
+        if (consumer_wg == 1) sm90::named_barrier_arrive(3, 256);  // warpgroup 0 first
+    }
+    __device__ __forceinline__ void take_turn() const {
+        sm90::named_barrier_sync(3 + consumer_wg, 256);
+    }
+    // Warpgroup 1's last turn is not passed on: warpgroup 0 has no turn left to take.
+    __device__ __forceinline__ void pass_turn(bool last) const {
+        if (!(last && consumer_wg == 1))
+            sm90::named_barrier_arrive(3 + (consumer_wg ^ 1), 256);
+    }
+};
+
 // One consumer warpgroup: 64 query rows against every K/V tile of the block.
 template <typename T, bool Causal>
 __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<T>& sm, int m0,
@@ -212,6 +230,7 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
 #pragma unroll
         for (int c = 0; c < 4; ++c) o_acc[0][t][c] = 0.f;
     OnlineSoftmax<1> softmax;
+    const Pingpong turns{consumer_wg};
 
     if (n_blocks > 0) {
         sm90::mbarrier_wait(sm.bar_q(), 0);
@@ -227,35 +246,67 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
             sm90::fence_proxy_async();
             sm90::named_barrier_sync(1 + consumer_wg, 128);
         }
+        turns.start();
     }
-    for (int j = 0; j < n_blocks; ++j) {
-        const int stage = j % T::kStages;
-        const uint32_t phase = (j / T::kStages) & 1;
+    // Masks tile j's raw scores where needed and folds them into the softmax state.
+    auto score_tile = [&](float (&s)[1][T::kNTiles][4], int j, float (&correction)[1][2]) {
         const int n0 = j * T::kBlockN;
-        float s[1][T::kNTiles][4];
-        sm90::mbarrier_wait(sm.full_k(stage), phase);
-        sm90::wgmma_fence();
-        qk_wgmma<T>(s[0], sm, stage, consumer_wg);
-        sm90::wgmma_commit();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(s[0]);
-        if (lane == 0) sm90::mbarrier_arrive(sm.empty_k(stage));
-
         const bool tail = n0 + T::kBlockN > p.seqlen_k;
         const bool diagonal = Causal && n0 + T::kBlockN - 1 > m0 + causal_offset;
         if (tail || diagonal)
             mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, consumer_warp, lane);
-        softmax.update(s, o_acc, scale_log2);
+        return softmax.fold(s, correction, scale_log2);
+    };
+    auto stage_of = [](int j) { return j % T::kStages; };
+    auto phase_of = [](int j) { return uint32_t((j / T::kStages) & 1); };
 
+    // S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued together; the softmax of tile j + 1
+    // runs while P_j V_j is in flight, and O is rescaled once it has landed (NOTES.md, h2).
+    if (n_blocks > 0) {
+        float s[1][T::kNTiles][4], correction[1][2];
         uint32_t pa[T::kBlockN / 16][4];
-        pack_probabilities<T>(pa, s[0]);
-        sm90::mbarrier_wait(sm.full_v(stage), phase);
+        sm90::mbarrier_wait(sm.full_k(0), 0);
+        turns.take_turn();
         sm90::wgmma_fence();
-        pv_wgmma<T>(o_acc[0], pa, sm, stage);
+        qk_wgmma<T>(s[0], sm, 0, consumer_wg);
         sm90::wgmma_commit();
+        turns.pass_turn(false);
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(s[0]);
+        if (lane == 0) sm90::mbarrier_arrive(sm.empty_k(0));
+        score_tile(s, 0, correction);  // o_acc is still zero: nothing to rescale
+        pack_probabilities<T>(pa, s[0]);
+        for (int j = 1; j < n_blocks; ++j) {
+            const int stage = stage_of(j), prev = stage_of(j - 1);
+            sm90::mbarrier_wait(sm.full_k(stage), phase_of(j));
+            sm90::mbarrier_wait(sm.full_v(prev), phase_of(j - 1));
+            turns.take_turn();
+            sm90::wgmma_fence();
+            qk_wgmma<T>(s[0], sm, stage, consumer_wg);
+            sm90::wgmma_commit();
+            pv_wgmma<T>(o_acc[0], pa, sm, prev);
+            sm90::wgmma_commit();
+            turns.pass_turn(false);
+            sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
+            sm90::fence_registers(s[0]);
+            if (lane == 0) sm90::mbarrier_arrive(sm.empty_k(stage));
+            const bool moved = score_tile(s, j, correction);
+            sm90::wgmma_wait<0>();
+            sm90::fence_registers(o_acc[0]);
+            if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(prev));
+            if (moved) OnlineSoftmax<1>::rescale_output(o_acc, correction);
+            pack_probabilities<T>(pa, s[0]);
+        }
+        const int last = stage_of(n_blocks - 1);
+        sm90::mbarrier_wait(sm.full_v(last), phase_of(n_blocks - 1));
+        turns.take_turn();
+        sm90::wgmma_fence();
+        pv_wgmma<T>(o_acc[0], pa, sm, last);
+        sm90::wgmma_commit();
+        turns.pass_turn(true);
         sm90::wgmma_wait<0>();
         sm90::fence_registers(o_acc[0]);
-        if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(stage));
+        if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(last));
     }
 
     Elem* o = static_cast<Elem*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;

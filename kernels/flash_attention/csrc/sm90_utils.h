@@ -68,6 +68,11 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Counts this warp's arrival at barrier `id` (of `threads`) without waiting for the others.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // --- register reallocation between warpgroups ------------------------------------------------
 
 template <int Regs>

@@ -32,6 +32,31 @@ struct OnlineSoftmax {
             for (int h = 0; h < 2; ++h) row_max[mt][h] = -INFINITY, row_sum[mt][h] = 0.f;
     }
 
+    // Max raw score of row half h of m-tile mt over one tile (the quad shares a row).
+    template <int NTiles>
+    static __device__ __forceinline__ float tile_max(const float (&s)[MTiles][NTiles][4], int mt,
+                                                     int h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < NTiles; ++t) mx = fmaxf(mx, fmaxf(s[mt][t][2 * h], s[mt][t][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        return fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+    }
+
+    // s -> exp2(s * scale_log2 - m_use) for row half h of m-tile mt, summed into row_sum.
+    template <int NTiles>
+    __device__ __forceinline__ void exponentiate(float (&s)[MTiles][NTiles][4], int mt, int h,
+                                                 float m_use, float scale_log2) {
+#pragma unroll
+        for (int t = 0; t < NTiles; ++t) {
+#pragma unroll
+            for (int c = 2 * h; c < 2 * h + 2; ++c) {
+                s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_use));
+                row_sum[mt][h] += s[mt][t][c];
+            }
+        }
+    }
+
     // Folds one tile of raw scores in: moves the maxima, rescales the sums and o_acc to them,
     // and replaces s by the unnormalised probabilities exp2(s * scale_log2 - max).
     template <int NTiles, int DTiles>
@@ -41,13 +66,8 @@ struct OnlineSoftmax {
         for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float mx = -INFINITY;  // this tile's max raw score
-#pragma unroll
-                for (int t = 0; t < NTiles; ++t)
-                    mx = fmaxf(mx, fmaxf(s[mt][t][2 * h], s[mt][t][2 * h + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-                mx = fmaxf(row_max[mt][h], mx * scale_log2);  // scaled: scale_log2 > 0
+                // The running max is over scaled scores: scale_log2 > 0.
+                const float mx = fmaxf(row_max[mt][h], tile_max(s, mt, h) * scale_log2);
                 // A row that has seen only masked keys keeps max -inf: use 0 so no inf - inf.
                 const float m_use = mx == -INFINITY ? 0.f : mx;
                 // Once the maxima settle (after the first few tiles on most rows) the rescale
@@ -63,16 +83,45 @@ struct OnlineSoftmax {
                     }
                 }
                 row_max[mt][h] = mx;
-#pragma unroll
-                for (int t = 0; t < NTiles; ++t) {
-#pragma unroll
-                    for (int c = 2 * h; c < 2 * h + 2; ++c) {
-                        s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_use));
-                        row_sum[mt][h] += s[mt][t][c];
-                    }
-                }
+                exponentiate(s, mt, h, m_use, scale_log2);
             }
         }
+    }
+
+    // fold() and rescale_output() split update() for a caller whose o_acc is still being
+    // written by an asynchronous MMA (the Hopper kernel): fold() moves the maxima and sums
+    // and exponentiates s, leaving in `correction` the factor o_acc owes each row, which
+    // rescale_output() applies once the MMA has landed. Returns whether any row of the warp
+    // moved its max (warp-uniform): if none did, every factor is exactly 1.
+    template <int NTiles>
+    __device__ __forceinline__ bool fold(float (&s)[MTiles][NTiles][4],
+                                         float (&correction)[MTiles][2], float scale_log2) {
+        bool moved = false;
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float mx = fmaxf(row_max[mt][h], tile_max(s, mt, h) * scale_log2);
+                const float m_use = mx == -INFINITY ? 0.f : mx;
+                correction[mt][h] = fast_exp2(row_max[mt][h] - m_use);
+                row_sum[mt][h] *= correction[mt][h];
+                moved |= mx != row_max[mt][h];
+                row_max[mt][h] = mx;
+                exponentiate(s, mt, h, m_use, scale_log2);
+            }
+        }
+        return __any_sync(0xffffffff, moved);
+    }
+
+    template <int DTiles>
+    static __device__ __forceinline__ void rescale_output(float (&o_acc)[MTiles][DTiles][4],
+                                                          const float (&correction)[MTiles][2]) {
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+            for (int t = 0; t < DTiles; ++t)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) o_acc[mt][t][c] *= correction[mt][c >> 1];
     }
 
     // The full row sum (over the quad). Rows with no visible key have sum 0.
