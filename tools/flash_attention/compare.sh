@@ -3,7 +3,8 @@
 # Usage (repo root, GPU machine): [PATHS="hopper= sm80=--sm80 l4=--l4"] \
 #   bash tools/flash_attention/compare.sh [bench.py args]
 # PATHS: label=flags pairs (flags comma-separated) for bench.py; each label's TFLOP/s is set
-# against the sdpa-flash and sdpa-cudnn timings of its own process.
+# against the sdpa-flash and sdpa-cudnn timings of its own process. TREES: label=dir pairs,
+# each dir holding another copy of kernels/ (an older version) benchmarked the same way.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD
 OUT=${OUT:-/tmp/flash-out}
@@ -15,6 +16,14 @@ for pair in ${PATHS:-hopper= sm80=--sm80 l4=--l4}; do
     > "$OUT/bench-$label.log" 2>&1 || { echo "bench $label failed:"; tail -5 "$OUT/bench-$label.log"; }
   LABELS+=("$label")
   sleep 1  # let the power draw settle between processes, as FA3's script does
+done
+for pair in ${TREES:-}; do
+  label=${pair%%=*}; dir=${pair#*=}
+  PYTHONPATH=$dir:$PYTHONPATH python3 tools/flash_attention/bench.py \
+    --json "$OUT/bench-$label.json" "$@" > "$OUT/bench-$label.log" 2>&1 \
+    || { echo "bench $label failed:"; tail -5 "$OUT/bench-$label.log"; }
+  LABELS+=("$label")
+  sleep 1
 done
 grep -h "blocks/SM" "$OUT"/bench-*.log | sort -u
 python3 - "$OUT" "${LABELS[@]}" <<'PYEOF'

@@ -6,6 +6,7 @@
 
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled: the driver call is looked up, not linked
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 #include "flash_fwd_kernel_sm90.cuh"
 #include "switches.h"
@@ -14,7 +15,8 @@ namespace flash {
 
 constexpr int kMaxSm90Devices = 64;
 
-// Tile shapes: 128 keys per K/V tile, two stages (160 KB for D = 128, 80 KB for D = 64).
+// Tile shapes: 128 keys per K/V tile, two stages (192 KB for D = 128, 96 KB for D = 64, with
+// the Q and O buffers).
 template <typename Elem, int HeadDim>
 struct Sm90Config {
     using type = Sm90Traits<Elem, HeadDim, 128, 2>;
@@ -62,16 +64,18 @@ bool encode_tensor_map(CUtensorMap* map, const void* data, int seqlen, int heads
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-inline bool is_sm90(int device) {
-    static int known[kMaxSm90Devices] = {};  // 0 unknown, 1 yes, 2 no
-    if (device >= kMaxSm90Devices) return false;
+// Multiprocessors of `device` if it is an sm_90 GPU, else 0; asked once per device.
+inline int sm90_multiprocessors(int device) {
+    static int known[kMaxSm90Devices] = {};  // 0 unknown, -1 not sm_90
+    if (device >= kMaxSm90Devices) return 0;
     if (known[device] == 0) {
-        int major = 0, minor = 0;
+        int major = 0, minor = 0, sms = 0;
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-        known[device] = major == 9 && minor == 0 ? 1 : 2;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        known[device] = major == 9 && minor == 0 && sms > 0 ? sms : -1;
     }
-    return known[device] == 1;
+    return known[device] > 0 ? known[device] : 0;
 }
 
 template <typename Elem, int HeadDim, bool Causal>
@@ -81,7 +85,8 @@ int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
-    if (!is_sm90(device)) return FLASH_ERR_UNSUPPORTED;
+    const int sms = sm90_multiprocessors(device);
+    if (sms == 0) return FLASH_ERR_UNSUPPORTED;
     CUtensorMap maps[3];
     const bool encoded =
         encode_tensor_map<Elem, HeadDim>(&maps[0], p.q, p.seqlen_q, p.heads, p.batch,
@@ -102,8 +107,14 @@ int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
         if (err != cudaSuccess) return err;
         opted_in[device] = true;
     }
-    const dim3 grid((p.seqlen_q + T::kBlockM - 1) / T::kBlockM, p.heads, p.batch);
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, maps[0], maps[1], maps[2]);
+    // Non-causal: persistent, one block per SM walks the tiles (the next tile's Q and K/V load
+    // under the current one's last MMAs and output). Causal: one block per tile, heaviest
+    // first, so the hardware's block scheduler balances the uneven tiles; a static
+    // round-robin over them ran 0.66x of this at S = 16k (NOTES.md, h3).
+    const int64_t tiles = (int64_t)((p.seqlen_q + T::kBlockM - 1) / T::kBlockM) * p.heads * p.batch;
+    if (tiles > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
+    const int blocks = Causal || tiles < sms ? (int)tiles : sms;
+    kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(p, maps[0], maps[1], maps[2]);
     return cudaGetLastError();
 }
 
