@@ -148,21 +148,21 @@ __device__ __forceinline__ void produce(const FlashFwdParams& p, const Sm90Smem<
             sm90::tma_load_4d(sm.q() + cb * kQBlockBytes, tma_q, sm.full_q(), cb * 64,
                               tile.m_block * T::kBlockM, tile.head, tile.batch);
         ++q_loads;
+        // Rows j * kBlockN .. of K or V into `buffer` once `empty` allows, landing on `full`.
+        auto load_kv = [&](uint32_t buffer, const CUtensorMap* map, uint32_t full, uint32_t empty,
+                           uint32_t phase, int j) {
+            sm90::mbarrier_wait(empty, phase ^ 1);
+            sm90::mbarrier_arrive_expect_tx(full, T::kTileBytes);
+#pragma unroll
+            for (int cb = 0; cb < T::kColBlocks; ++cb)
+                sm90::tma_load_4d(buffer + cb * kKVBlockBytes, map, full, cb * 64,
+                                  j * T::kBlockN, tile.head, tile.batch);
+        };
         for (int j = 0; j < tile.n_blocks; ++j) {
             const int stage = ring.stage<S>(j);
             const uint32_t phase = ring.phase<S>(j);
-            sm90::mbarrier_wait(sm.empty_k(stage), phase ^ 1);
-            sm90::mbarrier_arrive_expect_tx(sm.full_k(stage), T::kTileBytes);
-#pragma unroll
-            for (int cb = 0; cb < T::kColBlocks; ++cb)
-                sm90::tma_load_4d(sm.k(stage) + cb * kKVBlockBytes, tma_k, sm.full_k(stage),
-                                  cb * 64, j * T::kBlockN, tile.head, tile.batch);
-            sm90::mbarrier_wait(sm.empty_v(stage), phase ^ 1);
-            sm90::mbarrier_arrive_expect_tx(sm.full_v(stage), T::kTileBytes);
-#pragma unroll
-            for (int cb = 0; cb < T::kColBlocks; ++cb)
-                sm90::tma_load_4d(sm.v(stage) + cb * kKVBlockBytes, tma_v, sm.full_v(stage),
-                                  cb * 64, j * T::kBlockN, tile.head, tile.batch);
+            load_kv(sm.k(stage), tma_k, sm.full_k(stage), sm.empty_k(stage), phase, j);
+            load_kv(sm.v(stage), tma_v, sm.full_v(stage), sm.empty_v(stage), phase, j);
         }
         ring.count += tile.n_blocks;
     }

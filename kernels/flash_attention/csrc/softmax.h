@@ -43,6 +43,16 @@ struct OnlineSoftmax {
         return fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
     }
 
+    // The running max of row half h of m-tile mt once tile s is in (over scaled scores, so
+    // scale_log2 > 0 is needed), and the value its scores are shifted by: 0 while the row has
+    // seen only masked keys (max -inf), so that no inf - inf occurs.
+    template <int NTiles>
+    __device__ __forceinline__ float2 next_max(const float (&s)[MTiles][NTiles][4], int mt, int h,
+                                               float scale_log2) const {
+        const float mx = fmaxf(row_max[mt][h], tile_max(s, mt, h) * scale_log2);
+        return make_float2(mx, mx == -INFINITY ? 0.f : mx);
+    }
+
     // s -> exp2(s * scale_log2 - m_use) for row half h of m-tile mt, summed into row_sum.
     template <int NTiles>
     __device__ __forceinline__ void exponentiate(float (&s)[MTiles][NTiles][4], int mt, int h,
@@ -66,10 +76,8 @@ struct OnlineSoftmax {
         for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                // The running max is over scaled scores: scale_log2 > 0.
-                const float mx = fmaxf(row_max[mt][h], tile_max(s, mt, h) * scale_log2);
-                // A row that has seen only masked keys keeps max -inf: use 0 so no inf - inf.
-                const float m_use = mx == -INFINITY ? 0.f : mx;
+                const float2 m = next_max(s, mt, h, scale_log2);
+                const float mx = m.x, m_use = m.y;
                 // Once the maxima settle (after the first few tiles on most rows) the rescale
                 // multiplies by exactly 1: skip it unless a row of these 8 moved. The vote
                 // keeps the branch uniform across the warp.
@@ -101,8 +109,8 @@ struct OnlineSoftmax {
         for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float mx = fmaxf(row_max[mt][h], tile_max(s, mt, h) * scale_log2);
-                const float m_use = mx == -INFINITY ? 0.f : mx;
+                const float2 m = next_max(s, mt, h, scale_log2);
+                const float mx = m.x, m_use = m.y;
                 correction[mt][h] = fast_exp2(row_max[mt][h] - m_use);
                 row_sum[mt][h] *= correction[mt][h];
                 moved |= mx != row_max[mt][h];
