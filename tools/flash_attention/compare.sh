@@ -12,7 +12,8 @@ mkdir -p "$OUT"
 LABELS=()
 for pair in ${PATHS:-hopper= sm80=--sm80 l4=--l4}; do
   label=${pair%%=*}; flags=${pair#*=}
-  python3 tools/flash_attention/bench.py --json "$OUT/bench-$label.json" ${flags//,/ } "$@" \
+  read -ra flag_list <<< "${flags//,/ }"
+  python3 tools/flash_attention/bench.py --json "$OUT/bench-$label.json" "${flag_list[@]}" "$@" \
     > "$OUT/bench-$label.log" 2>&1 || { echo "bench $label failed:"; tail -5 "$OUT/bench-$label.log"; }
   LABELS+=("$label")
   sleep 1  # let the power draw settle between processes, as FA3's script does

@@ -30,16 +30,18 @@ if has smoke; then
   timeout 120 python3 -m kernels.flash_attention.build --check 2>&1 | tail -12 || echo "SMOKE FAILED"
 fi
 if has test; then
+  read -ra pytest_args <<< "${PYTEST_ARGS:-}"
   timeout 480 python3 -m pytest tests/gpu/test_flash_correctness.py -q --noconftest \
-    -p no:cacheprovider -x ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
+    -p no:cacheprovider -x "${pytest_args[@]}" > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"; grep -E "passed|failed|FAILED|Error|assert" "$OUT/pytest.log" | tail -15
 fi
 if has sanitize; then
   for defs in "" "--define FLASH_DISABLE_SM90=1" \
               "--define FLASH_EMULATE_SMEM_PER_SM=102400 --define FLASH_DISABLE_SM90=1"; do
-    python3 tools/flash_attention/tails.py $defs >/dev/null 2>&1  # build outside the sanitizer
+    read -ra def_list <<< "$defs"
+    python3 tools/flash_attention/tails.py "${def_list[@]}" >/dev/null 2>&1  # build first
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck \
-      python3 tools/flash_attention/tails.py $defs > "$OUT/memcheck.log" 2>&1
+      python3 tools/flash_attention/tails.py "${def_list[@]}" > "$OUT/memcheck.log" 2>&1
     echo "memcheck [$defs]: rc=$? $(grep -E 'ERROR SUMMARY|tails:' "$OUT/memcheck.log" | tr '\n' ' ')"
   done
 fi
