@@ -27,6 +27,8 @@ class LaunchRequest:
     budget_usd: float
     plan: str = "auto"
     max_runtime_seconds: int | None = None
+    sweep_id: str | None = None  # a member of a sweep (service/sweep.py)
+    gpu: str = ""  # its gpus.toml key
 
 
 @dataclass
@@ -72,6 +74,7 @@ def plan_spec(
         estimated_seconds=estimated,
         payload_sha256="0" * 64,
         spot=spot and backend == "gce",
+        sweep_id=request.sweep_id,
     )
     return spec, rate, estimate
 
@@ -93,7 +96,9 @@ def launch(
     ensure_writable(ctx.paths)
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.
-    ctx.registry.reserve(_launching_record(ctx, backend, spec), _spend_check(ctx, request, backend))
+    ctx.registry.reserve(
+        _launching_record(ctx, backend, spec, request.gpu), _spend_check(ctx, request, backend)
+    )
     if on_validated is not None:
         on_validated()
     try:
@@ -127,7 +132,7 @@ def _spend_check(ctx: Context, request: LaunchRequest, backend: str):
     )
 
 
-def _launching_record(ctx: Context, backend: str, spec: RunSpec) -> RunRecord:
+def _launching_record(ctx: Context, backend: str, spec: RunSpec, gpu: str = "") -> RunRecord:
     return RunRecord(
         run_id=spec.run_id,
         backend=backend,
@@ -140,6 +145,8 @@ def _launching_record(ctx: Context, backend: str, spec: RunSpec) -> RunRecord:
         spot=spec.spot,
         state="launching",
         sandbox=ctx.backend(backend).work_dir(spec.run_id),
+        sweep_id=spec.sweep_id or "",
+        gpu=gpu,
     )
 
 
