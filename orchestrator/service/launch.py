@@ -41,17 +41,18 @@ class LaunchResult:
     estimate: RuntimeEstimate | None = None
 
 
-def runtime_estimate(ctx: Context, backend: str, plan: Plan) -> RuntimeEstimate:
-    """The phase model for this plan here, refined by past complete runs' phase times."""
+def runtime_estimate(ctx: Context, backend: str, plan: Plan, gpu: str = "") -> RuntimeEstimate:
+    """The phase model for this plan here, refined by past complete runs' phase times (of
+    the same GPU type, for a sweep member)."""
     model = model_phases(plan, backend, ctx.config.accelerator_type, ctx.config.image_family)
-    return refine(model, ctx.registry.past_phase_seconds(plan.name, backend))
+    return refine(model, ctx.registry.past_phase_seconds(plan.name, backend, gpu))
 
 
 def plan_spec(
     ctx: Context, request: LaunchRequest, backend: str, plan: Plan, spot: bool
 ) -> tuple[RunSpec, budget.HourlyRate | None, RuntimeEstimate]:
     """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan."""
-    estimate = runtime_estimate(ctx, backend, plan)
+    estimate = runtime_estimate(ctx, backend, plan, request.gpu)
     estimated = estimate.total_seconds
     if backend == "local":
         rate, rate_total = None, 0.0

@@ -82,7 +82,7 @@ def plan_members(
     plan, _ = resolve_plan(request.plan, backend)
     if backend == "local":
         key = local_member(keys, catalog, local_gpu_name())
-        estimate = runtime_estimate(ctx, backend, plan)
+        estimate = runtime_estimate(ctx, backend, plan, key)
         return [Member(key, catalog.get(key), ctx, None, estimate, request.budget_usd)]
     require_gce_settings(ctx.config)
     members = []

@@ -123,3 +123,27 @@ def test_the_kernel_supports_sm80_and_newer(capability, reason, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert registry.get("flash").available(torch.device("cuda")) == reason
     assert registry.get("sdpa-flash").available(torch.device("cuda")) is None
+
+
+def test_history_refines_a_sweep_member_from_its_own_gpu_type_only(tmp_path):
+    from orchestrator.registry import RunRecord, RunRegistry
+
+    registry = RunRegistry(tmp_path / "runs.sqlite")
+    for index, (gpu, build) in enumerate((("t4", 5.0), ("h100", 16.0), ("", 25.0))):
+        registry.add(
+            RunRecord(
+                run_id=f"20261123-06000{index}-abcdef",
+                backend="gce",
+                plan="default",
+                budget_usd=1.0,
+                rate_usd_per_hour=1.0,
+                max_run_seconds=600,
+                estimated_seconds=200,
+                created_at="2026-11-23T06:00:00+00:00",
+                state="complete",
+                phase_seconds={"build": build},
+                gpu=gpu,
+            )
+        )
+    assert registry.past_phase_seconds("default", "gce", "t4") == [{"build": 5.0}]
+    assert registry.past_phase_seconds("default", "gce") == [{"build": 25.0}]
