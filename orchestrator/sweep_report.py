@@ -163,6 +163,7 @@ def plot_sweep(report: SweepReport, path: Path) -> Path:
                 right.text(
                     x, pct[x], boundary.printable(g.best_implementation), ha="center", va="bottom"
                 )
+        right.set_ylim(0, max([*pct, 1.0]) * 1.15)  # room for the labels above the bars
         right.set_title("best 16-bit TFLOP/s, % of the GPU's dense peak")
         right.set_ylabel("% of peak")
         fig.suptitle(boundary.printable(f"sweep {report.sweep_id}"))

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from orchestrator import budget
-from orchestrator.errors import BenchError, RefusedError
+from orchestrator.errors import BenchError, RefusedError, UsageError
 from orchestrator.gpus import (
     LOCAL_GPU,
     GpuType,
@@ -89,7 +89,7 @@ def plan_members(
     for key in keys:
         gpu = catalog.get(key)
         if gpu is None:  # `local` on gce
-            raise RefusedError(f"--gpu {LOCAL_GPU} names this machine's GPU: use --backend local")
+            raise UsageError(f"--gpu {LOCAL_GPU} names this machine's GPU: use --backend local")
         member_ctx = Context(config=member_config(ctx.config, gpu))
         rate = budget.hourly_rate(member_ctx.config, spot=member_ctx.config.spot)
         members.append(

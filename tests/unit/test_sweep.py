@@ -147,3 +147,11 @@ def test_history_refines_a_sweep_member_from_its_own_gpu_type_only(tmp_path):
         )
     assert registry.past_phase_seconds("default", "gce", "t4") == [{"build": 5.0}]
     assert registry.past_phase_seconds("default", "gce") == [{"build": 25.0}]
+
+
+def test_local_names_this_machines_gpu_and_is_no_gce_member(monkeypatch):
+    from orchestrator.service.sweep import plan_members
+
+    config = BenchConfig(project="bench-test-project", bucket="bench-bucket")
+    with pytest.raises(UsageError, match="use --backend local"):
+        plan_members(Context(config), ["local"], "gce", LaunchRequest(budget_usd=1.0))
