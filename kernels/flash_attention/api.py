@@ -15,6 +15,7 @@ import math
 import torch
 
 from kernels.flash_attention import build, generate
+from kernels.support import unsupported_reason
 
 # torch dtype -> its row of the generated dtype table (the C enum comes from the same rows).
 SUPPORTED_DTYPES = {getattr(torch, d.torch_name): d for d in generate.DTYPES}
@@ -86,7 +87,7 @@ _capable_devices: set[int] = set()
 def _check_device_capability(index: int) -> None:
     if index not in _capable_devices:
         major, minor = torch.cuda.get_device_capability(index)
-        if major < 8:
+        if unsupported_reason(major, minor):
             _fail(
                 f"needs a GPU of compute capability 8.0 or newer; cuda:{index} is {major}.{minor}"
             )

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernels.flash_attention import generate
+from kernels.support import unsupported_reason
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CSRC_DIR = PACKAGE_DIR / "csrc"
@@ -77,7 +78,8 @@ def normalize_arch(arch: str) -> str:
     digits = arch.lower().removeprefix("sm_").replace(".", "")
     if not re.fullmatch(r"\d{2,3}a?", digits):
         raise ValueError(f"arch {arch!r}: expected a form like sm_89, 89 or 8.9")
-    if int(digits.rstrip("a")) < 80:
+    number = int(digits.rstrip("a"))
+    if unsupported_reason(number // 10, number % 10):
         raise ValueError(f"arch {arch!r}: the kernel needs sm_80 or newer")
     return "sm_" + digits
 
