@@ -110,8 +110,16 @@ def backend_for(q, k, v, causal) -> str:
 
 
 def available(device) -> str | None:
+    """As for the candidate (kernels/support.py), and only where a baseline tree was given."""
     if device.type != "cuda":
         return "needs a CUDA GPU"
+    import torch
+
+    from kernels.support import unsupported_reason
+
+    reason = unsupported_reason(*torch.cuda.get_device_capability(device))
+    if reason:
+        return reason
     if baseline_root() is None and not os.environ.get(RECORD_ENV):
         return f"no baseline kernel tree was given ({ROOT_ENV})"
     return None

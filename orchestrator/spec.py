@@ -18,6 +18,15 @@ def new_run_id(now: datetime | None = None) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
+def new_sweep_id(now: datetime | None = None) -> str:
+    """sweep-YYYYMMDD-HHMMSS-xxxxxx: never a run id, so a command can tell them apart."""
+    return f"sweep-{new_run_id(now)}"
+
+
+def is_sweep_id(text: str) -> bool:
+    return text.startswith("sweep-")
+
+
 def instance_name(run_id: str) -> str:
     return f"bench-{run_id}"
 
@@ -35,6 +44,7 @@ class RunSpec(BaseModel):
     estimated_seconds: int = Field(ge=0)
     payload_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     spot: bool = True
+    sweep_id: str | None = Field(None, pattern=r"^sweep-\d{8}-\d{6}-[0-9a-f]{6}$")
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property

@@ -6,7 +6,7 @@ from orchestrator.cli.options import console, dest_option, make_context
 
 
 @click.command()
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, metavar="[RUN|SWEEP]")
 @click.option("--all", "fetch_all", is_flag=True, help="every finished run not fetched yet")
 @dest_option("where results/<run id>/ goes")
 def fetch(run_id, fetch_all, dest):
@@ -14,18 +14,22 @@ def fetch(run_id, fetch_all, dest):
 
     Writes DEST/<run id>/ (manifest.json, results/*.csv, logs/) and deletes
     the run's finished machine. A corrupt or invalid file exits 5 and leaves
-    any earlier good copy untouched. Idempotent.
+    any earlier good copy untouched. Idempotent. A sweep id fetches each of
+    its runs that started (one that cannot be fetched does not stop the
+    others).
 
     \b
     Examples:
       bench fetch                       # the latest run
       bench fetch 20261122-081500-a1b2c3 --dest ~/results
       bench fetch --all
+      bench fetch sweep-20261122-081500-d4e5f6
     """
     from orchestrator.boundary import printable
     from orchestrator.errors import ResultsError, UsageError
     from orchestrator.service.fetch import fetch as fetch_run
-    from orchestrator.service.runs import latest_run_id
+    from orchestrator.service.runs import latest_run_id, records_for
+    from orchestrator.spec import is_sweep_id
 
     if run_id and fetch_all:
         raise UsageError("give a RUN_ID or --all, not both")
@@ -36,13 +40,17 @@ def fetch(run_id, fetch_all, dest):
         if not records:
             out.print("bench: nothing to fetch: every run in the registry is fetched already")
     else:
-        records = [ctx.registry.get(run_id or latest_run_id(ctx))]
+        records = records_for(ctx, run_id or latest_run_id(ctx))
+    several = fetch_all or is_sweep_id(run_id or "")
+    if is_sweep_id(run_id or ""):
+        # A member that never started has nothing to fetch; `bench status` shows why.
+        records = [r for r in records if r.handle]
     incomplete = []
     for record in records:
         try:
             result = fetch_run(ctx, record, dest)
         except ResultsError as e:
-            if not fetch_all:
+            if not several:
                 raise
             incomplete.append(str(e))
             continue

@@ -31,8 +31,16 @@ from orchestrator.cli.options import (
 )
 @click.option("--wait/--no-wait", default=False, help="follow the run with a progress bar")
 @click.option("--on-demand-fallback", is_flag=True, default=None, help="gce: on-demand if no spot")
+@click.option(
+    "--gpu",
+    "gpus",
+    default=None,
+    metavar="TYPES",
+    help="GPU types, comma-separated: l4, t4, a100, h100 (gce; default: the configured "
+    "machine, an L4); local: `local` or this machine's GPU type. One budget for all",
+)
 @comparison_options
-def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, **comparison):
+def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpus, **comparison):
     """Start a benchmark run; the cloud enforces its budget as a time cap.
 
     On gce, the VM gets max_run_duration = what --budget buys at the catalog
@@ -41,6 +49,12 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, **c
     run ends the VM deletes itself if its service account may (`bench setup`);
     otherwise it powers off and its disk bills until --wait's end, `bench
     fetch` or `bench stop-all` deletes it (`bench status` shows it).
+
+    With --gpu, one VM per GPU type (a sweep, see `bench status SWEEP`): the
+    budget is split in proportion to each run's estimated cost, each VM gets
+    the time cap its share buys, and the sweep is refused before anything is
+    created when a share cannot cover its run. A GPU type that cannot start
+    (no capacity anywhere, quota) is reported; the others run.
 
     A/B: --baseline REF times the working tree's kernel against REF's in one
     run, on one GPU; the summary and `bench report` lead with the speedup per
@@ -55,6 +69,8 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, **c
       bench launch --budget 1.00 --baseline ../old/kernels --profile
       bench launch --budget 1.00 --candidate sdpa-flash --baseline-impl sdpa-cudnn
       bench launch --budget 1.00 --profile fp16-b4h16s1024d64,bf16-b1h16s8192d64
+      bench launch --gpu l4,t4,a100,h100 --budget 5.00
+      bench launch --backend local --gpu local --budget 1 --wait
     """
     from orchestrator.service.launch import LaunchRequest
     from orchestrator.service.launch import launch as launch_run
@@ -68,6 +84,10 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, **c
         max_runtime_seconds=max_runtime,
         options=plan_options(**comparison),
     )
+    if gpus is not None:
+        from orchestrator.cli.sweep_output import launch_and_print_sweep
+
+        return launch_and_print_sweep(ctx, out, request, gpus, name, reason, wait)
     result = launch_run(
         ctx,
         request,
@@ -75,7 +95,7 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, **c
         reason,
         on_validated=lambda: out.print(f"bench: backend [bold]{name}[/]: {reason}"),
     )
-    _print_launch(out, result)
+    print_launch(out, result)
     if wait:
         from orchestrator.cli.progress import follow
 
@@ -87,7 +107,7 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, **c
     return 0
 
 
-def _print_launch(out, result) -> None:
+def print_launch(out, result) -> None:
     from orchestrator.budget import format_duration
 
     spec, placement = result.spec, result.placement

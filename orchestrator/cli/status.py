@@ -6,9 +6,12 @@ from orchestrator.cli.options import console, make_context
 
 
 @click.command()
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, metavar="[RUN|SWEEP]")
 def status(run_id):
     """Show runs: backend, phase and progress, elapsed time, cost so far, budget, state.
+
+    A sweep id (from `launch --gpu a,b`) shows each of its runs; a run of a
+    sweep shows its GPU type next to its backend (gce:t4).
 
     With a project configured it also lists every powered-off bench VM in the
     project: no VM charge, but its disk bills until it is deleted. Each line
@@ -18,6 +21,7 @@ def status(run_id):
     Examples:
       bench status                      # every run in the registry
       bench status 20261122-081500-a1b2c3
+      bench status sweep-20261122-081500-d4e5f6
     """
     from rich import box
     from rich.table import Table
@@ -53,7 +57,7 @@ def status(run_id):
         record = view.record
         table.add_row(
             record.run_id,
-            record.backend,
+            f"{record.backend}:{record.gpu}" if record.gpu else record.backend,
             _phase_and_progress(view),
             format_duration(view.elapsed_seconds),
             f"${view.cost_usd:.2f}/{record.budget_usd:.2f}",

@@ -11,6 +11,7 @@ from orchestrator.backends.base import Machine, Placement
 from orchestrator.errors import BenchError, NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
+from orchestrator.spec import is_sweep_id
 from results_schema import Manifest, Status
 
 # The EXIT trap's last log line; the serial console carries it even when the bucket
@@ -110,8 +111,20 @@ def console_reason(ctx: Context, record: RunRecord) -> str:
 
 
 def views(ctx: Context, run_id: str | None = None) -> list[RunView]:
-    records = [ctx.registry.get(run_id)] if run_id else ctx.registry.all()
+    records = records_for(ctx, run_id) if run_id else ctx.registry.all()
     return [view(ctx, record) for record in records]
+
+
+def records_for(ctx: Context, ref: str) -> list[RunRecord]:
+    """A run id names that run; a sweep id (`launch --gpu a,b`) names each of its members."""
+    if not is_sweep_id(ref):
+        return [ctx.registry.get(ref)]
+    members = ctx.registry.sweep_members(ref)
+    if not members:
+        raise NotFoundError(
+            f"no sweep {ref} in the registry {ctx.registry.path}; see `bench status`"
+        )
+    return members
 
 
 def latest_run_id(ctx: Context) -> str:
