@@ -139,10 +139,13 @@ def run_phases(args: argparse.Namespace) -> int:
         _, summary = runner.run_benchmark(ctx, gate, measurements, environment)
         if stop():
             return stop.exit_code
+        if plan.profile is not None:
+            runner.run_profile(ctx, gate)
         from benches.writers import write_manifest
 
         write_manifest(args.out, run_id, started_at)
         print_summary(summary, plan.margin)
+        print_comparison(args.out)
     return 0
 
 
@@ -156,6 +159,19 @@ def earlier_run_id(run_dir: Path) -> str | None:
     with open(path, newline="", encoding="utf-8") as f:
         first = next(csv.DictReader(f), None)
     return first["run_id"] if first else None
+
+
+def print_comparison(run_dir: Path) -> None:
+    """Each compared identity across all configs (comparison.json), A/B first."""
+    import json
+
+    path = run_dir / "comparison.json"
+    for item in json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []:
+        print(
+            f"overall: {item['versus']} over {item['identity']}: geometric mean "
+            f"{item['geomean']:.4f}x [{item['ci_low']:.4f}, {item['ci_high']:.4f}] "
+            f"{item['verdict']} ({item['configs']} configs)"
+        )
 
 
 def print_summary(summary, margin: float) -> None:

@@ -37,7 +37,15 @@ DTYPES = {
 }
 
 
-SEED_PURPOSES = ("correctness", "timing", "probe", "probe-replay", "timed-last", "order")
+SEED_PURPOSES = (
+    "correctness",
+    "timing",
+    "probe",
+    "probe-replay",
+    "timed-last",
+    "order",
+    "profile",
+)
 
 
 def config_seed(plan_seed: int, index: int, purpose: str) -> int:

@@ -9,6 +9,7 @@ nothing that claims completeness is written.
 from __future__ import annotations
 
 import gc
+import json
 import secrets
 import signal
 import sys
@@ -24,7 +25,7 @@ import torch
 from benches import correctness, placement, timing
 from benches.environment import fingerprint
 from benches.plan import samples_per_config
-from benches.stats import interval_method, summarize
+from benches.stats import interval_method, overall_speedups, summarize
 from benches.telemetry import EMPTY, Telemetry
 from benches.writers import (
     RESULTS_SUBDIR,
@@ -34,7 +35,14 @@ from benches.writers import (
     write_csv,
 )
 from kernels import registry
-from results_schema import CorrectnessRow, EnvironmentFingerprint, Measurement, Plan, SummaryRow
+from results_schema import (
+    CorrectnessRow,
+    EnvironmentFingerprint,
+    Measurement,
+    OverallSpeedup,
+    Plan,
+    SummaryRow,
+)
 from results_schema.models import implementation_of
 
 
@@ -284,6 +292,7 @@ def run_benchmark(
     )
     write_csv(ctx.results_dir / "summary.csv", SummaryRow, summary)
     write_statistics(ctx.run_dir, plan)
+    write_comparison(ctx.run_dir, overall_speedups(plan, measurements, summary))
     state = "partial" if ctx.stop() else "complete"
     ctx.status.update(
         "benchmark",
@@ -336,10 +345,27 @@ def time_config(
         del placements, samplers
 
 
+def run_profile(ctx: RunContext, gate: list[CorrectnessRow]) -> None:
+    """Nsight Compute after the timing (benches/profile.py): its own time bound; a profile
+    that cannot be taken says why in results/profile.csv and the run still completes."""
+    from benches.profile import profile_plan
+
+    plan_file = ctx.run_dir / "plan.json"
+    passed = {(r.config, r.implementation) for r in gate if r.passed}
+    ctx.status.update("benchmark", "running", 0, 0, "profiling with Nsight Compute", force=True)
+    profile_plan(ctx.plan, ctx.run_id, plan_file, ctx.results_dir, passed, ctx.stop)
+
+
 def write_statistics(run_dir: Path, plan: Plan) -> None:
     """statistics.json: how intervals and verdicts were made; the manifest carries it."""
     method = interval_method(plan)
     (run_dir / "statistics.json").write_text(method.model_dump_json(indent=2) + "\n")
+
+
+def write_comparison(run_dir: Path, overall: list[OverallSpeedup]) -> None:
+    """comparison.json: each compared identity across all configs; the manifest carries it."""
+    text = json.dumps([o.model_dump(mode="json") for o in overall], indent=2)
+    (run_dir / "comparison.json").write_text(text + "\n", encoding="utf-8")
 
 
 def _measurement(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from results_schema import IntervalMethod, Measurement, Plan, SummaryRow
+from results_schema import IntervalMethod, Measurement, OverallSpeedup, Plan, SummaryRow
 
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -198,6 +198,93 @@ def paired_speedup(
     else:
         low = high = float(ratios[0])
     return Speedup(float(np.median(ratios)), low, high, int(ratios.size), len(groups))
+
+
+def _ratio_groups(baseline: Mapping[PairKey, float], candidate: Mapping[PairKey, float]):
+    """Paired ratios grouped by placement; with one placement, every pair is its own group
+    (the round bootstrap), so either way groups are what gets resampled."""
+    groups: dict[int, list[float]] = defaultdict(list)
+    for key in sorted(set(baseline) & set(candidate)):
+        groups[key[0]].append(baseline[key] / candidate[key])
+    if len(groups) == 1:
+        return [[r] for r in next(iter(groups.values()))], 1
+    return list(groups.values()), len(groups)
+
+
+def geomean_speedup(
+    per_config: Sequence[tuple[Mapping[PairKey, float], Mapping[PairKey, float]]],
+    margin: float,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float, float, str] | None:
+    """The geometric mean over configs of the median paired ratio (baseline/candidate),
+    with the same cluster bootstrap as each config's interval: every config's placements
+    are resampled on their own (they are independent clusters), each resample's geometric
+    mean taken, and the percentile interval widened by small_cluster_factor of the fewest
+    placements. Returns (geomean, low, high, verdict), or None without pairs."""
+    rng = np.random.default_rng(seed)
+    log_points, log_resampled, fewest = [], np.zeros(resamples), None
+    for baseline, candidate in per_config:
+        groups, clusters = _ratio_groups(baseline, candidate)
+        if not groups:
+            continue
+        width = max(len(g) for g in groups)
+        padded = np.full((len(groups), width), np.nan)
+        for i, g in enumerate(groups):
+            padded[i, : len(g)] = g
+        chosen = padded[rng.integers(0, len(groups), size=(resamples, len(groups)))]
+        log_resampled += np.log(_row_medians(chosen.reshape(resamples, -1)))
+        log_points.append(float(np.log(np.median(padded[~np.isnan(padded)]))))
+        fewest = clusters if fewest is None else min(fewest, clusters)
+    if not log_points:
+        return None
+    count = len(log_points)
+    point = float(np.exp(np.mean(log_points)))
+    low, high = np.exp(np.percentile(log_resampled / count, _tails()))
+    factor = small_cluster_factor(fewest) if fewest and fewest >= 2 else 1.0
+    low, high = widened(point, float(low), float(high), factor)
+    return point, low, high, verdict(low, high, margin)
+
+
+def overall_speedups(
+    plan: Plan, measurements: Iterable[Measurement], summary: Sequence[SummaryRow]
+) -> list[OverallSpeedup]:
+    """For every identity compared with another (a baseline with the candidate, the A/A
+    control with its twin): the geometric-mean speedup over the configs whose rows got a
+    verdict (a flagged row says nothing about speed)."""
+    samples: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        samples[(m.config, m.implementation)].append(m)
+    compared: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for row in summary:
+        if row.versus and row.verdict:
+            compared[(row.implementation, row.versus)].append(row.config)
+    method = (
+        "geometric mean over configs of the median paired ratio; interval: each config's "
+        "placements resampled on their own, as for its row"
+    )
+    result = []
+    for (identity, versus), configs in compared.items():
+        pairs = [
+            (_by_pair(samples[(c, identity)]), _by_pair(samples[(c, versus)])) for c in configs
+        ]
+        found = geomean_speedup(pairs, plan.margin, seed=plan.seed)
+        if found is None:
+            continue
+        point, low, high, word = found
+        result.append(
+            OverallSpeedup(
+                identity=identity,
+                versus=versus,
+                configs=len(configs),
+                geomean=point,
+                ci_low=low,
+                ci_high=high,
+                verdict=word,
+                method=method,
+            )
+        )
+    return result
 
 
 # --- physical limits ---------------------------------------------------------------------

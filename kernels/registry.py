@@ -1,6 +1,7 @@
 """Every attention implementation bench can time, by name.
 
     flash           ours (kernels/flash_attention), CUDA only
+    flash@baseline  ours, built from the A/B baseline's kernels/ tree (kernels/baseline.py)
     sdpa            torch's scaled_dot_product_attention, default backend choice
     sdpa-flash      SDPA pinned to its FlashAttention-2 backend (what SDPA runs on an L4)
     sdpa-cudnn      SDPA pinned to cuDNN
@@ -122,8 +123,13 @@ def _flash_backend(q, k, v, causal) -> str:
 
 
 def _registry() -> dict[str, Implementation]:
+    from kernels import baseline
+
     impls = {
         "flash": Implementation("flash", _flash_run, _flash_backend, _flash_available),
+        "flash@baseline": Implementation(
+            "flash@baseline", baseline.run, baseline.backend_for, baseline.available
+        ),
         "sdpa": Implementation("sdpa", _default_sdpa, default_sdpa_backend, _always),
         "reference": Implementation(
             "reference",

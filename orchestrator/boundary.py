@@ -25,7 +25,12 @@ from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
 from results_schema import CSV_MODELS, Manifest, Status
 from results_schema.csvio import CsvSchemaError, iter_rows
-from results_schema.record import RESULT_FILES
+from results_schema.record import (
+    MAX_PROFILE_REPORTS,
+    PROFILE_FILES,
+    PROFILE_REPORT_NAME,
+    RESULT_FILES,
+)
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -44,13 +49,19 @@ class Limits:
         ("summary.csv", 4 << 20),
         ("correctness.csv", 4 << 20),
         ("timed_checks.csv", 4 << 20),
+        ("profile.csv", 1 << 20),
     )
     csv_rows: tuple[tuple[str, int], ...] = (
         ("measurements.csv", 250_000),
         ("summary.csv", 4_096),
         ("correctness.csv", 4_096),
         ("timed_checks.csv", 8_192),
+        ("profile.csv", 1_024),
     )
+    # One Nsight Compute report (a profiled call's few kernels, 5 sections: ~1 MB) and all
+    # of a run's together; they are binary and never parsed here.
+    profile_report_bytes: int = 32 << 20
+    profile_reports_bytes: int = 256 << 20
     configs: int = 256  # a plan's configs: `bench report` draws a panel per config
     json_depth: int = 16  # a manifest nests 5 deep (manifest → plan → configs → config → value)
     json_items: int = 4_096  # entries of one JSON list or object
@@ -58,6 +69,8 @@ class Limits:
     clock_skew: timedelta = timedelta(minutes=10)  # the VM's clock against this machine's
 
     def bytes_of(self, name: str) -> int:
+        if PROFILE_REPORT_NAME.fullmatch(name):
+            return self.profile_report_bytes
         return dict(self.csv_bytes)[name]
 
     def rows_of(self, name: str) -> int:
@@ -65,8 +78,23 @@ class Limits:
 
 
 LIMITS = Limits()
-# The only files a manifest may list: the names the schema defines, nothing else.
+# The only files a manifest may list: the names the schema defines, nothing else. Every
+# complete run holds RESULT_PATHS; a profiled one also profile.csv and numbered reports.
 RESULT_PATHS = {f"results/{name}": name for name in RESULT_FILES}
+OPTIONAL_PATHS = {f"results/{name}": name for name in PROFILE_FILES}
+
+
+def result_name(path: str) -> str | None:
+    """The schema's name for a manifest path, or None when the schema names no such file."""
+    known = RESULT_PATHS.get(path) or OPTIONAL_PATHS.get(path)
+    if known:
+        return known
+    name = path.removeprefix("results/")
+    return name if path.startswith("results/") and PROFILE_REPORT_NAME.fullmatch(name) else None
+
+
+def is_profile_report(name: str) -> bool:
+    return PROFILE_REPORT_NAME.fullmatch(name) is not None
 
 
 # --- printing ----------------------------------------------------------------------------
@@ -211,20 +239,25 @@ def _check_manifest(manifest: Manifest, run_id: str, limits: Limits) -> None:
         raise ValueError(f"it belongs to run {printable(manifest.run_id, 40)!r}")
     seen = set()
     for entry in manifest.files:
-        if entry.path not in RESULT_PATHS:
+        name = result_name(entry.path)
+        if name is None:
             raise ValueError(
                 f"it lists {printable(entry.path, 80)!r}; a run may only hold "
-                f"{', '.join(sorted(RESULT_PATHS))}"
+                f"{', '.join(sorted(RESULT_PATHS | OPTIONAL_PATHS))} and "
+                "results/profile-NNN.ncu-rep"
             )
         if entry.path in seen:
             raise ValueError(f"it lists {entry.path} twice")
         seen.add(entry.path)
-        name = RESULT_PATHS[entry.path]
         if entry.bytes > limits.bytes_of(name):
             raise ValueError(f"{entry.path} has {entry.bytes} bytes (most {limits.bytes_of(name)})")
-        if entry.rows is not None and entry.rows > limits.rows_of(name):
+        if is_profile_report(name):
+            if entry.rows is not None:
+                raise ValueError(f"{entry.path} is a binary report, not rows")
+        elif entry.rows is not None and entry.rows > limits.rows_of(name):
             raise ValueError(f"{entry.path} has {entry.rows} rows (most {limits.rows_of(name)})")
-    if manifest.status == "complete" and seen != set(RESULT_PATHS):
+    _check_profile_reports(manifest, limits)
+    if manifest.status == "complete" and not seen >= set(RESULT_PATHS):
         raise ValueError(f"a complete run lacks {', '.join(sorted(set(RESULT_PATHS) - seen))}")
     measured = manifest.file("results/measurements.csv")
     if manifest.status == "partial" and not (measured and measured.rows):
@@ -235,6 +268,17 @@ def _check_manifest(manifest: Manifest, run_id: str, limits: Limits) -> None:
         )
     if manifest.started_at is not None and manifest.started_at > manifest.finished_at:
         raise ValueError("it finished before it started")
+
+
+def _check_profile_reports(manifest: Manifest, limits: Limits) -> None:
+    reports = [e for e in manifest.files if is_profile_report(e.path.removeprefix("results/"))]
+    if len(reports) > MAX_PROFILE_REPORTS:
+        raise ValueError(f"it lists {len(reports)} profile reports (most {MAX_PROFILE_REPORTS})")
+    total = sum(e.bytes for e in reports)
+    if total > limits.profile_reports_bytes:
+        raise ValueError(
+            f"its profile reports hold {total} bytes (most {limits.profile_reports_bytes})"
+        )
 
 
 def _check_against_registry(manifest: Manifest, record: RunRecord, limits: Limits) -> None:
@@ -288,13 +332,17 @@ def staging_dir(dest: Path, run_id: str) -> Path:
 
 def result_target(staging: Path, path: str) -> Path:
     """Where a manifest entry lands: a name of the schema's, never the manifest's own text."""
-    return staging / "results" / RESULT_PATHS[path]
+    name = result_name(path)
+    if name is None:  # the manifest was checked first; this guards a direct call
+        raise ResultsError(f"{printable(path, 80)!r} is not a result file of the schema")
+    return staging / "results" / name
 
 
 def verify_result_file(target: Path, entry, run_id: str, limits: Limits = LIMITS) -> list:
     """Check size and sha256, then every row, streaming; returns the rows of summary.csv
-    (kept: they are few and fetch shows them) and nothing for the other files."""
-    name = RESULT_PATHS[entry.path]
+    (kept: they are few and fetch shows them) and nothing for the other files. A profile
+    report is binary: its size and sha256 are all that is checked, it is never parsed."""
+    name = result_name(entry.path)
     size, digest = _size_and_sha256(target)
     if digest != entry.sha256 or size != entry.bytes:
         raise ResultsError(
@@ -303,6 +351,8 @@ def verify_result_file(target: Path, entry, run_id: str, limits: Limits = LIMITS
             "nothing was replaced"
         )
     kept, count = [], 0
+    if is_profile_report(name):
+        return kept
     for row in checked_rows(target, name, run_id, limits):
         count += 1
         if name == "summary.csv":

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import io
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import util
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from results_schema import Plan
 
 PAYLOAD_PACKAGES = ("benches", "kernels", "results_schema")
+BASELINE_DIR = "baseline"  # an A/B baseline's kernels/ tree: baseline/kernels/...
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache", "build", ".mypy_cache"}
 SKIPPED_SUFFIXES = {".pyc", ".pyo", ".so", ".o", ".md"}
 # Controller-side parts of the shared package: the JSON Schema export and its output.
@@ -104,13 +106,25 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def build_payload(plan: Plan, source_root: Path | None = None) -> Payload:
-    """Tar the payload packages and plan.json; identical inputs give identical bytes."""
+def skipped_in_kernels(relative: Path) -> bool:
+    """The payload's rule for a file of a kernels/ tree (an A/B baseline's too)."""
+    return _skipped("kernels", relative)
+
+
+def build_payload(
+    plan: Plan,
+    source_root: Path | None = None,
+    baseline_files: Sequence[tuple[str, bytes]] = (),
+) -> Payload:
+    """Tar the payload packages and plan.json; identical inputs give identical bytes.
+    `baseline_files` (names relative to a kernels/ tree) go in as baseline/kernels/..."""
+    entries = [(name, path.read_bytes()) for name, path in payload_files(source_root)]
+    entries += [(f"{BASELINE_DIR}/kernels/{name}", data) for name, data in baseline_files]
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for name, path in payload_files(source_root):
-                _add_bytes(tar, name, path.read_bytes())
+            for name, data in sorted(entries):
+                _add_bytes(tar, name, data)
             _add_bytes(tar, "plan.json", plan.model_dump_json(indent=2).encode())
     data = buffer.getvalue()
     return Payload(data=data, sha256=hashlib.sha256(data).hexdigest())

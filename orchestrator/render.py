@@ -75,8 +75,10 @@ def record_tool_source() -> str:
 
 
 def benchmark_timeout_seconds(spec: RunSpec) -> int:
-    """Three times the estimate, at least 10 minutes: a slow GPU should not look like a hang."""
-    return max(600, 3 * spec.estimated_seconds)
+    """Three times the estimate, at least 10 minutes: a slow GPU should not look like a hang;
+    plus the profile's own time bound when the plan asks for one."""
+    profile = spec.plan.profile.timeout_seconds if spec.plan.profile else 0
+    return max(600, 3 * spec.estimated_seconds) + profile
 
 
 def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any]) -> dict:
@@ -109,6 +111,7 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "needs_gpu": on_gpu,
         "needs_nvcc": builds_kernel,
         "build_kernel": builds_kernel,
+        "build_baseline": builds_kernel and plan.baseline_identity is not None,
         "preflight_tools": backend_vars.get("preflight_tools", []),
         "min_free_mb": 2000 if on_gpu else 200,
         "driver_wait_seconds": DRIVER_WAIT_SECONDS,

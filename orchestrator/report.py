@@ -15,7 +15,16 @@ import numpy as np
 
 from orchestrator import boundary
 from orchestrator.errors import ResultsError
-from results_schema import IntervalMethod, Plan, SummaryRow
+from results_schema import (
+    Comparison,
+    IntervalMethod,
+    KernelBuild,
+    Manifest,
+    OverallSpeedup,
+    Plan,
+    ProfileRow,
+    SummaryRow,
+)
 
 BOOTSTRAP_RESAMPLES = 2000
 REPORT_SUBDIR = "report"
@@ -53,6 +62,28 @@ class Disagreement:
     relative_difference: float  # (this - other) / other, of the point estimates
 
 
+@dataclass(frozen=True)
+class ABRow:
+    """One config of the A/B comparison: the candidate's speedup over the baseline."""
+
+    config: str
+    candidate_ms: float | None
+    baseline_ms: float
+    speedup: float | None
+    speedup_ci: tuple[float, float] | None
+    verdict: str | None
+
+
+@dataclass(frozen=True)
+class ABResults:
+    candidate: str
+    comparison: Comparison
+    rows: list[ABRow]
+    overall: OverallSpeedup | None
+    candidate_build: KernelBuild | None
+    baseline_build: KernelBuild | None
+
+
 @dataclass
 class Report:
     run_id: str
@@ -63,6 +94,8 @@ class Report:
     disagreements: list[Disagreement] = field(default_factory=list)
     statistics: IntervalMethod | None = None  # how intervals and verdicts were made
     control: str | None = None  # the A/A control's identity
+    ab: ABResults | None = None  # the A/B comparison the report leads with
+    profile: list[ProfileRow] = field(default_factory=list)
 
     def control_verdicts(self) -> dict[str, int]:
         """How many configs the A/A control called each verdict: the run's noise floor."""
@@ -81,6 +114,8 @@ class RunResults:
     summary: list[SummaryRow]
     latencies: dict[tuple[str, str], np.ndarray]  # (config, implementation) -> ms per call
     statistics: IntervalMethod | None = None
+    manifest: Manifest | None = None
+    profile: list[ProfileRow] = field(default_factory=list)
 
 
 def make_report(
@@ -94,6 +129,8 @@ def make_report(
     report = Report(run.run_id, run.status, [_row(s) for s in run.summary])
     report.statistics = run.statistics
     report.control = run.plan.control_identity if run.plan else None
+    report.ab = ab_results(run)
+    report.profile = run.profile
     report.plots = _plot_all(run, out_dir)
     if compare_dir is not None:
         other = load_run(compare_dir)
@@ -122,7 +159,54 @@ def load_run(run_dir: Path) -> RunResults:
     plan = manifest.plan if manifest and manifest.plan else _plan_file(run_dir)
     status = manifest.status if manifest else "no manifest"
     statistics = manifest.statistics if manifest else None
-    return RunResults(run_id or run_dir.name, status, plan, summary, latencies, statistics)
+    profile_path = results / "profile.csv"
+    profile = (
+        list(boundary.checked_rows(profile_path, "profile.csv", run_id))
+        if profile_path.is_file()
+        else []
+    )
+    return RunResults(
+        run_id or run_dir.name, status, plan, summary, latencies, statistics, manifest, profile
+    )
+
+
+def ab_results(run: RunResults) -> ABResults | None:
+    """The plan's A/B comparison: its rows and its geometric mean, from the run's summary
+    and the manifest's comparison (computed on the machine that measured, stats.py)."""
+    plan = run.plan
+    if plan is None or plan.comparison is None:
+        return None
+    baseline = plan.comparison.baseline
+    medians = {(r.config, r.implementation): r.median_ms for r in run.summary}
+    rows = [
+        ABRow(
+            r.config,
+            medians.get((r.config, plan.candidate)),
+            r.median_ms,
+            r.speedup,
+            (r.speedup_ci_low, r.speedup_ci_high) if r.speedup_ci_low is not None else None,
+            r.verdict or r.flag,
+        )
+        for r in run.summary
+        if r.implementation == baseline and r.versus == plan.candidate
+    ]
+    manifest = run.manifest
+    overall = (
+        next(
+            (o for o in (manifest.comparison or []) if o.identity == baseline),
+            None,
+        )
+        if manifest
+        else None
+    )
+    return ABResults(
+        candidate=plan.candidate,
+        comparison=plan.comparison,
+        rows=rows,
+        overall=overall,
+        candidate_build=manifest.kernel_build if manifest else None,
+        baseline_build=manifest.baseline_build if manifest else None,
+    )
 
 
 def _plan_file(run_dir: Path) -> Plan | None:

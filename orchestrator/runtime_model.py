@@ -103,6 +103,10 @@ def model_phases(
         environment = fixed("environment", "environment_cached" if warm else "environment_venv")
     builds = "flash" in plan.implementations
     build = fixed("build", "build_cached" if warm else "build") if builds else None
+    if build and plan.baseline_identity:
+        build = PhaseFigure(
+            "build", 2 * build.seconds, f"twice (A/B baseline tree): {build.source}"
+        )
     phases = [
         fixed("boot") if "boot" in figures else PhaseFigure("boot", 0.0, "no machine to start"),
         environment,
@@ -127,7 +131,21 @@ def _benchmark(plan: Plan, rates: dict) -> PhaseFigure:
     kernel = sum(c.flops() for c in plan.configs) / (rates["sustained_tflops"] * 1e12)
     timed = plan.samples_per_config * implementations * kernel
     overhead = plan.samples_per_implementation() * implementations * rates["per_sample_seconds"]
-    return PhaseFigure("benchmark", timed + overhead, rates["benchmark_source"])
+    figure = PhaseFigure("benchmark", timed + overhead, rates["benchmark_source"])
+    return _with_profile(plan, rates, figure)
+
+
+def _with_profile(plan: Plan, rates: dict, figure: PhaseFigure) -> PhaseFigure:
+    """A profile runs after the timing, inside the benchmark phase: one ncu run per call."""
+    if plan.profile is None:
+        return figure
+    calls = len(plan.profile.configs) * len(plan.profiled_identities)
+    seconds = calls * rates["profile_per_call_seconds"]
+    return PhaseFigure(
+        "benchmark",
+        figure.seconds + seconds,
+        f"{figure.source}; profile: {calls} calls × {rates['profile_source']}",
+    )
 
 
 def refine(model: RuntimeEstimate, past_runs: list[dict[str, float]]) -> RuntimeEstimate:

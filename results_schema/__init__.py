@@ -7,6 +7,7 @@ when the payload's Python environment never came up.
 
 from results_schema.models import (
     AttentionConfig,
+    Comparison,
     CorrectnessRow,
     Cost,
     EnvironmentFingerprint,
@@ -15,8 +16,11 @@ from results_schema.models import (
     KernelBuild,
     Manifest,
     Measurement,
+    OverallSpeedup,
     PhaseRecord,
     Plan,
+    ProfileRequest,
+    ProfileRow,
     Status,
     SummaryRow,
 )
@@ -28,6 +32,7 @@ CSV_MODELS = {
     "summary.csv": SummaryRow,
     "correctness.csv": CorrectnessRow,
     "timed_checks.csv": CorrectnessRow,
+    "profile.csv": ProfileRow,
 }
 
 __all__ = [
@@ -35,6 +40,7 @@ __all__ = [
     "PHASES",
     "SCHEMA_VERSION",
     "AttentionConfig",
+    "Comparison",
     "CorrectnessRow",
     "Cost",
     "EnvironmentFingerprint",
@@ -43,8 +49,11 @@ __all__ = [
     "KernelBuild",
     "Manifest",
     "Measurement",
+    "OverallSpeedup",
     "PhaseRecord",
     "Plan",
+    "ProfileRequest",
+    "ProfileRow",
     "Status",
     "SummaryRow",
 ]

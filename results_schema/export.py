@@ -10,7 +10,15 @@ import json
 import sys
 from pathlib import Path
 
-from results_schema.models import CorrectnessRow, Manifest, Measurement, Plan, Status, SummaryRow
+from results_schema.models import (
+    CorrectnessRow,
+    Manifest,
+    Measurement,
+    Plan,
+    ProfileRow,
+    Status,
+    SummaryRow,
+)
 
 SCHEMA_DIR = Path(__file__).parent / "jsonschema"
 EXPORTED = {
@@ -18,6 +26,7 @@ EXPORTED = {
     "measurement.schema.json": Measurement,
     "summary.schema.json": SummaryRow,
     "correctness.schema.json": CorrectnessRow,
+    "profile.schema.json": ProfileRow,
     "status.schema.json": Status,
     "manifest.schema.json": Manifest,
 }

@@ -22,6 +22,8 @@ Flag = Literal["impossible", "wrong-timed-output"]
 CheckStage = Literal["gate", "graph-probe", "timed-first", "timed-last"]
 # The A/A control: the plan's `control` implementation timed again under this identity.
 CONTROL_SUFFIX = "@aa"
+# Our kernel built from the A/B baseline's kernels/ tree (`bench launch --baseline REF`).
+BASELINE_SUFFIX = "@baseline"
 # From A/A controls on an H100 (2026-11-23, 3 CLI runs of the default plan's 12 configs):
 # point estimates strayed up to 1.4% from 1 in graph mode (S=128), up to 0.4% elsewhere;
 # 0 of 36 verdicts said faster/slower at δ = 1% or 0.5%, 3 of 36 (8%) at δ = 0.
@@ -53,6 +55,34 @@ class AttentionConfig(_Strict):
         """Forward FLOPs, 4*B*H*S*S*D, halved for causal (FlashAttention's convention)."""
         full = 4.0 * self.batch * self.heads * self.seq_len * self.seq_len * self.head_dim
         return full / 2 if self.causal else full
+
+
+class Comparison(_Strict):
+    """The A/B question a run answers first: is the candidate faster than this baseline?"""
+
+    baseline: str = Field(
+        description="the identity compared with the candidate: '<candidate>@baseline' (our "
+        "kernel built from another kernels/ tree) or a registry implementation"
+    )
+    source: Literal["git", "tree", "implementation"] = Field(
+        description="git: the kernels/ tree of a revision of this repository; tree: a "
+        "kernels/ directory; implementation: a registry implementation"
+    )
+    ref: str | None = Field(default=None, description="the revision or path as given")
+    commit: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{40,64}$", description="git: the revision's commit"
+    )
+    candidate_dirty: bool | None = Field(
+        default=None, description="git: the candidate is a working tree with uncommitted changes"
+    )
+
+
+class ProfileRequest(_Strict):
+    """Nsight Compute after the timing: which configs, which sections, how long at most."""
+
+    configs: list[str] = Field(min_length=1, description="names of the plan's configs")
+    sections: list[str] = Field(min_length=1, description="ncu --section identifiers")
+    timeout_seconds: int = Field(ge=10, description="the whole profiling step's time bound")
 
 
 class Plan(_Strict):
@@ -96,6 +126,12 @@ class Plan(_Strict):
         description="an implementation of the plan timed a second time as '<name>@aa' (an "
         "A/A control): its verdict against itself is the run's noise floor",
     )
+    comparison: Comparison | None = Field(
+        default=None, description="an A/B comparison the summary and report lead with"
+    )
+    profile: ProfileRequest | None = Field(
+        default=None, description="Nsight Compute profiles taken after the timing"
+    )
     configs: list[AttentionConfig] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -105,6 +141,11 @@ class Plan(_Strict):
             raise ValueError("config names must be unique within a plan")
         if self.control is not None and self.control not in self.implementations:
             raise ValueError("control must be the candidate or one of the baselines")
+        if self.comparison is not None:
+            _check_comparison(self, self.comparison)
+        if self.profile is not None and set(self.profile.configs) - set(names):
+            unknown = sorted(set(self.profile.configs) - set(names))
+            raise ValueError(f"profile names configs the plan lacks: {', '.join(unknown)}")
         return self
 
     @property
@@ -116,12 +157,34 @@ class Plan(_Strict):
         return self.control + CONTROL_SUFFIX if self.control else None
 
     @property
+    def baseline_identity(self) -> str | None:
+        """The identity of a baseline kernel tree, timed besides the implementations."""
+        compared = self.comparison
+        return compared.baseline if compared and compared.source != "implementation" else None
+
+    @property
     def identities(self) -> list[str]:
-        """Everything timed: the implementations, then the A/A control's second identity."""
-        return [*self.implementations, *([self.control_identity] if self.control else [])]
+        """Everything timed: the implementations, the baseline kernel tree's build, then the
+        A/A control's second identity."""
+        tree = [self.baseline_identity] if self.baseline_identity else []
+        return [*self.implementations, *tree, *([self.control_identity] if self.control else [])]
+
+    @property
+    def profiled_identities(self) -> list[str]:
+        """What a profile covers: every identity but the A/A control, which runs its
+        twin's code."""
+        return [i for i in self.identities if i != self.control_identity]
 
     def samples_per_implementation(self) -> int:
         return self.samples_per_config * len(self.configs)
+
+
+def _check_comparison(plan: Plan, comparison: Comparison) -> None:
+    if comparison.source == "implementation":
+        if comparison.baseline not in plan.baselines or comparison.baseline == plan.candidate:
+            raise ValueError("comparison.baseline must be one of the plan's baselines")
+    elif comparison.baseline != plan.candidate + BASELINE_SUFFIX:
+        raise ValueError(f"a kernel tree baseline is timed as '{plan.candidate}{BASELINE_SUFFIX}'")
 
 
 class Measurement(_Strict):
@@ -211,6 +274,51 @@ class IntervalMethod(_Strict):
     placements: int
     margin: float
     control: str | None = None
+
+
+class OverallSpeedup(_Strict):
+    """One identity's row speedups across every config: a geometric mean of the
+    per-config median paired ratios, with a cluster-bootstrap interval (comparison.json)."""
+
+    identity: str = Field(description="the identity compared, as summary.csv names it")
+    versus: str = Field(description="whose speedup over it: the candidate, or the A/A twin")
+    configs: int = Field(ge=1, description="configs with a verdict-worthy speedup")
+    geomean: float = Field(gt=0)
+    ci_low: float = Field(gt=0)
+    ci_high: float = Field(gt=0)
+    verdict: Verdict
+    method: str
+
+
+ProfileState = Literal["profiled", "no-ncu", "restricted", "timeout", "failed", "skipped"]
+
+
+class ProfileRow(_Strict):
+    """Nsight Compute's view of one (config, implementation): a row of profile.csv. The
+    duration sums every kernel the call launched; the rest is the longest kernel's."""
+
+    run_id: str
+    config: str
+    implementation: str
+    state: ProfileState
+    message: str = ""
+    report: str | None = Field(default=None, description="results/<name>.ncu-rep, if kept")
+    kernels: int | None = Field(default=None, ge=0, description="kernels the call launched")
+    kernel: str | None = Field(default=None, description="the longest kernel's name")
+    duration_us: float | None = Field(default=None, ge=0)
+    sm_throughput_pct: float | None = Field(default=None, ge=0)
+    tensor_pipe_pct: float | None = Field(default=None, ge=0)
+    dram_throughput_pct: float | None = Field(default=None, ge=0)
+    achieved_occupancy_pct: float | None = Field(default=None, ge=0)
+    registers_per_thread: int | None = Field(default=None, ge=0)
+    shared_mem_per_block_bytes: int | None = Field(default=None, ge=0)
+    local_memory_bytes: float | None = Field(
+        default=None, ge=0, description="local-memory (spill) traffic, loads + stores"
+    )
+    top_stalls: str = Field(
+        default="",
+        description="the top warp-stall reasons, 'reason:cycles;…' per issued instruction",
+    )
 
 
 class Status(_Strict):
@@ -304,8 +412,14 @@ class Manifest(_Strict):
     plan: Plan | None = None
     environment: EnvironmentFingerprint | None = None
     kernel_build: KernelBuild | None = None
+    baseline_build: KernelBuild | None = Field(
+        default=None, description="the A/B baseline kernel tree's build"
+    )
     cost: Cost | None = None
     statistics: IntervalMethod | None = None
+    comparison: list[OverallSpeedup] | None = Field(
+        default=None, description="the candidate over each identity across all configs"
+    )
     files: list[FileEntry] = []
 
     def file(self, path: str) -> FileEntry | None:

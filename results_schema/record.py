@@ -18,6 +18,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import sys
 from datetime import datetime, timezone
 
@@ -35,12 +36,20 @@ PHASES = (
     "finish",
 )
 RESULT_FILES = ("measurements.csv", "summary.csv", "correctness.csv", "timed_checks.csv")
+# Written only when the plan asks for Nsight Compute profiles (`--profile`).
+PROFILE_FILES = ("profile.csv",)
+# Nsight Compute's own reports: binary, numbered (profile.csv names each row's), never
+# parsed by the controller, only size-bounded and sha256-checked.
+PROFILE_REPORT_NAME = re.compile(r"profile-[0-9]{3}\.ncu-rep")
+MAX_PROFILE_REPORTS = 64
 # JSON side files the payload leaves in the run directory, copied into the manifest.
 SIDE_FILES = {
     "plan": "plan.json",
     "environment": "environment.json",
     "kernel_build": "build.json",
+    "baseline_build": "baseline_build.json",
     "statistics": "statistics.json",
+    "comparison": "comparison.json",
 }
 
 
@@ -98,10 +107,19 @@ def drop_cut_line(path: str) -> None:
         f.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
 
 
+def profile_reports(results_dir: str) -> list[str]:
+    """The .ncu-rep files a profile left, by name (at most MAX_PROFILE_REPORTS)."""
+    if not os.path.isdir(results_dir):
+        return []
+    names = sorted(n for n in os.listdir(results_dir) if PROFILE_REPORT_NAME.fullmatch(n))
+    return names[:MAX_PROFILE_REPORTS]
+
+
 def file_entries(run_dir: str) -> list[dict]:
     entries = []
-    for name in RESULT_FILES:
-        path = os.path.join(run_dir, "results", name)
+    results_dir = os.path.join(run_dir, "results")
+    for name in RESULT_FILES + PROFILE_FILES:
+        path = os.path.join(results_dir, name)
         if os.path.isfile(path):
             drop_cut_line(path)
             entries.append(
@@ -112,6 +130,16 @@ def file_entries(run_dir: str) -> list[dict]:
                     "rows": csv_rows(path),
                 }
             )
+    for name in profile_reports(results_dir):
+        path = os.path.join(results_dir, name)
+        entries.append(
+            {
+                "path": f"results/{name}",
+                "sha256": sha256_of(path),
+                "bytes": os.path.getsize(path),
+                "rows": None,
+            }
+        )
     return entries
 
 

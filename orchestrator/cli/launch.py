@@ -2,7 +2,15 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import Duration, Money, backend_option, console, make_context
+from orchestrator.cli.options import (
+    Duration,
+    Money,
+    backend_option,
+    comparison_options,
+    console,
+    make_context,
+    plan_options,
+)
 
 
 @click.command()
@@ -31,7 +39,8 @@ from orchestrator.cli.options import Duration, Money, backend_option, console, m
     help="GPU types, comma-separated: l4, t4, a100, h100 (gce; default: the configured "
     "machine, an L4); local: `local` or this machine's GPU type. One budget for all",
 )
-def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpus):
+@comparison_options
+def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpus, **comparison):
     """Start a benchmark run; the cloud enforces its budget as a time cap.
 
     On gce, the VM gets max_run_duration = what --budget buys at the catalog
@@ -47,10 +56,19 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpu
     created when a share cannot cover its run. A GPU type that cannot start
     (no capacity anywhere, quota) is reported; the others run.
 
+    A/B: --baseline REF times the working tree's kernel against REF's in one
+    run, on one GPU; the summary and `bench report` lead with the speedup per
+    config and its geometric mean, each with an interval and a verdict.
+    --profile adds Nsight Compute counters, taken after the timing.
+
     \b
     Examples:
       bench launch --backend local --budget 1.00 --wait
       bench launch --budget 1.00 --plan default --max-runtime 45m
+      bench launch --budget 1.00 --baseline main            # did my edits help?
+      bench launch --budget 1.00 --baseline ../old/kernels --profile
+      bench launch --budget 1.00 --candidate sdpa-flash --baseline-impl sdpa-cudnn
+      bench launch --budget 1.00 --profile fp16-b4h16s1024d64,bf16-b1h16s8192d64
       bench launch --gpu l4,t4,a100,h100 --budget 5.00
       bench launch --backend local --gpu local --budget 1 --wait
     """
@@ -60,7 +78,12 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpu
     ctx = make_context(backend=backend, on_demand_fallback=on_demand_fallback)
     name, reason = ctx.config.resolved_backend()
     out = console()
-    request = LaunchRequest(budget_usd=budget, plan=plan_ref, max_runtime_seconds=max_runtime)
+    request = LaunchRequest(
+        budget_usd=budget,
+        plan=plan_ref,
+        max_runtime_seconds=max_runtime,
+        options=plan_options(**comparison),
+    )
     if gpus is not None:
         from orchestrator.cli.sweep_output import launch_and_print_sweep
 

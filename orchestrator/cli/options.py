@@ -73,3 +73,54 @@ def console():
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=True, emoji=False)
+
+
+def comparison_options(command):
+    """launch's A/B and profile options; together they fill a service PlanOptions."""
+    options = [
+        click.option(
+            "--baseline",
+            metavar="REF",
+            default=None,
+            help="A/B: time our kernel as the working tree has it against the kernels/ "
+            "tree of REF: a git revision of this repository (HEAD, main, a commit) or a "
+            "directory holding a kernels/ tree; both are built, gated and timed as "
+            "flash and flash@baseline, interleaved in every round",
+        ),
+        click.option(
+            "--candidate",
+            metavar="IMPL",
+            default=None,
+            help="the implementation under test, a registry name (default: the plan's)",
+        ),
+        click.option(
+            "--baseline-impl",
+            metavar="IMPL",
+            default=None,
+            help="A/B of two registry implementations: compare --candidate with IMPL",
+        ),
+        click.option(
+            "--profile",
+            metavar="CONFIGS",
+            is_flag=False,
+            flag_value="",
+            default=None,
+            help="after the timing, Nsight Compute profiles of every implementation on "
+            "these comma-separated configs (alone: three representative ones)",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def plan_options(candidate, baseline, baseline_impl, profile):
+    from orchestrator.service.plan_options import PlanOptions
+
+    configs = None if profile is None else tuple(n for n in profile.split(",") if n.strip())
+    return PlanOptions(
+        candidate=candidate,
+        baseline=baseline,
+        baseline_impl=baseline_impl,
+        profile=None if configs is None else tuple(n.strip() for n in configs),
+    )

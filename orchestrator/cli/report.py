@@ -13,7 +13,11 @@ def report(run_id, compare_id, dest):
     """Tables and PNG plots of a fetched run, optionally against another run.
 
     Plots (latency distributions, speedup with its 95% interval, TFLOP/s
-    against sequence length) are written to DEST/<run id>/report/.
+    against sequence length) are written to DEST/<run id>/report/. A run
+    launched with --baseline leads with its A/B comparison (speedup per
+    config and geometric mean, each with interval and verdict); one launched
+    with --profile ends with Nsight Compute's counters (the .ncu-rep files
+    lie in DEST/<run id>/results/, for `ncu --import` or Nsight Compute).
 
     A sweep id (`launch --gpu a,b`) compares its GPU types instead: per GPU
     the candidate's speedup with its interval and the best TFLOP/s as a share
@@ -56,7 +60,10 @@ def show_report(out, report) -> None:
     from rich.table import Table
 
     from orchestrator.boundary import markup_safe
+    from orchestrator.cli.report_sections import show_comparison, show_profile
 
+    if report.ab is not None:
+        show_comparison(out, report.ab)
     table = Table(
         "config",
         "implementation",
@@ -98,6 +105,8 @@ def show_report(out, report) -> None:
             " (the same implementation under a second name): "
             f"{counts or 'no verdicts'}; the noise floor of this run"
         )
+    if report.profile:
+        show_profile(out, report.profile)
     for plot in report.plots:
         out.print(f"plot: {markup_safe(plot)}")
     if report.compared_with is None:

@@ -16,6 +16,7 @@ from orchestrator.registry import RunRecord
 from orchestrator.render import render_shutdown, render_startup
 from orchestrator.runtime_model import RuntimeEstimate, model_phases, refine
 from orchestrator.service.context import Context, require_gce_settings
+from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
 from orchestrator.spec import RunSpec, new_run_id
 from orchestrator.users import owner_label
@@ -27,6 +28,7 @@ class LaunchRequest:
     budget_usd: float
     plan: str = "auto"
     max_runtime_seconds: int | None = None
+    options: PlanOptions = PlanOptions()  # A/B comparison, profile
     sweep_id: str | None = None  # a member of a sweep (service/sweep.py)
     gpu: str = ""  # its gpus.toml key
 
@@ -92,7 +94,10 @@ def launch(
     if backend == "gce":
         require_gce_settings(ctx.config)
     plan, plan_note = resolve_plan(request.plan, backend)
+    shaped = shape_plan(plan, request.options)
+    plan = shaped.plan
     notes = [plan_note] if plan_note else []
+    notes += shaped.notes
     spec, rate, estimate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
     ensure_writable(ctx.paths)
     # The run is in the registry, holding its budget against the monthly cap, before
@@ -103,7 +108,7 @@ def launch(
     if on_validated is not None:
         on_validated()
     try:
-        payload = build_payload(plan)
+        payload = build_payload(plan, baseline_files=shaped.baseline_files)
         spec = spec.model_copy(update={"payload_sha256": payload.sha256})
         ctx.store(backend).put_bytes(f"{spec.run_prefix}/payload.tar.gz", payload.data)
         placement, spec, rate = _start(ctx, request, backend, spec, rate, notes)

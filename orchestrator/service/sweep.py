@@ -27,6 +27,7 @@ from orchestrator.gpus import (
 from orchestrator.runtime_model import RuntimeEstimate
 from orchestrator.service.context import Context, require_gce_settings
 from orchestrator.service.launch import LaunchRequest, LaunchResult, launch, runtime_estimate
+from orchestrator.service.plan_options import shape_plan
 from orchestrator.service.plans import resolve_plan
 from orchestrator.spec import new_sweep_id
 
@@ -80,6 +81,7 @@ def plan_members(
     naming every GPU whose share cannot cover its run."""
     catalog = load_gpu_catalog()
     plan, _ = resolve_plan(request.plan, backend)
+    plan = shape_plan(plan, request.options).plan  # an A/B baseline or a profile costs time
     if backend == "local":
         key = local_member(keys, catalog, local_gpu_name())
         estimate = runtime_estimate(ctx, backend, plan, key)

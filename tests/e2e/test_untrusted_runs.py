@@ -28,8 +28,9 @@ from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from orchestrator.service.plans import plans_dir
 from orchestrator.spec import new_run_id
-from results_schema import CorrectnessRow, Measurement, Plan, SummaryRow
+from results_schema import CorrectnessRow, Measurement, Plan, ProfileRow, SummaryRow
 from results_schema.csvio import cell, columns
+from results_schema.record import MAX_PROFILE_REPORTS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -518,6 +519,72 @@ def symlinked_manifest(run):
     run.manifest_raw = b"{}"  # what publish writes first, then replaces with the link
 
 
+# A report is Nsight Compute's binary: any bytes, control characters included.
+REPORT_BYTES = b"NVPROF\x00\x1b]52;c;ZXZpbA==\x07" + bytes(range(256)) * 4
+
+
+def profile_rows(run: HostileRun, run_id: str | None = None) -> bytes:
+    rows = [
+        ProfileRow(
+            run_id=run_id or run.run_id,
+            config=config["name"],
+            implementation=run.plan["candidate"],
+            state="profiled",
+            report=f"profile-{index:03d}.ncu-rep",
+            kernels=1,
+            kernel=f"flash_fwd_kernel{HOSTILE}",
+            duration_us=12.5,
+            sm_throughput_pct=40.0,
+            registers_per_thread=255,
+            top_stalls=f"wait:1.5;{HOSTILE}",
+        )
+        for index, config in enumerate(run.plan["configs"])
+    ]
+    return csv_bytes(ProfileRow, rows)
+
+
+def with_profile(run: HostileRun, reports: int = 2, report_bytes: bytes = REPORT_BYTES) -> None:
+    data = profile_rows(run)
+    run.files["results/profile.csv"] = data
+    run.manifest["files"].append(entry("results/profile.csv", data, len(run.plan["configs"])))
+    for index in range(reports):
+        _entry_for(run, f"results/profile-{index:03d}.ncu-rep", report_bytes)
+
+
+def unnumbered_report(run):
+    _entry_for(run, "results/evil.ncu-rep", REPORT_BYTES)
+
+
+def report_outside_results(run):
+    _entry_for(run, "profile-000.ncu-rep", REPORT_BYTES)
+
+
+def report_with_rows(run):
+    with_profile(run, reports=1)
+    run.manifest["files"][-1]["rows"] = 3
+
+
+def report_claims_33_mb(run):
+    with_profile(run, reports=1)
+    run.manifest["files"][-1]["bytes"] = 33 << 20
+
+
+def too_many_reports(run):
+    with_profile(run, reports=MAX_PROFILE_REPORTS + 1, report_bytes=b"x")
+
+
+def report_sha_mismatch(run):
+    with_profile(run, reports=1)
+    run.files["results/profile-000.ncu-rep"] = REPORT_BYTES[:-1] + b"!"
+
+
+def profile_rows_of_other_run(run):
+    with_profile(run, reports=0)
+    data = profile_rows(run, run_id="20200101-000000-000000")
+    run.files["results/profile.csv"] = data
+    run.manifest["files"][-1] = entry("results/profile.csv", data, len(run.plan["configs"]))
+
+
 @dataclass(frozen=True)
 class Attack:
     mutate: Callable[[HostileRun], None]
@@ -573,6 +640,13 @@ ATTACKS = [
     Attack(sha_mismatch, 5, 0),
     Attack(symlinked_result, 5, 0, stores=("local",)),
     Attack(symlinked_manifest, 5, 5, stores=("local",)),
+    Attack(unnumbered_report, 5, 5),
+    Attack(report_outside_results, 5, 5),
+    Attack(report_with_rows, 5, 5),
+    Attack(report_claims_33_mb, 5, 5),
+    Attack(too_many_reports, 5, 5),
+    Attack(report_sha_mismatch, 5, 0),
+    Attack(profile_rows_of_other_run, 5, 0),
 ]
 
 
@@ -706,3 +780,24 @@ def test_a_default_plan_sized_run_fetches_within_the_limits(bench, bench_env, ca
     assert LIMITS.rows_of("measurements.csv") >= 100 * full
     assert LIMITS.bytes_of("measurements.csv") >= 100 * full * 250  # a row is ≈ 200 bytes
     assert LIMITS.configs >= 10 * len(plan["configs"])
+
+
+@pytest.mark.parametrize("bench", STORES, indirect=True)
+def test_a_profiled_run_brings_its_reports_back_byte_for_byte(
+    bench, bench_env, capsys, monkeypatch
+):
+    """profile.csv is checked row by row; the reports only by size and sha256, never parsed;
+    `report` prints the counters side by side, escaped."""
+    monkeypatch.setenv("COLUMNS", "400")
+    ctx = Context(load_config())
+    run = build_run(new_run_id(), bench, bench_env)
+    with_profile(run)
+    publish(ctx, run, datetime.now(timezone.utc) - timedelta(minutes=5))
+    dest = bench_env / "results"
+    code, out = run_cli(capsys, "fetch", run.run_id, "--dest", str(dest))
+    assert code == 0, out
+    results = dest / run.run_id / "results"
+    assert (results / "profile-001.ncu-rep").read_bytes() == REPORT_BYTES
+    code, out = run_cli(capsys, "report", run.run_id, "--dest", str(dest))
+    assert code == 0 and clean(out), out
+    assert "Nsight Compute" in out and "profile-001.ncu-rep" in out and "wait:1.5" in out

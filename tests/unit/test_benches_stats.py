@@ -10,10 +10,13 @@ import pytest
 from benches.stats import (
     cluster_bootstrap_median_ci,
     describe,
+    geomean_speedup,
+    overall_speedups,
     paired_speedup,
     small_cluster_factor,
     summarize,
     verdict,
+    widened,
 )
 from results_schema import AttentionConfig, Measurement, Plan
 
@@ -218,3 +221,52 @@ def test_a_wrong_timed_output_is_flagged():
     rows = _rows({"a": 1.0, "b": 2.0})
     a, b = summarize("r", _plan(), rows, {}, None, wrong_outputs={("c", "b")})
     assert b.flag == "wrong-timed-output" and b.verdict is None and a.flag is None
+
+
+# --- the geometric mean over configs (the A/B comparison's overall line) ----------------
+
+
+def test_one_config_geomean_is_its_row():
+    rng = np.random.default_rng(21)
+    a, b = _aa_experiment(rng, 10, 5, between=0.01, within=0.01)
+    row = paired_speedup(a, b, resamples=1000, seed=3)
+    point, low, high, word = geomean_speedup([(a, b)], 0.01, resamples=1000, seed=3)
+    assert (point, low, high) == pytest.approx((row.ratio, row.ci_low, row.ci_high))
+    assert word == row.verdict(0.01)
+
+
+def test_geomean_of_aa_configs_has_about_five_percent_false_positives():
+    rng = np.random.default_rng(22)
+    wrong = 0
+    for seed in range(200):
+        configs = [_aa_experiment(rng, 10, 5, between=0.01, within=0.01) for _ in range(6)]
+        wrong += geomean_speedup(configs, 0.0, resamples=500, seed=seed)[3] != ("indistinguishable")
+    assert wrong / 200 <= 0.09
+
+
+def test_geomean_finds_a_two_percent_slower_baseline_and_centres_on_it():
+    rng = np.random.default_rng(23)
+    configs = []
+    for slowdown in (1.01, 1.02, 1.03):  # the geometric mean of these is 1.0199
+        a, b = _aa_experiment(rng, 10, 5, between=0.003, within=0.01)
+        configs.append(({k: v * slowdown for k, v in a.items()}, b))
+    point, low, high, word = geomean_speedup(configs, 0.01, resamples=1000)
+    assert low < 1.0199 < high and low < point < high
+    assert word == "faster"
+
+
+def test_overall_speedups_cover_every_compared_identity():
+    plan = _plan(control="b", placements=4)
+    rows = _rows({"a": 1.0, "b": 2.0, "b@aa": 2.0}, rounds=12, placements=4)
+    summary = summarize("r", plan, rows, {}, None)
+    overall = {(o.identity, o.versus): o for o in overall_speedups(plan, rows, summary)}
+    assert set(overall) == {("b", "a"), ("b@aa", "b")}
+    assert overall[("b", "a")].geomean == pytest.approx(2.0, rel=1e-3)
+    assert overall[("b", "a")].verdict == "faster" and overall[("b", "a")].configs == 1
+
+
+def test_a_noisy_interval_stays_positive():
+    """Widened on a log scale: a ratio's interval never reaches zero, however wide."""
+    low, high = widened(1.0, 0.2, 5.0, 3.0)
+    assert 0 < low < 0.2 and high > 5.0
+    assert widened(1.0, 0.5, 2.0, 1.0) == pytest.approx((0.5, 2.0))

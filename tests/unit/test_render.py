@@ -11,15 +11,25 @@ import pytest
 
 from orchestrator.backends.gce.backend import template_vars as gce_template_vars
 from orchestrator.config import BenchConfig
-from orchestrator.render import render_shutdown, render_startup, shquote
+from orchestrator.render import (
+    benchmark_timeout_seconds,
+    render_shutdown,
+    render_startup,
+    shquote,
+)
+from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
 from orchestrator.spec import RunSpec, new_run_id
 
+REPO = Path(__file__).resolve().parents[2]
 HOSTILE = ["$(touch /tmp/pwned)", "'; rm -rf ~ #", '"; touch pwned; "', "`touch pwned`", "a\nb"]
 
 
 def spec_for(plan_name: str, backend: str) -> RunSpec:
-    plan, _ = resolve_plan(plan_name, backend)
+    plan, _ = resolve_plan(plan_name.removesuffix("+ab"), backend)
+    if plan_name.endswith("+ab"):  # an A/B baseline tree and a profile
+        options = PlanOptions(baseline=str(REPO), profile=())
+        plan = shape_plan(plan, options).plan
     return RunSpec(
         run_id=new_run_id(),
         backend=backend,
@@ -48,7 +58,7 @@ def shellcheck(script: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("backend", ["local", "gce"])
-@pytest.mark.parametrize("plan", ["cpu-smoke", "default"])
+@pytest.mark.parametrize("plan", ["cpu-smoke", "default", "default+ab"])
 def test_every_variant_is_shellcheck_clean(tmp_path, backend, plan):
     spec = spec_for(plan, backend)
     for script in (
@@ -83,3 +93,15 @@ def test_gce_script_holds_no_credentials(tmp_path):
     lowered = script.lower()
     for secret_marker in ("private_key", "client_secret", "ya29.", "refresh_token", "begin rsa"):
         assert secret_marker not in lowered
+
+
+def test_ab_script_builds_the_baseline_tree_and_gives_the_profile_time(tmp_path):
+    plain, ab = spec_for("default", "local"), spec_for("default+ab", "local")
+    vars_ = backend_vars("local", tmp_path)
+    script = render_startup(ab, "/var/lib/bench/run", vars_)
+    assert "build_baseline_tree" in render_startup(ab, "/w", vars_)
+    assert "build_baseline_tree" not in render_startup(plain, "/w", vars_)
+    assert 'BENCH_BASELINE_ROOT="$WORK_DIR/payload/baseline"' in script
+    assert benchmark_timeout_seconds(ab) == (
+        benchmark_timeout_seconds(plain) + ab.plan.profile.timeout_seconds
+    )

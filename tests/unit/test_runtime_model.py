@@ -91,3 +91,20 @@ def test_a_manifest_gives_boot_and_the_script_phases_in_model_terms():
     )
     seconds = runtime_model.recorded_phase_seconds(manifest, created)
     assert seconds == {"boot": 52.0, "environment": 1.0, "build": 7.0, "upload": 2.0}
+
+
+def test_a_baseline_tree_builds_twice_and_a_profile_adds_its_calls():
+    from orchestrator.payload import package_dir
+    from orchestrator.service.plan_options import PlanOptions, shape_plan
+
+    plan, _ = resolve_plan("default", "gce")
+    plain = runtime_model.model_phases(plan, "local")
+    tree = str(package_dir("kernels"))  # a kernels/ directory as the baseline
+    ab = shape_plan(plan, PlanOptions(baseline=tree, profile=())).plan
+    model = runtime_model.model_phases(ab, "local")
+    assert model.seconds_of("build") == 2 * plain.seconds_of("build")
+    calls = 3 * 4  # three configs × flash, sdpa, sdpa-flash, flash@baseline
+    # The baseline identity is timed too: the benchmark grows by its share, then the profile.
+    timed = plain.seconds_of("benchmark") * len(ab.identities) / len(plan.identities)
+    assert model.seconds_of("benchmark") == pytest.approx(timed + calls * 9.0)
+    assert "profile: 12 calls" in next(f.source for f in model.phases if f.phase == "benchmark")

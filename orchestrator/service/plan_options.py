@@ -1,0 +1,125 @@
+"""What launch's options change in a plan: the A/B comparison and the Nsight Compute profile.
+
+Pure functions of a plan (the one exception, resolving a git revision, runs git): the plan
+that comes out is what the payload carries, so the VM reads every choice from plan.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.baseline import repository_root, resolve_baseline
+from orchestrator.errors import UsageError
+from orchestrator.payload import package_dir, skipped_in_kernels
+from results_schema import Comparison, Plan, ProfileRequest
+
+# The fixed section set every profile collects: throughput against the peaks, occupancy,
+# launch resources, warp stalls, memory traffic (local-memory spills included) and pipes.
+PROFILE_SECTIONS = (
+    "SpeedOfLight",
+    "Occupancy",
+    "LaunchStats",
+    "WarpStateStats",
+    "MemoryWorkloadAnalysis",
+    "MemoryWorkloadAnalysis_Tables",
+    "ComputeWorkloadAnalysis",
+)
+DEFAULT_PROFILE_CONFIGS = 3
+# The profile's time bound: a fixed start plus this much per profiled call (one process
+# start, torch import, a few kernels replayed once per section pass). An upper bound.
+PROFILE_START_SECONDS = 60
+PROFILE_SECONDS_PER_CALL = 30
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    candidate: str | None = None
+    baseline: str | None = None  # a git revision of this repository or a kernels/ tree
+    baseline_impl: str | None = None  # or a registry implementation
+    profile: tuple[str, ...] | None = None  # None: no profile; (): the representative configs
+
+
+@dataclass(frozen=True)
+class ShapedPlan:
+    plan: Plan
+    baseline_files: tuple[tuple[str, bytes], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> ShapedPlan:
+    """The plan with the options applied, and the baseline tree's files for the payload."""
+    if options.baseline and options.baseline_impl:
+        raise UsageError("--baseline and --baseline-impl name two baselines: give one")
+    notes: list[str] = []
+    if options.candidate or options.baseline_impl:
+        plan = with_implementations(plan, options.candidate, options.baseline_impl, notes)
+    files: tuple[tuple[str, bytes], ...] = ()
+    if options.baseline:
+        if plan.candidate != "flash":
+            raise UsageError(
+                f"--baseline compares two trees of our kernel; the candidate is {plan.candidate}"
+                " (for two registry implementations use --candidate and --baseline-impl)"
+            )
+        repo = repo or repository_root(package_dir("kernels").parent)
+        tree = resolve_baseline(options.baseline, plan.candidate, repo, skipped_in_kernels)
+        plan = plan.model_copy(update={"comparison": tree.comparison})
+        files = tree.files
+    if options.profile is not None:
+        plan = with_profile(plan, options.profile)
+    return ShapedPlan(Plan.model_validate(plan.model_dump()), files, tuple(notes))
+
+
+def with_implementations(
+    plan: Plan, candidate: str | None, baseline: str | None, notes: list[str]
+) -> Plan:
+    """Candidate and (optionally) the A/B baseline from the registry; the plan's other
+    baselines stay, so the SDPA yardsticks are still timed alongside."""
+    candidate = candidate or plan.candidate
+    if baseline == candidate:
+        raise UsageError(f"--baseline-impl {baseline} is the candidate itself")
+    first = [baseline] if baseline else []
+    others = [b for b in [plan.candidate, *plan.baselines] if b not in (candidate, baseline)]
+    baselines = list(dict.fromkeys([*first, *others]))
+    if not baselines:
+        raise UsageError(f"the plan has nothing to compare {candidate} with")
+    control = plan.control if plan.control in (candidate, *baselines) else None
+    if plan.control and control is None:
+        notes.append(f"the A/A control {plan.control} is no longer timed: it left the plan")
+    comparison = Comparison(baseline=baseline, source="implementation") if baseline else None
+    return plan.model_copy(
+        update={
+            "candidate": candidate,
+            "baselines": baselines,
+            "control": control,
+            "comparison": comparison,
+        }
+    )
+
+
+def representative_configs(plan: Plan, count: int = DEFAULT_PROFILE_CONFIGS) -> list[str]:
+    """The least, the middle and the most FLOPs (in plan order): short, typical and long."""
+    ordered = sorted(plan.configs, key=lambda c: c.flops())
+    if len(ordered) <= count:
+        return [c.name for c in plan.configs]
+    picks = {ordered[round(i * (len(ordered) - 1) / (count - 1))].name for i in range(count)}
+    return [c.name for c in plan.configs if c.name in picks]
+
+
+def with_profile(plan: Plan, configs: tuple[str, ...]) -> Plan:
+    if plan.device != "cuda":
+        raise UsageError(f"--profile needs a GPU plan; {plan.name} runs on the {plan.device}")
+    names = list(configs) or representative_configs(plan)
+    unknown = sorted(set(names) - {c.name for c in plan.configs})
+    if unknown:
+        raise UsageError(
+            f"--profile names configs the plan lacks: {', '.join(unknown)}; the plan has "
+            f"{', '.join(c.name for c in plan.configs)}"
+        )
+    calls = len(names) * len(plan.profiled_identities)
+    request = ProfileRequest(
+        configs=names,
+        sections=list(PROFILE_SECTIONS),
+        timeout_seconds=PROFILE_START_SECONDS + PROFILE_SECONDS_PER_CALL * calls,
+    )
+    return plan.model_copy(update={"profile": request})

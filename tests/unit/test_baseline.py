@@ -1,0 +1,148 @@
+"""`bench launch --baseline REF`: the baseline tree from a real git repository (clean and
+dirty working trees) or a directory, into the payload beside the working tree's own."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from orchestrator.baseline import resolve_baseline
+from orchestrator.errors import UsageError
+from orchestrator.payload import PAYLOAD_PACKAGES, build_payload, package_dir
+from orchestrator.service.plan_options import (
+    PROFILE_SECTIONS,
+    PlanOptions,
+    representative_configs,
+    shape_plan,
+)
+from orchestrator.service.plans import resolve_plan
+
+REPO = package_dir("orchestrator").parent
+LAUNCHER = "kernels/flash_attention/csrc/flash_fwd_launch.cuh"
+
+
+def git(repo: Path, *args: str) -> str:
+    command = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    return subprocess.run([*command, *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A git repository holding this project's payload packages, one commit."""
+    root = tmp_path / "repo"
+    for name in PAYLOAD_PACKAGES:
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "first")
+    return root
+
+
+def payload_files(payload) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(payload.data), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def ab_payload(repo: Path, ref: str):
+    plan, _ = resolve_plan("default", "gce")
+    shaped = shape_plan(plan, PlanOptions(baseline=ref), repo=repo)
+    payload = build_payload(shaped.plan, source_root=repo, baseline_files=shaped.baseline_files)
+    return shaped.plan, payload_files(payload), payload
+
+
+def test_git_revision_on_a_clean_tree(repo):
+    plan, files, payload = ab_payload(repo, "HEAD")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    c = plan.comparison
+    assert (c.source, c.ref, c.commit, c.candidate_dirty) == ("git", "HEAD", head, False)
+    assert plan.identities == ["flash", "sdpa", "sdpa-flash", "flash@baseline", "sdpa@aa"]
+    assert files[f"baseline/{LAUNCHER}"] == files[LAUNCHER] == (repo / LAUNCHER).read_bytes()
+    # Only kernels/ travels as the baseline, under the payload's own rules (no docs).
+    baseline = [n for n in files if n.startswith("baseline/")]
+    assert baseline and all(n.startswith("baseline/kernels/") for n in baseline)
+    assert not any(n.endswith(".md") for n in baseline)
+    # Deterministic: the same trees give the same bytes.
+    assert ab_payload(repo, "HEAD")[2].sha256 == payload.sha256
+
+
+def test_git_revision_on_a_dirty_tree_takes_the_commit_and_the_working_tree(repo):
+    first = git(repo, "rev-parse", "HEAD").strip()
+    launcher = repo / LAUNCHER
+    launcher.write_text(launcher.read_text() + "\n// second commit\n")
+    git(repo, "commit", "-qam", "second")
+    launcher.write_text(launcher.read_text() + "// uncommitted\n")
+    (repo / "kernels" / "untracked.py").write_text("# new\n")
+    plan, files, _ = ab_payload(repo, "HEAD~1")
+    c = plan.comparison
+    assert (c.commit, c.candidate_dirty) == (first, True)
+    committed = git(repo, "show", f"{first}:{LAUNCHER}").encode()
+    assert files[f"baseline/{LAUNCHER}"] == committed
+    assert files[LAUNCHER] == launcher.read_bytes()  # the candidate: the tree as it is
+    assert "kernels/untracked.py" in files and "baseline/kernels/untracked.py" not in files
+
+
+def test_a_directory_baseline_is_a_kernels_tree_or_a_checkout(repo, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(repo / "kernels", old / "kernels")
+    (old / "kernels" / LAUNCHER.removeprefix("kernels/")).write_text("// older\n")
+    for ref in (old, old / "kernels"):
+        plan, files, _ = ab_payload(repo, str(ref))
+        assert plan.comparison.source == "tree" and plan.comparison.commit is None
+        assert files[f"baseline/{LAUNCHER}"] == b"// older\n"
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [("no-such-revision", "git rev-parse failed"), ("--output=x", "git rev-parse failed")],
+)
+def test_an_unknown_revision_is_a_usage_error(repo, ref, message):
+    with pytest.raises(UsageError, match=message):
+        ab_payload(repo, ref)
+
+
+def test_a_revision_needs_a_checkout():
+    with pytest.raises(UsageError, match="not a directory"):
+        resolve_baseline("HEAD", "flash", None, lambda relative: False)
+
+
+def test_a_kernel_tree_baseline_needs_our_kernel_as_candidate(repo):
+    plan, _ = resolve_plan("default", "gce")
+    with pytest.raises(UsageError, match="candidate is sdpa"):
+        shape_plan(plan, PlanOptions(baseline="HEAD", candidate="sdpa"), repo=repo)
+
+
+def test_two_registry_implementations():
+    plan, _ = resolve_plan("default", "gce")
+    shaped = shape_plan(plan, PlanOptions(candidate="sdpa-flash", baseline_impl="sdpa-cudnn"))
+    p = shaped.plan
+    assert p.candidate == "sdpa-flash"
+    assert p.baselines == ["sdpa-cudnn", "flash", "sdpa"]
+    assert p.comparison.baseline == "sdpa-cudnn" and p.comparison.source == "implementation"
+    assert p.control == "sdpa" and p.baseline_identity is None
+    with pytest.raises(UsageError, match="the candidate itself"):
+        shape_plan(plan, PlanOptions(candidate="sdpa", baseline_impl="sdpa"))
+    with pytest.raises(UsageError, match="give one"):
+        shape_plan(plan, PlanOptions(baseline="HEAD", baseline_impl="sdpa"))
+
+
+def test_profile_defaults_to_three_representative_configs():
+    plan, _ = resolve_plan("default", "gce")
+    names = representative_configs(plan)
+    flops = sorted(plan.configs, key=lambda c: c.flops())
+    assert len(names) == 3 and {flops[0].name, flops[-1].name} <= set(names)
+    profile = shape_plan(plan, PlanOptions(profile=())).plan.profile
+    assert profile.configs == names and profile.sections == list(PROFILE_SECTIONS)
+    # flash, sdpa, sdpa-flash: the A/A control is not profiled again
+    assert profile.timeout_seconds == 60 + 30 * 3 * 3
+    chosen = shape_plan(plan, PlanOptions(profile=(plan.configs[4].name,))).plan.profile
+    assert chosen.configs == [plan.configs[4].name]
+    with pytest.raises(UsageError, match="lacks: nope"):
+        shape_plan(plan, PlanOptions(profile=("nope",)))
+    cpu, _ = resolve_plan("cpu-smoke", "local")
+    with pytest.raises(UsageError, match="needs a GPU plan"):
+        shape_plan(cpu, PlanOptions(profile=()))

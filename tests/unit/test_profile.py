@@ -1,0 +1,184 @@
+"""The Nsight Compute step: what it does without ncu, with counters restricted, past its
+time bound, and how it reads a report's raw page back. No GPU here: the real profile was
+taken on the H100 (issue notes); these pin the handling around it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from benches import profile
+from benches.writers import read_csv
+from orchestrator.service.plan_options import PlanOptions, shape_plan
+from orchestrator.service.plans import resolve_plan
+from results_schema import ProfileRow
+
+
+@pytest.fixture
+def plan():
+    default, _ = resolve_plan("default", "local")
+    return shape_plan(default, PlanOptions(profile=())).plan
+
+
+def run_step(plan, tmp_path, passed=None, stop=lambda: False):
+    results = tmp_path / "results"
+    results.mkdir(exist_ok=True)
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    everyone = {(c, i) for c in plan.profile.configs for i in plan.identities}
+    rows = profile.profile_plan(
+        plan, "r1", tmp_path / "plan.json", results, everyone if passed is None else passed, stop
+    )
+    assert read_csv(results / "profile.csv", ProfileRow) == rows
+    return rows
+
+
+def fake_ncu(directory: Path, body: str) -> None:
+    """An `ncu` on PATH that answers as NVIDIA's does in the case under test."""
+    directory.mkdir(exist_ok=True)
+    path = directory / "ncu"
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def only_path(monkeypatch, directory: Path) -> None:
+    monkeypatch.setenv("PATH", f"{directory}:/usr/bin:/bin")
+    monkeypatch.setenv("CUDA_HOME", str(directory / "no-cuda"))
+    if Path("/usr/local/cuda/bin/ncu").exists():
+        pytest.skip("this machine has Nsight Compute in /usr/local/cuda")
+
+
+def test_without_ncu_every_row_says_so_and_the_step_ends(plan, tmp_path, monkeypatch):
+    only_path(monkeypatch, tmp_path / "empty")
+    rows = run_step(plan, tmp_path)
+    assert len(rows) == 3 * 3  # three configs × flash, sdpa, sdpa-flash (no A/A control)
+    assert {r.state for r in rows} == {"no-ncu"} and "not installed" in rows[0].message
+    assert not list((tmp_path / "results").glob("*.ncu-rep"))
+
+
+def test_restricted_counters_stop_the_step_after_one_try(plan, tmp_path, monkeypatch):
+    # What ncu prints when the driver keeps counters to admins
+    # (https://developer.nvidia.com/ERR_NVGPUCTRPERM).
+    calls = tmp_path / "calls"
+    fake_ncu(
+        tmp_path / "bin",
+        f'echo x >> "{calls}"\n'
+        'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access '
+        'NVIDIA GPU Performance Counters on the target device 0."\nexit 1\n',
+    )
+    only_path(monkeypatch, tmp_path / "bin")
+    rows = run_step(plan, tmp_path)
+    assert {r.state for r in rows} == {"restricted"}
+    assert "ERR_NVGPUCTRPERM" in rows[-1].message
+    assert calls.read_text().count("x") == 1
+
+
+def test_a_failed_call_is_a_row_and_the_next_one_still_runs(plan, tmp_path, monkeypatch):
+    fake_ncu(tmp_path / "bin", 'echo "==ERROR== the application crashed" >&2\nexit 3\n')
+    only_path(monkeypatch, tmp_path / "bin")
+    rows = run_step(plan, tmp_path)
+    assert {r.state for r in rows} == {"failed"}
+    assert rows[0].message == "==ERROR== the application crashed"
+
+
+def test_the_time_bound_holds(plan, tmp_path, monkeypatch):
+    fake_ncu(tmp_path / "bin", "exec sleep 30\n")
+    only_path(monkeypatch, tmp_path / "bin")
+    short = plan.model_copy(
+        update={"profile": plan.profile.model_copy(update={"timeout_seconds": 10})}
+    )
+    rows = run_step(short, tmp_path)
+    assert rows[0].state == "timeout" and {r.state for r in rows[1:]} == {"timeout"}
+
+
+def test_only_what_passed_the_gate_is_profiled(plan, tmp_path, monkeypatch):
+    only_path(monkeypatch, tmp_path / "empty")
+    rows = run_step(plan, tmp_path, passed=set())
+    assert {r.state for r in rows} == {"skipped"}
+
+
+def test_the_command_never_locks_clocks_and_profiles_only_the_marked_call(plan, tmp_path):
+    command = profile.profile_command("ncu", plan, tmp_path / "r.ncu-rep", ["python3"])
+    assert command[command.index("--clock-control") + 1] == "none"
+    assert command[command.index("--profile-from-start") + 1] == "off"
+    sections = [command[i + 1] for i, arg in enumerate(command) if arg == "--section"]
+    assert sections == plan.profile.sections
+
+
+# The raw page as `ncu --import R --csv --page raw --print-units base` prints it: a header
+# of metric names, a units row, one row per kernel (values as the H100 run gave them for
+# sdpa-flash, bf16 S=2048 D=64 causal, and a second, shorter kernel).
+# (column, unit, first kernel, second kernel)
+RAW_COLUMNS = [
+    ("ID", "", "0", "1"),
+    ("Process Name", "", "python3.12", "python3.12"),
+    (
+        "Kernel Name",
+        "",
+        "void flash_fwd_kernel<traits<64, 128>>(Flash_fwd_params)",
+        "small(float*)",
+    ),
+    ("gpu__time_duration.sum", "nsecond", "157,504", "2,496"),
+    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "41.4", "3.0"),
+    ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "%", "12.7", "1.0"),
+    ("sm__warps_active.avg.pct_of_peak_sustained_active", "%", "12.0", "50.0"),
+    ("launch__registers_per_thread", "register/thread", "255", "32"),
+    ("launch__shared_mem_per_block_static", "byte", "0", "0"),
+    ("launch__shared_mem_per_block_dynamic", "byte", "49,152", "0"),
+    ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "%", "44.4", "0"),
+    ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", "%", "0", "0"),
+    ("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "byte", "85,852,160", "0"),
+    ("l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", "byte", "85,852,160", "0"),
+    ("smsp__average_warps_issue_stalled_wait_per_issue_active.ratio", "inst", "1.04", "0.5"),
+    ("smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio", "inst", "0.10", "0"),
+    ("smsp__average_warps_issue_stalled_selected_per_issue_active.ratio", "inst", "1.00", "1"),
+    (
+        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+        "inst",
+        "0.31",
+        "2",
+    ),
+]
+
+
+def raw_page() -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    for index in range(4):
+        writer.writerow([column[index] for column in RAW_COLUMNS])
+    return out.getvalue()
+
+
+def test_a_raw_page_becomes_one_row_of_metrics():
+    kernels = profile.parse_raw_page(raw_page())
+    assert len(kernels) == 2
+    metrics = profile.metrics_of(kernels)
+    assert metrics["kernels"] == 2
+    assert metrics["kernel"].startswith("void flash_fwd_kernel")  # the longest kernel
+    assert metrics["duration_us"] == pytest.approx(160.0)  # both kernels: 157.504 + 2.496
+    assert metrics["sm_throughput_pct"] == 41.4 and metrics["dram_throughput_pct"] == 12.7
+    assert metrics["achieved_occupancy_pct"] == 12.0
+    assert metrics["tensor_pipe_pct"] == 44.4  # the busier of the two tensor pipes
+    assert metrics["registers_per_thread"] == 255
+    assert metrics["shared_mem_per_block_bytes"] == 49152
+    assert metrics["local_memory_bytes"] == 171704320
+    assert metrics["top_stalls"] == "wait:1.04;selected:1.00;long_scoreboard:0.31"
+    row = ProfileRow(run_id="r", config="c", implementation="i", state="profiled", **metrics)
+    assert row.duration_us == pytest.approx(160.0)
+
+
+def test_a_page_without_kernels_reads_as_none():
+    assert profile.parse_raw_page("==PROF== No kernels were profiled.\n") == []
+    assert profile.metrics_of([]) == {}
+
+
+def test_report_names_are_the_ones_the_boundary_accepts():
+    from orchestrator.boundary import result_name
+
+    assert result_name("results/" + profile.report_name(7)) == "profile-007.ncu-rep"
+    assert result_name("results/profile-7.ncu-rep") is None
+    assert os.sep not in profile.report_name(999)
