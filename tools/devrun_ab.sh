@@ -27,20 +27,31 @@ git -C "$repo" init -q && git -C "$repo" add -A \
   && git -C "$repo" -c user.name=dev -c user.email=dev@localhost commit -qm tree \
   || { echo "git repo setup failed"; exit 1; }
 
-# The slowed baseline: one line, a spin right after the barrier that opens each key tile.
+# The slowed baseline: one spin line where a tile's MMAs are issued, in each kernel path (the
+# sm_90 consumer's turn at the tensor cores, where the spin cannot hide under the other
+# warpgroup's softmax; the sm_80 kernel's barrier that opens each key tile).
 mkdir -p "$scratch/slow"
 cp -r "$repo/kernels" "$scratch/slow/kernels"
-python3 - "$scratch/slow/kernels/flash_attention/csrc/flash_fwd_kernel.cuh" "$spin" <<'EOF'
+python3 - "$scratch/slow/kernels/flash_attention/csrc" "$spin" <<'EOF'
 import sys
-path, spin = sys.argv[1], sys.argv[2]
-text = open(path).read()
-anchor = "        cp_async_wait<0>();\n        __syncthreads();\n"
-assert text.count(anchor) == 1, "anchor not found once"
-line = f"        for (long long t0 = clock64(); clock64() - t0 < {spin};) {{}}\n"
-open(path, "w").write(text.replace(anchor, anchor + line))
+csrc, spin = sys.argv[1], sys.argv[2]
+line = f"for (long long t0 = clock64(); clock64() - t0 < {spin};) {{}}"
+anchors = {  # file: the line after which the spin goes (sm_90: inside the key-tile loop)
+    "flash_fwd_kernel_sm90.cuh": "            turns.take_turn();\n            sm90::wgmma_fence();\n"
+    "            qk_wgmma<T>(s[0], sm, stage, consumer_wg);\n",
+    "flash_fwd_kernel.cuh": "        cp_async_wait<0>();\n        __syncthreads();\n",
+}
+for name, anchor in anchors.items():
+    path = f"{csrc}/{name}"
+    text = open(path).read()
+    assert anchor in text, f"anchor not found in {name}"
+    first, rest = anchor.split("\n", 1)
+    indent = first[: len(first) - len(first.lstrip())]
+    open(path, "w").write(text.replace(anchor, f"{first}\n{indent}{line}\n{rest}"))
 EOF
-diff -u "$repo/kernels/flash_attention/csrc/flash_fwd_kernel.cuh" \
-  "$scratch/slow/kernels/flash_attention/csrc/flash_fwd_kernel.cuh" | tee "$out/slow.diff"
+for f in flash_fwd_kernel_sm90.cuh flash_fwd_kernel.cuh; do
+  diff -u "$repo/kernels/flash_attention/csrc/$f" "$scratch/slow/kernels/flash_attention/csrc/$f"
+done | tee "$out/slow.diff"
 cp -r "$repo/kernels" "$scratch/copy-kernels"
 
 bench() {
