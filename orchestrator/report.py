@@ -7,6 +7,7 @@ Controller side: numpy and matplotlib (imported lazily, Agg backend), never torc
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -325,15 +326,13 @@ def _latency_figure(plt, run: RunResults):
     for ax, config in zip(axes.flat, configs, strict=False):
         present = [i for i in impls if (config, i) in lat]
         ax.boxplot([lat[(config, i)] for i in present], showfliers=True)
+        # Names wrapped under their box (a panel is ~4 in wide), not rotated into the next.
         ax.set_xticks(
             range(1, len(present) + 1),
-            [names[i] for i in present],
-            rotation=20,
-            ha="right",
-            rotation_mode="anchor",
-            fontsize=8,
+            [textwrap.fill(names[i], 14) for i in present],
+            fontsize=7,
         )
-        ax.set_title(_label(config), fontsize=9)
+        ax.set_title(textwrap.fill(_label(config), 48), fontsize=9)
         ax.set_ylabel("ms per call", fontsize=8)
         values = np.concatenate([lat[(config, i)] for i in present])
         if values.min() > 0 and values.max() / values.min() > 20:
@@ -344,6 +343,13 @@ def _latency_figure(plt, run: RunResults):
         ax.remove()  # no empty frame where the grid has more cells than configs
     _title(fig, "Latency per sample", run)
     return fig
+
+
+def _width_for(configs: list[str]) -> float:
+    """Inches for a plot with config names along its y axis: 8, plus room for long names
+    (about 0.07 in per character at the tick font size) so the axes keep their width."""
+    longest = max((len(_label(c)) for c in configs), default=0)
+    return 8.0 + max(longest - 24, 0) * 0.07
 
 
 def _plain_tick_labels(axis) -> None:
@@ -361,7 +367,8 @@ def _speedup_figure(plt, run: RunResults):
     names = _implementation_labels(run)
     baselines = list(dict.fromkeys(s.implementation for s in run.summary if s.speedup is not None))
     fig, ax = plt.subplots(
-        figsize=(8, 0.3 * len(configs) * max(len(baselines), 1) + 2.0), layout="constrained"
+        figsize=(_width_for(configs), 0.3 * len(configs) * max(len(baselines), 1) + 2.0),
+        layout="constrained",
     )
     height = 0.8 / max(len(baselines), 1)
     for b_index, baseline in enumerate(baselines):
@@ -416,7 +423,7 @@ def _tflops_figure(plt, run: RunResults):
     bar = 0.8 / len(impls)
     # Tall enough for a bar's label; a 256-config plan stays within an image's size.
     height = min(0.22 * len(configs) * len(impls) + 0.35 * len(configs) + 2.0, 120.0)
-    fig, ax = plt.subplots(figsize=(8, height), layout="constrained")
+    fig, ax = plt.subplots(figsize=(_width_for(configs), height), layout="constrained")
     for index, impl in enumerate(impls):
         ys = [row + index * bar for row, c in enumerate(configs) if (c, impl) in tflops]
         values = [tflops[(c, impl)] for c in configs if (c, impl) in tflops]
