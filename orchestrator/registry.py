@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable
-from contextlib import closing
-from dataclasses import asdict, dataclass, field, fields
+import zlib
+from collections.abc import Callable
+from contextlib import closing, contextmanager
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -52,7 +53,94 @@ class RunRecord:
         return self.state in FINISHED_STATES
 
 
+# The table's columns are RunRecord's fields; lists and dicts are JSON text in their column,
+# a bool is 0/1. created_month (UTC "YYYY-MM") is derived on write so the monthly cap's
+# query can use an index whatever offset created_at was written with.
 _COLUMNS = [f.name for f in fields(RunRecord)]
+_JSON_COLUMNS = {"attempts", "phase_seconds"}
+_SQL_TYPES = {"str": "TEXT", "float": "REAL", "int": "INTEGER", "bool": "INTEGER"}
+_INDEXES = {
+    "runs_state": "state",
+    "runs_plan": "plan, backend, gpu, state",
+    "runs_month": "created_month, backend",
+    "runs_sweep": "sweep_id",
+}
+
+
+def _column_sql(f) -> str:
+    base = f.type.split(" | ")[0]
+    nullable = f.type.endswith("| None")
+    sql_type = _SQL_TYPES.get(base, "TEXT")  # list[...] and dict[...] are JSON text
+    return f"{f.name} {sql_type}" + ("" if nullable else " NOT NULL")
+
+
+def _default_sql(f) -> str:
+    """A literal for ALTER TABLE ADD COLUMN, so a field added later fills old rows."""
+    if f.default_factory is not MISSING:
+        return _sql_literal(_encode(f.name, f.default_factory()))
+    if f.default is not MISSING:
+        return _sql_literal(_encode(f.name, f.default))
+    return "''"
+
+
+def _sql_literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
+
+
+_TABLE_SQL = (
+    "CREATE TABLE runs ("
+    + ", ".join(
+        ["run_id TEXT PRIMARY KEY"]
+        + [_column_sql(f) for f in fields(RunRecord) if f.name != "run_id"]
+        + ["created_month TEXT NOT NULL"]
+    )
+    + ")"
+)
+# PRAGMA user_version names the schema this file holds; a changed RunRecord changes it.
+_SCHEMA_VERSION = zlib.crc32(_TABLE_SQL.encode()) & 0x7FFFFFFF
+
+_SELECT_RECORD = f"SELECT {', '.join(_COLUMNS)} FROM runs"
+COMMITTED_SQL = (
+    "SELECT COALESCE(SUM(COALESCE(cost_usd, budget_usd)), 0.0) FROM runs"
+    " WHERE created_month = ? AND backend != 'local'"
+)
+PAST_PHASES_SQL = (
+    "SELECT phase_seconds FROM runs WHERE plan = ? AND backend = ? AND gpu = ?"
+    " AND state = 'complete' AND phase_seconds != '{}' ORDER BY run_id"
+)
+SWEEP_SQL = f"{_SELECT_RECORD} WHERE sweep_id = ? ORDER BY run_id"
+
+
+def _encode(name: str, value):
+    if name in _JSON_COLUMNS:
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _month(created_at: str) -> str:
+    created = datetime.fromisoformat(created_at)
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=timezone.utc)
+    return created.astimezone(timezone.utc).strftime("%Y-%m")
+
+
+def _row_values(record: RunRecord) -> list:
+    values = [_encode(name, value) for name, value in asdict(record).items()]
+    return [*values, _month(record.created_at)]
+
+
+def _record(row: sqlite3.Row | tuple) -> RunRecord:
+    values = dict(zip(_COLUMNS, row, strict=True))
+    for name in _JSON_COLUMNS:
+        values[name] = json.loads(values[name])
+    values["spot"] = bool(values["spot"])
+    return RunRecord(**values)
 
 
 class RunRegistry:
@@ -60,11 +148,13 @@ class RunRegistry:
         self.path = path
 
     def _connect(self) -> sqlite3.Connection:
+        """A connection in autocommit mode (each write opens its own transaction), to a
+        file whose schema is this code's."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.path, timeout=10)
-        connection.execute(
-            "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, record TEXT NOT NULL)"
-        )
+        connection = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+        if connection.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
+            with _write_transaction(connection):
+                _migrate(connection)
         return connection
 
     def add(self, record: RunRecord) -> None:
@@ -75,81 +165,126 @@ class RunRegistry:
     ) -> None:
         """Insert the run, after `check_spend(this month's committed spend)` has not raised,
         in one write transaction: two launches cannot both pass a cap that fits one."""
-        with closing(self._connect()) as db:
-            db.isolation_level = None  # we open the transaction ourselves
-            db.execute("BEGIN IMMEDIATE")  # the write lock, before the spend is read
-            try:
-                if check_spend is not None:
-                    rows = db.execute("SELECT record FROM runs").fetchall()
-                    check_spend(committed_in_month(RunRecord(**json.loads(r[0])) for r in rows))
-                db.execute(
-                    "INSERT INTO runs VALUES (?, ?)", (record.run_id, json.dumps(asdict(record)))
-                )
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with closing(self._connect()) as db, _write_transaction(db):
+            if check_spend is not None:
+                check_spend(_committed(db, datetime.now(timezone.utc)))
+            db.execute(_INSERT_SQL, _row_values(record))
 
     def update(self, run_id: str, **changes) -> RunRecord:
-        record = self.get(run_id)
-        for key, value in changes.items():
-            if key not in _COLUMNS:
-                raise KeyError(key)
-            setattr(record, key, value)
-        with self._connect() as db:
-            db.execute(
-                "UPDATE runs SET record = ? WHERE run_id = ?", (json.dumps(asdict(record)), run_id)
-            )
-        return record
+        """Set the named fields of one run and return it, in one write transaction: two
+        concurrent updates of different fields both land."""
+        unknown = [key for key in changes if key not in _COLUMNS or key == "run_id"]
+        if unknown:
+            raise KeyError(", ".join(unknown))
+        values = [_encode(key, value) for key, value in changes.items()]
+        assignments = [f"{key} = ?" for key in changes]
+        if "created_at" in changes:
+            assignments.append("created_month = ?")
+            values.append(_month(changes["created_at"]))
+        with closing(self._connect()) as db, _write_transaction(db):
+            if assignments:
+                db.execute(
+                    f"UPDATE runs SET {', '.join(assignments)} WHERE run_id = ?",
+                    [*values, run_id],
+                )
+            row = db.execute(f"{_SELECT_RECORD} WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise self._not_found(run_id)
+        return _record(row)
 
     def find(self, run_id: str) -> RunRecord | None:
         if not self.path.exists():
             return None
-        with self._connect() as db:
-            row = db.execute("SELECT record FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return RunRecord(**json.loads(row[0])) if row else None
+        with closing(self._connect()) as db:
+            row = db.execute(f"{_SELECT_RECORD} WHERE run_id = ?", (run_id,)).fetchone()
+        return _record(row) if row else None
 
     def get(self, run_id: str) -> RunRecord:
         record = self.find(run_id)
         if record is None:
-            raise NotFoundError(f"no run {run_id} in the registry {self.path}; see `bench status`")
+            raise self._not_found(run_id)
         return record
 
+    def _not_found(self, run_id: str) -> NotFoundError:
+        return NotFoundError(f"no run {run_id} in the registry {self.path}; see `bench status`")
+
     def all(self) -> list[RunRecord]:
-        if not self.path.exists():
-            return []
-        with self._connect() as db:
-            rows = db.execute("SELECT record FROM runs ORDER BY run_id").fetchall()
-        return [RunRecord(**json.loads(r[0])) for r in rows]
+        return self._records(f"{_SELECT_RECORD} ORDER BY run_id")
 
     def sweep_members(self, sweep_id: str) -> list[RunRecord]:
-        return [r for r in self.all() if r.sweep_id == sweep_id]
+        return self._records(SWEEP_SQL, (sweep_id,))
+
+    def _records(self, sql: str, parameters: tuple = ()) -> list[RunRecord]:
+        if not self.path.exists():
+            return []
+        with closing(self._connect()) as db:
+            return [_record(row) for row in db.execute(sql, parameters)]
 
     def past_phase_seconds(self, plan: str, backend: str, gpu: str = "") -> list[dict[str, float]]:
         """Phase times of earlier complete, fetched runs of this plan on this backend and
         GPU type (a sweep's gpus.toml key; "" for runs of the configured machine)."""
-        return [
-            r.phase_seconds
-            for r in self.all()
-            if (r.plan, r.backend, r.gpu) == (plan, backend, gpu)
-            and r.state == "complete"
-            and r.phase_seconds
-        ]
+        if not self.path.exists():
+            return []
+        with closing(self._connect()) as db:
+            rows = db.execute(PAST_PHASES_SQL, (plan, backend, gpu)).fetchall()
+        return [json.loads(row[0]) for row in rows]
 
     def committed_this_month(self, now: datetime | None = None) -> float:
-        return committed_in_month(self.all(), now)
+        if not self.path.exists():
+            return 0.0
+        with closing(self._connect()) as db:
+            return _committed(db, now or datetime.now(timezone.utc))
 
 
-def committed_in_month(records: Iterable[RunRecord], now: datetime | None = None) -> float:
+_INSERT_SQL = (
+    f"INSERT INTO runs ({', '.join(_COLUMNS)}, created_month)"
+    f" VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})"
+)
+
+
+def _committed(db: sqlite3.Connection, now: datetime) -> float:
     """Spend of this month's runs: actual cost when known, else the whole budget (so a run
-    still launching holds its budget)."""
-    now = now or datetime.now(timezone.utc)
-    total = 0.0
-    for record in records:
-        created = record.created
-        if (created.year, created.month) != (now.year, now.month):
-            continue
-        if record.backend == "local":
-            continue
-        total += record.cost_usd if record.cost_usd is not None else record.budget_usd
-    return total
+    still launching holds its budget). Local runs cost nothing."""
+    month = now.astimezone(timezone.utc).strftime("%Y-%m")
+    return float(db.execute(COMMITTED_SQL, (month,)).fetchone()[0])
+
+
+@contextmanager
+def _write_transaction(db: sqlite3.Connection):
+    """BEGIN IMMEDIATE takes the write lock before anything is read, so what the
+    transaction reads is still true when it writes."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring the file to this code's schema, inside the caller's write transaction: create
+    it, convert the one-JSON-blob-per-row format, or add columns of fields added since."""
+    if db.execute("PRAGMA user_version").fetchone()[0] == _SCHEMA_VERSION:
+        return  # another process migrated it while we waited for the lock
+    existing = [row[1] for row in db.execute("PRAGMA table_info(runs)")]
+    if existing == ["run_id", "record"]:
+        blobs = db.execute("SELECT record FROM runs ORDER BY run_id").fetchall()
+        db.execute("ALTER TABLE runs RENAME TO runs_blob")
+        db.execute(_TABLE_SQL)
+        for (blob,) in blobs:
+            stored = json.loads(blob)
+            record = RunRecord(**{k: v for k, v in stored.items() if k in _COLUMNS})
+            db.execute(_INSERT_SQL, _row_values(record))
+        db.execute("DROP TABLE runs_blob")
+    elif not existing:
+        db.execute(_TABLE_SQL)
+    else:
+        for f in fields(RunRecord):
+            if f.name not in existing:
+                db.execute(
+                    f"ALTER TABLE runs ADD COLUMN {_column_sql(f)} DEFAULT {_default_sql(f)}"
+                )
+    for name, columns in _INDEXES.items():
+        db.execute(f"CREATE INDEX IF NOT EXISTS {name} ON runs ({columns})")
+    db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")

@@ -7,7 +7,9 @@ Controller side: numpy and matplotlib (imported lazily, Agg backend), never torc
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from results_schema import (
     ProfileRow,
     SummaryRow,
 )
+from results_schema.models import implementation_of
 
 BOOTSTRAP_RESAMPLES = 2000
 REPORT_SUBDIR = "report"
@@ -96,6 +99,7 @@ class Report:
     control: str | None = None  # the A/A control's identity
     ab: ABResults | None = None  # the A/B comparison the report leads with
     profile: list[ProfileRow] = field(default_factory=list)
+    candidate: str | None = None  # the plan's candidate, when the plan is known
 
     def control_verdicts(self) -> dict[str, int]:
         """How many configs the A/A control called each verdict: the run's noise floor."""
@@ -131,6 +135,7 @@ def make_report(
     report.control = run.plan.control_identity if run.plan else None
     report.ab = ab_results(run)
     report.profile = run.profile
+    report.candidate = run.plan.candidate if run.plan else None
     report.plots = _plot_all(run, out_dir)
     if compare_dir is not None:
         other = load_run(compare_dir)
@@ -241,6 +246,28 @@ def _row(s: SummaryRow) -> ReportRow:
     )
 
 
+def implementation_label(implementation: str, backends: Iterable[str]) -> str:
+    """An implementation with the backend that actually ran, e.g. "sdpa (cudnn)"; where
+    configs ran different backends, each: "sdpa (cudnn/flash)"."""
+    details = sorted({_backend_detail(implementation, b) for b in backends} - {""})
+    return f"{implementation} ({'/'.join(details)})" if details else implementation
+
+
+def _backend_detail(implementation: str, backend: str) -> str:
+    """What the backend adds to the name: SDPA's chosen kernel, the flash kernel's path
+    (its unit name repeats the config: head dim, dtype, causal), nothing for a pinned
+    SDPA whose name says it."""
+    family, _, detail = backend.partition(":")
+    if not detail:
+        return "" if backend == implementation else backend
+    if family == "flash":
+        unit, _, arch = detail.rpartition(":")
+        return f"sm90 path on {arch}" if unit.endswith("_sm90") else f"sm80 path on {arch}"
+    if implementation_of(implementation) == f"{family}-{detail}":
+        return ""
+    return detail
+
+
 # --- comparing two runs ------------------------------------------------------------------
 
 
@@ -316,11 +343,11 @@ def _plot_all(run: RunResults, out_dir: Path) -> list[Path]:
     if not run.summary:
         return []
     plt = _pyplot()
-    plots = [_plot_latency(plt, run, out_dir / "latency.png")]
+    plots = [_save(plt, _latency_figure(plt, run), out_dir / "latency.png")]
     if any(s.speedup is not None for s in run.summary):
-        plots.append(_plot_speedup(plt, run, out_dir / "speedup.png"))
+        plots.append(_save(plt, _speedup_figure(plt, run), out_dir / "speedup.png"))
     if run.plan is not None:
-        plots.append(_plot_tflops(plt, run, out_dir / "tflops.png"))
+        plots.append(_save(plt, _tflops_figure(plt, run), out_dir / "tflops.png"))
     return plots
 
 
@@ -342,38 +369,91 @@ def _implementations(run: RunResults) -> list[str]:
     return list(dict.fromkeys(s.implementation for s in run.summary))
 
 
-def _plot_latency(plt, run: RunResults, path: Path) -> Path:
-    """One panel per config: each implementation's sample distribution."""
-    configs, impls, lat = _config_order(run), _implementations(run), run.latencies
-    cols = min(4, len(configs))
-    rows = -(-len(configs) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax, config in zip(axes.flat, configs, strict=False):
-        present = [i for i in impls if (config, i) in lat]
-        ax.boxplot([lat[(config, i)] for i in present], showfliers=True)
-        ax.set_xticks(range(1, len(present) + 1), _labels(present), rotation=20, fontsize=8)
-        ax.set_title(_label(config), fontsize=9)
-        ax.set_ylabel("ms per call", fontsize=8)
-        values = np.concatenate([lat[(config, i)] for i in present])
-        if (
-            values.min() > 0 and values.max() / values.min() > 20
-        ):  # outliers would flatten the boxes
-            ax.set_yscale("log")
-        ax.tick_params(axis="y", labelsize=8)
-    for ax in list(axes.flat)[len(configs) :]:
-        ax.axis("off")
-    fig.suptitle(f"Latency per sample, run {_label(run.run_id)} ({run.status})")
-    fig.tight_layout()
+def _implementation_labels(run: RunResults) -> dict[str, str]:
+    """Each implementation as the plots name it: with the backends it ran, escaped."""
+    backends: dict[str, list[str]] = defaultdict(list)
+    for s in run.summary:
+        backends[s.implementation].append(s.backend)
+    return {impl: _label(implementation_label(impl, b)) for impl, b in backends.items()}
+
+
+def _title(fig, what: str, run: RunResults) -> None:
+    """The plot's title names the run and the candidate; wrapped to the figure's width
+    (a one-panel figure is narrow), never clipped."""
+    labels = _implementation_labels(run)
+    candidate = run.plan.candidate if run.plan else None
+    text = f"{what}, run {_label(run.run_id)} ({_label(run.status)})"
+    if candidate:
+        text += f"; candidate {labels.get(candidate, _label(candidate))}"
+    fig.suptitle(text, wrap=True, fontsize=11)
+
+
+def _save(plt, fig, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def _plot_speedup(plt, run: RunResults, path: Path) -> Path:
+def _latency_figure(plt, run: RunResults):
+    """One panel per config: each implementation's sample distribution."""
+    configs, impls, lat = _config_order(run), _implementations(run), run.latencies
+    names = _implementation_labels(run)
+    cols = min(4, len(configs))
+    rows = -(-len(configs) // cols)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(max(4.2 * cols, 7.0), 3.4 * rows + 0.8),
+        squeeze=False,
+        layout="constrained",
+    )
+    for ax, config in zip(axes.flat, configs, strict=False):
+        present = [i for i in impls if (config, i) in lat]
+        ax.boxplot([lat[(config, i)] for i in present], showfliers=True)
+        # Names wrapped under their box (a panel is ~4 in wide), not rotated into the next.
+        ax.set_xticks(
+            range(1, len(present) + 1),
+            [textwrap.fill(names[i], 14) for i in present],
+            fontsize=7,
+        )
+        ax.set_title(textwrap.fill(_label(config), 48), fontsize=9)
+        ax.set_ylabel("ms per call", fontsize=8)
+        values = np.concatenate([lat[(config, i)] for i in present])
+        if values.min() > 0 and values.max() / values.min() > 20:
+            ax.set_yscale("log")  # outliers would flatten the boxes
+            _plain_tick_labels(ax.yaxis)
+        ax.tick_params(axis="y", labelsize=8)
+    for ax in list(axes.flat)[len(configs) :]:
+        ax.remove()  # no empty frame where the grid has more cells than configs
+    _title(fig, "Latency per sample", run)
+    return fig
+
+
+def _width_for(configs: list[str]) -> float:
+    """Inches for a plot with config names along its y axis: 8, plus room for long names
+    (about 0.07 in per character at the tick font size) so the axes keep their width."""
+    longest = max((len(_label(c)) for c in configs), default=0)
+    return 8.0 + max(longest - 24, 0) * 0.07
+
+
+def _plain_tick_labels(axis) -> None:
+    """Log-axis ticks as plain numbers: the default labels are mathtext, which the
+    `text.parse_math = False` that keeps run names literal would print as source."""
+    from matplotlib import ticker
+
+    axis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _speedup_figure(plt, run: RunResults):
     """The candidate's speedup over each baseline with its 95% interval, per config."""
     configs = _config_order(run)
+    names = _implementation_labels(run)
     baselines = list(dict.fromkeys(s.implementation for s in run.summary if s.speedup is not None))
-    fig, ax = plt.subplots(figsize=(8, 0.3 * len(configs) * max(len(baselines), 1) + 1.5))
+    fig, ax = plt.subplots(
+        figsize=(_width_for(configs), 0.3 * len(configs) * max(len(baselines), 1) + 2.0),
+        layout="constrained",
+    )
     height = 0.8 / max(len(baselines), 1)
     for b_index, baseline in enumerate(baselines):
         rows = {s.config: s for s in run.summary if s.implementation == baseline and s.speedup}
@@ -389,46 +469,53 @@ def _plot_speedup(plt, run: RunResults, path: Path) -> Path:
             xerr=xerr,
             fmt="o",
             capsize=3,
-            label=f"over {_label(baseline)}",
+            label=f"over {names[baseline]}",
         )
     ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    bounds = [b for s in run.summary if s.speedup for b in (s.speedup_ci_low, s.speedup_ci_high)]
+    if bounds and max(bounds) / min(bounds) > 4:
+        ax.set_xscale("log")  # ratios: 0.5x and 2x equally far from 1
+        _plain_tick_labels(ax.xaxis)
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], _labels(configs), fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("speedup of the candidate (median of paired ratios, 95% CI); > 1 is faster")
     ax.legend(fontsize=8)
-    ax.set_title(f"Speedup, run {_label(run.run_id)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    _title(fig, "Speedup", run)
+    return fig
 
 
-def _plot_tflops(plt, run: RunResults, path: Path) -> Path:
-    """TFLOP/s against sequence length, one line per (implementation, head dim); causal and
-    non-causal in separate panels since causal does half the work."""
+def _shape_order(run: RunResults) -> list[str]:
+    """Configs grouped by shape: causal apart (half the work), then dtype and head dim,
+    then growing sequence length and batch x heads."""
     configs = {c.name: c for c in run.plan.configs}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, causal in zip(axes, (False, True), strict=False):
-        series: dict[tuple[str, int], list[tuple[int, float]]] = defaultdict(list)
-        for s in run.summary:
-            c = configs.get(s.config)
-            if c is not None and c.causal == causal:
-                series[(s.implementation, c.head_dim)].append((c.seq_len, s.tflops))
-        for (impl, head_dim), points in sorted(series.items()):
-            points.sort()
-            ax.plot(
-                *zip(*points, strict=False),
-                marker="o" if head_dim <= 64 else "s",
-                label=f"{_label(impl)}, D={head_dim}",
-            )
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length")
-        ax.set_title("causal" if causal else "non-causal")
-        if series:
-            ax.legend(fontsize=7)
-    axes[0].set_ylabel("TFLOP/s (at the median)")
-    fig.suptitle(f"Throughput, run {_label(run.run_id)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    measured = [name for name in _config_order(run) if name in configs]
+
+    def shape(name: str):
+        c = configs[name]
+        return (c.causal, c.dtype, c.head_dim, c.seq_len, c.batch * c.heads)
+
+    return sorted(measured, key=shape)
+
+
+def _tflops_figure(plt, run: RunResults):
+    """TFLOP/s at the median: one bar per (config, implementation), configs grouped by
+    shape. Bars, not lines: configs differ in more than sequence length, so a line through
+    them would draw a trend that no single shape has."""
+    configs, impls = _shape_order(run), _implementations(run)
+    names = _implementation_labels(run)
+    tflops = {(s.config, s.implementation): s.tflops for s in run.summary}
+    bar = 0.8 / len(impls)
+    # Tall enough for a bar's label; a 256-config plan stays within an image's size.
+    height = min(0.22 * len(configs) * len(impls) + 0.35 * len(configs) + 2.0, 120.0)
+    fig, ax = plt.subplots(figsize=(_width_for(configs), height), layout="constrained")
+    for index, impl in enumerate(impls):
+        ys = [row + index * bar for row, c in enumerate(configs) if (c, impl) in tflops]
+        values = [tflops[(c, impl)] for c in configs if (c, impl) in tflops]
+        ax.barh(ys, values, height=bar * 0.9, label=names[impl])
+    ax.set_yticks([row + 0.4 - bar / 2 for row in range(len(configs))], _labels(configs))
+    ax.tick_params(axis="y", labelsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("TFLOP/s at the median (causal configs count half the work)")
+    ax.legend(fontsize=8, loc="best")
+    _title(fig, "Throughput", run)
+    return fig

@@ -57,53 +57,24 @@ def report(run_id, compare_id, dest):
 
 
 def show_report(out, report) -> None:
-    from rich.table import Table
-
     from orchestrator.boundary import markup_safe
     from orchestrator.cli.report_sections import show_comparison, show_profile
+    from orchestrator.cli.report_table import legend, results_table
 
     if report.ab is not None:
         show_comparison(out, report.ab)
-    table = Table(
-        "config",
-        "implementation",
-        "mode",
-        "median ms",
-        "TFLOP/s",
-        "% peak",
-        "speedup [95% CI] over",
-        title=f"run {markup_safe(report.run_id)} ({report.status})",
-    )
-    for row in report.rows:
-        speedup = "(candidate)"
-        if row.speedup is not None and row.speedup_ci:
-            low, high = row.speedup_ci
-            speedup = (
-                f"{row.speedup:.3f}x [{low:.3f}, {high:.3f}]"
-                f" over {markup_safe(row.versus or 'candidate')}"
-                f" {markup_safe(row.verdict or row.flag or '')}"
-            )
-        elif row.flag:
-            speedup = markup_safe(row.flag)
-        peak = f"{row.pct_of_peak:.1f}" if row.pct_of_peak is not None else "-"
-        table.add_row(
-            markup_safe(row.config),
-            markup_safe(row.implementation),
-            row.mode,
-            f"{row.median_ms:.4f}",
-            f"{row.tflops:.1f}",
-            peak,
-            speedup,
-        )
-    out.print(table)
+    out.print(results_table(report))
+    if legend(report):
+        out.print(markup_safe(legend(report)), soft_wrap=False)
     if report.statistics:
-        out.print(f"intervals: {markup_safe(report.statistics.description)}")
+        out.print(f"intervals: {markup_safe(report.statistics.description)}", soft_wrap=False)
     if report.control:
         counts = ", ".join(f"{n} {v}" for v, n in sorted(report.control_verdicts().items()))
         out.print(
             f"A/A control {markup_safe(report.control)}"
             " (the same implementation under a second name): "
-            f"{counts or 'no verdicts'}; the noise floor of this run"
+            f"{counts or 'no verdicts'}; the noise floor of this run",
+            soft_wrap=False,
         )
     if report.profile:
         show_profile(out, report.profile)

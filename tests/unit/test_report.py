@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from orchestrator.cli.report_table import significant
 from orchestrator.errors import ResultsError
-from orchestrator.report import Disagreement, make_report
+from orchestrator.report import Disagreement, implementation_label, load_run, make_report
 from results_schema import Plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,16 +68,20 @@ def test_a_run_agrees_with_itself(run_dir):
 
 
 def test_shifted_run_is_flagged(run_dir, tmp_path):
-    """A copy whose latencies are all 1000x larger: every median interval must disagree."""
+    """A copy whose latencies are all far larger (1000x, or 10x the run's own max/min ratio,
+    so that a host stall in a loaded machine's CPU run cannot make two intervals overlap):
+    every median interval must disagree."""
     (tmp_path / "results").mkdir()
     for name in ("summary.csv", "correctness.csv"):
         (tmp_path / "results" / name).write_bytes((run_dir / "results" / name).read_bytes())
     lines = (run_dir / "results" / "measurements.csv").read_text().splitlines()
     column = lines[0].split(",").index("latency_ms")
+    latencies = [float(line.split(",")[column]) for line in lines[1:]]
+    factor = max(1000.0, 10 * max(latencies) / min(latencies))
     scaled = [lines[0]]
     for line in lines[1:]:
         cells = line.split(",")
-        cells[column] = str(float(cells[column]) * 1000)
+        cells[column] = repr(float(cells[column]) * factor)
         scaled.append(",".join(cells))
     (tmp_path / "results" / "measurements.csv").write_text("\n".join(scaled) + "\n")
     report = make_report(run_dir, compare_dir=tmp_path)
@@ -83,7 +90,7 @@ def test_shifted_run_is_flagged(run_dir, tmp_path):
     }
     assert len(medians) == len(report.rows)
     assert all(isinstance(d, Disagreement) for d in report.disagreements)
-    # this run's medians are 1000x smaller than the other's
+    # this run's medians are at least 1000x smaller than the other's
     assert all(
         d.relative_difference < -0.99 for d in report.disagreements if d.quantity == "median_ms"
     )
@@ -100,3 +107,125 @@ def test_report_does_not_import_torch():
         "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=60)
+
+
+# --- reading the report: 80 columns, pipes, plots ------------------------------------------
+
+
+def _one_config(run):
+    """The run cut to its first config, as a one-config plan would have measured it."""
+    first = run.summary[0].config
+    plan = run.plan.model_copy(update={"configs": [c for c in run.plan.configs if c.name == first]})
+    return dataclasses.replace(
+        run,
+        plan=plan,
+        summary=[s for s in run.summary if s.config == first],
+        latencies={k: v for k, v in run.latencies.items() if k[0] == first},
+    )
+
+
+def _assert_readable_at_80(out: str, run_dir: Path) -> None:
+    """No line past 80 columns but the plot paths (kept whole for copy and paste), nothing
+    cut with an ellipsis, every config on a line of its own, every median printed whole."""
+    run = load_run(run_dir)
+    lines = out.splitlines()
+    assert [
+        line for line in lines if len(line.rstrip()) > 80 and not line.startswith("plot: ")
+    ] == []
+    assert "…" not in out
+    stripped = {line.strip() for line in lines}
+    words = set(out.split())
+    for s in run.summary:
+        assert s.config in stripped
+        assert s.implementation in words
+        assert significant(s.median_ms, 4) in words
+    assert "sdpa (flash)" in out  # the backend that ran, named
+    assert f"candidate {run.plan.candidate}" in out
+
+
+def test_report_is_readable_at_80_columns(run_dir):
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli
+
+    result = CliRunner().invoke(
+        cli, ["report", run_dir.name, "--dest", str(run_dir.parent)], env={"COLUMNS": "80"}
+    )
+    assert result.exit_code == 0, result.output
+    _assert_readable_at_80(result.output, run_dir)
+
+
+def test_report_is_readable_in_a_pipe(run_dir):
+    """No terminal and no COLUMNS: rich's default width, 80."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    result = subprocess.run(
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", "report"]
+        + [run_dir.name, "--dest", str(run_dir.parent)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    _assert_readable_at_80(result.stdout, run_dir)
+
+
+@pytest.mark.parametrize(
+    ("implementation", "backends", "label"),
+    [
+        ("sdpa", ["sdpa:cudnn"], "sdpa (cudnn)"),
+        ("sdpa", ["sdpa:cudnn", "sdpa:flash", "sdpa:cudnn"], "sdpa (cudnn/flash)"),
+        ("sdpa@aa", ["sdpa:flash"], "sdpa@aa (flash)"),
+        ("sdpa-math", ["sdpa:math"], "sdpa-math"),  # pinned: the name says it
+        ("sdpa-extra16", ["sdpa:efficient"], "sdpa-extra16 (efficient)"),
+        ("flash", ["flash:fwd_hdim128_bf16_sm90:sm_90"], "flash (sm90 path on sm_90)"),
+        ("flash", ["flash:fwd_hdim64_fp16_causal:sm_89"], "flash (sm80 path on sm_89)"),
+        ("reference", ["reference:float64"], "reference (float64)"),
+        ("mine", ["mine"], "mine"),
+    ],
+)
+def test_implementation_label_names_the_backend_that_ran(implementation, backends, label):
+    assert implementation_label(implementation, backends) == label
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["whole run", "one config"])
+def test_plots_name_the_candidate_and_fit_their_titles(run_dir, cut):
+    from orchestrator import report as report_module
+
+    run = load_run(run_dir)
+    run = _one_config(run) if cut else run
+    plt = report_module._pyplot()
+    for build in (
+        report_module._latency_figure,
+        report_module._speedup_figure,
+        report_module._tflops_figure,
+    ):
+        fig = build(plt, run)
+        fig.canvas.draw()
+        title = fig._suptitle
+        assert "candidate sdpa (flash)" in title.get_text()
+        box = title.get_window_extent()
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width, build.__name__
+        for ax in fig.axes:  # no empty panel
+            assert ax.has_data(), build.__name__
+        plt.close(fig)
+
+
+def test_tflops_has_one_bar_per_config_and_no_line_across_configs(run_dir):
+    from orchestrator import report as report_module
+
+    run = load_run(run_dir)
+    plt = report_module._pyplot()
+    fig = report_module._tflops_figure(plt, run)
+    (ax,) = fig.axes
+    bars = [p for p in ax.patches if p.get_width() > 0 or p.get_height() > 0]
+    assert len(bars) == len(run.summary)  # one per (config, implementation)
+    assert all(len(line.get_xdata()) <= 1 for line in ax.get_lines())
+    # Configs of one shape sit together: causal ones after non-causal ones.
+    shown = [t.get_text() for t in ax.get_yticklabels()]
+    causal = {c.name: c.causal for c in run.plan.configs}
+    assert [causal[name] for name in shown] == sorted(causal[name] for name in shown)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "sdpa (flash)" in legend
+    plt.close(fig)
