@@ -26,9 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from results_schema import IntervalMethod, Measurement, OverallSpeedup, Plan, SummaryRow
+from results_schema.intervals import (
+    BOOTSTRAP_RESAMPLES,
+    CONFIDENCE,
+    bootstrap_median_ci,
+    percentile_tails,
+)
 
-BOOTSTRAP_RESAMPLES = 2000
-CONFIDENCE = 0.95
 Z_975 = 1.959964
 # Student's t 0.975 quantile by degrees of freedom (beyond 30, z serves).
 T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -112,22 +116,6 @@ def describe(latencies_ms: Sequence[float]) -> Distribution:
     )
 
 
-def _tails() -> tuple[float, float]:
-    tail = (1.0 - CONFIDENCE) / 2 * 100
-    return tail, 100 - tail
-
-
-def bootstrap_median_ci(
-    values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median (CONFIDENCE level), values i.i.d."""
-    x = np.asarray(values, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    medians = np.median(x[rng.integers(0, x.size, size=(resamples, x.size))], axis=1)
-    low, high = np.percentile(medians, _tails())
-    return float(low), float(high)
-
-
 def small_cluster_factor(clusters: int) -> float:
     """t(P-1)/z * sqrt(P/(P-1)): how much wider than the bootstrap's own an interval from P
     clusters must be (the bootstrap divides the spread by P, not P-1, and its percentiles
@@ -161,7 +149,7 @@ def cluster_bootstrap_median_ci(
     rng = np.random.default_rng(seed)
     chosen = padded[rng.integers(0, len(groups), size=(resamples, len(groups)))]
     medians = _row_medians(chosen.reshape(resamples, -1))
-    low, high = np.percentile(medians, _tails())
+    low, high = np.percentile(medians, percentile_tails())
     point = float(np.median(padded[~np.isnan(padded)]))
     return widened(point, float(low), float(high), small_cluster_factor(len(groups)))
 
@@ -240,7 +228,7 @@ def geomean_speedup(
         return None
     count = len(log_points)
     point = float(np.exp(np.mean(log_points)))
-    low, high = np.exp(np.percentile(log_resampled / count, _tails()))
+    low, high = np.exp(np.percentile(log_resampled / count, percentile_tails()))
     factor = small_cluster_factor(fewest) if fewest and fewest >= 2 else 1.0
     low, high = widened(point, float(low), float(high), factor)
     return point, low, high, verdict(low, high, margin)

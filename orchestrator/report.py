@@ -27,9 +27,9 @@ from results_schema import (
     ProfileRow,
     SummaryRow,
 )
+from results_schema.intervals import bootstrap_median_ci
 from results_schema.models import implementation_of
 
-BOOTSTRAP_RESAMPLES = 2000
 REPORT_SUBDIR = "report"
 # Intervals from 50 samples are often narrower than run-to-run variation (measured on an
 # H100: back-to-back medians moved up to 1.8%, with non-overlapping intervals), so a
@@ -271,14 +271,6 @@ def _backend_detail(implementation: str, backend: str) -> str:
 # --- comparing two runs ------------------------------------------------------------------
 
 
-def median_ci(values: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the median."""
-    rng = np.random.default_rng(seed)
-    medians = np.median(values[rng.integers(0, values.size, (BOOTSTRAP_RESAMPLES, values.size))], 1)
-    low, high = np.percentile(medians, [2.5, 97.5])
-    return float(low), float(high)
-
-
 def _disjoint(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[1] < b[0] or b[1] < a[0]
 
@@ -319,7 +311,12 @@ def compare_runs(
     for key in sorted(mine.keys() & theirs.keys()):
         a, b = mine[key], theirs[key]
         check(
-            key, "median_ms", median_ci(a), median_ci(b), float(np.median(a)), float(np.median(b))
+            key,
+            "median_ms",
+            bootstrap_median_ci(a),
+            bootstrap_median_ci(b),
+            float(np.median(a)),
+            float(np.median(b)),
         )
     return found
 
