@@ -30,6 +30,18 @@ ENV_PREFIX = "BENCH_"
 NON_SETTING_ENV = {"BENCH_DEBUG", "BENCH_LOCAL_RUN"}
 
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+
+
+def region_of(zone: str) -> str:
+    """us-central1-a -> us-central1 (a zone name is its region plus one letter)."""
+    return zone.rsplit("-", 1)[0]
+
+
+def regions_of(zones: list[str]) -> list[str]:
+    """The regions of these zones, in the zones' order, each once."""
+    return list(dict.fromkeys(region_of(zone) for zone in zones))
+
+
 PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 IPV4_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
@@ -177,10 +189,6 @@ class BenchConfig(BaseModel):
             return "gce", f"GCP project {self.project} is configured"
         return "local", "no GCP project is configured (set `project` in bench.toml to use GCE)"
 
-    @property
-    def region(self) -> str:
-        return self.zones[0].rsplit("-", 1)[0]
-
 
 def config_files(cwd: Path) -> list[Path]:
     """bench.toml files in increasing priority: the user config dir, then the working dir."""
@@ -195,6 +203,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}; fix the file or remove it") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {e.start}); TOML files are UTF-8: save it as UTF-8"
+        ) from None
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror}") from None
 

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import console, make_context
+from orchestrator.cli.options import cloud_options, console, make_context
 
 
 @click.command()
+@cloud_options
 def doctor():
     """Check a GCP project before spending money: one line per check, ✓ or ✗ with the fix.
 

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import make_context
+from orchestrator.cli.options import cloud_options, make_context
 
 
 @click.command()
+@cloud_options
 @click.argument("run_id", required=False)
 @click.option("--follow", "-f", is_flag=True, help="keep printing until the run ends")
 def logs(run_id, follow):

@@ -70,7 +70,9 @@ def follow(ctx, record, out) -> int:
     colour = {"complete": "green", "partial": "yellow"}.get(manifest.status, "red")
     reason = f": {markup_safe(manifest.reason)}" if manifest.reason else ""
     out.print(f"bench: run {record.run_id} [bold {colour}]{manifest.status}[/]{reason}")
-    out.print(f"fetch the results with: bench fetch {record.run_id}")
+    from orchestrator.cli.options import bench_command
+
+    out.print(f"fetch the results with: {bench_command()} fetch {record.run_id}")
     if manifest.status != "complete":
         raise ResultsError(f"run {record.run_id} ended {manifest.status}: {manifest.reason}")
     return 0

@@ -19,11 +19,11 @@ from orchestrator.backends.gce.readiness import (
     project_check,
     quotas_of,
     region_quota_check,
-    regions_of,
     shapes_for,
     vm_access_check,
     zone_check,
 )
+from orchestrator.config import regions_of
 from orchestrator.errors import BenchError
 from orchestrator.service.context import Context, require_gce_settings
 

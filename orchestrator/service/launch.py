@@ -53,7 +53,11 @@ def plan_spec(
     estimated = estimate.total_seconds
     if backend == "local":
         rate, rate_total = None, 0.0
-        cap = request.max_runtime_seconds or budget.LOCAL_DEFAULT_MAX_RUN_SECONDS
+        cap = min(
+            request.max_runtime_seconds or budget.LOCAL_DEFAULT_MAX_RUN_SECONDS,
+            budget.LOCAL_DEFAULT_MAX_RUN_SECONDS,
+        )
+        budget.check_fits_local_cap(estimated, cap)
     else:
         rate = budget.hourly_rate(ctx.config, spot=spot)
         rate_total = rate.total

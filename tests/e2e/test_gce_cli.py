@@ -376,10 +376,19 @@ def test_render_prints_script_and_instance_request_and_creates_nothing(
     assert main(["render", "--backend", "gce", "--plan", "default"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("#!/usr/bin/env bash\n") and "phase_benchmark()" in captured.out
-    request = json.loads(captured.err.split("# ---- instance request (JSON) ----", 1)[1])
     estimate = captured.err.split("# ---- runtime estimate", 1)[1]
     assert all(phase in estimate for phase in ("boot", "environment", "build", "shutdown"))
+    # --instance: the instance request alone on stdout, machine-readable; tables on stderr.
+    # The flags beat the environment (BENCH_PROJECT is bench-test-project here).
+    flags = ["--project", "flag-project-1", "--zones", "us-central1-c", "--instance"]
+    assert main(["render", "--backend", "gce", "--plan", "default", *flags]) == 0
+    captured = capsys.readouterr()
+    request = json.loads(captured.out)
     assert request["scheduling"]["instanceTerminationAction"] == "DELETE"
+    assert "us-central1-c" in request["machineType"]
+    assert "runtime estimate" in captured.err
+    assert main(["render", "--backend", "gce", "--bucket", "flag-bucket-1"]) == 0
+    assert "flag-bucket-1" in capsys.readouterr().out and gcs_bucket != "flag-bucket-1"
     assert gce.requests == [] and bucket_objects(gcs_server, gcs_bucket) == []
     assert not (bench_env / "state").exists()
 

@@ -19,7 +19,7 @@ HOSTILE = ["$(touch /tmp/pwned)", "'; rm -rf ~ #", '"; touch pwned; "', "`touch 
 
 
 def spec_for(plan_name: str, backend: str) -> RunSpec:
-    plan, _ = resolve_plan(plan_name, backend)
+    plan, _ = resolve_plan(plan_name, backend, has_gpu=True)  # rendered as for a GPU machine
     return RunSpec(
         run_id=new_run_id(),
         backend=backend,

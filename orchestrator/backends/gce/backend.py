@@ -25,6 +25,7 @@ from orchestrator.backends.gce.builder import (
 )
 from orchestrator.backends.gce.compute import DEFAULT_COMPUTE_ENDPOINT, PARALLEL_CALLS, ComputeApi
 from orchestrator.backends.gce.failover import place
+from orchestrator.config import region_of
 from orchestrator.errors import BenchError, CloudError, ConfigError
 
 if TYPE_CHECKING:
@@ -124,9 +125,9 @@ class GceBackend:
             image_check,
             quotas_of,
             region_quota_check,
-            regions_of,
             shapes_for,
         )
+        from orchestrator.config import regions_of
 
         resources = ProjectResources(self.api)
         config = self.config
@@ -300,7 +301,7 @@ class GceBackend:
         ) or priced_disk_gb(self.config.disk_gb, catalog)
         try:
             rate = machine_rate(
-                region=zone.rsplit("-", 1)[0],
+                region=region_of(zone),
                 machine_type=_last_segment(instance.machine_type) or self.config.machine_type,
                 accelerator_type=(
                     _last_segment(accelerators[0].accelerator_type)

@@ -1,0 +1,19 @@
+"""Names both halves derive from a run id (stdlib only)."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timezone
+
+RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{6}$"
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """YYYYMMDD-HHMMSS-xxxxxx in UTC: sorts by time, unique enough to name a VM."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def run_key(run_id: str) -> str:
+    """The run's key prefix inside a store (the store adds its own bucket prefix)."""
+    return f"runs/{run_id}"
