@@ -33,9 +33,9 @@ Model = TypeVar("Model", bound=BaseModel)
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds on what a run may hand us. The default plan (12 configs × 50 samples × 3
-    implementations: 1,800 measurement rows, ≈ 200 kB) sits two orders of magnitude below
-    every one of them."""
+    """Bounds on what a run may hand us. The default plan (12 configs × 50 samples × 4
+    identities, the A/A control included: 2,400 measurement rows, ≈ 270 kB; 96 timed-check
+    rows) sits two orders of magnitude below every one of them."""
 
     manifest_bytes: int = 1 << 20
     status_bytes: int = 64 << 10
@@ -44,11 +44,13 @@ class Limits:
         ("measurements.csv", 64 << 20),
         ("summary.csv", 4 << 20),
         ("correctness.csv", 4 << 20),
+        ("timed_checks.csv", 4 << 20),
     )
     csv_rows: tuple[tuple[str, int], ...] = (
         ("measurements.csv", 250_000),
         ("summary.csv", 4_096),
         ("correctness.csv", 4_096),
+        ("timed_checks.csv", 8_192),
     )
     configs: int = 256  # a plan's configs: `bench report` draws a panel per config
     json_depth: int = 16  # a manifest nests 5 deep (manifest → plan → configs → config → value)

@@ -39,8 +39,8 @@ def writable_dir_problem(path: Path) -> str | None:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
             pass
-    except OSError as e:
-        return e.strerror or str(e)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        return getattr(e, "strerror", None) or str(e)
     if not os.access(path, os.W_OK | os.X_OK):
         return "no write permission"
     return None
