@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.backends.base import Machine, Placement
+from orchestrator.config import DEFAULT_POLL_SECONDS
 from orchestrator.paths import StatePaths
 from orchestrator.registry import RunRegistry
 from orchestrator.spec import RunSpec
@@ -152,7 +153,7 @@ class LocalBackend:
                 if follow and log.exists() and log.stat().st_size > position:
                     continue
                 return
-            time.sleep(0.5)
+            time.sleep(DEFAULT_POLL_SECONDS["local"])
 
     def log_since(self, run_id: str, placement: Placement, offset: int) -> tuple[str, int]:
         """The startup log from byte `offset`, and where the next read starts."""

@@ -286,7 +286,12 @@ def test_list_machines_prices_each_instance_by_what_it_is_and_whether_it_runs(se
     ]
     for zone, run_id, spot in launches:
         api.insert(zone, instance_for(server, zone, run_id=run_id, spot=spot))
-    api.stop("us-central1-c", "bench-20261101-120004-abcdef")  # powered off: disk only
+    # Powered off (bench itself never stops a VM; a guest power-off looks the same): disk only.
+    name = "bench-20261101-120004-abcdef"
+    api.finish(
+        "us-central1-c",
+        api.instances.stop_unary(project=api.project, zone="us-central1-c", instance=name),
+    )
     disk = 100 * 0.10 / 730
     rates = {m.run_id: m.rate_usd_per_hour for m in GceBackend(config_for(server)).list_machines()}
     assert rates == pytest.approx(

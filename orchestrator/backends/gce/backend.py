@@ -27,6 +27,7 @@ from orchestrator.backends.gce.compute import DEFAULT_COMPUTE_ENDPOINT, PARALLEL
 from orchestrator.backends.gce.failover import place
 from orchestrator.config import region_of
 from orchestrator.errors import BenchError, CloudError, ConfigError
+from results_schema.names import CONTENT_TYPES
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import Instance, Operation
@@ -67,6 +68,7 @@ def template_vars(config: BenchConfig) -> dict:
         "compute_endpoint": (config.compute_endpoint or DEFAULT_COMPUTE_ENDPOINT).rstrip("/"),
         "self_delete": vm_may_delete_itself(config),
         "preflight_tools": ["curl", "shutdown"],
+        "content_types": CONTENT_TYPES,
     }
 
 
@@ -78,11 +80,11 @@ class GceBackend:
         config: BenchConfig,
         *,
         api: ComputeApi | None = None,
-        poll_seconds: float = 10.0,
+        poll_seconds: float | None = None,
     ) -> None:
         self.config = config
         self.api = api or ComputeApi(config)
-        self.poll_seconds = config.poll_seconds or poll_seconds
+        self.poll_seconds = config.poll_interval("gce") if poll_seconds is None else poll_seconds
         self.stop_failures: dict[str, str] = {}  # instance name -> why, from the last stop()
 
     def template_vars(self) -> dict:
