@@ -43,3 +43,16 @@ class RunSpec(BaseModel):
 
     def estimated_cost_usd(self) -> float:
         return billed_usd(self.rate_usd_per_hour, self.estimated_seconds)
+
+    def record_fields(self) -> dict:
+        """What the registry keeps of this spec: every RunRecord field a spec defines, in
+        the registry's types (the plan by name, times as ISO text)."""
+        from dataclasses import fields
+
+        from orchestrator.registry import RunRecord
+
+        values = {
+            name: getattr(self, name)
+            for name in {f.name for f in fields(RunRecord)} & set(type(self).model_fields)
+        }
+        return {**values, "plan": self.plan.name, "created_at": self.created_at.isoformat()}

@@ -356,7 +356,7 @@ def test_instance_request_json_is_the_wire_body(server):
 
     backend = GceBackend(config_for(server))
     spec, startup, shutdown = make_spec(), "#!/bin/bash\necho hi\n", "#!/bin/bash\n"
-    body = json.loads(backend.instance_request_json(spec, "us-central1-b", startup, shutdown))
+    body = json.loads(backend.instance_request_json(spec, startup, shutdown, zone="us-central1-b"))
     assert server.requests == []  # rendering sends nothing
     # What the client really sends for the same instance, less the scripts' text.
     backend.api.insert(

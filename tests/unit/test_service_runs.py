@@ -89,3 +89,18 @@ def test_stop_all_finds_and_ends_a_running_local_run(ctx, tmp_path):
 def test_fetch_refuses_an_unwritable_dest_before_reading_anything(ctx):
     with pytest.raises(UsageError, match="not a writable directory"):
         fetch_runs(ctx, "20260101-000000-abcdef", False, ctx.paths.root / "x" / "\0", print)
+
+
+def test_the_record_carries_every_field_the_spec_and_record_share(ctx):
+    from dataclasses import fields
+
+    from orchestrator.registry import RunRecord
+
+    plan, _ = resolve_plan("cpu-smoke", "local")
+    spec, _, _ = plan_spec(ctx, LaunchRequest(budget_usd=2.5), "local", plan, spot=False)
+    record = RunRecord(**spec.record_fields(), state="launching")
+    shared = {f.name for f in fields(RunRecord)} & set(type(spec).model_fields)
+    assert shared >= {"run_id", "backend", "budget_usd", "max_run_seconds", "spot"}
+    for name in shared - {"plan", "created_at"}:
+        assert getattr(record, name) == getattr(spec, name), name
+    assert (record.plan, record.created) == ("cpu-smoke", spec.created_at)

@@ -159,15 +159,16 @@ class GceBackend:
             )
 
     def instance_request_json(
-        self, spec: RunSpec, zone: str, startup_script: str, shutdown_script: str
+        self, spec: RunSpec, startup_script: str, shutdown_script: str, zone: str | None = None
     ) -> str:
-        """The insert body `start` would send to `zone`, as JSON (for `bench render`).
+        """The insert body `start` would send to `zone` (the first it tries), as JSON.
 
         Serialized as the REST transport does (no empty defaults), except that the scripts,
         which `bench render` prints in full anyway, are replaced by their size.
         """
         from google.protobuf import json_format
 
+        zone = zone or self.config.zones[0]
         instance = build_instance(
             spec, self.config, zone, startup_script, shutdown_script, spec.spot
         )
