@@ -6,9 +6,10 @@ sees, and most of that lies between placements (buffers, graph captures: measure
 A/A verdicts came out `faster`/`slower` 28% of the time when the interval resampled rounds
 alone). So, with two or more placements per config, the interval is a cluster bootstrap:
 placements are resampled with replacement, each bringing all its pairs, and the median of the
-pooled ratios is taken; the percentile interval is then widened by t(P-1)/z * sqrt(P/(P-1)),
-the small-sample correction for an estimate from P clusters (the bootstrap's spread alone
-understates it for few clusters). With one placement, rounds are resampled (the old method).
+pooled ratios is taken; the percentile interval is then widened (on the log scale) by
+t(P-1)/z * sqrt(P/(P-1)), the small-sample correction for an estimate from P clusters
+(the bootstrap's spread alone understates it for few clusters). With one placement, rounds
+are resampled (the old method).
 
 A verdict needs the interval clear of the practical-equivalence margin δ: `faster` above
 1+δ, `slower` below 1-δ, `equivalent` inside [1-δ, 1+δ], otherwise `indistinguishable`.
@@ -79,7 +80,8 @@ def interval_method(plan: Plan) -> IntervalMethod:
     text = (
         f"{CONFIDENCE:.0%} interval of the median paired ratio: cluster bootstrap over "
         f"{plan.placements} placements per config (fresh buffers and graph captures each), "
-        f"percentile interval widened by t(P-1)/z*sqrt(P/(P-1)); verdicts need it clear of "
+        f"percentile interval widened on the log scale by t(P-1)/z*sqrt(P/(P-1)); verdicts "
+        f"need it clear of "
         f"[1-δ, 1+δ], δ={plan.margin:g}"
         if clustered
         else f"{CONFIDENCE:.0%} percentile bootstrap over rounds of one placement (placement "
@@ -161,8 +163,17 @@ def cluster_bootstrap_median_ci(
     medians = _row_medians(chosen.reshape(resamples, -1))
     low, high = np.percentile(medians, _tails())
     point = float(np.median(padded[~np.isnan(padded)]))
-    factor = small_cluster_factor(len(groups))
-    return point - factor * (point - float(low)), point + factor * (float(high) - point)
+    return widened(point, float(low), float(high), small_cluster_factor(len(groups)))
+
+
+def widened(point: float, low: float, high: float, factor: float) -> tuple[float, float]:
+    """The interval [low, high] around point, `factor` times as wide. Latencies and their
+    ratios are positive and scale multiplicatively, so the widening is done on the log
+    scale: a wide interval of a ratio stays above zero (linear widening of 5 noisy CPU
+    placements once gave a speedup interval starting at -2.15)."""
+    if point > 0 and low > 0:
+        return point * (low / point) ** factor, point * (high / point) ** factor
+    return point - factor * (point - low), point + factor * (high - point)
 
 
 def paired_speedup(

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.reference import reference_attention
+from kernels.support import unsupported_reason
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
@@ -101,10 +102,11 @@ def _always(device: torch.device) -> str | None:
 
 
 def _flash_available(device: torch.device) -> str | None:
+    """A GPU older than the kernel supports is a result (`unsupported on sm_75`), decided
+    from its compute capability as the build phase decides it (kernels/support.py)."""
     if device.type != "cuda":
         return "needs a CUDA GPU"
-    major, _ = torch.cuda.get_device_capability(device)
-    return None if major >= 8 else "needs sm_80 or newer"
+    return unsupported_reason(*torch.cuda.get_device_capability(device))
 
 
 def _flash_run(q, k, v, causal):

@@ -39,6 +39,9 @@ class RunRecord:
     sandbox: str = ""
     # Seconds per runtime-model phase, from the fetched manifest (runtime_model).
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    # A sweep (`launch --gpu a,b`) groups its members; gpu is the gpus.toml key.
+    sweep_id: str = ""
+    gpu: str = ""
 
     @property
     def created(self) -> datetime:
@@ -119,12 +122,18 @@ class RunRegistry:
             rows = db.execute("SELECT record FROM runs ORDER BY run_id").fetchall()
         return [RunRecord(**json.loads(r[0])) for r in rows]
 
-    def past_phase_seconds(self, plan: str, backend: str) -> list[dict[str, float]]:
-        """Phase times of earlier complete, fetched runs of this plan on this backend."""
+    def sweep_members(self, sweep_id: str) -> list[RunRecord]:
+        return [r for r in self.all() if r.sweep_id == sweep_id]
+
+    def past_phase_seconds(self, plan: str, backend: str, gpu: str = "") -> list[dict[str, float]]:
+        """Phase times of earlier complete, fetched runs of this plan on this backend and
+        GPU type (a sweep's gpus.toml key; "" for runs of the configured machine)."""
         return [
             r.phase_seconds
             for r in self.all()
-            if r.plan == plan and r.backend == backend and r.state == "complete" and r.phase_seconds
+            if (r.plan, r.backend, r.gpu) == (plan, backend, gpu)
+            and r.state == "complete"
+            and r.phase_seconds
         ]
 
     def committed_this_month(self, now: datetime | None = None) -> float:

@@ -71,6 +71,9 @@ def machine_figures(backend: str, accelerator: str, catalog: dict) -> dict:
     if figures is None:
         known = ", ".join(catalog["gce"])
         raise ConfigError(f"no runtime model for {accelerator} in phases.toml; modelled: {known}")
+    if "based_on" in figures:
+        # A GPU type's table names the one it shares phases with and says what differs.
+        return {**machine_figures(backend, figures["based_on"], catalog), **figures}
     return figures
 
 

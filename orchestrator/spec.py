@@ -13,6 +13,15 @@ from results_schema.names import new_run_id as new_run_id
 from results_schema.record import billed_usd
 
 
+def new_sweep_id(now: datetime | None = None) -> str:
+    """sweep-YYYYMMDD-HHMMSS-xxxxxx: never a run id, so a command can tell them apart."""
+    return f"sweep-{new_run_id(now)}"
+
+
+def is_sweep_id(text: str) -> bool:
+    return text.startswith("sweep-")
+
+
 def instance_name(run_id: str) -> str:
     return f"bench-{run_id}"
 
@@ -30,6 +39,7 @@ class RunSpec(BaseModel):
     estimated_seconds: int = Field(ge=0)
     payload_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     spot: bool = True
+    sweep_id: str | None = Field(None, pattern=r"^sweep-\d{8}-\d{6}-[0-9a-f]{6}$")
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
@@ -46,7 +56,7 @@ class RunSpec(BaseModel):
 
     def record_fields(self) -> dict:
         """What the registry keeps of this spec: every RunRecord field a spec defines, in
-        the registry's types (the plan by name, times as ISO text)."""
+        the registry's types (the plan by name, times as ISO text, no sweep as "")."""
         from dataclasses import fields
 
         from orchestrator.registry import RunRecord
@@ -55,4 +65,9 @@ class RunSpec(BaseModel):
             name: getattr(self, name)
             for name in {f.name for f in fields(RunRecord)} & set(type(self).model_fields)
         }
-        return {**values, "plan": self.plan.name, "created_at": self.created_at.isoformat()}
+        return {
+            **values,
+            "plan": self.plan.name,
+            "created_at": self.created_at.isoformat(),
+            "sweep_id": self.sweep_id or "",
+        }

@@ -1,4 +1,6 @@
-"""FlashAttention-2 style forward kernel (CUDA C++, C ABI) and its Python binding.
+"""FlashAttention forward kernels (CUDA C++, C ABI) and their Python binding: a
+FlashAttention-3 style Hopper path (wgmma, TMA) on sm_90 and a FlashAttention-2 style
+kernel (mma.sync) everywhere else and as its fallback.
 
     from kernels.flash_attention import flash_attention
     out = flash_attention(q, k, v, causal=True)          # q, k, v: (B, H, S, D) on CUDA

@@ -14,9 +14,11 @@ import math
 
 import torch
 
-from kernels.flash_attention import generate
+from kernels.flash_attention import build, generate
+from kernels.support import unsupported_reason
 
-SUPPORTED_DTYPES = {torch.float16: ("fp16", 0), torch.bfloat16: ("bf16", 1)}
+# torch dtype -> its row of the generated dtype table (the C enum comes from the same rows).
+SUPPORTED_DTYPES = {getattr(torch, d.torch_name): d for d in generate.DTYPES}
 SUPPORTED_HEAD_DIMS = generate.HEAD_DIMS
 _INT32_MAX = 2**31 - 1
 
@@ -53,13 +55,16 @@ class _Library:
 _library: _Library | None = None
 
 
-def load_library(arch: str | None = None) -> _Library:
-    """Builds or loads the library for the visible GPU (or `arch`); cached per process."""
-    global _library
-    if _library is None:
-        from kernels.flash_attention import build
+def load_library(arch: str | None = None, defines: dict[str, int] | None = None) -> _Library:
+    """Builds or loads the library for the visible GPU (or `arch`); cached per process.
 
-        _library = _Library(build.build(arch))
+    `defines` (measurement switches, see build.py) is for developer tools: a call with other
+    switches than the loaded library's builds and switches to that library.
+    """
+    global _library
+    wanted = dict(sorted((defines or {}).items()))
+    if _library is None or (defines is not None and _library.record["defines"] != wanted):
+        _library = _Library(build.build(arch, defines=wanted))
     return _library
 
 
@@ -82,7 +87,7 @@ _capable_devices: set[int] = set()
 def _check_device_capability(index: int) -> None:
     if index not in _capable_devices:
         major, minor = torch.cuda.get_device_capability(index)
-        if major < 8:
+        if unsupported_reason(major, minor):
             _fail(
                 f"needs a GPU of compute capability 8.0 or newer; cuda:{index} is {major}.{minor}"
             )
@@ -128,12 +133,23 @@ def validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 
 def backend_name(q: torch.Tensor, causal: bool) -> str:
-    """Which compiled unit runs for q, e.g. 'flash:fwd_hdim64_fp16_causal:sm_90'."""
+    """Which compiled unit runs for q, e.g. 'flash:fwd_hdim64_fp16_causal:sm_89', or on an
+    H100 'flash:fwd_hdim128_bf16_sm90:sm_90' (the Hopper path)."""
     if q.dtype not in SUPPORTED_DTYPES or q.shape[-1] not in SUPPORTED_HEAD_DIMS:
         _fail(f"no kernel for dtype {q.dtype} with head_dim {q.shape[-1]}")
-    unit = generate.Unit(SUPPORTED_DTYPES[q.dtype][0], q.shape[-1], bool(causal))
     major, minor = torch.cuda.get_device_capability(q.device)
-    return f"flash:{unit.name}:sm_{major}{minor}"
+    arch = f"sm_{major}{minor}"
+    # Any measurement switch of the sm_80 kernel turns the Hopper path off (csrc/switches.h).
+    defines = _library.record["defines"] if _library is not None else {}
+    switched = any(defines.get(name) for name in build.SM80_SWITCHES)
+    hopper = (
+        generate.has_sm90_path(arch)
+        and (q.shape[-1], bool(causal)) in generate.SM90_COVERS
+        and not switched
+    )
+    path = generate.SM90 if hopper else generate.SM80
+    unit = generate.Unit(SUPPORTED_DTYPES[q.dtype].name, q.shape[-1], bool(causal), path)
+    return f"flash:{unit.name}:{arch}"
 
 
 def _raw_stream(index: int) -> int:
@@ -171,7 +187,7 @@ def _forward(
         scale,
     )
     index = q.get_device()
-    dtype_code = SUPPORTED_DTYPES[q.dtype][1]
+    dtype_code = SUPPORTED_DTYPES[q.dtype].code
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
             code = lib.fwd(ctypes.addressof(params), dtype_code, causal, _raw_stream(index))
@@ -206,11 +222,16 @@ def flash_attention_with_lse(
 
     q: (B, H, S_q, D), k and v: (B, H, S_k, D); float16 or bfloat16; D 64 or 128; any
     strides on B/H/S (multiples of 8 elements), last dim contiguous. scale defaults to
-    1/sqrt(D). Causal masking aligns the last query with the last key (bottom-right), the
+    1/sqrt(D); any finite value works (negative and zero too), inf and NaN are refused.
+    Causal masking aligns the last query with the last key (bottom-right), the
     same as SDPA for S_q == S_k; a query row with no visible key gets O = 0 and lse = -inf.
     """
+    if scale is not None:
+        scale = float(scale)
+        if not math.isfinite(scale):
+            _fail(f"scale must be a finite number (any sign, zero included); got {scale}")
     validate(q, k, v)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if torch.compiler.is_compiling():
         return torch.ops.bench_flash.fwd(q, k, v, bool(causal), scale)
     return _forward(q, k, v, bool(causal), scale)

@@ -9,6 +9,9 @@ compiler or GPU never reuses a stale build.
     python -m kernels.flash_attention.build --check --record build.json   # on a GPU machine
     python -m kernels.flash_attention.build --compile-only --arch sm_89   # no GPU needed
     python -m kernels.flash_attention.build --print-cache-key             # the cache dir name
+
+Measurement builds (developer tools only) pass `defines`, the switches of csrc/switches.h, e.g.
+{"FLASH_EMULATE_SMEM_PER_SM": 102400}; they are part of the cache key and of the record.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernels.flash_attention import generate
+from kernels.support import unsupported_reason
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CSRC_DIR = PACKAGE_DIR / "csrc"
@@ -74,7 +78,8 @@ def normalize_arch(arch: str) -> str:
     digits = arch.lower().removeprefix("sm_").replace(".", "")
     if not re.fullmatch(r"\d{2,3}a?", digits):
         raise ValueError(f"arch {arch!r}: expected a form like sm_89, 89 or 8.9")
-    if int(digits.rstrip("a")) < 80:
+    number = int(digits.rstrip("a"))
+    if unsupported_reason(number // 10, number % 10):
         raise ValueError(f"arch {arch!r}: the kernel needs sm_80 or newer")
     return "sm_" + digits
 
@@ -89,8 +94,31 @@ def detect_arch() -> str:
 
 
 def gencode_flags(arch: str) -> list[str]:
+    """sm_90 builds target sm_90a: wgmma and setmaxnreg exist only there (the Hopper path)."""
     number = arch.removeprefix("sm_")
+    if generate.has_sm90_path(arch):
+        number = number.rstrip("a") + "a"
     return [f"-gencode=arch=compute_{number},code=sm_{number}"]
+
+
+# The measurement switches of csrc/switches.h, with the values each accepts.
+SWITCHES = {
+    "FLASH_FORCE_VARIANT": range(0, 3),
+    "FLASH_EMULATE_SMEM_PER_SM": range(0, 2**31),
+    "FLASH_DISABLE_SM90": range(0, 2),
+}
+# Switches that select or shape the sm_80 kernel: any of them set turns the Hopper path off.
+SM80_SWITCHES = ("FLASH_FORCE_VARIANT", "FLASH_EMULATE_SMEM_PER_SM", "FLASH_DISABLE_SM90")
+
+
+def define_flags(defines: dict[str, int] | None) -> list[str]:
+    """-D flags for measurement switches; refuses names or values csrc/switches.h lacks."""
+    flags = []
+    for name, value in sorted((defines or {}).items()):
+        if name not in SWITCHES or not isinstance(value, int) or value not in SWITCHES[name]:
+            raise ValueError(f"unknown build switch {name}={value!r}; known: {', '.join(SWITCHES)}")
+        flags.append(f"-D{name}={value}")
+    return flags
 
 
 def cache_root() -> Path:
@@ -98,19 +126,23 @@ def cache_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "bench" / "kernels"
 
 
-def cache_key(sha: str, nvcc_ver: str, arch: str) -> str:
-    return f"{sha[:16]}-nvcc{nvcc_ver}-{arch}"
+def cache_key(sha: str, nvcc_ver: str, arch: str, switch_flags: list[str]) -> str:
+    key = f"{sha[:16]}-nvcc{nvcc_ver}-{arch}"
+    if switch_flags:
+        key += "-" + hashlib.sha256(" ".join(switch_flags).encode()).hexdigest()[:8]
+    return key
 
 
 def cache_key_for(arch: str | None = None) -> str:
-    """The cache directory name a build for `arch` (default: the visible GPU) would use."""
+    """The cache directory name the shipped build (no switches) for `arch` (default: the
+    visible GPU) would use."""
     arch = normalize_arch(arch) if arch else detect_arch()
-    return cache_key(source_sha256(), nvcc_version(find_nvcc()), arch)
+    return cache_key(source_sha256(), nvcc_version(find_nvcc()), arch, define_flags(None))
 
 
 def _compile_unit(nvcc: str, src: Path, out: Path, flags: list[str]) -> tuple[str, float]:
     start = time.perf_counter()
-    cmd = [nvcc, *flags, f"-I{CSRC_DIR}", "-c", str(src), "-o", str(out)]
+    cmd = [nvcc, *flags, f"-I{CSRC_DIR}", f"-I{src.parent}", "-c", str(src), "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(f"nvcc failed on {src.name}:\n{' '.join(cmd)}\n{proc.stderr}")
@@ -118,10 +150,19 @@ def _compile_unit(nvcc: str, src: Path, out: Path, flags: list[str]) -> tuple[st
 
 
 def compile_units(
-    nvcc: str, src_dir: Path, obj_dir: Path, flags: list[str], jobs: int | None = None
+    nvcc: str,
+    src_dir: Path,
+    obj_dir: Path,
+    arch: str,
+    flags: list[str],
+    jobs: int | None = None,
+    only: set[str] | None = None,
 ) -> dict[str, float]:
-    """Generates and compiles every unit, one nvcc process each; returns seconds per unit."""
-    sources = generate.write_sources(src_dir)
+    """Generates the units of an `arch` build and compiles them (or those named in `only`),
+    one nvcc process each; returns seconds per unit."""
+    sources = generate.write_sources(src_dir, arch)
+    if only is not None:
+        sources = [src for src in sources if src.stem in only]
     obj_dir.mkdir(parents=True, exist_ok=True)
     jobs = jobs or os.cpu_count() or 1
     # Threads suffice: each one only waits on its own nvcc process.
@@ -141,17 +182,27 @@ def _link(nvcc: str, obj_dir: Path, library: Path) -> None:
         raise BuildError(f"link failed:\n{' '.join(cmd)}\n{proc.stderr}")
 
 
-def build(arch: str | None = None, jobs: int | None = None, force: bool = False) -> dict:
-    """Builds (or finds in the cache) the library; returns a KernelBuild-shaped record."""
+def build(
+    arch: str | None = None,
+    jobs: int | None = None,
+    force: bool = False,
+    defines: dict[str, int] | None = None,
+) -> dict:
+    """Builds (or finds in the cache) the library; returns a KernelBuild-shaped record.
+
+    `defines` sets measurement switches (csrc/switches.h); the shipped build sets none.
+    """
     start = time.perf_counter()
     arch = normalize_arch(arch) if arch else detect_arch()
     nvcc = find_nvcc()
     version, sha = nvcc_version(nvcc), source_sha256()
-    flags = BASE_FLAGS + gencode_flags(arch)
-    final_dir = cache_root() / cache_key(sha, version, arch)
+    switch_flags = define_flags(defines)
+    flags = BASE_FLAGS + gencode_flags(arch) + switch_flags
+    final_dir = cache_root() / cache_key(sha, version, arch, switch_flags)
     library = final_dir / LIBRARY_NAME
     record = {
         "source_sha256": sha,
+        "defines": dict(sorted((defines or {}).items())),
         "arch": arch,
         "flags": flags,
         "nvcc": version,
@@ -169,7 +220,7 @@ def build(arch: str | None = None, jobs: int | None = None, force: bool = False)
     # Build in a scratch dir and rename: concurrent builders never see a half-written library.
     with tempfile.TemporaryDirectory(dir=final_dir.parent, prefix=".build-") as scratch:
         work = Path(scratch)
-        units = compile_units(nvcc, work / "src", work / "obj", flags, jobs)
+        units = compile_units(nvcc, work / "src", work / "obj", arch, flags, jobs)
         _link(nvcc, work / "obj", work / LIBRARY_NAME)
         (work / "units.json").write_text(json.dumps(units, indent=1))
         staged = work / "staged"
@@ -196,8 +247,20 @@ def compile_only(arch: str, jobs: int | None = None) -> dict[str, float]:
     nvcc = find_nvcc()
     with tempfile.TemporaryDirectory(prefix="flash-compile-") as scratch:
         work = Path(scratch)
-        flags = BASE_FLAGS + gencode_flags(normalize_arch(arch))
-        return compile_units(nvcc, work / "src", work / "obj", flags, jobs)
+        arch = normalize_arch(arch)
+        flags = BASE_FLAGS + gencode_flags(arch)
+        return compile_units(nvcc, work / "src", work / "obj", arch, flags, jobs)
+
+
+def parse_defines(items: list[str]) -> dict[str, int]:
+    """['FLASH_FORCE_VARIANT=2'] -> {'FLASH_FORCE_VARIANT': 2}."""
+    defines = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if not value.lstrip("-").isdigit():
+            raise ValueError(f"--define {item!r}: expected NAME=INTEGER")
+        defines[name] = int(value)
+    return defines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,6 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--print-cache-key", action="store_true", help="print the cache dir name and exit"
     )
+    parser.add_argument(
+        "--define",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help=f"measurement switch, repeatable (developer builds): {', '.join(SWITCHES)}",
+    )
     args = parser.parse_args(argv)
     try:
         if args.print_cache_key:
@@ -222,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             units = compile_only(args.arch, args.jobs)
             print(json.dumps({"arch": normalize_arch(args.arch), "unit_seconds": units}, indent=1))
             return 0
-        record = build(args.arch, args.jobs, args.force)
+        record = build(args.arch, args.jobs, args.force, parse_defines(args.define))
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

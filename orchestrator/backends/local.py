@@ -129,6 +129,9 @@ class LocalBackend:
                 start_new_session=True,
                 env=self._script_env(spec.run_id),
             )
+        # The script writes this file too, once bash is up; written here as well, the run
+        # can be found by `stop-all` even when this controller dies the instant start returns.
+        (sandbox / "startup.pid").write_text(f"{process.pid}\n")
         return Placement(location="localhost", handle=str(process.pid), spot=False)
 
     def _script_env(self, run_id: str) -> dict[str, str]:

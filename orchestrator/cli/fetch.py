@@ -7,7 +7,7 @@ from orchestrator.cli.options import cloud_options, console, dest_option, make_c
 
 @click.command()
 @cloud_options
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, metavar="[RUN|SWEEP]")
 @click.option("--all", "fetch_all", is_flag=True, help="every finished run not fetched yet")
 @dest_option("where results/<run id>/ goes")
 def fetch(run_id, fetch_all, dest):
@@ -15,13 +15,16 @@ def fetch(run_id, fetch_all, dest):
 
     Writes DEST/<run id>/ (manifest.json, results/*.csv, logs/) and deletes
     the run's finished machine. A corrupt or invalid file exits 5 and leaves
-    any earlier good copy untouched. Idempotent.
+    any earlier good copy untouched. Idempotent. A sweep id fetches each of
+    its runs that started (one that cannot be fetched does not stop the
+    others).
 
     \b
     Examples:
       bench fetch                       # the latest run
       bench fetch 20261122-081500-a1b2c3 --dest ~/results
       bench fetch --all
+      bench fetch sweep-20261122-081500-d4e5f6
     """
     from orchestrator.errors import ResultsError, UsageError
     from orchestrator.service.fetch import fetch_runs

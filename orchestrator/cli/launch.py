@@ -33,7 +33,15 @@ from orchestrator.cli.options import (
 )
 @click.option("--wait/--no-wait", default=False, help="follow the run with a progress bar")
 @click.option("--on-demand-fallback", is_flag=True, default=None, help="gce: on-demand if no spot")
-def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
+@click.option(
+    "--gpu",
+    "gpus",
+    default=None,
+    metavar="TYPES",
+    help="GPU types, comma-separated: l4, t4, a100, h100 (gce; default: the configured "
+    "machine, an L4); local: `local` or this machine's GPU type. One budget for all",
+)
+def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpus):
     """Start a benchmark run; the cloud enforces its budget as a time cap.
 
     On gce, the VM gets max_run_duration = what --budget buys at the catalog
@@ -43,10 +51,18 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
     otherwise it powers off and its disk bills until --wait's end, `bench
     fetch` or `bench stop-all` deletes it (`bench status` shows it).
 
+    With --gpu, one VM per GPU type (a sweep, see `bench status SWEEP`): the
+    budget is split in proportion to each run's estimated cost, each VM gets
+    the time cap its share buys, and the sweep is refused before anything is
+    created when a share cannot cover its run. A GPU type that cannot start
+    (no capacity anywhere, quota) is reported; the others run.
+
     \b
     Examples:
       bench launch --backend local --budget 1.00 --wait
       bench launch --budget 1.00 --plan default --max-runtime 45m
+      bench launch --gpu l4,t4,a100,h100 --budget 5.00
+      bench launch --backend local --gpu local --budget 1 --wait
     """
     from orchestrator.service.launch import LaunchRequest
     from orchestrator.service.launch import launch as launch_run
@@ -55,6 +71,10 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
     name, reason = ctx.config.resolved_backend()
     out = console()
     request = LaunchRequest(budget_usd=budget, plan=plan_ref, max_runtime_seconds=max_runtime)
+    if gpus is not None:
+        from orchestrator.cli.sweep_output import launch_and_print_sweep
+
+        return launch_and_print_sweep(ctx, out, request, gpus, name, reason, wait)
     result = launch_run(
         ctx,
         request,
@@ -62,7 +82,7 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback):
         reason,
         on_validated=lambda: out.print(f"bench: backend [bold]{name}[/]: {reason}"),
     )
-    _print_launch(out, result)
+    print_launch(out, result)
     bench, run_id = bench_command(), result.spec.run_id
     if wait:
         from orchestrator.cli.progress import follow
@@ -90,7 +110,7 @@ def _how_it_ends(result) -> str:
     return f"its script runs here until the run ends or its {cap} cap"
 
 
-def _print_launch(out, result) -> None:
+def print_launch(out, result) -> None:
     from orchestrator.budget import format_duration
 
     spec, placement = result.spec, result.placement

@@ -14,7 +14,8 @@ from orchestrator.cli.options import cloud_options, console, make_context
 def prices(plan_ref, as_json):
     """Show the price catalog and runtime model bench budgets with.
 
-    The catalog: its date, sources and rates. The model: seconds per phase of a
+    The catalog: its date, sources and rates; the GPU types `launch --gpu`
+    takes (machine, arch, zones, peak). The model: seconds per phase of a
     gce run of the plan on the configured machine and image, on a first run
     (empty caches) and on later runs (environment and kernel build cached in the
     bucket), each figure with its source, and what each costs at the catalog rate.
@@ -45,12 +46,13 @@ def prices(plan_ref, as_json):
         for group in ("machines", "gpus"):
             for item, price in prices.get(group, {}).items():
                 table.add_row(region, item, f"{price['on_demand']:.5f}", f"{price['spot']:.5f}")
-        table.add_row(region, "zones with L4s", ", ".join(prices.get("zones", [])), "")
+        table.add_row(region, "zones (with a GPU)", ", ".join(prices.get("zones", [])), "")
         for disk, price in prices.get("disks", {}).items():
             table.add_row(region, f"{disk} (per GB-month)", f"{price['gb_month']:.3f}", "same")
     out.print(table)
     for name, source in catalog["sources"].items():
         out.print(f"  source ({name}): {source}")
+    _gpu_types(out)
     config = ctx.config
     out.print(
         f"\nruntime model: plan [bold]{estimate.plan.name}[/] on {config.machine_type} + "
@@ -98,3 +100,27 @@ def _print_json(catalog, estimate) -> int:
     }
     click.echo(json.dumps(document, indent=2))
     return 0
+
+
+def _gpu_types(out) -> None:
+    """The GPU types `launch --gpu` takes, each with its sources (orchestrator/data/gpus.toml)."""
+    from rich.table import Table
+
+    from orchestrator.gpus import load_gpu_catalog
+
+    table = Table("gpu", "machine + GPU", "arch", "provisioning", "peak TF/s", "GB/s", "zones")
+    catalog = load_gpu_catalog()
+    for gpu in catalog.values():
+        table.add_row(
+            gpu.key,
+            f"{gpu.machine_type} + {gpu.accelerator_type}",
+            gpu.arch,
+            ", ".join(p.lower() for p in gpu.provisioning),
+            f"{gpu.peak_tflops:g}",
+            f"{gpu.bandwidth_gb_s:g}",
+            ", ".join(gpu.zones),
+        )
+    out.print(table)
+    for gpu in catalog.values():
+        out.print(f"  source ({gpu.key} peak): {gpu.peak_tflops_source}")
+        out.print(f"  source ({gpu.key} bandwidth): {gpu.bandwidth_source}")

@@ -6,7 +6,7 @@ from orchestrator.cli.options import console, dest_option
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN|SWEEP")
 @click.option("--compare", "compare_id", default=None, help="another fetched run to compare with")
 @dest_option("where fetched runs live")
 def report(run_id, compare_id, dest):
@@ -15,13 +15,31 @@ def report(run_id, compare_id, dest):
     Plots (latency distributions, speedup with its 95% interval, TFLOP/s
     against sequence length) are written to DEST/<run id>/report/.
 
+    A sweep id (`launch --gpu a,b`) compares its GPU types instead: per GPU
+    the candidate's speedup with its interval and the best TFLOP/s as a share
+    of that GPU's peak; the plot goes to DEST/<sweep id>/report/gpus.png.
+
     \b
     Examples:
       bench fetch 20261122-081500-a1b2c3 && bench report 20261122-081500-a1b2c3
       bench report RUN_A --compare RUN_B
+      bench fetch sweep-20261122-081500-d4e5f6 && bench report sweep-20261122-081500-d4e5f6
     """
-    from orchestrator.errors import NotFoundError
+    from orchestrator.errors import NotFoundError, UsageError
     from orchestrator.report import make_report
+    from orchestrator.spec import is_sweep_id
+
+    if is_sweep_id(run_id):
+        if compare_id:
+            raise UsageError("--compare takes two runs, not a sweep")
+        from orchestrator.cli.options import make_context
+        from orchestrator.cli.sweep_output import show_sweep_report
+        from orchestrator.service.runs import records_for
+        from orchestrator.sweep_report import make_sweep_report
+
+        members = records_for(make_context(), run_id)
+        show_sweep_report(console(), make_sweep_report(run_id, members, dest))
+        return 0
 
     run_dir = dest / run_id
     compare_dir = dest / compare_id if compare_id else None

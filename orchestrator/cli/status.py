@@ -7,10 +7,13 @@ from orchestrator.cli.options import cloud_options, console, make_context
 
 @click.command()
 @cloud_options
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, metavar="[RUN|SWEEP]")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout, for scripts")
 def status(run_id, as_json):
     """Show runs: backend, phase and progress, elapsed time, cost so far, budget, state.
+
+    A sweep id (from `launch --gpu a,b`) shows each of its runs; a run of a
+    sweep shows its GPU type next to its backend (gce:t4).
 
     With a project configured it also lists every powered-off bench VM in the
     project: no VM charge, but its disk bills until it is deleted. Each line
@@ -20,6 +23,7 @@ def status(run_id, as_json):
     Examples:
       bench status                      # every run in the registry
       bench status 20261122-081500-a1b2c3
+      bench status sweep-20261122-081500-d4e5f6
       bench status --json | jq '.runs[].state'
     """
     from rich import box
@@ -58,7 +62,7 @@ def status(run_id, as_json):
         record = view.record
         table.add_row(
             record.run_id,
-            record.backend,
+            f"{record.backend}:{record.gpu}" if record.gpu else record.backend,
             _phase_and_progress(view),
             format_duration(view.elapsed_seconds),
             f"${view.cost_usd:.2f}/{record.budget_usd:.2f}",

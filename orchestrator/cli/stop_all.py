@@ -9,7 +9,8 @@ from orchestrator.cli.options import cloud_options, console, make_context, yes_o
 @cloud_options
 @yes_option()
 @click.option("--dry-run", is_flag=True, help="list what would be stopped; stop nothing")
-def stop_all(yes, dry_run):
+@click.argument("target", required=False, metavar="[RUN|SWEEP]")
+def stop_all(yes, dry_run, target):
     """The kill switch: stop every bench machine, wherever it runs.
 
     Finds every VM labelled bench-managed=true in every zone of the project
@@ -19,18 +20,20 @@ def stop_all(yes, dry_run):
     project). If a backend cannot be searched (network, credentials), it still
     stops what it found and then fails with that backend's error: it never
     reports "nothing running" unseen. Exit 4 naming every VM it could not
-    delete.
+    delete. With a run or sweep id, only that run's (or that sweep's) machines.
 
     \b
     Examples:
       bench stop-all --dry-run
       bench stop-all --yes
+      bench stop-all sweep-20261122-081500-d4e5f6 --yes
     """
     from rich.table import Table
 
     from orchestrator.service.stop_all import (
         failed_error,
         find_machines,
+        only_runs,
         stop_machines,
         unsearched_error,
     )
@@ -38,6 +41,10 @@ def stop_all(yes, dry_run):
     ctx = make_context()
     out = console()
     found = find_machines(ctx)
+    if target:
+        from orchestrator.service.runs import records_for
+
+        found = only_runs(found, {r.run_id for r in records_for(ctx, target)})
     for backend, why in found.not_configured.items():
         out.print(f"bench: {backend} was not searched: {why}")
     unsearched = unsearched_error(found)

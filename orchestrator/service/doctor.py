@@ -23,14 +23,16 @@ from orchestrator.backends.gce.readiness import (
     vm_access_check,
     zone_check,
 )
-from orchestrator.config import regions_of
-from orchestrator.errors import BenchError
+from orchestrator.config import region_of, regions_of
+from orchestrator.errors import BenchError, UsageError
+from orchestrator.gpus import load_gpu_catalog, member_config
 from orchestrator.service.context import Context, require_gce_settings
 
 
-def run_doctor(ctx: Context) -> Iterator[Check]:
+def run_doctor(ctx: Context, gpu_keys: list[str] | None = None) -> Iterator[Check]:
     """Every check, in order; stops after a failed credentials, project or Compute API
-    check: nothing else can be asked then."""
+    check: nothing else can be asked then. `gpu_keys` (launch --gpu): each GPU type's
+    shape in its own zones, and quota for all of them at once."""
     from orchestrator.backends.gce.compute import ComputeApi
     from orchestrator.backends.gce.project_resources import ProjectResources
 
@@ -44,24 +46,46 @@ def run_doctor(ctx: Context) -> Iterator[Check]:
     yield from first[1:]
     if not all(c.ok for c in first):
         return
-    shapes = shapes_for(config)
-    for zone in config.zones:
-        yield _zone(resources, zone, shapes)
+    placed = _shapes_by_zone(config, gpu_keys)
+    shapes = list(dict.fromkeys(s for zone_shapes in placed.values() for s in zone_shapes))
+    for zone, zone_shapes in placed.items():
+        yield _zone(resources, zone, zone_shapes)
     yield image_check(
         config.image_project,
         config.image_family,
         *resources.image_state(config.image_project, config.image_family),
     )
-    for region in regions_of(config.zones):
+    for region in regions_of(list(placed)):
         quotas = quotas_of(resources.region(region))
+        in_region = [s for z, zs in placed.items() if region_of(z) == region for s in zs]
         yield region_quota_check(
-            region, quotas, shapes, config.spot, not config.spot or config.on_demand_fallback
+            region,
+            quotas,
+            list(dict.fromkeys(in_region)),
+            config.spot,
+            not config.spot or config.on_demand_fallback,
         )
     yield global_quota_check(quotas_of(info), shapes)
     bucket = _bucket(ctx)
     yield bucket
     if bucket.ok:
         yield _vm_access(ctx, info)
+
+
+def _shapes_by_zone(config, gpu_keys: list[str] | None) -> dict[str, list[GpuShape]]:
+    """Zone -> the shapes to check there: the configured one in the configured zones, or
+    each requested GPU type's shape in its own zones (gpus.member_config)."""
+    if not gpu_keys:
+        return {zone: shapes_for(config) for zone in config.zones}
+    catalog = load_gpu_catalog()
+    placed: dict[str, list[GpuShape]] = {}
+    for key in gpu_keys:
+        if key not in catalog:
+            raise UsageError(f"--gpu {key} names this machine's GPU; doctor checks gce")
+        member = member_config(config, catalog[key])
+        for zone in member.zones:
+            placed.setdefault(zone, []).extend(shapes_for(member))
+    return placed
 
 
 def _first_contact(resources) -> tuple[dict | None, list[Check]]:

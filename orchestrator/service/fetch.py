@@ -19,7 +19,8 @@ from orchestrator.paths import ensure_writable_dest
 from orchestrator.registry import RunRecord
 from orchestrator.runtime_model import recorded_phase_seconds
 from orchestrator.service.context import Context
-from orchestrator.service.runs import latest_run_id, placement_of
+from orchestrator.service.runs import latest_run_id, placement_of, records_for
+from orchestrator.spec import is_sweep_id
 from results_schema import Manifest, SummaryRow
 from results_schema.names import run_key
 
@@ -46,19 +47,24 @@ def fetch_runs(
     dest: Path,
     on_fetched: Callable[[FetchResult], None],
 ) -> FetchOutcome:
-    """`bench fetch`: one run (RUN_ID, else the latest), or with `fetch_all` every run not
-    fetched yet, where one run's bad files do not stop the others."""
+    """`bench fetch`: one run (RUN_ID, else the latest), every member of a sweep, or with
+    `fetch_all` every run not fetched yet; with several, one run's bad files do not stop
+    the others."""
     ensure_writable_dest(dest)
+    sweep = is_sweep_id(run_id or "")
     if fetch_all:
         records = [r for r in ctx.registry.all() if r.state in ("running", "stopped")]
     else:
-        records = [ctx.registry.get(run_id or latest_run_id(ctx))]
+        records = records_for(ctx, run_id or latest_run_id(ctx))
+    if sweep:
+        # A member that never started has nothing to fetch; `bench status` shows why.
+        records = [r for r in records if r.handle]
     outcome = FetchOutcome(attempted=len(records))
     for record in records:
         try:
             result = fetch(ctx, record, dest)
         except ResultsError as e:
-            if not fetch_all:
+            if not (fetch_all or sweep):
                 raise
             outcome.incomplete.append(str(e))
             continue

@@ -27,6 +27,8 @@ class LaunchRequest:
     budget_usd: float
     plan: str = "auto"
     max_runtime_seconds: int | None = None
+    sweep_id: str | None = None  # a member of a sweep (service/sweep.py)
+    gpu: str = ""  # its gpus.toml key
 
 
 @dataclass
@@ -39,17 +41,18 @@ class LaunchResult:
     estimate: RuntimeEstimate | None = None
 
 
-def runtime_estimate(ctx: Context, backend: str, plan: Plan) -> RuntimeEstimate:
-    """The phase model for this plan here, refined by past complete runs' phase times."""
+def runtime_estimate(ctx: Context, backend: str, plan: Plan, gpu: str = "") -> RuntimeEstimate:
+    """The phase model for this plan here, refined by past complete runs' phase times (of
+    the same GPU type, for a sweep member)."""
     model = model_phases(plan, backend, ctx.config.accelerator_type, ctx.config.image_family)
-    return refine(model, ctx.registry.past_phase_seconds(plan.name, backend))
+    return refine(model, ctx.registry.past_phase_seconds(plan.name, backend, gpu))
 
 
 def plan_spec(
     ctx: Context, request: LaunchRequest, backend: str, plan: Plan, spot: bool
 ) -> tuple[RunSpec, budget.HourlyRate | None, RuntimeEstimate]:
     """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan."""
-    estimate = runtime_estimate(ctx, backend, plan)
+    estimate = runtime_estimate(ctx, backend, plan, request.gpu)
     estimated = estimate.total_seconds
     if backend == "local":
         rate, rate_total = None, 0.0
@@ -76,6 +79,7 @@ def plan_spec(
         estimated_seconds=estimated,
         payload_sha256="0" * 64,
         spot=spot and backend == "gce",
+        sweep_id=request.sweep_id,
     )
     return spec, rate, estimate
 
@@ -97,7 +101,9 @@ def launch(
     ensure_writable(ctx.paths)
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.
-    ctx.registry.reserve(_launching_record(ctx, backend, spec), _spend_check(ctx, request, backend))
+    ctx.registry.reserve(
+        _launching_record(ctx, backend, spec, request.gpu), _spend_check(ctx, request, backend)
+    )
     if on_validated is not None:
         on_validated()
     try:
@@ -130,11 +136,12 @@ def _spend_check(ctx: Context, request: LaunchRequest, backend: str):
     )
 
 
-def _launching_record(ctx: Context, backend: str, spec: RunSpec) -> RunRecord:
+def _launching_record(ctx: Context, backend: str, spec: RunSpec, gpu: str = "") -> RunRecord:
     return RunRecord(
         **spec.record_fields(),
         state="launching",
         sandbox=ctx.backend(backend).work_dir(spec.run_id),
+        gpu=gpu,
     )
 
 

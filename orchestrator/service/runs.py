@@ -11,6 +11,7 @@ from orchestrator.backends.base import Machine, Placement
 from orchestrator.errors import BenchError, NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
+from orchestrator.spec import is_sweep_id
 from results_schema import Manifest, Status
 from results_schema.record import billed_usd
 
@@ -76,7 +77,9 @@ class RunView:
         record = self.record
         return {
             "run_id": record.run_id,
+            "sweep_id": record.sweep_id or None,
             "backend": record.backend,
+            "gpu": record.gpu or None,
             "plan": record.plan,
             "state": self.state,
             "phase": phase,
@@ -145,8 +148,20 @@ def console_reason(ctx: Context, record: RunRecord) -> str:
 
 
 def views(ctx: Context, run_id: str | None = None) -> list[RunView]:
-    records = [ctx.registry.get(run_id)] if run_id else ctx.registry.all()
+    records = records_for(ctx, run_id) if run_id else ctx.registry.all()
     return [view(ctx, record) for record in records]
+
+
+def records_for(ctx: Context, ref: str) -> list[RunRecord]:
+    """A run id names that run; a sweep id (`launch --gpu a,b`) names each of its members."""
+    if not is_sweep_id(ref):
+        return [ctx.registry.get(ref)]
+    members = ctx.registry.sweep_members(ref)
+    if not members:
+        raise NotFoundError(
+            f"no sweep {ref} in the registry {ctx.registry.path}; see `bench status`"
+        )
+    return members
 
 
 def latest_run_id(ctx: Context) -> str:

@@ -41,6 +41,12 @@ def find_machines(ctx: Context) -> Found:
     return found
 
 
+def only_runs(found: Found, run_ids: set[str]) -> Found:
+    """The machines of these runs only (`stop-all RUN|SWEEP`); searches as before."""
+    kept = {b: [m for m in ms if m.run_id in run_ids] for b, ms in found.machines.items()}
+    return Found(kept, found.skipped, found.not_configured)
+
+
 def unsearched_error(found: Found) -> BenchError | None:
     """What to end with when a backend could not be searched: machines there may still be
     billing, so the kill switch must not end as if it had stopped everything."""

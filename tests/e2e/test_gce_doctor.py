@@ -3,6 +3,8 @@ all ✓ on a healthy project; each broken thing gives exactly one ✗ line namin
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from orchestrator.cli import main
@@ -115,3 +117,18 @@ def test_each_broken_thing_is_exactly_one_cross_naming_its_fix(
     (line,) = crosses
     assert line.startswith(cross) and f"fix: {fix}" in line
     assert not project.calls("instances.insert")
+
+
+def test_doctor_checks_every_requested_gpu_type(project, capsys):
+    assert main(["doctor", "--gpu", "l4,t4,a100,h100"]) == 0
+    out = capsys.readouterr().out
+    assert "✗" not in out
+    for metric in ("NVIDIA_L4_GPUS", "NVIDIA_T4_GPUS", "NVIDIA_A100_GPUS", "NVIDIA_H100_GPUS"):
+        assert f"PREEMPTIBLE_{metric} 8" in out
+    project.catalog.zones_without["nvidia-h100-80gb"] = {"us-central1-b"}
+    project.catalog.set_region_quota("us-central1", "PREEMPTIBLE_NVIDIA_T4_GPUS", 0.0)
+    project.catalog.set_region_quota("us-central1", "NVIDIA_T4_GPUS", 0.0)
+    assert main(["doctor", "--gpu", "t4,h100"]) == 4
+    out = capsys.readouterr().out
+    assert re.search(r"✗ zone us-central1-b: does not offer a3-highgpu-1g, nvidia-h100-80gb", out)
+    assert re.search(r"✗ GPU quota us-central1: .*request PREEMPTIBLE_NVIDIA_T4_GPUS", out)

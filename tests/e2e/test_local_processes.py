@@ -18,15 +18,12 @@ import pytest
 
 from orchestrator.backends.local import RUN_MARK_ENV
 from orchestrator.cli import main
-from results_schema import Manifest
+from results_schema import Manifest, Measurement
 
 pytestmark = pytest.mark.timeout(120)
 
 FORBIDDEN = ["\x1b", "\x07", "\x7f", *(chr(c) for c in range(0x80, 0xA0))]
-MEASUREMENT_HEADER = (
-    "run_id,config,implementation,mode,round,calls,latency_ms,sm_clock_mhz,mem_clock_mhz,"
-    "temperature_c,power_w,throttle_reasons,throttled,timestamp"
-)
+MEASUREMENT_HEADER = ",".join(Measurement.model_fields)
 
 # The benchmark phase's behaviour is the body of `benchmark()`.
 STAND_IN = """#!/usr/bin/env bash
@@ -189,11 +186,11 @@ def test_a_disk_full_mid_benchmark_leaves_a_valid_partial_manifest(
   mkdir -p "$out/results"
   echo '{MEASUREMENT_HEADER}' > "$out/results/measurements.csv"
   for ((i = 0; i < {rows}; i++)); do
-    echo "$run,c,sdpa,single,$i,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00"
+    echo "$run,c,sdpa,single,$i,0,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00"
   done >> "$out/results/measurements.csv"
   cat /dev/zero > "$out/fill" 2>/dev/null     # the disk fills up...
   for ((; i < 100000; i++)); do               # ...while the benchmark still writes
-    echo "$run,c,sdpa,single,$i,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00" \\
+    echo "$run,c,sdpa,single,$i,0,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00" \\
       >> "$out/results/measurements.csv" 2>/dev/null || exit 1
   done"""
     monkeypatch.setenv("BENCH_PAYLOAD_PYTHON", str(stand_in(bench_env / "py", benchmark)))

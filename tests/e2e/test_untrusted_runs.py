@@ -85,6 +85,8 @@ def build_run(run_id: str, backend: str, outside: Path, names: str = "", samples
         plan["description"] = names
         plan["candidate"] = f"cand{names}"
         plan["baselines"] = [f"base{names}"]
+        if plan.get("control"):
+            plan["control"] = plan["candidate"]
         for index, config in enumerate(plan["configs"]):
             config["name"] = f"{names}-{index}"
     implementations = Plan.model_validate(plan).implementations
@@ -148,6 +150,8 @@ def build_run(run_id: str, backend: str, outside: Path, names: str = "", samples
         "results/measurements.csv": csv_bytes(Measurement, measurements),
         "results/summary.csv": csv_bytes(SummaryRow, summary),
         "results/correctness.csv": csv_bytes(CorrectnessRow, correctness),
+        # The checks of outputs from the timed loop have the correctness rows' shape.
+        "results/timed_checks.csv": csv_bytes(CorrectnessRow, correctness),
     }
     rate = 0.5 if backend == "gce" else 0.0
     manifest = {
@@ -180,6 +184,7 @@ def build_run(run_id: str, backend: str, outside: Path, names: str = "", samples
                 ("results/measurements.csv", measurements),
                 ("results/summary.csv", summary),
                 ("results/correctness.csv", correctness),
+                ("results/timed_checks.csv", correctness),
             )
         ],
     }

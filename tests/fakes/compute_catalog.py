@@ -3,7 +3,8 @@ project's quotas, machine and accelerator types, images and image families.
 
 Each answer is shaped as the compute v1 discovery document says (the server validates
 it). Defaults describe a healthy project: every configured zone offers the g2 types and
-the L4, the L4 quotas are 8, and every image family resolves to an ACTIVE image. Tests
+the L4 (and the T4, A100 and H100 with their machine types), every GPU quota is 8, and
+every image family resolves to an ACTIVE image. Tests
 break one thing at a time through the `FakeCatalog` attributes.
 """
 
@@ -19,6 +20,48 @@ from .operations import API_ROOT, rfc3339_now
 # https://cloud.google.com/compute/docs/gpus/gpu-regions-zones
 G2_TYPES = ("g2-standard-4", "g2-standard-8", "g2-standard-12", "g2-standard-16")
 L4 = "nvidia-l4"
+
+
+@dataclass(frozen=True)
+class MachineShape:
+    cpus: int
+    memory_mb: int
+    accelerator: str | None  # built in (accelerator-optimized types) or None (N1: attached)
+    accelerator_count: int = 0
+
+
+# Machine types of the other GPUs bench starts, as the GPU machine-types page lists them
+# (https://cloud.google.com/compute/docs/gpus): A100 40GB comes built into a2-highgpu-1g
+# (12 vCPUs, 85 GB), H100 80GB into a3-highgpu-1g (26 vCPUs, 234 GB); the T4 is attached
+# to an N1 type such as n1-standard-4 (4 vCPUs, 15 GB).
+MACHINE_SHAPES = {
+    **{
+        name: MachineShape(int(name.rsplit("-", 1)[1]), int(name.rsplit("-", 1)[1]) * 4096, L4, 1)
+        for name in G2_TYPES
+    },
+    "n1-standard-4": MachineShape(4, 15 * 1024, None),
+    "a2-highgpu-1g": MachineShape(12, 85 * 1024, "nvidia-tesla-a100", 1),
+    "a3-highgpu-1g": MachineShape(26, 234 * 1024, "nvidia-h100-80gb", 1),
+}
+ACCELERATORS = {
+    L4: "NVIDIA L4",
+    "nvidia-tesla-t4": "NVIDIA T4",
+    "nvidia-tesla-a100": "NVIDIA A100 40GB",
+    "nvidia-h100-80gb": "NVIDIA H100 80GB",
+}
+# Regional GPU quota metrics, on-demand and PREEMPTIBLE_ (spot), per GPU model:
+# https://cloud.google.com/compute/resource-usage#gpu_quota. The compute v1 discovery
+# document's Quota.metric enum has PREEMPTIBLE_NVIDIA_H100_GPUS but no NVIDIA_H100_GPUS:
+# the H100 has a spot quota only here.
+GPU_QUOTAS = (
+    "NVIDIA_L4_GPUS",
+    "PREEMPTIBLE_NVIDIA_L4_GPUS",
+    "NVIDIA_T4_GPUS",
+    "PREEMPTIBLE_NVIDIA_T4_GPUS",
+    "NVIDIA_A100_GPUS",
+    "PREEMPTIBLE_NVIDIA_A100_GPUS",
+    "PREEMPTIBLE_NVIDIA_H100_GPUS",
+)
 
 
 def region_of(zone: str) -> str:
@@ -39,6 +82,8 @@ class FakeCatalog:
 
     zones: tuple[str, ...]
     zones_without_l4: set[str] = field(default_factory=set)
+    # Zones lacking one GPU model (and the machine types that carry it built in).
+    zones_without: dict[str, set[str]] = field(default_factory=dict)  # accelerator -> zones
     region_quotas: dict[str, dict[str, float]] = field(default_factory=dict)
     project_quotas: dict[str, float] = field(default_factory=lambda: {"GPUS_ALL_REGIONS": 8.0})
     images: dict[str, list[FakeImage]] = field(default_factory=dict)  # "project/family" -> images
@@ -74,32 +119,44 @@ class FakeCatalog:
             "selfLink": f"{API_ROOT}/projects/{project}/zones/{zone}",
         }
 
+    def offers(self, zone: str, accelerator: str) -> bool:
+        if accelerator == L4 and zone in self.zones_without_l4:
+            return False
+        return zone not in self.zones_without.get(accelerator, set())
+
     def machine_type(self, project: str, zone: str, name: str) -> dict[str, Any]:
         self._zone(project, zone)
-        if name not in G2_TYPES or zone in self.zones_without_l4:
+        shape = MACHINE_SHAPES.get(name)
+        if shape is None or (shape.accelerator and not self.offers(zone, shape.accelerator)):
             raise gce_errors.not_found(f"projects/{project}/zones/{zone}/machineTypes/{name}")
-        cpus = int(name.rsplit("-", 1)[1])
-        return {
+        body = {
             "kind": "compute#machineType",
-            "id": str(900_000 + cpus),
+            "id": str(900_000 + list(MACHINE_SHAPES).index(name)),
             "name": name,
-            "description": f"{cpus} vCPUs, {cpus * 4} GB RAM, 1 NVIDIA L4",
-            "guestCpus": cpus,
-            "memoryMb": cpus * 4096,
-            "accelerators": [{"guestAcceleratorType": L4, "guestAcceleratorCount": 1}],
+            "description": f"{shape.cpus} vCPUs, {shape.memory_mb // 1024} GB RAM",
+            "guestCpus": shape.cpus,
+            "memoryMb": shape.memory_mb,
             "zone": zone,
             "selfLink": f"{API_ROOT}/projects/{project}/zones/{zone}/machineTypes/{name}",
         }
+        if shape.accelerator:
+            body["accelerators"] = [
+                {
+                    "guestAcceleratorType": shape.accelerator,
+                    "guestAcceleratorCount": shape.accelerator_count,
+                }
+            ]
+        return body
 
     def accelerator_type(self, project: str, zone: str, name: str) -> dict[str, Any]:
         self._zone(project, zone)
-        if name != L4 or zone in self.zones_without_l4:
+        if name not in ACCELERATORS or not self.offers(zone, name):
             raise gce_errors.not_found(f"projects/{project}/zones/{zone}/acceleratorTypes/{name}")
         return {
             "kind": "compute#acceleratorType",
-            "id": "10041",
+            "id": str(10041 + list(ACCELERATORS).index(name)),
             "name": name,
-            "description": "NVIDIA L4",
+            "description": ACCELERATORS[name],
             "maximumCardsPerInstance": 8,
             "zone": f"{API_ROOT}/projects/{project}/zones/{zone}",
             "selfLink": f"{API_ROOT}/projects/{project}/zones/{zone}/acceleratorTypes/{name}",
@@ -111,7 +168,8 @@ class FakeCatalog:
             raise gce_errors.not_found(f"projects/{project}/regions/{region}")
         # GPU quotas are per region, spot and on-demand apart:
         # https://cloud.google.com/compute/resource-usage#gpu_quota
-        limits = {"NVIDIA_L4_GPUS": 8.0, "PREEMPTIBLE_NVIDIA_L4_GPUS": 8.0, "CPUS": 24.0}
+        limits = {"CPUS": 24.0}
+        limits.update(dict.fromkeys(GPU_QUOTAS, 8.0))
         limits.update(self.region_quotas.get(region, {}))
         return {
             "kind": "compute#region",

@@ -28,6 +28,9 @@ from .gce_errors import GceError
 from .operations import API_ROOT, Operation, rfc3339_now
 from .vm_sandbox import VmSandbox
 
+# Machine types that are not offered on-demand (gpus.toml in bench says why).
+SPOT_OR_FLEX_ONLY = ("a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g")
+
 _instance_ids = itertools.count(4_000_000_000_000_000_001)
 
 
@@ -218,7 +221,15 @@ class FakeCompute:
         machine_type = (body.get("machineType") or "").rsplit("/", 1)[-1]
         if not machine_type:
             raise gce_errors.invalid("Invalid value for field 'resource.machineType': ''.")
-        spot = (body.get("scheduling") or {}).get("provisioningModel") == "SPOT"
+        model = (body.get("scheduling") or {}).get("provisioningModel") or "STANDARD"
+        spot = model == "SPOT"
+        if machine_type in SPOT_OR_FLEX_ONLY and model not in ("SPOT", "FLEX_START"):
+            # A3 High with fewer than 8 GPUs: Spot or Flex-start only
+            # (https://cloud.google.com/compute/docs/accelerator-optimized-machines#a3-high-vms).
+            raise gce_errors.invalid(
+                f"Invalid value for field 'resource.scheduling.provisioningModel': '{model}'. "
+                f"Machine type {machine_type} supports only SPOT or FLEX_START."
+            )
         failure = self.faults.insert_failure(project, zone, machine_type, spot)
         if failure is not None and failure[1] == "http":
             raise failure[0]

@@ -54,6 +54,7 @@ class FaultPlan:
 
     def _reset(self) -> None:
         self._stockouts: dict[str, _Stockout] = {}
+        self._type_stockouts: dict[str, _Stockout] = {}  # machine type -> every zone
         self._missing_machine_types: dict[str, set[str] | None] = {}
         self._quotas: list[_Quota] = []
         self._transients: list[_Transient] = []
@@ -75,6 +76,13 @@ class FaultPlan:
             raise ValueError(f"bad stockout {code=} {via=}")
         with self._lock:
             self._stockouts[zone] = _Stockout(code, via, spot_only)
+
+    def stockout_everywhere(self, machine_type: str, via: str = "operation") -> None:
+        """Inserts of `machine_type` fail for lack of capacity in every zone (one GPU type
+        sold out while others are not): the stockout error names the machine type and
+        zone (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability)."""
+        with self._lock:
+            self._type_stockouts[machine_type] = _Stockout(STOCKOUT_CODES[0], via)
 
     def clear_stockout(self, zone: str) -> None:
         with self._lock:
@@ -161,7 +169,7 @@ class FaultPlan:
             for quota in self._quotas:
                 if quota.region is None or quota.region == region_of(zone):
                     return gce_errors.quota_exceeded(quota.quota, quota.region), quota.via
-            stock = self._stockouts.get(zone)
+            stock = self._stockouts.get(zone) or self._type_stockouts.get(machine_type)
             if stock is not None and (spot or not stock.spot_only):
                 return gce_errors.stockout(project, zone, stock.code, machine_type), stock.via
         return None

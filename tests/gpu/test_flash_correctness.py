@@ -87,24 +87,50 @@ def test_matches_reference(dtype, head_dim, causal, seqlen, batch_heads):
     assert_close_to_reference(q, k, v, causal, out, lse)
 
 
+# Other kernel paths are measurement builds (csrc/switches.h): a fresh process of this module
+# builds and loads one when this variable holds its switches, e.g. "FLASH_DISABLE_SM90=1".
+SWITCHES_ENV = "FLASH_TEST_SWITCHES"
 # The L4 (sm_89) has 100 KB of shared memory per SM; the launcher picks its kernel variant
-# from that, once per process (NOTES.md, "L4 path").
-L4_SMEM_PER_SM = "102400"
-
-
-@pytest.mark.skipif(
-    os.environ.get("BENCH_FLASH_SMEM_PER_SM") is not None, reason="this process already emulates"
+# from that (NOTES.md, "L4 path").
+L4_SWITCHES = "FLASH_EMULATE_SMEM_PER_SM=102400 FLASH_DISABLE_SM90=1"
+OTHER_PATH_SELECTION = (
+    "(test_matches_reference and (s17 or s97 or s1025 or s4096)) or test_any_finite"
+    " or test_strided or test_fewer or test_causal_rows"
 )
-def test_l4_variant_matches_reference():
-    """The kernel an L4 runs, under L4 emulation, in a fresh process over odd and long shapes."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library_under_test():
+    from kernels.flash_attention import build, load_library
+
+    return load_library(defines=build.parse_defines(os.environ.get(SWITCHES_ENV, "").split()))
+
+
+def run_with_switches(switches: str) -> None:
     repo_root = Path(__file__).resolve().parents[2]
-    selection = "test_matches_reference and (s17 or s97 or s1025 or s4096)"
     cmd = [sys.executable, "-m", "pytest", __file__, "-q", "--noconftest", "-p", "no:cacheprovider"]
-    env = {**os.environ, "BENCH_FLASH_SMEM_PER_SM": L4_SMEM_PER_SM}
+    env = {**os.environ, SWITCHES_ENV: switches}
     proc = subprocess.run(
-        [*cmd, "-k", selection], env=env, cwd=repo_root, capture_output=True, text=True
+        [*cmd, "-k", OTHER_PATH_SELECTION], env=env, cwd=repo_root, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
+def test_l4_variant_matches_reference():
+    """The kernel an L4 runs, under L4 emulation, in a fresh process over odd and long shapes."""
+    run_with_switches(L4_SWITCHES)
+
+
+@pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="the sm_80 fallback of an sm_90 GPU",
+)
+def test_sm80_path_on_hopper_matches_reference():
+    """The sm_80 kernel (the wide variant) that the Hopper path falls back to, on its own."""
+    run_with_switches("FLASH_DISABLE_SM90=1")
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -139,12 +165,38 @@ def test_causal_rows_without_keys_are_zero():
     assert rel_l2(out[:, :, 150:], ref) <= 2e-3
 
 
-def test_custom_scale():
-    q, k, v = (torch.randn(1, 2, 257, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-    out, lse = run_poisoned(q, k, v, causal=False, scale=0.3)
-    ref = reference_attention(q, k, v, False, scale=0.3)
-    assert rel_l2(out, ref) <= 2e-3
-    assert (lse.double() - reference_lse(q, k, False, scale=0.3)).abs().max().item() <= 1e-3
+# Every finite scale is valid, as in SDPA: a negative one prefers the least similar keys, zero
+# averages the visible values, a tiny one is within rounding of zero. The running max must be
+# taken over scaled scores for these (issue: the max over raw scores gave all-NaN outputs).
+SCALES = [0.3, 2.0, -0.125, -1.0, 0.0, 1e-30, -1e-30, 1e-42]
+SCALE_TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.mark.parametrize("scale", SCALES, ids=lambda x: f"scale{x:g}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_any_finite_scale(dtype, head_dim, causal, scale):
+    q, k, v = (torch.randn(2, 3, 257, head_dim, device="cuda", dtype=dtype) for _ in range(3))
+    out, lse = run_poisoned(q, k, v, causal, scale=scale)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    ref = reference_attention(q, k, v, causal, scale=scale)
+    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    err_ours, err_sdpa = rel_l2(out, ref), rel_l2(sdpa, ref)
+    # Should an SDPA backend not cope with this scale, hold ours to the dtype's usual bound.
+    bound = 2 * err_sdpa + 1e-5 if math.isfinite(err_sdpa) else SCALE_TOLERANCE[dtype]
+    assert err_ours <= bound, f"rel L2 {err_ours:.3e} vs SDPA {err_sdpa:.3e}"
+    lse_err = (lse.double() - reference_lse(q, k, causal, scale=scale)).abs().max().item()
+    assert lse_err <= 1e-3, f"lse max abs error {lse_err:.3e}"
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_scale_is_refused(scale):
+    from kernels.flash_attention import flash_attention
+
+    q = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        flash_attention(q, q, q, scale=scale)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -185,8 +237,10 @@ def test_backend_name_names_the_unit():
 
     q = torch.empty(1, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
     major, minor = torch.cuda.get_device_capability()
-    assert backend_name(q, True) == f"flash:fwd_hdim64_bf16_causal:sm_{major}{minor}"
-    assert backend_name(q, False) == f"flash:fwd_hdim64_bf16:sm_{major}{minor}"
+    hopper = (major, minor) == (9, 0) and not os.environ.get(SWITCHES_ENV)
+    path = "_sm90" if hopper else ""
+    assert backend_name(q, True) == f"flash:fwd_hdim64_bf16_causal{path}:sm_{major}{minor}"
+    assert backend_name(q, False) == f"flash:fwd_hdim64_bf16{path}:sm_{major}{minor}"
 
 
 @pytest.mark.parametrize(

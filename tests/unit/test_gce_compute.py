@@ -308,9 +308,10 @@ def test_backend_machine_state_after_guest_power_off():
     with FakeComputeServer() as server:
         backend = GceBackend(config_for(server), poll_seconds=0.05)
         spec = make_spec()
-        # GCE serves serial output only while the VM runs: the script stays up a moment.
+        # GCE serves serial output only while the VM runs: the script stays up a moment (3 s:
+        # 1 s was too short for the follower on a loaded 2-core machine).
         placement = backend.start(
-            spec, "#!/bin/bash\necho line one\nprintf 'no newline'\nsleep 1\nshutdown -h now\n", ""
+            spec, "#!/bin/bash\necho line one\nprintf 'no newline'\nsleep 3\nshutdown -h now\n", ""
         )
         lines = list(backend.log_lines(spec.run_id, placement, follow=True))
         assert backend.machine_state(spec.run_id, placement) == "TERMINATED"

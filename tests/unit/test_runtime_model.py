@@ -58,8 +58,8 @@ def test_the_benchmark_phase_grows_with_the_plan():
 
 
 def test_an_unmodelled_gpu_is_a_config_error():
-    with pytest.raises(ConfigError, match="no runtime model for nvidia-tesla-t4"):
-        runtime_model.model_phases(default_plan(), "gce", "nvidia-tesla-t4")
+    with pytest.raises(ConfigError, match="no runtime model for nvidia-tesla-v100"):
+        runtime_model.model_phases(default_plan(), "gce", "nvidia-tesla-v100")
 
 
 def test_past_runs_replace_only_the_phases_they_recorded():

@@ -101,6 +101,7 @@ def test_the_record_carries_every_field_the_spec_and_record_share(ctx):
     record = RunRecord(**spec.record_fields(), state="launching")
     shared = {f.name for f in fields(RunRecord)} & set(type(spec).model_fields)
     assert shared >= {"run_id", "backend", "budget_usd", "max_run_seconds", "spot"}
-    for name in shared - {"plan", "created_at"}:
+    for name in shared - {"plan", "created_at", "sweep_id"}:
         assert getattr(record, name) == getattr(spec, name), name
     assert (record.plan, record.created) == ("cpu-smoke", spec.created_at)
+    assert record.sweep_id == ""  # no sweep: the registry's empty text, not None

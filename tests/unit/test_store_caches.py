@@ -10,6 +10,7 @@ import json
 import shutil
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -163,26 +164,43 @@ FAKE_BUILD = textwrap.dedent(
 )
 
 
+def fake_kernel_payload(tmp: Path, compute_cap: str) -> str:
+    """A payload whose kernel build is FAKE_BUILD (the support check is the real one), on a
+    GPU whose nvidia-smi reports `compute_cap`; returns the shell line running phase_build."""
+    package = tmp / "payload" / "kernels" / "flash_attention"
+    package.mkdir(parents=True, exist_ok=True)
+    (tmp / "payload" / "kernels" / "__init__.py").write_text("")
+    support = Path(__file__).parents[2] / "kernels" / "support.py"
+    (tmp / "payload" / "kernels" / "support.py").write_text(support.read_text())
+    (package / "__init__.py").write_text("")
+    (package / "build.py").write_text(FAKE_BUILD)
+    (tmp / "python.path").write_text(sys.executable)
+    nvidia_smi = tmp / "bin" / "nvidia-smi"  # the vm fixture's stubs are first on PATH
+    nvidia_smi.write_text(f'#!/bin/bash\n[[ "$*" == *compute_cap* ]] && echo {compute_cap}\n')
+    nvidia_smi.chmod(0o755)
+    return (
+        f"export COMPILES={tmp}/compiles; payload_python() {{ cat {tmp}/python.path; }}; "
+        "export -f payload_python; export BENCH_KERNEL_CACHE=$WORK_DIR/kernels-$RANDOM; "
+        "phase_build"
+    )
+
+
+def test_a_gpu_older_than_the_kernel_builds_nothing_and_is_not_an_error(cache_vm):
+    # A T4 (sm_75): the baselines still run; the build phase says why flash will not.
+    tmp = cache_vm.tmp_path
+    result = cache_vm(fake_kernel_payload(tmp, "7.5"))
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "build: flash: unsupported on sm_75" in result.stdout
+    assert not (tmp / "compiles").exists() and not (tmp / "build.json").exists()
+
+
 def test_kernel_build_cache_skips_the_build_and_rebuilds_a_corrupt_one(
     cache_vm,
     gcs_server,  # noqa: F811
     gcs_bucket,  # noqa: F811
 ):
     tmp = cache_vm.tmp_path
-    package = tmp / "payload" / "kernels" / "flash_attention"
-    package.mkdir(parents=True)
-    (tmp / "payload" / "kernels" / "__init__.py").write_text("")
-    (package / "__init__.py").write_text("")
-    (package / "build.py").write_text(FAKE_BUILD)
-    (tmp / "python.path").write_text(sys.executable)
-    nvidia_smi = tmp / "bin" / "nvidia-smi"  # the vm fixture's stubs are first on PATH
-    nvidia_smi.write_text('#!/bin/bash\n[[ "$*" == *compute_cap* ]] && echo 8.9\n')
-    nvidia_smi.chmod(0o755)
-    build = (
-        f"export COMPILES={tmp}/compiles; payload_python() {{ cat {tmp}/python.path; }}; "
-        "export -f payload_python; export BENCH_KERNEL_CACHE=$WORK_DIR/kernels-$RANDOM; "
-        "phase_build"
-    )
+    build = fake_kernel_payload(tmp, "8.9")
 
     def compiles() -> int:
         path = tmp / "compiles"

@@ -23,13 +23,11 @@ typedef struct FlashFwdParams {
     float scale;  // softmax scale applied to q.k
 } FlashFwdParams;
 
-enum FlashDtype { FLASH_FP16 = 0, FLASH_BF16 = 1 };
-
 // Error codes beyond cudaError_t's range.
 enum { FLASH_ERR_UNSUPPORTED = 10000, FLASH_ERR_BAD_PARAMS = 10001 };
 
 // Runs the forward pass on `stream` (a cudaStream_t; NULL is the legacy default stream).
-// Returns 0 or an error code; flash_error_string(code) says what it means.
+// dtype is a FlashDtype code (flash_dtypes.h, generated from the binding's dtype table). Returns 0 or an error code; flash_error_string(code) says what it means.
 int flash_attention_fwd(const FlashFwdParams* params, int dtype, int causal, void* stream);
 const char* flash_error_string(int code);
 

@@ -1,12 +1,12 @@
-// Host-side launcher template; each generated unit instantiates one (dtype, head dim, causal).
+// Host-side launcher of the sm_80 kernel; each generated unit instantiates one (dtype, head
+// dim, causal).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "flash_fwd_kernel.cuh"
+#include "switches.h"
 
 namespace flash {
 
@@ -24,42 +24,37 @@ enum class Variant {
     kCompact,
 };
 
-template <int HeadDim, Variant V>
-struct VariantConfig;
-template <int HeadDim>
-struct VariantConfig<HeadDim, Variant::kWide> {
-    using type = FwdConfig<HeadDim, 2, HeadDim == 64 ? 128 : 64, 2>;
+template <typename Elem, int HeadDim, Variant V>
+struct VariantTraits;
+template <typename Elem, int HeadDim>
+struct VariantTraits<Elem, HeadDim, Variant::kWide> {
+    using type = FwdTraits<Elem, HeadDim, 2, HeadDim == 64 ? 128 : 64, 2>;
 };
-template <>
-struct VariantConfig<64, Variant::kCompact> {
-    using type = FwdConfig<64, 2, 64, 2>;
+template <typename Elem>
+struct VariantTraits<Elem, 64, Variant::kCompact> {
+    using type = FwdTraits<Elem, 64, 2, 64, 2>;
 };
-template <>
-struct VariantConfig<128, Variant::kCompact> {
-    using type = FwdConfig<128, 1, 64, 1>;
+template <typename Elem>
+struct VariantTraits<Elem, 128, Variant::kCompact> {
+    using type = FwdTraits<Elem, 128, 1, 64, 1>;
 };
 
 // 100 KB per SM and 1 KB reserved per block on sm_86/sm_89: two compact blocks must fit.
-static_assert(2 * (VariantConfig<64, Variant::kCompact>::type::kSmemBytes + 1024) <= 100 * 1024);
-static_assert(2 * (VariantConfig<128, Variant::kCompact>::type::kSmemBytes + 1024) <= 100 * 1024);
+static_assert(2 * (VariantTraits<__half, 64, Variant::kCompact>::type::kSmemBytes + 1024) <=
+              100 * 1024);
+static_assert(2 * (VariantTraits<__half, 128, Variant::kCompact>::type::kSmemBytes + 1024) <=
+              100 * 1024);
 
 // What the launcher decided for one device, once.
 struct DeviceChoice {
     bool decided = false;
     Variant variant = Variant::kCompact;
-    // BENCH_FLASH_SMEM_PER_SM emulates an SM with that much shared memory (bytes): the
-    // variant is chosen as for that GPU, and every launch asks for enough padding that this
-    // GPU fits no more blocks per SM than the emulated one would. 0: no emulation.
-    int emulated_smem_per_sm = 0;
+    // FLASH_EMULATE_SMEM_PER_SM (switches.h): the variant is chosen as for that GPU, and every
+    // launch asks for enough padding that this GPU fits no more blocks per SM than the
+    // emulated one would. 0: no emulation.
+    int emulated_smem_per_sm = FLASH_EMULATE_SMEM_PER_SM;
     int smem_per_sm = 0, reserved_per_block = 0, max_per_block = 0;
 };
-
-inline bool parse_variant(const char* name, Variant* out) {
-    if (strcmp(name, "wide") == 0) *out = Variant::kWide;
-    else if (strcmp(name, "compact") == 0) *out = Variant::kCompact;
-    else return false;
-    return true;
-}
 
 // Blocks of `smem_bytes` that fit an SM of `per_sm` bytes, each block also costing the
 // reserved per-block shared memory.
@@ -78,16 +73,15 @@ const DeviceChoice& choice_for(int device) {
                                device);
         cudaDeviceGetAttribute(&c.max_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                device);
-        const char* emulate = getenv("BENCH_FLASH_SMEM_PER_SM");
-        if (emulate != nullptr && atoi(emulate) > 0) c.emulated_smem_per_sm = atoi(emulate);
         const int per_sm = c.emulated_smem_per_sm > 0 ? c.emulated_smem_per_sm : c.smem_per_sm;
-        constexpr int kWideBytes = VariantConfig<HeadDim, Variant::kWide>::type::kSmemBytes;
+        // Both element types have the same shapes: one of them decides.
+        constexpr int kWideBytes =
+            VariantTraits<__half, HeadDim, Variant::kWide>::type::kSmemBytes;
         c.variant = blocks_fitting(per_sm, kWideBytes, c.reserved_per_block) >= 2
                         ? Variant::kWide
                         : Variant::kCompact;
-        // BENCH_FLASH_VARIANT=wide|compact overrides the choice, for measurement.
-        const char* forced = getenv("BENCH_FLASH_VARIANT");
-        if (forced != nullptr) parse_variant(forced, &c.variant);
+        if (FLASH_FORCE_VARIANT == 1) c.variant = Variant::kWide;
+        if (FLASH_FORCE_VARIANT == 2) c.variant = Variant::kCompact;
         c.decided = true;
     }
     return c;
@@ -105,11 +99,11 @@ inline int launch_smem_bytes(const DeviceChoice& c, int smem_bytes) {
     return padded < smem_bytes ? smem_bytes : (padded > c.max_per_block ? c.max_per_block : padded);
 }
 
-template <typename Elem, int HeadDim, bool Causal, typename Cfg>
+template <typename T, bool Causal>
 int launch_with(const FlashFwdParams& params, cudaStream_t stream, int device,
                 const DeviceChoice& choice) {
-    auto kernel = flash_fwd_kernel<Elem, HeadDim, Causal, Cfg>;
-    const int smem = launch_smem_bytes(choice, Cfg::kSmemBytes);
+    auto kernel = flash_fwd_kernel<T, Causal>;
+    const int smem = launch_smem_bytes(choice, T::kSmemBytes);
     if (smem == 0) return FLASH_ERR_UNSUPPORTED;
     // More than 48 KB of dynamic shared memory must be opted into, once per device.
     static int opted_in[kMaxDevices] = {};
@@ -119,19 +113,18 @@ int launch_with(const FlashFwdParams& params, cudaStream_t stream, int device,
         if (err != cudaSuccess) return err;
         opted_in[device] = smem;
         if (choice.emulated_smem_per_sm > 0) {
-            // Emulation is a measurement mode: say once what occupancy it produced.
+            // Emulation is a measurement build: say once what occupancy it produced.
             int blocks = 0;
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Cfg::kThreads, smem);
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, T::kThreads, smem);
             fprintf(stderr,
                     "flash: D=%d causal=%d block %dx%d stages=%d smem %d B padded to %d B: "
                     "%d blocks/SM\n",
-                    HeadDim, int(Causal), Cfg::kBlockM, Cfg::kBlockN, Cfg::kStages,
-                    Cfg::kSmemBytes, smem, blocks);
+                    T::kHeadDim, int(Causal), T::kBlockM, T::kBlockN, T::kStages, T::kSmemBytes,
+                    smem, blocks);
         }
     }
-    const dim3 grid((params.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, params.heads,
-                    params.batch);
-    kernel<<<grid, Cfg::kThreads, smem, stream>>>(params);
+    const dim3 grid((params.seqlen_q + T::kBlockM - 1) / T::kBlockM, params.heads, params.batch);
+    kernel<<<grid, T::kThreads, smem, stream>>>(params);
     return cudaGetLastError();
 }
 
@@ -143,11 +136,9 @@ int launch_fwd(const FlashFwdParams& params, cudaStream_t stream) {
     if (device >= kMaxDevices) return FLASH_ERR_UNSUPPORTED;
     const DeviceChoice& choice = choice_for<HeadDim>(device);
     if (choice.variant == Variant::kWide)
-        return launch_with<Elem, HeadDim, Causal,
-                           typename VariantConfig<HeadDim, Variant::kWide>::type>(
+        return launch_with<typename VariantTraits<Elem, HeadDim, Variant::kWide>::type, Causal>(
             params, stream, device, choice);
-    return launch_with<Elem, HeadDim, Causal,
-                       typename VariantConfig<HeadDim, Variant::kCompact>::type>(
+    return launch_with<typename VariantTraits<Elem, HeadDim, Variant::kCompact>::type, Causal>(
         params, stream, device, choice);
 }
 

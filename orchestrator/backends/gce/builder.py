@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 MANAGED_LABEL = "bench-managed"
 RUN_LABEL = "bench-run"
 OWNER_LABEL = "bench-owner"
+SWEEP_LABEL = "bench-sweep"
 
 # The VM reads its payload and writes results: object storage. With the dedicated account
 # that `bench setup` creates it may also delete itself, which needs the compute scope as
@@ -83,10 +84,11 @@ def managed_filter() -> str:
     return label_filter(MANAGED_LABEL, "true")
 
 
-def run_labels(run_id: str, owner: str) -> dict[str, str]:
-    return validate_labels(
-        {MANAGED_LABEL: "true", RUN_LABEL: run_id, OWNER_LABEL: sanitize_label_value(owner)}
-    )
+def run_labels(run_id: str, owner: str, sweep_id: str | None = None) -> dict[str, str]:
+    labels = {MANAGED_LABEL: "true", RUN_LABEL: run_id, OWNER_LABEL: sanitize_label_value(owner)}
+    if sweep_id:
+        labels[SWEEP_LABEL] = sweep_id
+    return validate_labels(labels)
 
 
 def _require_name(kind: str, name: str) -> None:
@@ -125,7 +127,7 @@ def build_instance(
     _require_name("image family", config.image_family)
     _check_script("startup-script", startup_script)
     _check_script("shutdown-script", shutdown_script)
-    labels = run_labels(spec.run_id, spec.owner)
+    labels = run_labels(spec.run_id, spec.owner, spec.sweep_id)
 
     scheduling = compute_v1.Scheduling(
         provisioning_model="SPOT" if spot else "STANDARD",

@@ -2,8 +2,8 @@
 with the fix, built from what Compute and Storage answered (`bench doctor` and launch's
 cheap checks make the calls), so every verdict and its wording is unit-tested offline.
 
-GPU checks take a list of `GpuShape`s so that several GPU types can be checked together
-later; today the configured machine and accelerator are the only shape.
+GPU checks take a list of `GpuShape`s: the configured machine, or each GPU type of a
+sweep (`doctor --gpu`).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def region_quota_check(
 
 def global_quota_check(quotas: dict[str, float], shapes: list[GpuShape]) -> Check:
     limit = quotas.get(GLOBAL_GPU_QUOTA, 0.0)
-    needed = max(shape.count for shape in shapes)
+    needed = sum(shape.count for shape in shapes)  # a sweep runs them all at once
     if limit < needed:
         return Check(
             GLOBAL_GPU_QUOTA,

@@ -1,12 +1,13 @@
 """Developer benchmark of the kernel against SDPA (not the bench harness; no pydantic needed).
 
-Grid of FlashAttention's own benchmarks: B*S = 16k tokens, H*D = 2048, S 512..8192.
+Grid of FlashAttention's own benchmarks: B*S = 16k tokens, H*D = 2048, S 512..16384.
 CUDA events around each call, 256 MB L2 flush before each, median of --reps after warmup.
 
-    python -m kernels.flash_attention.devbench [--reps 30] [--json out.json]
+    PYTHONPATH=. python3 tools/flash_attention/bench.py [--reps 30] [--json out.json]
+    PYTHONPATH=. python3 tools/flash_attention/bench.py --l4     # the L4 path, emulated
 
-The kernel variant follows the launcher's environment (BENCH_FLASH_VARIANT,
-BENCH_FLASH_SMEM_PER_SM: see NOTES.md); the JSON records it.
+Measurement switches (--variant, --emulate-smem-per-sm, --l4, --sm80) build a library with
+the matching -D flags (csrc/switches.h); the JSON records them. One configuration per process.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import statistics
 import time
 from functools import partial
@@ -23,22 +23,28 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kernels.flash_attention import flash_attention
+from kernels.flash_attention import build, flash_attention, load_library
 
-SEQLENS = (512, 1024, 2048, 4096, 8192)
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+L4_SMEM_PER_SM = 102400  # the L4's shared memory per SM (sm_89: 100 KB)
+VARIANTS = {"auto": 0, "wide": 1, "compact": 2}
 TOKENS, HIDDEN = 16384, 2048
 
 
-def _sdpa_flash(q, k, v, causal):
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+def _sdpa_with(backend):
+    def run(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run
 
 
 IMPLS = {
     "flash": lambda q, k, v, c: flash_attention(q, k, v, causal=c),
-    "sdpa-flash": _sdpa_flash,
-    "sdpa": lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c),
+    "sdpa-flash": _sdpa_with(SDPBackend.FLASH_ATTENTION),
+    "sdpa-cudnn": _sdpa_with(SDPBackend.CUDNN_ATTENTION),
 }
+PEERS = (("sdpa-flash", "vs_flash"), ("sdpa-cudnn", "vs_cudnn"))
 
 
 def median_ms(fn, flush: torch.Tensor, reps: int, warmup: int = 5) -> float:
@@ -82,7 +88,22 @@ def main() -> None:
     parser.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     parser.add_argument("--head-dims", default="64,128")
     parser.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset")
+    parser.add_argument("--variant", choices=VARIANTS, default="auto", help="sm_80 kernel shape")
+    parser.add_argument("--emulate-smem-per-sm", type=int, default=0, metavar="BYTES")
+    parser.add_argument(
+        "--l4", action="store_true", help=f"= --emulate-smem-per-sm {L4_SMEM_PER_SM} --sm80"
+    )
+    parser.add_argument("--sm80", action="store_true", help="no Hopper path on sm_90")
+    parser.add_argument("--define", action="append", default=[], metavar="NAME=INT")
     args = parser.parse_args()
+    defines = {
+        "FLASH_FORCE_VARIANT": VARIANTS[args.variant],
+        "FLASH_EMULATE_SMEM_PER_SM": L4_SMEM_PER_SM if args.l4 else args.emulate_smem_per_sm,
+        "FLASH_DISABLE_SM90": int(args.sm80 or args.l4),
+    }
+    defines = {name: value for name, value in defines.items() if value}
+    defines.update(build.parse_defines(args.define))
+    record = load_library(defines=defines).record
     impls = {name: IMPLS[name] for name in args.impls.split(",")}
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     rows = []
@@ -106,7 +127,7 @@ def main() -> None:
         for name, impl in impls.items():
             ms = median_ms(partial(impl, q, k, v, causal), flush, args.reps)
             row[name] = round(tflops(batch, heads, seqlen, head_dim, causal, ms), 1)
-        for peer, key in (("sdpa-flash", "vs_flash"), ("sdpa", "vs_sdpa")):
+        for peer, key in PEERS:
             if "flash" in row and peer in row:
                 row[key] = round(row["flash"] / row[peer], 2)
         rows.append(row)
@@ -114,18 +135,19 @@ def main() -> None:
     overhead = host_overhead_us()
     if args.json:
         with open(args.json, "w") as f:
-            env = {k: v for k, v in os.environ.items() if k.startswith("BENCH_FLASH_")}
-            json.dump({"rows": rows, "host_overhead_us": overhead, "env": env}, f, indent=1)
+            meta = {"defines": record["defines"], "arch": record["arch"]}
+            json.dump({"rows": rows, "host_overhead_us": overhead, **meta}, f, indent=1)
     print(f"\nhost path per eager call: {overhead:.1f} us")
     print(
-        f"{'dtype':9}{'D':>4}{'causal':>7}{'S':>6}{'flash':>8}{'sdpa-fl':>8}{'sdpa':>8}"
-        f"{'x fl':>6}{'x sdpa':>7}   (TFLOP/s)"
+        f"{'dtype':9}{'D':>4}{'causal':>7}{'S':>6}{'flash':>8}{'sdpa-fl':>8}{'cudnn':>8}"
+        f"{'x fl':>6}{'x cudnn':>8}   (TFLOP/s) defines={record['defines']}"
     )
     for r in rows:
-        cells = [r.get(key, "-") for key in ("flash", "sdpa-flash", "sdpa", "vs_flash", "vs_sdpa")]
+        keys = ("flash", "sdpa-flash", "sdpa-cudnn", "vs_flash", "vs_cudnn")
+        cells = [r.get(key, "-") for key in keys]
         print(
             f"{r['dtype']:9}{r['D']:>4}{r['causal']!s:>7}{r['S']:>6}{cells[0]:>8}{cells[1]:>8}"
-            f"{cells[2]:>8}{cells[3]:>6}{cells[4]:>7}"
+            f"{cells[2]:>8}{cells[3]:>6}{cells[4]:>8}"
         )
 
 

@@ -1,0 +1,437 @@
+// FlashAttention-3 style forward kernel for Hopper (sm_90a): TMA, mbarriers, wgmma.
+//
+// Blocks walk the (query block, head, batch) tiles: a persistent grid of one block per SM when
+// not causal, one block per tile when causal (flash_fwd_launch_sm90.cuh says why). A block is
+// three warpgroups. Warpgroup 0 is the producer: one of its threads streams each tile's Q
+// and its K, V tiles of kBlockN keys into a ring of kStages shared-memory buffers with TMA,
+// each buffer guarded by a "full" mbarrier (TMA bytes landed) and an "empty" one (every
+// consumer warp is done with it); Q has its own pair, so the next tile's Q and first K/V
+// tiles load while the consumers finish the current one. Warpgroups 1 and 2 are consumers of
+// 64 rows each: S = Q K^T with both operands in shared memory (wgmma, K-major), masking and
+// the online softmax in registers (mask.h and softmax.h, as in the sm_80 kernel: the wgmma
+// accumulator holds the same m16n8 fragments, one m16 tile per warp), then O += P V with P
+// from registers and V transposed from shared memory. The producer gives its registers to
+// the consumers (setmaxnreg); each consumer overlaps its softmax with its own next S = Q K^T,
+// and the two take turns issuing MMAs so that one's softmax runs under the other's MMAs.
+#pragma once
+
+#include <stdint.h>
+
+#include "flash_api.h"
+#include "mask.h"
+#include "sm90_utils.h"
+#include "softmax.h"
+#include "utils.h"
+
+namespace flash {
+
+template <typename Elem_, int HeadDim, int BlockN, int Stages>
+struct Sm90Traits {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = HeadDim;
+    static constexpr int kConsumerWarpgroups = 2;
+    static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);  // + the producer
+    static constexpr int kBlockM = 64 * kConsumerWarpgroups;
+    static constexpr int kBlockN = BlockN;
+    static constexpr int kStages = Stages;
+    // mask.h and softmax.h see each consumer warp as the owner of one m16 tile.
+    static constexpr int kMTiles = 1;
+    static constexpr int kWarps = 4 * kConsumerWarpgroups;  // consumer warps
+    static constexpr int kNTiles = BlockN / 8;
+    static constexpr int kDTiles = HeadDim / 8;
+    static constexpr int kKSteps = HeadDim / 16;
+    // Tiles are stored as column blocks of 64 elements (128-byte rows, TMA's 128-byte swizzle
+    // limit): a row r, column c element lives in block c / 64 at row r.
+    static constexpr int kColBlocks = HeadDim / 64;
+    static constexpr int kRowBytes = 128;
+    static constexpr int kQBytes = kBlockM * HeadDim * 2;
+    static constexpr int kTileBytes = BlockN * HeadDim * 2;  // one K or V tile
+    // Q, O staging, the K and V rings, + 1 KB to align the buffers to the 1024-byte atom.
+    static constexpr int kSmemBytes = 2 * kQBytes + 2 * Stages * kTileBytes + 1024;
+    // 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 registers.
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+    static_assert(sizeof(Elem) == 2 && HeadDim % 64 == 0 && BlockN % 16 == 0);
+    static_assert(BlockN <= 256 && HeadDim <= 256, "wgmma N and TMA box limits");
+
+    static __device__ __forceinline__ int tile_row(int mt, int warp) {
+        return (mt * kWarps + warp) * 16;
+    }
+};
+
+// Shared-memory layout and pipeline barriers of one block.
+template <typename T>
+struct Sm90Smem {
+    uint32_t base;     // shared address of the 1024-aligned buffers
+    uint8_t* generic;  // the same, as a generic pointer
+    uint64_t* bars;    // full_q, empty_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
+    static constexpr int kBarriers = 2 + 4 * T::kStages;
+
+    __device__ __forceinline__ uint32_t q() const { return base; }
+    __device__ __forceinline__ uint32_t o() const { return base + T::kQBytes; }
+    __device__ __forceinline__ uint8_t* o_generic() const { return generic + T::kQBytes; }
+    __device__ __forceinline__ uint32_t k(int s) const {
+        return base + 2 * T::kQBytes + s * T::kTileBytes;
+    }
+    __device__ __forceinline__ uint32_t v(int s) const {
+        return base + 2 * T::kQBytes + (T::kStages + s) * T::kTileBytes;
+    }
+    __device__ __forceinline__ uint32_t bar(int i) const { return smem_u32(bars + i); }
+    __device__ __forceinline__ uint32_t full_q() const { return bar(0); }
+    __device__ __forceinline__ uint32_t empty_q() const { return bar(1); }
+    __device__ __forceinline__ uint32_t full_k(int s) const { return bar(2 + s); }
+    __device__ __forceinline__ uint32_t full_v(int s) const { return bar(2 + T::kStages + s); }
+    __device__ __forceinline__ uint32_t empty_k(int s) const { return bar(2 + 2 * T::kStages + s); }
+    __device__ __forceinline__ uint32_t empty_v(int s) const { return bar(2 + 3 * T::kStages + s); }
+    // Byte offset of 16-byte chunk `chunk` (of 8 per 128-byte row) of row r in a column
+    // block: the 128-byte swizzle TMA applies (chunk ^ (r % 8)).
+    static __device__ __forceinline__ int swizzled_offset(int r, int chunk) {
+        return r * T::kRowBytes + ((chunk ^ (r & 7)) << 4);
+    }
+};
+
+// The schedule: block b takes tiles b, b + G, b + 2G, ... for a grid of G blocks. The query
+// block is the fastest index, so the blocks running at once share a few heads' K and V in L2
+// (with the head fastest they would stream one head each: 8x the DRAM traffic at S = 1024,
+// measured 0.6x at D = 128). Causal tiles run each head's heaviest query blocks (the last
+// ones, which see the most keys) first.
+struct Tile {
+    int m_block, head, batch, n_blocks;
+};
+template <typename T, bool Causal>
+__device__ __forceinline__ Tile tile_at(const FlashFwdParams& p, int t) {
+    const int m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+    const int m = t % m_blocks, hb = t / m_blocks;
+    Tile tile;
+    tile.m_block = Causal ? m_blocks - 1 - m : m;
+    tile.head = hb % p.heads;
+    tile.batch = hb / p.heads;
+    // Keys at or past n_end are visible to no row of the tile (bottom-right causal alignment).
+    int n_end = p.seqlen_k;
+    if (Causal) n_end = min(n_end, (tile.m_block + 1) * T::kBlockM + p.seqlen_k - p.seqlen_q);
+    tile.n_blocks = n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0;
+    return tile;
+}
+template <typename T>
+__device__ __forceinline__ int tile_count(const FlashFwdParams& p) {
+    return (p.seqlen_q + T::kBlockM - 1) / T::kBlockM * p.heads * p.batch;
+}
+
+// Position in the K/V ring, carried across tiles: stage and the parity of its use.
+struct RingPosition {
+    int count = 0;
+    template <int Stages>
+    __device__ __forceinline__ int stage(int j) const { return (count + j) % Stages; }
+    template <int Stages>
+    __device__ __forceinline__ uint32_t phase(int j) const {
+        return uint32_t(((count + j) / Stages) & 1);
+    }
+};
+
+// One thread streams each tile's Q, then its K_j and V_j into the ring; a buffer is refilled
+// once all consumer warps have released it. A fresh barrier counts as having completed the
+// phase before its first, so the first pass over each buffer does not wait.
+template <typename T, bool Causal>
+__device__ __forceinline__ void produce(const FlashFwdParams& p, const Sm90Smem<T>& sm,
+                                        const CUtensorMap* tma_q, const CUtensorMap* tma_k,
+                                        const CUtensorMap* tma_v) {
+    constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kKVBlockBytes = T::kBlockN * T::kRowBytes;
+    constexpr int S = T::kStages;
+    RingPosition ring;
+    int q_loads = 0;
+    for (int t = blockIdx.x; t < tile_count<T>(p); t += gridDim.x) {
+        const Tile tile = tile_at<T, Causal>(p, t);
+        if (tile.n_blocks == 0) continue;
+        sm90::mbarrier_wait(sm.empty_q(), (q_loads & 1) ^ 1);
+        sm90::mbarrier_arrive_expect_tx(sm.full_q(), T::kQBytes);
+#pragma unroll
+        for (int cb = 0; cb < T::kColBlocks; ++cb)
+            sm90::tma_load_4d(sm.q() + cb * kQBlockBytes, tma_q, sm.full_q(), cb * 64,
+                              tile.m_block * T::kBlockM, tile.head, tile.batch);
+        ++q_loads;
+        // Rows j * kBlockN .. of K or V into `buffer` once `empty` allows, landing on `full`.
+        auto load_kv = [&](uint32_t buffer, const CUtensorMap* map, uint32_t full, uint32_t empty,
+                           uint32_t phase, int j) {
+            sm90::mbarrier_wait(empty, phase ^ 1);
+            sm90::mbarrier_arrive_expect_tx(full, T::kTileBytes);
+#pragma unroll
+            for (int cb = 0; cb < T::kColBlocks; ++cb)
+                sm90::tma_load_4d(buffer + cb * kKVBlockBytes, map, full, cb * 64,
+                                  j * T::kBlockN, tile.head, tile.batch);
+        };
+        for (int j = 0; j < tile.n_blocks; ++j) {
+            const int stage = ring.stage<S>(j);
+            const uint32_t phase = ring.phase<S>(j);
+            load_kv(sm.k(stage), tma_k, sm.full_k(stage), sm.empty_k(stage), phase, j);
+            load_kv(sm.v(stage), tma_v, sm.full_v(stage), sm.empty_v(stage), phase, j);
+        }
+        ring.count += tile.n_blocks;
+    }
+}
+
+// S = Q K_j^T for this consumer warpgroup's 64 rows (scale_d = 0 on the first k-step).
+template <typename T>
+__device__ __forceinline__ void qk_wgmma(float (&s)[T::kNTiles][4], const Sm90Smem<T>& sm,
+                                         int stage, int consumer_wg) {
+    constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kKVBlockBytes = T::kBlockN * T::kRowBytes;
+    const uint32_t q_rows = sm.q() + consumer_wg * 64 * T::kRowBytes;
+#pragma unroll
+    for (int ks = 0; ks < T::kKSteps; ++ks) {
+        // 16 columns = 32 bytes per k-step, four k-steps per 128-byte column block.
+        const int cb = ks / 4, in_row = (ks % 4) * 32;
+        const uint64_t desc_q = sm90::smem_descriptor(q_rows + cb * kQBlockBytes + in_row, 0);
+        const uint64_t desc_k = sm90::smem_descriptor(sm.k(stage) + cb * kKVBlockBytes + in_row, 0);
+        sm90::wgmma_ss<typename T::Elem>(s, desc_q, desc_k, ks > 0);
+    }
+}
+
+// P (probabilities, fp32 C fragments) as the 16-bit A fragments of P V, one per 16 keys.
+template <typename T>
+__device__ __forceinline__ void pack_probabilities(uint32_t (&pa)[T::kBlockN / 16][4],
+                                                   const float (&p)[T::kNTiles][4]) {
+    using Elem = typename T::Elem;
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+        pa[kk][0] = Mma<Elem>::pack(p[2 * kk][0], p[2 * kk][1]);
+        pa[kk][1] = Mma<Elem>::pack(p[2 * kk][2], p[2 * kk][3]);
+        pa[kk][2] = Mma<Elem>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+        pa[kk][3] = Mma<Elem>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+    }
+}
+
+// O += P V_j. P is packed before the wgmma fence: registers written between the fence and a
+// wgmma that reads them make ptxas insert a fence before every wgmma (warning C7519).
+template <typename T>
+__device__ __forceinline__ void pv_wgmma(float (&o_acc)[T::kDTiles][4],
+                                         const uint32_t (&pa)[T::kBlockN / 16][4],
+                                         const Sm90Smem<T>& sm, int stage) {
+    // MN-major V: 16 keys = 16 rows of 128 bytes per k-step; the next 64 columns of the head
+    // dim are the next column block (the descriptor's leading offset).
+    constexpr uint32_t kColBlockBytes = T::kBlockN * T::kRowBytes;
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+        const uint64_t desc_v =
+            sm90::smem_descriptor(sm.v(stage) + kk * 16 * T::kRowBytes, kColBlockBytes);
+        sm90::wgmma_rs<typename T::Elem>(o_acc, pa[kk], desc_v, 1);
+    }
+}
+
+// Normalizes O, writes lse, and stages O in this warpgroup's own rows of the O buffer (the
+// other warpgroup never touches them) for 16-byte coalesced global stores.
+template <typename T>
+__device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
+                                                  const OnlineSoftmax<1>& softmax,
+                                                  const Sm90Smem<T>& sm, typename T::Elem* o,
+                                                  int64_t o_row_stride, float* lse, int m0,
+                                                  int seqlen_q, int consumer_warp, int lane) {
+    using Elem = typename T::Elem;
+    constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes;
+    uint8_t* sq = sm.o_generic();
+    const int consumer_wg = consumer_warp / 4, wg_tid = (consumer_warp % 4) * 32 + lane;
+    // Every warp of the warpgroup is done reading the previous tile's staged rows.
+    sm90::named_barrier_sync(1 + consumer_wg, 128);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float sum = softmax.total(0, h);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int r = consumer_warp * 16 + lane / 4 + h * 8;
+        if (lane % 4 == 0 && m0 + r < seqlen_q) lse[m0 + r] = softmax.lse(0, h, sum);
+#pragma unroll
+        for (int t = 0; t < T::kDTiles; ++t) {
+            const int offset = (t / 8) * kQBlockBytes + Sm90Smem<T>::swizzled_offset(r, t % 8);
+            *reinterpret_cast<uint32_t*>(sq + offset + (lane % 4) * 4) =
+                Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
+        }
+    }
+    sm90::named_barrier_sync(1 + consumer_wg, 128);
+    constexpr int kChunks = T::kHeadDim / 8;
+#pragma unroll
+    for (int i = 0; i < 64 * kChunks / 128; ++i) {
+        const int idx = i * 128 + wg_tid;
+        const int r = consumer_wg * 64 + idx / kChunks, c = idx % kChunks;
+        if (m0 + r < seqlen_q) {
+            const int offset = (c / 8) * kQBlockBytes + Sm90Smem<T>::swizzled_offset(r, c % 8);
+            *reinterpret_cast<uint4*>(o + (int64_t)(m0 + r) * o_row_stride + c * 8) =
+                *reinterpret_cast<const uint4*>(sq + offset);
+        }
+    }
+}
+
+// Turn-taking of the two consumer warpgroups over MMA issue ("pingpong"): a warpgroup issues
+// its MMAs when the other has issued its own, so that one's softmax runs under the other's
+// MMAs (NOTES.md, h2). Hardware barriers 3 and 4 (1 and 2 are per warpgroup). Both
+// warpgroups take the same number of turns; warpgroup 1 passes one turn more than warpgroup
+// 0 takes (start() lets warpgroup 0 go first), which finish() absorbs.
+struct Pingpong {
+    int consumer_wg;
+    __device__ __forceinline__ void start() const {
+        if (consumer_wg == 1) sm90::named_barrier_arrive(3, 256);
+    }
+    __device__ __forceinline__ void take_turn() const {
+        sm90::named_barrier_sync(3 + consumer_wg, 256);
+    }
+    __device__ __forceinline__ void pass_turn() const {
+        sm90::named_barrier_arrive(3 + (consumer_wg ^ 1), 256);
+    }
+    __device__ __forceinline__ void finish() const {
+        if (consumer_wg == 0) sm90::named_barrier_sync(3, 256);
+    }
+};
+
+// One consumer warpgroup, one tile: its 64 query rows against every K/V tile of the tile's
+// keys, from ring position `ring`, then the output.
+template <typename T, bool Causal>
+__device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90Smem<T>& sm,
+                                             const Tile& tile, const RingPosition& ring,
+                                             uint32_t q_phase, const Pingpong& turns,
+                                             int consumer_warp, int lane) {
+    using Elem = typename T::Elem;
+    constexpr int S = T::kStages;
+    const int consumer_wg = consumer_warp / 4, n_blocks = tile.n_blocks;
+    const int m0 = tile.m_block * T::kBlockM, causal_offset = p.seqlen_k - p.seqlen_q;
+    const float scale_log2 = score_scale_log2(p.scale);
+    float o_acc[1][T::kDTiles][4];
+#pragma unroll
+    for (int t = 0; t < T::kDTiles; ++t)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) o_acc[0][t][c] = 0.f;
+    OnlineSoftmax<1> softmax;
+
+    // Masks tile j's raw scores where needed and folds them into the softmax state.
+    auto score_tile = [&](float (&s)[1][T::kNTiles][4], int j, float (&correction)[1][2]) {
+        const int n0 = j * T::kBlockN;
+        const bool tail = n0 + T::kBlockN > p.seqlen_k;
+        const bool diagonal = Causal && n0 + T::kBlockN - 1 > m0 + causal_offset;
+        if (tail || diagonal)
+            mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, consumer_warp, lane);
+        return softmax.fold(s, correction, scale_log2);
+    };
+    // K_j is free once S_j landed; after the tile's last S, so is Q.
+    auto release_k = [&](int j) {
+        if (lane == 0) {
+            sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
+            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q());
+        }
+    };
+
+    // S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued together; the softmax of tile j + 1
+    // runs while P_j V_j is in flight, and O is rescaled once it has landed (NOTES.md, h2).
+    if (n_blocks > 0) {
+        sm90::mbarrier_wait(sm.full_q(), q_phase);
+        if (p.scale < 0.f) {
+            // Fold the sign into this warpgroup's Q rows (softmax.h), then hand them to wgmma.
+            constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kRowsBytes = 64 * T::kRowBytes;
+            const int wg_tid = (consumer_warp % 4) * 32 + lane;
+#pragma unroll
+            for (int cb = 0; cb < T::kColBlocks; ++cb)
+                negate_tile<kRowsBytes / 2, 128>(
+                    reinterpret_cast<Elem*>(sm.generic + cb * kQBlockBytes + consumer_wg * kRowsBytes),
+                    wg_tid);
+            sm90::fence_proxy_async();
+            sm90::named_barrier_sync(1 + consumer_wg, 128);
+        }
+        float s[1][T::kNTiles][4], correction[1][2];
+        uint32_t pa[T::kBlockN / 16][4];
+        sm90::mbarrier_wait(sm.full_k(ring.stage<S>(0)), ring.phase<S>(0));
+        turns.take_turn();
+        sm90::wgmma_fence();
+        qk_wgmma<T>(s[0], sm, ring.stage<S>(0), consumer_wg);
+        sm90::wgmma_commit();
+        turns.pass_turn();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(s[0]);
+        release_k(0);
+        score_tile(s, 0, correction);  // o_acc is still zero: nothing to rescale
+        pack_probabilities<T>(pa, s[0]);
+        for (int j = 1; j < n_blocks; ++j) {
+            const int stage = ring.stage<S>(j), prev = ring.stage<S>(j - 1);
+            sm90::mbarrier_wait(sm.full_k(stage), ring.phase<S>(j));
+            sm90::mbarrier_wait(sm.full_v(prev), ring.phase<S>(j - 1));
+            turns.take_turn();
+            sm90::wgmma_fence();
+            qk_wgmma<T>(s[0], sm, stage, consumer_wg);
+            sm90::wgmma_commit();
+            pv_wgmma<T>(o_acc[0], pa, sm, prev);
+            sm90::wgmma_commit();
+            turns.pass_turn();
+            sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
+            sm90::fence_registers(s[0]);
+            release_k(j);
+            const bool moved = score_tile(s, j, correction);
+            sm90::wgmma_wait<0>();
+            sm90::fence_registers(o_acc[0]);
+            if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(prev));
+            if (moved) OnlineSoftmax<1>::rescale_output(o_acc, correction);
+            pack_probabilities<T>(pa, s[0]);
+        }
+        const int last = ring.stage<S>(n_blocks - 1);
+        sm90::mbarrier_wait(sm.full_v(last), ring.phase<S>(n_blocks - 1));
+        turns.take_turn();
+        sm90::wgmma_fence();
+        pv_wgmma<T>(o_acc[0], pa, sm, last);
+        sm90::wgmma_commit();
+        turns.pass_turn();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(o_acc[0]);
+        if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(last));
+    }
+
+    Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
+    float* lse = p.lse + ((int64_t)tile.batch * p.heads + tile.head) * p.seqlen_q;
+    write_output_sm90<T>(o_acc[0], softmax, sm, o, p.o_row_stride, lse, m0, p.seqlen_q,
+                         consumer_warp, lane);
+}
+
+template <typename T, bool Causal>
+__device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<T>& sm,
+                                        int consumer_warp, int lane) {
+    const Pingpong turns{consumer_warp / 4};
+    turns.start();
+    RingPosition ring;
+    int q_loads = 0;
+    for (int t = blockIdx.x; t < tile_count<T>(p); t += gridDim.x) {
+        const Tile tile = tile_at<T, Causal>(p, t);
+        consume_tile<T, Causal>(p, sm, tile, ring, q_loads & 1, turns, consumer_warp, lane);
+        ring.count += tile.n_blocks;
+        q_loads += tile.n_blocks > 0;
+    }
+    turns.finish();
+}
+
+template <typename T, bool Causal>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    flash_fwd_sm90_kernel(const FlashFwdParams p, const __grid_constant__ CUtensorMap tma_q,
+                          const __grid_constant__ CUtensorMap tma_k,
+                          const __grid_constant__ CUtensorMap tma_v) {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers];
+    Sm90Smem<T> sm;
+    const uint32_t raw = smem_u32(smem_raw);
+    sm.base = (raw + 1023) & ~1023u;
+    sm.generic = smem_raw + (sm.base - raw);
+    sm.bars = bars;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+    if (tid == 0) {
+        sm90::mbarrier_init(sm.full_q(), 1);
+        sm90::mbarrier_init(sm.empty_q(), T::kWarps);  // one arrival per consumer warp
+        for (int s = 0; s < T::kStages; ++s) {
+            sm90::mbarrier_init(sm.full_k(s), 1);
+            sm90::mbarrier_init(sm.full_v(s), 1);
+            sm90::mbarrier_init(sm.empty_k(s), T::kWarps);  // one arrival per consumer warp
+            sm90::mbarrier_init(sm.empty_v(s), T::kWarps);
+        }
+        sm90::fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (warp < 4) {
+        sm90::regs_release<T::kProducerRegs>();
+        if (warp == 0 && lane == 0) produce<T, Causal>(p, sm, &tma_q, &tma_k, &tma_v);
+    } else {
+        sm90::regs_claim<T::kConsumerRegs>();
+        consume<T, Causal>(p, sm, warp - 4, lane);
+    }
+}
+
+}  // namespace flash

@@ -1,0 +1,149 @@
+// Online softmax over K tiles, in registers, for the sm_80 kernel's mma fragments.
+#pragma once
+
+#include <float.h>
+#include <math.h>
+
+#include "utils.h"
+
+namespace flash {
+
+// The factor that turns a raw score into a base-2 exponent: |scale| * log2(e), positive and
+// normal. max(c * s) = c * max(s) holds only for c > 0, so a negative scale is folded into Q
+// (its sign flipped, exactly) and only |scale| remains; a zero factor would turn masked -inf
+// scores into NaN, and a scale under FLT_MIN weighs every score within fp32 rounding of a
+// zero scale's equal weights, which is what the clamp gives.
+__device__ __forceinline__ float score_scale_log2(float scale) {
+    return fmaxf(fabsf(scale) * kLog2e, FLT_MIN);
+}
+
+// Each thread holds two rows (lane / 4 and lane / 4 + 8) of every m-tile; the 4 threads of a
+// quad share a row, so row reductions are two xor-shuffles.
+template <int MTiles>
+struct OnlineSoftmax {
+    // Running max of the scaled scores, in log2 units (exp2 needs no further scaling), and
+    // this thread's partial row sums of exp2(score - max).
+    float row_max[MTiles][2], row_sum[MTiles][2];
+
+    __device__ __forceinline__ OnlineSoftmax() {
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) row_max[mt][h] = -INFINITY, row_sum[mt][h] = 0.f;
+    }
+
+    // Max raw score of row half h of m-tile mt over one tile (the quad shares a row).
+    template <int NTiles>
+    static __device__ __forceinline__ float tile_max(const float (&s)[MTiles][NTiles][4], int mt,
+                                                     int h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < NTiles; ++t) mx = fmaxf(mx, fmaxf(s[mt][t][2 * h], s[mt][t][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        return fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+    }
+
+    // The running max of row half h of m-tile mt once tile s is in (over scaled scores, so
+    // scale_log2 > 0 is needed), and the value its scores are shifted by: 0 while the row has
+    // seen only masked keys (max -inf), so that no inf - inf occurs.
+    template <int NTiles>
+    __device__ __forceinline__ float2 next_max(const float (&s)[MTiles][NTiles][4], int mt, int h,
+                                               float scale_log2) const {
+        const float mx = fmaxf(row_max[mt][h], tile_max(s, mt, h) * scale_log2);
+        return make_float2(mx, mx == -INFINITY ? 0.f : mx);
+    }
+
+    // s -> exp2(s * scale_log2 - m_use) for row half h of m-tile mt, summed into row_sum.
+    template <int NTiles>
+    __device__ __forceinline__ void exponentiate(float (&s)[MTiles][NTiles][4], int mt, int h,
+                                                 float m_use, float scale_log2) {
+#pragma unroll
+        for (int t = 0; t < NTiles; ++t) {
+#pragma unroll
+            for (int c = 2 * h; c < 2 * h + 2; ++c) {
+                s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_use));
+                row_sum[mt][h] += s[mt][t][c];
+            }
+        }
+    }
+
+    // Folds one tile of raw scores in: moves the maxima, rescales the sums and o_acc to them,
+    // and replaces s by the unnormalised probabilities exp2(s * scale_log2 - max).
+    template <int NTiles, int DTiles>
+    __device__ __forceinline__ void update(float (&s)[MTiles][NTiles][4],
+                                           float (&o_acc)[MTiles][DTiles][4], float scale_log2) {
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float2 m = next_max(s, mt, h, scale_log2);
+                const float mx = m.x, m_use = m.y;
+                // Once the maxima settle (after the first few tiles on most rows) the rescale
+                // multiplies by exactly 1: skip it unless a row of these 8 moved. The vote
+                // keeps the branch uniform across the warp.
+                if (__any_sync(0xffffffff, mx != row_max[mt][h])) {
+                    const float correction = fast_exp2(row_max[mt][h] - m_use);
+                    row_sum[mt][h] *= correction;
+#pragma unroll
+                    for (int t = 0; t < DTiles; ++t) {
+                        o_acc[mt][t][2 * h] *= correction;
+                        o_acc[mt][t][2 * h + 1] *= correction;
+                    }
+                }
+                row_max[mt][h] = mx;
+                exponentiate(s, mt, h, m_use, scale_log2);
+            }
+        }
+    }
+
+    // fold() and rescale_output() split update() for a caller whose o_acc is still being
+    // written by an asynchronous MMA (the Hopper kernel): fold() moves the maxima and sums
+    // and exponentiates s, leaving in `correction` the factor o_acc owes each row, which
+    // rescale_output() applies once the MMA has landed. Returns whether any row of the warp
+    // moved its max (warp-uniform): if none did, every factor is exactly 1.
+    template <int NTiles>
+    __device__ __forceinline__ bool fold(float (&s)[MTiles][NTiles][4],
+                                         float (&correction)[MTiles][2], float scale_log2) {
+        bool moved = false;
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float2 m = next_max(s, mt, h, scale_log2);
+                const float mx = m.x, m_use = m.y;
+                correction[mt][h] = fast_exp2(row_max[mt][h] - m_use);
+                row_sum[mt][h] *= correction[mt][h];
+                moved |= mx != row_max[mt][h];
+                row_max[mt][h] = mx;
+                exponentiate(s, mt, h, m_use, scale_log2);
+            }
+        }
+        return __any_sync(0xffffffff, moved);
+    }
+
+    template <int DTiles>
+    static __device__ __forceinline__ void rescale_output(float (&o_acc)[MTiles][DTiles][4],
+                                                          const float (&correction)[MTiles][2]) {
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+            for (int t = 0; t < DTiles; ++t)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) o_acc[mt][t][c] *= correction[mt][c >> 1];
+    }
+
+    // The full row sum (over the quad). Rows with no visible key have sum 0.
+    __device__ __forceinline__ float total(int mt, int h) const {
+        float sum = row_sum[mt][h];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        return sum;
+    }
+
+    // Natural-log log-sum-exp of the scaled scores of a row whose total is `sum`.
+    __device__ __forceinline__ float lse(int mt, int h, float sum) const {
+        return sum > 0.f ? row_max[mt][h] * kLn2 + logf(sum) : -INFINITY;
+    }
+};
+
+}  // namespace flash

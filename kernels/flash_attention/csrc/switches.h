@@ -1,0 +1,24 @@
+// Measurement switches, fixed when the library is built (build.py's `defines`), never read from
+// the environment by the shipped library. A default build leaves them all at 0.
+#pragma once
+
+// 0: each device gets the variant its shared memory suits (NOTES.md, "Variants");
+// 1: the wide variant everywhere; 2: the compact one.
+#ifndef FLASH_FORCE_VARIANT
+#define FLASH_FORCE_VARIANT 0
+#endif
+
+// Bytes of shared memory per SM to emulate (e.g. 102400, the L4's): the variant is chosen as
+// for that GPU and launches pad their shared memory so that this GPU fits no more blocks per
+// SM than that one would. 0: no emulation.
+#ifndef FLASH_EMULATE_SMEM_PER_SM
+#define FLASH_EMULATE_SMEM_PER_SM 0
+#endif
+
+// 1: never take the Hopper (sm_90a) path, run the sm_80 kernel on sm_90 too.
+#ifndef FLASH_DISABLE_SM90
+#define FLASH_DISABLE_SM90 0
+#endif
+
+static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
+static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");

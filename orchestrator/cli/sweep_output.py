@@ -1,0 +1,96 @@
+"""What `bench launch --gpu ...` prints: the split, then each member's launch or failure."""
+
+from __future__ import annotations
+
+from orchestrator.boundary import markup_safe
+from orchestrator.budget import format_duration
+
+
+def launch_and_print_sweep(ctx, out, request, gpus: str, backend: str, reason: str, wait: bool):
+    from orchestrator.cli.launch import print_launch
+    from orchestrator.gpus import parse_gpu_list
+    from orchestrator.service.sweep import launch_sweep
+
+    def announce(members) -> None:
+        out.print(f"bench: backend [bold]{backend}[/]: {reason}")
+        for m in members:
+            rate = f"${m.rate.total:.4f}/h" if m.rate else "free"
+            out.print(
+                f"bench: {m.key}: share ${m.share_usd:.3f} of ${request.budget_usd:.2f} · "
+                f"rate {rate} · estimated {format_duration(m.estimate.total_seconds)} "
+                f"(≈ ${m.estimated_usd:.3f})"
+            )
+
+    sweep = launch_sweep(ctx, request, parse_gpu_list(gpus), backend, reason, announce)
+    for outcome in sweep.launched:
+        out.print(f"[bold]bench: {outcome.member.key}:[/]")
+        print_launch(out, outcome.result)
+    for outcome in sweep.failed:
+        out.print(
+            f"[bold red]bench: {outcome.member.key} did not start:[/] "
+            f"{markup_safe(str(outcome.error))}"
+        )
+    started = ", ".join(o.member.key for o in sweep.launched) or "none"
+    out.print(
+        f"bench: sweep [bold]{sweep.sweep_id}[/]: {len(sweep.launched)} of "
+        f"{len(sweep.outcomes)} GPU types running ({started}); "
+        f"follow it with: bench status {sweep.sweep_id}"
+    )
+    code = max((o.error.exit_code for o in sweep.failed), default=0)
+    if wait and sweep.launched:
+        from orchestrator.cli.progress import follow
+
+        for outcome in sweep.launched:
+            record = ctx.registry.get(outcome.result.spec.run_id)
+            code = max(code, follow(outcome.member.ctx, record, out))
+    return code
+
+
+def show_sweep_report(out, report) -> None:
+    """One row per GPU, narrow enough for 80 columns; notes (why a candidate did not run)
+    below the table. Every text that came from a run is escaped."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        title=f"sweep {markup_safe(report.sweep_id)}",
+    )
+    table.add_column("gpu", no_wrap=True)
+    table.add_column("run", no_wrap=True)
+    table.add_column("state")
+    table.add_column("speedup [95%]", no_wrap=True)
+    table.add_column("TFLOP/s", justify="right", no_wrap=True)
+    table.add_column("% peak", justify="right", no_wrap=True)
+    for g in report.gpus:
+        speedup = (
+            f"{g.speedup.geomean:.2f}x [{g.speedup.low:.2f}, {g.speedup.high:.2f}]"
+            if g.speedup
+            else "-"
+        )
+        table.add_row(
+            markup_safe(g.gpu),
+            markup_safe(g.run_id),
+            markup_safe(g.state),
+            speedup,
+            f"{g.best_tflops:.1f}" if g.best_tflops is not None else "-",
+            f"{g.pct_of_peak:.1f}" if g.pct_of_peak is not None else "-",
+        )
+    out.print(table)
+    shown = next((g for g in report.gpus if g.speedup), None)
+    if shown:
+        out.print(
+            f"speedup: {markup_safe(shown.candidate)} over {markup_safe(shown.speedup.baseline)}"
+            ", geometric mean over configs;\n  bounds: geometric means of the configs' 95% bounds"
+        )
+    out.print("TFLOP/s: best 16-bit config; % peak: of that GPU's dense 16-bit peak")
+    for g in report.gpus:
+        for note in g.notes:
+            out.print(f"{markup_safe(g.gpu)}: {markup_safe(note)}")
+        if g.best_implementation:
+            out.print(f"{markup_safe(g.gpu)}: best TFLOP/s by {markup_safe(g.best_implementation)}")
+    if report.plot:
+        out.print(f"plot: {markup_safe(str(report.plot))}")

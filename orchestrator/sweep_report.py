@@ -1,0 +1,173 @@
+"""`bench report SWEEP`: the GPU types of one sweep side by side.
+
+Per GPU: the candidate's speedup over the plan's first baseline (the geometric mean over
+configs of each config's paired speedup, with the geometric means of the configs' 95%
+bounds: a summary, not a joint interval), and the best 16-bit TFLOP/s as a share of that
+GPU's peak (gpus.toml). Each member is read through the same trust boundary as
+`bench report` (report.load_run); its correctness rows say why a candidate never ran
+(`flash: unsupported on sm_75`). One PNG compares the GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator import boundary
+from orchestrator.gpus import load_gpu_catalog
+from orchestrator.registry import RunRecord
+from orchestrator.report import REPORT_SUBDIR, load_run
+from results_schema import CorrectnessRow, SummaryRow
+
+SIXTEEN_BIT = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Speedup:
+    baseline: str
+    geomean: float
+    low: float
+    high: float
+    configs: int
+
+
+@dataclass(frozen=True)
+class GpuResult:
+    gpu: str
+    run_id: str
+    state: str
+    candidate: str = ""
+    speedup: Speedup | None = None
+    best_tflops: float | None = None
+    best_implementation: str = ""
+    peak_tflops: float | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def pct_of_peak(self) -> float | None:
+        if self.best_tflops is None or not self.peak_tflops:
+            return None
+        return 100.0 * self.best_tflops / self.peak_tflops
+
+
+@dataclass
+class SweepReport:
+    sweep_id: str
+    gpus: list[GpuResult]
+    plot: Path | None = None
+
+
+def make_sweep_report(sweep_id: str, members: list[RunRecord], dest: Path) -> SweepReport:
+    peaks = {key: gpu.peak_tflops for key, gpu in load_gpu_catalog().items()}
+    results = [_member(record, dest / record.run_id, peaks.get(record.gpu)) for record in members]
+    report = SweepReport(sweep_id, results)
+    out_dir = dest / sweep_id / REPORT_SUBDIR
+    if any(r.speedup or r.best_tflops for r in results):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        report.plot = plot_sweep(report, out_dir / "gpus.png")
+    return report
+
+
+def _member(record: RunRecord, run_dir: Path, peak: float | None) -> GpuResult:
+    gpu = record.gpu or record.backend
+    if not record.handle:
+        return GpuResult(gpu, record.run_id, record.state, notes=("did not start",))
+    if not (run_dir / "manifest.json").is_file():
+        return GpuResult(
+            gpu, record.run_id, record.state, notes=("not fetched: bench fetch the sweep",)
+        )
+    run = load_run(run_dir)
+    plan = run.plan
+    if plan is None:
+        return GpuResult(gpu, run.run_id, run.status, notes=("no plan in the run",))
+    dtypes = {c.name: c.dtype for c in plan.configs}
+    sixteen = [s for s in run.summary if dtypes.get(s.config) in SIXTEEN_BIT]
+    best = max(sixteen, key=lambda s: s.tflops, default=None)
+    return GpuResult(
+        gpu,
+        run.run_id,
+        run.status,
+        candidate=plan.candidate,
+        speedup=_speedup(run.summary, plan.baselines[0]),
+        best_tflops=best.tflops if best else None,
+        best_implementation=best.implementation if best else "",
+        peak_tflops=peak,
+        notes=_candidate_notes(run_dir, run.run_id, plan.candidate),
+    )
+
+
+def _speedup(summary: list[SummaryRow], baseline: str) -> Speedup | None:
+    rows = [
+        s
+        for s in summary
+        if s.implementation == baseline and s.speedup and s.speedup_ci_low and s.speedup_ci_high
+    ]
+    if not rows:
+        return None
+    return Speedup(
+        baseline,
+        _geomean([s.speedup for s in rows]),
+        _geomean([s.speedup_ci_low for s in rows]),
+        _geomean([s.speedup_ci_high for s in rows]),
+        len(rows),
+    )
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _candidate_notes(run_dir: Path, run_id: str, candidate: str) -> tuple[str, ...]:
+    """Why the candidate did not run, from its correctness rows (one line per reason)."""
+    path = run_dir / "results" / "correctness.csv"
+    if not path.is_file():
+        return ()
+    rows: list[CorrectnessRow] = list(boundary.checked_rows(path, "correctness.csv", run_id))
+    reasons = dict.fromkeys(
+        r.message for r in rows if r.implementation == candidate and not r.passed and r.message
+    )
+    return tuple(f"{candidate}: {reason}" for reason in reasons)
+
+
+def plot_sweep(report: SweepReport, path: Path) -> Path:
+    """Left: the candidate's speedup per GPU with its interval; right: % of peak."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [boundary.printable(g.gpu) for g in report.gpus]
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        speedups = [g.speedup.geomean if g.speedup else 0.0 for g in report.gpus]
+        errors = [
+            [g.speedup.geomean - g.speedup.low if g.speedup else 0.0 for g in report.gpus],
+            [g.speedup.high - g.speedup.geomean if g.speedup else 0.0 for g in report.gpus],
+        ]
+        left.bar(labels, speedups, yerr=errors, capsize=6, color="tab:blue")
+        left.axhline(1.0, color="grey", linewidth=1, linestyle="--")
+        for x, g in enumerate(report.gpus):
+            if g.speedup is None:
+                left.text(x, 0.05, "did not run", ha="center", rotation=90, fontsize=8)
+        baseline = next((g.speedup.baseline for g in report.gpus if g.speedup), "baseline")
+        candidate = next((g.candidate for g in report.gpus if g.candidate), "candidate")
+        left.set_title(
+            boundary.printable(f"{candidate} speedup over {baseline} (95% bounds, geo-mean)")
+        )
+        left.set_ylabel("speedup (x)")
+        pct = [g.pct_of_peak or 0.0 for g in report.gpus]
+        right.bar(labels, pct, color="tab:orange")
+        for x, g in enumerate(report.gpus):
+            if g.best_implementation:
+                right.text(
+                    x, pct[x], boundary.printable(g.best_implementation), ha="center", va="bottom"
+                )
+        right.set_ylim(0, max([*pct, 1.0]) * 1.15)  # room for the labels above the bars
+        right.set_title("best 16-bit TFLOP/s, % of the GPU's dense peak")
+        right.set_ylabel("% of peak")
+        fig.suptitle(boundary.printable(f"sweep {report.sweep_id}"))
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return path

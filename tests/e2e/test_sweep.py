@@ -1,0 +1,164 @@
+"""`bench launch --gpu l4,t4,a100,h100`: one budget across GPU types, end to end with the
+real CLI against the compute stand-in (insert bodies validated against the compute v1
+discovery document) and, on the local backend, the real startup script and payload."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from orchestrator import budget
+from orchestrator.cli import main
+from orchestrator.config import BenchConfig
+from orchestrator.gpus import load_gpu_catalog, member_config
+from orchestrator.registry import RunRegistry
+from orchestrator.runtime_model import model_phases
+from results_schema import Plan
+from tests.e2e.test_gce_cli import plan_file
+from tests.e2e.test_local_run import small_plan
+
+pytestmark = pytest.mark.timeout(240)
+
+FOUR = ["l4", "t4", "a100", "h100"]
+SHAPES = {
+    "g2-standard-4": "nvidia-l4",
+    "n1-standard-4": "nvidia-tesla-t4",
+    "a2-highgpu-1g": "nvidia-tesla-a100",
+    "a3-highgpu-1g": "nvidia-h100-80gb",
+}
+
+
+def expected_caps(plan_path: str, total: float) -> dict[str, int]:
+    """Machine type -> the time cap its share buys, from the catalogs, worked out here."""
+    plan = Plan.model_validate_json(open(plan_path).read())
+    config = BenchConfig(zones=["us-central1-a", "us-central1-b", "us-central1-c"])
+    cost, rate = {}, {}
+    for gpu in load_gpu_catalog().values():
+        member = member_config(config, gpu)
+        rate[gpu.machine_type] = budget.hourly_rate(member, spot=True).total
+        seconds = model_phases(plan, "gce", gpu.accelerator_type, member.image_family).total_seconds
+        cost[gpu.machine_type] = rate[gpu.machine_type] * (seconds + 120) / 3600
+    needed = sum(cost.values())
+    return {
+        machine: budget.max_run_seconds_for(int(total * c / needed * 1000) / 1000, rate[machine])
+        for machine, c in cost.items()
+    }
+
+
+def registry() -> RunRegistry:
+    from orchestrator.cli.options import make_context
+
+    return make_context().registry
+
+
+def sweep_id_of(out: str) -> str:
+    return re.search(r"sweep (sweep-\d{8}-\d{6}-[0-9a-f]{6})", out).group(1)
+
+
+def test_four_gpu_sweep_inserts_four_vms_with_their_shapes_and_caps(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    plan = plan_file(tmp_path)
+    args = ["launch", "--backend", "gce", "--gpu", ",".join(FOUR), "--budget", "5.00"]
+    assert main([*args, "--plan", plan]) == 0
+    out = capsys.readouterr().out
+    bodies = {b["machineType"].rsplit("/", 1)[-1]: b for b in gce.inserted}
+    assert sorted(bodies) == sorted(SHAPES)
+    caps = expected_caps(plan, 5.00)
+    sweep_ids = set()
+    for machine, body in bodies.items():
+        (accelerator,) = body["guestAccelerators"]
+        assert accelerator["acceleratorType"].rsplit("/", 1)[-1] == SHAPES[machine]
+        assert accelerator["acceleratorCount"] == 1
+        scheduling = body["scheduling"]
+        assert scheduling["provisioningModel"] == "SPOT"
+        assert scheduling["instanceTerminationAction"] == "DELETE"
+        assert int(scheduling["maxRunDuration"]["seconds"]) == caps[machine]
+        sweep_ids.add(body["labels"]["bench-sweep"])
+    # One sweep; the four caps together cost no more than the budget.
+    (sweep_id,) = sweep_ids
+    assert sweep_id == sweep_id_of(out)
+    rates = {m: budget.hourly_rate(_member(m), spot=True).total for m in SHAPES}
+    assert sum(caps[m] * rates[m] / 3600 for m in SHAPES) <= 5.00
+    assert len(set(caps.values())) == 4  # each VM its own cap
+    assert "4 of 4 GPU types running" in out
+    # The registry groups the members; status and stop-all take the sweep id.
+    members = registry().sweep_members(sweep_id)
+    assert sorted(r.gpu for r in members) == sorted(FOUR)
+    assert sum(r.budget_usd for r in members) <= 5.00
+    assert main(["status", sweep_id]) == 0
+    status = capsys.readouterr().out
+    assert all(f"gce:{key}" in status for key in FOUR)
+    assert main(["stop-all", members[0].run_id, "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "would stop 1 machines" in dry
+    assert main(["stop-all", sweep_id, "--yes"]) == 0
+    assert "stopped 4 machines" in capsys.readouterr().out
+
+
+def _member(machine: str) -> BenchConfig:
+    config = BenchConfig(zones=["us-central1-a", "us-central1-b", "us-central1-c"])
+    gpu = next(g for g in load_gpu_catalog().values() if g.machine_type == machine)
+    return member_config(config, gpu)
+
+
+def test_a_gpu_type_sold_out_everywhere_leaves_the_other_three_running(gce, tmp_path, capsys):
+    gce.config.run_scripts = False
+    gce.faults.stockout_everywhere("a2-highgpu-1g")
+    args = ["launch", "--backend", "gce", "--gpu", ",".join(FOUR), "--budget", "5"]
+    assert main([*args, "--plan", plan_file(tmp_path)]) == 4
+    out = capsys.readouterr().out
+    assert "a100 did not start" in out and "no zone could place the VM" in out
+    assert "3 of 4 GPU types running (l4, t4, h100)" in out
+    running = sorted(i.sent["machineType"].rsplit("/", 1)[-1] for i in gce.instances())
+    assert running == ["a3-highgpu-1g", "g2-standard-4", "n1-standard-4"]
+    failed = [r for r in registry().all() if r.gpu == "a100"]
+    assert [(r.state, r.cost_usd) for r in failed] == [("failed", 0.0)]
+
+
+def test_a_budget_too_small_for_a_share_is_refused_before_anything_is_created(
+    gce, tmp_path, capsys
+):
+    args = ["launch", "--backend", "gce", "--gpu", "t4,h100", "--budget", "0.05"]
+    assert main([*args, "--plan", plan_file(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert "t4's share" in err and "h100's share" in err and "Nothing was created" in err
+    assert gce.inserted == [] and gce.instances() == []
+    assert registry().all() == []
+
+
+def test_h100_is_never_on_demand(gce, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("BENCH_SPOT", "false")
+    args = ["launch", "--backend", "gce", "--gpu", "h100", "--budget", "5"]
+    assert main([*args, "--plan", plan_file(tmp_path)]) == 2
+    assert "offered only as Spot or Flex_Start" in capsys.readouterr().err
+    assert gce.inserted == []
+
+
+def test_local_sweep_runs_end_to_end_and_its_report_renders(
+    bench_env, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("COLUMNS", "80")
+    plan = small_plan(tmp_path)
+    assert main(["launch", "--backend", "local", "--gpu", "local", "--budget", "1",
+                 "--plan", str(plan), "--wait"]) == 0  # fmt: skip
+    sweep_id = sweep_id_of(capsys.readouterr().out)
+    assert main(["fetch", sweep_id]) == 0
+    capsys.readouterr()
+    assert main(["report", sweep_id]) == 0
+    out = capsys.readouterr().out
+    assert f"sweep {sweep_id}" in out and "local" in out
+    print(out)
+    # Every line fits 80 columns but the plot's path, which is never broken.
+    assert max(len(line) for line in out.splitlines() if not line.startswith("plot:")) <= 80
+    plot = bench_env / "work" / "results" / sweep_id / "report" / "gpus.png"
+    assert plot.is_file() and plot.read_bytes()[:4] == b"\x89PNG"
+    # The speedup shown is the candidate's over its first baseline, with its bounds.
+    assert re.search(r"\d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\]", out)
+
+
+def test_local_backend_takes_only_this_machines_gpu(bench_env, tmp_path, capsys):
+    args = ["launch", "--backend", "local", "--budget", "1", "--plan", str(small_plan(tmp_path))]
+    assert main([*args, "--gpu", "l4,t4"]) == 2
+    assert "the local backend runs on this machine's GPU" in capsys.readouterr().err
+    assert registry().all() == []
