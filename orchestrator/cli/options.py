@@ -86,6 +86,7 @@ def bench_command() -> str:
     """How to run bench again from a new shell: `bench` when the shell finds this very
     program, else the path it was started by (`make demo` runs .venv/bin/bench, which a new
     shell does not have on PATH)."""
+    import os
     import shutil
     import sys
     from pathlib import Path
@@ -96,10 +97,11 @@ def bench_command() -> str:
     found = shutil.which("bench")
     if found and Path(found).resolve() == started.resolve():
         return "bench"
+    started = Path(os.path.abspath(started))  # not resolved: a linked venv keeps its path
     try:
-        return str(started.resolve().relative_to(Path.cwd().resolve()))
+        return str(started.relative_to(os.path.abspath(os.getcwd())))
     except ValueError:
-        return str(started.resolve())
+        return str(started)
 
 
 def yes_option():
