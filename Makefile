@@ -20,8 +20,12 @@ demo: $(STAMP)
 	$(BIN)/bench launch --backend local --plan auto --budget 1.00 --wait
 	$(BIN)/bench fetch
 
+# Two workers for what mostly waits on subprocesses (scripts, stand-ins, fake-gcs-server; every
+# fixture takes its own free port and temporary directory); then, alone, the tests whose
+# verdicts rest on CPU timings, which a second worker's load would make noisy.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 -m "not timing"
+	$(BIN)/python -m pytest -q -m timing
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu tests/gpu

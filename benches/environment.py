@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -75,8 +74,12 @@ def _version(package: str) -> str | None:
 
 
 def _nvcc_version() -> str | None:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
+    """The version of the nvcc the kernel build uses (its own discovery: CUDA_HOME first)."""
+    from kernels.flash_attention.build import BuildError, find_nvcc
+
+    try:
+        nvcc = find_nvcc()
+    except BuildError:
         return None
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout

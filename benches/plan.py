@@ -19,12 +19,18 @@ def plan_names() -> list[str]:
 
 
 def load_plan_file(path: Path) -> Plan:
+    from pydantic import ValidationError
+
     try:
         return Plan.model_validate_json(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise PlanError(f"cannot read plan {path}: {exc}") from exc
-    except ValueError as exc:
-        raise PlanError(f"plan {path} is invalid: {exc}") from exc
+        raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "top level"
+        raise PlanError(f"plan {path} is invalid at {where}: {first['msg']}") from exc
+    except ValueError as exc:  # not UTF-8
+        raise PlanError(f"plan {path} is not UTF-8 JSON: {exc}") from exc
 
 
 def auto_plan_name(cuda_available: bool) -> str:

@@ -60,10 +60,6 @@ class Telemetry:
             return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
         return pynvml.nvmlDeviceGetHandleByIndex(device_index)
 
-    @property
-    def available(self) -> bool:
-        return self._handle is not None
-
     def read(self) -> Reading:
         if self._handle is None:
             return EMPTY

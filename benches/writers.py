@@ -39,16 +39,18 @@ class StatusWriter:
         if not force and now - self._last < self.interval:
             return
         self._last = now
-        status = Status(
-            run_id=self.run_id,
-            phase=phase,
-            state=state,
-            done=done,
-            total=total,
-            updated_at=datetime.now(timezone.utc),
-            message=message,
+        Status.model_validate(  # never write what the controller would refuse
+            {
+                "run_id": self.run_id,
+                "phase": phase,
+                "state": state,
+                "done": done,
+                "total": total,
+                "updated_at": datetime.now(timezone.utc),
+                "message": message,
+            }
         )
-        record.write_json_atomic(str(self.path), status.model_dump(mode="json"))
+        record.write_status(str(self.path), self.run_id, phase, state, done, total, message)
 
 
 def write_manifest(run_dir: Path, run_id: str, started_at: datetime) -> Manifest:
@@ -64,6 +66,7 @@ def write_manifest(run_dir: Path, run_id: str, started_at: datetime) -> Manifest
         started_at=started_at.isoformat(),
         cost_json="",
     )
-    manifest = Manifest.model_validate(record.build_manifest(args))
-    record.write_json_atomic(str(run_dir / "manifest.json"), manifest.model_dump(mode="json"))
+    built = record.build_manifest(args)
+    manifest = Manifest.model_validate(built)  # never write what the controller would refuse
+    record.write_manifest(str(run_dir), built)
     return manifest

@@ -25,11 +25,13 @@ from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
 from results_schema import CSV_MODELS, Manifest, Status
 from results_schema.csvio import CsvSchemaError, iter_rows
+from results_schema.names import run_key
 from results_schema.record import (
     MAX_PROFILE_REPORTS,
     PROFILE_FILES,
     PROFILE_REPORT_NAME,
     RESULT_FILES,
+    billed_usd,
 )
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -200,7 +202,7 @@ def _read_object(store, key: str, max_bytes: int) -> bytes | None:
 def read_manifest(store, record: RunRecord, limits: Limits = LIMITS) -> Manifest | None:
     """The run's manifest, validated against the schema and the registry; None if the run
     has none yet."""
-    raw = _read_object(store, f"runs/{record.run_id}/manifest.json", limits.manifest_bytes)
+    raw = _read_object(store, f"{run_key(record.run_id)}/manifest.json", limits.manifest_bytes)
     if raw is None:
         return None
     return manifest_from(raw, record.run_id, record, limits)
@@ -222,7 +224,7 @@ def manifest_from(
 
 
 def read_status(store, record: RunRecord, limits: Limits = LIMITS) -> Status | None:
-    raw = _read_object(store, f"runs/{record.run_id}/status.json", limits.status_bytes)
+    raw = _read_object(store, f"{run_key(record.run_id)}/status.json", limits.status_bytes)
     if raw is None:
         return None
     try:
@@ -302,12 +304,10 @@ def _check_against_registry(manifest: Manifest, record: RunRecord, limits: Limit
             f"cost.rate_usd_per_hour {cost.rate_usd_per_hour} is not the launched rate "
             f"{record.rate_usd_per_hour}"
         )
-    # Billing has a one-minute minimum; the run cannot outlive its own time cap by more
-    # than the clock skew.
-    ceiling = (
-        record.rate_usd_per_hour
-        * (max(record.max_run_seconds, 60) + limits.clock_skew.total_seconds())
-        / 3600.0
+    # The run cannot outlive its own time cap by more than the clock skew.
+    ceiling = billed_usd(
+        record.rate_usd_per_hour,
+        record.max_run_seconds + limits.clock_skew.total_seconds(),
     )
     if cost.estimated_usd is not None and cost.estimated_usd > ceiling + 1e-6:
         raise ValueError(

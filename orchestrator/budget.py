@@ -9,8 +9,9 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 
-from orchestrator.config import BenchConfig
-from orchestrator.errors import ConfigError, RefusedError
+from orchestrator.config import BenchConfig, region_of, regions_of
+from orchestrator.errors import ConfigError, RefusedError, UsageError
+from results_schema.record import billed_usd
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,7 +46,7 @@ def hourly_rate(config: BenchConfig, spot: bool, catalog: dict | None = None) ->
     """Machine + GPUs + boot disk, per hour: the dearest of the regions bench may land in."""
     catalog = catalog or load_catalog()
     check_zones(config.zones, catalog)
-    regions = dict.fromkeys(zone.rsplit("-", 1)[0] for zone in config.zones)
+    regions = regions_of(config.zones)
     return max(
         (_region_rate(config, region, spot, catalog) for region in regions), key=lambda r: r.total
     )
@@ -55,7 +56,7 @@ def check_zones(zones: list[str], catalog: dict) -> None:
     """Every zone must be one the catalog prices and knows to have L4s (exit 2 otherwise)."""
     where = f"the price catalog (dated {catalog['catalog_date']})"
     for zone in zones:
-        region = zone.rsplit("-", 1)[0]
+        region = region_of(zone)
         prices = catalog["regions"].get(region)
         if prices is None:
             known = ", ".join(catalog["regions"])
@@ -145,12 +146,22 @@ def check_covers(
     """Refuse (exit 3) when the time the budget buys is shorter than the plan needs."""
     if cap_seconds >= estimated_seconds:
         return
-    needed = rate.total * (estimated_seconds + BILLING_MARGIN_SECONDS) / 3600
+    needed = billed_usd(rate.total, estimated_seconds + BILLING_MARGIN_SECONDS)
     raise RefusedError(
         f"budget ${budget_usd:.2f} buys {format_duration(cap_seconds)} at "
         f"${rate.total:.4f}/h, but the plan needs about {format_duration(estimated_seconds)} "
         f"(≈ ${needed:.2f}); raise --budget or choose a smaller plan"
     )
+
+
+def check_fits_local_cap(estimated_seconds: int, cap_seconds: int) -> None:
+    """A local run has no budget to raise: a plan longer than its cap is a usage error."""
+    if estimated_seconds > cap_seconds:
+        raise UsageError(
+            f"the plan needs about {format_duration(estimated_seconds)}, more than the local "
+            f"time cap of {format_duration(cap_seconds)}; choose a plan with fewer samples "
+            "or configs"
+        )
 
 
 def check_monthly_cap(

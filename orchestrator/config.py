@@ -30,6 +30,18 @@ ENV_PREFIX = "BENCH_"
 NON_SETTING_ENV = {"BENCH_DEBUG", "BENCH_LOCAL_RUN"}
 
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+
+
+def region_of(zone: str) -> str:
+    """us-central1-a -> us-central1 (a zone name is its region plus one letter)."""
+    return zone.rsplit("-", 1)[0]
+
+
+def regions_of(zones: list[str]) -> list[str]:
+    """The regions of these zones, in the zones' order, each once."""
+    return list(dict.fromkeys(region_of(zone) for zone in zones))
+
+
 PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 IPV4_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
@@ -58,6 +70,11 @@ MACHINE_TYPE_RE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+(-[0-9]+)?$")
 # end-of-support date was not found in the captured pages: re-check the page above and the
 # framework support policy (https://docs.cloud.google.com/deep-learning-vm/docs/framework-support-policy).
 DEFAULT_IMAGE_FAMILY = "pytorch-2-9-cu129-ubuntu-2204-nvidia-580"
+
+
+# A gce look costs API calls (and the heartbeat moves every few seconds); a local one is a
+# file read.
+DEFAULT_POLL_SECONDS = {"local": 0.5, "gce": 10.0}
 
 
 class BenchConfig(BaseModel):
@@ -111,7 +128,7 @@ class BenchConfig(BaseModel):
         None,
         gt=0,
         le=300,
-        description="how often --wait and logs --follow poll (default: 10 s on gce)",
+        description="how often --wait and logs --follow poll (default: 10 s on gce, 0.5 s locally)",
     )
     compute_endpoint: str | None = Field(None, description="Compute API endpoint override")
     storage_endpoint: str | None = Field(None, description="Cloud Storage endpoint override")
@@ -169,6 +186,10 @@ class BenchConfig(BaseModel):
             raise ValueError("use letters, digits, '.', '_', '-' and '/'")
         return value
 
+    def poll_interval(self, backend: str) -> float:
+        """Seconds between two looks at a run on `backend`: the setting, else its default."""
+        return self.poll_seconds or DEFAULT_POLL_SECONDS[backend]
+
     def resolved_backend(self) -> tuple[str, str]:
         """The backend to use and why, so launch can say it."""
         if self.backend != "auto":
@@ -176,10 +197,6 @@ class BenchConfig(BaseModel):
         if self.project:
             return "gce", f"GCP project {self.project} is configured"
         return "local", "no GCP project is configured (set `project` in bench.toml to use GCE)"
-
-    @property
-    def region(self) -> str:
-        return self.zones[0].rsplit("-", 1)[0]
 
 
 def config_files(cwd: Path) -> list[Path]:
@@ -195,6 +212,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}; fix the file or remove it") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {e.start}); TOML files are UTF-8: save it as UTF-8"
+        ) from None
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror}") from None
 

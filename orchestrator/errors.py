@@ -59,10 +59,6 @@ class NotFoundError(ResultsError):
     """A run, object or file that should exist does not."""
 
 
-class InterruptedByUser(BenchError):
-    exit_code = 130
-
-
 def network_reason(error: BaseException) -> str:
     """The useful part of a transport error ("[Errno 111] Connection refused"), in short."""
     text = str(error)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import BenchConfig
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, UsageError
 
 
 @dataclass(frozen=True)
@@ -33,17 +33,31 @@ def state_paths(config: BenchConfig) -> StatePaths:
     return StatePaths(Path(config.state_dir or user_state_dir("bench")).expanduser())
 
 
+def writable_dir_problem(path: Path) -> str | None:
+    """Why `path` cannot be a directory bench writes into (created if missing), or None."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        return getattr(e, "strerror", None) or str(e)
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "no write permission"
+    return None
+
+
 def ensure_writable(paths: StatePaths) -> None:
     """Fail early (exit 2) rather than half-way through a launch."""
-    root = paths.root
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-test-"):
-            pass
-    except OSError as e:
+    problem = writable_dir_problem(paths.root)
+    if problem:
         raise ConfigError(
-            f"state dir {root} is not writable ({e.strerror}); set state_dir in bench.toml "
+            f"state dir {paths.root} is not writable ({problem}); set state_dir in bench.toml "
             "or BENCH_STATE_DIR to a writable directory"
-        ) from None
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise ConfigError(f"state dir {root} is not writable; set BENCH_STATE_DIR")
+        )
+
+
+def ensure_writable_dest(dest: Path) -> None:
+    """Where fetched runs go: checked before anything is downloaded (exit 2)."""
+    problem = writable_dir_problem(dest)
+    if problem:
+        raise UsageError(f"--dest {dest} is not a writable directory ({problem}); choose another")

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import secrets
 from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from results_schema import Plan
+from results_schema.names import RUN_ID_PATTERN, run_key
+from results_schema.names import new_run_id as new_run_id
 from results_schema.record import billed_usd
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    """YYYYMMDD-HHMMSS-xxxxxx in UTC (DESIGN.md, "Names")."""
-    now = now or datetime.now(timezone.utc)
-    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 def new_sweep_id(now: datetime | None = None) -> str:
@@ -34,7 +29,7 @@ def instance_name(run_id: str) -> str:
 class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    run_id: str = Field(pattern=r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
     backend: Literal["local", "gce"]
     plan: Plan
     owner: str
@@ -54,7 +49,25 @@ class RunSpec(BaseModel):
     @property
     def run_prefix(self) -> str:
         """Key prefix of this run inside the store (the store adds its own bucket prefix)."""
-        return f"runs/{self.run_id}"
+        return run_key(self.run_id)
 
     def estimated_cost_usd(self) -> float:
         return billed_usd(self.rate_usd_per_hour, self.estimated_seconds)
+
+    def record_fields(self) -> dict:
+        """What the registry keeps of this spec: every RunRecord field a spec defines, in
+        the registry's types (the plan by name, times as ISO text, no sweep as "")."""
+        from dataclasses import fields
+
+        from orchestrator.registry import RunRecord
+
+        values = {
+            name: getattr(self, name)
+            for name in {f.name for f in fields(RunRecord)} & set(type(self).model_fields)
+        }
+        return {
+            **values,
+            "plan": self.plan.name,
+            "created_at": self.created_at.isoformat(),
+            "sweep_id": self.sweep_id or "",
+        }

@@ -7,8 +7,9 @@ import re
 
 
 def sanitize_label_value(value: str) -> str:
-    """GCE label values: at most 63 of lowercase letters, digits, '_' and '-'."""
-    cleaned = re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
+    """Turn anything (a user name, an email) into a valid GCE label value: at most 63 of
+    lowercase letters, digits, '_' and '-'; never empty."""
+    cleaned = re.sub(r"[^a-z0-9_-]+", "-", value.lower()).strip("-")[:63].rstrip("-")
     return cleaned or "unknown"
 
 

@@ -215,19 +215,27 @@ def estimated_cost(cost: dict) -> float:
     return round(billed_usd(cost["rate_usd_per_hour"], (end - start).total_seconds()), 6)
 
 
-def write_status(args: argparse.Namespace) -> None:
-    write_json_atomic(
-        os.path.join(args.dir, "status.json"),
-        {
-            "run_id": args.run_id,
-            "phase": args.phase,
-            "state": args.state,
-            "done": args.done,
-            "total": args.total,
-            "updated_at": utc_now(),
-            "message": args.message,
-        },
-    )
+def write_status(
+    path: str, run_id: str, phase: str, state: str, done: int, total: int, message: str
+) -> dict:
+    """The one writer of status.json (the startup script's phases and the harness)."""
+    status = {
+        "run_id": run_id,
+        "phase": phase,
+        "state": state,
+        "done": done,
+        "total": total,
+        "updated_at": utc_now(),
+        "message": message,
+    }
+    write_json_atomic(path, status)
+    return status
+
+
+def write_manifest(run_dir: str, manifest: dict) -> None:
+    """The one writer of manifest.json, for the script and the harness alike (but for the
+    script's fallback when python3 itself is missing)."""
+    write_json_atomic(os.path.join(run_dir, "manifest.json"), manifest)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -257,10 +265,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.command == "status":
-        write_status(args)
+        path = os.path.join(args.dir, "status.json")
+        write_status(path, args.run_id, args.phase, args.state, args.done, args.total, args.message)
     else:
         manifest = build_manifest(args)
-        write_json_atomic(os.path.join(args.dir, "manifest.json"), manifest)
+        write_manifest(args.dir, manifest)
         print(manifest["status"])
     return 0
 

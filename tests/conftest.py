@@ -19,7 +19,15 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+# Modules whose assertions rest on statistics of real CPU timings (verdicts, disagreements):
+# they run alone, not beside a second xdist worker.
+TIMING_MODULES = {"test_report.py", "test_benches_run.py"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in TIMING_MODULES:
+            item.add_marker(pytest.mark.timing)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if gpu_items and not _cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU")

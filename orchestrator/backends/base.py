@@ -31,7 +31,25 @@ class Machine:
 
 
 class Backend(Protocol):
+    """Everything the service layer calls on a backend, and nothing more."""
+
     name: str
+    # Why each machine the last `stop` could not stop is still there, by machine name.
+    stop_failures: dict[str, str]
+
+    def work_dir(self, run_id: str) -> str:
+        """Where the run's script keeps its files on its machine."""
+        ...
+
+    def template_vars(self) -> dict:
+        """What this backend's partial (startup_templates/partials/backend/) needs."""
+        ...
+
+    def instance_request_json(
+        self, spec: RunSpec, startup_script: str, shutdown_script: str
+    ) -> str | None:
+        """The request `start` would send, as JSON, for `bench render`; None if none."""
+        ...
 
     def start(self, spec: RunSpec, startup_script: str, shutdown_script: str) -> Placement: ...
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.backends.base import Machine, Placement
+from orchestrator.config import DEFAULT_POLL_SECONDS
 from orchestrator.paths import StatePaths
 from orchestrator.registry import RunRegistry
 from orchestrator.spec import RunSpec
@@ -90,16 +91,27 @@ def signal_all(pids: list[int], sig: int) -> None:
 class LocalBackend:
     name = "local"
 
-    def __init__(self, paths: StatePaths, registry: RunRegistry, payload_python: str | None):
+    def __init__(
+        self,
+        paths: StatePaths,
+        registry: RunRegistry,
+        payload_python: str | None,
+        store_root: Path,
+    ):
         self.paths = paths
         self.registry = registry
         self.payload_python = payload_python or sys.executable
+        self.store_root = store_root
+        self.stop_failures: dict[str, str] = {}  # a local script always ends: stays empty
 
     def work_dir(self, run_id: str) -> str:
         return str(self.paths.sandbox(run_id))
 
-    def template_vars(self, store_root: Path) -> dict:
-        return {"store_root": str(store_root), "payload_python": self.payload_python}
+    def template_vars(self) -> dict:
+        return {"store_root": str(self.store_root), "payload_python": self.payload_python}
+
+    def instance_request_json(self, spec: RunSpec, startup: str, shutdown: str) -> None:
+        return None  # a local run sends no request: the script is all there is
 
     def start(self, spec: RunSpec, startup_script: str, shutdown_script: str) -> Placement:
         sandbox = self.paths.sandbox(spec.run_id)
@@ -155,7 +167,7 @@ class LocalBackend:
                 if follow and log.exists() and log.stat().st_size > position:
                     continue
                 return
-            time.sleep(0.5)
+            time.sleep(DEFAULT_POLL_SECONDS["local"])
 
     def log_since(self, run_id: str, placement: Placement, offset: int) -> tuple[str, int]:
         """The startup log from byte `offset`, and where the next read starts."""

@@ -27,6 +27,7 @@ COMMANDS = {
     "render": "render",
     "prices": "prices",
     "report": "report",
+    "clean": "clean",
 }
 
 
@@ -55,8 +56,18 @@ def cli() -> None:
       bench launch --budget 1.00 --wait
       bench stop-all            # the kill switch: every bench VM in every zone
 
-    Settings come from bench.toml (./ then your config dir), BENCH_* variables and flags.
-    Set BENCH_DEBUG=1 to see tracebacks.
+    Settings come from bench.toml (your config dir, then ./), BENCH_* variables and
+    flags; later ones win. Set BENCH_DEBUG=1 to see tracebacks.
+
+    \b
+    Exit codes:
+      0    done
+      1    unexpected error (a bug: rerun with BENCH_DEBUG=1)
+      2    usage or configuration error; nothing was created
+      3    refused: over the budget or the monthly cap
+      4    cloud: no capacity in any zone, quota, permission
+      5    results missing, incomplete or invalid
+      130  interrupted (a launched run goes on: see `bench stop-all`)
     """
 
 
@@ -73,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = cli.main(args=argv, prog_name="bench", standalone_mode=False)
         return result if isinstance(result, int) else 0
+    except BrokenPipeError:
+        return _reader_left()
     except BenchError as e:
         if debug:
             traceback.print_exc()
@@ -90,5 +103,18 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"unexpected {type(e).__name__}: {e} (a bug; rerun with BENCH_DEBUG=1)", 1)
 
 
+def _reader_left() -> int:
+    """`bench prices | head -1`: the reader took what it wanted and left. Not an error; point
+    stdout at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 0
+
+
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_left()
+    sys.exit(code)

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import console, make_context
+from orchestrator.cli.options import cloud_options, console, make_context
 
 
 @click.command()
+@cloud_options
 @click.option(
     "--gpu",
     "gpus",

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import console, dest_option, make_context
+from orchestrator.cli.options import cloud_options, console, dest_option, make_context
 
 
 @click.command()
+@cloud_options
 @click.argument("run_id", required=False, metavar="[RUN|SWEEP]")
 @click.option("--all", "fetch_all", is_flag=True, help="every finished run not fetched yet")
 @dest_option("where results/<run id>/ goes")
@@ -25,42 +26,19 @@ def fetch(run_id, fetch_all, dest):
       bench fetch --all
       bench fetch sweep-20261122-081500-d4e5f6
     """
-    from orchestrator.boundary import printable
     from orchestrator.errors import ResultsError, UsageError
-    from orchestrator.service.fetch import fetch as fetch_run
-    from orchestrator.service.runs import latest_run_id, records_for
-    from orchestrator.spec import is_sweep_id
+    from orchestrator.service.fetch import fetch_runs
 
     if run_id and fetch_all:
         raise UsageError("give a RUN_ID or --all, not both")
-    ctx = make_context()
     out = console()
-    if fetch_all:
-        records = [r for r in ctx.registry.all() if r.state in ("running", "stopped")]
-        if not records:
-            out.print("bench: nothing to fetch: every run in the registry is fetched already")
-    else:
-        records = records_for(ctx, run_id or latest_run_id(ctx))
-    several = fetch_all or is_sweep_id(run_id or "")
-    if is_sweep_id(run_id or ""):
-        # A member that never started has nothing to fetch; `bench status` shows why.
-        records = [r for r in records if r.handle]
-    incomplete = []
-    for record in records:
-        try:
-            result = fetch_run(ctx, record, dest)
-        except ResultsError as e:
-            if not several:
-                raise
-            incomplete.append(str(e))
-            continue
-        show_summary(out, result)
-        if result.manifest.status != "complete":
-            incomplete.append(
-                f"{record.run_id} is {result.manifest.status}: {printable(result.manifest.reason)}"
-            )
-    if incomplete:
-        raise ResultsError("; ".join(incomplete))
+    outcome = fetch_runs(
+        make_context(), run_id, fetch_all, dest, on_fetched=lambda r: show_summary(out, r)
+    )
+    if fetch_all and outcome.attempted == 0:
+        out.print("bench: nothing to fetch: every run in the registry is fetched already")
+    if outcome.incomplete:
+        raise ResultsError("; ".join(outcome.incomplete))
     return 0
 
 

@@ -6,6 +6,8 @@ from orchestrator.cli.options import (
     Duration,
     Money,
     backend_option,
+    bench_command,
+    cloud_options,
     comparison_options,
     console,
     make_context,
@@ -14,13 +16,15 @@ from orchestrator.cli.options import (
 
 
 @click.command()
+@cloud_options
 @backend_option()
 @click.option("--budget", type=Money(), required=True, help="most this run may cost, in USD")
 @click.option(
     "--max-runtime",
     type=Duration(),
     default=None,
-    help="lower the time cap, e.g. 45m (never raises it)",
+    help="lower the time cap: 45m, 1h30m (= 1h30), 600s; a unit is required. Never raises "
+    "it: on gce the budget sets the cap, on local 2h",
 )
 @click.option(
     "--plan",
@@ -96,15 +100,31 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpu
         on_validated=lambda: out.print(f"bench: backend [bold]{name}[/]: {reason}"),
     )
     print_launch(out, result)
+    bench, run_id = bench_command(), result.spec.run_id
     if wait:
         from orchestrator.cli.progress import follow
 
-        return follow(ctx, ctx.registry.get(result.spec.run_id), out)
-    out.print(
-        f"follow it with: bench status {result.spec.run_id}   "
-        f"then: bench fetch {result.spec.run_id}"
-    )
+        try:
+            return follow(ctx, ctx.registry.get(run_id), out)
+        except KeyboardInterrupt:
+            click.echo(
+                f"bench: stopped following; run {run_id} goes on ({_how_it_ends(result)}). "
+                f"Follow it: {bench} status {run_id} · stop it and every other bench "
+                f"machine: {bench} stop-all",
+                err=True,
+            )
+            raise
+    out.print(f"follow it with: {bench} status {run_id}   then: {bench} fetch {run_id}")
     return 0
+
+
+def _how_it_ends(result) -> str:
+    from orchestrator.budget import format_duration
+
+    cap = format_duration(result.spec.max_run_seconds)
+    if result.spec.backend == "gce":
+        return f"its VM runs, and bills, until the run ends or its {cap} cap"
+    return f"its script runs here until the run ends or its {cap} cap"
 
 
 def print_launch(out, result) -> None:

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import make_context
+from orchestrator.cli.options import cloud_options, make_context
 
 
 @click.command()
+@cloud_options
 @click.argument("run_id", required=False)
 @click.option("--follow", "-f", is_flag=True, help="keep printing until the run ends")
 def logs(run_id, follow):
@@ -16,12 +17,8 @@ def logs(run_id, follow):
       bench logs                        # the latest run
       bench logs 20261122-081500-a1b2c3 --follow
     """
-    from orchestrator.boundary import printable
-    from orchestrator.service.runs import latest_run_id, placement_of
+    from orchestrator.service.logs import log_lines
 
-    ctx = make_context()
-    record = ctx.registry.get(run_id or latest_run_id(ctx))
-    backend = ctx.backend(record.backend)
-    for line in backend.log_lines(record.run_id, placement_of(record), follow):
-        click.echo(printable(line))
+    for line in log_lines(make_context(), run_id, follow):
+        click.echo(line)
     return 0

@@ -6,7 +6,33 @@ import re
 
 import click
 
-DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
+DURATION_PART_RE = re.compile(r"(\d+)([hms]?)")
+UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
+NEXT_UNIT = {"h": "m", "m": "s"}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in `45s`, `10m`, `1h30m`, `1h30m15s`; a number after the last unit counts in
+    the next smaller one, as a clock reads it (`1h30` = 90 min, `2m30` = 150 s). A bare
+    number has no unit a reader could agree on, so it is refused (ValueError)."""
+    text, total, previous, at = text.strip().lower(), 0, "", 0
+    for match in DURATION_PART_RE.finditer(text):
+        if match.start() != at:
+            break
+        at = match.end()
+        number, unit = int(match.group(1)), match.group(2)
+        if not unit:
+            if at != len(text):
+                break
+            if previous not in NEXT_UNIT:
+                raise ValueError("give a unit: 45s, 10m, 1h30m")
+            unit = NEXT_UNIT[previous]
+        if previous and "hms".index(unit) <= "hms".index(previous):
+            raise ValueError("units go h, m, s, each once")
+        total, previous = total + number * UNIT_SECONDS[unit], unit
+    if not text or at != len(text):
+        raise ValueError("not a duration like 45m, 1h30m or 600s")
+    return total
 
 
 class Money(click.ParamType):
@@ -26,11 +52,12 @@ class Duration(click.ParamType):
     name = "DURATION"
 
     def convert(self, value, param, ctx):
-        match = DURATION_RE.match(str(value).strip())
-        if not match or not any(match.groups()):
-            self.fail(f"{value!r} is not a duration like 45m, 1h30m or 600s", param, ctx)
-        hours, minutes, seconds = (int(g or 0) for g in match.groups())
-        total = hours * 3600 + minutes * 60 + seconds
+        if isinstance(value, int):
+            return value
+        try:
+            total = parse_duration(str(value))
+        except ValueError as e:
+            self.fail(f"{value!r}: {e}", param, ctx)
         if total <= 0:
             self.fail(f"{value!r}: the duration must be positive", param, ctx)
         return total
@@ -55,8 +82,63 @@ def dest_option(help_text: str):
     )
 
 
+def bench_command() -> str:
+    """How to run bench again from a new shell: `bench` when the shell finds this very
+    program, else the path it was started by (`make demo` runs .venv/bin/bench, which a new
+    shell does not have on PATH)."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    started = Path(sys.argv[0])
+    if started.name != "bench":
+        return "bench"  # python -m, or a test runner: nothing better to say
+    found = shutil.which("bench")
+    if found and Path(found).resolve() == started.resolve():
+        return "bench"
+    started = Path(os.path.abspath(started))  # not resolved: a linked venv keeps its path
+    try:
+        return str(started.relative_to(os.path.abspath(os.getcwd())))
+    except ValueError:
+        return str(started)
+
+
 def yes_option():
     return click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
+
+
+CLOUD_FLAGS_KEY = "bench.cloud_flags"
+
+
+def _zone_list(ctx, param, value):
+    return [z.strip() for z in value.split(",") if z.strip()] if value else None
+
+
+def cloud_options(f):
+    """--project, --bucket and --zones: they beat BENCH_* variables and bench.toml. They are
+    handed to `make_context` through click's context, so a command's signature stays its own."""
+    import functools
+
+    @functools.wraps(f)
+    def command(*args, project=None, bucket=None, zones=None, **kwargs):
+        flags = {"project": project, "bucket": bucket, "zones": zones}
+        click.get_current_context().meta[CLOUD_FLAGS_KEY] = flags
+        return f(*args, **kwargs)
+
+    options = [
+        click.option("--project", default=None, help="GCP project id (beats BENCH_PROJECT)"),
+        click.option("--bucket", default=None, help="results bucket (beats BENCH_BUCKET)"),
+        click.option(
+            "--zones",
+            default=None,
+            callback=_zone_list,
+            help="zones to try in order, comma-separated (beats BENCH_ZONES)",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 def make_context(**flags):
@@ -64,6 +146,9 @@ def make_context(**flags):
     from orchestrator.config import load_config
     from orchestrator.service.context import Context
 
+    current = click.get_current_context(silent=True)
+    if current is not None:
+        flags = {**current.meta.get(CLOUD_FLAGS_KEY, {}), **flags}
     return Context(load_config(flags={k: v for k, v in flags.items() if v is not None}))
 
 
@@ -72,7 +157,13 @@ def console():
     id or a path at the end of a line stays whole for copy and paste."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True, emoji=False)
+    class PipedConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit 1; the reader leaving early (`| head`) is `main`'s to handle,
+            # once for every command.
+            raise BrokenPipeError
+
+    return PipedConsole(highlight=False, soft_wrap=True, emoji=False)
 
 
 def comparison_options(command):

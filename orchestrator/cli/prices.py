@@ -2,14 +2,16 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import console, make_context
+from orchestrator.cli.options import cloud_options, console, make_context
 
 
 @click.command()
+@cloud_options
 @click.option(
     "--plan", "plan_ref", default="default", show_default=True, help="plan name or .json file"
 )
-def prices(plan_ref):
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout, for scripts")
+def prices(plan_ref, as_json):
     """Show the price catalog and runtime model bench budgets with.
 
     The catalog: its date, sources and rates; the GPU types `launch --gpu`
@@ -22,14 +24,19 @@ def prices(plan_ref):
     Example:
       bench prices
       bench prices --plan cpu-smoke
+      bench prices --json | jq .rate_usd_per_hour
     """
     from rich.table import Table
 
-    from orchestrator.budget import load_catalog
+    from orchestrator.budget import format_duration, load_catalog, max_run_seconds_for
     from orchestrator.cli.estimate_table import phase_table
     from orchestrator.service.estimate import gce_estimate
 
     catalog = load_catalog()
+    ctx = make_context()
+    estimate = gce_estimate(ctx, plan_ref)
+    if as_json:
+        return _print_json(catalog, estimate)
     out = console()
     out.print(
         f"price catalog dated [bold]{catalog['catalog_date']}[/] ({catalog['currency']}/hour)"
@@ -46,8 +53,6 @@ def prices(plan_ref):
     for name, source in catalog["sources"].items():
         out.print(f"  source ({name}): {source}")
     _gpu_types(out)
-    ctx = make_context()
-    estimate = gce_estimate(ctx, plan_ref)
     config = ctx.config
     out.print(
         f"\nruntime model: plan [bold]{estimate.plan.name}[/] on {config.machine_type} + "
@@ -60,6 +65,40 @@ def prices(plan_ref):
         "launch uses": estimate.launch,
     }
     out.print(phase_table(columns, estimate.rate.total))
+    rate = estimate.rate
+    out.print(
+        f"total rate ${rate.total:.4f}/h ({', '.join(f'{n} ${p:.4f}' for n, p in rate.items)}) "
+        f"in {rate.region}; $1.00 buys {format_duration(max_run_seconds_for(1.0, rate.total))}"
+        f" (the time cap, after the billing margin)"
+    )
+    return 0
+
+
+def _print_json(catalog, estimate) -> int:
+    import json
+
+    from orchestrator.budget import max_run_seconds_for
+    from results_schema.record import billed_usd
+
+    def phases(e):
+        return {f.phase: round(f.seconds, 1) for f in e.phases}
+
+    rate = estimate.rate
+    document = {
+        "catalog_date": catalog["catalog_date"],
+        "currency": catalog["currency"],
+        "region": rate.region,
+        "spot": rate.spot,
+        "rate_usd_per_hour": rate.total,
+        "rate_items": dict(rate.items),
+        "seconds_one_dollar_buys": max_run_seconds_for(1.0, rate.total),
+        "plan": estimate.plan.name,
+        "first_run_seconds": phases(estimate.first_run),
+        "later_runs_seconds": phases(estimate.later_runs),
+        "launch_estimate_seconds": estimate.launch.total_seconds,
+        "launch_estimate_usd": round(billed_usd(rate.total, estimate.launch.total_seconds), 6),
+    }
+    click.echo(json.dumps(document, indent=2))
     return 0
 
 

@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-from orchestrator.boundary import markup_safe, printable
-from orchestrator.errors import BenchError, ResultsError
-
-
-class LogTail:
-    """New `[bench ...]` lines of the run's log since the last call (the script's own lines,
-    without the VM's boot chatter on the serial port)."""
-
-    def __init__(self, backend, record):
-        from orchestrator.service.runs import placement_of
-
-        self.backend, self.record = backend, record
-        self.placement = placement_of(record)
-        self.offset, self.partial = 0, ""
-
-    def new_lines(self) -> list[str]:
-        try:
-            text, self.offset = self.backend.log_since(
-                self.record.run_id, self.placement, self.offset
-            )
-        except BenchError:
-            return []  # the log is a courtesy; the heartbeat decides progress
-        lines = (self.partial + text).replace("\r\n", "\n").split("\n")
-        self.partial = lines.pop()
-        return [printable(line[line.index("[bench ") :]) for line in lines if "[bench " in line]
+from orchestrator.boundary import markup_safe
+from orchestrator.errors import ResultsError
 
 
 def follow(ctx, record, out) -> int:
     """Show progress until the run ends; exit code 0 only for a complete run."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from orchestrator.service.logs import LogTail
     from orchestrator.service.wait import release_failed, release_finished, wait_for_run
 
     with Progress(
@@ -44,7 +22,7 @@ def follow(ctx, record, out) -> int:
         transient=False,
     ) as bar:
         task = bar.add_task("starting", total=None, count="")
-        tail = LogTail(ctx.backend(record.backend), record)
+        tail = LogTail(ctx, record)
 
         def show(view):
             for line in tail.new_lines():
@@ -70,7 +48,9 @@ def follow(ctx, record, out) -> int:
     colour = {"complete": "green", "partial": "yellow"}.get(manifest.status, "red")
     reason = f": {markup_safe(manifest.reason)}" if manifest.reason else ""
     out.print(f"bench: run {record.run_id} [bold {colour}]{manifest.status}[/]{reason}")
-    out.print(f"fetch the results with: bench fetch {record.run_id}")
+    from orchestrator.cli.options import bench_command
+
+    out.print(f"fetch the results with: {bench_command()} fetch {record.run_id}")
     if manifest.status != "complete":
         raise ResultsError(f"run {record.run_id} ended {manifest.status}: {manifest.reason}")
     return 0

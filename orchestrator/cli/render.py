@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import Money, backend_option, make_context
+from orchestrator.cli.options import Money, backend_option, cloud_options, make_context
 
 
 @click.command()
+@cloud_options
 @backend_option()
 @click.option(
     "--plan", "plan_ref", default="auto", show_default=True, help="plan name, .json file or auto"
@@ -16,23 +17,36 @@ from orchestrator.cli.options import Money, backend_option, make_context
 @click.option(
     "--shutdown", "which", flag_value="shutdown", help="print the shutdown script instead"
 )
+@click.option(
+    "--instance",
+    "which",
+    flag_value="instance",
+    help="gce: print the instance request (JSON) instead",
+)
 def render(backend, plan_ref, budget, which):
     """Print the startup script a launch would run; creates and sends nothing.
 
-    On stderr: the runtime estimate, phase by phase with its sources, and on
-    gce the instance request as JSON.
+    stdout carries only what you asked for (the startup script, the shutdown
+    script, or with --instance the instance request JSON), so it can be piped;
+    the runtime estimate, phase by phase with its sources, goes to stderr.
 
     \b
     Examples:
       bench render --backend local | less
-      bench render --backend gce --plan default
+      bench render --backend gce --plan default --instance | jq .scheduling
     """
+    from orchestrator.errors import UsageError
     from orchestrator.service.render import render_scripts
 
     ctx = make_context(backend=backend)
     name, _ = ctx.config.resolved_backend()
     rendered = render_scripts(ctx, name, plan_ref, budget)
-    click.echo(rendered.shutdown if which == "shutdown" else rendered.startup, nl=False)
+    if which == "instance":
+        if not rendered.instance_json:
+            raise UsageError(f"--instance: the {name} backend sends no instance request")
+        click.echo(rendered.instance_json)
+    else:
+        click.echo(rendered.shutdown if which == "shutdown" else rendered.startup, nl=False)
     if rendered.estimate is not None:
         from rich.console import Console
 
@@ -42,7 +56,6 @@ def render(backend, plan_ref, budget, which):
         Console(stderr=True, highlight=False).print(
             phase_table({"seconds": rendered.estimate}, rendered.rate_usd_per_hour)
         )
-    if rendered.instance_json and which != "shutdown":
-        click.echo("\n# ---- instance request (JSON) ----", err=True)
-        click.echo(rendered.instance_json, err=True)
+    if rendered.instance_json and which != "instance":
+        click.echo("# the instance request: add --instance to print it", err=True)
     return 0

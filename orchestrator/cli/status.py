@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import console, make_context
+from orchestrator.cli.options import cloud_options, console, make_context
 
 
 @click.command()
+@cloud_options
 @click.argument("run_id", required=False, metavar="[RUN|SWEEP]")
-def status(run_id):
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout, for scripts")
+def status(run_id, as_json):
     """Show runs: backend, phase and progress, elapsed time, cost so far, budget, state.
 
     A sweep id (from `launch --gpu a,b`) shows each of its runs; a run of a
@@ -22,6 +24,7 @@ def status(run_id):
       bench status                      # every run in the registry
       bench status 20261122-081500-a1b2c3
       bench status sweep-20261122-081500-d4e5f6
+      bench status --json | jq '.runs[].state'
     """
     from rich import box
     from rich.table import Table
@@ -41,6 +44,8 @@ def status(run_id):
         note = f"bench: could not list powered-off VMs that may still bill: {e}"
     else:
         note = ""
+    if as_json:
+        return _print_json(rows, left, note)
     if not rows and not left:
         out.print("no runs yet; start one with: bench launch --backend local --budget 1.00 --wait")
         return 0
@@ -92,15 +97,32 @@ def status(run_id):
     return 0
 
 
+def _print_json(rows, left, note) -> int:
+    """JSON escapes every control and non-ASCII character, so what a run wrote stays inert."""
+    import json
+
+    from orchestrator.errors import ResultsError
+
+    document = {
+        "runs": [view.as_dict() for view in rows],
+        "leftovers": [
+            {
+                "name": item.machine.name,
+                "location": item.machine.location,
+                "rate_usd_per_hour": item.machine.rate_usd_per_hour,
+                "remove_with": item.remove_with,
+            }
+            for item in left
+        ],
+        "note": note or None,
+    }
+    click.echo(json.dumps(document, indent=2, ensure_ascii=True))
+    problems = [view.problem for view in rows if view.problem]
+    if problems:
+        raise ResultsError("; ".join(problems))
+    return 0
+
+
 def _phase_and_progress(view) -> str:
-    """The live heartbeat's done/total; once a run ended, the samples its manifest holds (a
-    partial run's last heartbeat says finish 0/0, which would hide how far it got)."""
-    heartbeat, manifest = view.status, view.manifest
-    phase = heartbeat.phase if heartbeat else "-"
-    if heartbeat and heartbeat.total:
-        return f"{phase} {heartbeat.done}/{heartbeat.total}"
-    measured = manifest.file("results/measurements.csv") if manifest else None
-    if measured is not None and measured.rows is not None and manifest.plan is not None:
-        planned = manifest.plan.samples_per_implementation() * len(manifest.plan.identities)
-        return f"{phase} {measured.rows}/{planned}"
-    return phase
+    phase, done, total = view.progress
+    return f"{phase} {done}/{total}" if total else phase

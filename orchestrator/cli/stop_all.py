@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import console, make_context, yes_option
+from orchestrator.cli.options import cloud_options, console, make_context, yes_option
 
 
 @click.command(name="stop-all")
+@cloud_options
 @yes_option()
 @click.option("--dry-run", is_flag=True, help="list what would be stopped; stop nothing")
 @click.argument("target", required=False, metavar="[RUN|SWEEP]")
@@ -66,8 +67,9 @@ def stop_all(yes, dry_run, target):
         if unsearched:
             raise unsearched
         return 0
-    if not yes:
-        click.confirm(f"Stop these {found.count} machines?", abort=True)
+    if not yes and not click.confirm(f"Stop these {found.count} machines?"):
+        out.print("bench: nothing stopped")
+        return 0
     stopped = stop_machines(ctx, found)
     saved = sum(m.rate_usd_per_hour for ms in stopped.machines.values() for m in ms)
     out.print(f"bench: stopped {stopped.count} machines; hourly spend stopped: ${saved:.4f}/h")

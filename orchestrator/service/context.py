@@ -44,7 +44,9 @@ class Context:
         if name == "local":
             from orchestrator.backends.local import LocalBackend
 
-            return LocalBackend(self.paths, self.registry, self.config.payload_python)
+            return LocalBackend(
+                self.paths, self.registry, self.config.payload_python, self.local_store_root()
+            )
         if name == "gce":
             require_gce_settings(self.config)
             from orchestrator.backends.gce.backend import GceBackend

@@ -19,11 +19,11 @@ from orchestrator.backends.gce.readiness import (
     project_check,
     quotas_of,
     region_quota_check,
-    regions_of,
     shapes_for,
     vm_access_check,
     zone_check,
 )
+from orchestrator.config import region_of, regions_of
 from orchestrator.errors import BenchError, UsageError
 from orchestrator.gpus import load_gpu_catalog, member_config
 from orchestrator.service.context import Context, require_gce_settings
@@ -57,7 +57,7 @@ def run_doctor(ctx: Context, gpu_keys: list[str] | None = None) -> Iterator[Chec
     )
     for region in regions_of(list(placed)):
         quotas = quotas_of(resources.region(region))
-        in_region = [s for z, zs in placed.items() if z.rsplit("-", 1)[0] == region for s in zs]
+        in_region = [s for z, zs in placed.items() if region_of(z) == region for s in zs]
         yield region_quota_check(
             region,
             quotas,

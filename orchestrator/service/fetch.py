@@ -9,16 +9,20 @@ clobbers good results; a staging folder a killed fetch left is removed by the ne
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import boundary
 from orchestrator.errors import NotFoundError, ResultsError
+from orchestrator.paths import ensure_writable_dest
 from orchestrator.registry import RunRecord
 from orchestrator.runtime_model import recorded_phase_seconds
 from orchestrator.service.context import Context
-from orchestrator.service.runs import placement_of
+from orchestrator.service.runs import latest_run_id, placement_of, records_for
+from orchestrator.spec import is_sweep_id
 from results_schema import Manifest, SummaryRow
+from results_schema.names import run_key
 
 
 @dataclass
@@ -30,10 +34,51 @@ class FetchResult:
     released: bool = False
 
 
+@dataclass
+class FetchOutcome:
+    attempted: int = 0
+    incomplete: list[str] = field(default_factory=list)  # one line per run not complete
+
+
+def fetch_runs(
+    ctx: Context,
+    run_id: str | None,
+    fetch_all: bool,
+    dest: Path,
+    on_fetched: Callable[[FetchResult], None],
+) -> FetchOutcome:
+    """`bench fetch`: one run (RUN_ID, else the latest), every member of a sweep, or with
+    `fetch_all` every run not fetched yet; with several, one run's bad files do not stop
+    the others."""
+    ensure_writable_dest(dest)
+    sweep = is_sweep_id(run_id or "")
+    if fetch_all:
+        records = [r for r in ctx.registry.all() if r.state in ("running", "stopped")]
+    else:
+        records = records_for(ctx, run_id or latest_run_id(ctx))
+    if sweep:
+        # A member that never started has nothing to fetch; `bench status` shows why.
+        records = [r for r in records if r.handle]
+    outcome = FetchOutcome(attempted=len(records))
+    for record in records:
+        try:
+            result = fetch(ctx, record, dest)
+        except ResultsError as e:
+            if not (fetch_all or sweep):
+                raise
+            outcome.incomplete.append(str(e))
+            continue
+        on_fetched(result)
+        if result.manifest.status != "complete":
+            reason = boundary.printable(result.manifest.reason)
+            outcome.incomplete.append(f"{record.run_id} is {result.manifest.status}: {reason}")
+    return outcome
+
+
 def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
+    ensure_writable_dest(dest)
     store = ctx.store(record.backend)
     manifest = _manifest(store, record)
-    dest.mkdir(parents=True, exist_ok=True)
     staging = boundary.staging_dir(dest, record.run_id)
     try:
         summary = _download_and_verify(store, record.run_id, manifest, staging)
@@ -76,7 +121,7 @@ def _download_and_verify(store, run_id: str, manifest: Manifest, staging: Path) 
         target = boundary.result_target(staging, entry.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            store.download(f"runs/{run_id}/{entry.path}", target, max_bytes=entry.bytes)
+            store.download(f"{run_key(run_id)}/{entry.path}", target, max_bytes=entry.bytes)
         except ResultsError as e:
             raise ResultsError(f"run {run_id}: {e}; nothing was replaced") from None
         rows = boundary.verify_result_file(target, entry, run_id)
@@ -90,7 +135,7 @@ def _download_log(store, run_id: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         store.download(
-            f"runs/{run_id}/logs/startup.log", target, max_bytes=boundary.LIMITS.log_bytes
+            f"{run_key(run_id)}/logs/startup.log", target, max_bytes=boundary.LIMITS.log_bytes
         )
     except (NotFoundError, ResultsError):
         target.unlink(missing_ok=True)

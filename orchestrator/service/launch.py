@@ -58,7 +58,11 @@ def plan_spec(
     estimated = estimate.total_seconds
     if backend == "local":
         rate, rate_total = None, 0.0
-        cap = request.max_runtime_seconds or budget.LOCAL_DEFAULT_MAX_RUN_SECONDS
+        cap = min(
+            request.max_runtime_seconds or budget.LOCAL_DEFAULT_MAX_RUN_SECONDS,
+            budget.LOCAL_DEFAULT_MAX_RUN_SECONDS,
+        )
+        budget.check_fits_local_cap(estimated, cap)
     else:
         rate = budget.hourly_rate(ctx.config, spot=spot)
         rate_total = rate.total
@@ -115,16 +119,15 @@ def launch(
     except BaseException as error:
         _record_failed_launch(ctx, spec.run_id, error)
         raise
+    # On-demand fallback re-plans the rate and the time cap: the record follows the spec.
+    planned = {k: v for k, v in spec.record_fields().items() if k != "run_id"}
     ctx.registry.update(
         spec.run_id,
+        **planned,
         state="running",
         location=placement.location,
         handle=placement.handle,
         attempts=placement.attempts,
-        # On-demand fallback re-plans the rate and the time cap.
-        rate_usd_per_hour=spec.rate_usd_per_hour,
-        max_run_seconds=spec.max_run_seconds,
-        spot=spec.spot,
     )
     return LaunchResult(spec, placement, backend_reason, notes, rate, estimate)
 
@@ -140,18 +143,9 @@ def _spend_check(ctx: Context, request: LaunchRequest, backend: str):
 
 def _launching_record(ctx: Context, backend: str, spec: RunSpec, gpu: str = "") -> RunRecord:
     return RunRecord(
-        run_id=spec.run_id,
-        backend=backend,
-        plan=spec.plan.name,
-        budget_usd=spec.budget_usd,
-        rate_usd_per_hour=spec.rate_usd_per_hour,
-        max_run_seconds=spec.max_run_seconds,
-        estimated_seconds=spec.estimated_seconds,
-        created_at=spec.created_at.isoformat(),
-        spot=spec.spot,
+        **spec.record_fields(),
         state="launching",
         sandbox=ctx.backend(backend).work_dir(spec.run_id),
-        sweep_id=spec.sweep_id or "",
         gpu=gpu,
     )
 
@@ -195,9 +189,7 @@ def _start_once(ctx: Context, backend, spec: RunSpec) -> Placement:
 def _render_for(ctx: Context, backend, spec: RunSpec) -> tuple[str, str]:
     """The startup and shutdown scripts for this spec on this backend."""
     work_dir = backend.work_dir(spec.run_id)
-    store_vars = (
-        backend.template_vars(ctx.local_store_root())
-        if spec.backend == "local"
-        else backend.template_vars()
+    return (
+        render_startup(spec, work_dir, backend.template_vars()),
+        render_shutdown(spec, work_dir),
     )
-    return render_startup(spec, work_dir, store_vars), render_shutdown(spec, work_dir)

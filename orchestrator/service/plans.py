@@ -1,4 +1,8 @@
-"""Plan resolution on the controller: NAME (benches/plans/NAME.json), FILE, or auto."""
+"""Plan resolution on the controller: NAME (benches/plans/NAME.json), FILE, or auto.
+
+One resolver for both halves (benches.plan): the controller adds only how it decides
+"auto" without torch, and the checks of a plan against what its target supports.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +10,17 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pydantic import ValidationError
-
+from benches.plan import PlanError, auto_plan_name
+from benches.plan import plan_names as plan_names
+from benches.plan import resolve_plan as resolve_plan_on_target
 from orchestrator.errors import UsageError
 from orchestrator.payload import package_dir
 from results_schema import Plan
-
-CPU_PLAN = "cpu-smoke"
-GPU_PLAN = "default"
+from results_schema.targets import plan_problems
 
 
 def plans_dir() -> Path:
     return package_dir("benches") / "plans"
-
-
-def plan_names() -> list[str]:
-    return sorted(p.stem for p in plans_dir().glob("*.json"))
 
 
 def local_gpu_present() -> bool:
@@ -34,35 +33,32 @@ def local_gpu_present() -> bool:
         return False
 
 
-def resolve_plan(ref: str, backend: str) -> tuple[Plan, str]:
-    """The plan, and a note to print when bench chose it for the user."""
+def target_has_gpu(backend: str) -> bool:
+    """A gce VM always carries its GPU; a local run has what this machine has."""
+    return backend == "gce" or local_gpu_present()
+
+
+def resolve_plan(ref: str, backend: str, has_gpu: bool | None = None) -> tuple[Plan, str]:
+    """The plan, checked against what `backend` can run (UsageError, exit 2, before anything
+    is created), and a note to print when bench chose it for the user. `has_gpu` overrides
+    what the target is found to have (a script rendered for another machine)."""
     note = ""
+    if has_gpu is None:
+        has_gpu = target_has_gpu(backend)
     if ref == "auto":
-        if backend == "gce" or local_gpu_present():
-            ref = GPU_PLAN
-        else:
-            ref, note = (
-                CPU_PLAN,
-                (
-                    f"no CUDA GPU on this machine: --plan auto chose {CPU_PLAN!r}, which times "
-                    "SDPA on the CPU; these numbers say nothing about GPU kernels"
-                ),
-            )
-    path = Path(ref)
-    if not (ref.endswith(".json") or path.is_file()):
-        path = plans_dir() / f"{ref}.json"
-        if not path.is_file():
-            raise UsageError(
-                f"unknown plan {ref!r}; choose one of {', '.join(plan_names())}, "
-                "auto, or a .json file"
+        ref = auto_plan_name(has_gpu)
+        if not has_gpu:
+            note = (
+                f"no CUDA GPU on this machine: --plan auto chose {ref!r}, which times "
+                "SDPA on the CPU; these numbers say nothing about GPU kernels"
             )
     try:
-        return Plan.model_validate_json(path.read_text()), note
-    except OSError as e:
-        raise UsageError(f"cannot read plan {path}: {e.strerror}") from None
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UsageError(
-            f"plan {path} is invalid at {where or 'top level'}: {first['msg']}"
-        ) from None
+        plan = resolve_plan_on_target(ref, cuda_available=has_gpu)
+    except PlanError as e:
+        choices = ", ".join(plan_names())
+        raise UsageError(f"{e}; choose one of {choices}, auto, or a .json file") from None
+    problems = plan_problems(plan, has_gpu)
+    if problems:
+        where = "this machine" if backend == "local" else f"the {backend} target"
+        raise UsageError(f"plan {plan.name!r} cannot run on {where}: " + "; ".join(problems))
+    return plan, note

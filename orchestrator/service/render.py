@@ -27,7 +27,5 @@ def render_scripts(ctx: Context, backend_name: str, plan_ref: str, budget_usd: f
     spec = spec.model_copy(update={"payload_sha256": build_payload(plan).sha256})
     backend = ctx.backend(backend_name)
     startup, shutdown = _render_for(ctx, backend, spec)
-    instance_json = None
-    if backend_name == "gce":
-        instance_json = backend.instance_request_json(spec, ctx.config.zones[0], startup, shutdown)
+    instance_json = backend.instance_request_json(spec, startup, shutdown)
     return Rendered(startup, shutdown, instance_json, estimate, spec.rate_usd_per_hour)

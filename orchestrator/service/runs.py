@@ -13,6 +13,7 @@ from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from orchestrator.spec import is_sweep_id
 from results_schema import Manifest, Status
+from results_schema.record import billed_usd
 
 # The EXIT trap's last log line; the serial console carries it even when the bucket
 # refused the manifest (a VM account without bucket access).
@@ -53,7 +54,43 @@ class RunView:
         elapsed with GCE's one-minute minimum."""
         if self.manifest is not None and self.manifest.cost is not None:
             return self.manifest.cost.estimated_usd or 0.0
-        return self.record.rate_usd_per_hour * max(self.elapsed_seconds, 60.0) / 3600.0
+        return billed_usd(self.record.rate_usd_per_hour, self.elapsed_seconds)
+
+    @property
+    def progress(self) -> tuple[str, int | None, int | None]:
+        """(phase, done, total): the live heartbeat's; once a run ended, the samples its
+        manifest holds of those planned (a partial run's last heartbeat says finish 0/0,
+        which would hide how far it got)."""
+        heartbeat, manifest = self.status, self.manifest
+        phase = heartbeat.phase if heartbeat else "-"
+        if heartbeat and heartbeat.total:
+            return phase, heartbeat.done, heartbeat.total
+        measured = manifest.file("results/measurements.csv") if manifest else None
+        if measured is not None and measured.rows is not None and manifest.plan is not None:
+            planned = manifest.plan.samples_per_implementation() * len(manifest.plan.identities)
+            return phase, measured.rows, planned
+        return phase, None, None
+
+    def as_dict(self) -> dict:
+        """What `bench status --json` prints of this run."""
+        phase, done, total = self.progress
+        record = self.record
+        return {
+            "run_id": record.run_id,
+            "sweep_id": record.sweep_id or None,
+            "backend": record.backend,
+            "gpu": record.gpu or None,
+            "plan": record.plan,
+            "state": self.state,
+            "phase": phase,
+            "done": done,
+            "total": total,
+            "elapsed_seconds": round(self.elapsed_seconds, 1),
+            "cost_usd": round(self.cost_usd, 6),
+            "budget_usd": record.budget_usd,
+            "reason": (self.manifest.reason if self.manifest else self.console_reason) or None,
+            "problem": self.problem,
+        }
 
     @property
     def elapsed_seconds(self) -> float:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.config import region_of
 from orchestrator.errors import CloudError, PermissionDeniedError
 from orchestrator.service.context import Context, require_gce_settings
 
@@ -238,7 +239,7 @@ def _session(config):
 
 def plan_setup(ctx: Context) -> list[SetupStep]:
     require_gce_settings(ctx.config)
-    return setup_steps(ctx.config.project, ctx.config.bucket, ctx.config.region)
+    return setup_steps(ctx.config.project, ctx.config.bucket, region_of(ctx.config.zones[0]))
 
 
 def apply_setup(ctx: Context, steps: list[SetupStep], on_done: Callable[[SetupStep, str], None]):

@@ -78,7 +78,7 @@ def stop_machines(ctx: Context, found: Found) -> Stopped:
         backend = ctx.backend(name)
         gone = backend.stop(machines)
         stopped.machines[name] = gone
-        reasons = getattr(backend, "stop_failures", {})
+        reasons = backend.stop_failures
         gone_names = {m.name for m in gone}
         for machine in machines:
             if machine.name not in gone_names:

@@ -10,7 +10,6 @@ from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from orchestrator.service.runs import RunView, placement_of, view
 
-POLL_SECONDS = {"local": 0.5, "gce": 10.0}
 # A machine may end a moment before its manifest reaches the store.
 MANIFEST_GRACE_SECONDS = {"local": 5.0, "gce": 60.0}
 
@@ -34,7 +33,7 @@ def wait_for_run(
                     f"run {record.run_id}: the machine is {current.machine} but left no "
                     f"manifest{why}; see `bench logs {record.run_id}`"
                 )
-        time.sleep(ctx.config.poll_seconds or POLL_SECONDS[record.backend])
+        time.sleep(ctx.config.poll_interval(record.backend))
 
 
 # How long a finished VM may take to delete itself or power off before the controller
@@ -57,7 +56,7 @@ def release_finished(ctx: Context, record: RunRecord) -> str:
     deadline = time.monotonic() + SETTLE_SECONDS
     state = backend.machine_state(record.run_id, placement)
     while state not in ("GONE", "TERMINATED") and time.monotonic() < deadline:
-        time.sleep(ctx.config.poll_seconds or POLL_SECONDS[record.backend])
+        time.sleep(ctx.config.poll_interval(record.backend))
         state = backend.machine_state(record.run_id, placement)
     if state == "GONE":
         return f"the VM {record.handle} deleted itself"

@@ -23,6 +23,7 @@ from orchestrator.errors import (
     UsageError,
     network_reason,
 )
+from results_schema.names import CONTENT_TYPES
 
 if TYPE_CHECKING:
     from orchestrator.config import BenchConfig
@@ -32,12 +33,6 @@ T = TypeVar("T")
 # client library's own default.
 RETRY_SECONDS = 120.0
 DEFAULT_STORAGE_ENDPOINT = "https://storage.googleapis.com"
-_CONTENT_TYPES = {
-    ".csv": "text/csv",
-    ".json": "application/json",
-    ".log": "text/plain",
-    ".gz": "application/gzip",
-}
 
 
 class GcsStore:
@@ -270,7 +265,7 @@ def _ranged(download: Callable[[], T], empty: T) -> T:
 
 def _upload_args(key: str, if_absent: bool, retry: Any) -> dict[str, Any]:
     suffix = Path(key).suffix
-    content_type = _CONTENT_TYPES.get(suffix) or mimetypes.guess_type(key)[0]
+    content_type = CONTENT_TYPES.get(suffix) or mimetypes.guess_type(key)[0]
     # Retrying is safe either way: re-uploading the same bytes to the same key is harmless,
     # and with if_generation_match=0 a repeat cannot clobber (it answers 412).
     args: dict[str, Any] = {

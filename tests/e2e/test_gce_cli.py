@@ -186,12 +186,19 @@ def test_preemption_mid_benchmark_leaves_partial_results(
     assert "preempted" in capsys.readouterr().out
 
 
-def test_failing_build_uploads_log_and_failed_manifest_and_powers_off(
+def test_a_failing_phase_uploads_log_and_failed_manifest_and_powers_off(
     gce, gcs_server, gcs_bucket, tmp_path, capsys
 ):
-    # Our kernel on a machine with no GPU: the build phase must fail, loudly and cheaply.
-    # Without --wait nobody deletes the powered-off VM: status shows it until fetch does.
-    plan = plan_file(tmp_path, candidate="flash")
+    # A VM whose sha256sum lies: the payload phase must fail, loudly and cheaply. (A plan
+    # its target cannot run, such as our kernel on a CPU, no longer reaches a VM at all:
+    # tests/unit/test_plan_checks.py.) Without --wait nobody deletes the powered-off VM:
+    # status shows it until fetch does.
+    liar = tmp_path / "vm-bin" / "sha256sum"
+    liar.parent.mkdir()
+    liar.write_text('#!/bin/sh\necho "$(printf 0%.0s $(seq 64))  $1"\n')
+    liar.chmod(0o755)
+    gce.config.vm_path = [str(liar.parent), *gce.config.vm_path]
+    plan = plan_file(tmp_path)
     assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
     run_id = launched_run_id(capsys)
     (instance,) = gce.instances()
@@ -201,7 +208,7 @@ def test_failing_build_uploads_log_and_failed_manifest_and_powers_off(
     manifest = Manifest.model_validate(
         bucket_json(gcs_server, gcs_bucket, f"bench/runs/{run_id}/manifest.json")
     )
-    assert manifest.status == "failed" and manifest.failed_phase == "build"
+    assert manifest.status == "failed" and manifest.failed_phase == "payload"
     assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
     capsys.readouterr()
     assert main(["status"]) == 0
@@ -376,10 +383,19 @@ def test_render_prints_script_and_instance_request_and_creates_nothing(
     assert main(["render", "--backend", "gce", "--plan", "default"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("#!/usr/bin/env bash\n") and "phase_benchmark()" in captured.out
-    request = json.loads(captured.err.split("# ---- instance request (JSON) ----", 1)[1])
     estimate = captured.err.split("# ---- runtime estimate", 1)[1]
     assert all(phase in estimate for phase in ("boot", "environment", "build", "shutdown"))
+    # --instance: the instance request alone on stdout, machine-readable; tables on stderr.
+    # The flags beat the environment (BENCH_PROJECT is bench-test-project here).
+    flags = ["--project", "flag-project-1", "--zones", "us-central1-c", "--instance"]
+    assert main(["render", "--backend", "gce", "--plan", "default", *flags]) == 0
+    captured = capsys.readouterr()
+    request = json.loads(captured.out)
     assert request["scheduling"]["instanceTerminationAction"] == "DELETE"
+    assert "us-central1-c" in request["machineType"]
+    assert "runtime estimate" in captured.err
+    assert main(["render", "--backend", "gce", "--bucket", "flag-bucket-1"]) == 0
+    assert "flag-bucket-1" in capsys.readouterr().out and gcs_bucket != "flag-bucket-1"
     assert gce.requests == [] and bucket_objects(gcs_server, gcs_bucket) == []
     assert not (bench_env / "state").exists()
 

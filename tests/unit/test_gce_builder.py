@@ -12,12 +12,12 @@ from orchestrator.backends.gce.builder import (
     build_instance,
     is_valid_resource_name,
     label_filter,
-    sanitize_label_value,
     validate_labels,
 )
 from orchestrator.config import BenchConfig
 from orchestrator.errors import UsageError
 from orchestrator.spec import RunSpec
+from orchestrator.users import owner_label, sanitize_label_value
 from results_schema import Plan
 
 PLANS = Path(__file__).resolve().parents[2] / "benches" / "plans"
@@ -183,6 +183,8 @@ def test_resource_names(name, ok):
 def test_sanitize_label_value(raw, clean):
     assert sanitize_label_value(raw) == clean
     validate_labels({"bench-owner": sanitize_label_value(raw)})
+    # One rule: the owner recorded in the spec is the label the VM gets.
+    assert owner_label(raw) == clean if raw else owner_label(raw)
 
 
 @pytest.mark.parametrize(

@@ -286,7 +286,12 @@ def test_list_machines_prices_each_instance_by_what_it_is_and_whether_it_runs(se
     ]
     for zone, run_id, spot in launches:
         api.insert(zone, instance_for(server, zone, run_id=run_id, spot=spot))
-    api.stop("us-central1-c", "bench-20261101-120004-abcdef")  # powered off: disk only
+    # Powered off (bench itself never stops a VM; a guest power-off looks the same): disk only.
+    name = "bench-20261101-120004-abcdef"
+    api.finish(
+        "us-central1-c",
+        api.instances.stop_unary(project=api.project, zone="us-central1-c", instance=name),
+    )
     disk = 100 * 0.10 / 730
     rates = {m.run_id: m.rate_usd_per_hour for m in GceBackend(config_for(server)).list_machines()}
     assert rates == pytest.approx(
@@ -352,7 +357,7 @@ def test_instance_request_json_is_the_wire_body(server):
 
     backend = GceBackend(config_for(server))
     spec, startup, shutdown = make_spec(), "#!/bin/bash\necho hi\n", "#!/bin/bash\n"
-    body = json.loads(backend.instance_request_json(spec, "us-central1-b", startup, shutdown))
+    body = json.loads(backend.instance_request_json(spec, startup, shutdown, zone="us-central1-b"))
     assert server.requests == []  # rendering sends nothing
     # What the client really sends for the same instance, less the scripts' text.
     backend.api.insert(

@@ -26,8 +26,8 @@ HOSTILE = ["$(touch /tmp/pwned)", "'; rm -rf ~ #", '"; touch pwned; "', "`touch 
 
 
 def spec_for(plan_name: str, backend: str) -> RunSpec:
-    plan, _ = resolve_plan(plan_name.removesuffix("+ab"), backend)
-    if plan_name.endswith("+ab"):  # an A/B baseline tree and a profile
+    plan, _ = resolve_plan(plan_name.removesuffix("+ab"), backend, has_gpu=True)
+    if plan_name.endswith("+ab"):  # an A/B baseline tree and a profile, as for a GPU machine
         options = PlanOptions(baseline=str(REPO), profile=())
         plan = shape_plan(plan, options).plan
     return RunSpec(

@@ -25,7 +25,9 @@ from orchestrator.backends.gce.builder import (
 )
 from orchestrator.backends.gce.compute import DEFAULT_COMPUTE_ENDPOINT, PARALLEL_CALLS, ComputeApi
 from orchestrator.backends.gce.failover import place
+from orchestrator.config import region_of
 from orchestrator.errors import BenchError, CloudError, ConfigError
+from results_schema.names import CONTENT_TYPES
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import Instance, Operation
@@ -66,6 +68,7 @@ def template_vars(config: BenchConfig) -> dict:
         "compute_endpoint": (config.compute_endpoint or DEFAULT_COMPUTE_ENDPOINT).rstrip("/"),
         "self_delete": vm_may_delete_itself(config),
         "preflight_tools": ["curl", "shutdown"],
+        "content_types": CONTENT_TYPES,
     }
 
 
@@ -77,11 +80,11 @@ class GceBackend:
         config: BenchConfig,
         *,
         api: ComputeApi | None = None,
-        poll_seconds: float = 10.0,
+        poll_seconds: float | None = None,
     ) -> None:
         self.config = config
         self.api = api or ComputeApi(config)
-        self.poll_seconds = config.poll_seconds or poll_seconds
+        self.poll_seconds = config.poll_interval("gce") if poll_seconds is None else poll_seconds
         self.stop_failures: dict[str, str] = {}  # instance name -> why, from the last stop()
 
     def template_vars(self) -> dict:
@@ -124,9 +127,9 @@ class GceBackend:
             image_check,
             quotas_of,
             region_quota_check,
-            regions_of,
             shapes_for,
         )
+        from orchestrator.config import regions_of
 
         resources = ProjectResources(self.api)
         config = self.config
@@ -156,15 +159,16 @@ class GceBackend:
             )
 
     def instance_request_json(
-        self, spec: RunSpec, zone: str, startup_script: str, shutdown_script: str
+        self, spec: RunSpec, startup_script: str, shutdown_script: str, zone: str | None = None
     ) -> str:
-        """The insert body `start` would send to `zone`, as JSON (for `bench render`).
+        """The insert body `start` would send to `zone` (the first it tries), as JSON.
 
         Serialized as the REST transport does (no empty defaults), except that the scripts,
         which `bench render` prints in full anyway, are replaced by their size.
         """
         from google.protobuf import json_format
 
+        zone = zone or self.config.zones[0]
         instance = build_instance(
             spec, self.config, zone, startup_script, shutdown_script, spec.spot
         )
@@ -300,7 +304,7 @@ class GceBackend:
         ) or priced_disk_gb(self.config.disk_gb, catalog)
         try:
             rate = machine_rate(
-                region=zone.rsplit("-", 1)[0],
+                region=region_of(zone),
                 machine_type=_last_segment(instance.machine_type) or self.config.machine_type,
                 accelerator_type=(
                     _last_segment(accelerators[0].accelerator_type)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import UsageError
+from orchestrator.users import sanitize_label_value
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import Instance
@@ -53,12 +54,6 @@ _MAX_METADATA_BYTES = 256 * 1024
 def is_valid_resource_name(name: str) -> bool:
     """GCE's rule for instance (and most resource) names: RFC 1035, at most 63 characters."""
     return bool(_RESOURCE_NAME.match(name))
-
-
-def sanitize_label_value(value: str) -> str:
-    """Turn anything (a user name, an email) into a valid label value; never empty."""
-    cleaned = re.sub(r"[^a-z0-9_-]+", "-", value.lower()).strip("-")[:63].rstrip("-")
-    return cleaned or "unknown"
 
 
 def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:

@@ -275,10 +275,6 @@ class ComputeApi:
         """Ask for the delete without waiting; None when the instance is already gone."""
         return self._start(self.instances.delete_unary, zone, name)
 
-    def stop(self, zone: str, name: str) -> bool:
-        """Power the instance off (it keeps its disk) and wait; False when it does not exist."""
-        return self._finish(zone, self._start(self.instances.stop_unary, zone, name))
-
     def finish(self, zone: str, operation: Operation | None) -> bool:
         """Wait for an operation from start_delete; False when the instance was gone."""
         return self._finish(zone, operation)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.config import region_of
 from orchestrator.errors import (
     BenchError,
     CloudError,
@@ -131,7 +132,7 @@ def _quota_error(text: str, zone: str | None) -> QuotaError:
     if quota == GLOBAL_GPU_QUOTA or "globally" in text or GLOBAL_GPU_QUOTA in text:
         return GlobalQuotaExceeded(GLOBAL_GPU_QUOTA if GLOBAL_GPU_QUOTA in text else quota, text)
     region_match = _QUOTA_REGION.search(text)
-    region = region_match.group(1) if region_match else (zone.rsplit("-", 1)[0] if zone else "?")
+    region = region_match.group(1) if region_match else (region_of(zone) if zone else "?")
     return RegionalQuotaExceeded(quota, region, text)
 
 

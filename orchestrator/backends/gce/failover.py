@@ -17,6 +17,7 @@ from orchestrator.backends.gce.errors import (
     RegionalQuotaExceeded,
     ZoneUnavailable,
 )
+from orchestrator.config import region_of
 from orchestrator.errors import NoCapacityError, QuotaError
 
 # build(zone, spot) -> body;  insert(zone, body) -> None or a bench error.
@@ -36,10 +37,6 @@ class _Round:
     attempts: list[str] = field(default_factory=list)
     quota_errors: list[RegionalQuotaExceeded] = field(default_factory=list)
     stockouts: int = 0
-
-
-def region_of(zone: str) -> str:
-    return zone.rsplit("-", 1)[0]
 
 
 def _try_zones(

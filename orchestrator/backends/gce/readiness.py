@@ -41,11 +41,6 @@ class GpuShape:
         return f"NVIDIA_{model}_GPUS"
 
 
-def regions_of(zones: list[str]) -> list[str]:
-    """The regions of these zones, in order, once each (us-central1-a -> us-central1)."""
-    return list(dict.fromkeys(zone.rsplit("-", 1)[0] for zone in zones))
-
-
 def shapes_for(config) -> list[GpuShape]:
     return [GpuShape(config.machine_type, config.accelerator_type, config.accelerator_count)]
 

@@ -1,0 +1,61 @@
+"""Ctrl-C on `launch --wait` leaves the run going and says so; declining stop-all does
+nothing; `bench clean` frees finished runs' local state and never a running run's."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+import orchestrator.cli.progress
+from orchestrator.cli import main
+from tests.e2e.test_local_run import only_run_id, small_plan, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_ctrl_c_stop_all_declined_then_clean(bench_env, tmp_path, monkeypatch, capsys):
+    state = bench_env / "state"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(orchestrator.cli.progress, "follow", interrupted)
+    plan = small_plan(tmp_path, samples=4000, heavy=True)  # long enough to still run below
+    args = ["launch", "--backend", "local", "--plan", str(plan), "--budget", "1", "--wait"]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    run_id = only_run_id(state)
+    assert f"run {run_id} goes on" in err and "stop-all" in err and f"status {run_id}" in err
+    sandbox = state / "sandboxes" / run_id
+
+    # A running run is never cleaned.
+    assert main(["clean"]) == 0
+    out = capsys.readouterr().out
+    assert f"kept run {run_id}: it is still running" in out and sandbox.is_dir()
+
+    # Declining the kill switch's prompt: exit 0, nothing stopped.
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    assert main(["stop-all"]) == 0
+    assert "nothing stopped" in capsys.readouterr().out
+    assert main(["status", "--json"]) == 0
+    assert '"state": "running"' in capsys.readouterr().out
+
+    assert main(["stop-all", "--yes"]) == 0
+    capsys.readouterr()
+    wait_for(
+        lambda: main(["clean", "--dry-run"]) == 0 and "would remove" in capsys.readouterr().out
+    )
+    assert main(["clean", "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert str(sandbox) in dry and "would free" in dry and sandbox.is_dir()
+    store_copy = state / "store" / "bench" / "runs" / run_id
+    assert str(store_copy) in dry and store_copy.is_dir()
+
+    assert main(["clean"]) == 0
+    done = capsys.readouterr().out
+    assert "removed 2 paths; freed" in done and "freed 0 bytes" not in done
+    assert not sandbox.exists() and not store_copy.exists()
+    assert main(["status", "--json"]) == 0  # the registry keeps the run
+    assert run_id in capsys.readouterr().out

@@ -1,0 +1,96 @@
+"""Plans are checked on the controller against what the target runs, exit 2 before anything
+is created; the controller's view of the target matches the payload's registry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.service.plans import local_gpu_present, plans_dir
+from results_schema import targets
+
+
+def write_plan(tmp_path, **changes):
+    plan = json.loads((plans_dir() / "default.json").read_text())
+    configs = changes.pop("config", None)
+    if configs is not None:
+        plan["configs"] = [{**plan["configs"][0], **configs}]
+    plan.update(changes)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return str(path)
+
+
+@pytest.fixture
+def gce_settings(bench_env, monkeypatch):
+    monkeypatch.setenv("BENCH_PROJECT", "bench-test-project")
+    monkeypatch.setenv("BENCH_BUCKET", "bench-test-bucket")
+    return bench_env
+
+
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({"config": {"head_dim": 7}}, "head_dim 7) has no flash kernel"),
+        ({"config": {"dtype": "float32"}}, "(float32, head_dim 64) has no flash kernel"),
+        ({"candidate": "flash-v9"}, "unknown implementation 'flash-v9'"),
+        ({"warmup_min": 60, "warmup_max": 50}, "warmup_min 60 exceeds warmup_max 50"),
+        ({"device": "cpu"}, "flash needs a CUDA GPU"),
+    ],
+)
+def test_a_plan_the_target_cannot_run_is_exit_2_before_anything_exists(
+    gce_settings, tmp_path, capsys, changes, expected
+):
+    plan = write_plan(tmp_path, **changes)
+    # No stand-in is running: a request would fail with exit 4, not 2.
+    assert main(["launch", "--backend", "gce", "--budget", "5", "--plan", plan]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+    assert not (gce_settings / "state").exists()
+
+
+@pytest.mark.skipif(local_gpu_present(), reason="this machine has a GPU")
+def test_the_gpu_plan_on_a_machine_without_one_is_exit_2(bench_env, capsys):
+    assert main(["launch", "--backend", "local", "--budget", "1", "--plan", "default"]) == 2
+    assert "no CUDA GPU here (try --plan cpu-smoke)" in capsys.readouterr().err
+    assert not (bench_env / "state").exists()
+
+
+def test_samples_past_the_local_time_cap_are_exit_2(bench_env, tmp_path, capsys):
+    plan = json.loads((plans_dir() / "cpu-smoke.json").read_text())
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps({**plan, "samples_per_config": 10**9}))
+    assert main(["launch", "--backend", "local", "--budget", "1", "--plan", str(path)]) == 2
+    assert "more than the local time cap of 2h00m" in capsys.readouterr().err
+    assert not (bench_env / "state").exists()
+
+
+def test_samples_past_what_the_budget_buys_are_refused_exit_3(gce_settings, tmp_path, capsys):
+    plan = write_plan(tmp_path, samples_per_config=10**9)
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 3
+    assert "raise --budget or choose a smaller plan" in capsys.readouterr().err
+
+
+def test_the_controllers_view_of_the_target_matches_the_payloads_registry():
+    import torch
+
+    from kernels import registry
+    from kernels.flash_attention import api
+
+    assert set(targets.IMPLEMENTATIONS) == set(registry.NAMES)
+    cpu = torch.device("cpu")
+    needs_cuda = {name for name in registry.NAMES if registry.get(name).available(cpu)}
+    assert needs_cuda == set(targets.CUDA_ONLY)
+    dtypes = {str(dtype).removeprefix("torch.") for dtype in api.SUPPORTED_DTYPES}
+    assert dtypes == set(targets.FLASH_DTYPES)
+    assert tuple(api.SUPPORTED_HEAD_DIMS) == targets.FLASH_HEAD_DIMS
+    assert targets.CALIBRATION_FRACTIONS == registry.CALIBRATION_FRACTIONS
+
+
+@pytest.mark.parametrize("name", ["cpu-smoke", "default", "sensitivity"])
+def test_every_shipped_plan_passes_the_checks_on_a_gpu_target(name):
+    from benches.plan import resolve_plan
+
+    assert targets.plan_problems(resolve_plan(name), has_gpu=True) == []
