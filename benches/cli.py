@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benches.plan import PlanError, load_plan_file, plan_names, resolve_plan
+from results_schema.names import new_run_id
 
 EXIT_USAGE = 2
 
@@ -124,7 +125,7 @@ def run_phases(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     started_at = datetime.now(timezone.utc)
     args.out.mkdir(parents=True, exist_ok=True)
-    run_id = args.run_id or earlier_run_id(args.out) or runner.new_run_id()
+    run_id = args.run_id or earlier_run_id(args.out) or new_run_id()
     with runner.StopRequested() as stop:
         ctx = runner.RunContext(
             plan, args.out, run_id, StatusWriter(args.status_file, run_id), stop

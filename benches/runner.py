@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import json
-import secrets
 import signal
 import sys
 import time
@@ -44,10 +43,6 @@ from results_schema import (
     SummaryRow,
 )
 from results_schema.models import implementation_of
-
-
-def new_run_id() -> str:
-    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 class StopRequested:

@@ -9,6 +9,7 @@ from results_schema.models import Plan
 CALIBRATION_FRACTIONS = (16, 32, 64, 128)
 IMPLEMENTATIONS = (
     "flash",
+    "flash@baseline",  # the A/B baseline's kernels/ tree (`bench launch --baseline`)
     "sdpa",
     "reference",
     *(f"sdpa-extra{n}" for n in CALIBRATION_FRACTIONS),
@@ -18,7 +19,7 @@ IMPLEMENTATIONS = (
     "sdpa-math",
 )
 # Implementations that refuse a CPU device.
-CUDA_ONLY = ("flash", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
+CUDA_ONLY = ("flash", "flash@baseline", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
 # Our kernel: one compiled unit per (dtype, head dim). Which GPUs it runs on is
 # kernels.support's to say (a GPU below its minimum records `unsupported`, not an error).
 FLASH_DTYPES = ("float16", "bfloat16")
@@ -42,7 +43,7 @@ def plan_problems(plan: Plan, has_gpu: bool) -> list[str]:
         on_gpu_only = [name for name in plan.implementations if name in CUDA_ONLY]
         if on_gpu_only:
             problems.append(f"its device is cpu, but {', '.join(on_gpu_only)} needs a CUDA GPU")
-    if "flash" in plan.implementations:
+    if {"flash", "flash@baseline"} & set(plan.implementations):
         for config in plan.configs:
             if config.dtype not in FLASH_DTYPES or config.head_dim not in FLASH_HEAD_DIMS:
                 problems.append(

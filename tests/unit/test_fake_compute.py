@@ -313,11 +313,13 @@ def test_guest_shutdown_terminates_without_delete(compute_server, clients):
 
 
 def test_watchdog_shutdown(compute_server, clients):
-    compute_server.config.time_scale = 600  # "+1" minute is 0.1 s
+    # "+1" minute is 1 s: time enough for `shutdown -c` to land first on a loaded machine
+    # (at 0.1 s it once lost that race and the cancelled VM powered off).
+    compute_server.config.time_scale = 60
     create(clients, "dog", "shutdown -h +1; sleep 30")
     create(clients, "cancelled", "shutdown -h +1; shutdown -c; sleep 30")
     wait_status(clients[0], "dog", "TERMINATED")
-    time.sleep(0.2)
+    time.sleep(0.5)
     assert compute_server.instance(ZONE, "cancelled").status == "RUNNING"
 
 

@@ -21,7 +21,7 @@ from results_schema import ProfileRow
 
 @pytest.fixture
 def plan():
-    default, _ = resolve_plan("default", "local")
+    default, _ = resolve_plan("default", "local", has_gpu=True)
     return shape_plan(default, PlanOptions(profile=())).plan
 
 
