@@ -5,7 +5,8 @@ Two shapes exist in the real API:
   google-api-core turns it into an exception whose `.errors` is that list of dicts;
 - a failed operation: DONE with `error.errors[{code, message}]` plus
   `httpErrorStatusCode`/`httpErrorMessage`; only then does the client see a failure
-  (see shared/facts/gce.md), and `.errors[0].code` holds e.g. ZONE_RESOURCE_POOL_EXHAUSTED.
+  (google-cloud-compute's ExtendedOperation raises only then), and `.errors[0].code` holds
+  e.g. ZONE_RESOURCE_POOL_EXHAUSTED.
 """
 
 from __future__ import annotations
