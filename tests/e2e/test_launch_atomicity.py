@@ -76,19 +76,11 @@ def small_plan(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):
-    settings = {
-        "PROJECT": "bench-test-project",
-        "BUCKET": gcs_bucket,
-        "ZONES": "us-central1-a",
-        "COMPUTE_ENDPOINT": compute_server.endpoint,
-        "STORAGE_ENDPOINT": gcs_server.endpoint,
-        "METADATA_ENDPOINT": compute_server.metadata_url,
-        "VM_WORK_DIR": str(bench_env / "vm"),
-    }
-    for key, value in settings.items():
-        monkeypatch.setenv(f"BENCH_{key}", value)
-    return compute_server
+def gce(gce, monkeypatch):
+    """The e2e gce fixture (the fake VM's python3 is this test's, so its environment phase
+    installs nothing), with one zone."""
+    monkeypatch.setenv("BENCH_ZONES", "us-central1-a")
+    return gce
 
 
 def test_three_concurrent_launches_under_a_cap_that_fits_one_start_one(

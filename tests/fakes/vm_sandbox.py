@@ -126,11 +126,12 @@ class VmSandbox:
     # -- power-off -----------------------------------------------------------------------
 
     def _signal_all(self, signum: int) -> None:
-        with self._lock:
-            procs = [p for p, _ in self._procs]
-        for proc in procs:
+        """Every process of the VM: each script's session, not only its process group
+        (`timeout` puts a phase in a group of its own; a real power-off spares nothing)."""
+        sessions = self.session_ids()
+        for pid in sorted(sessions | set(_session_members(sessions))):
             try:
-                os.killpg(proc.pid, signum)
+                os.kill(pid, signum)
             except (ProcessLookupError, PermissionError):
                 pass
 
@@ -165,3 +166,17 @@ class VmSandbox:
             reader.join(timeout=2)
         self._serial_write(f"{self._name} fake-vm: powered off\n")
         self.halted.set()
+
+
+def _session_members(sessions: set[int]) -> list[int]:
+    """Live pids whose session id is one of `sessions` (Linux /proc; none elsewhere)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The fields after the command name, which may itself hold spaces or parentheses.
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+            if int(fields[3]) in sessions and fields[0] != b"Z":
+                members.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return members
