@@ -1,8 +1,8 @@
 """`bench report SWEEP`: the GPU types of one sweep side by side.
 
-Per GPU: the candidate's speedup over the plan's first baseline (the geometric mean over
-configs of each config's paired speedup, with the geometric means of the configs' 95%
-bounds: a summary, not a joint interval), and the best 16-bit TFLOP/s as a share of that
+Per GPU: the candidate's speedup over the plan's first baseline (the run's own overall
+speedup from its manifest: the geometric mean over configs of each config's paired speedup,
+with its 95% cluster-bootstrap interval), and the best 16-bit TFLOP/s as a share of that
 GPU's peak (gpus.toml). Each member is read through the same trust boundary as
 `bench report` (report.load_run); its correctness rows say why a candidate never ran
 (`flash: unsupported on sm_75`). One PNG compares the GPUs.
@@ -10,7 +10,6 @@ GPU's peak (gpus.toml). Each member is read through the same trust boundary as
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from orchestrator import boundary
 from orchestrator.gpus import load_gpu_catalog
 from orchestrator.registry import RunRecord
 from orchestrator.report import REPORT_SUBDIR, load_run
-from results_schema import CorrectnessRow, SummaryRow
+from results_schema import CorrectnessRow, Manifest
 
 SIXTEEN_BIT = ("float16", "bfloat16")
 
@@ -89,7 +88,7 @@ def _member(record: RunRecord, run_dir: Path, peak: float | None) -> GpuResult:
         run.run_id,
         run.status,
         candidate=plan.candidate,
-        speedup=_speedup(run.summary, plan.baselines[0]),
+        speedup=_speedup(run.manifest, plan.candidate, plan.baselines[0]),
         best_tflops=best.tflops if best else None,
         best_implementation=best.implementation if best else "",
         peak_tflops=peak,
@@ -97,25 +96,21 @@ def _member(record: RunRecord, run_dir: Path, peak: float | None) -> GpuResult:
     )
 
 
-def _speedup(summary: list[SummaryRow], baseline: str) -> Speedup | None:
-    rows = [
-        s
-        for s in summary
-        if s.implementation == baseline and s.speedup and s.speedup_ci_low and s.speedup_ci_high
-    ]
-    if not rows:
-        return None
-    return Speedup(
-        baseline,
-        _geomean([s.speedup for s in rows]),
-        _geomean([s.speedup_ci_low for s in rows]),
-        _geomean([s.speedup_ci_high for s in rows]),
-        len(rows),
+def _speedup(manifest: Manifest | None, candidate: str, baseline: str) -> Speedup | None:
+    """The candidate's overall speedup over `baseline` as the run computed it (the
+    manifest's comparison: a geometric mean over configs with its cluster-bootstrap
+    interval, benches.stats), or None when the run has none."""
+    overall = next(
+        (
+            o
+            for o in (manifest.comparison if manifest else None) or []
+            if o.identity == baseline and o.versus == candidate
+        ),
+        None,
     )
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+    if overall is None:
+        return None
+    return Speedup(baseline, overall.geomean, overall.ci_low, overall.ci_high, overall.configs)
 
 
 def _candidate_notes(run_dir: Path, run_id: str, candidate: str) -> tuple[str, ...]:
@@ -153,7 +148,7 @@ def plot_sweep(report: SweepReport, path: Path) -> Path:
         baseline = next((g.speedup.baseline for g in report.gpus if g.speedup), "baseline")
         candidate = next((g.candidate for g in report.gpus if g.candidate), "candidate")
         left.set_title(
-            boundary.printable(f"{candidate} speedup over {baseline} (95% bounds, geo-mean)")
+            boundary.printable(f"{candidate} speedup over {baseline} (geo-mean, 95% interval)")
         )
         left.set_ylabel("speedup (x)")
         pct = [g.pct_of_peak or 0.0 for g in report.gpus]
