@@ -21,11 +21,14 @@ demo: $(STAMP)
 	$(BIN)/bench fetch
 
 # Two workers for what mostly waits on subprocesses (scripts, stand-ins, fake-gcs-server; every
-# fixture takes its own free port and temporary directory); then, alone, the tests whose
-# verdicts rest on CPU timings, which a second worker's load would make noisy.
+# fixture takes its own free port and temporary directory); then, alone, tests/timing: the
+# tests whose verdicts rest on CPU timings, which a second worker's load would make noisy.
+# Bytecode is written (the suite starts a few hundred python processes of this tree) even
+# where the environment says not to; __pycache__ is git-ignored and never in the payload.
+test: export PYTHONDONTWRITEBYTECODE=
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 -m "not timing"
-	$(BIN)/python -m pytest -q -m timing
+	$(BIN)/python -m pytest -q -n 2 --ignore=tests/timing
+	$(BIN)/python -m pytest -q tests/timing
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu tests/gpu

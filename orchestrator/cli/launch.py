@@ -107,18 +107,23 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpu
         try:
             return follow(ctx, ctx.registry.get(run_id), out)
         except KeyboardInterrupt:
-            click.echo(
-                f"bench: stopped following; run {run_id} goes on ({_how_it_ends(result)}). "
-                f"Follow it: {bench} status {run_id} · stop it and every other bench "
-                f"machine: {bench} stop-all",
-                err=True,
-            )
+            say_runs_go_on(f"run {run_id} goes on ({how_it_ends(result)})", run_id)
             raise
     out.print(f"follow it with: {bench} status {run_id}   then: {bench} fetch {run_id}")
     return 0
 
 
-def _how_it_ends(result) -> str:
+def say_runs_go_on(what: str, status_ref: str) -> None:
+    """Ctrl-C during --wait stops the following, never the runs: say so, and how to stop them."""
+    bench = bench_command()
+    click.echo(
+        f"bench: stopped following; {what}. Follow: {bench} status {status_ref} · stop "
+        f"it and every other bench machine: {bench} stop-all",
+        err=True,
+    )
+
+
+def how_it_ends(result) -> str:
     from orchestrator.budget import format_duration
 
     cap = format_duration(result.spec.max_run_seconds)

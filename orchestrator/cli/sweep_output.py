@@ -38,11 +38,22 @@ def launch_and_print_sweep(ctx, out, request, gpus: str, backend: str, reason: s
     )
     code = max((o.error.exit_code for o in sweep.failed), default=0)
     if wait and sweep.launched:
+        from orchestrator.cli.launch import how_it_ends, say_runs_go_on
         from orchestrator.cli.progress import follow
 
-        for outcome in sweep.launched:
-            record = ctx.registry.get(outcome.result.spec.run_id)
-            code = max(code, follow(outcome.member.ctx, record, out))
+        unfollowed = list(sweep.launched)
+        try:
+            while unfollowed:
+                outcome = unfollowed[0]
+                record = ctx.registry.get(outcome.result.spec.run_id)
+                code = max(code, follow(outcome.member.ctx, record, out))
+                unfollowed.pop(0)
+        except KeyboardInterrupt:
+            runs = "; ".join(
+                f"{o.result.spec.run_id} ({how_it_ends(o.result)})" for o in unfollowed
+            )
+            say_runs_go_on(f"the sweep's runs go on: {runs}", sweep.sweep_id)
+            raise
     return code
 
 

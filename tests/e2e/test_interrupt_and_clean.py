@@ -59,3 +59,21 @@ def test_ctrl_c_stop_all_declined_then_clean(bench_env, tmp_path, monkeypatch, c
     assert not sandbox.exists() and not store_copy.exists()
     assert main(["status", "--json"]) == 0  # the registry keeps the run
     assert run_id in capsys.readouterr().out
+
+
+def test_ctrl_c_while_following_a_sweep_says_its_runs_go_on(
+    bench_env, tmp_path, monkeypatch, capsys
+):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(orchestrator.cli.progress, "follow", interrupted)
+    plan = small_plan(tmp_path, samples=4000, heavy=True)
+    args = ["launch", "--backend", "local", "--gpu", "local", "--plan", str(plan)]
+    assert main([*args, "--budget", "1", "--wait"]) == 130
+    out, err = capsys.readouterr()
+    sweep_id = out.split("bench: sweep ")[1].split(":")[0]
+    run_id = only_run_id(bench_env / "state")
+    assert f"the sweep's runs go on: {run_id} (its script runs here until" in err
+    assert f"status {sweep_id}" in err and "stop-all" in err
+    assert main(["stop-all", "--yes"]) == 0

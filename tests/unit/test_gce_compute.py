@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import uuid
 
 import pytest
@@ -304,16 +305,38 @@ def test_list_machines_prices_each_instance_by_what_it_is_and_whether_it_runs(se
     )
 
 
-def test_backend_machine_state_after_guest_power_off():
+def test_backend_machine_state_after_guest_power_off(tmp_path):
     with FakeComputeServer() as server:
         backend = GceBackend(config_for(server), poll_seconds=0.05)
         spec = make_spec()
-        # GCE serves serial output only while the VM runs: the script stays up a moment (3 s:
-        # 1 s was too short for the follower on a loaded 2-core machine).
-        placement = backend.start(
-            spec, "#!/bin/bash\necho line one\nprintf 'no newline'\nsleep 3\nshutdown -h now\n", ""
+        # GCE serves serial output only while the VM runs: the script closes its output (so
+        # that the unterminated last line reaches the serial port) and stays up until the
+        # follower has read past it (a fixed sleep raced a loaded machine), at most a minute.
+        seen = tmp_path / "seen"
+        script = (
+            "#!/bin/bash\necho line one\nprintf 'no newline'\nexec >/dev/null 2>&1\n"
+            f"for _ in $(seq 1200); do [ -e {seen} ] && break; sleep 0.05; done\n"
+            "shutdown -h now\n"
         )
+        placement = backend.start(spec, script, "")
+        zone, name = placement.location, placement.handle
+
+        def release_when_read():
+            server.wait_for(lambda: "no newline" in server.serial_output(zone, name), 60)
+            end = len(server.serial_output(zone, name).encode())
+            server.wait_for(
+                lambda: any(
+                    int(r.query.get("start", 0)) >= end
+                    for r in server.calls("instances.getSerialPortOutput")
+                ),
+                60,
+            )
+            seen.touch()
+
+        releaser = threading.Thread(target=release_when_read, daemon=True)
+        releaser.start()
         lines = list(backend.log_lines(spec.run_id, placement, follow=True))
+        releaser.join()
         assert backend.machine_state(spec.run_id, placement) == "TERMINATED"
         assert any(line.endswith("startup-script: line one") for line in lines)
         assert any("no newline" in line for line in lines)
