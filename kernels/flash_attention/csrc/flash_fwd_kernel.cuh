@@ -153,16 +153,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     flash_fwd_kernel(const FlashFwdParams p) {
     using Elem = typename T::Elem;
     constexpr int kHeadDim = T::kHeadDim, kBlockM = T::kBlockM, kBlockN = T::kBlockN;
-    constexpr int kThreads = T::kThreads, kWarps = T::kWarps;
+    constexpr int kThreads = T::kThreads;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     constexpr int kTile = kBlockN * kHeadDim;
-    Elem* const smem = reinterpret_cast<Elem*>(smem_raw);
-    // Q held in registers by 32-row warps is staged through the K/V buffers; the ring stages
-    // it in its third buffer (traits).
-    Elem* sQ = T::kRing ? smem + 2 * kTile : smem;
-    Elem* sK = T::kQStagedInKV || T::kRing ? smem : sQ + kBlockM * kHeadDim;
-    Elem* sV = sK + T::kStages * kTile;  // not used by the ring
+    Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
+    // A Q held in registers may be staged in the K/V buffers (traits).
+    Elem* sK = T::kQStagedInKV ? sQ : sQ + kBlockM * kHeadDim;
+    Elem* sV = sK + T::kStages * kTile;
 
     // Causal blocks near the end of the sequence carry the most work: start them first.
     const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -207,22 +205,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         if (T::kStages == 2)
             load_tile<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, 0, n_end, tid);
         cp_async_commit();
-        if constexpr (T::kRing) {
-            // V_0 in its own group: the loop waits for one group at a time.
-            load_tile<kBlockN, kHeadDim, kThreads>(sK + kTile, v, p.v_row_stride, 0, n_end, tid);
-            cp_async_commit();
-            cp_async_wait<1>();  // Q and K_0
-            __syncthreads();
-            if (p.scale < 0.f) {  // fold the sign into Q (softmax.h)
-                negate_tile<kBlockM * kHeadDim, kThreads>(sQ, tid);
-                __syncthreads();
-            }
-            // The loop's first barrier orders these reads before K_1 overwrites Q.
-            load_q_frag<T>(q_frag, sQ, warp, lane);
-        }
     }
 
-    if (!T::kQStagedInKV && !T::kRing && p.scale < 0.f && n_blocks > 0) {  // fold the sign into Q (softmax.h)
+    if (!T::kQStagedInKV && p.scale < 0.f && n_blocks > 0) {  // fold the sign into Q (softmax.h)
         cp_async_wait<0>();
         __syncthreads();
         negate_tile<kBlockM * kHeadDim, kThreads>(sQ, tid);  // the loop's first barrier orders it
@@ -237,32 +222,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
             for (int c = 0; c < 4; ++c) o_acc[mt][t][c] = 0.f;
     OnlineSoftmax<T::kMTiles> softmax;
 
-    // The ring: K_j sits in buffer k_buf = 2j mod 3, V_j in the next one.
-    int k_buf = 0;
     for (int j = 0; j < n_blocks; ++j) {
         const int stage = T::kStages == 2 ? j & 1 : 0;
-        const int v_buf = k_buf == 2 ? 0 : k_buf + 1, free_buf = v_buf == 2 ? 0 : v_buf + 1;
-        const Elem* sKj = T::kRing ? sK + k_buf * kTile : sK + stage * kTile;
-        const Elem* sVj = T::kRing ? sK + v_buf * kTile : sV + stage * kTile;
+        const Elem* sKj = sK + stage * kTile;
+        const Elem* sVj = sV + stage * kTile;
         const int n0 = j * kBlockN;
 
-        // Only tile j's group is in flight here (the ring: K_j's and V_j's; wait for K_j).
-        // The barrier also means every warp has finished iteration j - 1, so the buffers it
-        // read may be refilled.
-        if constexpr (T::kRing)
-            cp_async_wait<1>();
-        else
-            cp_async_wait<0>();
+        // Only tile j's group is in flight here. The barrier also means every warp has
+        // finished iteration j - 1, so the buffers it read may be refilled.
+        cp_async_wait<0>();
         __syncthreads();
-        if (T::kQInRegs && !T::kQStagedInKV && !T::kRing && j == 0)
-            load_q_frag<T>(q_frag, sQ, warp, lane);
-        if constexpr (T::kRing) {
-            // V_{j-1}'s buffer is free: K_{j+1} has a whole iteration to land.
-            if (j + 1 < n_blocks)
-                load_tile<kBlockN, kHeadDim, kThreads>(sK + free_buf * kTile, k, p.k_row_stride,
-                                                       n0 + kBlockN, n_end, tid);
-            cp_async_commit();
-        } else if constexpr (T::kStages == 2) {
+        if (T::kQInRegs && !T::kQStagedInKV && j == 0) load_q_frag<T>(q_frag, sQ, warp, lane);
+        if constexpr (T::kStages == 2) {
             // K and V of tile j + 1 form one group, waited for at the next iteration's top:
             // one barrier per tile instead of two. V's copies are issued after the softmax,
             // where fewer registers are live than during S = Q K^T.
@@ -286,19 +257,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         const bool diagonal = Causal && n0 + kBlockN - 1 > m0 + causal_offset;
         if (tail || diagonal)
             mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, warp, lane);
-        // Staggered blocks: the second half of the warps folds its scores in after the
-        // barrier, beside the first half's P V (NOTES.md, v9).
-        const bool late_softmax = T::kStagger && warp >= kWarps / 2;
-        if (!late_softmax) softmax.update(s, o_acc, scale_log2);
+        softmax.update(s, o_acc, scale_log2);
 
-        if constexpr (T::kRing) {
-            cp_async_wait<1>();  // V_j landed
-            __syncthreads();     // and every warp is done with K_j: V_{j+1} takes its buffer
-            if (j + 1 < n_blocks)
-                load_tile<kBlockN, kHeadDim, kThreads>(sK + k_buf * kTile, v, p.v_row_stride,
-                                                       n0 + kBlockN, n_end, tid);
-            k_buf = free_buf;
-        } else if constexpr (T::kStages == 1) {
+        if constexpr (T::kStages == 1) {
             cp_async_wait<0>();  // V_j landed
             __syncthreads();     // and every warp is done with K_j: refill it
             if (j + 1 < n_blocks)
@@ -309,13 +270,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
                                                    p.v_row_stride, n0 + kBlockN, n_end, tid);
         }
         cp_async_commit();
-        if (late_softmax) softmax.update(s, o_acc, scale_log2);
         pv_gemm<T>(o_acc, s, sVj, lane);
     }
     cp_async_wait<0>();
     // The output is staged where Q was; when that is the K/V buffers, other warps may still
     // be reading the last tile.
-    if (T::kQStagedInKV || T::kRing) __syncthreads();
+    if (T::kQStagedInKV) __syncthreads();
 
     float* lse = p.lse + ((int64_t)batch * p.heads + head) * p.seqlen_q;
     write_output<T>(o_acc, softmax, sQ, o, p.o_row_stride, lse, m0, p.seqlen_q, warp, lane);

@@ -24,95 +24,61 @@ enum class Variant {
 
 // Candidate shapes of the compact variant, numbered for the measurement switches
 // FLASH_COMPACT_SHAPE_D64 / _D128 (switches.h); 0 = the shipped choice per causal setting.
+// Each fits an SM of 100 KB with 1 KB reserved per block (checked below); NOTES.md, "L4 path
+// (v9)", has their measurements under L4 emulation.
 template <typename Elem, int HeadDim, int Shape>
 struct CompactShape;
-// D=64: 128-row Q tile, 64-key K/V tiles, 2 stages, 48 KB (v6).
+// D=64, 1: 128-row Q tile, 64-key K/V tiles, 2 stages, 48 KB (v6).
 template <typename Elem>
 struct CompactShape<Elem, 64, 1> {
     using type = FwdTraits<Elem, 64, 2, 64, 2>;
 };
-// D=64: 128-row Q tile, 128-key K/V tiles, 1 stage, 48 KB (FA2's shape for D=64).
+// D=64, 2: 128-row Q tile, 128-key K/V tiles, 1 stage, 48 KB (FA2's own D=64 shape).
 template <typename Elem>
 struct CompactShape<Elem, 64, 2> {
     using type = FwdTraits<Elem, 64, 2, 128, 1>;
 };
-// D=64: 8 warps, 256-row Q tile, 128-key K/V tiles, 2 stages, 96 KB, one block per SM.
+// D=64, 3: 8 warps, 256-row Q tile, 128-key K/V tiles, 2 stages, 96 KB, one block per SM.
 template <typename Elem>
 struct CompactShape<Elem, 64, 3> {
     using type = FwdTraits<Elem, 64, 2, 128, 2, 8>;
 };
-// D=128: 64-row Q tile (Q in registers), 64-key K/V tiles, 1 stage, 48 KB (v6).
+// D=64, 4: 128-row Q tile, 64-key K/V tiles, 1 stage, 32 KB: three blocks at 168 registers.
+template <typename Elem>
+struct CompactShape<Elem, 64, 4> {
+    using type = FwdTraits<Elem, 64, 2, 64, 1, 4, 3>;
+};
+// D=128, 1: 64-row Q tile (Q in registers), 64-key K/V tiles, 1 stage, 48 KB (v6).
 template <typename Elem>
 struct CompactShape<Elem, 128, 1> {
     using type = FwdTraits<Elem, 128, 1, 64, 1>;
 };
-// D=128: 8 warps, 256-row Q tile, 64-key K/V tiles, 1 stage, 96 KB, one block per SM.
+// D=128, 2: 8 warps, 256-row Q tile, 64-key K/V tiles, 1 stage, 96 KB, one block per SM.
 template <typename Elem>
 struct CompactShape<Elem, 128, 2> {
     using type = FwdTraits<Elem, 128, 2, 64, 1, 8>;
 };
-// D=128: 8 warps, 256-row Q tile, 32-key K/V tiles, 2 stages, 96 KB, one block per SM.
+// D=128, 3: 8 warps, 256-row Q tile, 32-key K/V tiles, 2 stages, 96 KB, one block per SM.
 template <typename Elem>
 struct CompactShape<Elem, 128, 3> {
     using type = FwdTraits<Elem, 128, 2, 32, 2, 8>;
 };
-// D=128: 128-row Q tile, 32-key K/V tiles, 1 stage, 48 KB (FA2's sm8x non-causal shape).
+// D=128, 4: 128-row Q tile, 32-key K/V tiles, 1 stage, 48 KB (FA2's sm8x non-causal shape).
 template <typename Elem>
 struct CompactShape<Elem, 128, 4> {
     using type = FwdTraits<Elem, 128, 2, 32, 1>;
 };
-// D=64: as 3 with one stage (64 KB) and the staggered softmax.
-template <typename Elem>
-struct CompactShape<Elem, 64, 4> {
-    using type = FwdTraits<Elem, 64, 2, 128, 1, 8, true>;
-};
-// D=128: as 2 with the staggered softmax.
+// D=128, 5: 64-row Q tile in registers, staged in the K/V buffers, 64-key K/V tiles, 1 stage:
+// 32 KB, three blocks per SM at 168 registers.
 template <typename Elem>
 struct CompactShape<Elem, 128, 5> {
-    using type = FwdTraits<Elem, 128, 2, 64, 1, 8, true>;
+    using type = FwdTraits<Elem, 128, 1, 64, 1, 4, 3, true>;
 };
-// D=128: 64-row Q tile, 32-key K/V tiles, 2 stages, Q in registers staged in the K/V buffers:
-// 32 KB and at most 168 registers, three blocks per SM.
-template <typename Elem>
-struct CompactShape<Elem, 128, 10> {
-    using type = FwdTraits<Elem, 128, 1, 32, 2, 4, false, true, 3>;
-};
-// D=128: 128-row Q tile in registers (two m-tiles per warp), 32-key K/V tiles, 2 stages:
-// 32 KB, Q staged through the K/V buffers.
-template <typename Elem>
-struct CompactShape<Elem, 128, 6> {
-    using type = FwdTraits<Elem, 128, 2, 32, 2, 4, false, true>;
-};
-// D=128: as 6 with one stage: 32 KB (the Q tile; K/V take 16 KB).
-template <typename Elem>
-struct CompactShape<Elem, 128, 7> {
-    using type = FwdTraits<Elem, 128, 2, 32, 1, 4, false, true>;
-};
-// D=128: 64-row Q tile (in registers), 64-key K/V tiles in a ring of three buffers, 48 KB.
-template <typename Elem>
-struct CompactShape<Elem, 128, 8> {
-    using type = FwdTraits<Elem, 128, 1, 64, 3>;
-};
-// D=64: 64-row Q tile (in registers), 128-key K/V tiles in a ring of three buffers, 48 KB.
-template <typename Elem>
-struct CompactShape<Elem, 64, 5> {
-    using type = FwdTraits<Elem, 64, 1, 128, 3>;
-};
-// D=128: 64-row Q tile (in registers, staged in the K/V buffers), 64-key K/V tiles, 1 stage:
-// 32 KB and at most 168 registers, three blocks per SM.
-template <typename Elem>
-struct CompactShape<Elem, 128, 9> {
-    using type = FwdTraits<Elem, 128, 1, 64, 1, 4, false, true, 3>;
-};
-// D=64: the same for 64-row Q and 128-key K/V tiles, 40 KB... 32 KB with 64-key tiles.
-template <typename Elem>
-struct CompactShape<Elem, 64, 6> {
-    using type = FwdTraits<Elem, 64, 1, 128, 1, 4, false, true, 3>;
-};
-// The shipped choice (NOTES.md, "L4 path (v9)").
+// The shipped choice (NOTES.md, "L4 path (v9)"): D=64 FA2's shape; D=128 the 8-warp block
+// where every row sees every key, three blocks per SM where causal blocks differ in length.
 template <typename Elem, int HeadDim, bool Causal>
 struct CompactChoice {
-    static constexpr int kShape = HeadDim == 64 ? 2 : (Causal ? 9 : 2);
+    static constexpr int kShape = HeadDim == 64 ? 2 : (Causal ? 5 : 2);
 };
 
 template <typename Elem, int HeadDim, bool Causal, Variant V>
@@ -130,8 +96,8 @@ struct VariantTraits<Elem, HeadDim, Causal, Variant::kCompact> {
         kSwitch ? kSwitch : CompactChoice<Elem, HeadDim, Causal>::kShape>::type;
 };
 
-// At least one compact block must fit an SM of 100 KB with 1 KB reserved per block
-// (sm_86/sm_89); 4-warp shapes are cut for two.
+// The blocks per SM a compact shape is cut for must fit an SM of 100 KB with 1 KB reserved per
+// block (sm_86/sm_89).
 template <typename Elem, int HeadDim, bool Causal>
 constexpr bool compact_fits_l4() {
     using T = typename VariantTraits<Elem, HeadDim, Causal, Variant::kCompact>::type;

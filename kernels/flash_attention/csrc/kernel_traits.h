@@ -8,60 +8,51 @@ namespace flash {
 // One thread block of Warps warps owns kBlockM = 16 * Warps * MTiles query rows. MTiles = 2
 // gives each warp 32 query rows (two m16 tiles) that share every K/V fragment read from shared
 // memory: half the shared-memory traffic per mma, paid for with Q re-read from shared memory
-// (no registers left to keep it). K and V tiles of BlockN keys pass through Stages (1 or 2)
-// shared-memory buffers each: two stages let a tile's loads fly for a whole iteration
-// behind one barrier; one stage halves the K/V footprint where shared memory is scarce.
-// Warps = 4 runs two blocks per SM: one block's softmax and barriers overlap the other's
-// matrix work (NOTES.md, v2). Warps = 8 is one block per SM whose 8 warps share each K/V
-// tile: on a 100 KB SM the only way to give 32-row warps 64-key tiles (NOTES.md, v9).
-// Stagger (8 warps, one stage): warps 4-7 run each tile's softmax after the barrier that
-// precedes P V, warps 0-3 before it. Warps w and w + 4 share a scheduler, so each of the two
-// barrier intervals then holds one warp's softmax beside both warps' matrix work, instead
-// of all 8 warps reaching the exponentials at once (NOTES.md, v9).
+// (no registers left to keep it); with MTiles = 1 Q stays in registers. K and V tiles of
+// BlockN keys pass through Stages (1 or 2) shared-memory buffers each: two stages let a
+// tile's loads fly for a whole iteration behind one barrier; one stage halves the K/V
+// footprint where shared memory is scarce.
+// Warps = 4 runs two blocks per SM (MinBlocks = 2, 255 registers): one block's softmax and
+// barriers overlap the other's matrix work (NOTES.md, v2), or three (MinBlocks = 3, 168
+// registers). Warps = 8 is one block per SM whose 8 warps share each K/V tile: on a 100 KB SM
+// the only way to give 32-row warps 64-key tiles at D=128 (NOTES.md, v9).
+// QStaged (Q in registers): the Q tile is needed only until the fragments are loaded, so it is
+// staged in the K/V buffers and costs no shared memory of its own.
 template <typename Elem_, int HeadDim, int MTiles, int BlockN, int Stages, int Warps = 4,
-          bool Stagger = false, bool QInRegs = MTiles == 1, int MinBlocks = 256 / (Warps * 32)>
+          int MinBlocks = 256 / (Warps * 32), bool QStaged = false>
 struct FwdTraits {
     using Elem = Elem_;
     static constexpr int kHeadDim = HeadDim;
     static constexpr int kWarps = Warps;
-    static constexpr bool kStagger = Stagger;
     static constexpr int kMTiles = MTiles;
     static constexpr int kBlockM = 16 * kWarps * MTiles;
     static constexpr int kBlockN = BlockN;
     static constexpr int kStages = Stages;
     static constexpr int kThreads = kWarps * 32;
-    static constexpr bool kQInRegs = QInRegs;
+    static constexpr bool kQInRegs = MTiles == 1;
+    static constexpr bool kQStagedInKV = QStaged;
     // This warp's Q as mma A fragments, per m-tile and k-step (a placeholder when Q stays in
     // shared memory).
-    using QFrag = uint32_t[QInRegs ? MTiles : 1][QInRegs ? HeadDim / 16 : 1][4];
+    using QFrag = uint32_t[kQInRegs ? MTiles : 1][kQInRegs ? HeadDim / 16 : 1][4];
     // Blocks per SM that the register budget is cut for: 255 registers (allocated as 256) for
-    // 256 threads take exactly the 64K registers of an sm_80/86/89/90 SM.
+    // 256 threads take exactly the 64K registers of an sm_80/86/89/90 SM; three blocks of 128
+    // threads get 168.
     static constexpr int kMinBlocks = MinBlocks;
     static constexpr int kChunks = HeadDim / 8;   // 16-byte chunks per row
     static constexpr int kNTiles = BlockN / 8;    // n8 score tiles per m-tile
     static constexpr int kDTiles = HeadDim / 8;   // n8 output tiles per m-tile
     static constexpr int kKSteps = HeadDim / 16;  // k16 steps of S = Q K^T
-    // Q in registers with two m-tiles per warp: its tile is needed only until the fragments
-    // are loaded, so it is staged in the K/V buffers and costs no shared memory of its own.
-    static constexpr bool kQStagedInKV = QInRegs && (MTiles == 2 || MinBlocks == 3) && Stages != 3;
-    // Stages = 3: a ring of three tile buffers that K_0, V_0, K_1, V_1, ... take in turn, each
-    // copy issued as soon as the tile three back is consumed, so every tile has a whole
-    // iteration to land (two barriers per tile, no wait). Q (in registers) is staged in the
-    // third buffer.
-    static constexpr bool kRing = Stages == 3;
-    static constexpr int kKVElems = (kRing ? 3 : 2 * Stages) * kBlockN * HeadDim;
+    static constexpr int kQElems = kBlockM * HeadDim;
+    static constexpr int kKVElems = 2 * Stages * kBlockN * HeadDim;
     static constexpr int kSmemElems =
-        kQStagedInKV || kRing ? (kBlockM * HeadDim > kKVElems ? kBlockM * HeadDim : kKVElems)
-                              : kBlockM * HeadDim + kKVElems;
+        QStaged ? (kQElems > kKVElems ? kQElems : kKVElems) : kQElems + kKVElems;
     static constexpr int kSmemBytes = kSmemElems * 2;
     static_assert(sizeof(Elem) == 2, "16-bit elements");
     static_assert(HeadDim == 64 || HeadDim == 128, "head dim 64 or 128");
-    static_assert(Stages >= 1 && Stages <= 3, "one or two K/V stages, or the ring");
-    static_assert(Stages != 3 || (QInRegs && MTiles == 1 && kBlockM <= BlockN),
-                  "the ring stages Q in one of its tile buffers");
+    static_assert(Stages == 1 || Stages == 2, "one or two K/V stages");
     static_assert(BlockN % 16 == 0, "K/V tile is whole k16 steps of P.V");
-    static_assert(Warps == 4 || Warps == 8, "4 warps (2 blocks per SM) or 8 (1 block)");
-    static_assert(!Stagger || (Warps == 8 && Stages == 1), "stagger: 8 warps, one stage");
+    static_assert(Warps == 4 || Warps == 8, "4 warps (2 or 3 blocks per SM) or 8 (1 block)");
+    static_assert(!QStaged || kQInRegs, "only a Q held in registers can be staged");
 
     // Warp w owns tile rows (mt * kWarps + w) * 16 .. +15 of m-tile mt.
     static __device__ __forceinline__ int tile_row(int mt, int warp) {
