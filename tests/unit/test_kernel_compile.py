@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,6 +69,23 @@ def test_measurement_switches_are_flags_and_part_of_the_cache_key():
     with pytest.raises(ValueError, match="unknown build switch"):
         build.define_flags({"FLASH_FORCE_VARIANT": 7})
     assert build.parse_defines(["FLASH_DISABLE_SM90=1"]) == {"FLASH_DISABLE_SM90": 1}
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_compact_shape_switch_accepts_exactly_the_shapes_the_launcher_defines(head_dim):
+    """build.py's range for FLASH_COMPACT_SHAPE_D<head_dim>, the bound switches.h asserts and
+    the CompactShape specialisations of the launcher agree: a value build.py accepts compiles."""
+    name = f"FLASH_COMPACT_SHAPE_D{head_dim}"
+    switches = (build.CSRC_DIR / "switches.h").read_text()
+    bound = re.search(rf"static_assert\({name} >= 0 && {name} <= (\d+),", switches)
+    launcher = (build.CSRC_DIR / "flash_fwd_launch.cuh").read_text()
+    specialised = re.findall(rf"struct CompactShape<Elem, {head_dim}, (\d+)>", launcher)
+    shapes = {int(n) for n in specialised}
+    assert bound is not None
+    assert shapes == set(range(1, int(bound.group(1)) + 1))
+    assert build.SWITCHES[name] == range(0, int(bound.group(1)) + 1)  # 0: the shipped choice
+    with pytest.raises(ValueError, match="unknown build switch"):
+        build.define_flags({name: int(bound.group(1)) + 1})
 
 
 def test_shipped_sources_read_no_environment():

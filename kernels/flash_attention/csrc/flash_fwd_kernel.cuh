@@ -21,7 +21,7 @@ namespace flash {
 template <typename T>
 __device__ __forceinline__ void qk_gemm(float (&s)[T::kMTiles][T::kNTiles][4],
                                         const typename T::Elem* sQ, const typename T::Elem* sKj,
-                                        const uint32_t (&q_frag)[T::kQInRegs ? T::kKSteps : 1][4],
+                                        const typename T::QFrag& q_frag,
                                         int warp, int lane) {
     using Elem = typename T::Elem;
 #pragma unroll
@@ -37,7 +37,7 @@ __device__ __forceinline__ void qk_gemm(float (&s)[T::kMTiles][T::kNTiles][4],
         for (int mt = 0; mt < T::kMTiles; ++mt) {
             if constexpr (T::kQInRegs) {
 #pragma unroll
-                for (int c = 0; c < 4; ++c) qa[mt][c] = q_frag[ks][c];
+                for (int c = 0; c < 4; ++c) qa[mt][c] = q_frag[mt][ks][c];
             } else {
                 const int r = T::tile_row(mt, warp) + (lane & 15);
                 ldmatrix_x4(qa[mt],
@@ -57,6 +57,20 @@ __device__ __forceinline__ void qk_gemm(float (&s)[T::kMTiles][T::kNTiles][4],
             }
         }
     }
+}
+
+// This warp's rows of the Q tile as mma A fragments (traits: kQInRegs).
+template <typename T>
+__device__ __forceinline__ void load_q_frag(typename T::QFrag& q_frag, const typename T::Elem* sQ,
+                                            int warp, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < (T::kQInRegs ? T::kMTiles : 0); ++mt)
+#pragma unroll
+        for (int ks = 0; ks < T::kKSteps; ++ks) {
+            const int r = T::tile_row(mt, warp) + (lane & 15);
+            ldmatrix_x4(q_frag[mt][ks],
+                        smem_u32(sQ + swizzled<T::kHeadDim>(r, ks * 2 + (lane >> 4))));
+        }
 }
 
 // O += P V_j, with P taken straight from the score registers (C layout == A layout).
@@ -142,9 +156,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     constexpr int kThreads = T::kThreads;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
+    constexpr int kTile = kBlockN * kHeadDim;
     Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-    Elem* sK = sQ + kBlockM * kHeadDim;
-    Elem* sV = sK + T::kStages * kBlockN * kHeadDim;
+    // A Q held in registers may be staged in the K/V buffers (traits).
+    Elem* sK = T::kQStagedInKV ? sQ : sQ + kBlockM * kHeadDim;
+    Elem* sV = sK + T::kStages * kTile;
 
     // Causal blocks near the end of the sequence carry the most work: start them first.
     const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -168,8 +184,22 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (Causal) n_end = min(n_end, m0 + kBlockM + causal_offset);
     const int n_blocks = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
 
+    const float scale_log2 = score_scale_log2(p.scale);
+    typename T::QFrag q_frag;
     if (n_blocks > 0) {
         load_tile<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, m0, p.seqlen_q, tid);
+        if constexpr (T::kQStagedInKV) {
+            // Q into registers first: only then may K and V overwrite its staging area.
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
+            if (p.scale < 0.f) {  // fold the sign into Q (softmax.h)
+                negate_tile<kBlockM * kHeadDim, kThreads>(sQ, tid);
+                __syncthreads();
+            }
+            load_q_frag<T>(q_frag, sQ, warp, lane);
+            __syncthreads();
+        }
         load_tile<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, 0, n_end, tid);
         // One stage: V_0 goes out in the first iteration, once the barrier allows it.
         if (T::kStages == 2)
@@ -177,14 +207,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         cp_async_commit();
     }
 
-    const float scale_log2 = score_scale_log2(p.scale);
-    if (p.scale < 0.f && n_blocks > 0) {  // fold the sign into Q (softmax.h)
+    if (!T::kQStagedInKV && p.scale < 0.f && n_blocks > 0) {  // fold the sign into Q (softmax.h)
         cp_async_wait<0>();
         __syncthreads();
         negate_tile<kBlockM * kHeadDim, kThreads>(sQ, tid);  // the loop's first barrier orders it
     }
 
-    uint32_t q_frag[T::kQInRegs ? T::kKSteps : 1][4];
     float o_acc[T::kMTiles][T::kDTiles][4];
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
@@ -196,22 +224,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
     for (int j = 0; j < n_blocks; ++j) {
         const int stage = T::kStages == 2 ? j & 1 : 0;
-        const Elem* sKj = sK + stage * kBlockN * kHeadDim;
-        const Elem* sVj = sV + stage * kBlockN * kHeadDim;
+        const Elem* sKj = sK + stage * kTile;
+        const Elem* sVj = sV + stage * kTile;
         const int n0 = j * kBlockN;
 
         // Only tile j's group is in flight here. The barrier also means every warp has
         // finished iteration j - 1, so the buffers it read may be refilled.
         cp_async_wait<0>();
         __syncthreads();
-        if (T::kQInRegs && j == 0) {
-#pragma unroll
-            for (int ks = 0; ks < T::kKSteps; ++ks) {
-                const int r = T::tile_row(0, warp) + (lane & 15);
-                ldmatrix_x4(q_frag[T::kQInRegs ? ks : 0],
-                            smem_u32(sQ + swizzled<kHeadDim>(r, ks * 2 + (lane >> 4))));
-            }
-        }
+        if (T::kQInRegs && !T::kQStagedInKV && j == 0) load_q_frag<T>(q_frag, sQ, warp, lane);
         if constexpr (T::kStages == 2) {
             // K and V of tile j + 1 form one group, waited for at the next iteration's top:
             // one barrier per tile instead of two. V's copies are issued after the softmax,
@@ -221,8 +242,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
                                                        k, p.k_row_stride, n0 + kBlockN, n_end,
                                                        tid);
         } else {
-            // V_j lands while S = Q K_j^T and the softmax run.
-            load_tile<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, n0, n_end, tid);
+            // V_j lands while S = Q K_j^T and the softmax run. The test is always true, but a
+            // branch keeps ptxas from spreading the copies' address arithmetic over the
+            // matrix loop (unconditional copies spilled 64-164 B on sm_90, NOTES.md v9).
+            if (n0 < n_end)
+                load_tile<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, n0, n_end, tid);
             cp_async_commit();
         }
 
@@ -249,6 +273,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         pv_gemm<T>(o_acc, s, sVj, lane);
     }
     cp_async_wait<0>();
+    // The output is staged where Q was; when that is the K/V buffers, other warps may still
+    // be reading the last tile.
+    if (T::kQStagedInKV) __syncthreads();
 
     float* lse = p.lse + ((int64_t)batch * p.heads + head) * p.seqlen_q;
     write_output<T>(o_acc, softmax, sQ, o, p.o_row_stride, lse, m0, p.seqlen_q, warp, lane);

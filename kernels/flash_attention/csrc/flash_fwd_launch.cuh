@@ -12,38 +12,99 @@ namespace flash {
 
 constexpr int kMaxDevices = 64;
 
-// Kernel shapes (NOTES.md, "Variants"). Both are 4 warps with two blocks per SM.
+// Kernel shapes (NOTES.md, "Variants").
 enum class Variant {
-    // 128-row Q tile (32 rows per warp), K/V tiles of 128 (D=64) / 64 (D=128) keys, two
-    // stages: 80-96 KB, so two blocks fit only where an SM has ~200 KB (sm_90).
+    // 4 warps, two blocks per SM: 128-row Q tile (32 rows per warp), K/V tiles of 128 (D=64)
+    // / 64 (D=128) keys, two stages: 80-96 KB, so two blocks fit only where an SM has
+    // ~200 KB (sm_90).
     kWide,
-    // 48 KB, so two blocks fit an SM of 100 KB (the L4, sm_89; sm_86). D=64: 128-row Q tile,
-    // K/V tiles of 64 keys, two stages. D=128: 64-row Q tile (16 rows per warp, Q in
-    // registers), K/V tiles of 64 keys, one stage; it beat a 128-row tile with 32-key K/V
-    // tiles by 5-20 % under L4 emulation (NOTES.md, v6).
+    // Fits an SM of 100 KB (the L4, sm_89; sm_86): CompactShape below.
     kCompact,
 };
 
-template <typename Elem, int HeadDim, Variant V>
-struct VariantTraits;
-template <typename Elem, int HeadDim>
-struct VariantTraits<Elem, HeadDim, Variant::kWide> {
-    using type = FwdTraits<Elem, HeadDim, 2, HeadDim == 64 ? 128 : 64, 2>;
-};
+// Candidate shapes of the compact variant, numbered for the measurement switches
+// FLASH_COMPACT_SHAPE_D64 / _D128 (switches.h); 0 = the shipped choice per causal setting.
+// Each fits an SM of 100 KB with 1 KB reserved per block (checked below); NOTES.md, "L4 path
+// (v9)", has their measurements under L4 emulation.
+template <typename Elem, int HeadDim, int Shape>
+struct CompactShape;
+// D=64, 1: 128-row Q tile, 64-key K/V tiles, 2 stages, 48 KB (v6).
 template <typename Elem>
-struct VariantTraits<Elem, 64, Variant::kCompact> {
+struct CompactShape<Elem, 64, 1> {
     using type = FwdTraits<Elem, 64, 2, 64, 2>;
 };
+// D=64, 2: 128-row Q tile, 128-key K/V tiles, 1 stage, 48 KB (FA2's own D=64 shape).
 template <typename Elem>
-struct VariantTraits<Elem, 128, Variant::kCompact> {
+struct CompactShape<Elem, 64, 2> {
+    using type = FwdTraits<Elem, 64, 2, 128, 1>;
+};
+// D=64, 3: 8 warps, 256-row Q tile, 128-key K/V tiles, 2 stages, 96 KB, one block per SM.
+template <typename Elem>
+struct CompactShape<Elem, 64, 3> {
+    using type = FwdTraits<Elem, 64, 2, 128, 2, 8>;
+};
+// D=64, 4: 128-row Q tile, 64-key K/V tiles, 1 stage, 32 KB: three blocks at 168 registers.
+template <typename Elem>
+struct CompactShape<Elem, 64, 4> {
+    using type = FwdTraits<Elem, 64, 2, 64, 1, 4, 3>;
+};
+// D=128, 1: 64-row Q tile (Q in registers), 64-key K/V tiles, 1 stage, 48 KB (v6).
+template <typename Elem>
+struct CompactShape<Elem, 128, 1> {
     using type = FwdTraits<Elem, 128, 1, 64, 1>;
 };
+// D=128, 2: 8 warps, 256-row Q tile, 64-key K/V tiles, 1 stage, 96 KB, one block per SM.
+template <typename Elem>
+struct CompactShape<Elem, 128, 2> {
+    using type = FwdTraits<Elem, 128, 2, 64, 1, 8>;
+};
+// D=128, 3: 8 warps, 256-row Q tile, 32-key K/V tiles, 2 stages, 96 KB, one block per SM.
+template <typename Elem>
+struct CompactShape<Elem, 128, 3> {
+    using type = FwdTraits<Elem, 128, 2, 32, 2, 8>;
+};
+// D=128, 4: 128-row Q tile, 32-key K/V tiles, 1 stage, 48 KB (FA2's sm8x non-causal shape).
+template <typename Elem>
+struct CompactShape<Elem, 128, 4> {
+    using type = FwdTraits<Elem, 128, 2, 32, 1>;
+};
+// D=128, 5: 64-row Q tile in registers, staged in the K/V buffers, 64-key K/V tiles, 1 stage:
+// 32 KB, three blocks per SM at 168 registers.
+template <typename Elem>
+struct CompactShape<Elem, 128, 5> {
+    using type = FwdTraits<Elem, 128, 1, 64, 1, 4, 3, true>;
+};
+// The shipped choice (NOTES.md, "L4 path (v9)"): D=64 FA2's shape; D=128 the 8-warp block
+// where every row sees every key, three blocks per SM where causal blocks differ in length.
+template <typename Elem, int HeadDim, bool Causal>
+struct CompactChoice {
+    static constexpr int kShape = HeadDim == 64 ? 2 : (Causal ? 5 : 2);
+};
 
-// 100 KB per SM and 1 KB reserved per block on sm_86/sm_89: two compact blocks must fit.
-static_assert(2 * (VariantTraits<__half, 64, Variant::kCompact>::type::kSmemBytes + 1024) <=
-              100 * 1024);
-static_assert(2 * (VariantTraits<__half, 128, Variant::kCompact>::type::kSmemBytes + 1024) <=
-              100 * 1024);
+template <typename Elem, int HeadDim, bool Causal, Variant V>
+struct VariantTraits;
+template <typename Elem, int HeadDim, bool Causal>
+struct VariantTraits<Elem, HeadDim, Causal, Variant::kWide> {
+    using type = FwdTraits<Elem, HeadDim, 2, HeadDim == 64 ? 128 : 64, 2>;
+};
+template <typename Elem, int HeadDim, bool Causal>
+struct VariantTraits<Elem, HeadDim, Causal, Variant::kCompact> {
+    static constexpr int kSwitch =
+        HeadDim == 64 ? FLASH_COMPACT_SHAPE_D64 : FLASH_COMPACT_SHAPE_D128;
+    using type = typename CompactShape<
+        Elem, HeadDim,
+        kSwitch ? kSwitch : CompactChoice<Elem, HeadDim, Causal>::kShape>::type;
+};
+
+// The blocks per SM a compact shape is cut for must fit an SM of 100 KB with 1 KB reserved per
+// block (sm_86/sm_89).
+template <typename Elem, int HeadDim, bool Causal>
+constexpr bool compact_fits_l4() {
+    using T = typename VariantTraits<Elem, HeadDim, Causal, Variant::kCompact>::type;
+    return T::kMinBlocks * (T::kSmemBytes + 1024) <= 100 * 1024;
+}
+static_assert(compact_fits_l4<__half, 64, false>() && compact_fits_l4<__half, 64, true>());
+static_assert(compact_fits_l4<__half, 128, false>() && compact_fits_l4<__half, 128, true>());
 
 // What the launcher decided for one device, once.
 struct DeviceChoice {
@@ -76,7 +137,7 @@ const DeviceChoice& choice_for(int device) {
         const int per_sm = c.emulated_smem_per_sm > 0 ? c.emulated_smem_per_sm : c.smem_per_sm;
         // Both element types have the same shapes: one of them decides.
         constexpr int kWideBytes =
-            VariantTraits<__half, HeadDim, Variant::kWide>::type::kSmemBytes;
+            VariantTraits<__half, HeadDim, false, Variant::kWide>::type::kSmemBytes;
         c.variant = blocks_fitting(per_sm, kWideBytes, c.reserved_per_block) >= 2
                         ? Variant::kWide
                         : Variant::kCompact;
@@ -136,10 +197,10 @@ int launch_fwd(const FlashFwdParams& params, cudaStream_t stream) {
     if (device >= kMaxDevices) return FLASH_ERR_UNSUPPORTED;
     const DeviceChoice& choice = choice_for<HeadDim>(device);
     if (choice.variant == Variant::kWide)
-        return launch_with<typename VariantTraits<Elem, HeadDim, Variant::kWide>::type, Causal>(
-            params, stream, device, choice);
-    return launch_with<typename VariantTraits<Elem, HeadDim, Variant::kCompact>::type, Causal>(
-        params, stream, device, choice);
+        return launch_with<typename VariantTraits<Elem, HeadDim, Causal, Variant::kWide>::type,
+                           Causal>(params, stream, device, choice);
+    return launch_with<typename VariantTraits<Elem, HeadDim, Causal, Variant::kCompact>::type,
+                       Causal>(params, stream, device, choice);
 }
 
 }  // namespace flash

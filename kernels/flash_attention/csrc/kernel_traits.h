@@ -1,40 +1,58 @@
 // Compile-time shape of one sm_80 kernel instance: everything a tile needs to know.
 #pragma once
 
+#include <stdint.h>
+
 namespace flash {
 
-// One thread block of 4 warps owns kBlockM = 64 * MTiles query rows. MTiles = 2 gives each warp
-// 32 query rows (two m16 tiles) that share every K/V fragment read from shared memory: half
-// the shared-memory traffic per mma, paid for with Q re-read from shared memory (no
-// registers left to keep it). K and V tiles of BlockN keys pass through Stages (1 or 2)
-// shared-memory buffers each: two stages let a tile's loads fly for a whole iteration
-// behind one barrier; one stage halves the K/V footprint where shared memory is scarce.
-template <typename Elem_, int HeadDim, int MTiles, int BlockN, int Stages>
+// One thread block of Warps warps owns kBlockM = 16 * Warps * MTiles query rows. MTiles = 2
+// gives each warp 32 query rows (two m16 tiles) that share every K/V fragment read from shared
+// memory: half the shared-memory traffic per mma, paid for with Q re-read from shared memory
+// (no registers left to keep it); with MTiles = 1 Q stays in registers. K and V tiles of
+// BlockN keys pass through Stages (1 or 2) shared-memory buffers each: two stages let a
+// tile's loads fly for a whole iteration behind one barrier; one stage halves the K/V
+// footprint where shared memory is scarce.
+// Warps = 4 runs two blocks per SM (MinBlocks = 2, 255 registers): one block's softmax and
+// barriers overlap the other's matrix work (NOTES.md, v2), or three (MinBlocks = 3, 168
+// registers). Warps = 8 is one block per SM whose 8 warps share each K/V tile: on a 100 KB SM
+// the only way to give 32-row warps 64-key tiles at D=128 (NOTES.md, v9).
+// QStaged (Q in registers): the Q tile is needed only until the fragments are loaded, so it is
+// staged in the K/V buffers and costs no shared memory of its own.
+template <typename Elem_, int HeadDim, int MTiles, int BlockN, int Stages, int Warps = 4,
+          int MinBlocks = 256 / (Warps * 32), bool QStaged = false>
 struct FwdTraits {
     using Elem = Elem_;
     static constexpr int kHeadDim = HeadDim;
-    // Four warps per block, two blocks per SM: one block's softmax and barriers overlap the
-    // other's matrix work (NOTES.md, v2).
-    static constexpr int kWarps = 4;
+    static constexpr int kWarps = Warps;
     static constexpr int kMTiles = MTiles;
     static constexpr int kBlockM = 16 * kWarps * MTiles;
     static constexpr int kBlockN = BlockN;
     static constexpr int kStages = Stages;
     static constexpr int kThreads = kWarps * 32;
     static constexpr bool kQInRegs = MTiles == 1;
-    // Blocks per SM that the register budget is cut for: two 4-warp blocks at 255 registers
-    // (allocated as 256) take exactly the 64K registers of an sm_80/86/89/90 SM.
-    static constexpr int kMinBlocks = 2;
+    static constexpr bool kQStagedInKV = QStaged;
+    // This warp's Q as mma A fragments, per m-tile and k-step (a placeholder when Q stays in
+    // shared memory).
+    using QFrag = uint32_t[kQInRegs ? MTiles : 1][kQInRegs ? HeadDim / 16 : 1][4];
+    // Blocks per SM that the register budget is cut for: 255 registers (allocated as 256) for
+    // 256 threads take exactly the 64K registers of an sm_80/86/89/90 SM; three blocks of 128
+    // threads get 168.
+    static constexpr int kMinBlocks = MinBlocks;
     static constexpr int kChunks = HeadDim / 8;   // 16-byte chunks per row
     static constexpr int kNTiles = BlockN / 8;    // n8 score tiles per m-tile
     static constexpr int kDTiles = HeadDim / 8;   // n8 output tiles per m-tile
     static constexpr int kKSteps = HeadDim / 16;  // k16 steps of S = Q K^T
-    static constexpr int kSmemElems = kBlockM * HeadDim + 2 * Stages * kBlockN * HeadDim;
+    static constexpr int kQElems = kBlockM * HeadDim;
+    static constexpr int kKVElems = 2 * Stages * kBlockN * HeadDim;
+    static constexpr int kSmemElems =
+        QStaged ? (kQElems > kKVElems ? kQElems : kKVElems) : kQElems + kKVElems;
     static constexpr int kSmemBytes = kSmemElems * 2;
     static_assert(sizeof(Elem) == 2, "16-bit elements");
     static_assert(HeadDim == 64 || HeadDim == 128, "head dim 64 or 128");
     static_assert(Stages == 1 || Stages == 2, "one or two K/V stages");
     static_assert(BlockN % 16 == 0, "K/V tile is whole k16 steps of P.V");
+    static_assert(Warps == 4 || Warps == 8, "4 warps (2 or 3 blocks per SM) or 8 (1 block)");
+    static_assert(!QStaged || kQInRegs, "only a Q held in registers can be staged");
 
     // Warp w owns tile rows (mt * kWarps + w) * 16 .. +15 of m-tile mt.
     static __device__ __forceinline__ int tile_row(int mt, int warp) {

@@ -20,5 +20,16 @@
 #define FLASH_DISABLE_SM90 0
 #endif
 
+// Shape of the compact variant (flash_fwd_launch.cuh, CompactShape), per head dim: 0 the
+// shipped choice, 1.. a candidate (re-measuring them on a real L4, say).
+#ifndef FLASH_COMPACT_SHAPE_D64
+#define FLASH_COMPACT_SHAPE_D64 0
+#endif
+#ifndef FLASH_COMPACT_SHAPE_D128
+#define FLASH_COMPACT_SHAPE_D128 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
+static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
+static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 5, "0..5");
