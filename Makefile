@@ -20,15 +20,14 @@ demo: $(STAMP)
 	$(BIN)/bench launch --backend local --plan auto --budget 1.00 --wait
 	$(BIN)/bench fetch
 
-# Two workers for what mostly waits on subprocesses (scripts, stand-ins, fake-gcs-server; every
-# fixture takes its own free port and temporary directory); then, alone, tests/timing: the
-# tests whose verdicts rest on CPU timings, which a second worker's load would make noisy.
+# Three workers stealing work from each other on two cores: most tests wait on subprocesses
+# (scripts, stand-ins, fake-gcs-server; every fixture takes its own free port and temporary
+# directory), and stealing keeps one worker from ending with the slow end-to-end runs queued.
 # Bytecode is written (the suite starts a few hundred python processes of this tree) even
 # where the environment says not to; __pycache__ is git-ignored and never in the payload.
 test: export PYTHONDONTWRITEBYTECODE=
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --ignore=tests/timing
-	$(BIN)/python -m pytest -q tests/timing
+	$(BIN)/python -m pytest -q -n 3 --dist worksteal
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu tests/gpu

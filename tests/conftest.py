@@ -19,16 +19,7 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-# tests/timing/ holds the modules whose assertions rest on statistics of real CPU timings
-# (verdicts, disagreements): `make test` runs that folder alone, not beside a second xdist
-# worker, and `-m timing` / `-m "not timing"` select it anywhere.
-TIMING_DIR = Path(__file__).parent / "timing"
-
-
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if TIMING_DIR in item.path.parents:
-            item.add_marker(pytest.mark.timing)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if gpu_items and not _cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -206,10 +206,11 @@ class FakeComputeServer:
         return self
 
     def stop(self) -> None:
-        self._http.stop()
-        self.metadata.stop()
+        # The clock first: a VM it boots after the HTTP front stopped has no power-off URL.
         if self.compute is not None:
             self.compute.shutdown()
+        self._http.stop()
+        self.metadata.stop()
         if self.schema_violations:
             raise AssertionError(
                 "compute stand-in: requests or answers outside the discovery schema:\n"
