@@ -2,9 +2,9 @@
 //
 // One thread block owns kBlockM query rows of one (batch, head); each of its warps owns 16 or
 // 32 of them (FwdTraits). K and V tiles of kBlockN keys stream through shared memory with
-// cp.async, in one or two stages. Scores, the online softmax state and the output
-// accumulator stay in registers; P is converted to 16 bits in registers and reused as the A
-// operand of P.V.
+// cp.async, in one or two stages, or as column halves through two half-tile buffers (split-D).
+// Scores, the online softmax state and the output accumulator stay in registers; P is
+// converted to 16 bits in registers and reused as the A operand of P.V.
 #pragma once
 
 #include <stdint.h>

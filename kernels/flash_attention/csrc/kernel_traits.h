@@ -14,8 +14,8 @@ namespace flash {
 // footprint where shared memory is scarce.
 // Warps = 4 runs two blocks per SM (MinBlocks = 2, 255 registers): one block's softmax and
 // barriers overlap the other's matrix work (NOTES.md, v2), or three (MinBlocks = 3, 168
-// registers). Warps = 8 is one block per SM whose 8 warps share each K/V tile: on a 100 KB SM
-// the only way to give 32-row warps 64-key tiles at D=128 (NOTES.md, v9).
+// registers). Warps = 8 is one block per SM whose 8 warps share each K/V tile: 32-row warps and
+// 64-key tiles at D=128 in 96 KB (NOTES.md, v9; SplitD below does it in two 48 KB blocks).
 // QStaged (Q in registers): the Q tile is needed only until the fragments are loaded, so it is
 // staged in the K/V buffers and costs no shared memory of its own.
 // SplitD: K and V tiles travel as halves of HeadDim / 2 columns (K_lo, K_hi, V_lo, V_hi)
