@@ -107,7 +107,7 @@ SWITCHES = {
     "FLASH_EMULATE_SMEM_PER_SM": range(0, 2**31),
     "FLASH_DISABLE_SM90": range(0, 2),
     "FLASH_COMPACT_SHAPE_D64": range(0, 5),
-    "FLASH_COMPACT_SHAPE_D128": range(0, 6),
+    "FLASH_COMPACT_SHAPE_D128": range(0, 7),
 }
 # Switches that select or shape the sm_80 kernel: any of them set turns the Hopper path off.
 SM80_SWITCHES = ("FLASH_FORCE_VARIANT", "FLASH_EMULATE_SMEM_PER_SM", "FLASH_DISABLE_SM90")

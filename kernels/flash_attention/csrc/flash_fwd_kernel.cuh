@@ -2,9 +2,9 @@
 //
 // One thread block owns kBlockM query rows of one (batch, head); each of its warps owns 16 or
 // 32 of them (FwdTraits). K and V tiles of kBlockN keys stream through shared memory with
-// cp.async, in one or two stages. Scores, the online softmax state and the output
-// accumulator stay in registers; P is converted to 16 bits in registers and reused as the A
-// operand of P.V.
+// cp.async, in one or two stages, or as column halves through two half-tile buffers (split-D).
+// Scores, the online softmax state and the output accumulator stay in registers; P is
+// converted to 16 bits in registers and reused as the A operand of P.V.
 #pragma once
 
 #include <stdint.h>
@@ -18,20 +18,24 @@
 namespace flash {
 
 // S = Q K_j^T for this warp's rows. Q comes from registers (one m-tile) or shared memory.
-template <typename T>
+// Split-D (traits): k-steps [Ks0, KsEnd) against a K buffer holding those columns alone, S
+// zeroed by the first half only.
+template <typename T, int Ks0 = 0, int KsEnd = T::kKSteps>
 __device__ __forceinline__ void qk_gemm(float (&s)[T::kMTiles][T::kNTiles][4],
                                         const typename T::Elem* sQ, const typename T::Elem* sKj,
                                         const typename T::QFrag& q_frag,
                                         int warp, int lane) {
     using Elem = typename T::Elem;
+    if constexpr (Ks0 == 0) {
 #pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt)
+        for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
-        for (int t = 0; t < T::kNTiles; ++t)
+            for (int t = 0; t < T::kNTiles; ++t)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) s[mt][t][c] = 0.f;
+                for (int c = 0; c < 4; ++c) s[mt][t][c] = 0.f;
+    }
 #pragma unroll
-    for (int ks = 0; ks < T::kKSteps; ++ks) {
+    for (int ks = Ks0; ks < KsEnd; ++ks) {
         uint32_t qa[T::kMTiles][4];
 #pragma unroll
         for (int mt = 0; mt < T::kMTiles; ++mt) {
@@ -48,8 +52,8 @@ __device__ __forceinline__ void qk_gemm(float (&s)[T::kMTiles][T::kNTiles][4],
         for (int t2 = 0; t2 < T::kNTiles / 2; ++t2) {
             uint32_t b[4];
             const int r = t2 * 16 + (lane & 7) + ((lane >> 4) << 3);
-            ldmatrix_x4(b,
-                        smem_u32(sKj + swizzled<T::kHeadDim>(r, ks * 2 + ((lane >> 3) & 1))));
+            ldmatrix_x4(b, smem_u32(sKj + swizzled<T::kKVDim>(
+                               r, (ks - Ks0) * 2 + ((lane >> 3) & 1))));
 #pragma unroll
             for (int mt = 0; mt < T::kMTiles; ++mt) {
                 Mma<Elem>::run(s[mt][2 * t2], qa[mt], b[0], b[1]);
@@ -74,7 +78,8 @@ __device__ __forceinline__ void load_q_frag(typename T::QFrag& q_frag, const typ
 }
 
 // O += P V_j, with P taken straight from the score registers (C layout == A layout).
-template <typename T>
+// Split-D (traits): output tile pairs [D0, DEnd) against a V buffer holding those columns.
+template <typename T, int D0 = 0, int DEnd = T::kDTiles / 2>
 __device__ __forceinline__ void pv_gemm(float (&o_acc)[T::kMTiles][T::kDTiles][4],
                                         const float (&p)[T::kMTiles][T::kNTiles][4],
                                         const typename T::Elem* sVj, int lane) {
@@ -90,11 +95,11 @@ __device__ __forceinline__ void pv_gemm(float (&o_acc)[T::kMTiles][T::kDTiles][4
             a[mt][3] = Mma<Elem>::pack(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
         }
 #pragma unroll
-        for (int d2 = 0; d2 < T::kDTiles / 2; ++d2) {
+        for (int d2 = D0; d2 < DEnd; ++d2) {
             uint32_t b[4];
             const int r = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-            ldmatrix_x4_trans(b,
-                              smem_u32(sVj + swizzled<T::kHeadDim>(r, d2 * 2 + (lane >> 4))));
+            ldmatrix_x4_trans(b, smem_u32(sVj + swizzled<T::kKVDim>(
+                                     r, (d2 - D0) * 2 + (lane >> 4))));
 #pragma unroll
             for (int mt = 0; mt < T::kMTiles; ++mt) {
                 Mma<Elem>::run(o_acc[mt][2 * d2], a[mt], b[0], b[1]);
@@ -156,7 +161,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     constexpr int kThreads = T::kThreads;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    constexpr int kTile = kBlockN * kHeadDim;
+    constexpr int kTile = kBlockN * T::kKVDim;
     Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
     // A Q held in registers may be staged in the K/V buffers (traits).
     Elem* sK = T::kQStagedInKV ? sQ : sQ + kBlockM * kHeadDim;
@@ -200,7 +205,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
             load_q_frag<T>(q_frag, sQ, warp, lane);
             __syncthreads();
         }
-        load_tile<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, 0, n_end, tid);
+        // Split-D: K_0's first half.
+        load_tile<kBlockN, T::kKVDim, kThreads>(sK, k, p.k_row_stride, 0, n_end, tid);
         // One stage: V_0 goes out in the first iteration, once the barrier allows it.
         if (T::kStages == 2)
             load_tile<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, 0, n_end, tid);
@@ -222,6 +228,49 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
             for (int c = 0; c < 4; ++c) o_acc[mt][t][c] = 0.f;
     OnlineSoftmax<T::kMTiles> softmax;
 
+    if constexpr (T::kSplitD) {
+        constexpr int kHalf = T::kKVDim;
+        // Half-tiles take turns in two buffers: K_lo in sK, K_hi in sV, V_lo in sK, V_hi in
+        // sV. Each barrier means the half just waited for landed and every warp is done with
+        // the other buffer, so the next half goes into it and lands while this one is used.
+        // The always-true tests keep ptxas from spreading the copies over the matrix loops
+        // (see the one-stage V copy below).
+        for (int j = 0; j < n_blocks; ++j) {
+            const int n0 = j * kBlockN;
+            float s[T::kMTiles][T::kNTiles][4];
+            cp_async_wait<0>();
+            __syncthreads();
+            if (n0 < n_end)
+                load_tile<kBlockN, kHalf, kThreads>(sV, k + kHalf, p.k_row_stride, n0, n_end, tid);
+            cp_async_commit();
+            qk_gemm<T, 0, T::kKSteps / 2>(s, sQ, sK, q_frag, warp, lane);
+            cp_async_wait<0>();
+            __syncthreads();
+            if (n0 < n_end)
+                load_tile<kBlockN, kHalf, kThreads>(sK, v, p.v_row_stride, n0, n_end, tid);
+            cp_async_commit();
+            qk_gemm<T, T::kKSteps / 2, T::kKSteps>(s, sQ, sV, q_frag, warp, lane);
+            const bool tail = n0 + kBlockN > p.seqlen_k;
+            const bool diagonal = Causal && n0 + kBlockN - 1 > m0 + causal_offset;
+            if (tail || diagonal)
+                mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, warp, lane);
+            softmax.update(s, o_acc, scale_log2);
+            cp_async_wait<0>();
+            __syncthreads();
+            if (n0 < n_end)
+                load_tile<kBlockN, kHalf, kThreads>(sV, v + kHalf, p.v_row_stride, n0, n_end,
+                                                    tid);
+            cp_async_commit();
+            pv_gemm<T, 0, T::kDTiles / 4>(o_acc, s, sK, lane);
+            cp_async_wait<0>();
+            __syncthreads();
+            if (j + 1 < n_blocks)
+                load_tile<kBlockN, kHalf, kThreads>(sK, k, p.k_row_stride, n0 + kBlockN, n_end,
+                                                    tid);
+            cp_async_commit();
+            pv_gemm<T, T::kDTiles / 4, T::kDTiles / 2>(o_acc, s, sV, lane);
+        }
+    } else
     for (int j = 0; j < n_blocks; ++j) {
         const int stage = T::kStages == 2 ? j & 1 : 0;
         const Elem* sKj = sK + stage * kTile;

@@ -74,11 +74,21 @@ template <typename Elem>
 struct CompactShape<Elem, 128, 5> {
     using type = FwdTraits<Elem, 128, 1, 64, 1, 4, 3, true>;
 };
-// The shipped choice (NOTES.md, "L4 path (v9)"): D=64 FA2's shape; D=128 the 8-warp block
-// where every row sees every key, three blocks per SM where causal blocks differ in length.
+// D=128, 6: 128-row Q tile, 64-key K/V tiles loaded as column halves through two 8 KB
+// buffers: 48 KB, two blocks per SM with FA2's 32-row warps (v10).
+template <typename Elem>
+struct CompactShape<Elem, 128, 6> {
+    using type = FwdTraits<Elem, 128, 2, 64, 1, 4, 2, false, true>;
+};
+// The shipped choice (NOTES.md, "L4 path (v9)" and "(v10)"): D=64 FA2's shape; D=128 the
+// split-D two-block shape, but causal launches of at most kShortSeq query rows take three
+// 64-row blocks per SM: with 1-16 key tiles per block and blocks differing in length, the
+// smaller blocks balance the SMs better (v10).
 template <typename Elem, int HeadDim, bool Causal>
 struct CompactChoice {
-    static constexpr int kShape = HeadDim == 64 ? 2 : (Causal ? 5 : 2);
+    static constexpr int kShape = HeadDim == 64 ? 2 : 6;
+    static constexpr int kShortShape = HeadDim == 128 && Causal ? 5 : kShape;
+    static constexpr int kShortSeq = 1024;
 };
 
 template <typename Elem, int HeadDim, bool Causal, Variant V>
@@ -89,19 +99,25 @@ struct VariantTraits<Elem, HeadDim, Causal, Variant::kWide> {
 };
 template <typename Elem, int HeadDim, bool Causal>
 struct VariantTraits<Elem, HeadDim, Causal, Variant::kCompact> {
+    using Choice = CompactChoice<Elem, HeadDim, Causal>;
     static constexpr int kSwitch =
         HeadDim == 64 ? FLASH_COMPACT_SHAPE_D64 : FLASH_COMPACT_SHAPE_D128;
-    using type = typename CompactShape<
-        Elem, HeadDim,
-        kSwitch ? kSwitch : CompactChoice<Elem, HeadDim, Causal>::kShape>::type;
+    using type = typename CompactShape<Elem, HeadDim, kSwitch ? kSwitch : Choice::kShape>::type;
+    // For launches of at most Choice::kShortSeq query rows.
+    using short_type =
+        typename CompactShape<Elem, HeadDim, kSwitch ? kSwitch : Choice::kShortShape>::type;
 };
 
 // The blocks per SM a compact shape is cut for must fit an SM of 100 KB with 1 KB reserved per
 // block (sm_86/sm_89).
+template <typename T>
+constexpr bool fits_l4() {
+    return T::kMinBlocks * (T::kSmemBytes + 1024) <= 100 * 1024;
+}
 template <typename Elem, int HeadDim, bool Causal>
 constexpr bool compact_fits_l4() {
-    using T = typename VariantTraits<Elem, HeadDim, Causal, Variant::kCompact>::type;
-    return T::kMinBlocks * (T::kSmemBytes + 1024) <= 100 * 1024;
+    using V = VariantTraits<Elem, HeadDim, Causal, Variant::kCompact>;
+    return fits_l4<typename V::type>() && fits_l4<typename V::short_type>();
 }
 static_assert(compact_fits_l4<__half, 64, false>() && compact_fits_l4<__half, 64, true>());
 static_assert(compact_fits_l4<__half, 128, false>() && compact_fits_l4<__half, 128, true>());
@@ -199,8 +215,10 @@ int launch_fwd(const FlashFwdParams& params, cudaStream_t stream) {
     if (choice.variant == Variant::kWide)
         return launch_with<typename VariantTraits<Elem, HeadDim, Causal, Variant::kWide>::type,
                            Causal>(params, stream, device, choice);
-    return launch_with<typename VariantTraits<Elem, HeadDim, Causal, Variant::kCompact>::type,
-                       Causal>(params, stream, device, choice);
+    using Compact = VariantTraits<Elem, HeadDim, Causal, Variant::kCompact>;
+    if (params.seqlen_q <= Compact::Choice::kShortSeq)
+        return launch_with<typename Compact::short_type, Causal>(params, stream, device, choice);
+    return launch_with<typename Compact::type, Causal>(params, stream, device, choice);
 }
 
 }  // namespace flash

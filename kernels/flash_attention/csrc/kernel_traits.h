@@ -14,12 +14,15 @@ namespace flash {
 // footprint where shared memory is scarce.
 // Warps = 4 runs two blocks per SM (MinBlocks = 2, 255 registers): one block's softmax and
 // barriers overlap the other's matrix work (NOTES.md, v2), or three (MinBlocks = 3, 168
-// registers). Warps = 8 is one block per SM whose 8 warps share each K/V tile: on a 100 KB SM
-// the only way to give 32-row warps 64-key tiles at D=128 (NOTES.md, v9).
+// registers). Warps = 8 is one block per SM whose 8 warps share each K/V tile: 32-row warps and
+// 64-key tiles at D=128 in 96 KB (NOTES.md, v9; SplitD below does it in two 48 KB blocks).
 // QStaged (Q in registers): the Q tile is needed only until the fragments are loaded, so it is
 // staged in the K/V buffers and costs no shared memory of its own.
+// SplitD: K and V tiles travel as halves of HeadDim / 2 columns (K_lo, K_hi, V_lo, V_hi)
+// through two half-tile buffers, each half loading while the one before it is used: a
+// 128-row Q tile and 64-key tiles at D=128 in 48 KB, two blocks per 100 KB SM (NOTES.md, v10).
 template <typename Elem_, int HeadDim, int MTiles, int BlockN, int Stages, int Warps = 4,
-          int MinBlocks = 256 / (Warps * 32), bool QStaged = false>
+          int MinBlocks = 256 / (Warps * 32), bool QStaged = false, bool SplitD = false>
 struct FwdTraits {
     using Elem = Elem_;
     static constexpr int kHeadDim = HeadDim;
@@ -31,6 +34,9 @@ struct FwdTraits {
     static constexpr int kThreads = kWarps * 32;
     static constexpr bool kQInRegs = MTiles == 1;
     static constexpr bool kQStagedInKV = QStaged;
+    static constexpr bool kSplitD = SplitD;
+    // Columns of one shared-memory K/V buffer row.
+    static constexpr int kKVDim = SplitD ? HeadDim / 2 : HeadDim;
     // This warp's Q as mma A fragments, per m-tile and k-step (a placeholder when Q stays in
     // shared memory).
     using QFrag = uint32_t[kQInRegs ? MTiles : 1][kQInRegs ? HeadDim / 16 : 1][4];
@@ -43,7 +49,7 @@ struct FwdTraits {
     static constexpr int kDTiles = HeadDim / 8;   // n8 output tiles per m-tile
     static constexpr int kKSteps = HeadDim / 16;  // k16 steps of S = Q K^T
     static constexpr int kQElems = kBlockM * HeadDim;
-    static constexpr int kKVElems = 2 * Stages * kBlockN * HeadDim;
+    static constexpr int kKVElems = 2 * Stages * kBlockN * kKVDim;
     static constexpr int kSmemElems =
         QStaged ? (kQElems > kKVElems ? kQElems : kKVElems) : kQElems + kKVElems;
     static constexpr int kSmemBytes = kSmemElems * 2;
@@ -53,6 +59,7 @@ struct FwdTraits {
     static_assert(BlockN % 16 == 0, "K/V tile is whole k16 steps of P.V");
     static_assert(Warps == 4 || Warps == 8, "4 warps (2 or 3 blocks per SM) or 8 (1 block)");
     static_assert(!QStaged || kQInRegs, "only a Q held in registers can be staged");
+    static_assert(!SplitD || (Stages == 1 && !QStaged && !kQInRegs), "split-D: one stage, Q in smem");
 
     // Warp w owns tile rows (mt * kWarps + w) * 16 .. +15 of m-tile mt.
     static __device__ __forceinline__ int tile_row(int mt, int warp) {
