@@ -95,7 +95,7 @@ SWITCHES_ENV = "FLASH_TEST_SWITCHES"
 L4_SWITCHES = "FLASH_EMULATE_SMEM_PER_SM=102400 FLASH_DISABLE_SM90=1"
 OTHER_PATH_SELECTION = (
     "(test_matches_reference and (s17 or s97 or s1025 or s4096)) or test_any_finite"
-    " or test_strided or test_fewer or test_causal_rows"
+    " or test_strided or test_fewer or test_causal_rows or test_row_maxima"
 )
 
 
@@ -188,6 +188,19 @@ def test_any_finite_scale(dtype, head_dim, causal, scale):
     assert err_ours <= bound, f"rel L2 {err_ours:.3e} vs SDPA {err_sdpa:.3e}"
     lse_err = (lse.double() - reference_lse(q, k, causal, scale=scale)).abs().max().item()
     assert lse_err <= 1e-3, f"lse max abs error {lse_err:.3e}"
+
+
+@pytest.mark.parametrize("growth", [0.5, 4.0], ids=["slow", "fast"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_row_maxima_that_climb_along_the_keys(dtype, causal, growth):
+    """Keys that grow along the sequence: each row's max climbs tile after tile, in all by
+    about 2 (slow) or 17 (fast) base-2 units, under and over the split-D kernel's lazy
+    rescale threshold (softmax.h). 1025 rows: the L4 build runs split-D for both settings."""
+    q, k, v = (torch.randn(2, 3, 1025, 128, device="cuda", dtype=dtype) for _ in range(3))
+    k = k * (1 + growth * torch.linspace(0, 1, 1025, device="cuda", dtype=dtype))[:, None]
+    out, lse = run_poisoned(q, k, v, causal)
+    assert_close_to_reference(q, k, v, causal, out, lse)
 
 
 @pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf")])

@@ -67,6 +67,18 @@ struct OnlineSoftmax {
         }
     }
 
+    // Scales row half h of m-tile mt, its sum and its O accumulators, by `correction`.
+    template <int DTiles>
+    __device__ __forceinline__ void rescale_row(float (&o_acc)[MTiles][DTiles][4], int mt, int h,
+                                                float correction) {
+        row_sum[mt][h] *= correction;
+#pragma unroll
+        for (int t = 0; t < DTiles; ++t) {
+            o_acc[mt][t][2 * h] *= correction;
+            o_acc[mt][t][2 * h + 1] *= correction;
+        }
+    }
+
     // Folds one tile of raw scores in: moves the maxima, rescales the sums and o_acc to them,
     // and replaces s by the unnormalised probabilities exp2(s * scale_log2 - max).
     template <int NTiles, int DTiles>
@@ -81,17 +93,39 @@ struct OnlineSoftmax {
                 // Once the maxima settle (after the first few tiles on most rows) the rescale
                 // multiplies by exactly 1: skip it unless a row of these 8 moved. The vote
                 // keeps the branch uniform across the warp.
-                if (__any_sync(0xffffffff, mx != row_max[mt][h])) {
-                    const float correction = fast_exp2(row_max[mt][h] - m_use);
-                    row_sum[mt][h] *= correction;
-#pragma unroll
-                    for (int t = 0; t < DTiles; ++t) {
-                        o_acc[mt][t][2 * h] *= correction;
-                        o_acc[mt][t][2 * h + 1] *= correction;
-                    }
-                }
+                if (__any_sync(0xffffffff, mx != row_max[mt][h]))
+                    rescale_row(o_acc, mt, h, fast_exp2(row_max[mt][h] - m_use));
                 row_max[mt][h] = mx;
                 exponentiate(s, mt, h, m_use, scale_log2);
+            }
+        }
+    }
+
+    // update() with lazy rescaling: a row's reference max moves only when a tile's scores
+    // pass it by more than kLazyLog2, so the exponentials stay <= 2^kLazyLog2 (exact in fp32,
+    // and in fp16/bf16 once packed for P.V) and o_acc is rescaled on few tiles after the
+    // first. row_max stays the reference the sums are taken against, so lse() and the final
+    // division are unchanged. When one row of the warp moves, every row takes its true max
+    // (the rescale is paid for the warp anyway).
+    static constexpr float kLazyLog2 = 8.f;
+    template <int NTiles, int DTiles>
+    __device__ __forceinline__ void update_lazy(float (&s)[MTiles][NTiles][4],
+                                                float (&o_acc)[MTiles][DTiles][4],
+                                                float scale_log2) {
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float tile = tile_max(s, mt, h) * scale_log2;
+                // -inf + kLazyLog2 is -inf: a row's first visible key always moves it.
+                if (__any_sync(0xffffffff, tile > row_max[mt][h] + kLazyLog2)) {
+                    const float mx = fmaxf(row_max[mt][h], tile);
+                    const float m_use = mx == -INFINITY ? 0.f : mx;
+                    rescale_row(o_acc, mt, h, fast_exp2(row_max[mt][h] - m_use));
+                    row_max[mt][h] = mx;
+                }
+                exponentiate(s, mt, h, row_max[mt][h] == -INFINITY ? 0.f : row_max[mt][h],
+                             scale_log2);
             }
         }
     }
