@@ -118,7 +118,7 @@ def say_runs_go_on(what: str, status_ref: str) -> None:
     bench = bench_command()
     click.echo(
         f"bench: stopped following; {what}. Follow: {bench} status {status_ref} · stop "
-        f"it and every other bench machine: {bench} stop-all",
+        f"every bench machine: {bench} stop-all",
         err=True,
     )
 
