@@ -71,6 +71,16 @@ def test_measurement_switches_are_flags_and_part_of_the_cache_key():
     assert build.parse_defines(["FLASH_DISABLE_SM90=1"]) == {"FLASH_DISABLE_SM90": 1}
 
 
+def test_every_build_switch_is_declared_once_in_switches_h_and_defaults_to_zero():
+    """A switch build.py accepts but switches.h lacks would compile to nothing; one switches.h
+    declares but build.py refuses could never be set. A default build leaves them all at 0."""
+    switches = (build.CSRC_DIR / "switches.h").read_text()
+    assert sorted(re.findall(r"#ifndef (FLASH_\w+)", switches)) == sorted(build.SWITCHES)
+    for name, accepted in build.SWITCHES.items():
+        assert f"#ifndef {name}\n#define {name} 0\n#endif" in switches, name
+        assert 0 in accepted
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_compact_shape_switch_accepts_exactly_the_shapes_the_launcher_defines(head_dim):
     """build.py's range for FLASH_COMPACT_SHAPE_D<head_dim>, the bound switches.h asserts and

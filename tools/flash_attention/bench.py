@@ -1,7 +1,8 @@
 """Developer benchmark of the kernel against SDPA (not the bench harness; no pydantic needed).
 
 Grid of FlashAttention's own benchmarks: B*S = 16k tokens, H*D = 2048, S 512..16384.
-CUDA events around each call, 256 MB L2 flush before each, median of --reps after warmup.
+CUDA events around each call, 256 MB L2 flush before each, median of --reps after warmup; the
+implementations take turns call by call, and a ratio is the median of per-round ratios.
 
     PYTHONPATH=. python3 tools/flash_attention/bench.py [--reps 30] [--json out.json]
     PYTHONPATH=. python3 tools/flash_attention/bench.py --l4     # the L4 path, emulated
@@ -47,19 +48,26 @@ IMPLS = {
 PEERS = (("sdpa-flash", "vs_flash"), ("sdpa-cudnn", "vs_cudnn"))
 
 
-def median_ms(fn, flush: torch.Tensor, reps: int, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def paired_ms(fns: dict, flush: torch.Tensor, reps: int, warmup: int = 5) -> dict[str, list[float]]:
+    """Per implementation, `reps` event-timed calls, each after an L2 flush. The
+    implementations take turns call by call (their order rotating each round), so that a clock
+    or power drift over the measurement lands on all of them alike: timed one after another in
+    blocks, the same kernel moved by up to 12 % between processes (NOTES.md, v12)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    names = list(fns)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[name]()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return times
 
 
 def tflops(batch, heads, seqlen, head_dim, causal, ms) -> float:
@@ -124,12 +132,17 @@ def main() -> None:
             "B": batch,
             "H": heads,
         }
-        for name, impl in impls.items():
-            ms = median_ms(partial(impl, q, k, v, causal), flush, args.reps)
+        fns = {name: partial(impl, q, k, v, causal) for name, impl in impls.items()}
+        times = paired_ms(fns, flush, args.reps)
+        for name, samples in times.items():
+            ms = statistics.median(samples)
             row[name] = round(tflops(batch, heads, seqlen, head_dim, causal, ms), 1)
         for peer, key in PEERS:
-            if "flash" in row and peer in row:
-                row[key] = round(row["flash"] / row[peer], 2)
+            if "flash" in times and peer in times:
+                # The median of the round-by-round speed ratios: calls of one round ran
+                # back to back, under the same clocks.
+                ratios = [p / f for p, f in zip(times[peer], times["flash"], strict=True)]
+                row[key] = round(statistics.median(ratios), 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
     overhead = host_overhead_us()

@@ -51,6 +51,7 @@ for l in labels:
     for peer in ("vs_flash", "vs_cudnn"):
         vals = [r[peer] for r in rows if peer in r and r["S"] >= 1024]
         if vals:
-            print(f"{l:>8} {peer} (S>=1024): median {statistics.median(vals):.2f}, "
-                  f"min {min(vals):.2f}, max {max(vals):.2f}")
+            print(f"{l:>8} {peer} (S>=1024): median {statistics.median(vals):.3f}, "
+                  f"min {min(vals):.3f}, max {max(vals):.3f}, "
+                  f"{sum(v >= 1 for v in vals)} of {len(vals)} >= 1")
 PYEOF

@@ -13,9 +13,15 @@
 #include "kernel_traits.h"
 #include "mask.h"
 #include "softmax.h"
+#include "switches.h"
 #include "utils.h"
 
 namespace flash {
+
+template <bool B>
+struct BoolConst {
+    static constexpr bool value = B;
+};
 
 // S = Q K_j^T for this warp's rows. Q comes from registers (one m-tile) or shared memory.
 // Split-D (traits): k-steps [Ks0, KsEnd) against a K buffer holding those columns alone, S
@@ -118,20 +124,29 @@ __device__ __forceinline__ void write_output(float (&o_acc)[T::kMTiles][T::kDTil
                                              int64_t o_row_stride, float* lse, int m0,
                                              int seqlen_q, int warp, int lane) {
     using Elem = typename T::Elem;
+    // Every row this thread stages is lane / 4 past a multiple of 8, so its swizzle (utils.h)
+    // is the same: output tile t lands in chunk t ^ (lane / 4). Eight chunk addresses,
+    // computed once, serve all 2 * kMTiles rows with compile-time offsets; indexing each
+    // store from scratch took ~480 of the epilogue's ~1100 instructions per warp (v12).
+    Elem* const row_base = sQ + (T::tile_row(0, warp) + lane / 4) * T::kHeadDim + (lane % 4) * 2;
+    Elem* chunk[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) chunk[c] = row_base + ((c ^ (lane / 4)) << 3);
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const float sum = softmax.total(mt, h);
             // Rows with no visible key (causal, seqlen_q > seqlen_k) give O = 0, lse = -inf.
-            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            const float inv = sum > 0.f ? fast_rcp(sum) : 0.f;
             const int r = T::tile_row(mt, warp) + lane / 4 + h * 8;
             if (lane % 4 == 0 && m0 + r < seqlen_q) lse[m0 + r] = softmax.lse(mt, h, sum);
+            constexpr int kRowStep = 16 * T::kWarps * T::kHeadDim;  // between m-tiles
 #pragma unroll
             for (int t = 0; t < T::kDTiles; ++t) {
                 const uint32_t packed =
                     Mma<Elem>::pack(o_acc[mt][t][2 * h] * inv, o_acc[mt][t][2 * h + 1] * inv);
-                Elem* dst = sQ + swizzled<T::kHeadDim>(r, t) + (lane % 4) * 2;
+                Elem* dst = chunk[t % 8] + mt * kRowStep + h * 8 * T::kHeadDim + (t / 8) * 64;
                 *reinterpret_cast<uint32_t*>(dst) = packed;
             }
         }
@@ -189,6 +204,22 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (Causal) n_end = min(n_end, m0 + kBlockM + causal_offset);
     const int n_blocks = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
 
+    // Split-D: in short launches, this block takes its key tiles in the order first,
+    // first + 1, ..., wrapping around, with the blocks of one head starting evenly spread
+    // over the keys. Short blocks run in lock step: taken in one order, every block of the
+    // head waits for each tile's first read from DRAM, a quarter tile's lead being too short
+    // for it; spread, one block reads each tile from DRAM and the others find it in L2.
+    // ncu at 1024 keys (NOTES.md, v12): L2 hits 66 -> 74 %, cycles -1.3 % (paired timing
+    // does not separate it from noise). Spread over 4096-16384 keys it lost 1-2 % (all
+    // blocks' first reads at once), hence the bound on the average keys per block. Other
+    // shapes take the keys in order. (A float product: an integer division costs ~150
+    // instructions per block.)
+    constexpr int kSpreadMaxKeys = 2048;
+    const bool spread = T::kSplitD && !FLASH_KV_FROM_ZERO && n_blocks > 0 &&
+                        (Causal ? p.seqlen_k / 2 : p.seqlen_k) <= kSpreadMaxKeys;
+    const int first =
+        spread ? min((int)(__fdividef(m_block, gridDim.x) * n_blocks), n_blocks - 1) : 0;
+
     const float scale_log2 = score_scale_log2(p.scale);
     typename T::QFrag q_frag;
     if (n_blocks > 0) {
@@ -205,8 +236,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
             load_q_frag<T>(q_frag, sQ, warp, lane);
             __syncthreads();
         }
-        // Split-D: K_0's first half.
-        load_tile<kBlockN, T::kKVDim, kThreads>(sK, k, p.k_row_stride, 0, n_end, tid);
+        // Split-D: the first tile's first half (tile `first`, below).
+        load_tile<kBlockN, T::kKVDim, kThreads>(sK, k, p.k_row_stride, first * kBlockN, n_end,
+                                                tid);
         // One stage: V_0 goes out in the first iteration, once the barrier allows it.
         if (T::kStages == 2)
             load_tile<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, 0, n_end, tid);
@@ -235,43 +267,59 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         // the other buffer, so the next half goes into it and lands while this one is used.
         // The always-true tests keep ptxas from spreading the copies over the matrix loops
         // (see the one-stage V copy below).
-        for (int j = 0; j < n_blocks; ++j) {
-            const int n0 = j * kBlockN;
-            float s[T::kMTiles][T::kNTiles][4];
-            cp_async_wait<0>();
-            __syncthreads();
-            if (n0 < n_end)
-                load_tile<kBlockN, kHalf, kThreads>(sV, k + kHalf, p.k_row_stride, n0, n_end, tid);
-            cp_async_commit();
-            qk_gemm<T, 0, T::kKSteps / 2>(s, sQ, sK, q_frag, warp, lane);
-            cp_async_wait<0>();
-            __syncthreads();
-            if (n0 < n_end)
-                load_tile<kBlockN, kHalf, kThreads>(sK, v, p.v_row_stride, n0, n_end, tid);
-            cp_async_commit();
-            qk_gemm<T, T::kKSteps / 2, T::kKSteps>(s, sQ, sV, q_frag, warp, lane);
-            const bool tail = n0 + kBlockN > p.seqlen_k;
-            const bool diagonal = Causal && n0 + kBlockN - 1 > m0 + causal_offset;
-            if (tail || diagonal)
-                mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, warp, lane);
-            // Lazy rescaling (softmax.h): the vote of update() fires on nearly every tile of
-            // a short block, whose row maxima still climb (NOTES.md, v11).
-            softmax.update_lazy(s, o_acc, scale_log2);
-            cp_async_wait<0>();
-            __syncthreads();
-            if (n0 < n_end)
-                load_tile<kBlockN, kHalf, kThreads>(sV, v + kHalf, p.v_row_stride, n0, n_end,
-                                                    tid);
-            cp_async_commit();
-            pv_gemm<T, 0, T::kDTiles / 4>(o_acc, s, sK, lane);
-            cp_async_wait<0>();
-            __syncthreads();
-            if (j + 1 < n_blocks)
-                load_tile<kBlockN, kHalf, kThreads>(sK, k, p.k_row_stride, n0 + kBlockN, n_end,
-                                                    tid);
-            cp_async_commit();
-            pv_gemm<T, T::kDTiles / 4, T::kDTiles / 2>(o_acc, s, sV, lane);
-        }
+        // Two copies of the loop: in order (j * kBlockN, as before the spread) and spread.
+        // One loop serving both, with the wrap-around in it, ran 1.7 % slower at 16384 keys
+        // (ncu, v12): this loop's schedule at 255 registers moves with any change to it.
+        auto run_tiles = [&](auto spread_tag) {
+            constexpr bool kSpread = decltype(spread_tag)::value;
+            int tile = first;
+            for (int j = 0; j < n_blocks; ++j) {
+                int n0 = j * kBlockN, next = n0 + kBlockN;  // next: loaded during this tile
+                if constexpr (kSpread) {
+                    n0 = tile * kBlockN;
+                    tile = tile + 1 == n_blocks ? 0 : tile + 1;
+                    next = tile * kBlockN;
+                }
+                float s[T::kMTiles][T::kNTiles][4];
+                cp_async_wait<0>();
+                __syncthreads();
+                if (n0 < n_end)
+                    load_tile<kBlockN, kHalf, kThreads>(sV, k + kHalf, p.k_row_stride, n0, n_end,
+                                                        tid);
+                cp_async_commit();
+                qk_gemm<T, 0, T::kKSteps / 2>(s, sQ, sK, q_frag, warp, lane);
+                cp_async_wait<0>();
+                __syncthreads();
+                if (n0 < n_end)
+                    load_tile<kBlockN, kHalf, kThreads>(sK, v, p.v_row_stride, n0, n_end, tid);
+                cp_async_commit();
+                qk_gemm<T, T::kKSteps / 2, T::kKSteps>(s, sQ, sV, q_frag, warp, lane);
+                const bool tail = n0 + kBlockN > p.seqlen_k;
+                const bool diagonal = Causal && n0 + kBlockN - 1 > m0 + causal_offset;
+                if (tail || diagonal)
+                    mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, warp, lane);
+                // Lazy rescaling (softmax.h): the vote of update() fires on nearly every tile
+                // of a short block, whose row maxima still climb (NOTES.md, v11).
+                softmax.update_lazy(s, o_acc, scale_log2);
+                cp_async_wait<0>();
+                __syncthreads();
+                if (n0 < n_end)
+                    load_tile<kBlockN, kHalf, kThreads>(sV, v + kHalf, p.v_row_stride, n0, n_end,
+                                                        tid);
+                cp_async_commit();
+                pv_gemm<T, 0, T::kDTiles / 4>(o_acc, s, sK, lane);
+                cp_async_wait<0>();
+                __syncthreads();
+                if (j + 1 < n_blocks)
+                    load_tile<kBlockN, kHalf, kThreads>(sK, k, p.k_row_stride, next, n_end, tid);
+                cp_async_commit();
+                pv_gemm<T, T::kDTiles / 4, T::kDTiles / 2>(o_acc, s, sV, lane);
+            }
+        };
+        if (first > 0)
+            run_tiles(BoolConst<true>{});
+        else
+            run_tiles(BoolConst<false>{});
     } else
     for (int j = 0; j < n_blocks; ++j) {
         const int stage = T::kStages == 2 ? j & 1 : 0;

@@ -29,7 +29,14 @@
 #define FLASH_COMPACT_SHAPE_D128 0
 #endif
 
+// Order of the K/V tiles within a block of the split-D loop: 0 the shipped order (short launches
+// start each block at its own tile, flash_fwd_kernel.cuh), 1 every block from key tile 0.
+#ifndef FLASH_KV_FROM_ZERO
+#define FLASH_KV_FROM_ZERO 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
 static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0..6");
+static_assert(FLASH_KV_FROM_ZERO == 0 || FLASH_KV_FROM_ZERO == 1, "0 or 1");

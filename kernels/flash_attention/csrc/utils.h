@@ -79,6 +79,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+// 1 / x to about 1 ulp (rcp.approx), for x normal and finite: a normalizer that is written
+// out in 16 bits needs no IEEE division and its slow path.
+__device__ __forceinline__ float fast_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Shared-memory tiles are rows of HeadDim 16-bit values split into 16-byte chunks; chunk c of
 // row r is stored at chunk c ^ (r % 8). The 8 rows an ldmatrix phase reads (same logical
 // chunk) then fall into 8 different chunks of a 128-byte line: no bank conflicts.
