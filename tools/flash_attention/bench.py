@@ -28,6 +28,8 @@ from kernels.flash_attention import build, flash_attention, load_library
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 L4_SMEM_PER_SM = 102400  # the L4's shared memory per SM (sm_89: 100 KB)
+# The L4 path under emulation: the L4's shared memory per SM, the sm_80 kernel on sm_90.
+L4_DEFINES = {"FLASH_EMULATE_SMEM_PER_SM": L4_SMEM_PER_SM, "FLASH_DISABLE_SM90": 1}
 VARIANTS = {"auto": 0, "wide": 1, "compact": 2}
 TOKENS, HIDDEN = 16384, 2048
 
@@ -106,9 +108,11 @@ def main() -> None:
     args = parser.parse_args()
     defines = {
         "FLASH_FORCE_VARIANT": VARIANTS[args.variant],
-        "FLASH_EMULATE_SMEM_PER_SM": L4_SMEM_PER_SM if args.l4 else args.emulate_smem_per_sm,
-        "FLASH_DISABLE_SM90": int(args.sm80 or args.l4),
+        "FLASH_EMULATE_SMEM_PER_SM": args.emulate_smem_per_sm,
+        "FLASH_DISABLE_SM90": int(args.sm80),
     }
+    if args.l4:
+        defines.update(L4_DEFINES)
     defines = {name: value for name, value in defines.items() if value}
     defines.update(build.parse_defines(args.define))
     record = load_library(defines=defines).record

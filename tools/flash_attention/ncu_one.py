@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from bench import HIDDEN, IMPLS, L4_SMEM_PER_SM, TOKENS  # tools/flash_attention/bench.py
+from bench import HIDDEN, IMPLS, L4_DEFINES, TOKENS  # tools/flash_attention/bench.py
 
 from kernels.flash_attention import build, load_library
 
@@ -29,8 +29,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--build-only", action="store_true")
     args = parser.parse_args()
-    l4 = {"FLASH_EMULATE_SMEM_PER_SM": L4_SMEM_PER_SM, "FLASH_DISABLE_SM90": 1}
-    defines = dict(l4) if args.l4 else {}
+    defines = dict(L4_DEFINES) if args.l4 else {}
     defines.update(build.parse_defines(args.define))
     load_library(defines=defines)
     if args.build_only:

@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "flash_api.h"
 #include "kernel_traits.h"
 #include "mask.h"
@@ -17,11 +19,6 @@
 #include "utils.h"
 
 namespace flash {
-
-template <bool B>
-struct BoolConst {
-    static constexpr bool value = B;
-};
 
 // S = Q K_j^T for this warp's rows. Q comes from registers (one m-tile) or shared memory.
 // Split-D (traits): k-steps [Ks0, KsEnd) against a K buffer holding those columns alone, S
@@ -126,8 +123,8 @@ __device__ __forceinline__ void write_output(float (&o_acc)[T::kMTiles][T::kDTil
     using Elem = typename T::Elem;
     // Every row this thread stages is lane / 4 past a multiple of 8, so its swizzle (utils.h)
     // is the same: output tile t lands in chunk t ^ (lane / 4). Eight chunk addresses,
-    // computed once, serve all 2 * kMTiles rows with compile-time offsets; indexing each
-    // store from scratch took ~480 of the epilogue's ~1100 instructions per warp (v12).
+    // computed once, serve all 2 * kMTiles rows with compile-time offsets. Indexing each
+    // store from scratch made most of the epilogue's address arithmetic (NOTES.md, v12).
     Elem* const row_base = sQ + (T::tile_row(0, warp) + lane / 4) * T::kHeadDim + (lane % 4) * 2;
     Elem* chunk[8];
 #pragma unroll
@@ -210,10 +207,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     // head waits for each tile's first read from DRAM, a quarter tile's lead being too short
     // for it; spread, one block reads each tile from DRAM and the others find it in L2.
     // ncu at 1024 keys (NOTES.md, v12): L2 hits 66 -> 74 %, cycles -1.3 % (paired timing
-    // does not separate it from noise). Spread over 4096-16384 keys it lost 1-2 % (all
-    // blocks' first reads at once), hence the bound on the average keys per block. Other
-    // shapes take the keys in order. (A float product: an integer division costs ~150
-    // instructions per block.)
+    // does not separate it from noise). Long launches keep the order: a spread there is
+    // not measured apart from the loop change that cost 1.7 % (v12), and all blocks would
+    // make their first reads at once. Other shapes take the keys in order. (A float
+    // product: an integer division costs ~150 instructions per block.)
     constexpr int kSpreadMaxKeys = 2048;
     const bool spread = T::kSplitD && !FLASH_KV_FROM_ZERO && n_blocks > 0 &&
                         (Causal ? p.seqlen_k / 2 : p.seqlen_k) <= kSpreadMaxKeys;
@@ -317,9 +314,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
             }
         };
         if (first > 0)
-            run_tiles(BoolConst<true>{});
+            run_tiles(std::true_type{});
         else
-            run_tiles(BoolConst<false>{});
+            run_tiles(std::false_type{});
     } else
     for (int j = 0; j < n_blocks; ++j) {
         const int stage = T::kStages == 2 ? j & 1 : 0;
