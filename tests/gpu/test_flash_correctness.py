@@ -95,7 +95,7 @@ SWITCHES_ENV = "FLASH_TEST_SWITCHES"
 L4_SWITCHES = "FLASH_EMULATE_SMEM_PER_SM=102400 FLASH_DISABLE_SM90=1"
 OTHER_PATH_SELECTION = (
     "(test_matches_reference and (s17 or s97 or s1025 or s4096)) or test_any_finite"
-    " or test_strided or test_fewer or test_causal_rows or test_row_maxima"
+    " or test_strided or test_fewer or test_causal_rows or test_row_maxima or test_causal_heads"
 )
 
 
@@ -153,6 +153,18 @@ def test_fewer_queries_than_keys(causal):
     assert torch.isfinite(out).all()
     assert rel_l2(out, ref) <= 1.6e-2
     assert (lse.double() - reference_lse(q, k, causal)).abs().max().item() <= 1e-3
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_causal_heads_in_uneven_groups(head_dim):
+    """The sm_80 kernel takes a causal launch's heads in groups (csrc/block_order.h): on an H100
+    (the sm_80 and L4-emulation suites), 67 heads of 2048 keys make two groups of 34 and 33
+    heads, and the smaller group's spare grid column must compute nothing."""
+    q, k, v = (
+        torch.randn(1, 67, 2048, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3)
+    )
+    out, lse = run_poisoned(q, k, v, causal=True)
+    assert_close_to_reference(q, k, v, True, out, lse)
 
 
 def test_causal_rows_without_keys_are_zero():

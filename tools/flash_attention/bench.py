@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     parser.add_argument("--head-dims", default="64,128")
+    parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset")
     parser.add_argument("--variant", choices=VARIANTS, default="auto", help="sm_80 kernel shape")
     parser.add_argument("--emulate-smem-per-sm", type=int, default=0, metavar="BYTES")
@@ -121,7 +122,8 @@ def main() -> None:
     rows = []
     seqlens = [int(s) for s in args.seqlens.split(",")]
     head_dims = [int(d) for d in args.head_dims.split(",")]
-    grid = itertools.product((torch.float16, torch.bfloat16), head_dims, (False, True), seqlens)
+    causal_settings = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    grid = itertools.product((torch.float16, torch.bfloat16), head_dims, causal_settings, seqlens)
     for dtype, head_dim, causal, seqlen in grid:
         batch, heads = TOKENS // seqlen, HIDDEN // head_dim
         q, k, v = (

@@ -11,6 +11,7 @@
 
 #include <type_traits>
 
+#include "block_order.h"
 #include "flash_api.h"
 #include "kernel_traits.h"
 #include "mask.h"
@@ -167,7 +168,7 @@ __device__ __forceinline__ void write_output(float (&o_acc)[T::kMTiles][T::kDTil
 
 template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
-    flash_fwd_kernel(const FlashFwdParams p) {
+    flash_fwd_kernel(const FlashFwdParams p, const CausalOrder order) {
     using Elem = typename T::Elem;
     constexpr int kHeadDim = T::kHeadDim, kBlockM = T::kBlockM, kBlockN = T::kBlockN;
     constexpr int kThreads = T::kThreads;
@@ -179,9 +180,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     Elem* sK = T::kQStagedInKV ? sQ : sQ + kBlockM * kHeadDim;
     Elem* sV = sK + T::kStages * kTile;
 
-    // Causal blocks near the end of the sequence carry the most work: start them first.
-    const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int head = blockIdx.y, batch = blockIdx.z;
+    // Non-causal blocks are all alike: a (query block, head, batch) grid, query block fastest
+    // so that the blocks running at once share their heads' K/V in L2. Causal blocks differ
+    // in length: the grid and order of block_order.h. A causal block's head and batch come
+    // from a division, so ptxas no longer derives the K/V pointers from blockIdx in uniform
+    // registers: it keeps them in local memory, one load per half-tile copy (split-D 68-84 B
+    // of "spills"); per head, the old order, this code measured as v12's (NOTES.md, v13).
+    const int m_blocks = Causal ? order.m_blocks : gridDim.x;
+    const BlockCoord coord =
+        Causal ? causal_block_at(order, blockIdx.x, blockIdx.y, blockIdx.z)
+               : BlockCoord{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, false};
+    if (coord.idle) return;
+    const int m_block = coord.m_block, head = coord.head, batch = coord.batch;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int m0 = m_block * kBlockM;
     // Bottom-right causal alignment: query row i sees keys j <= i + causal_offset.
@@ -215,7 +225,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     const bool spread = T::kSplitD && !FLASH_KV_FROM_ZERO && n_blocks > 0 &&
                         (Causal ? p.seqlen_k / 2 : p.seqlen_k) <= kSpreadMaxKeys;
     const int first =
-        spread ? min((int)(__fdividef(m_block, gridDim.x) * n_blocks), n_blocks - 1) : 0;
+        spread ? min((int)(__fdividef(m_block, m_blocks) * n_blocks), n_blocks - 1) : 0;
 
     const float scale_log2 = score_scale_log2(p.scale);
     typename T::QFrag q_frag;

@@ -130,7 +130,7 @@ struct DeviceChoice {
     // launch asks for enough padding that this GPU fits no more blocks per SM than the
     // emulated one would. 0: no emulation.
     int emulated_smem_per_sm = FLASH_EMULATE_SMEM_PER_SM;
-    int smem_per_sm = 0, reserved_per_block = 0, max_per_block = 0;
+    int smem_per_sm = 0, reserved_per_block = 0, max_per_block = 0, multiprocessors = 0;
 };
 
 // Blocks of `smem_bytes` that fit an SM of `per_sm` bytes, each block also costing the
@@ -150,6 +150,7 @@ const DeviceChoice& choice_for(int device) {
                                device);
         cudaDeviceGetAttribute(&c.max_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                device);
+        cudaDeviceGetAttribute(&c.multiprocessors, cudaDevAttrMultiProcessorCount, device);
         const int per_sm = c.emulated_smem_per_sm > 0 ? c.emulated_smem_per_sm : c.smem_per_sm;
         // Both element types have the same shapes: one of them decides.
         constexpr int kWideBytes =
@@ -200,8 +201,17 @@ int launch_with(const FlashFwdParams& params, cudaStream_t stream, int device,
                     smem, blocks);
         }
     }
-    const dim3 grid((params.seqlen_q + T::kBlockM - 1) / T::kBlockM, params.heads, params.batch);
-    kernel<<<grid, T::kThreads, smem, stream>>>(params);
+    const int m_blocks = (params.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+    CausalOrder order;
+    dim3 grid(m_blocks, params.heads, params.batch);
+    if (Causal) {
+        // Each shape is cut for kMinBlocks blocks per SM (registers; fits_l4 for shared memory).
+        order = make_causal_order(m_blocks, params.heads, params.batch,
+                                  choice.multiprocessors * T::kMinBlocks);
+        if (order.m_blocks > 65535) return FLASH_ERR_UNSUPPORTED;  // a grid's y extent
+        grid = dim3(order.width(), order.m_blocks, order.groups);
+    }
+    kernel<<<grid, T::kThreads, smem, stream>>>(params, order);
     return cudaGetLastError();
 }
 

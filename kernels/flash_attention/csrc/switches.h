@@ -35,8 +35,16 @@
 #define FLASH_KV_FROM_ZERO 0
 #endif
 
+// Order of a causal launch's blocks in the sm_80 kernel (block_order.h): 0 heads in groups,
+// heaviest query blocks first within a group; 1 each head on its own, heaviest first (the
+// order before v13).
+#ifndef FLASH_CAUSAL_PER_HEAD
+#define FLASH_CAUSAL_PER_HEAD 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
 static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0..6");
 static_assert(FLASH_KV_FROM_ZERO == 0 || FLASH_KV_FROM_ZERO == 1, "0 or 1");
+static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");
