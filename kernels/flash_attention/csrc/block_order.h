@@ -9,7 +9,8 @@ namespace flash {
 // Causal query blocks carry 1..m_blocks key tiles. Taken per head, heaviest first (the order
 // before v13), the heads follow one another like saw teeth: the heaviest blocks of the last
 // heads start shortly before the end and run on while other SMs idle (a greedy scheduling
-// model: 6-15 % over the ideal at 2-3 blocks per SM). Heaviest first over the whole launch ends
+// model of the benchmark grid: 6-15 % over the ideal on an H100, 1.5-6 % on an L4; grouped as
+// below, 0.6-3.1 % and 0.3-0.7 %, NOTES.md v13). Heaviest first over the whole launch ends
 // evenly, but then the blocks running at once belong to as many heads as there are slots and
 // each streams its own head's K/V (8x the DRAM traffic at S = 1024, NOTES.md h3). So heads go
 // in groups of about kCausalGroupWaves waves of blocks: group after group, within a group
@@ -37,7 +38,7 @@ struct CausalOrder {
 // `slots`: blocks resident at once on the whole GPU (SMs x blocks per SM).
 inline CausalOrder make_causal_order(int m_blocks, int heads, int batch, int slots) {
     CausalOrder order;
-    order.m_blocks = m_blocks > 0 ? m_blocks : 1;
+    order.m_blocks = m_blocks;  // >= 1: the dispatcher refuses seqlen_q <= 0
     order.heads = heads;
     const int all_heads = heads * batch;
     int groups = all_heads;  // FLASH_CAUSAL_PER_HEAD: one head per group
