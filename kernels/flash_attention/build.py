@@ -110,6 +110,7 @@ SWITCHES = {
     "FLASH_COMPACT_SHAPE_D128": range(0, 7),
     "FLASH_KV_FROM_ZERO": range(0, 2),
     "FLASH_CAUSAL_PER_HEAD": range(0, 2),
+    "FLASH_SPLITD_NO_L2_PREFETCH": range(0, 2),
 }
 # Switches that select or shape the sm_80 kernel: any of them set turns the Hopper path off.
 SM80_SWITCHES = ("FLASH_FORCE_VARIANT", "FLASH_EMULATE_SMEM_PER_SM", "FLASH_DISABLE_SM90")

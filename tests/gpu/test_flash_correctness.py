@@ -208,9 +208,9 @@ def test_any_finite_scale(dtype, head_dim, causal, scale):
 def test_row_maxima_that_climb_along_the_keys(dtype, causal, growth):
     """Keys that grow along the sequence: each row's max climbs tile after tile, in all by
     about 2 (slow) or 17 (fast) base-2 units, under and over the split-D kernel's lazy
-    rescale threshold (softmax.h). 1025 rows: the L4 build runs split-D for both settings."""
-    q, k, v = (torch.randn(2, 3, 1025, 128, device="cuda", dtype=dtype) for _ in range(3))
-    k = k * (1 + growth * torch.linspace(0, 1, 1025, device="cuda", dtype=dtype))[:, None]
+    rescale threshold (softmax.h). 2049 rows: the L4 build runs split-D for both settings."""
+    q, k, v = (torch.randn(2, 3, 2049, 128, device="cuda", dtype=dtype) for _ in range(3))
+    k = k * (1 + growth * torch.linspace(0, 1, 2049, device="cuda", dtype=dtype))[:, None]
     out, lse = run_poisoned(q, k, v, causal)
     assert_close_to_reference(q, k, v, causal, out, lse)
 

@@ -17,7 +17,7 @@ import torch
 from kernels.flash_attention import build, flash_attention_with_lse, load_library
 from kernels.reference import reference_attention
 
-SEQLENS = (1, 17, 97, 1025)
+SEQLENS = (1, 17, 97, 1025, 2049)
 
 
 def main() -> int:

@@ -151,16 +151,47 @@ __device__ __forceinline__ void write_output(float (&o_acc)[T::kMTiles][T::kDTil
     }
     // Each warp reads and overwrites only its own rows of the Q tile: a warp sync suffices.
     __syncwarp();
+    if constexpr (T::kHeadDim == 128) {
+        // Lane l copies chunk c = l % kChunks of rows q + i * kRowsPerStep (q = l / kChunks)
+        // of its warp's slice of each m-tile. kRowsPerStep is a power of two and q is below
+        // it, so the swizzle's row bits are q ^ (i * kRowsPerStep) % 8: the chunk is (c ^ q)
+        // ^ a compile-time constant, and the global address steps by a fixed number of rows.
+        // Indexing each copy from scratch took ~20 instructions per 16 bytes: 839 -> 583
+        // instructions after the last mma of the split-D kernel (NOTES.md, v14).
+        constexpr int kRowsPerStep = 32 / T::kChunks;
+        static_assert(32 % T::kChunks == 0 && kRowsPerStep <= 8, "whole rows per warp step");
+        const int q = lane / T::kChunks, c = lane % T::kChunks;
+        const int cq = c ^ q;
+        const bool whole_block = m0 + T::kBlockM <= seqlen_q;
 #pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt) {
+        for (int mt = 0; mt < T::kMTiles; ++mt) {
+            const int row0 = T::tile_row(mt, warp) + q;
+            const Elem* src = sQ + row0 * T::kHeadDim;
+            Elem* dst = o + (int64_t)(m0 + row0) * o_row_stride + c * 8;
 #pragma unroll
-        for (int i = 0; i < 16 * T::kChunks / 32; ++i) {
-            const int idx = i * 32 + lane;
-            const int r = T::tile_row(mt, warp) + idx / T::kChunks, c = idx % T::kChunks;
-            if (m0 + r < seqlen_q) {
-                const uint4 val =
-                    *reinterpret_cast<const uint4*>(sQ + swizzled<T::kHeadDim>(r, c));
-                *reinterpret_cast<uint4*>(o + (int64_t)(m0 + r) * o_row_stride + c * 8) = val;
+            for (int i = 0; i < 16 / kRowsPerStep; ++i) {
+                const int chunk = cq ^ ((i * kRowsPerStep) & 7);
+                if (whole_block || m0 + row0 + i * kRowsPerStep < seqlen_q)
+                    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(
+                        src + i * kRowsPerStep * T::kHeadDim + chunk * 8);
+                dst += kRowsPerStep * o_row_stride;
+            }
+        }
+    } else {
+        // D=64 keeps the copy indexed from scratch: with the stepped copy above, its kernels'
+        // loops were scheduled anew and ran ~1 % slower at S >= 2048 (NOTES.md, v14).
+#pragma unroll
+        for (int mt = 0; mt < T::kMTiles; ++mt) {
+#pragma unroll
+            for (int i = 0; i < 16 * T::kChunks / 32; ++i) {
+                const int idx = i * 32 + lane;
+                const int r = T::tile_row(mt, warp) + idx / T::kChunks, c = idx % T::kChunks;
+                if (m0 + r < seqlen_q) {
+                    const uint4 val =
+                        *reinterpret_cast<const uint4*>(sQ + swizzled<T::kHeadDim>(r, c));
+                    *reinterpret_cast<uint4*>(o + (int64_t)(m0 + r) * o_row_stride + c * 8) =
+                        val;
+                }
             }
         }
     }
@@ -172,6 +203,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     using Elem = typename T::Elem;
     constexpr int kHeadDim = T::kHeadDim, kBlockM = T::kBlockM, kBlockN = T::kBlockN;
     constexpr int kThreads = T::kThreads;
+    // Split-D copies ask L2 for the 256 bytes around each 16-byte copy: a K_lo (V_lo) row's
+    // copy then brings its K_hi (V_hi) half from DRAM too, and the copy of that half a quarter
+    // tile later finds it in L2 (NOTES.md, v14).
+    constexpr int kL2Bytes = T::kSplitD && !FLASH_SPLITD_NO_L2_PREFETCH ? 256 : 0;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     constexpr int kTile = kBlockN * T::kKVDim;
@@ -230,7 +265,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     const float scale_log2 = score_scale_log2(p.scale);
     typename T::QFrag q_frag;
     if (n_blocks > 0) {
-        load_tile<kBlockM, kHeadDim, kThreads>(sQ, q, p.q_row_stride, m0, p.seqlen_q, tid);
+        load_tile<kBlockM, kHeadDim, kThreads, kL2Bytes>(sQ, q, p.q_row_stride, m0, p.seqlen_q,
+                                                         tid);
         if constexpr (T::kQStagedInKV) {
             // Q into registers first: only then may K and V overwrite its staging area.
             cp_async_commit();
@@ -244,8 +280,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
             __syncthreads();
         }
         // Split-D: the first tile's first half (tile `first`, below).
-        load_tile<kBlockN, T::kKVDim, kThreads>(sK, k, p.k_row_stride, first * kBlockN, n_end,
-                                                tid);
+        load_tile<kBlockN, T::kKVDim, kThreads, kL2Bytes>(sK, k, p.k_row_stride, first * kBlockN,
+                                                          n_end, tid);
         // One stage: V_0 goes out in the first iteration, once the barrier allows it.
         if (T::kStages == 2)
             load_tile<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, 0, n_end, tid);
@@ -291,14 +327,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
                 cp_async_wait<0>();
                 __syncthreads();
                 if (n0 < n_end)
-                    load_tile<kBlockN, kHalf, kThreads>(sV, k + kHalf, p.k_row_stride, n0, n_end,
-                                                        tid);
+                    load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(sV, k + kHalf, p.k_row_stride,
+                                                                  n0, n_end, tid);
                 cp_async_commit();
                 qk_gemm<T, 0, T::kKSteps / 2>(s, sQ, sK, q_frag, warp, lane);
                 cp_async_wait<0>();
                 __syncthreads();
                 if (n0 < n_end)
-                    load_tile<kBlockN, kHalf, kThreads>(sK, v, p.v_row_stride, n0, n_end, tid);
+                    load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(sK, v, p.v_row_stride, n0,
+                                                                  n_end, tid);
                 cp_async_commit();
                 qk_gemm<T, T::kKSteps / 2, T::kKSteps>(s, sQ, sV, q_frag, warp, lane);
                 const bool tail = n0 + kBlockN > p.seqlen_k;
@@ -311,14 +348,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
                 cp_async_wait<0>();
                 __syncthreads();
                 if (n0 < n_end)
-                    load_tile<kBlockN, kHalf, kThreads>(sV, v + kHalf, p.v_row_stride, n0, n_end,
-                                                        tid);
+                    load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(sV, v + kHalf, p.v_row_stride,
+                                                                  n0, n_end, tid);
                 cp_async_commit();
                 pv_gemm<T, 0, T::kDTiles / 4>(o_acc, s, sK, lane);
                 cp_async_wait<0>();
                 __syncthreads();
                 if (j + 1 < n_blocks)
-                    load_tile<kBlockN, kHalf, kThreads>(sK, k, p.k_row_stride, next, n_end, tid);
+                    load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(sK, k, p.k_row_stride, next,
+                                                                  n_end, tid);
                 cp_async_commit();
                 pv_gemm<T, T::kDTiles / 4, T::kDTiles / 2>(o_acc, s, sV, lane);
             }

@@ -82,13 +82,14 @@ struct CompactShape<Elem, 128, 6> {
 };
 // The shipped choice (NOTES.md, "L4 path (v9)" and "(v10)"): D=64 FA2's shape; D=128 the
 // split-D two-block shape, but causal launches of at most kShortSeq query rows take three
-// 64-row blocks per SM: with 1-16 key tiles per block and blocks differing in length, the
-// smaller blocks balance the SMs better (v10).
+// 64-row blocks per SM: with 1-32 key tiles per block and blocks differing in length, the
+// smaller blocks balance the SMs better (v10 at 1024 rows; v14 at 2048, with v13's grouped
+// order: 1.05-1.07 of FA2 against split-D's 1.00).
 template <typename Elem, int HeadDim, bool Causal>
 struct CompactChoice {
     static constexpr int kShape = HeadDim == 64 ? 2 : 6;
     static constexpr int kShortShape = HeadDim == 128 && Causal ? 5 : kShape;
-    static constexpr int kShortSeq = 1024;
+    static constexpr int kShortSeq = 2048;
 };
 
 template <typename Elem, int HeadDim, bool Causal, Variant V>

@@ -42,9 +42,15 @@
 #define FLASH_CAUSAL_PER_HEAD 0
 #endif
 
+// 1: the split-D kernel's copies without the L2 prefetch-size hint (flash_fwd_kernel.cuh).
+#ifndef FLASH_SPLITD_NO_L2_PREFETCH
+#define FLASH_SPLITD_NO_L2_PREFETCH 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
 static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0..6");
 static_assert(FLASH_KV_FROM_ZERO == 0 || FLASH_KV_FROM_ZERO == 1, "0 or 1");
 static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");
+static_assert(FLASH_SPLITD_NO_L2_PREFETCH == 0 || FLASH_SPLITD_NO_L2_PREFETCH == 1, "0 or 1");
