@@ -312,7 +312,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         // the other buffer, so the next half goes into it and lands while this one is used.
         // The always-true tests keep ptxas from spreading the copies over the matrix loops
         // (see the one-stage V copy below).
-        // Two copies of the loop: in order (j * kBlockN, as before the spread) and spread.
+        // Two copies of the loop: in order (j * kBlockN, as before the spread) and spread
+        // (non-causal; in causal kernels `first` is 0 and the spread copy compiles away).
         // One loop serving both, with the wrap-around in it, ran 1.7 % slower at 16384 keys
         // (ncu, v12): this loop's schedule at 255 registers moves with any change to it.
         auto run_tiles = [&](auto spread_tag) {

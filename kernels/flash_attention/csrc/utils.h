@@ -17,21 +17,14 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
 }
 
 // src_bytes = 0 zero-fills the 16 bytes: rows past the sequence end read as zeros.
-// L2Bytes (0, 64, 128 or 256): the prefetch-size hint, L2 may fetch the aligned L2Bytes around
-// the copy from DRAM at once (PTX ISA, cp.async, .level::prefetch_size).
+// L2Bytes = 256: the prefetch-size hint, L2 may fetch the aligned 256 bytes around the copy
+// from DRAM at once (PTX ISA, cp.async, .level::prefetch_size).
 template <int L2Bytes = 0>
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-    static_assert(L2Bytes == 0 || L2Bytes == 64 || L2Bytes == 128 || L2Bytes == 256,
-                  "prefetch size 0, 64, 128 or 256 bytes");
+    static_assert(L2Bytes == 0 || L2Bytes == 256, "no hint, or 256 bytes");
     if constexpr (L2Bytes == 0)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                      "r"(src_bytes));
-    else if constexpr (L2Bytes == 64)
-        asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;\n" ::"r"(dst),
-                     "l"(src), "r"(src_bytes));
-    else if constexpr (L2Bytes == 128)
-        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst),
-                     "l"(src), "r"(src_bytes));
     else
         asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst),
                      "l"(src), "r"(src_bytes));
@@ -133,7 +126,7 @@ __device__ __forceinline__ void load_tile(Elem* tile, const Elem* base, int64_t 
 #pragma unroll
     for (int i = 0; i < Rows / kRowsPerPass; ++i) {
         cp_async_16<L2Bytes>(dst + i * kRowsPerPass * HeadDim * (int)sizeof(Elem), src,
-                    i * kRowsPerPass < rows_left ? 16 : 0);
+                             i * kRowsPerPass < rows_left ? 16 : 0);
         src += step;
     }
 }
