@@ -382,6 +382,8 @@ class KernelBuild(BaseModel):
     source_sha256: str
     arch: str
     flags: list[str]
+    # Flags some units get beyond `flags` (e.g. a ptxas register-usage level), by unit name.
+    unit_flags: dict[str, list[str]] = Field(default_factory=dict)
     seconds: float = Field(ge=0)
     cached: bool
     nvcc: str | None = None

@@ -111,7 +111,27 @@ SWITCHES = {
     "FLASH_KV_FROM_ZERO": range(0, 2),
     "FLASH_CAUSAL_PER_HEAD": range(0, 2),
     "FLASH_SPLITD_NO_L2_PREFETCH": range(0, 2),
+    "FLASH_PTXAS_REG_LEVEL": range(0, 11),
 }
+# ptxas --register-usage-level (0-10, ptxas's default 5) per unit. The non-causal D=128 units
+# hold the split-D kernel that an L4 runs, at 255 registers: level 6 schedules its loop anew,
+# +0.6-0.8 % (medians, paired against FA2) at S = 1024-4096 under L4 emulation, and the wide
+# kernel +0.3-0.7 % (NOTES.md, v15). The causal units' three-block kernel ran ~1 % slower at
+# level 6, so they keep ptxas's default.
+# The switch FLASH_PTXAS_REG_LEVEL=1..10 sets another level for these units (re-measuring on a
+# real L4, say); 0 keeps this table's.
+UNIT_REGISTER_USAGE_LEVEL = {"fwd_hdim128_fp16": 6, "fwd_hdim128_bf16": 6}
+
+
+def unit_flags(stem: str, defines: dict[str, int] | None) -> list[str]:
+    """Flags of one generated unit beyond the build's own (UNIT_REGISTER_USAGE_LEVEL)."""
+    level = UNIT_REGISTER_USAGE_LEVEL.get(stem)
+    if level is None:
+        return []
+    level = (defines or {}).get("FLASH_PTXAS_REG_LEVEL") or level
+    return [f"-Xptxas=--register-usage-level={level}"]
+
+
 # Switches that select or shape the sm_80 kernel: any of them set turns the Hopper path off.
 SM80_SWITCHES = ("FLASH_FORCE_VARIANT", "FLASH_EMULATE_SMEM_PER_SM", "FLASH_DISABLE_SM90")
 
@@ -162,6 +182,7 @@ def compile_units(
     flags: list[str],
     jobs: int | None = None,
     only: set[str] | None = None,
+    defines: dict[str, int] | None = None,
 ) -> dict[str, float]:
     """Generates the units of an `arch` build and compiles them (or those named in `only`),
     one nvcc process each; returns seconds per unit."""
@@ -173,7 +194,13 @@ def compile_units(
     # Threads suffice: each one only waits on its own nvcc process.
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [
-            pool.submit(_compile_unit, nvcc, src, obj_dir / (src.stem + ".o"), flags)
+            pool.submit(
+                _compile_unit,
+                nvcc,
+                src,
+                obj_dir / (src.stem + ".o"),
+                flags + unit_flags(src.stem, defines),
+            )
             for src in sources
         ]
         return dict(f.result() for f in futures)
@@ -210,6 +237,12 @@ def build(
         "defines": dict(sorted((defines or {}).items())),
         "arch": arch,
         "flags": flags,
+        # Per-unit flags beyond `flags` (UNIT_REGISTER_USAGE_LEVEL).
+        "unit_flags": {
+            unit.name: extra
+            for unit in generate.units(arch)
+            if (extra := unit_flags(unit.name, defines))
+        },
         "nvcc": version,
         "library": str(library),
     }
@@ -225,7 +258,7 @@ def build(
     # Build in a scratch dir and rename: concurrent builders never see a half-written library.
     with tempfile.TemporaryDirectory(dir=final_dir.parent, prefix=".build-") as scratch:
         work = Path(scratch)
-        units = compile_units(nvcc, work / "src", work / "obj", arch, flags, jobs)
+        units = compile_units(nvcc, work / "src", work / "obj", arch, flags, jobs, defines=defines)
         _link(nvcc, work / "obj", work / LIBRARY_NAME)
         (work / "units.json").write_text(json.dumps(units, indent=1))
         staged = work / "staged"

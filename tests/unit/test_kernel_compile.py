@@ -81,6 +81,39 @@ def test_every_build_switch_is_declared_once_in_switches_h_and_defaults_to_zero(
         assert 0 in accepted
 
 
+def test_register_usage_level_reaches_the_tabled_units_alone_and_the_switch_overrides_it():
+    tabled = set(build.UNIT_REGISTER_USAGE_LEVEL)
+    assert tabled == {"fwd_hdim128_fp16", "fwd_hdim128_bf16"}
+    assert tabled <= {unit.name for unit in generate.units("sm_89")}
+    for name in tabled:
+        assert build.unit_flags(name, None) == ["-Xptxas=--register-usage-level=6"]
+        assert build.unit_flags(name, {"FLASH_PTXAS_REG_LEVEL": 5}) == [
+            "-Xptxas=--register-usage-level=5"
+        ]
+        assert build.unit_flags(name, {"FLASH_PTXAS_REG_LEVEL": 0}) == build.unit_flags(name, {})
+    for unit in generate.units("sm_90"):
+        if unit.name not in tabled:
+            assert build.unit_flags(unit.name, {"FLASH_PTXAS_REG_LEVEL": 5}) == [], unit.name
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_register_usage_level_changes_the_code_ptxas_emits(tmp_path: Path):
+    """The table's level reaches ptxas: the L4's non-causal D=128 unit compiles to the code of
+    an explicit level 6, and to other code at ptxas's default level (5)."""
+    nvcc, arch, unit = build.find_nvcc(), "sm_89", "fwd_hdim128_bf16"
+    flags = build.BASE_FLAGS + build.gencode_flags(arch)
+    objects = {}
+    for level in (0, 6, 5):  # 0: the table's
+        obj_dir = tmp_path / f"obj{level}"
+        defines = {"FLASH_PTXAS_REG_LEVEL": level}
+        build.compile_units(nvcc, tmp_path / "src", obj_dir, arch, flags, 2, {unit}, defines)
+        # nvcc names its host-side temporaries after its process id: the only varying bytes.
+        obj = (obj_dir / f"{unit}.o").read_bytes()
+        objects[level] = re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft", obj)
+    assert objects[0] == objects[6]
+    assert objects[0] != objects[5]
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_compact_shape_switch_accepts_exactly_the_shapes_the_launcher_defines(head_dim):
     """build.py's range for FLASH_COMPACT_SHAPE_D<head_dim>, the bound switches.h asserts and

@@ -47,6 +47,12 @@
 #define FLASH_SPLITD_NO_L2_PREFETCH 0
 #endif
 
+// ptxas --register-usage-level of the non-causal D=128 units (1-10), read by build.py, which
+// passes it to ptxas; 0: the level build.py's table gives them (UNIT_REGISTER_USAGE_LEVEL).
+#ifndef FLASH_PTXAS_REG_LEVEL
+#define FLASH_PTXAS_REG_LEVEL 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
@@ -54,3 +60,4 @@ static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0
 static_assert(FLASH_KV_FROM_ZERO == 0 || FLASH_KV_FROM_ZERO == 1, "0 or 1");
 static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");
 static_assert(FLASH_SPLITD_NO_L2_PREFETCH == 0 || FLASH_SPLITD_NO_L2_PREFETCH == 1, "0 or 1");
+static_assert(FLASH_PTXAS_REG_LEVEL >= 0 && FLASH_PTXAS_REG_LEVEL <= 10, "0..10");
