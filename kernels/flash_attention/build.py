@@ -115,9 +115,9 @@ SWITCHES = {
 }
 # ptxas --register-usage-level (0-10, ptxas's default 5) per unit. The non-causal D=128 units
 # hold the split-D kernel that an L4 runs, at 255 registers: level 6 schedules its loop anew,
-# +0.6-0.8 % (medians, paired against FA2) at S = 1024-4096 under L4 emulation, and the wide
-# kernel +0.3-0.7 % (NOTES.md, v15). The causal units' three-block kernel ran ~1 % slower at
-# level 6, so they keep ptxas's default.
+# +0.6-0.8 % (medians, paired against FA2) at S = 1024-4096 under L4 emulation; the wide
+# kernel in the same units moved -0.4 to +0.9 % on the H100 (NOTES.md, v15). The causal units'
+# three-block kernel ran ~1 % slower at level 6, so they keep ptxas's default.
 # The switch FLASH_PTXAS_REG_LEVEL=1..10 sets another level for these units (re-measuring on a
 # real L4, say); 0 keeps this table's.
 UNIT_REGISTER_USAGE_LEVEL = {"fwd_hdim128_fp16": 6, "fwd_hdim128_bf16": 6}
