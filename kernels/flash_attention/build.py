@@ -185,7 +185,8 @@ def compile_units(
     defines: dict[str, int] | None = None,
 ) -> dict[str, float]:
     """Generates the units of an `arch` build and compiles them (or those named in `only`),
-    one nvcc process each; returns seconds per unit."""
+    one nvcc process each, every unit with `flags` plus its own (`unit_flags`, which reads the
+    build's `defines`); returns seconds per unit."""
     sources = generate.write_sources(src_dir, arch)
     if only is not None:
         sources = [src for src in sources if src.stem in only]
