@@ -96,6 +96,12 @@ def test_register_usage_level_reaches_the_tabled_units_alone_and_the_switch_over
             assert build.unit_flags(unit.name, {"FLASH_PTXAS_REG_LEVEL": 5}) == [], unit.name
 
 
+def comparable_object(path: Path) -> bytes:
+    """An object file's bytes, less the names nvcc gives its host-side temporaries after its
+    process id (the only bytes that differ between two compiles of the same code)."""
+    return re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft", path.read_bytes())
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_register_usage_level_changes_the_code_ptxas_emits(tmp_path: Path):
     """The table's level reaches ptxas: the L4's non-causal D=128 unit compiles to the code of
@@ -107,11 +113,26 @@ def test_register_usage_level_changes_the_code_ptxas_emits(tmp_path: Path):
         obj_dir = tmp_path / f"obj{level}"
         defines = {"FLASH_PTXAS_REG_LEVEL": level}
         build.compile_units(nvcc, tmp_path / "src", obj_dir, arch, flags, 2, {unit}, defines)
-        # nvcc names its host-side temporaries after its process id: the only varying bytes.
-        obj = (obj_dir / f"{unit}.o").read_bytes()
-        objects[level] = re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft", obj)
+        objects[level] = comparable_object(obj_dir / f"{unit}.o")
     assert objects[0] == objects[6]
     assert objects[0] != objects[5]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_spread_group_switch_defaults_to_pairs(tmp_path: Path):
+    """FLASH_SPREAD_GROUP=0 builds the shipped tile order, a head's blocks starting in pairs:
+    the L4's non-causal D=128 unit compiles to the code of an explicit group of 2, and to
+    other code with one block per start (the order before v16)."""
+    nvcc, arch, unit = build.find_nvcc(), "sm_89", "fwd_hdim128_bf16"
+    objects = {}
+    for group in (0, 2, 1):
+        defines = {"FLASH_SPREAD_GROUP": group}
+        flags = build.BASE_FLAGS + build.gencode_flags(arch) + build.define_flags(defines)
+        obj_dir = tmp_path / f"obj{group}"
+        build.compile_units(nvcc, tmp_path / "src", obj_dir, arch, flags, 2, {unit}, defines)
+        objects[group] = comparable_object(obj_dir / f"{unit}.o")
+    assert objects[0] == objects[2]
+    assert objects[0] != objects[1]
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

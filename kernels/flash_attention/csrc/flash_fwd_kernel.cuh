@@ -246,23 +246,27 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (Causal) n_end = min(n_end, m0 + kBlockM + causal_offset);
     const int n_blocks = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
 
-    // Split-D, non-causal: in short launches, this block takes its key tiles in the order
-    // first, first + 1, ..., wrapping around, with the blocks of one head starting evenly
-    // spread over the keys. Short blocks run in lock step: taken in one order, every block of
-    // the head waits for each tile's first read from DRAM, a quarter tile's lead being too
-    // short for it; spread, one block reads each tile from DRAM and the others find it in
-    // L2. ncu at 1024 keys (NOTES.md, v12): L2 hits 66 -> 74 %, cycles -1.3 % (paired timing
-    // does not separate it from noise). Long launches keep the order: a spread there is not
-    // measured apart from the loop change that cost 1.7 % (v12), and all blocks would make
-    // their first reads at once. Causal launches and the other shapes take the keys in order:
-    // without the spread copy of the loop, the causal split-D kernel's own loop ran 2-3 %
-    // faster at S >= 4096 (44/52 bytes of ptxas spills instead of 84/108; NOTES.md, v14).
+    // Split-D, non-causal: this block takes its key tiles in the order first, first + 1, ...,
+    // wrapping around, the blocks of one head starting in pairs spread evenly over the keys.
+    // Blocks of a head run in lock step. Taken in one order, all of them wait for each tile's
+    // first read from DRAM, a quarter tile's lead being too short for it. Spread, each tile
+    // is read from DRAM once, at the start of the block that begins there, and the others
+    // find it in L2; but one block per start (v12-v15) made every block of a wave read its
+    // first two tiles at once, a head's whole K/V in two tiles' time. In pairs, a pair shares
+    // each read and a head's reads take four tiles' time: +1.0 % at 1024 keys, +1.2 % at 4096
+    // and +1.6-1.9 % at 8192-16384, where launches had kept the order (medians of builds
+    // paired in one process, NOTES.md, v16).
+    // Causal launches and the other shapes take the keys in order: without the spread copy of
+    // the loop, the causal split-D kernel's own loop ran 2-3 % faster at S >= 4096 (44/52
+    // bytes of ptxas spills instead of 84/108; NOTES.md, v14).
     // (A float product: an integer division costs ~150 instructions per block.)
-    constexpr int kSpreadMaxKeys = 2048;
-    const bool spread = T::kSplitD && !Causal && !FLASH_KV_FROM_ZERO && n_blocks > 0 &&
-                        p.seqlen_k <= kSpreadMaxKeys;
+    constexpr int kBlocksPerStart = FLASH_SPREAD_GROUP > 0 ? FLASH_SPREAD_GROUP : 2;
+    const bool spread = T::kSplitD && !Causal && !FLASH_KV_FROM_ZERO && n_blocks > 0;
     const int first =
-        spread ? min((int)(__fdividef(m_block, m_blocks) * n_blocks), n_blocks - 1) : 0;
+        spread ? min((int)(__fdividef(m_block / kBlocksPerStart * kBlocksPerStart, m_blocks) *
+                           n_blocks),
+                     n_blocks - 1)
+               : 0;
 
     const float scale_log2 = score_scale_log2(p.scale);
     typename T::QFrag q_frag;

@@ -29,10 +29,17 @@
 #define FLASH_COMPACT_SHAPE_D128 0
 #endif
 
-// Order of the K/V tiles within a block of the split-D loop: 0 the shipped order (short launches
-// start each block at its own tile, flash_fwd_kernel.cuh), 1 every block from key tile 0.
+// Order of the K/V tiles within a block of the split-D loop: 0 the shipped order (non-causal
+// blocks start in groups spread over the keys, flash_fwd_kernel.cuh), 1 every block from key
+// tile 0.
 #ifndef FLASH_KV_FROM_ZERO
 #define FLASH_KV_FROM_ZERO 0
+#endif
+
+// Blocks of a head that start at one key tile in that spread order: 0 the shipped 2; 1-8
+// another group (1 is the order before v16).
+#ifndef FLASH_SPREAD_GROUP
+#define FLASH_SPREAD_GROUP 0
 #endif
 
 // Order of a causal launch's blocks in the sm_80 kernel (block_order.h): 0 heads in groups,
@@ -58,6 +65,7 @@ static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
 static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0..6");
 static_assert(FLASH_KV_FROM_ZERO == 0 || FLASH_KV_FROM_ZERO == 1, "0 or 1");
+static_assert(FLASH_SPREAD_GROUP >= 0 && FLASH_SPREAD_GROUP <= 8, "0..8");
 static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");
 static_assert(FLASH_SPLITD_NO_L2_PREFETCH == 0 || FLASH_SPLITD_NO_L2_PREFETCH == 1, "0 or 1");
 static_assert(FLASH_PTXAS_REG_LEVEL >= 0 && FLASH_PTXAS_REG_LEVEL <= 10, "0..10");

@@ -1,0 +1,116 @@
+"""In-process A/B of kernel builds that differ in measurement switches (developer tool).
+
+Every build named with --build is loaded into this one process and timed with sdpa-flash,
+call by call, in rotating order (bench.paired_ms, each call after its own L2 flush). A
+build's ratio to the first build is the median of the per-round ratios, so the process's
+clock state and memory placement land on every build alike. Between processes, the same
+build's ratio to sdpa-flash moves by up to +-2 % at S = 1024 (NOTES.md, v12-v16). Ratios
+between builds taken here repeated across processes to within 0.7 %, but one cell (bf16,
+S = 1024, the first after a long fp16 run) moved by up to 3 %: run twice before trusting a
+cell. compare.sh (one process per build) stays the acceptance measurement; this screens.
+
+    PYTHONPATH=.:tools/flash_attention python3 tools/flash_attention/ab.py \
+        --build shipped= --build one_per_start=FLASH_SPREAD_GROUP=1 [--seqlens 1024,16384]
+
+A build is NAME=SWITCH=VALUE,SWITCH=VALUE (csrc/switches.h; empty for the shipped code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from bench import HIDDEN, IMPLS, L4_DEFINES, TOKENS, paired_ms, tflops
+
+from kernels.flash_attention import build
+from kernels.flash_attention.api import _forward, _Library
+from kernels.flash_attention.generate import DTYPES
+
+# Two builds of one code base define the same launcher statics, which GCC makes process-wide
+# (STB_GNU_UNIQUE) even across RTLD_LOCAL libraries: each build keeps its own instead
+# (kernels/baseline.py says why).
+OWN_STATICS = "-Xcompiler=-fno-gnu-unique"
+
+
+def parse_build(spec: str, l4: bool) -> tuple[str, dict[str, int]]:
+    name, _, switches = spec.partition("=")
+    if not name:
+        raise SystemExit(f"--build {spec!r}: expected NAME=[SWITCH=VALUE,...]")
+    defines = dict(L4_DEFINES) if l4 else {}
+    defines.update(build.parse_defines([item for item in switches.split(",") if item]))
+    return name, dict(sorted(defines.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", action="append", required=True, metavar="NAME=SWITCHES")
+    parser.add_argument("--seqlens", default="1024,2048,4096,16384")
+    parser.add_argument("--head-dim", type=int, default=128, choices=(64, 128))
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--reps", type=int, default=60)
+    parser.add_argument(
+        "--l4",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="under L4 emulation (default) or not",
+    )
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    os.environ["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} {OWN_STATICS}"
+    builds = dict(parse_build(spec, args.l4) for spec in args.build)
+    libraries = {name: _Library(build.build(defines=defines)) for name, defines in builds.items()}
+    names = list(libraries)
+    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+    rows = []
+    for dtype_name in (d.torch_name for d in DTYPES):
+        dtype = getattr(torch, dtype_name)
+        for seqlen in map(int, args.seqlens.split(",")):
+            batch, heads, head_dim = TOKENS // seqlen, HIDDEN // args.head_dim, args.head_dim
+            q, k, v = (
+                torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype)
+                for _ in range(3)
+            )
+            scale = 1 / math.sqrt(head_dim)
+            fns = {
+                n: partial(_forward, q, k, v, args.causal, scale, lib=libraries[n]) for n in names
+            }
+            reference = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal).float()
+            # A build that computes the wrong thing must not be timed as a candidate.
+            errors = {n: (fns[n]()[0].float() - reference).abs().max().item() for n in names}
+            fns["sdpa-flash"] = partial(IMPLS["sdpa-flash"], q, k, v, args.causal)
+            times = paired_ms(fns, flush, args.reps)
+            row = {"dtype": dtype_name, "S": seqlen, "D": head_dim, "causal": args.causal}
+            for n in names:
+                per_round = zip(times[names[0]], times[n], times["sdpa-flash"], strict=True)
+                to_base, to_flash = zip(*((b / t, f / t) for b, t, f in per_round), strict=True)
+                row[n] = {
+                    "tflops": round(
+                        tflops(
+                            batch, heads, seqlen, head_dim, args.causal, statistics.median(times[n])
+                        ),
+                        1,
+                    ),
+                    "vs_base": round(statistics.median(to_base), 4),
+                    "vs_flash": round(statistics.median(to_flash), 4),
+                    "max_abs_error": errors[n],
+                }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"builds": builds, "rows": rows}, f, indent=1)
+    print(f"\n{'build':>12}" + "".join(f"{r['dtype'][:4]:>6}{r['S']:>6}" for r in rows))
+    for key in ("vs_base", "vs_flash"):
+        print(key)
+        for n in names:
+            print(f"{n:>12}" + "".join(f"{r[n][key]:>12.3f}" for r in rows))
+
+
+if __name__ == "__main__":
+    main()
