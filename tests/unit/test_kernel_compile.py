@@ -122,7 +122,7 @@ def test_register_usage_level_changes_the_code_ptxas_emits(tmp_path: Path):
 def test_spread_group_switch_defaults_to_pairs(tmp_path: Path):
     """FLASH_SPREAD_GROUP=0 builds the shipped tile order, a head's blocks starting in pairs:
     the L4's non-causal D=128 unit compiles to the code of an explicit group of 2, and to
-    other code with one block per start (the order before v16)."""
+    other code with one block per start."""
     nvcc, arch, unit = build.find_nvcc(), "sm_89", "fwd_hdim128_bf16"
     objects = {}
     for group in (0, 2, 1):

@@ -37,7 +37,7 @@
 #endif
 
 // Blocks of a head that start at one key tile in that spread order: 0 the shipped 2; 1-8
-// another group (1 is the order before v16).
+// another group (1: one block per start, v15's order for launches of up to 2048 keys).
 #ifndef FLASH_SPREAD_GROUP
 #define FLASH_SPREAD_GROUP 0
 #endif
