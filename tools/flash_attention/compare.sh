@@ -14,25 +14,26 @@ OUT=${OUT:-/tmp/flash-out}
 ROUNDS=${ROUNDS:-1}
 mkdir -p "$OUT"
 LABELS=()
+# bench LABEL SUFFIX PYTHONPATH [bench.py args]: one process, its JSON and log under $OUT.
+bench() {
+  local label=$1 suffix=$2 path=$3
+  shift 3
+  PYTHONPATH=$path python3 tools/flash_attention/bench.py \
+    --json "$OUT/bench-$label$suffix.json" "$@" > "$OUT/bench-$label$suffix.log" 2>&1 \
+    || { echo "bench $label failed:"; tail -5 "$OUT/bench-$label$suffix.log"; }
+  ((round == 1)) && LABELS+=("$label")
+  sleep 1  # let the power draw settle between processes, as FA3's script does
+}
 for ((round = 1; round <= ROUNDS; round++)); do
   suffix=""  # round 1 keeps the file names of a single round
   ((round > 1)) && suffix=".r$round"
   for pair in ${PATHS:-hopper= sm80=--sm80 l4=--l4}; do
-    label=${pair%%=*}; flags=${pair#*=}
+    flags=${pair#*=}
     read -ra flag_list <<< "${flags//,/ }"
-    python3 tools/flash_attention/bench.py --json "$OUT/bench-$label$suffix.json" \
-      "${flag_list[@]}" "$@" > "$OUT/bench-$label$suffix.log" 2>&1 \
-      || { echo "bench $label failed:"; tail -5 "$OUT/bench-$label$suffix.log"; }
-    ((round == 1)) && LABELS+=("$label")
-    sleep 1  # let the power draw settle between processes, as FA3's script does
+    bench "${pair%%=*}" "$suffix" "$PYTHONPATH" "${flag_list[@]}" "$@"
   done
   for pair in ${TREES:-}; do
-    label=${pair%%=*}; dir=${pair#*=}
-    PYTHONPATH=$dir:$PYTHONPATH python3 tools/flash_attention/bench.py \
-      --json "$OUT/bench-$label$suffix.json" "$@" > "$OUT/bench-$label$suffix.log" 2>&1 \
-      || { echo "bench $label failed:"; tail -5 "$OUT/bench-$label$suffix.log"; }
-    ((round == 1)) && LABELS+=("$label")
-    sleep 1
+    bench "${pair%%=*}" "$suffix" "${pair#*=}:$PYTHONPATH" "$@"
   done
 done
 grep -h "blocks/SM" "$OUT"/bench-*.log | sort -u
