@@ -9,6 +9,13 @@ between builds taken here repeated across processes to within 0.7 %, but one cel
 S = 1024, the first after a long fp16 run) moved by up to 3 %: run twice before trusting a
 cell. compare.sh (one process per build) stays the acceptance measurement; this screens.
 
+The first build also runs a second time under the name FIRST-again (an A/A control; --no-aa
+leaves it out): its vs_base is what this process's timing alone moves a ratio by. With 3-8
+builds and --reps 150-300 (17 processes, 122 cells) it was within 0.2 % in 96 cells and
+within 1 % in 116, and reached 1.2-2.2 % in six cells at S = 1024-2048, the copy never more
+than 0.07 % the slower (NOTES.md, v17): a difference between builds no larger than its cell's
+A/A is not one.
+
     PYTHONPATH=.:tools/flash_attention python3 tools/flash_attention/ab.py \
         --build shipped= --build one_per_start=FLASH_SPREAD_GROUP=1 [--seqlens 1024,16384]
 
@@ -59,6 +66,12 @@ def main() -> None:
         default=True,
         help="under L4 emulation (default) or not",
     )
+    parser.add_argument(
+        "--aa",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time the first build twice, the second time as FIRST-again (default) or not",
+    )
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     # Builds of one code base in one process each keep their own launcher statics, as the
@@ -67,6 +80,11 @@ def main() -> None:
     os.environ["NVCC_APPEND_FLAGS"] = appended
     builds = dict(parse_build(spec, args.l4) for spec in args.build)
     libraries = {name: _Library(build.build(defines=defines)) for name, defines in builds.items()}
+    if args.aa:
+        # The same library object: the same kernels, taking their own turn in the rotation.
+        first = next(iter(builds))
+        libraries[f"{first}-again"] = libraries[first]
+        builds[f"{first}-again"] = builds[first]
     names = list(libraries)
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     rows = []
