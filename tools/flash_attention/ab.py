@@ -8,6 +8,8 @@ build's ratio to sdpa-flash moves by up to +-2 % at S = 1024 (NOTES.md, v12-v16)
 between builds taken here repeated across processes to within 0.7 %, but one cell (bf16,
 S = 1024, the first after a long fp16 run) moved by up to 3 %: run twice before trusting a
 cell. compare.sh (one process per build) stays the acceptance measurement; this screens.
+Nor is vs_flash an acceptance figure: here sdpa-flash runs at one of two speeds per process
+and config, so one build's S = 1024 vs_flash read 0.990-0.995 or 1.066-1.097 (NOTES.md, v17).
 
 The first build also runs a second time under the name FIRST-again (an A/A control; --no-aa
 leaves it out): its vs_base is what this process's timing alone moves a ratio by. With 3-8
@@ -128,11 +130,12 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"builds": builds, "rows": rows}, f, indent=1)
-    print(f"\n{'build':>12}" + "".join(f"{r['dtype'][:4]:>6}{r['S']:>6}" for r in rows))
+    width = max(12, *map(len, names))  # FIRST-again is longer than most names
+    print(f"\n{'build':>{width}}" + "".join(f"{r['dtype'][:4]:>6}{r['S']:>6}" for r in rows))
     for key in ("vs_base", "vs_flash"):
         print(key)
         for n in names:
-            print(f"{n:>12}" + "".join(f"{r[n][key]:>12.3f}" for r in rows))
+            print(f"{n:>{width}}" + "".join(f"{r[n][key]:>12.3f}" for r in rows))
 
 
 if __name__ == "__main__":
