@@ -45,17 +45,15 @@ def main() -> None:
     slots = BLOCKS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     m_blocks = math.ceil(args.seqlen / BLOCK_M)
     fa_heads = TOKENS // args.seqlen * (HIDDEN // args.head_dim)
-    whole = {
-        w: w * slots // m_blocks
-        for w in map(int, args.waves.split(","))
-        if w * slots % m_blocks == 0
+    whole_heads = {
+        w * slots // m_blocks for w in map(int, args.waves.split(",")) if w * slots % m_blocks == 0
     }
-    if not whole:
+    if not whole_heads:
         raise SystemExit(f"no whole wave of {slots} blocks is a whole number of heads")
     dtype = getattr(torch, args.dtype)
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     rows = []
-    for heads in sorted({*whole.values(), fa_heads}):
+    for heads in sorted({*whole_heads, fa_heads}):
         shape = (1, heads, args.seqlen, args.head_dim)
         q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
         scale = 1 / math.sqrt(args.head_dim)
@@ -81,10 +79,10 @@ def main() -> None:
             f"{ms['sdpa-flash']:>9.4f}{ms['sdpa-flash'] * 1e3 / blocks:>8.4f}{ratio:>9.3f}"
         )
     fa_blocks = fa_heads * m_blocks
-    measured = next(ms for heads, _, _, ms, _ in rows if heads == fa_heads)
+    measured = next(row_ms for heads, _, _, row_ms, _ in rows if heads == fa_heads)
     for name in ("ours", "sdpa-flash"):
         rate = statistics.median(
-            row_ms[name] / blocks for heads, blocks, _, row_ms, _ in rows if heads in whole.values()
+            row_ms[name] / blocks for heads, blocks, _, row_ms, _ in rows if heads in whole_heads
         )
         print(
             f"{name}: {fa_blocks} blocks at the whole-wave rate {rate * fa_blocks:.4f} ms, "
