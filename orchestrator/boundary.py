@@ -5,15 +5,27 @@ manifest.json, status.json, the CSVs and logs are untrusted until they pass here
 limit is in `LIMITS`; every refusal is a ResultsError (exit 5) that names the run. What is
 printed from a run goes through `printable` or `markup_safe` (control characters escaped,
 rich markup shown as text).
+
+Every number a run hands back is bounded by what the run could have done: its phases by
+its duration, its duration by its time cap, its cost by the registry's rate over that
+time (the controller's own figure replaces the VM's), its rows by the plan launch built
+(read back from the payload whose sha256 the registry holds).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import io
 import json
+import os
+import re
+import secrets
 import shutil
+import tarfile
 import unicodedata
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,9 +35,9 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
-from results_schema import CSV_MODELS, Manifest, Status
+from results_schema import CSV_MODELS, Manifest, Plan, Status
 from results_schema.csvio import CsvSchemaError, iter_rows
-from results_schema.names import run_key
+from results_schema.names import RUN_ID_PATTERN
 from results_schema.record import (
     MAX_PROFILE_REPORTS,
     PROFILE_FILES,
@@ -69,6 +81,10 @@ class Limits:
     json_items: int = 4_096  # entries of one JSON list or object
     string_chars: int = 4_096  # one JSON string or CSV cell
     clock_skew: timedelta = timedelta(minutes=10)  # the VM's clock against this machine's
+    # The script times each phase in whole seconds (`date +%s`) and its start truncated to
+    # the second: each phase may read up to a second longer than it ran.
+    phase_rounding_seconds: float = 1.0
+    payload_bytes: int = 256 << 20  # payload.tar.gz, read back for the plan launch put in it
 
     def bytes_of(self, name: str) -> int:
         if PROFILE_REPORT_NAME.fullmatch(name):
@@ -202,7 +218,7 @@ def _read_object(store, key: str, max_bytes: int) -> bytes | None:
 def read_manifest(store, record: RunRecord, limits: Limits = LIMITS) -> Manifest | None:
     """The run's manifest, validated against the schema and the registry; None if the run
     has none yet."""
-    raw = _read_object(store, f"{run_key(record.run_id)}/manifest.json", limits.manifest_bytes)
+    raw = _read_object(store, f"{record.run_key}/manifest.json", limits.manifest_bytes)
     if raw is None:
         return None
     return manifest_from(raw, record.run_id, record, limits)
@@ -217,6 +233,7 @@ def manifest_from(
         _check_manifest(manifest, run_id or manifest.run_id, limits)
         if record is not None:
             _check_against_registry(manifest, record, limits)
+            manifest = _with_billed_cost(manifest, record, limits)
     except ValueError as e:
         where = f"run {run_id}" if run_id else "a fetched run"
         raise ResultsError(f"{where}: manifest.json is invalid: {printable(e)}") from None
@@ -224,7 +241,7 @@ def manifest_from(
 
 
 def read_status(store, record: RunRecord, limits: Limits = LIMITS) -> Status | None:
-    raw = _read_object(store, f"{run_key(record.run_id)}/status.json", limits.status_bytes)
+    raw = _read_object(store, f"{record.run_key}/status.json", limits.status_bytes)
     if raw is None:
         return None
     try:
@@ -270,6 +287,17 @@ def _check_manifest(manifest: Manifest, run_id: str, limits: Limits) -> None:
         )
     if manifest.started_at is not None and manifest.started_at > manifest.finished_at:
         raise ValueError("it finished before it started")
+    _check_phase_times(manifest, limits)
+
+
+def _check_phase_times(manifest: Manifest, limits: Limits) -> None:
+    """Phases run one after another inside the run: together no longer than it lasted."""
+    if manifest.started_at is None:
+        return  # the registry's time cap bounds them (_check_duration)
+    lasted = (manifest.finished_at - manifest.started_at).total_seconds()
+    total = sum(phase.seconds for phase in manifest.phases)
+    if total > lasted + limits.phase_rounding_seconds * (len(manifest.phases) + 1):
+        raise ValueError(f"its phases took {total:g} s, longer than the run's {lasted:g} s")
 
 
 def _check_profile_reports(manifest: Manifest, limits: Limits) -> None:
@@ -294,6 +322,7 @@ def _check_against_registry(manifest: Manifest, record: RunRecord, limits: Limit
                 f"{name} {moment.isoformat()} lies outside the run's life "
                 f"(launched {record.created_at})"
             )
+    _check_duration(manifest, record, limits)
     cost = manifest.cost
     if cost is None:
         return
@@ -316,18 +345,164 @@ def _check_against_registry(manifest: Manifest, record: RunRecord, limits: Limit
         )
 
 
+def _check_duration(manifest: Manifest, record: RunRecord, limits: Limits) -> None:
+    """No run outlives its time cap (by more than the clocks' skew): not the script, and
+    not its phases together when it never said when it started."""
+    cap = record.max_run_seconds + limits.clock_skew.total_seconds()
+    if manifest.started_at is not None:
+        lasted = (manifest.finished_at - manifest.started_at).total_seconds()
+        what = f"it ran {lasted:g} s"
+    else:
+        lasted = sum(phase.seconds for phase in manifest.phases)
+        what = f"its phases took {lasted:g} s"
+    if lasted > cap:
+        raise ValueError(f"{what}, longer than its time cap of {record.max_run_seconds} s")
+
+
+def billed_cost(manifest: Manifest, record: RunRecord, limits: Limits = LIMITS) -> float:
+    """What the run cost as the controller reckons it: the registry's rate over the run's
+    life, from the launch to the manifest's finish (which the boundary held inside that
+    life), at most its time cap. Never the VM's own figure: a VM can claim $0."""
+    life = (manifest.finished_at - record.created).total_seconds()
+    seconds = min(max(life, 0.0), record.max_run_seconds + limits.clock_skew.total_seconds())
+    return round(billed_usd(record.rate_usd_per_hour, seconds), 6)
+
+
+def _with_billed_cost(manifest: Manifest, record: RunRecord, limits: Limits) -> Manifest:
+    """The manifest with its cost as the controller reckons it, for everything that shows it."""
+    if manifest.cost is None:
+        return manifest
+    cost = manifest.cost.model_copy(update={"estimated_usd": billed_cost(manifest, record, limits)})
+    return manifest.model_copy(update={"cost": cost})
+
+
+# --- the plan launch built ---------------------------------------------------------------
+
+# The placeholder launch records before the payload is built, and a run from before the
+# registry kept the payload's sha256: neither names a payload to read the plan from.
+UNKNOWN_PAYLOADS = ("", "0" * 64)
+
+
+def launched_plan(store, record: RunRecord, limits: Limits = LIMITS) -> Plan | None:
+    """The plan launch put in the run's payload, read back from the store and held to the
+    sha256 the registry recorded at launch, so a VM that rewrote its payload is caught;
+    None for a run whose payload the registry does not know."""
+    if record.payload_sha256 in UNKNOWN_PAYLOADS:
+        return None
+    where = f"run {record.run_id}: payload.tar.gz"
+    try:
+        raw = store.get_bytes(f"{record.run_key}/payload.tar.gz", max_bytes=limits.payload_bytes)
+    except NotFoundError:
+        raise ResultsError(
+            f"{where} is gone from the store: the run's plan cannot be checked"
+        ) from None
+    if hashlib.sha256(raw).hexdigest() != record.payload_sha256:
+        raise ResultsError(f"{where} is not the one launch built (its sha256 differs)")
+    try:
+        data = parse_json(_plan_json(raw, limits), limits.manifest_bytes, limits)
+        return _model(data, Plan)
+    except (ValueError, KeyError, OSError, EOFError, tarfile.TarError) as e:
+        raise ResultsError(f"{where} holds no valid plan.json: {printable(e, 200)}") from None
+
+
+def _plan_json(payload: bytes, limits: Limits) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(payload), mode="r|gz") as tar:
+        for member in tar:
+            if member.name == "plan.json" and member.isfile():
+                if member.size > limits.manifest_bytes:
+                    raise ValueError(f"plan.json has {member.size} bytes")
+                return tar.extractfile(member).read()
+    raise ValueError("it holds no plan.json")
+
+
+def with_launched_plan(manifest: Manifest, plan: Plan | None, run_id: str) -> Manifest:
+    """The manifest carrying the plan launch built. The payload writes that plan back
+    unchanged, so a manifest naming another is refused; one that names none gets it."""
+    if plan is None:
+        return manifest
+    if manifest.plan is not None and manifest.plan.content_sha256() != plan.content_sha256():
+        raise ResultsError(
+            f"run {run_id}: manifest.json names a plan other than the one launched "
+            f"({printable(manifest.plan.name, 60)!r}, not {printable(plan.name, 60)!r})"
+        )
+    return manifest.model_copy(update={"plan": plan})
+
+
 # --- fetched files -----------------------------------------------------------------------
 
 
-def staging_dir(dest: Path, run_id: str) -> Path:
-    """A fresh dest/.staging-<run id>/, after removing what a killed fetch left there."""
-    staging = dest / f".staging-{run_id}"
-    if staging.is_symlink() or staging.is_file():
-        staging.unlink()
-    elif staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    return staging
+# Where fetch downloads a run before publishing it (DEST/.staging-<run id>-<random>/), and
+# where report draws before publishing its plots (DEST/.report-<run id>-<random>/).
+STAGING_PREFIX = ".staging-"
+RUN_ID_START = re.compile(RUN_ID_PATTERN.removesuffix("$"))
+DRAFT_REPORT_PREFIX = ".report-"
+REPORT_SUBDIR = "report"  # <run dir>/report/: the plots `bench report` publishes
+
+
+@contextmanager
+def private_dir(parent: Path, prefix: str) -> Iterator[Path]:
+    """A new folder parent/<prefix><random>, under an exclusive flock while in use, then
+    removed (unless the caller renamed it away to publish it). A killed process's lock
+    dies with it, which is how `remove_abandoned` tells its folder from one in use. The
+    parent must exist: a folder that vanished (a run's, swapped out by a fetch) is never
+    made again here."""
+    path, lock = _new_locked_dir(parent, prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(lock)
+
+
+def remove_abandoned(parent: Path, prefix: str) -> None:
+    """Remove every parent/<prefix><run id>* no live process holds: what a killed fetch or
+    report left (only names bench makes: a user's own folder is no business of ours). A
+    link or file of that name is removed, never followed."""
+    if not parent.is_dir():
+        return
+    for path in parent.iterdir():
+        name = path.name
+        if not (name.startswith(prefix) and RUN_ID_START.match(name[len(prefix) :])):
+            continue
+        if path.is_symlink() or not path.is_dir():
+            path.unlink(missing_ok=True)
+            continue
+        lock = _lock(path)
+        if lock is not None:  # else another fetch or report is using it
+            shutil.rmtree(path, ignore_errors=True)
+            os.close(lock)
+
+
+def _new_locked_dir(parent: Path, prefix: str) -> tuple[Path, int]:
+    # A cleaner may lock and remove a folder between its creation and our lock: make another.
+    # mkdir, not mkdtemp: a staging folder becomes the run's, with the umask's usual mode.
+    for _ in range(8):
+        path = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        lock = _lock(path)
+        if lock is not None:
+            return path, lock
+    raise ResultsError(f"could not create a private folder in {parent}: it is being cleaned")
+
+
+def _lock(path: Path) -> int | None:
+    """An exclusive flock on the folder itself (its descriptor), or None when another
+    process holds one or the name no longer is that folder."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.path.samestat(os.fstat(fd), os.lstat(path)):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 def result_target(staging: Path, path: str) -> Path:
@@ -338,10 +513,13 @@ def result_target(staging: Path, path: str) -> Path:
     return staging / "results" / name
 
 
-def verify_result_file(target: Path, entry, run_id: str, limits: Limits = LIMITS) -> list:
-    """Check size and sha256, then every row, streaming; returns the rows of summary.csv
-    (kept: they are few and fetch shows them) and nothing for the other files. A profile
-    report is binary: its size and sha256 are all that is checked, it is never parsed."""
+def verify_result_file(
+    target: Path, entry, run_id: str, limits: Limits = LIMITS, plan: Plan | None = None
+) -> list:
+    """Check size and sha256, then every row, streaming (of the plan's configs, when it is
+    known); returns the rows of summary.csv (kept: they are few and fetch shows them) and
+    nothing for the other files. A profile report is binary: its size and sha256 are all
+    that is checked, it is never parsed."""
     name = result_name(entry.path)
     size, digest = _size_and_sha256(target)
     if digest != entry.sha256 or size != entry.bytes:
@@ -353,7 +531,7 @@ def verify_result_file(target: Path, entry, run_id: str, limits: Limits = LIMITS
     kept, count = [], 0
     if is_profile_report(name):
         return kept
-    for row in checked_rows(target, name, run_id, limits):
+    for row in checked_rows(target, name, run_id, limits, plan):
         count += 1
         if name == "summary.csv":
             kept.append(row)
@@ -365,11 +543,16 @@ def verify_result_file(target: Path, entry, run_id: str, limits: Limits = LIMITS
     return kept
 
 
-def checked_rows(path: Path, name: str, run_id: str | None, limits: Limits = LIMITS) -> Iterator:
+def checked_rows(
+    path: Path, name: str, run_id: str | None, limits: Limits = LIMITS, plan: Plan | None = None
+) -> Iterator:
     """The rows of one result file, one at a time: each valid, of this run (None: of the
-    first row's run), within the limits. Memory stays at one row whatever the file holds."""
+    first row's run), of the plan's configs and identities (when the plan is known: a run
+    reports at most what it was asked to measure), within the limits. Memory stays at one
+    row whatever the file holds."""
     label = run_id or path.parent.parent.name
     max_rows = limits.rows_of(name)
+    in_plan = _plan_check(plan, name)
     if path.is_symlink() or not path.is_file():
         raise ResultsError(f"run {label}: {name} is not a regular file")
     if path.stat().st_size > limits.bytes_of(name):
@@ -386,18 +569,65 @@ def checked_rows(path: Path, name: str, run_id: str | None, limits: Limits = LIM
                     f"run {label}: {name} row {count} belongs to run {printable(row.run_id, 40)!r}"
                 )
             _check_strings(row, label, name, count, limits)
+            problem = in_plan(row)
+            if problem:
+                raise ResultsError(f"run {label}: {name} row {count} {problem}")
             yield row
     except CsvSchemaError as e:
         raise ResultsError(f"run {label}: {printable(e, 300)}; nothing was replaced") from None
 
 
+# The files whose rows are one per timed identity. The correctness files also name the
+# yardsticks the gate checks (benches/correctness.py), so only their config is held to the
+# plan, as profile.csv's.
+IDENTITY_ROWS = ("measurements.csv", "summary.csv")
+
+
+def _plan_check(plan: Plan | None, name: str):
+    """A row's problem with the plan (None when it has none): a config the plan lacks, or
+    an identity it does not time."""
+    if plan is None:
+        return lambda row: None
+    configs = {config.name for config in plan.configs}
+    identities = set(plan.identities) if name in IDENTITY_ROWS else None
+
+    def problem(row: BaseModel) -> str | None:
+        if row.config not in configs:
+            return f"names config {printable(row.config, 60)!r}, which the plan lacks"
+        if identities is not None and row.implementation not in identities:
+            return f"names {printable(row.implementation, 60)!r}, which the plan does not time"
+        return None
+
+    return problem
+
+
+# A cell a spreadsheet would run as a formula starts with one of these (OWASP, "CSV
+# Injection"); a plain number like -1.5 is data.
+FORMULA_PREFIXES = ("=", "+", "-", "@")
+PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
 def _check_strings(row: BaseModel, run_id: str, name: str, line: int, limits: Limits) -> None:
     for field, value in row:
-        if isinstance(value, str) and len(value) > limits.string_chars:
+        if not isinstance(value, str):
+            continue
+        if len(value) > limits.string_chars:
             raise ResultsError(
                 f"run {run_id}: {name} row {line}: {field} has {len(value)} characters "
                 f"(most {limits.string_chars})"
             )
+        hazard = _spreadsheet_hazard(value)
+        if hazard:
+            raise ResultsError(f"run {run_id}: {name} row {line}: {field} {hazard}")
+
+
+def _spreadsheet_hazard(text: str) -> str | None:
+    """Why a cell is unsafe to hand to a spreadsheet or a C string, or None."""
+    if "\x00" in text:
+        return "holds a NUL byte"
+    if text.startswith(FORMULA_PREFIXES) and not PLAIN_NUMBER.fullmatch(text):
+        return f"starts with {text[0]!r}: a spreadsheet would run it as a formula"
+    return None
 
 
 def _size_and_sha256(path: Path) -> tuple[int, str]:

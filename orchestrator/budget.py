@@ -25,6 +25,10 @@ BILLING_MARGIN_SECONDS = 120
 # GCE's own ceiling for max_run_duration is 120 days; bench never needs more than a day.
 MAX_RUN_SECONDS_CEILING = 24 * 3600
 LOCAL_DEFAULT_MAX_RUN_SECONDS = 2 * 3600
+# The most one launch may be given: more than a day (the longest cap) of the dearest machine
+# a launch can ask for (8 GPUs, on-demand, every GPU type of a sweep), and small enough that
+# every figure derived from it stays an ordinary number (1e306 overflowed the time cap).
+MAX_BUDGET_USD = 10_000.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,12 @@ def max_run_seconds_for(budget_usd: float, rate_usd_per_hour: float) -> int:
     """What the budget buys at this rate, less the billing margin; the cloud enforces it."""
     bought = math.floor(budget_usd / rate_usd_per_hour * 3600) - BILLING_MARGIN_SECONDS
     return min(max(bought, 0), MAX_RUN_SECONDS_CEILING)
+
+
+def worst_case_cost_usd(rate_usd_per_hour: float, max_run_seconds: int) -> float:
+    """The most a machine can bill: until the cloud deletes it at its time cap, plus the
+    billing margin that deletion takes."""
+    return billed_usd(rate_usd_per_hour, max_run_seconds + BILLING_MARGIN_SECONDS)
 
 
 def format_duration(seconds: float) -> str:

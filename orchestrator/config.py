@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +30,8 @@ ENV_PREFIX = "BENCH_"
 # so a bench started inside a run still reads its settings).
 NON_SETTING_ENV = {"BENCH_DEBUG", "BENCH_LOCAL_RUN"}
 
-ZONE_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+# Every pattern below is used with fullmatch: `$` would also match before a final newline.
+ZONE_RE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
 
 
 def region_of(zone: str) -> str:
@@ -42,24 +44,80 @@ def regions_of(zones: list[str]) -> list[str]:
     return list(dict.fromkeys(region_of(zone) for zone in zones))
 
 
-PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
-IPV4_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+PROJECT_RE = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+# An image project may be a legacy domain-scoped one, `example.com:my-images`
+# (https://cloud.google.com/resource-manager/docs/creating-managing-projects#identifying_projects).
+IMAGE_PROJECT_RE = re.compile(r"([a-z0-9][a-z0-9.-]{0,61}[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+IPV4_RE = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+# GCE's rule for resource names (machine and accelerator types, image families): RFC 1035,
+# 1-63 lowercase letters, digits and '-'.
+RESOURCE_NAME_RE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+# The VM's account: `default`, a user-managed account ACCOUNT@PROJECT.iam.gserviceaccount.com
+# (IAM account ids are 6-30 of [a-z0-9-], starting with a letter; a domain-scoped project
+# puts its domain after the project), or the Compute Engine default account written out.
+SERVICE_ACCOUNT_RE = re.compile(
+    r"default"
+    r"|[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{0,61}(\.[a-z0-9-]{1,63})*\.iam\.gserviceaccount\.com"
+    r"|[0-9]{1,20}-compute@developer\.gserviceaccount\.com"
+)
+# The store prefix is both a Cloud Storage object-name prefix and a directory path under the
+# state dir: segments of ASCII letters, digits, '.', '_' and '-', none empty, none starting
+# with '.' or '-' (so never '.', '..', a hidden name or an option), 200 characters at most.
+PREFIX_SEGMENT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+MAX_PREFIX_CHARS = 200
+# An endpoint override: http(s), a host name or address, a port, a plain path; nothing a
+# shell or a URL parser could read two ways.
+ENDPOINT_RE = re.compile(
+    r"https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~%/-]*)?"
+)
+# A path on the VM: absolute, plain characters, no '.' or '..' segments.
+VM_PATH_SEGMENT_RE = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}")
+# Large enough for any team's month, small enough that every sum stays an ordinary number.
+MAX_MONTHLY_CAP_USD = 100_000.0
 
 
 def bucket_name_problem(name: str) -> str | None:
     """What Cloud Storage would refuse in this bucket name, or None (its naming rules: a
     refused name must stop here, not after a round trip)."""
-    if not BUCKET_RE.match(name) or ".." in name:
+    if not BUCKET_RE.fullmatch(name) or ".." in name:
         return "a bucket name is 3-63 lowercase letters, digits, '-', '_' or '.'"
-    if IPV4_RE.match(name):
+    if IPV4_RE.fullmatch(name):
         return "a bucket name cannot look like an IP address"
     if name.startswith("goog") or "google" in name or "g00gle" in name:
         return "a bucket name cannot start with 'goog' or contain 'google'"
     return None
 
 
-MACHINE_TYPE_RE = re.compile(r"^[a-z][a-z0-9]*-[a-z]+(-[0-9]+)?$")
+def store_prefix_problem(prefix: str) -> str | None:
+    """Why this store prefix could lead out of the store or be read two ways, or None."""
+    if prefix.startswith("/"):
+        return "the prefix is a relative path inside the bucket, e.g. bench or team/bench"
+    if len(prefix) > MAX_PREFIX_CHARS:
+        return f"the prefix is at most {MAX_PREFIX_CHARS} characters"
+    for segment in prefix.split("/"):
+        if not PREFIX_SEGMENT_RE.fullmatch(segment):
+            return (
+                f"folder {segment!r}: each is ASCII letters, digits, '.', '_' or '-', not empty "
+                "and not starting with '.' or '-' (so never '..'), e.g. team/bench"
+            )
+    return None
+
+
+def vm_path_problem(path: str) -> str | None:
+    """Why this path on the VM is refused, or None: absolute, plain, no '.' or '..'."""
+    segments = path.rstrip("/").split("/")
+    if not path.startswith("/") or len(segments) < 2:
+        return "must be an absolute path below /, e.g. /var/lib/bench"
+    if len(path) > MAX_PREFIX_CHARS:
+        return f"must be at most {MAX_PREFIX_CHARS} characters"
+    if not all(VM_PATH_SEGMENT_RE.fullmatch(segment) for segment in segments[1:]):
+        return (
+            "use folder names of ASCII letters, digits, '.', '_', '+' and '-' (none empty, "
+            "none '.' or '..')"
+        )
+    return None
+
 
 # A Deep Learning VM family that already carries torch, so a run installs nothing.
 # Source: "Choose an image", https://docs.cloud.google.com/deep-learning-vm/docs/images
@@ -75,6 +133,9 @@ DEFAULT_IMAGE_FAMILY = "pytorch-2-9-cu129-ubuntu-2204-nvidia-580"
 # A gce look costs API calls (and the heartbeat moves every few seconds); a local one is a
 # file read.
 DEFAULT_POLL_SECONDS = {"local": 0.5, "gce": 10.0}
+# Faster than a tenth of a second is a busy loop (and on gce a stream of API calls); slower
+# than five minutes and --wait would miss most of a short run.
+MIN_POLL_SECONDS, MAX_POLL_SECONDS = 0.1, 300.0
 
 
 class BenchConfig(BaseModel):
@@ -93,7 +154,7 @@ class BenchConfig(BaseModel):
     )
     machine_type: str = Field("g2-standard-4", description="GCE machine type")
     accelerator_type: str = Field("nvidia-l4", description="GPU type attached to the VM")
-    accelerator_count: int = Field(1, ge=1, le=8)
+    accelerator_count: int = Field(1, ge=1, le=8, description="GPUs attached to the VM")
     image_project: str = Field("deeplearning-platform-release", description="boot image project")
     image_family: str = Field(
         DEFAULT_IMAGE_FAMILY,
@@ -117,7 +178,11 @@ class BenchConfig(BaseModel):
     )
     owner: str | None = Field(None, description="bench-owner label (default: your user name)")
     monthly_cap: float | None = Field(
-        None, gt=0, description="refuse launches that would take this month's spend past it (USD)"
+        None,
+        gt=0,
+        le=MAX_MONTHLY_CAP_USD,
+        allow_inf_nan=False,
+        description="refuse launches that would take this month's spend past it (USD)",
     )
     state_dir: Path | None = Field(None, description="registry, local store and sandboxes")
     payload_python: str | None = Field(
@@ -126,8 +191,9 @@ class BenchConfig(BaseModel):
     vm_work_dir: str = Field("/var/lib/bench", description="where the VM keeps a run's files")
     poll_seconds: float | None = Field(
         None,
-        gt=0,
-        le=300,
+        ge=MIN_POLL_SECONDS,
+        le=MAX_POLL_SECONDS,
+        allow_inf_nan=False,
         description="how often --wait and logs --follow poll (default: 10 s on gce, 0.5 s locally)",
     )
     compute_endpoint: str | None = Field(None, description="Compute API endpoint override")
@@ -142,15 +208,37 @@ class BenchConfig(BaseModel):
     @classmethod
     def _zones_look_like_zones(cls, zones: list[str]) -> list[str]:
         for zone in zones:
-            if not ZONE_RE.match(zone):
+            if not ZONE_RE.fullmatch(zone):
                 raise ValueError(f"{zone!r} is not a zone name like us-central1-a")
         return zones
 
     @field_validator("project")
     @classmethod
     def _project_id(cls, value: str | None) -> str | None:
-        if value is not None and not PROJECT_RE.match(value):
-            raise ValueError("a project id is 6-30 lowercase letters, digits or hyphens")
+        if value is not None and not PROJECT_RE.fullmatch(value):
+            raise ValueError(
+                "a project id is 6-30 lowercase letters, digits or hyphens, starting with a letter"
+            )
+        return value
+
+    @field_validator("image_project")
+    @classmethod
+    def _image_project_id(cls, value: str) -> str:
+        if not IMAGE_PROJECT_RE.fullmatch(value):
+            raise ValueError(
+                "an image project is a project id (6-30 lowercase letters, digits or hyphens, "
+                "starting with a letter), e.g. deeplearning-platform-release"
+            )
+        return value
+
+    @field_validator("service_account")
+    @classmethod
+    def _service_account(cls, value: str) -> str:
+        if not SERVICE_ACCOUNT_RE.fullmatch(value):
+            raise ValueError(
+                "use default, or a service account email like "
+                "bench-vm@my-project.iam.gserviceaccount.com"
+            )
         return value
 
     @field_validator("bucket")
@@ -166,24 +254,50 @@ class BenchConfig(BaseModel):
 
     @field_validator("vm_work_dir")
     @classmethod
-    def _absolute_path(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("must be an absolute path")
+    def _vm_path(cls, value: str) -> str:
+        problem = vm_path_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value.rstrip("/")
 
-    @field_validator("machine_type")
+    @field_validator("machine_type", "accelerator_type", "image_family")
     @classmethod
-    def _machine_type(cls, value: str) -> str:
-        if not MACHINE_TYPE_RE.match(value):
-            raise ValueError("a machine type looks like g2-standard-4")
+    def _gce_name(cls, value: str) -> str:
+        if not RESOURCE_NAME_RE.fullmatch(value):
+            raise ValueError(
+                "a GCE name is 1-63 lowercase letters, digits and '-', starting with a letter "
+                "and not ending with '-' (e.g. g2-standard-4, nvidia-l4)"
+            )
         return value
 
     @field_validator("prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
-        value = value.strip("/")
-        if not re.match(r"^[A-Za-z0-9._/-]{1,200}$", value):
-            raise ValueError("use letters, digits, '.', '_', '-' and '/'")
+        value = value.rstrip("/")  # `bench/` names the same folder as `bench`
+        problem = store_prefix_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator(
+        "compute_endpoint",
+        "storage_endpoint",
+        "metadata_endpoint",
+        "iam_endpoint",
+        "resourcemanager_endpoint",
+    )
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not ENDPOINT_RE.fullmatch(value):
+            raise ValueError("an endpoint is an http(s) URL like https://host:port/path")
+        return value
+
+    @field_validator("owner", "payload_python", "state_dir")
+    @classmethod
+    def _no_control_characters(cls, value):
+        # A line break here would end up in a script or a label as a second line.
+        if value is not None and any(unicodedata.category(c) == "Cc" for c in str(value)):
+            raise ValueError("contains a control character (a line break, a tab, ...)")
         return value
 
     def poll_interval(self, backend: str) -> float:

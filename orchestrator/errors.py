@@ -25,6 +25,15 @@ class ConfigError(UsageError):
     """A setting in bench.toml, the environment or a flag is invalid."""
 
 
+class RegistryLockedError(BenchError):
+    """Another bench process held the run registry's lock for longer than we wait. Exit 2,
+    as for configuration: the command read and wrote nothing, and the fix is the user's
+    (let the other bench finish, or give this one its own BENCH_STATE_DIR); it is no bug
+    (1), no cloud answer (4) and no result (5)."""
+
+    exit_code = 2
+
+
 class RefusedError(BenchError):
     """The launch would cost more than the budget or the monthly cap allows."""
 

@@ -15,7 +15,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
-from orchestrator.errors import NotFoundError
+from orchestrator.errors import NotFoundError, RegistryLockedError
+from results_schema.names import run_key
 
 FINISHED_STATES = ("complete", "partial", "failed", "stopped")
 
@@ -40,9 +41,23 @@ class RunRecord:
     sandbox: str = ""
     # Seconds per runtime-model phase, from the fetched manifest (runtime_model).
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    # The sha256 of the payload launch built (from the spec); fetch reads the launched plan
+    # back from it. "" for a run from before it was kept.
+    payload_sha256: str = ""
+    # That plan's content key (Plan.content_sha256), set by fetch from the verified payload:
+    # phase times are history only for launches of the same content, whatever its name.
+    plan_sha256: str = ""
     # A sweep (`launch --gpu a,b`) groups its members; gpu is the gpus.toml key.
     sweep_id: str = ""
     gpu: str = ""
+    # The run's capability (results_schema.names); "" for a run from before they existed.
+    run_secret: str = ""
+    # Whether fetch may promote the run's cache candidates into the shared cache.
+    cache_trusted: bool = False
+
+    @property
+    def run_key(self) -> str:
+        return run_key(self.run_id, self.run_secret)
 
     @property
     def created(self) -> datetime:
@@ -58,6 +73,7 @@ class RunRecord:
 # query can use an index whatever offset created_at was written with.
 _COLUMNS = [f.name for f in fields(RunRecord)]
 _JSON_COLUMNS = {"attempts", "phase_seconds"}
+_BOOL_COLUMNS = [f.name for f in fields(RunRecord) if f.type == "bool"]
 _SQL_TYPES = {"str": "TEXT", "float": "REAL", "int": "INTEGER", "bool": "INTEGER"}
 _INDEXES = {
     "runs_state": "state",
@@ -109,7 +125,7 @@ COMMITTED_SQL = (
     " WHERE created_month = ? AND backend != 'local'"
 )
 PAST_PHASES_SQL = (
-    "SELECT phase_seconds FROM runs WHERE plan = ? AND backend = ? AND gpu = ?"
+    "SELECT plan_sha256, phase_seconds FROM runs WHERE plan = ? AND backend = ? AND gpu = ?"
     " AND state = 'complete' AND phase_seconds != '{}' ORDER BY run_id"
 )
 SWEEP_SQL = f"{_SELECT_RECORD} WHERE sweep_id = ? ORDER BY run_id"
@@ -139,8 +155,39 @@ def _record(row: sqlite3.Row | tuple) -> RunRecord:
     values = dict(zip(_COLUMNS, row, strict=True))
     for name in _JSON_COLUMNS:
         values[name] = json.loads(values[name])
-    values["spot"] = bool(values["spot"])
+    for name in _BOOL_COLUMNS:
+        values[name] = bool(values[name])
     return RunRecord(**values)
+
+
+# How long a command waits for another bench process's transaction before it gives up.
+LOCK_WAIT_SECONDS = 10.0
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose "database is locked" is a RegistryLockedError: one line that says
+    which file and what to do, not a traceback."""
+
+    def __init__(self, database, *args, **kwargs):
+        super().__init__(database, *args, **kwargs)
+        self.registry_path = database
+
+    def execute(self, sql, parameters=()):
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.OperationalError as error:
+            if not _is_locked(error):
+                raise
+            raise RegistryLockedError(
+                f"the run registry {self.registry_path} stayed locked by another bench "
+                f"process for {LOCK_WAIT_SECONDS:g} s; nothing was read or written: retry "
+                "when it is done, or give this one its own BENCH_STATE_DIR"
+            ) from None
+
+
+def _is_locked(error: sqlite3.OperationalError) -> bool:
+    # SQLITE_BUSY / SQLITE_LOCKED; Python 3.10 has no error codes on the exception.
+    return str(error).startswith(("database is locked", "database table is locked"))
 
 
 class RunRegistry:
@@ -151,10 +198,16 @@ class RunRegistry:
         """A connection in autocommit mode (each write opens its own transaction), to a
         file whose schema is this code's."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-        if connection.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
-            with _write_transaction(connection):
-                _migrate(connection)
+        connection = sqlite3.connect(
+            self.path, timeout=LOCK_WAIT_SECONDS, isolation_level=None, factory=_Connection
+        )
+        try:
+            if connection.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
+                with _write_transaction(connection):
+                    _migrate(connection)
+        except BaseException:
+            connection.close()  # a locked file: let go of it before saying so
+            raise
         return connection
 
     def add(self, record: RunRecord) -> None:
@@ -220,20 +273,31 @@ class RunRegistry:
         with closing(self._connect()) as db:
             return [_record(row) for row in db.execute(sql, parameters)]
 
-    def past_phase_seconds(self, plan: str, backend: str, gpu: str = "") -> list[dict[str, float]]:
-        """Phase times of earlier complete, fetched runs of this plan on this backend and
-        GPU type (a sweep's gpus.toml key; "" for runs of the configured machine)."""
+    def past_phase_seconds(self, plan: str, backend: str, gpu: str = "") -> list[PastPhases]:
+        """Phase times of earlier complete, fetched runs of a plan of this name on this
+        backend and GPU type (a sweep's gpus.toml key; "" for runs of the configured
+        machine), each with the content key of the plan it ran: runtime_model.refine uses
+        only those of the same content."""
         if not self.path.exists():
             return []
         with closing(self._connect()) as db:
             rows = db.execute(PAST_PHASES_SQL, (plan, backend, gpu)).fetchall()
-        return [json.loads(row[0]) for row in rows]
+        return [PastPhases(json.loads(seconds), plan_sha256) for plan_sha256, seconds in rows]
 
     def committed_this_month(self, now: datetime | None = None) -> float:
         if not self.path.exists():
             return 0.0
         with closing(self._connect()) as db:
             return _committed(db, now or datetime.now(timezone.utc))
+
+
+class PastPhases(dict):
+    """One past run's seconds per runtime-model phase (a plain dict of them), and the
+    content key of the plan it ran ("" when fetch could not check it against the payload)."""
+
+    def __init__(self, seconds: dict[str, float], plan_sha256: str = ""):
+        super().__init__(seconds)
+        self.plan_sha256 = plan_sha256
 
 
 _INSERT_SQL = (

@@ -3,11 +3,25 @@
 Reads <run dir>/manifest.json (optional: partial runs have one the startup script wrote,
 local runs may not) and <run dir>/results/*.csv; writes PNGs to <run dir>/report/.
 Controller side: numpy and matplotlib (imported lazily, Agg backend), never torch.
+
+A fetch may republish the run while a report reads it: the report reads one published copy
+(read_snapshot), draws in a private folder beside it and swaps the plots in, and starts
+over if the folder came to hold other results meanwhile. What a run holds never sets how
+long drawing takes or how large an image grows: a figure shows at most MAX_PLOTTED_CONFIGS
+configs and MAX_PLOTTED_IMPLEMENTATIONS implementations and is at most MAX_FIGURE_INCHES at
+PLOT_DPI.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
+import hashlib
+import os
+import re
+import stat
 import textwrap
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator import boundary
-from orchestrator.errors import ResultsError
+from orchestrator.errors import NotFoundError, ResultsError, UsageError
 from results_schema import (
     Comparison,
     IntervalMethod,
@@ -29,8 +43,20 @@ from results_schema import (
 )
 from results_schema.intervals import bootstrap_median_ci
 from results_schema.models import implementation_of
+from results_schema.names import RUN_ID_PATTERN
 
-REPORT_SUBDIR = "report"
+REPORT_SUBDIR = boundary.REPORT_SUBDIR
+# 1,200 configs once took 695 s to draw into a 1848 × 112288 px PNG. A figure now shows the
+# first configs and implementations in the run's order (the table lists every row), and is
+# never larger than MAX_FIGURE_INCHES: at PLOT_DPI, 2200 × 3300 px.
+MAX_PLOTTED_CONFIGS = 24  # the default plan's 12, twice over
+MAX_PLOTTED_IMPLEMENTATIONS = 8  # an A/B plan with its A/A control times 5
+MAX_FIGURE_INCHES = (20.0, 30.0)  # width, height
+PLOT_DPI = 110
+# fetch swaps a run's folder in by two renames: a read that meets the instant between, or
+# that spans a swap, is made again after a pause growing by this much, this many times.
+SNAPSHOT_ATTEMPTS = 8
+SNAPSHOT_PAUSE_SECONDS = 0.05
 # Intervals from 50 samples are often narrower than run-to-run variation (measured on an
 # H100: back-to-back medians moved up to 1.8%, with non-overlapping intervals), so a
 # disagreement also needs the point estimates this far apart to be worth a flag.
@@ -100,6 +126,7 @@ class Report:
     ab: ABResults | None = None  # the A/B comparison the report leads with
     profile: list[ProfileRow] = field(default_factory=list)
     candidate: str | None = None  # the plan's candidate, when the plan is known
+    plot_note: str | None = None  # what the plots leave out (the table has every row)
 
     def control_verdicts(self) -> dict[str, int]:
         """How many configs the A/A control called each verdict: the run's noise floor."""
@@ -120,6 +147,7 @@ class RunResults:
     statistics: IntervalMethod | None = None
     manifest: Manifest | None = None
     profile: list[ProfileRow] = field(default_factory=list)
+    plot_note: str | None = None  # set on the part of a run the plots show: what they omit
 
 
 def make_report(
@@ -127,27 +155,164 @@ def make_report(
     compare_dir: Path | None = None,
     min_relative_difference: float = MIN_RELATIVE_DIFFERENCE,
 ) -> Report:
-    run = load_run(results_dir)
-    out_dir = results_dir / REPORT_SUBDIR
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """The report of one published copy of the run, its plots swapped into report/ whole;
+    drawn again when a fetch brought other results meanwhile, so they show the results
+    beside them."""
+    for _ in range(SNAPSHOT_ATTEMPTS):
+        run, results = read_snapshot(results_dir)
+        plots = _draw_and_publish(run, results_dir, results)
+        if plots is not None:
+            break
+    else:
+        raise _kept_changing(results_dir)
+    report = _report_of(run)
+    report.plots = plots
+    if compare_dir is not None:
+        other, _ = read_snapshot(compare_dir)
+        report.compared_with = other.run_id
+        report.disagreements = compare_runs(run, other, min_relative_difference)
+    return report
+
+
+def _report_of(run: RunResults) -> Report:
     report = Report(run.run_id, run.status, [_row(s) for s in run.summary])
     report.statistics = run.statistics
     report.control = run.plan.control_identity if run.plan else None
     report.ab = ab_results(run)
     report.profile = run.profile
     report.candidate = run.plan.candidate if run.plan else None
-    report.plots = _plot_all(run, out_dir)
-    if compare_dir is not None:
-        other = load_run(compare_dir)
-        report.compared_with = other.run_id
-        report.disagreements = compare_runs(run, other, min_relative_difference)
+    report.plot_note = plot_note(run)
     return report
+
+
+# --- which folder, which copy ------------------------------------------------------------
+
+
+def published_run_dir(dest: Path, run: str) -> Path:
+    """The folder `bench report RUN` reads and writes report/ into: DEST/<run id>/, or the
+    path of a run folder fetch published (named by its run id, not a link; load_run holds
+    it to that run's manifest). Any other path is refused (exit 2): report would write
+    into whatever folder it was given."""
+    if re.fullmatch(RUN_ID_PATTERN, run):
+        return dest / run
+    path = Path(run)
+    if not re.fullmatch(RUN_ID_PATTERN, path.name):
+        raise UsageError(
+            f"{boundary.printable(run, 120)!r} is not a run: give a run id (the report reads "
+            "DEST/<run id>/, --dest names DEST) or the path of a folder `bench fetch` wrote"
+        )
+    if path.is_symlink():
+        raise UsageError(f"{boundary.printable(run, 120)!r} is a link: give the run's folder")
+    return path
+
+
+def read_snapshot(run_dir: Path) -> tuple[RunResults, str]:
+    """The run as one published copy of its folder holds it, and which results those were
+    (`_results_of`). fetch swaps a run's folder in by two renames, so a read may meet the
+    instant between (no folder) or span two copies: it is made again until the folder
+    holds the same results before and after."""
+    for attempt in range(SNAPSHOT_ATTEMPTS):
+        before = _results_of(run_dir)
+        if before is None and not _being_published(run_dir):
+            raise NotFoundError(
+                f"{boundary.printable(run_dir)} holds no fetched run; run "
+                f"`bench fetch {boundary.printable(run_dir.name)}` first"
+            )
+        if before is not None:
+            run = _read_copy(run_dir, before)
+            if run is not None:
+                return run, before
+        time.sleep(SNAPSHOT_PAUSE_SECONDS * (attempt + 1))
+    raise _kept_changing(run_dir)
+
+
+def _read_copy(run_dir: Path, results: str) -> RunResults | None:
+    """load_run, or None when the folder stopped holding those results while it was read."""
+    try:
+        run = load_run(run_dir)
+    except (OSError, ResultsError) as error:
+        if _results_of(run_dir) != results:
+            return None
+        if isinstance(error, OSError):
+            raise ResultsError(f"cannot read {boundary.printable(run_dir)}: {error}") from None
+        raise
+    return run if _results_of(run_dir) == results else None
+
+
+def _results_of(run_dir: Path) -> str | None:
+    """Which results the folder holds now: its manifest's sha256 (the manifest holds every
+    result file's), so a fetch that republished the same run changes nothing; for a folder
+    without one, which folder it is. None when there is none."""
+    try:
+        st = os.stat(run_dir)
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        manifest = run_dir / "manifest.json"
+        if manifest.is_symlink() or not manifest.is_file():
+            return f"folder {st.st_dev}:{st.st_ino}"
+        with open(manifest, "rb") as f:
+            return hashlib.sha256(f.read(boundary.LIMITS.manifest_bytes + 1)).hexdigest()
+    except OSError:
+        return None
+
+
+def _being_published(run_dir: Path) -> bool:
+    """Whether a fetch is between its two renames: the old copy is aside, the new not in."""
+    return run_dir.with_name(f".{run_dir.name}.old").exists()
+
+
+def _kept_changing(run_dir: Path) -> ResultsError:
+    return ResultsError(
+        f"{boundary.printable(run_dir)} held other results at every one of "
+        f"{SNAPSHOT_ATTEMPTS} reads: a fetch keeps replacing them; report again once it ends"
+    )
+
+
+def _draw_and_publish(run: RunResults, run_dir: Path, results: str) -> list[Path] | None:
+    """Draw the plots in a private folder beside the run's (a fetch replaces the run's
+    folder whole), then swap them in as its report/; None when the folder no longer holds
+    the results drawn, or was between a fetch's renames when the plots went in."""
+    parent = run_dir.parent
+    boundary.remove_abandoned(parent, boundary.DRAFT_REPORT_PREFIX)
+    with boundary.private_dir(parent, f"{boundary.DRAFT_REPORT_PREFIX}{run_dir.name}-") as draft:
+        drawn = draft / REPORT_SUBDIR
+        drawn.mkdir()
+        names = [plot.name for plot in _plot_all(run, drawn)]
+        if _results_of(run_dir) != results or not _swap_in(drawn, run_dir / REPORT_SUBDIR, draft):
+            return None
+    if _results_of(run_dir) != results:
+        return None
+    return [run_dir / REPORT_SUBDIR / name for name in names]
+
+
+def _swap_in(drawn: Path, target: Path, draft: Path) -> bool:
+    """The earlier plots (or a link planted there, never followed) go aside into the draft
+    folder, removed after; the new ones take their place. False when the run's folder was
+    missing (a fetch between its renames). A fetch may carry an earlier report/ into a new
+    copy meanwhile: that one goes aside too."""
+    for attempt in range(3):
+        try:
+            target.rename(draft / f"replaced-{attempt}")
+        except FileNotFoundError:
+            pass  # no earlier report, or no run folder (the next rename tells)
+        try:
+            drawn.rename(target)
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+    return False
 
 
 # --- reading -----------------------------------------------------------------------------
 
 
 def load_run(run_dir: Path) -> RunResults:
+    """A run folder's results through the same boundary as fetch (a folder may have been
+    copied from anywhere). One named by a run id holds that run's manifest."""
+    manifest = _manifest_of(run_dir)
     results = run_dir / "results"
     summary_path, measurements_path = results / "summary.csv", results / "measurements.csv"
     if not summary_path.is_file() or not measurements_path.is_file():
@@ -155,24 +320,39 @@ def load_run(run_dir: Path) -> RunResults:
             f"{run_dir} has no results/summary.csv and results/measurements.csv: "
             "fetch the run first, or point at the directory that holds manifest.json"
         )
-    # The same boundary as fetch: a results folder may have been copied from anywhere.
-    manifest = boundary.fetched_manifest(run_dir)
-    run_id = manifest.run_id if manifest else None
-    summary = list(boundary.checked_rows(summary_path, "summary.csv", run_id))
-    run_id = run_id or (summary[0].run_id if summary else None)
-    latencies = _latencies(boundary.checked_rows(measurements_path, "measurements.csv", run_id))
     plan = manifest.plan if manifest and manifest.plan else _plan_file(run_dir)
+    run_id = manifest.run_id if manifest else None
+    summary = list(boundary.checked_rows(summary_path, "summary.csv", run_id, plan=plan))
+    run_id = run_id or (summary[0].run_id if summary else None)
+    latencies = _latencies(
+        boundary.checked_rows(measurements_path, "measurements.csv", run_id, plan=plan)
+    )
     status = manifest.status if manifest else "no manifest"
     statistics = manifest.statistics if manifest else None
     profile_path = results / "profile.csv"
     profile = (
-        list(boundary.checked_rows(profile_path, "profile.csv", run_id))
+        list(boundary.checked_rows(profile_path, "profile.csv", run_id, plan=plan))
         if profile_path.is_file()
         else []
     )
     return RunResults(
         run_id or run_dir.name, status, plan, summary, latencies, statistics, manifest, profile
     )
+
+
+def _manifest_of(run_dir: Path) -> Manifest | None:
+    manifest = boundary.fetched_manifest(run_dir)
+    if not re.fullmatch(RUN_ID_PATTERN, run_dir.name):
+        return manifest
+    if manifest is None:
+        raise NotFoundError(
+            f"{run_dir} holds no fetched run; run `bench fetch {run_dir.name}` first"
+        )
+    if manifest.run_id != run_dir.name:
+        raise ResultsError(
+            f"{run_dir} holds run {boundary.printable(manifest.run_id, 40)}, not {run_dir.name}"
+        )
+    return manifest
 
 
 def ab_results(run: RunResults) -> ABResults | None:
@@ -340,12 +520,48 @@ def _plot_all(run: RunResults, out_dir: Path) -> list[Path]:
     if not run.summary:
         return []
     plt = _pyplot()
+    run = plotted_part(run)
     plots = [_save(plt, _latency_figure(plt, run), out_dir / "latency.png")]
     if any(s.speedup is not None for s in run.summary):
         plots.append(_save(plt, _speedup_figure(plt, run), out_dir / "speedup.png"))
     if run.plan is not None:
         plots.append(_save(plt, _tflops_figure(plt, run), out_dir / "tflops.png"))
     return plots
+
+
+def plotted_part(run: RunResults) -> RunResults:
+    """The run as its plots show it: the first MAX_PLOTTED_CONFIGS configs and
+    MAX_PLOTTED_IMPLEMENTATIONS implementations, in the run's order, and a note of the rest."""
+    configs = set(_config_order(run)[:MAX_PLOTTED_CONFIGS])
+    implementations = set(_implementations(run)[:MAX_PLOTTED_IMPLEMENTATIONS])
+
+    def shown(config: str, implementation: str) -> bool:
+        return config in configs and implementation in implementations
+
+    return dataclasses.replace(
+        run,
+        summary=[s for s in run.summary if shown(s.config, s.implementation)],
+        latencies={key: value for key, value in run.latencies.items() if shown(*key)},
+        plot_note=plot_note(run),
+    )
+
+
+def plot_note(run: RunResults) -> str | None:
+    """What the plots leave out of the run, or None when they show all of it."""
+    omitted = [
+        f"the first {most} of {count} {what}"
+        for what, count, most in (
+            ("configs", len(_config_order(run)), MAX_PLOTTED_CONFIGS),
+            ("implementations", len(_implementations(run)), MAX_PLOTTED_IMPLEMENTATIONS),
+        )
+        if count > most
+    ]
+    return f"plots show {' and '.join(omitted)}; the table has every row" if omitted else None
+
+
+def _figsize(width: float, height: float) -> tuple[float, float]:
+    """Inches as a figure's content asks, within MAX_FIGURE_INCHES whatever the run holds."""
+    return min(width, MAX_FIGURE_INCHES[0]), min(height, MAX_FIGURE_INCHES[1])
 
 
 def _label(name: str) -> str:
@@ -382,11 +598,13 @@ def _title(fig, what: str, run: RunResults) -> None:
     text = f"{what}, run {_label(run.run_id)} ({_label(run.status)})"
     if candidate:
         text += f"; candidate {labels.get(candidate, _label(candidate))}"
+    if run.plot_note:
+        text += f" ({run.plot_note})"
     fig.suptitle(text, wrap=True, fontsize=11)
 
 
 def _save(plt, fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)
     return path
 
@@ -400,12 +618,15 @@ def _latency_figure(plt, run: RunResults):
     fig, axes = plt.subplots(
         rows,
         cols,
-        figsize=(max(4.2 * cols, 7.0), 3.4 * rows + 0.8),
+        figsize=_figsize(max(4.2 * cols, 7.0), 3.4 * rows + 0.8),
         squeeze=False,
         layout="constrained",
     )
     for ax, config in zip(axes.flat, configs, strict=False):
         present = [i for i in impls if (config, i) in lat]
+        if not present:  # a summary row whose samples measurements.csv lacks
+            _no_samples(ax, config)
+            continue
         ax.boxplot([lat[(config, i)] for i in present], showfliers=True)
         # Names wrapped under their box (a panel is ~4 in wide), not rotated into the next.
         ax.set_xticks(
@@ -424,6 +645,13 @@ def _latency_figure(plt, run: RunResults):
         ax.remove()  # no empty frame where the grid has more cells than configs
     _title(fig, "Latency per sample", run)
     return fig
+
+
+def _no_samples(ax, config: str) -> None:
+    ax.set_title(textwrap.fill(_label(config), 48), fontsize=9)
+    ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
 
 
 def _width_for(configs: list[str]) -> float:
@@ -448,7 +676,7 @@ def _speedup_figure(plt, run: RunResults):
     names = _implementation_labels(run)
     baselines = list(dict.fromkeys(s.implementation for s in run.summary if s.speedup is not None))
     fig, ax = plt.subplots(
-        figsize=(_width_for(configs), 0.3 * len(configs) * max(len(baselines), 1) + 2.0),
+        figsize=_figsize(_width_for(configs), 0.3 * len(configs) * max(len(baselines), 1) + 2.0),
         layout="constrained",
     )
     height = 0.8 / max(len(baselines), 1)
@@ -456,9 +684,10 @@ def _speedup_figure(plt, run: RunResults):
         rows = {s.config: s for s in run.summary if s.implementation == baseline and s.speedup}
         ys = [i + b_index * height for i, c in enumerate(configs) if c in rows]
         points = [rows[c] for c in configs if c in rows]
+        # A bootstrap interval need not contain its point: draw what lies on each side.
         xerr = [
-            [p.speedup - p.speedup_ci_low for p in points],
-            [p.speedup_ci_high - p.speedup for p in points],
+            [max(p.speedup - p.speedup_ci_low, 0.0) for p in points],
+            [max(p.speedup_ci_high - p.speedup, 0.0) for p in points],
         ]
         ax.errorbar(
             [p.speedup for p in points],
@@ -502,9 +731,9 @@ def _tflops_figure(plt, run: RunResults):
     names = _implementation_labels(run)
     tflops = {(s.config, s.implementation): s.tflops for s in run.summary}
     bar = 0.8 / len(impls)
-    # Tall enough for a bar's label; a 256-config plan stays within an image's size.
-    height = min(0.22 * len(configs) * len(impls) + 0.35 * len(configs) + 2.0, 120.0)
-    fig, ax = plt.subplots(figsize=(_width_for(configs), height), layout="constrained")
+    # Tall enough for a bar's label, within MAX_FIGURE_INCHES.
+    height = 0.22 * len(configs) * len(impls) + 0.35 * len(configs) + 2.0
+    fig, ax = plt.subplots(figsize=_figsize(_width_for(configs), height), layout="constrained")
     for index, impl in enumerate(impls):
         ys = [row + index * bar for row, c in enumerate(configs) if (c, impl) in tflops]
         values = [tflops[(c, impl)] for c in configs if (c, impl) in tflops]

@@ -2,7 +2,9 @@
 
 The figures are data (orchestrator/data/phases.toml), each with its source: a measurement
 here or a public page. A phase that finished runs of the same plan and backend recorded in
-their manifests is estimated from those instead (their median, with headroom).
+their manifests is estimated from those instead (their median, with headroom). "The same
+plan" is the same content (Plan.content_sha256), never only the same name: a plan file
+named like a past one but measuring a thousand times more must not borrow its times.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 
+from orchestrator.budget import MAX_RUN_SECONDS_CEILING
 from orchestrator.errors import ConfigError
 from results_schema import Manifest, Plan
 
@@ -49,6 +52,7 @@ class PhaseFigure:
 @dataclass(frozen=True)
 class RuntimeEstimate:
     phases: tuple[PhaseFigure, ...]
+    plan_sha256: str = ""  # the content key of the plan estimated: whose history refines it
 
     @property
     def total_seconds(self) -> int:
@@ -117,7 +121,7 @@ def model_phases(
         fixed("upload"),
         fixed("shutdown") if "shutdown" in figures else PhaseFigure("shutdown", 0.0, "nothing"),
     ]
-    return RuntimeEstimate(tuple(phases))
+    return RuntimeEstimate(tuple(phases), plan.content_sha256())
 
 
 def _correctness(plan: Plan, rates: dict) -> PhaseFigure:
@@ -149,25 +153,46 @@ def _with_profile(plan: Plan, rates: dict, figure: PhaseFigure) -> PhaseFigure:
 
 
 def refine(model: RuntimeEstimate, past_runs: list[dict[str, float]]) -> RuntimeEstimate:
-    """Each phase that past complete runs recorded: their median with headroom."""
+    """Each phase that past complete runs of the same plan content recorded (each
+    registry.PastPhases carries its plan's key): their median with headroom. A recorded
+    time no run could have taken (beyond a day, GCE's longest cap) is not history."""
+    same_plan = [
+        run for run in past_runs if model.plan_sha256 and _plan_of(run) == model.plan_sha256
+    ]
     phases = []
     for figure in model.phases:
-        seen = sorted(run[figure.phase] for run in past_runs if figure.phase in run)
+        seen = sorted(
+            run[figure.phase]
+            for run in same_plan
+            if figure.phase in run and _possible_seconds(run[figure.phase])
+        )
         if not seen:
             phases.append(figure)
             continue
         median = seen[len(seen) // 2]
         source = f"median of {len(seen)} past run{'s' * (len(seen) > 1)} × {HISTORY_HEADROOM}"
         phases.append(PhaseFigure(figure.phase, median * HISTORY_HEADROOM, source))
-    return RuntimeEstimate(tuple(phases))
+    return RuntimeEstimate(tuple(phases), model.plan_sha256)
 
 
-def recorded_phase_seconds(manifest: Manifest, created_at: datetime) -> dict[str, float]:
-    """A finished run's phases in the model's terms: its manifest's phase times, and boot as
-    the time from the launch to the script's start."""
+def _plan_of(past_run: dict[str, float]) -> str:
+    return getattr(past_run, "plan_sha256", "")
+
+
+def _possible_seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and 0 <= value <= MAX_RUN_SECONDS_CEILING
+
+
+def recorded_phase_seconds(
+    manifest: Manifest, created_at: datetime, max_run_seconds: float
+) -> dict[str, float]:
+    """A finished run's phases in the model's terms: its manifest's phase times (which the
+    boundary held within the run's duration), and boot as the time from the launch to the
+    script's start, at most the run's time cap."""
     seconds: dict[str, float] = {}
     if manifest.started_at is not None:
-        seconds["boot"] = max((manifest.started_at - created_at).total_seconds(), 0.0)
+        boot = (manifest.started_at - created_at).total_seconds()
+        seconds["boot"] = min(max(boot, 0.0), float(max_run_seconds))
     for record in manifest.phases:
         phase = SCRIPT_PHASE_TO_MODEL.get(record.name, record.name)
         seconds[phase] = seconds.get(phase, 0.0) + record.seconds

@@ -8,7 +8,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from results_schema import Plan
-from results_schema.names import RUN_ID_PATTERN, run_key
+from results_schema.names import (
+    RUN_ID_PATTERN,
+    RUN_SECRET_PATTERN,
+    instance_name,
+    new_run_secret,
+    run_key,
+)
 from results_schema.names import new_run_id as new_run_id
 from results_schema.record import billed_usd
 
@@ -20,10 +26,6 @@ def new_sweep_id(now: datetime | None = None) -> str:
 
 def is_sweep_id(text: str) -> bool:
     return text.startswith("sweep-")
-
-
-def instance_name(run_id: str) -> str:
-    return f"bench-{run_id}"
 
 
 class RunSpec(BaseModel):
@@ -41,15 +43,24 @@ class RunSpec(BaseModel):
     spot: bool = True
     sweep_id: str | None = Field(None, pattern=r"^sweep-\d{8}-\d{6}-[0-9a-f]{6}$")
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    run_secret: str = Field(
+        default_factory=new_run_secret,
+        pattern=RUN_SECRET_PATTERN,
+        description="the run's capability: in its store key and instance name only",
+    )
+    cache_trusted: bool = Field(
+        False,
+        description="its cache candidates may be promoted into the shared cache at fetch",
+    )
 
     @property
     def instance_name(self) -> str:
-        return instance_name(self.run_id)
+        return instance_name(self.run_id, self.run_secret)
 
     @property
     def run_prefix(self) -> str:
         """Key prefix of this run inside the store (the store adds its own bucket prefix)."""
-        return run_key(self.run_id)
+        return run_key(self.run_id, self.run_secret)
 
     def estimated_cost_usd(self) -> float:
         return billed_usd(self.rate_usd_per_hour, self.estimated_seconds)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import boundary
+from orchestrator.errors import NotFoundError
 from orchestrator.gpus import load_gpu_catalog
 from orchestrator.registry import RunRecord
-from orchestrator.report import REPORT_SUBDIR, load_run
+from orchestrator.report import PLOT_DPI, REPORT_SUBDIR, read_snapshot
 from results_schema import CorrectnessRow, Manifest
 
 SIXTEEN_BIT = ("float16", "bfloat16")
@@ -72,11 +73,12 @@ def _member(record: RunRecord, run_dir: Path, peak: float | None) -> GpuResult:
     gpu = record.gpu or record.backend
     if not record.handle:
         return GpuResult(gpu, record.run_id, record.state, notes=("did not start",))
-    if not (run_dir / "manifest.json").is_file():
+    try:
+        run, _ = read_snapshot(run_dir)  # one published copy, as `bench report` reads
+    except NotFoundError:
         return GpuResult(
             gpu, record.run_id, record.state, notes=("not fetched: bench fetch the sweep",)
         )
-    run = load_run(run_dir)
     plan = run.plan
     if plan is None:
         return GpuResult(gpu, run.run_id, run.status, notes=("no plan in the run",))
@@ -136,9 +138,16 @@ def plot_sweep(report: SweepReport, path: Path) -> Path:
     with matplotlib.rc_context({"text.parse_math": False}):
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
         speedups = [g.speedup.geomean if g.speedup else 0.0 for g in report.gpus]
+        # A bootstrap interval need not contain its point: draw what lies on each side.
         errors = [
-            [g.speedup.geomean - g.speedup.low if g.speedup else 0.0 for g in report.gpus],
-            [g.speedup.high - g.speedup.geomean if g.speedup else 0.0 for g in report.gpus],
+            [
+                max(g.speedup.geomean - g.speedup.low, 0.0) if g.speedup else 0.0
+                for g in report.gpus
+            ],
+            [
+                max(g.speedup.high - g.speedup.geomean, 0.0) if g.speedup else 0.0
+                for g in report.gpus
+            ],
         ]
         left.bar(labels, speedups, yerr=errors, capsize=6, color="tab:blue")
         left.axhline(1.0, color="grey", linewidth=1, linestyle="--")
@@ -163,6 +172,6 @@ def plot_sweep(report: SweepReport, path: Path) -> Path:
         right.set_ylabel("% of peak")
         fig.suptitle(boundary.printable(f"sweep {report.sweep_id}"))
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=PLOT_DPI)
         plt.close(fig)
     return path

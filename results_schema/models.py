@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
@@ -178,6 +180,14 @@ class Plan(_Strict):
     def samples_per_implementation(self) -> int:
         return self.samples_per_config * len(self.configs)
 
+    def content_sha256(self) -> str:
+        """The plan's content key: sha256 of its canonical JSON (sorted keys, defaults
+        filled in), so two files that measure the same thing share it whatever their name."""
+        canonical = json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
 
 def _check_comparison(plan: Plan, comparison: Comparison) -> None:
     if comparison.source == "implementation":
@@ -242,6 +252,21 @@ class SummaryRow(_Strict):
     placements: int | None = Field(default=None, ge=1, description="placements sampled")
     flag: Flag | None = Field(default=None, description="why this row has no verdict")
 
+    @model_validator(mode="after")
+    def _speedup_with_its_interval(self) -> SummaryRow:
+        _check_interval(self.speedup, self.speedup_ci_low, self.speedup_ci_high)
+        return self
+
+
+def _check_interval(point: float | None, low: float | None, high: float | None) -> None:
+    """A speedup comes with its interval or not at all, and the interval is ordered. The
+    point may lie outside it: a bootstrap percentile interval need not contain it."""
+    given = [value is not None for value in (point, low, high)]
+    if any(given) and not all(given):
+        raise ValueError("speedup, speedup_ci_low and speedup_ci_high are given together")
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"the interval's low end {low} is above its high end {high}")
+
 
 class CorrectnessRow(_Strict):
     """The correctness gate for one (config, implementation): a row of correctness.csv."""
@@ -288,6 +313,11 @@ class OverallSpeedup(_Strict):
     ci_high: float = Field(gt=0)
     verdict: Verdict
     method: str
+
+    @model_validator(mode="after")
+    def _ordered_interval(self) -> OverallSpeedup:
+        _check_interval(self.geomean, self.ci_low, self.ci_high)
+        return self
 
 
 ProfileState = Literal["profiled", "no-ncu", "restricted", "timeout", "failed", "skipped"]

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import secrets
 from datetime import datetime, timezone
 
 RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{6}$"
+# A run's capability: 130 random bits in lowercase base32, in its store key and its
+# instance name. A VM's identity may create and delete objects under runs/ and delete
+# instances named bench-*, but may list neither, so the only run it can name is its own
+# (docs/security.md). "" marks a run launched before runs had one.
+RUN_SECRET_PATTERN = r"^([a-z2-7]{26})?$"
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -24,6 +30,19 @@ CONTENT_TYPES = {
 }
 
 
-def run_key(run_id: str) -> str:
+def new_run_secret() -> str:
+    return base64.b32encode(secrets.token_bytes(17)).decode().lower()[:26]
+
+
+def _with_secret(run_id: str, secret: str) -> str:
+    return f"{run_id}-{secret}" if secret else run_id
+
+
+def run_key(run_id: str, secret: str = "") -> str:
     """The run's key prefix inside a store (the store adds its own bucket prefix)."""
-    return f"runs/{run_id}"
+    return f"runs/{_with_secret(run_id, secret)}"
+
+
+def instance_name(run_id: str, secret: str = "") -> str:
+    """bench-<run id>-<secret>: 55 characters, inside GCE's 63."""
+    return f"bench-{_with_secret(run_id, secret)}"

@@ -53,7 +53,7 @@ def show_summary(out, result) -> None:
     manifest = result.manifest
     samples = next((f.rows for f in manifest.files if f.path.endswith("measurements.csv")), 0)
     out.print(
-        f"bench: run [bold]{result.run_id}[/] {manifest.status} → {result.directory} "
+        f"bench: run [bold]{result.run_id}[/] {manifest.status} → {markup_safe(result.directory)} "
         f"({samples} samples, every sha256 verified)"
     )
     if not result.summary or manifest.plan is None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import click
 
 from orchestrator.cli.options import (
@@ -43,8 +45,17 @@ from orchestrator.cli.options import (
     help="GPU types, comma-separated: l4, t4, a100, h100 (gce; default: the configured "
     "machine, an L4); local: `local` or this machine's GPU type. One budget for all",
 )
+@click.option(
+    "--trusted/--untrusted",
+    "trusted",
+    default=None,
+    help="whether what this run builds may enter the shared build cache at fetch (default: "
+    "trusted, untrusted when the CI variable is set); --untrusted for code you did not review",
+)
 @comparison_options
-def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpus, **comparison):
+def launch(
+    backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpus, trusted, **comparison
+):
     """Start a benchmark run; the cloud enforces its budget as a time cap.
 
     On gce, the VM gets max_run_duration = what --budget buys at the catalog
@@ -87,6 +98,7 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpu
         plan=plan_ref,
         max_runtime_seconds=max_runtime,
         options=plan_options(**comparison),
+        cache_trusted=cache_trusted(trusted),
     )
     if gpus is not None:
         from orchestrator.cli.sweep_output import launch_and_print_sweep
@@ -111,6 +123,12 @@ def launch(backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpu
             raise
     out.print(f"follow it with: {bench} status {run_id}   then: {bench} fetch {run_id}")
     return 0
+
+
+def cache_trusted(flag: bool | None) -> bool:
+    """--trusted/--untrusted, else trusted unless under CI (where a pull request is a
+    stranger's code): docs/security.md."""
+    return flag if flag is not None else not os.environ.get("CI")
 
 
 def say_runs_go_on(what: str, status_ref: str) -> None:

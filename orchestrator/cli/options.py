@@ -6,9 +6,12 @@ import re
 
 import click
 
-DURATION_PART_RE = re.compile(r"(\d+)([hms]?)")
+# ASCII digits only: `\d` and int() also take other scripts' digits ('１２m').
+DURATION_PART_RE = re.compile(r"([0-9]+)([hms]?)")
 UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
 NEXT_UNIT = {"h": "m", "m": "s"}
+# Longer text is no duration anyone means, and int() of thousands of digits is refused.
+MAX_DURATION_CHARS = 32
 
 
 def parse_duration(text: str) -> int:
@@ -16,6 +19,8 @@ def parse_duration(text: str) -> int:
     the next smaller one, as a clock reads it (`1h30` = 90 min, `2m30` = 150 s). A bare
     number has no unit a reader could agree on, so it is refused (ValueError)."""
     text, total, previous, at = text.strip().lower(), 0, "", 0
+    if len(text) > MAX_DURATION_CHARS:
+        raise ValueError("not a duration like 45m, 1h30m or 600s")
     for match in DURATION_PART_RE.finditer(text):
         if match.start() != at:
             break
@@ -36,22 +41,39 @@ def parse_duration(text: str) -> int:
 
 
 class Money(click.ParamType):
+    """A budget in US dollars: ASCII, finite, positive and at most budget.MAX_BUDGET_USD."""
+
     name = "USD"
 
     def convert(self, value, param, ctx):
+        from orchestrator.budget import MAX_BUDGET_USD
+
+        text = str(value).strip().removeprefix("$")
         try:
-            amount = float(str(value).lstrip("$"))
+            # float() also reads other scripts' digits ('１'): only ASCII is an amount here.
+            amount = float(text) if text.isascii() else None
         except ValueError:
+            amount = None
+        if amount is None:
             self.fail(f"{value!r} is not an amount in US dollars (e.g. 1.00)", param, ctx)
-        if not amount > 0 or amount != amount or amount == float("inf"):
-            self.fail(f"{value!r}: the budget must be a positive amount (e.g. 1.00)", param, ctx)
+        if not (0 < amount <= MAX_BUDGET_USD):  # also false for nan
+            self.fail(
+                f"{value!r}: the budget must be a positive amount of at most "
+                f"${MAX_BUDGET_USD:,.0f} (e.g. 1.00)",
+                param,
+                ctx,
+            )
         return amount
 
 
 class Duration(click.ParamType):
+    """A positive duration of at most the longest time cap bench sets."""
+
     name = "DURATION"
 
     def convert(self, value, param, ctx):
+        from orchestrator.budget import MAX_RUN_SECONDS_CEILING, format_duration
+
         if isinstance(value, int):
             return value
         try:
@@ -60,6 +82,13 @@ class Duration(click.ParamType):
             self.fail(f"{value!r}: {e}", param, ctx)
         if total <= 0:
             self.fail(f"{value!r}: the duration must be positive", param, ctx)
+        if total > MAX_RUN_SECONDS_CEILING:
+            self.fail(
+                f"{value!r}: at most {format_duration(MAX_RUN_SECONDS_CEILING)}, the longest "
+                "time cap bench sets",
+                param,
+                ctx,
+            )
         return total
 
 

@@ -6,7 +6,7 @@ from orchestrator.cli.options import console, dest_option
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN|SWEEP")
+@click.argument("run_id", metavar="RUN|SWEEP|PATH")
 @click.option("--compare", "compare_id", default=None, help="another fetched run to compare with")
 @dest_option("where fetched runs live")
 def report(run_id, compare_id, dest):
@@ -19,6 +19,12 @@ def report(run_id, compare_id, dest):
     with --profile ends with Nsight Compute's counters (the .ncu-rep files
     lie in DEST/<run id>/results/, for `ncu --import` or Nsight Compute).
 
+    RUN is a run id (the report reads DEST/<run id>/) or the path of a run
+    folder `bench fetch` wrote; nothing else is read or written. A fetch of
+    the same run may run meanwhile: the report reads one whole copy of it.
+    A run with many configs is plotted in part, its first ones (the note
+    below the table says how many; the table lists every row).
+
     A sweep id (`launch --gpu a,b`) compares its GPU types instead: per GPU
     the candidate's speedup with its interval and the best TFLOP/s as a share
     of that GPU's peak; the plot goes to DEST/<sweep id>/report/gpus.png.
@@ -29,8 +35,8 @@ def report(run_id, compare_id, dest):
       bench report RUN_A --compare RUN_B
       bench fetch sweep-20261122-081500-d4e5f6 && bench report sweep-20261122-081500-d4e5f6
     """
-    from orchestrator.errors import NotFoundError, UsageError
-    from orchestrator.report import make_report
+    from orchestrator.errors import UsageError
+    from orchestrator.report import make_report, published_run_dir
     from orchestrator.spec import is_sweep_id
 
     if is_sweep_id(run_id):
@@ -45,13 +51,8 @@ def report(run_id, compare_id, dest):
         show_sweep_report(console(), make_sweep_report(run_id, members, dest))
         return 0
 
-    run_dir = dest / run_id
-    compare_dir = dest / compare_id if compare_id else None
-    for directory in filter(None, (run_dir, compare_dir)):
-        if not (directory / "manifest.json").is_file():
-            raise NotFoundError(
-                f"{directory} holds no fetched run; run `bench fetch {directory.name}` first"
-            )
+    run_dir = published_run_dir(dest, run_id)
+    compare_dir = published_run_dir(dest, compare_id) if compare_id else None
     show_report(console(), make_report(run_dir, compare_dir))
     return 0
 
@@ -80,6 +81,8 @@ def show_report(out, report) -> None:
         show_profile(out, report.profile)
     for plot in report.plots:
         out.print(f"plot: {markup_safe(plot)}")
+    if report.plot_note:
+        out.print(markup_safe(report.plot_note))
     if report.compared_with is None:
         return
     if not report.disagreements:

@@ -29,13 +29,14 @@ def status(run_id, as_json):
     from rich import box
     from rich.table import Table
 
-    from orchestrator.boundary import markup_safe
+    from orchestrator.boundary import markup_safe, printable
     from orchestrator.budget import format_duration
     from orchestrator.errors import BenchError, ResultsError
-    from orchestrator.service.runs import leftovers, views
+    from orchestrator.service.runs import leftovers, listing
 
     ctx = make_context()
-    rows = views(ctx, run_id)
+    listed = listing(ctx, run_id)
+    rows = listed.views
     out = console()
     try:
         left = leftovers(ctx, rows)
@@ -45,8 +46,8 @@ def status(run_id, as_json):
     else:
         note = ""
     if as_json:
-        return _print_json(rows, left, note)
-    if not rows and not left:
+        return _print_json(rows, left, note, listed.unreadable)
+    if not rows and not left and not listed.unreadable:
         out.print("no runs yet; start one with: bench launch --backend local --budget 1.00 --wait")
         return 0
     # At 80 columns (a pipe, CI) phase+progress and state wrap at their space; nothing is cut.
@@ -80,8 +81,8 @@ def status(run_id, as_json):
         out.print(table)
     for reason in reasons:
         out.print(reason)
-    if note:
-        out.print(note, markup=False, highlight=False)
+    for line in filter(None, (listed.unreadable, note)):
+        out.print(printable(line), markup=False, highlight=False)
     for leftover in left:
         m = leftover.machine
         out.print(
@@ -97,7 +98,7 @@ def status(run_id, as_json):
     return 0
 
 
-def _print_json(rows, left, note) -> int:
+def _print_json(rows, left, note, unreadable) -> int:
     """JSON escapes every control and non-ASCII character, so what a run wrote stays inert."""
     import json
 
@@ -115,6 +116,7 @@ def _print_json(rows, left, note) -> int:
             for item in left
         ],
         "note": note or None,
+        "unreadable": unreadable or None,
     }
     click.echo(json.dumps(document, indent=2, ensure_ascii=True))
     problems = [view.problem for view in rows if view.problem]

@@ -14,7 +14,6 @@ from pathlib import Path
 from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from orchestrator.service.runs import placement_of
-from results_schema.names import run_key
 
 
 @dataclass
@@ -73,4 +72,4 @@ def _still_busy(ctx: Context, record: RunRecord) -> str:
 
 
 def _local_state(ctx: Context, record: RunRecord) -> list[Path]:
-    return [ctx.paths.sandbox(record.run_id), ctx.local_store_root() / run_key(record.run_id)]
+    return [ctx.paths.sandbox(record.run_id), ctx.local_store_root() / record.run_key]

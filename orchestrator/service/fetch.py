@@ -1,13 +1,15 @@
 """fetch: download a finished run, verify every sha256, validate every row, then publish.
 
 Everything passes the trust boundary (orchestrator.boundary) first. Files land in
-DEST/.staging-<run id>/ under names of the schema's own (never a name from the manifest)
-and replace an earlier copy only once everything checks out, so a corrupt download never
-clobbers good results; a staging folder a killed fetch left is removed by the next.
+DEST/.staging-<run id>-<random>/ under names of the schema's own (never a name from the
+manifest) and replace an earlier copy only once everything checks out, so a corrupt
+download never clobbers good results. A fetch holds a lock on its staging folder; any
+staging folder nobody holds (a killed fetch's, of any run) is removed by the next fetch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,11 +20,11 @@ from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.paths import ensure_writable_dest
 from orchestrator.registry import RunRecord
 from orchestrator.runtime_model import recorded_phase_seconds
+from orchestrator.service.cache import promote_cache_candidates
 from orchestrator.service.context import Context
 from orchestrator.service.runs import latest_run_id, placement_of, records_for
 from orchestrator.spec import is_sweep_id
 from results_schema import Manifest, SummaryRow
-from results_schema.names import run_key
 
 
 @dataclass
@@ -79,23 +81,26 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
     ensure_writable_dest(dest)
     store = ctx.store(record.backend)
     manifest = _manifest(store, record)
-    staging = boundary.staging_dir(dest, record.run_id)
-    try:
-        summary = _download_and_verify(store, record.run_id, manifest, staging)
-        _download_log(store, record.run_id, staging / "logs" / "startup.log")
+    plan = boundary.launched_plan(store, record)
+    manifest = boundary.with_launched_plan(manifest, plan, record.run_id)
+    boundary.remove_abandoned(dest, boundary.STAGING_PREFIX)
+    final = dest / record.run_id
+    with boundary.private_dir(dest, f"{boundary.STAGING_PREFIX}{record.run_id}-") as staging:
+        summary = _download_and_verify(store, record, manifest, staging)
+        _download_log(store, record.run_key, staging / "logs" / "startup.log")
         (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2))
-        final = dest / record.run_id
         _publish(staging, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     ctx.backend(record.backend).release(record.run_id, placement_of(record))
-    # The manifest passed the boundary: its state, times and cost are checked values.
+    promote_cache_candidates(store, record)
+    # The manifest passed the boundary: its state and times are checked values, the cost is
+    # the controller's own reckoning, the phase times are history for this plan's content.
     ctx.registry.update(
         record.run_id,
         state=manifest.status,
         finished_at=manifest.finished_at.isoformat(),
-        cost_usd=manifest.cost.estimated_usd if manifest.cost else None,
-        phase_seconds=recorded_phase_seconds(manifest, record.created),
+        cost_usd=boundary.billed_cost(manifest, record),
+        phase_seconds=recorded_phase_seconds(manifest, record.created, record.max_run_seconds),
+        plan_sha256=plan.content_sha256() if plan else "",
     )
     return FetchResult(record.run_id, final, manifest, summary, released=True)
 
@@ -115,40 +120,59 @@ def _manifest(store, record: RunRecord) -> Manifest:
     )
 
 
-def _download_and_verify(store, run_id: str, manifest: Manifest, staging: Path) -> list:
+def _download_and_verify(store, record: RunRecord, manifest: Manifest, staging: Path) -> list:
+    run_id = record.run_id
     summary: list = []
     for entry in manifest.files:
         target = boundary.result_target(staging, entry.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            store.download(f"{run_key(run_id)}/{entry.path}", target, max_bytes=entry.bytes)
+            store.download(f"{record.run_key}/{entry.path}", target, max_bytes=entry.bytes)
         except ResultsError as e:
             raise ResultsError(f"run {run_id}: {e}; nothing was replaced") from None
-        rows = boundary.verify_result_file(target, entry, run_id)
+        rows = boundary.verify_result_file(target, entry, run_id, plan=manifest.plan)
         if entry.path == "results/summary.csv":
             summary = rows
     return summary
 
 
-def _download_log(store, run_id: str, target: Path) -> None:
+def _download_log(store, key: str, target: Path) -> None:
     """The log is a courtesy: bounded, and left out rather than failing the fetch."""
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        store.download(
-            f"{run_key(run_id)}/logs/startup.log", target, max_bytes=boundary.LIMITS.log_bytes
-        )
+        store.download(f"{key}/logs/startup.log", target, max_bytes=boundary.LIMITS.log_bytes)
     except (NotFoundError, ResultsError):
         target.unlink(missing_ok=True)
 
 
 def _publish(staging: Path, final: Path) -> None:
-    """Swap the verified directory in; the old copy is removed only after the swap."""
+    """Swap the complete, verified directory in by a rename (a reader sees the old copy or
+    the new one, never half of one: report.read_snapshot retries the instant between); the
+    old copy is removed only after the swap."""
     old = final.with_name(f".{final.name}.old")
     _remove(old)
     if final.exists() or final.is_symlink():
+        _keep_report(final, staging)
         final.rename(old)
     staging.rename(final)
     _remove(old)
+
+
+def _keep_report(final: Path, staging: Path) -> None:
+    """An earlier copy's report/ comes along when the manifest (which holds every result
+    file's sha256) is unchanged: its plots still show these results."""
+    report = final / boundary.REPORT_SUBDIR
+    if final.is_symlink() or report.is_symlink() or not report.is_dir():
+        return
+    if _file_bytes(final / "manifest.json") == _file_bytes(staging / "manifest.json"):
+        with contextlib.suppress(FileNotFoundError):  # a report swapping its plots in
+            report.rename(staging / boundary.REPORT_SUBDIR)
+
+
+def _file_bytes(path: Path) -> bytes | None:
+    if path.is_symlink() or not path.is_file():
+        return None
+    return path.read_bytes()
 
 
 def _remove(path: Path) -> None:

@@ -1,4 +1,4 @@
-"""launch: validate → plan → estimate → reserve (cap) → payload → store → render → start →
+"""launch: validate → plan → estimate → payload → reserve (cap) → store → render → start →
 record."""
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class LaunchRequest:
     options: PlanOptions = PlanOptions()  # A/B comparison, profile
     sweep_id: str | None = None  # a member of a sweep (service/sweep.py)
     gpu: str = ""  # its gpus.toml key
+    # Whether fetch may promote what the run builds into the shared cache (service/cache.py).
+    cache_trusted: bool = False
 
 
 @dataclass
@@ -82,6 +84,7 @@ def plan_spec(
         payload_sha256="0" * 64,
         spot=spot and backend == "gce",
         sweep_id=request.sweep_id,
+        cache_trusted=request.cache_trusted,
     )
     return spec, rate, estimate
 
@@ -103,6 +106,9 @@ def launch(
     notes = [plan_note] if plan_note else []
     notes += shaped.notes
     spec, rate, estimate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
+    # Read the trees before the reservation: a linked or oversized one is refused (exit 2)
+    # with nothing recorded.
+    payload = build_payload(plan, baseline_files=shaped.baseline_files)
     ensure_writable(ctx.paths)
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.
@@ -111,13 +117,14 @@ def launch(
     )
     if on_validated is not None:
         on_validated()
+    machine_requested = False  # until Backend.start is called, no machine can exist
     try:
-        payload = build_payload(plan, baseline_files=shaped.baseline_files)
         spec = spec.model_copy(update={"payload_sha256": payload.sha256})
         ctx.store(backend).put_bytes(f"{spec.run_prefix}/payload.tar.gz", payload.data)
+        machine_requested = True
         placement, spec, rate = _start(ctx, request, backend, spec, rate, notes)
     except BaseException as error:
-        _record_failed_launch(ctx, spec.run_id, error)
+        _record_failed_launch(ctx, spec, _failed_launch_cost(ctx, spec, error, machine_requested))
         raise
     # On-demand fallback re-plans the rate and the time cap: the record follows the spec.
     planned = {k: v for k, v in spec.record_fields().items() if k != "run_id"}
@@ -154,14 +161,27 @@ def _launching_record(ctx: Context, backend: str, spec: RunSpec, gpu: str = "") 
 _NOTHING_CREATED = (NoCapacityError, QuotaError, PermissionDeniedError, UsageError)
 
 
-def _record_failed_launch(ctx: Context, run_id: str, error: BaseException) -> None:
-    """A launch that did not start: `failed`, costing nothing where nothing was created;
-    otherwise (a lost insert, an interrupt) its budget stays held against the cap."""
+def _failed_launch_cost(
+    ctx: Context, spec: RunSpec, error: BaseException, machine_requested: bool
+) -> float:
+    """What a launch that did not start counts against the monthly cap: nothing where no
+    machine can exist (it failed before the start, or the cloud refused the machine), else
+    (a lost insert, an interrupt) the most a machine could bill before the cloud deletes it
+    at its time cap."""
+    if not machine_requested or isinstance(error, _NOTHING_CREATED):
+        return 0.0
+    if spec.spot and ctx.config.on_demand_fallback:
+        return spec.budget_usd  # an on-demand retry may run, at a rate and cap not kept here
+    worst = budget.worst_case_cost_usd(spec.rate_usd_per_hour, spec.max_run_seconds)
+    return min(spec.budget_usd, worst)
+
+
+def _record_failed_launch(ctx: Context, spec: RunSpec, cost_usd: float) -> None:
     ctx.registry.update(
-        run_id,
+        spec.run_id,
         state="failed",
         finished_at=datetime.now(timezone.utc).isoformat(),
-        cost_usd=0.0 if isinstance(error, _NOTHING_CREATED) else None,
+        cost_usd=cost_usd,
     )
 
 

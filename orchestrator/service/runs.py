@@ -152,6 +152,42 @@ def views(ctx: Context, run_id: str | None = None) -> list[RunView]:
     return [view(ctx, record) for record in records]
 
 
+@dataclass
+class Listing:
+    """The runs `status` can show, and one line on those it could not read."""
+
+    views: list[RunView]
+    unreadable: str = ""
+
+
+def listing(ctx: Context, run_id: str | None = None) -> Listing:
+    """The named run or sweep (its errors are the command's), else every run whose backend
+    can be read: a backend that cannot (no project configured, no credentials) costs only
+    its own runs, named in one line, never the others' listing."""
+    if run_id:
+        return Listing(views(ctx, run_id))
+    shown: list[RunView] = []
+    skipped: dict[str, tuple[str, list[str]]] = {}  # backend -> (why, its run ids)
+    for record in ctx.registry.all():
+        if record.backend in skipped:  # asked once: the same answer would only cost time
+            skipped[record.backend][1].append(record.run_id)
+            continue
+        try:
+            shown.append(view(ctx, record))
+        except BenchError as error:
+            skipped[record.backend] = (str(error), [record.run_id])
+    return Listing(shown, _unreadable_line(skipped))
+
+
+def _unreadable_line(skipped: dict[str, tuple[str, list[str]]]) -> str:
+    parts = []
+    for backend, (why, run_ids) in skipped.items():
+        named = ", ".join(run_ids[:3]) + (", ..." if len(run_ids) > 3 else "")
+        runs = "run" if len(run_ids) == 1 else "runs"
+        parts.append(f"{len(run_ids)} {backend} {runs} ({named}): {why}")
+    return f"bench: could not read {'; '.join(parts)}" if parts else ""
+
+
 def records_for(ctx: Context, ref: str) -> list[RunRecord]:
     """A run id names that run; a sweep id (`launch --gpu a,b`) names each of its members."""
     if not is_sweep_id(ref):

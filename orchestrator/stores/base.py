@@ -32,6 +32,10 @@ class Store(Protocol):
         """Keys under prefix (relative to the store's root), sorted."""
         ...
 
+    def copy(self, source: str, target: str) -> None:
+        """Copy one object inside the store (server-side where the store has it)."""
+        ...
+
     def uri(self, key: str) -> str:
         """Where a user would look for it: a path or gs:// URL."""
         ...

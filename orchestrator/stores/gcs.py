@@ -208,6 +208,14 @@ class GcsStore:
         )
         return sorted(name[len(root) :] for name in names)
 
+    def copy(self, source: str, target: str) -> None:
+        """A server-side copy (objects.copy): the bytes never pass through this machine."""
+        blob = self._bucket.blob(self.object_name(source))
+        name = self.object_name(target)
+        self._call(
+            lambda: self._bucket.copy_blob(blob, self._bucket, name, retry=self._retry), source
+        )
+
     def delete(self, key: str) -> None:
         blob = self._bucket.blob(self.object_name(key))
         self._call(lambda: blob.delete(retry=self._retry), key)
@@ -221,27 +229,46 @@ class GcsStore:
         bucket.iam_configuration.uniform_bucket_level_access_enabled = True
         self._translated(lambda: bucket.create(location=location, retry=self._retry), "")
 
-    def grant(self, role: str, member: str) -> None:
-        """Add `member` to `role` in the bucket's IAM policy (read, modify, write)."""
+    def grant(self, role: str, member: str, condition: dict[str, str] | None = None) -> bool:
+        """Bind `member` to `role` (under `condition`) in the bucket's IAM policy; False when
+        the policy already holds that binding. A binding of the same role and member under
+        another condition (an earlier setup's) gives way to it. Conditions need policy
+        version 3 (https://cloud.google.com/storage/docs/access-control/using-iam-permissions
+        #policy-with-conditions)."""
 
-        def update() -> None:
-            policy = self._bucket.get_iam_policy(retry=self._retry)
-            for binding in policy.bindings:
-                if binding["role"] == role:
-                    binding["members"] = set(binding["members"]) | {member}
-                    break
-            else:
-                policy.bindings.append({"role": role, "members": {member}})
+        def update() -> bool:
+            policy = self._bucket.get_iam_policy(requested_policy_version=3, retry=self._retry)
+            wanted = {"role": role, "members": {member}}
+            if condition:
+                wanted["condition"] = condition
+            bindings = list(policy.bindings)
+            if any(_same_binding(b, wanted) for b in bindings):
+                return False
+            others = [b for b in bindings if not (b["role"] == role and member in b["members"])]
+            policy.version = 3
+            policy.bindings = [*others, wanted]
             self._bucket.set_iam_policy(policy, retry=self._retry)
+            return True
 
-        self._translated(update, "", missing_bucket=True)
+        return self._translated(update, "", missing_bucket=True)
 
     def role_members(self) -> dict[str, set[str]]:
-        """The bucket's IAM policy: role -> members (e.g. "serviceAccount:x@p.iam...")."""
+        """The bucket's IAM policy: role -> members (e.g. "serviceAccount:x@p.iam..."),
+        whatever their conditions."""
         policy = self._translated(
-            lambda: self._bucket.get_iam_policy(retry=self._retry), "", missing_bucket=True
+            lambda: self._bucket.get_iam_policy(requested_policy_version=3, retry=self._retry),
+            "",
+            missing_bucket=True,
         )
         return {binding["role"]: set(binding["members"]) for binding in policy.bindings}
+
+
+def _same_binding(binding: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    return (
+        binding["role"] == wanted["role"]
+        and wanted["members"] <= set(binding["members"])
+        and binding.get("condition") == wanted.get("condition")
+    )
 
 
 def _download_args(max_bytes: int | None, retry: Any) -> dict[str, Any]:

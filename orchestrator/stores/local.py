@@ -9,9 +9,23 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import unicodedata
 from pathlib import Path
 
 from orchestrator.errors import NotFoundError, ResultsError, UsageError
+
+
+def key_problem(key: str) -> str | None:
+    """Why this key could name something outside the store, or two things, or None: a key
+    is relative, its segments are neither empty nor '.' nor '..' (a list prefix may end in
+    one '/'), with no backslash and no control character."""
+    if not key or key.startswith("/"):
+        return "a key is a relative path"
+    if "\\" in key or any(unicodedata.category(ch) == "Cc" for ch in key):
+        return "a key holds no backslash or control character"
+    if any(segment in ("", ".", "..") for segment in key.removesuffix("/").split("/")):
+        return "a key has no empty, '.' or '..' segment"
+    return None
 
 
 class LocalStore:
@@ -21,10 +35,16 @@ class LocalStore:
         self.root = root
 
     def _path(self, key: str) -> Path:
-        parts = Path(key).parts
-        if not parts or Path(key).is_absolute() or ".." in parts:
-            raise UsageError(f"invalid store key {key!r}")
-        return self.root / key
+        """The file of this key, never outside the root: the key must be plain (see
+        `key_problem`), and no symbolic link on its way may lead out of the root."""
+        problem = key_problem(key)
+        if problem:
+            raise UsageError(f"invalid store key {key!r}: {problem}")
+        path = self.root / key
+        # Only what a run wrote can put a link here: untrusted data, refused as such.
+        if not path.resolve().is_relative_to(self.root.resolve()):
+            raise ResultsError(f"{self.uri(key)} leads out of the store {self.root}; refused")
+        return path
 
     def put_bytes(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -86,6 +106,13 @@ class LocalStore:
             for p in base.rglob("*")
             if p.is_file() and ".part." not in p.name
         )
+
+    def copy(self, source: str, target: str) -> None:
+        path = self._path(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.part.{os.getpid()}")
+        self.download(source, tmp)
+        tmp.replace(path)
 
     def uri(self, key: str) -> str:
         return str(self.root / key)

@@ -5,6 +5,7 @@ rendered startup script."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import time
@@ -57,6 +58,14 @@ def launched_run_id(capsys) -> str:
     return line.split("launched run ")[1].split()[0]
 
 
+def run_key_of(run_id: str) -> str:
+    """The run's store key, secret included, as the registry of this test's state dir has it."""
+    from orchestrator.registry import RunRegistry
+
+    registry = RunRegistry(Path(os.environ["BENCH_STATE_DIR"]) / "runs.sqlite")
+    return registry.get(run_id).run_key
+
+
 def test_launch_wait_fetch_and_nothing_is_left(
     gce, gcs_server, gcs_bucket, tmp_path, capsys, monkeypatch
 ):
@@ -97,7 +106,7 @@ def test_launch_wait_fetch_and_nothing_is_left(
     assert gce.instances() == [], "the end of --wait deletes the powered-off instance"
     deletes = gce.calls("instances.delete")
     assert [d.caller for d in deletes] == ["controller"]  # the default account may not
-    assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
+    assert f"bench/{run_key_of(run_id)}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
     assert all(discovery_valid(body) for body in gce.inserted)
 
 
@@ -175,7 +184,7 @@ def test_preemption_mid_benchmark_leaves_partial_results(
     gce.wait_for(measuring, timeout=90, interval=0.3)
     (instance,) = gce.instances()
     gce.preempt(instance.zone, instance.name)
-    manifest_name = f"bench/runs/{run_id}/manifest.json"
+    manifest_name = f"bench/{run_key_of(run_id)}/manifest.json"
     gce.wait_for(lambda: bucket_json(gcs_server, gcs_bucket, manifest_name), timeout=30)
     manifest = Manifest.model_validate(bucket_json(gcs_server, gcs_bucket, manifest_name))
     assert manifest.status == "partial" and "preempted" in manifest.reason
@@ -211,10 +220,10 @@ def test_a_failing_phase_uploads_log_and_failed_manifest_and_powers_off(
     assert instance.going_down_because == "guest"
     assert instance.sandbox.halted.is_set() and not instance.deleted  # its disk stays
     manifest = Manifest.model_validate(
-        bucket_json(gcs_server, gcs_bucket, f"bench/runs/{run_id}/manifest.json")
+        bucket_json(gcs_server, gcs_bucket, f"bench/{run_key_of(run_id)}/manifest.json")
     )
     assert manifest.status == "failed" and manifest.failed_phase == "payload"
-    assert f"bench/runs/{run_id}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
+    assert f"bench/{run_key_of(run_id)}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
     capsys.readouterr()
     assert main(["status"]) == 0
     out = capsys.readouterr().out

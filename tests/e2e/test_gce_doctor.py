@@ -22,7 +22,7 @@ FAMILY = BenchConfig().image_family
 def project(gce, gcs_server, monkeypatch):
     """A healthy project: the VM's default account holds object access on the bucket."""
     with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:
-        proxy.object_members.add(f"serviceAccount:{DEFAULT_ACCOUNT}")
+        proxy.grant(f"serviceAccount:{DEFAULT_ACCOUNT}")
         monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
         gce.proxy = proxy
         yield gce
@@ -82,7 +82,7 @@ def _break(project, monkeypatch, what: str) -> None:
     elif what == "missing-bucket":
         monkeypatch.setenv("BENCH_BUCKET", "bench-no-such-bucket")
     elif what == "vm-bucket-access":
-        project.proxy.object_members.clear()
+        project.proxy.bindings.clear()
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ def _break(project, monkeypatch, what: str) -> None:
         (
             "vm-bucket-access",
             f"✗ VM bucket access: {DEFAULT_ACCOUNT}",
-            "gcloud storage buckets add-iam-policy-binding gs://",
+            "run `bench setup` (its account writes only its own run's objects)",
         ),
     ],
 )

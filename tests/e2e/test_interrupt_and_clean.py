@@ -10,7 +10,7 @@ import pytest
 
 import orchestrator.cli.progress
 from orchestrator.cli import main
-from tests.e2e.test_local_run import only_run_id, small_plan, wait_for
+from tests.e2e.test_local_run import only_run_id, small_plan, store_run_dir, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -50,7 +50,7 @@ def test_ctrl_c_stop_all_declined_then_clean(bench_env, tmp_path, monkeypatch, c
     assert main(["clean", "--dry-run"]) == 0
     dry = capsys.readouterr().out
     assert str(sandbox) in dry and "would free" in dry and sandbox.is_dir()
-    store_copy = state / "store" / "bench" / "runs" / run_id
+    store_copy = store_run_dir(state, run_id)
     assert str(store_copy) in dry and store_copy.is_dir()
 
     assert main(["clean"]) == 0

@@ -19,6 +19,7 @@ import pytest
 from orchestrator.backends.local import RUN_MARK_ENV
 from orchestrator.cli import main
 from results_schema import Manifest, Measurement
+from tests.e2e.test_local_run import store_run_dir
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -135,16 +136,12 @@ def test_a_handle_that_would_signal_others_is_never_used(bench_env, handle, caps
     assert main(["status"]) == 0
 
 
-HOSTILE_DIR = "py\x1b]52;c;ZXZpbA==\x07\x1b[2J[/][bold]x[/bold]\x9b31m"
-
-
 def test_launch_wait_status_logs_fetch_show_a_hostile_run_as_text(bench_env, capsys):
-    """The run's own interpreter path (in its failure reason, heartbeat and log) and its
-    output hold escapes and markup; no command may print a control byte or exit 1."""
-    python = stand_in(bench_env / HOSTILE_DIR, "exit 1")
-    python.write_text(
-        "#!/usr/bin/env bash\nprintf 'missing: \\033]52;c;ZXZpbA==\\007 [/] \\033[2J\\n'\nexit 1\n"
-    )
+    """The run's output (in its failure reason, heartbeat and log) holds escapes and markup;
+    no command may print a control byte or exit 1. (An interpreter path holding them is
+    refused as a setting before anything runs: tests/unit/test_input_validation.py.)"""
+    hostile = "printf 'missing: \\033]52;c;ZXZpbA==\\007 [/] \\033[2J\\n' >&2\nexit 1"
+    python = stand_in(bench_env / "py", hostile)
     os.environ["BENCH_PAYLOAD_PYTHON"] = str(python)
     try:
         capsys.readouterr()
@@ -153,13 +150,15 @@ def test_launch_wait_status_logs_fetch_show_a_hostile_run_as_text(bench_env, cap
     finally:
         del os.environ["BENCH_PAYLOAD_PYTHON"]
     assert code == 5, out
-    assert "\\x1b" in out, out  # the hostile text was shown, escaped
+    assert not any(ch in out for ch in FORBIDDEN), repr(out)
     run_id = only_run_id(bench_env / "state")
+    shown = {}
     for command in (["status"], ["logs", run_id], ["fetch", run_id]):
         code = main(command)
-        out = "".join(capsys.readouterr())
+        shown[command[0]] = out = "".join(capsys.readouterr())
         assert code in (0, 5), (command, out)
         assert not any(ch in out for ch in FORBIDDEN), (command, repr(out))
+    assert "\\x1b]52" in shown["logs"], shown["logs"]  # the hostile text was shown, escaped
 
 
 @pytest.fixture
@@ -186,17 +185,17 @@ def test_a_disk_full_mid_benchmark_leaves_a_valid_partial_manifest(
   mkdir -p "$out/results"
   echo '{MEASUREMENT_HEADER}' > "$out/results/measurements.csv"
   for ((i = 0; i < {rows}; i++)); do
-    echo "$run,c,sdpa,single,$i,0,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00"
+    echo "$run,fp32-b1h2s17d64,sdpa,single,$i,0,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00"
   done >> "$out/results/measurements.csv"
   cat /dev/zero > "$out/fill" 2>/dev/null     # the disk fills up...
   for ((; i < 100000; i++)); do               # ...while the benchmark still writes
-    echo "$run,c,sdpa,single,$i,0,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00" \\
+    echo "$run,fp32-b1h2s17d64,sdpa,single,$i,0,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00" \\
       >> "$out/results/measurements.csv" 2>/dev/null || exit 1
   done"""
     monkeypatch.setenv("BENCH_PAYLOAD_PYTHON", str(stand_in(bench_env / "py", benchmark)))
     assert launch_local("--wait") == 5
     run_id = only_run_id(bench_env / "state")
-    stored = bench_env / "state" / "store" / "bench" / "runs" / run_id / "manifest.json"
+    stored = store_run_dir(bench_env / "state", run_id) / "manifest.json"
     manifest = Manifest.model_validate(json.loads(stored.read_bytes()))
     assert manifest.status == "partial", manifest.reason
     measured = manifest.file("results/measurements.csv")

@@ -13,18 +13,20 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.registry import RunRegistry
 from results_schema import PHASES, Manifest, Plan
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def store_run_dir(state: Path, run_id: str) -> Path:
-    return state / "store" / "bench" / "runs" / run_id
+    """The run's folder in the local store: its key carries the run's secret."""
+    return state / "store" / "bench" / RunRegistry(state / "runs.sqlite").get(run_id).run_key
 
 
 def only_run_id(state: Path) -> str:
-    (run_id,) = [p.name for p in (state / "store" / "bench" / "runs").iterdir()]
-    return run_id
+    (record,) = RunRegistry(state / "runs.sqlite").all()
+    return record.run_id
 
 
 def small_plan(tmp_path: Path, name: str = "tiny", samples: int = 6, heavy: bool = False) -> Path:
@@ -196,6 +198,6 @@ def test_hostile_settings_are_inert_when_the_script_runs(bench_env, tmp_path, mo
     # run must still complete, with the hostile string intact.
     assert code == 0
     manifest = Manifest.model_validate_json(
-        (state / "store" / "bench" / "runs" / only_run_id(state) / "manifest.json").read_text()
+        (store_run_dir(state, only_run_id(state)) / "manifest.json").read_text()
     )
     assert manifest.status == "complete" and manifest.plan.name == text

@@ -631,7 +631,7 @@ ATTACKS = [
     Attack(rows_of_other_run, 5, 0),
     Attack(naive_sample_time, 5, 0),
     Attack(long_csv_cell, 5, 0),
-    Attack(csv_with_nul, 0, 0),  # a NUL in a message is text like any other: shown escaped
+    Attack(csv_with_nul, 5, 0),  # a NUL in a CSV cell is refused: spreadsheets and C cut at it
     Attack(csv_not_utf8, 5, 0),
     Attack(csv_with_bom, 5, 0),
     Attack(rows_miscounted, 5, 0),

@@ -60,6 +60,7 @@ from .compute_state import FakeCompute, FakeComputeConfig, FakeInstance, project
 from .faults import DROP, FaultPlan
 from .gce_errors import GceError, invalid
 from .http_base import BackgroundHttpServer, JsonHandler
+from .iam_policy import Resource, allows, predefined_or
 from .list_filter import compile_filter
 from .metadata_server import VM_TOKEN_PREFIX, MetadataServer
 from .operations import API_ROOT
@@ -169,6 +170,44 @@ def _page(items: list[Any], query: dict[str, str]) -> tuple[list[Any], str | Non
     return items[start:end], (str(end) if end < len(items) else None)
 
 
+class ProjectIam:
+    """Project IAM policies and custom roles when no IAM stand-in is wired in."""
+
+    def __init__(self) -> None:
+        self.policies: dict[str, dict[str, Any]] = {}
+        self.roles: dict[str, dict[str, Any]] = {}
+
+    def policy(self, project: str) -> dict[str, Any]:
+        return self.policies.setdefault(project, {"version": 1, "bindings": []})
+
+    def grant(self, project: str, member: str, role: str, condition: dict | None = None) -> None:
+        binding: dict[str, Any] = {"role": role, "members": [member]}
+        if condition:
+            binding["condition"] = condition
+        self.policy(project)["bindings"].append(binding)
+
+    def grant_self_delete(self, project: str, account: str) -> None:
+        """What `bench setup` grants: a custom role with compute.instances.delete under its
+        condition (orchestrator/backends/gce/iam.py), evaluated here like any other."""
+        from orchestrator.backends.gce.iam import SELF_DELETE_ROLE_ID, self_delete_condition
+
+        role = f"projects/{project}/roles/{SELF_DELETE_ROLE_ID}"
+        self.roles[role] = {"includedPermissions": ["compute.instances.delete"]}
+        condition = {"title": "bench instances only", "expression": self_delete_condition(project)}
+        self.grant(project, f"serviceAccount:{account}", role, condition)
+
+
+def _needed(api_method: str, params: dict[str, str]) -> tuple[str, Resource]:
+    """The permission a Compute method needs and the resource a condition sees."""
+    verb = api_method.split(".", 1)[1]
+    permission = "compute.instances.list" if verb == "aggregatedList" else f"compute.{api_method}"
+    project, zone, name = params.get("project"), params.get("zone"), params.get("name")
+    if name and zone:
+        full = f"projects/{project}/zones/{zone}/instances/{name}"
+        return permission, Resource("compute.googleapis.com/Instance", full)
+    return permission, Resource("compute.googleapis.com/Project", f"projects/{project}")
+
+
 class FakeComputeServer:
     """The compute and metadata stand-ins; use as a context manager or start()/stop().
 
@@ -183,8 +222,9 @@ class FakeComputeServer:
         self.inserted: list[dict[str, Any]] = []
         self.schema_violations: list[str] = []
         self.catalog = FakeCatalog(self.config.zones)
-        # Accounts holding the bench custom role (compute.instances.delete on bench-*).
-        self.accounts_may_delete: set[str] = set()
+        # The project IAM a VM's token is authorized against: `.policy(project)` and
+        # `.roles` (custom roles by name), e.g. the IAM stand-in (tests/fakes/iam_server.py).
+        self.iam: ProjectIam = ProjectIam()
         self._record_lock = threading.Lock()
         self._http = BackgroundHttpServer(_ComputeHandler)
         self.metadata = MetadataServer(self)
@@ -354,9 +394,11 @@ class FakeComputeServer:
         A VM calls Compute with its service account's token from the metadata server; the
         call needs both an access scope that covers Compute and an IAM permission
         (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam).
-        bench's setup grants compute.instances.delete under an IAM condition on
-        resource.name starting with "bench-"
-        (https://cloud.google.com/compute/docs/access/granting-access-to-resources#iam-conditions).
+        The permission is the method's (https://cloud.google.com/compute/docs/reference/rest
+        /v1/instances/delete and its siblings: compute.instances.<verb>, aggregatedList
+        needing compute.instances.list) on the instance's full resource name, and the
+        project's policy decides, conditions evaluated (tests/fakes/iam_policy.py;
+        https://cloud.google.com/compute/docs/access/granting-access-to-resources#iam-conditions).
         """
         if not self.catalog.credentials_valid:
             # https://cloud.google.com/docs/authentication/troubleshoot-adc (401 UNAUTHENTICATED)
@@ -381,20 +423,22 @@ class FakeComputeServer:
         caller = self.metadata_instance_by_name(request.caller[len("vm:") :])
         account = (caller.sent.get("serviceAccounts") or [{}])[0] if caller else {}
         scopes = set(account.get("scopes") or [])
-        allowed = (
-            request.api_method == "instances.delete"
-            and scopes & {COMPUTE_SCOPE, CLOUD_PLATFORM_SCOPE}
-            and account.get("email") in self.accounts_may_delete
-            and params.get("name", "").startswith("bench-")
+        permission, resource = _needed(request.api_method, params)
+        member = f"serviceAccount:{account.get('email')}"
+        project = params.get("project", "")
+        allowed = scopes & {COMPUTE_SCOPE, CLOUD_PLATFORM_SCOPE} and allows(
+            self.iam.policy(project).get("bindings", []),
+            predefined_or(self.iam.roles),
+            member,
+            permission,
+            resource,
         )
         if not allowed:
             raise GceError(
                 403,
                 "forbidden",
                 "PERMISSION_DENIED",
-                f"Required 'compute.{request.api_method}' permission for "
-                f"'projects/{params.get('project')}/zones/{params.get('zone')}/instances/"
-                f"{params.get('name')}'",
+                f"Required '{permission}' permission for '{resource.name}'",
             )
 
     def account_of_token(self, token: str) -> str | None:

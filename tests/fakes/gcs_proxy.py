@@ -1,43 +1,68 @@
 """A loopback proxy in front of fake-gcs-server that adds what it lacks: bucket IAM for the
-VM's identity.
+VM's identity, evaluated as Cloud Storage documents it.
 
-fake-gcs-server accepts every request and has no IAM. Cloud Storage answers 403 when the
-caller's account holds no role granting the object permission
-(https://cloud.google.com/storage/docs/access-control/iam-permissions), and a bucket's
-policy is read with `GET /storage/v1/b/{bucket}/iam`
-(https://cloud.google.com/storage/docs/json_api/v1/buckets/getIamPolicy). This proxy:
+fake-gcs-server accepts every request and has no IAM. This proxy:
 
 - forwards every request to fake-gcs-server unchanged;
 - tells a VM's request by its token (`Bearer fake-token-<instance>`, from the metadata
-  stand-in) and answers 403 when that instance's service account is not a member of
-  `object_members` (the members granted roles/storage.objectUser on the bucket);
-- serves the bucket's policy from `object_members`, checked against the storage v1
-  discovery document's Policy schema.
+  stand-in) and authorizes it against the bucket's IAM policy (`bindings`, conditions
+  included, evaluated by tests/fakes/iam_policy.py) before forwarding, answering 403 as
+  Cloud Storage does when no binding grants the permission
+  (https://cloud.google.com/storage/docs/access-control/iam-permissions);
+- serves and stores the bucket's policy (`GET`/`PUT /storage/v1/b/{bucket}/iam`,
+  https://cloud.google.com/storage/docs/json_api/v1/buckets/getIamPolicy), checked against
+  the storage v1 discovery document's Policy schema.
+
+Which permission a request needs, as documented at
+https://cloud.google.com/storage/docs/json_api/v1/objects (each method's "Authorization"
+section) and https://cloud.google.com/storage/docs/access-control/iam-json:
+objects.list needs storage.objects.list on the bucket (the resource a condition sees is the
+bucket, `projects/_/buckets/B`, so an object-name condition never grants it); objects.get
+storage.objects.get; objects.insert storage.objects.create, and storage.objects.delete too
+when it replaces an existing object (no ifGenerationMatch=0); objects.delete
+storage.objects.delete; objects.copy/rewrite get on the source and create on the target;
+objects.patch/update storage.objects.update. A VM request of any other shape is refused: the
+stand-in grants nothing it does not model.
 
 Requests without a VM token (the controller, tests) pass: they act as the project owner.
 
     with GcsIamProxy(gcs_server.endpoint, compute_server.account_of_token) as proxy:
-        proxy.object_members.add("serviceAccount:bench-vm@p.iam.gserviceaccount.com")
+        proxy.grant("serviceAccount:bench-vm@p.iam.gserviceaccount.com")
         ... BENCH_STORAGE_ENDPOINT = proxy.endpoint ...
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from . import discovery
 from .http_base import JsonHandler, LoopbackStandIn
+from .iam_policy import Resource, allows, predefined_or
 from .metadata_server import VM_TOKEN_PREFIX
 
 _IAM = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/iam$")
-_BUCKET = re.compile(r"^/(?:upload/)?storage/v1/b/(?P<bucket>[^/]+)")
+_OBJECTS = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o$")
+_UPLOAD = re.compile(r"^/upload/storage/v1/b/(?P<bucket>[^/]+)/o$")
+_OBJECT = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>[^/]+)$")
+_COPY = re.compile(
+    r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>[^/]+)/(copyTo|rewriteTo)"
+    r"/b/(?P<target_bucket>[^/]+)/o/(?P<target>[^/]+)$"
+)
 OBJECT_ROLE = "roles/storage.objectUser"
-OBJECT_ROLES = (OBJECT_ROLE, "roles/storage.objectAdmin", "roles/storage.admin")
+OBJECT_TYPE = "storage.googleapis.com/Object"
+BUCKET_TYPE = "storage.googleapis.com/Bucket"
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
+
+Need = tuple[str, Resource]  # (permission, resource)
+
+
+def _object(bucket: str, name: str) -> Resource:
+    return Resource(OBJECT_TYPE, f"projects/_/buckets/{bucket}/objects/{name}")
 
 
 class _ProxyHandler(JsonHandler):
@@ -49,29 +74,76 @@ class _ProxyHandler(JsonHandler):
         if iam and self.command == "PUT" and account is None:
             self._set_policy(proxy, iam["bucket"])
             return
-        if iam and self.command == "GET":
+        if iam and self.command == "GET" and account is None:
             self._policy(proxy, iam["bucket"])
             return
-        bucket = _BUCKET.match(self.url_path)
-        if account is not None and f"serviceAccount:{account}" not in proxy.object_members:
-            name = bucket["bucket"] if bucket else "?"
-            proxy.denied.append((account, self.command, self.url_path))
-            message = (
-                f"{account} does not have storage.objects.get access to the Google Cloud "
-                f"Storage bucket. Permission denied on resource (or it may not exist): {name}"
-            )
-            self.reply_json(
-                403,
-                {
-                    "error": {
-                        "code": 403,
-                        "message": message,
-                        "errors": [{"message": message, "domain": "global", "reason": "forbidden"}],
-                    }
-                },
-            )
-            return
+        if account is not None:
+            member = f"serviceAccount:{account}"
+            needs = self._needs(proxy)
+            refused = next((n for n in needs if not proxy.allowed(member, *n)), None)
+            if not needs or refused:
+                self._deny(proxy, account, refused)
+                return
         self._forward(proxy)
+
+    def _needs(self, proxy: GcsIamProxy) -> list[Need]:
+        """The permissions this request needs; [] for a shape the stand-in does not model."""
+        path, method = self.url_path, self.command
+        if (m := _COPY.match(path)) and method == "POST":
+            return [
+                ("storage.objects.get", _object(m["bucket"], unquote(m["name"]))),
+                *self._create_needs(m["target_bucket"], unquote(m["target"])),
+            ]
+        if (m := _OBJECT.match(path)) is not None:
+            name = unquote(m["name"])
+            permission = {
+                "GET": "storage.objects.get",
+                "DELETE": "storage.objects.delete",
+                "PATCH": "storage.objects.update",
+                "PUT": "storage.objects.update",
+            }.get(method)
+            return [(permission, _object(m["bucket"], name))] if permission else []
+        if (m := _OBJECTS.match(path)) and method == "GET":
+            bucket = m["bucket"]
+            return [("storage.objects.list", Resource(BUCKET_TYPE, f"projects/_/buckets/{bucket}"))]
+        if (m := _UPLOAD.match(path)) and method == "POST":
+            name = self.query.get("name") or self._name_in_body()
+            return self._create_needs(m["bucket"], name) if name else []
+        return []
+
+    def _create_needs(self, bucket: str, name: str) -> list[Need]:
+        needs = [("storage.objects.create", _object(bucket, name))]
+        proxy: GcsIamProxy = self.server.owner  # type: ignore[attr-defined]
+        if self.query.get("ifGenerationMatch") != "0" and proxy.object_exists(bucket, name):
+            needs.append(("storage.objects.delete", _object(bucket, name)))
+        return needs
+
+    def _name_in_body(self) -> str | None:
+        """The object name of a multipart or resumable upload's metadata (JSON)."""
+        body = self.raw_body
+        start, end = body.find(b"{"), body.find(b"}")
+        if start < 0 or end < start:
+            return None
+        try:
+            return json.loads(body[start : end + 1]).get("name")
+        except (ValueError, AttributeError):
+            return None
+
+    def _deny(self, proxy: GcsIamProxy, account: str, refused: Need | None) -> None:
+        permission, resource = refused or ("storage.objects.get", Resource(BUCKET_TYPE, "?"))
+        proxy.denied.append((account, self.command, self.url_path))
+        message = (
+            f"{account} does not have {permission} access to the Google Cloud Storage "
+            f"object. Permission '{permission}' denied on resource (or it may not exist)."
+        )
+        body = {
+            "error": {
+                "code": 403,
+                "message": message,
+                "errors": [{"message": message, "domain": "global", "reason": "forbidden"}],
+            }
+        }
+        self.reply_json(403, body)
 
     def _policy(self, proxy: GcsIamProxy, bucket: str) -> None:
         status, _, _ = proxy.upstream_request("GET", f"/storage/v1/b/{bucket}", b"", {})
@@ -80,19 +152,21 @@ class _ProxyHandler(JsonHandler):
                 404, {"error": {"code": 404, "message": "The specified bucket does not exist."}}
             )
             return
-        members = sorted(proxy.object_members)
+        # A policy holding a condition is version 3
+        # (https://cloud.google.com/iam/docs/policies#versions).
+        conditional = any("condition" in b for b in proxy.bindings)
         policy: dict[str, Any] = {
             "kind": "storage#policy",
             "resourceId": f"projects/_/buckets/{bucket}",
-            "version": 1,
-            "etag": "CAE=",
-            "bindings": [{"role": OBJECT_ROLE, "members": members}] if members else [],
+            "version": 3 if conditional else 1,
+            "etag": f"CA{proxy.etag}=",
+            "bindings": proxy.bindings,
         }
         discovery.validate_response("storage", "v1", "buckets.getIamPolicy", policy)
         self.reply_json(200, policy)
 
     def _set_policy(self, proxy: GcsIamProxy, bucket: str) -> None:
-        """buckets.setIamPolicy: members of the object roles become `object_members`."""
+        """buckets.setIamPolicy: the policy's bindings become the proxy's."""
         policy = self.json_body()
         try:
             discovery.validate("storage", "v1", "Policy", policy)
@@ -100,12 +174,13 @@ class _ProxyHandler(JsonHandler):
             proxy.schema_violations.append(f"request buckets.setIamPolicy: {e}")
             self.reply_json(400, {"error": {"code": 400, "message": str(e)}})
             return
-        proxy.object_members = {
-            member
-            for binding in policy.get("bindings", [])
-            if binding["role"] in OBJECT_ROLES
-            for member in binding["members"]
-        }
+        bindings = policy.get("bindings", [])
+        if any("condition" in b for b in bindings) and policy.get("version") != 3:
+            message = "IAM policy with conditions must be version 3"
+            self.reply_json(400, {"error": {"code": 400, "message": message}})
+            return
+        proxy.bindings = [{**b, "members": sorted(b["members"])} for b in bindings]
+        proxy.etag += 1
         self._policy(proxy, bucket)
 
     def _forward(self, proxy: GcsIamProxy) -> None:
@@ -128,12 +203,42 @@ class GcsIamProxy(LoopbackStandIn):
 
     handler_class = _ProxyHandler
 
-    def __init__(self, upstream: str, identity_of: Callable[[str], str | None]) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        identity_of: Callable[[str], str | None],
+        custom_roles: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         super().__init__()
         self.upstream = urlsplit(upstream)
         self.identity_of = identity_of
-        self.object_members: set[str] = set()
+        # Custom roles by name (projects/P/roles/ID -> Role), e.g. the IAM stand-in's `roles`.
+        self.custom_roles: Mapping[str, Mapping[str, Any]] = (
+            {} if custom_roles is None else custom_roles
+        )
+        self.bindings: list[dict[str, Any]] = []
+        self.etag = 1
         self.denied: list[tuple[str, str, str]] = []  # (account, method, path) refused
+
+    def grant(
+        self, member: str, role: str = OBJECT_ROLE, condition: dict[str, str] | None = None
+    ) -> None:
+        binding: dict[str, Any] = {"role": role, "members": [member]}
+        if condition:
+            binding["condition"] = condition
+        self.bindings.append(binding)
+
+    def members(self) -> set[str]:
+        return {m for b in self.bindings for m in b["members"]}
+
+    def allowed(self, member: str, permission: str, resource: Resource) -> bool:
+        roles = predefined_or(self.custom_roles)
+        return allows(self.bindings, roles, member, permission, resource)
+
+    def object_exists(self, bucket: str, name: str) -> bool:
+        path = f"/storage/v1/b/{bucket}/o/{quote(name, safe='')}"
+        status, _, _ = self.upstream_request("GET", path, b"", {})
+        return status == 200
 
     def upstream_request(
         self, method: str, path: str, body: bytes, headers: dict[str, str]

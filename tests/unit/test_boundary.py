@@ -95,3 +95,26 @@ def test_a_refused_reservation_inserts_nothing(tmp_path):
     with pytest.raises(RefusedError):
         registry.reserve(_record("20261123-000001-bbbbbb"), cap)
     assert [r.run_id for r in registry.all()] == ["20261123-000000-aaaaaa"]
+
+
+@pytest.mark.parametrize(
+    ("cell", "refused"),
+    [
+        ("=1+2", True),
+        ("+1+2", True),
+        ("-2+3", True),
+        ("@SUM(A1)", True),
+        ("-", True),
+        ("a\x00b", True),
+        ("-1.5", False),
+        ("+2", False),
+        ("-1e-3", False),
+        (".5", False),
+        ("fp16-b4h16s1024d64-causal", False),
+        ("relative L2 error 0.002 over tolerance 0.001", False),
+    ],
+)
+def test_a_cell_a_spreadsheet_would_run_is_told_apart_from_data(cell, refused):
+    from orchestrator.boundary import _spreadsheet_hazard
+
+    assert (_spreadsheet_hazard(cell) is not None) == refused

@@ -480,7 +480,15 @@ def test_a_vm_token_may_delete_only_when_its_identity_allows(compute_server, cli
             "scopes": ["https://www.googleapis.com/auth/compute"],
         }
     ]
-    compute_server.accounts_may_delete.add("bench-vm@p.iam.gserviceaccount.com")
+    compute_server.iam.grant_self_delete(PROJECT, "bench-vm@p.iam.gserviceaccount.com")
+    create(clients, "other-vm")
+    other = url.replace("instances/bench-self", "instances/other-vm")
+    # Not a bench VM (the condition), and not a delete (the role): both refused.
+    for refused, method in ((other, "DELETE"), (url + "/stop", "POST")):
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(urllib.request.Request(refused, method=method, headers=token))
+        assert caught.value.code == 403
+    assert compute_server.instance(ZONE, "other-vm") is not None
     with urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=token)):
         pass
     compute_server.wait_for_status(ZONE, "bench-self", "DELETED")

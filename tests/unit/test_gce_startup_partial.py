@@ -24,6 +24,7 @@ from tests.unit.test_gce_builder import make_spec
 from tests.unit.test_gce_compute import instance_for
 
 ZONE, NAME = "us-central1-a", "bench-20261101-120000-abcdef"
+PROJECT = "bench-test-project"
 
 
 @pytest.fixture
@@ -178,7 +179,7 @@ def _may_delete_itself(vm, allowed: bool) -> None:
         }
     ]
     if allowed:
-        vm.compute.accounts_may_delete.add(account)
+        vm.compute.iam.grant_self_delete(PROJECT, account)
 
 
 def test_a_vm_whose_account_may_deletes_itself_and_does_not_power_off(vm):

@@ -65,3 +65,11 @@ def test_vm_access_needs_an_object_role_for_that_exact_account():
     roles = {"roles/storage.objectViewer": {"serviceAccount:a@p"}}
     assert not vm_access_check("b", "a@p", roles).ok
     assert vm_access_check("b", "a@p", {"roles/storage.objectUser": {"serviceAccount:a@p"}}).ok
+
+
+def test_vm_access_says_whether_the_account_is_contained_to_its_own_run():
+    member = {"serviceAccount:a@p"}
+    contained = vm_access_check("b", "a@p", {"projects/p/roles/benchRunObjects": member})
+    broad = vm_access_check("b", "a@p", {"roles/storage.objectUser": member})
+    assert contained.ok and "its own run's objects only" in contained.detail
+    assert broad.ok and "could overwrite other runs' results" in broad.detail

@@ -14,6 +14,7 @@ from orchestrator.cli.report_table import significant
 from orchestrator.errors import ResultsError
 from orchestrator.report import Disagreement, implementation_label, load_run, make_report
 from results_schema import Plan
+from results_schema.names import new_run_id
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -21,7 +22,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("run")
+    """A run's folder as fetch publishes it: named by its run id, in a results directory."""
+    run_id = new_run_id()
+    out = tmp_path_factory.mktemp("results") / run_id
     result = subprocess.run(
         [
             sys.executable,
@@ -32,6 +35,8 @@ def run_dir(tmp_path_factory) -> Path:
             "cpu-smoke",
             "--out",
             str(out),
+            "--run-id",
+            run_id,
             "--measurements",
             "30",
         ],

@@ -9,6 +9,7 @@ import pytest
 from orchestrator import budget, runtime_model
 from orchestrator.config import BenchConfig
 from orchestrator.errors import ConfigError
+from orchestrator.registry import PastPhases
 from orchestrator.service.plans import resolve_plan
 from results_schema import Manifest
 from results_schema.record import billed_usd
@@ -64,7 +65,9 @@ def test_an_unmodelled_gpu_is_a_config_error():
 
 def test_past_runs_replace_only_the_phases_they_recorded():
     model = runtime_model.model_phases(default_plan(), "gce", "nvidia-l4")
-    refined = runtime_model.refine(model, [{"build": 4.0}, {"build": 8.0, "boot": 40.0}, {}])
+    key = default_plan().content_sha256()
+    past = [PastPhases({"build": 4.0}, key), PastPhases({"build": 8.0, "boot": 40.0}, key)]
+    refined = runtime_model.refine(model, [*past, PastPhases({}, key)])
     assert refined.seconds_of("build") == pytest.approx(8.0 * runtime_model.HISTORY_HEADROOM)
     assert "median of 2 past runs" in next(p for p in refined.phases if p.phase == "build").source
     assert refined.seconds_of("boot") == pytest.approx(40.0 * runtime_model.HISTORY_HEADROOM)
@@ -89,7 +92,7 @@ def test_a_manifest_gives_boot_and_the_script_phases_in_model_terms():
             ],
         }
     )
-    seconds = runtime_model.recorded_phase_seconds(manifest, created)
+    seconds = runtime_model.recorded_phase_seconds(manifest, created, max_run_seconds=3600)
     assert seconds == {"boot": 52.0, "environment": 1.0, "build": 7.0, "upload": 2.0}
 
 
@@ -108,3 +111,19 @@ def test_a_baseline_tree_builds_twice_and_a_profile_adds_its_calls():
     timed = plain.seconds_of("benchmark") * len(ab.identities) / len(plan.identities)
     assert model.seconds_of("benchmark") == pytest.approx(timed + calls * 9.0)
     assert "profile: 12 calls" in next(f.source for f in model.phases if f.phase == "benchmark")
+
+
+def test_history_ignores_phase_times_no_run_could_take():
+    """A registry written before fetch bounded phase times may hold 1e308 s: not history."""
+    plan = default_plan()
+    model = runtime_model.model_phases(plan, "gce", "nvidia-l4")
+    poisoned = [PastPhases({"benchmark": 1e308, "build": -5.0}, plan.content_sha256())]
+    assert runtime_model.refine(model, poisoned) == model
+
+
+def test_history_of_a_plan_of_other_content_is_not_used():
+    plan = default_plan()
+    model = runtime_model.model_phases(plan, "gce", "nvidia-l4")
+    other = plan.model_copy(update={"samples_per_config": 1}).content_sha256()
+    assert runtime_model.refine(model, [PastPhases({"benchmark": 1.0}, other)]) == model
+    assert runtime_model.refine(model, [{"benchmark": 1.0}]) == model  # a key of none

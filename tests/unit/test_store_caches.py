@@ -1,5 +1,6 @@
 """The environment and kernel-build caches in the bucket, run by bash against the real
-fake-gcs-server through the gce partial's store_put/store_get: saved once, restored later,
+fake-gcs-server through the gce partial's store_put/store_get: saved once as the run's own
+candidate, promoted into cache/ by the controller for a trusted run only, restored later,
 and a corrupt object detected by its sha256 and rebuilt.
 """
 
@@ -14,9 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config import BenchConfig
 from orchestrator.render import APT_LOCK_TIMEOUT_SECONDS, template_environment
+from orchestrator.service.cache import promote_cache_candidates
+from orchestrator.stores.gcs import GcsStore
 from tests.fakes.fixtures import gcs_bucket, gcs_server  # noqa: F401 - fixtures
 from tests.unit.test_gce_startup_partial import vm  # noqa: F401 - fixture
+from tests.unit.test_run_containment import cache_record
 
 PREFIX = "team/bench"
 
@@ -39,7 +44,7 @@ def cache_vm(vm):  # noqa: F811
         script.write_text(
             'fail() { echo "FAIL: $*" >&2; exit 1; }\n'
             "export -f fail\n"
-            "export PIP_INDEX_ARGS='' PLAN_NAME=default\n"
+            "export PIP_INDEX_ARGS='' PLAN_NAME=default RUN_KEY=runs/r1\n"
             "source cache.sh; source environment.sh; source build.sh\n" + snippet + "\n"
         )
         return vm(f"source {script}")
@@ -50,6 +55,18 @@ def cache_vm(vm):  # noqa: F811
 
 def blob(gcs_server, bucket: str, key: str):  # noqa: F811
     return gcs_server.client().bucket(bucket).get_blob(f"{PREFIX}/cache/{key}")
+
+
+def promote(gcs_server, bucket: str, trusted: bool = True) -> list[str]:  # noqa: F811
+    """What `bench fetch` does with run r1's candidates (service/cache.py)."""
+    config = BenchConfig(
+        project="bench-test-project",
+        bucket=bucket,
+        prefix=PREFIX,
+        storage_endpoint=gcs_server.endpoint,
+    )
+    record = cache_record(trusted, run_id="r1", secret="")
+    return promote_cache_candidates(GcsStore(config), record)
 
 
 def corrupt(gcs_server, bucket: str, key: str) -> None:  # noqa: F811
@@ -71,11 +88,16 @@ def test_a_saved_tree_comes_back_and_a_corrupt_one_is_refused(
     tmp = cache_vm.tmp_path
     (tmp / "tree" / "sub").mkdir(parents=True)
     (tmp / "tree" / "sub" / "file.txt").write_text("cached bytes\n")
-    saved = cache_vm(
-        f"cache_format() {{ echo {fmt}; }}; "
-        'cache_save tree "kernels/k1" && cache_restore "kernels/k1" back'
-    )
+    saved = cache_vm(f'cache_format() {{ echo {fmt}; }}; cache_save tree "kernels/k1"')
     assert saved.returncode == 0, saved.stderr + saved.stdout
+    assert blob(gcs_server, gcs_bucket, "kernels/k1.sha256") is None  # a candidate only
+    assert promote(gcs_server, gcs_bucket, trusted=False) == []
+    missing = cache_vm('cache_restore "kernels/k1" back || echo "exit $?"')
+    assert "no kernels/k1 yet" in missing.stdout and "exit 1" in missing.stdout
+    promoted = promote(gcs_server, gcs_bucket)
+    assert promoted == [f"cache/kernels/k1.tar.{fmt}", "cache/kernels/k1.sha256"]
+    restored = cache_vm('cache_restore "kernels/k1" back')
+    assert restored.returncode == 0, restored.stderr + restored.stdout
     assert (tmp / "back" / "sub" / "file.txt").read_text() == "cached bytes\n"
     digest, stored = blob(gcs_server, gcs_bucket, "kernels/k1.sha256").download_as_text().split()
     data = blob(gcs_server, gcs_bucket, f"kernels/k1.tar.{fmt}").download_as_bytes()
@@ -106,6 +128,7 @@ def test_environment_cache_built_restored_and_rebuilt_when_corrupt(
     first = cache_vm(provide)
     assert first.returncode == 0, first.stderr + first.stdout
     assert first.stdout.splitlines()[-2:] == ["built", str(cache_vm.tmp_path / "venv")]
+    assert len(promote(gcs_server, gcs_bucket)) == 2
     keys = [
         b.name for b in gcs_server.client().list_blobs(gcs_bucket, prefix=f"{PREFIX}/cache/env/")
     ]
@@ -122,6 +145,7 @@ def test_environment_cache_built_restored_and_rebuilt_when_corrupt(
     third = cache_vm("rm -rf venv; " + provide)
     assert third.returncode == 0, third.stderr
     assert "is corrupt" in third.stderr and third.stdout.splitlines()[-2] == "built"
+    promote(gcs_server, gcs_bucket)
     # Rebuilt and saved again: the bucket's digest matches its tarball once more.
     digest, fmt = blob(gcs_server, gcs_bucket, f"{key}.sha256").download_as_text().split()
     data = blob(gcs_server, gcs_bucket, f"{key}.tar.{fmt}").download_as_bytes()
@@ -210,6 +234,7 @@ def test_kernel_build_cache_skips_the_build_and_rebuilds_a_corrupt_one(
     first = cache_vm(build)
     assert first.returncode == 0, first.stderr + first.stdout
     assert compiles() == 1 and "cache: saved kernels/src0123-nvcc12.9-sm_89" in first.stdout
+    promote(gcs_server, gcs_bucket)  # `bench fetch` of the trusted run
     second = cache_vm(build)  # a new machine: an empty local kernel cache
     assert second.returncode == 0, second.stderr
     assert compiles() == 1, "the same sources on the same GPU type must not compile again"
@@ -219,5 +244,6 @@ def test_kernel_build_cache_skips_the_build_and_rebuilds_a_corrupt_one(
     third = cache_vm(build)
     assert third.returncode == 0, third.stderr
     assert "is corrupt" in third.stdout and compiles() == 2
+    promote(gcs_server, gcs_bucket)
     fourth = cache_vm(build)  # the rebuilt library was uploaded again
     assert fourth.returncode == 0 and compiles() == 2

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.backends.gce.iam import OBJECT_WRITER_ROLE_ID
+
 # Roles that let the VM read its payload and write results (predefined Cloud Storage roles:
 # https://cloud.google.com/storage/docs/access-control/iam-roles).
 OBJECT_ROLES = ("roles/storage.objectUser", "roles/storage.objectAdmin", "roles/storage.admin")
@@ -173,18 +175,31 @@ def bucket_check(bucket: str, problem: str | None) -> Check:
 
 
 def vm_access_check(bucket: str, account: str, roles: dict[str, set[str]]) -> Check:
+    """Contained (bench setup's roles: own run's objects only) or broad (an object role on
+    the whole bucket: it works, but any run could read and overwrite every other run)."""
     member = f"serviceAccount:{account}"
-    held = [role for role in OBJECT_ROLES if member in roles.get(role, set())]
     name = "VM bucket access"
+    contained = [
+        role
+        for role in roles
+        if role.endswith(f"/roles/{OBJECT_WRITER_ROLE_ID}") and member in roles[role]
+    ]
+    if contained:
+        return Check(name, True, f"{account} writes its own run's objects only ({contained[0]})")
+    held = [role for role in OBJECT_ROLES if member in roles.get(role, set())]
     if not held:
         return Check(
             name,
             False,
             f"{account} holds no object role on gs://{bucket}: the VM could not fetch its payload",
-            f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
-            f"--member={member} --role=roles/storage.objectUser",
+            "run `bench setup` (its account writes only its own run's objects)",
         )
-    return Check(name, True, f"{account} holds {held[0]}")
+    return Check(
+        name,
+        True,
+        f"{account} holds {held[0]} on the whole bucket: a run's code could overwrite other "
+        "runs' results; `bench setup` makes an account that cannot",
+    )
 
 
 def quotas_of(resource: dict | None) -> dict[str, float]:

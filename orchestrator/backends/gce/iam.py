@@ -1,0 +1,47 @@
+"""The IAM that contains a run's VM: names, roles and conditions (pure; docs/security.md).
+
+`bench setup` grants them (service/setup.py) and `bench doctor` looks for them (readiness).
+"""
+
+from __future__ import annotations
+
+VM_ACCOUNT_ID = "bench-vm"
+SELF_DELETE_ROLE_ID = "benchSelfDelete"
+OBJECT_WRITER_ROLE_ID = "benchRunObjects"
+# storage.objects.delete is what lets a VM replace its own status.json: overwriting an
+# object needs it besides storage.objects.create
+# (https://cloud.google.com/storage/docs/access-control/iam-permissions). No list: a VM
+# that cannot list cannot find another run's key.
+OBJECT_WRITER_PERMISSIONS = [
+    "storage.objects.create",
+    "storage.objects.delete",
+    "storage.objects.get",
+]
+# The cache is read, never written. A custom role rather than a predefined one: the
+# legacy roles that hold storage.objects.get alone are meant for ACL parity, and the
+# conditional grant needs a role that is plainly IAM
+# (https://cloud.google.com/storage/docs/access-control/iam-roles).
+CACHE_READER_ROLE_ID = "benchCacheReader"
+CACHE_READER_PERMISSIONS = ["storage.objects.get"]
+INSTANCE_PREFIX = "bench-"
+
+
+def objects_condition(bucket: str, prefix: str, folder: str) -> str:
+    """Objects under <prefix>/<folder>/ of the bucket, in Cloud Storage's documented resource
+    name form for IAM conditions, projects/_/buckets/B/objects/NAME
+    (https://cloud.google.com/storage/docs/access-control/iam#conditions)."""
+    start = "/".join(part for part in (prefix.strip("/"), folder) if part)
+    return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{start}/")'
+
+
+def self_delete_condition(project: str) -> str:
+    """Instances of this project named bench-*, on the full resource name that IAM
+    conditions see for Compute Engine, projects/P/zones/Z/instances/NAME
+    (https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name);
+    extract() as documented at
+    https://cloud.google.com/iam/docs/conditions-attribute-reference#extract."""
+    return (
+        'resource.type == "compute.googleapis.com/Instance" && '
+        f'resource.name.startsWith("projects/{project}/zones/") && '
+        f'resource.name.extract("/instances/{{name}}").startsWith("{INSTANCE_PREFIX}")'
+    )

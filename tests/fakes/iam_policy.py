@@ -1,0 +1,119 @@
+"""IAM allow policies evaluated as Google documents them, for the stand-ins.
+
+A principal holds a permission on a resource when a binding of the policy names it, the
+binding's role includes the permission, and the binding's condition, if any, evaluates to
+true for that resource (https://cloud.google.com/iam/docs/policies#structure,
+https://cloud.google.com/iam/docs/conditions-overview). Conditions are CEL, evaluated here by
+a real CEL implementation (cel-python); a condition that fails to evaluate grants nothing
+(https://cloud.google.com/iam/docs/conditions-overview#evaluation). The resource attributes
+are `resource.type`, `resource.service` and `resource.name`, the full resource name
+(https://cloud.google.com/iam/docs/conditions-resource-attributes); `extract()` follows
+https://cloud.google.com/iam/docs/conditions-attribute-reference#extract: the text after the
+first occurrence of the template's prefix, up to its suffix, "" when either is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+# Predefined roles, as far as the stand-ins need them
+# (https://cloud.google.com/storage/docs/access-control/iam-roles).
+_OBJECT_USER = {
+    "storage.objects.create",
+    "storage.objects.delete",
+    "storage.objects.get",
+    "storage.objects.list",
+    "storage.objects.update",
+}
+PREDEFINED_ROLES: dict[str, set[str]] = {
+    "roles/storage.objectUser": _OBJECT_USER,
+    "roles/storage.objectAdmin": _OBJECT_USER | {"storage.objects.setIamPolicy"},
+    "roles/storage.admin": _OBJECT_USER | {"storage.buckets.get", "storage.buckets.getIamPolicy"},
+    "roles/storage.objectViewer": {"storage.objects.get", "storage.objects.list"},
+    "roles/storage.objectCreator": {"storage.objects.create"},
+    "roles/storage.legacyObjectReader": {"storage.objects.get"},
+}
+
+
+@dataclass(frozen=True)
+class Resource:
+    type: str  # e.g. "storage.googleapis.com/Object", "compute.googleapis.com/Instance"
+    name: str  # the full resource name, e.g. "projects/_/buckets/b/objects/runs/x"
+
+    @property
+    def service(self) -> str:
+        return self.type.split("/")[0]
+
+
+def extract(text: Any, template: Any):
+    from celpy import celtypes
+
+    prefix, _, rest = str(template).partition("{")
+    _, _, suffix = rest.partition("}")
+    text = str(text)
+    start = text.find(prefix)
+    if start < 0:
+        return celtypes.StringType("")
+    tail = text[start + len(prefix) :]
+    if suffix:
+        end = tail.find(suffix)
+        if end < 0:
+            return celtypes.StringType("")
+        tail = tail[:end]
+    return celtypes.StringType(tail)
+
+
+@lru_cache(maxsize=256)
+def _program(expression: str):
+    import celpy
+
+    environment = celpy.Environment()
+    return environment.program(environment.compile(expression), functions={"extract": extract})
+
+
+def condition_holds(expression: str, resource: Resource) -> bool:
+    import celpy
+
+    activation = {
+        "resource": celpy.json_to_cel(
+            {"type": resource.type, "service": resource.service, "name": resource.name}
+        )
+    }
+    try:
+        result = _program(expression).evaluate(activation)
+    except Exception:  # a condition that fails to evaluate grants nothing
+        return False
+    return isinstance(result, celpy.celtypes.BoolType) and bool(result)
+
+
+def allows(
+    bindings: Iterable[Mapping[str, Any]],
+    role_permissions: Callable[[str], set[str]],
+    member: str,
+    permission: str,
+    resource: Resource,
+) -> bool:
+    """Whether the policy's bindings give `member` `permission` on `resource`."""
+    for binding in bindings:
+        if member not in binding.get("members", ()):
+            continue
+        if permission not in role_permissions(binding["role"]):
+            continue
+        condition = binding.get("condition")
+        if condition is None or condition_holds(condition["expression"], resource):
+            return True
+    return False
+
+
+def predefined_or(custom: Mapping[str, Mapping[str, Any]]) -> Callable[[str], set[str]]:
+    """Permissions of a role: predefined, else a custom role's includedPermissions."""
+
+    def permissions(role: str) -> set[str]:
+        if role in PREDEFINED_ROLES:
+            return PREDEFINED_ROLES[role]
+        return set(custom.get(role, {}).get("includedPermissions", []))
+
+    return permissions
