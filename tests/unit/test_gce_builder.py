@@ -163,6 +163,7 @@ def test_metadata_holds_the_two_scripts_and_nothing_secret():
         ("Bench", False),
         ("bench_run", False),
         ("", False),
+        ("bench-x\n", False),  # `$` matches before a final newline: the whole name must match
     ],
 )
 def test_resource_names(name, ok):
@@ -196,6 +197,8 @@ def test_sanitize_label_value(raw, clean):
         {"bench-run": "UPPER"},
         {"bench-run": "has space"},
         {"bench-run": "x" * 64},
+        {"bench-run": "run\n"},
+        {"bench-run\n": "v"},
         {f"k{i}": "v" for i in range(65)},
     ],
 )

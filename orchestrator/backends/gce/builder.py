@@ -53,7 +53,7 @@ _MAX_METADATA_BYTES = 256 * 1024
 
 def is_valid_resource_name(name: str) -> bool:
     """GCE's rule for instance (and most resource) names: RFC 1035, at most 63 characters."""
-    return bool(_RESOURCE_NAME.match(name))
+    return bool(_RESOURCE_NAME.fullmatch(name))
 
 
 def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:
@@ -61,12 +61,12 @@ def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:
     if len(labels) > _MAX_LABELS:
         raise UsageError(f"{len(labels)} labels given; GCE allows at most {_MAX_LABELS}")
     for key, value in labels.items():
-        if not _LABEL_KEY.match(key):
+        if not _LABEL_KEY.fullmatch(key):
             raise UsageError(
                 f"label key {key!r} is invalid: start with a lowercase letter, then up to 62 "
                 "lowercase letters, digits, '_' or '-'"
             )
-        if not _LABEL_VALUE.match(value):
+        if not _LABEL_VALUE.fullmatch(value):
             raise UsageError(
                 f"label {key}={value!r} is invalid: values are up to 63 lowercase letters, "
                 "digits, '_' or '-'"
