@@ -15,7 +15,9 @@
                     slower for every N), a large slowdown of known direction
 
 Each implementation says which backend actually ran (`backend_for`), so a CSV row never
-claims a kernel that did not run.
+claims a kernel that did not run. k and v may have fewer heads than q (grouped-query
+attention, H_q % H_kv == 0): every implementation reads them without copies of its own
+making; SDPA is asked for that with enable_gqa (`_sdpa`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,14 @@ def _sdpa_backend(name: str):
     }[name]
 
 
+def _sdpa(q, k, v, causal):
+    """SDPA with grouped-query attention turned on only where k/v have fewer heads than q, so
+    that every other call reaches SDPA exactly as before (and keeps its backend choice)."""
+    if k.shape[-3] != q.shape[-3]:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
 def _pinned_sdpa(name: str) -> AttentionFn:
     from torch.nn.attention import sdpa_kernel
 
@@ -59,13 +69,13 @@ def _pinned_sdpa(name: str) -> AttentionFn:
 
     def run(q, k, v, causal):
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return _sdpa(q, k, v, causal)
 
     return run
 
 
 def _default_sdpa(q, k, v, causal):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return _sdpa(q, k, v, causal)
 
 
 CALIBRATION_FRACTIONS = (16, 32, 64, 128)
@@ -73,9 +83,9 @@ CALIBRATION_FRACTIONS = (16, 32, 64, 128)
 
 def _sdpa_plus_extra(fraction: int) -> AttentionFn:
     def run(q, k, v, causal):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = _sdpa(q, k, v, causal)
         rows = max(1, q.shape[-2] // fraction)
-        F.scaled_dot_product_attention(q[..., :rows, :], k, v)  # the known extra work
+        _sdpa(q[..., :rows, :], k, v, False)  # the known extra work
         return out
 
     return run
@@ -89,8 +99,10 @@ def default_sdpa_backend(q, k, v, causal) -> str:
     choose = getattr(torch, "_fused_sdp_choice", None)
     if choose is None:
         return "sdpa:unknown"
-    with contextlib.suppress(RuntimeError):
-        return "sdpa:" + _CHOICE_NAMES.get(int(choose(q, k, v, is_causal=causal)), "unknown")
+    gqa = {"enable_gqa": True} if k.shape[-3] != q.shape[-3] else {}
+    with contextlib.suppress(RuntimeError, TypeError):
+        choice = choose(q, k, v, is_causal=causal, **gqa)
+        return "sdpa:" + _CHOICE_NAMES.get(int(choice), "unknown")
     return "sdpa:unknown"
 
 

@@ -1,8 +1,9 @@
-"""Which GPUs our kernel runs on, decided from the compute capability alone (no torch), so
-the build phase (nvidia-smi's compute_cap) and the registry (torch's) give one answer.
+"""Which GPUs and head dims our kernel runs on, decided without torch, so the build phase
+(nvidia-smi's compute_cap), the generator and the binding give one answer.
 
 The kernel uses bf16 tensor cores and cp.async, which start with sm_80 (Ampere); a T4
 (sm_75) runs the SDPA baselines only, and its results say `flash: unsupported on sm_75`.
+Head dims are the ones a unit is generated for (generate.py reads HEAD_DIMS from here).
 
     python -m kernels.support 7.5    # prints "unsupported on sm_75", exits 1
 """
@@ -12,6 +13,14 @@ from __future__ import annotations
 import sys
 
 MIN_CAPABILITY = (8, 0)
+# Every path (sm_80 kernel, L4 shapes, Hopper kernel) has a shape for each of these.
+HEAD_DIMS = (64, 128, 256)
+# Why the others are refused: each path stores rows as 64-column blocks (Hopper's TMA
+# boxes, 128-byte swizzle) or as 16-byte chunks spread evenly over a block's threads.
+_HEAD_DIM_REFUSALS = {
+    96: "96 is not a multiple of 64, the column block of the Hopper kernel's tiles; "
+    "pad to 128 or use SDPA",
+}
 
 
 def arch_name(major: int, minor: int) -> str:
@@ -29,6 +38,15 @@ def unsupported_reason(major: int, minor: int) -> str | None:
     if (major, minor) >= MIN_CAPABILITY:
         return None
     return f"unsupported on {arch_name(major, minor)}"
+
+
+def head_dim_unsupported_reason(head_dim: int) -> str | None:
+    """None where the kernel has units for `head_dim`, else why not (a sentence)."""
+    if head_dim in HEAD_DIMS:
+        return None
+    allowed = ", ".join(map(str, HEAD_DIMS))
+    why = _HEAD_DIM_REFUSALS.get(head_dim, "no unit is generated for it")
+    return f"head_dim {head_dim} is not supported ({why}); allowed: {allowed}"
 
 
 def main(argv: list[str] | None = None) -> int:

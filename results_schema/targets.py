@@ -23,7 +23,7 @@ CUDA_ONLY = ("flash", "flash@baseline", "sdpa-flash", "sdpa-cudnn", "sdpa-effici
 # Our kernel: one compiled unit per (dtype, head dim). Which GPUs it runs on is
 # kernels.support's to say (a GPU below its minimum records `unsupported`, not an error).
 FLASH_DTYPES = ("float16", "bfloat16")
-FLASH_HEAD_DIMS = (64, 128)
+FLASH_HEAD_DIMS = (64, 128, 256)
 
 
 def plan_problems(plan: Plan, has_gpu: bool) -> list[str]:

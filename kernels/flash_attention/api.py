@@ -15,7 +15,7 @@ import math
 import torch
 
 from kernels.flash_attention import build, generate
-from kernels.support import unsupported_reason
+from kernels.support import head_dim_unsupported_reason, unsupported_reason
 
 # torch dtype -> its row of the generated dtype table (the C enum comes from the same rows).
 SUPPORTED_DTYPES = {getattr(torch, d.torch_name): d for d in generate.DTYPES}
@@ -35,7 +35,12 @@ class FlashFwdParams(ctypes.Structure):
         ],
         *[(n, ctypes.c_int32) for n in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim")],
         ("scale", ctypes.c_float),
+        ("q_heads_per_kv_head", ctypes.c_int32),
     ]
+
+
+# flash_api.h's FLASH_PARAMS_VERSION that added q_heads_per_kv_head (grouped-query attention).
+_PARAMS_VERSION_GQA = 2
 
 
 class _Library:
@@ -50,6 +55,10 @@ class _Library:
         self.error_string = self.cdll.flash_error_string
         self.error_string.argtypes = [ctypes.c_int]
         self.error_string.restype = ctypes.c_char_p
+        # A library built before flash_params_version() existed (an A/B baseline of an older
+        # tree) reads version 1's fields and would index k/v by the query head.
+        version = getattr(self.cdll, "flash_params_version", None)
+        self.params_version = int(version()) if version is not None else 1
 
 
 _library: _Library | None = None
@@ -121,10 +130,16 @@ def validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     kb, kh, s_k, kd = k.shape
     if k.shape != v.shape:
         _fail(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
-    if kb != b or kh != h or kd != d:
-        _fail(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch, heads or head_dim")
-    if d not in SUPPORTED_HEAD_DIMS:
-        _fail(f"head_dim {d} is not supported; allowed: {', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
+    if kb != b or kd != d:
+        _fail(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim")
+    if (h % kh if kh else h):
+        _fail(
+            f"q has {h} heads and k, v have {kh}: grouped-query attention needs the query heads "
+            f"to be a whole multiple of the k/v heads (h_q % h_kv == 0)"
+        )
+    reason = head_dim_unsupported_reason(d)
+    if reason:
+        _fail(reason)
     if s_k == 0 and s_q > 0:
         _fail("k and v have no keys (seq length 0)")
     if b > 65535 or h > 65535 or max(s_q, s_k) > _INT32_MAX:
@@ -185,9 +200,15 @@ def _forward(
         k.shape[2],
         d,
         scale,
+        h // k.shape[1],
     )
     index = q.get_device()
     dtype_code = SUPPORTED_DTYPES[q.dtype].code
+    if params.q_heads_per_kv_head > 1 and lib.params_version < _PARAMS_VERSION_GQA:
+        _fail(
+            f"this build of the kernel ({lib.record['library']}) predates grouped-query "
+            f"attention: k and v need as many heads as q ({h})"
+        )
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
             code = lib.fwd(ctypes.addressof(params), dtype_code, causal, _raw_stream(index))
@@ -220,9 +241,11 @@ def flash_attention_with_lse(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q k^T * scale) v and its log-sum-exp (float32, (B, H, S_q)).
 
-    q: (B, H, S_q, D), k and v: (B, H, S_k, D); float16 or bfloat16; D 64 or 128; any
-    strides on B/H/S (multiples of 8 elements), last dim contiguous. scale defaults to
-    1/sqrt(D); any finite value works (negative and zero too), inf and NaN are refused.
+    q: (B, H, S_q, D), k and v: (B, H_kv, S_k, D) with H a multiple of H_kv (grouped-query
+    attention: query head h reads k/v head h // (H / H_kv), nothing is copied); float16 or
+    bfloat16; D 64, 128 or 256; any strides on B/H/S (multiples of 8 elements), last dim
+    contiguous. scale defaults to 1/sqrt(D); any finite value works (negative and zero too),
+    inf and NaN are refused.
     Causal masking aligns the last query with the last key (bottom-right), the
     same as SDPA for S_q == S_k; a query row with no visible key gets O = 0 and lse = -inf.
     """

@@ -45,7 +45,9 @@ class BuildError(RuntimeError):
 def source_files() -> list[Path]:
     """Everything whose change must invalidate a cached build."""
     csrc = sorted(p for p in CSRC_DIR.iterdir() if p.suffix in {".h", ".cuh", ".cu"})
-    return csrc + [PACKAGE_DIR / "generate.py", Path(__file__).resolve()]
+    # support.py holds the head dims the generator writes units for.
+    support = PACKAGE_DIR.parent / "support.py"
+    return csrc + [PACKAGE_DIR / "generate.py", support, Path(__file__).resolve()]
 
 
 def source_sha256() -> str:
@@ -108,6 +110,7 @@ SWITCHES = {
     "FLASH_DISABLE_SM90": range(0, 2),
     "FLASH_COMPACT_SHAPE_D64": range(0, 5),
     "FLASH_COMPACT_SHAPE_D128": range(0, 7),
+    "FLASH_COMPACT_SHAPE_D256": range(0, 3),
     "FLASH_KV_FROM_ZERO": range(0, 2),
     "FLASH_SPREAD_GROUP": range(0, 9),
     "FLASH_CAUSAL_PER_HEAD": range(0, 2),

@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernels.support import HEAD_DIMS
+
 
 @dataclass(frozen=True)
 class DType:
@@ -37,11 +39,10 @@ DTYPES = (
     DType("fp16", 0, "__half", "float16"),
     DType("bf16", 1, "__nv_bfloat16", "bfloat16"),
 )
-HEAD_DIMS = (64, 128)
 CAUSAL = (False, True)
 SM80, SM90 = "sm80", "sm90"
 # (head dim, causal) pairs the Hopper kernel implements; the rest run the sm_80 kernel on sm_90.
-SM90_COVERS = frozenset({(128, False), (128, True), (64, False), (64, True)})
+SM90_COVERS = frozenset(itertools.product(HEAD_DIMS, (False, True)))
 DISPATCH_NAME = "flash_dispatch.cu"
 DTYPE_HEADER = "flash_dtypes.h"
 LAUNCHERS = {
@@ -134,7 +135,8 @@ def dispatcher_source(all_units: list[Unit]) -> str:
 
 {decls}
 extern "C" int flash_attention_fwd(const FlashFwdParams* p, int dtype, int causal, void* stream) {{
-    if (p == nullptr || p->seqlen_q <= 0 || p->seqlen_k <= 0 || p->batch <= 0 || p->heads <= 0)
+    if (p == nullptr || p->seqlen_q <= 0 || p->seqlen_k <= 0 || p->batch <= 0 || p->heads <= 0 ||
+        p->q_heads_per_kv_head <= 0 || p->heads % p->q_heads_per_kv_head != 0)
         return FLASH_ERR_BAD_PARAMS;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     causal = causal ? 1 : 0;
@@ -143,9 +145,13 @@ extern "C" int flash_attention_fwd(const FlashFwdParams* p, int dtype, int causa
 
 extern "C" const char* flash_error_string(int code) {{
     if (code == FLASH_ERR_UNSUPPORTED) return "no kernel for this dtype / head dim";
-    if (code == FLASH_ERR_BAD_PARAMS) return "invalid parameters (empty sizes or null params)";
+    if (code == FLASH_ERR_BAD_PARAMS)
+        return "invalid parameters (empty sizes, null params, or heads not a multiple of "
+               "q_heads_per_kv_head)";
     return cudaGetErrorString(static_cast<cudaError_t>(code));
 }}
+
+extern "C" int flash_params_version(void) {{ return FLASH_PARAMS_VERSION; }}
 """
 
 

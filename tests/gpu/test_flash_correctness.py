@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.reference import reference_attention
+from kernels.reference import expand_kv_heads, reference_attention
 
 pytestmark = [
     pytest.mark.gpu,
@@ -25,7 +25,7 @@ pytestmark = [
 ]
 
 DTYPES = [torch.float16, torch.bfloat16]
-HEAD_DIMS = [64, 128]
+HEAD_DIMS = [64, 128, 256]
 SEQLENS = [1, 17, 97, 128, 1000, 1025, 4096]
 BATCH_HEADS = [(1, 2), (2, 3)]
 
@@ -36,6 +36,7 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def reference_lse(q, k, causal, scale=None) -> torch.Tensor:
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    k = expand_kv_heads(q, k)
     scores = torch.matmul(q.double(), k.double().transpose(-1, -2)) * scale
     if causal:
         s_q, s_k = q.shape[-2], k.shape[-2]
@@ -64,7 +65,8 @@ def assert_close_to_reference(q, k, v, causal, out, lse):
     assert torch.isfinite(out).all(), "output has NaN/Inf (unwritten or overflowed)"
     assert torch.isfinite(lse).all(), "lse has NaN/Inf"
     ref = reference_attention(q, k, v, causal)
-    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    gqa = k.shape[1] != q.shape[1]
+    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
     err_ours, err_sdpa = rel_l2(out, ref), rel_l2(sdpa, ref)
     assert err_ours <= 2 * err_sdpa + 1e-5, f"rel L2 {err_ours:.3e} vs SDPA {err_sdpa:.3e}"
     lse_err = (lse.double() - reference_lse(q, k, causal)).abs().max().item()
@@ -96,6 +98,7 @@ L4_SWITCHES = "FLASH_EMULATE_SMEM_PER_SM=102400 FLASH_DISABLE_SM90=1"
 OTHER_PATH_SELECTION = (
     "(test_matches_reference and (s17 or s97 or s1025 or s4096)) or test_any_finite"
     " or test_strided or test_fewer or test_causal_rows or test_row_maxima or test_causal_heads"
+    " or test_grouped_query"
 )
 
 
@@ -165,6 +168,46 @@ def test_causal_heads_in_uneven_groups(head_dim):
     )
     out, lse = run_poisoned(q, k, v, causal=True)
     assert_close_to_reference(q, k, v, True, out, lse)
+
+
+# Grouped-query attention (k/v with H / group heads): the issue's grid, h_q / h_kv in {4, 8}
+# over odd lengths, on every path (the L4 and sm_80 suites run it again, OTHER_PATH_SELECTION).
+@pytest.mark.parametrize("seqlen", [97, 1025], ids=lambda s: f"s{s}")
+@pytest.mark.parametrize("group", [4, 8], ids=lambda g: f"g{g}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_grouped_query_attention(dtype, head_dim, causal, group, seqlen):
+    kv_heads = 2
+    q = torch.randn(2, kv_heads * group, seqlen, head_dim, device="cuda", dtype=dtype)
+    k, v = (
+        torch.randn(2, kv_heads, seqlen, head_dim, device="cuda", dtype=dtype) for _ in range(2)
+    )
+    out, lse = run_poisoned(q, k, v, causal)
+    assert out.shape == q.shape and lse.shape == q.shape[:3]
+    assert_close_to_reference(q, k, v, causal, out, lse)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_grouped_query_multi_query_and_strided(causal):
+    """MQA (one k/v head for 12 query heads, a group that is no power of two) with k and v as
+    views of a packed (B, S, 2, H_kv, D) projection, and fewer queries than keys (every causal
+    row sees a key: test_causal_rows_without_keys_are_zero covers the others)."""
+    q = torch.randn(2, 12, 257, 128, device="cuda", dtype=torch.bfloat16)
+    packed = torch.randn(2, 300, 2, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (packed[:, :, i].transpose(1, 2) for i in range(2))
+    assert not k.is_contiguous()
+    out, lse = run_poisoned(q, k, v, causal)
+    assert_close_to_reference(q, k, v, causal, out, lse)
+
+
+def test_grouped_query_needs_a_whole_multiple_of_kv_heads():
+    from kernels.flash_attention import flash_attention
+
+    q = torch.randn(1, 8, 16, 64, device="cuda", dtype=torch.float16)
+    k = torch.randn(1, 3, 16, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"q has 8 heads and k, v have 3.*h_q % h_kv == 0"):
+        flash_attention(q, k, k)
 
 
 def test_causal_rows_without_keys_are_zero():
@@ -294,7 +337,7 @@ def test_backend_name_names_the_unit():
                 torch.randn(1, 3, 16, 64, device="cuda", dtype=torch.float16),
                 torch.randn(1, 3, 16, 64, device="cuda", dtype=torch.float16),
             ],
-            "differ in batch, heads or head_dim",
+            "whole multiple of the k/v heads",
         ),
         (
             lambda: [

@@ -5,18 +5,20 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 
+from kernels import support
 from kernels.flash_attention import build, generate
 
 CONFIGS = {
     f"fwd_hdim{d}_{t}{'_causal' if c else ''}"
     for t in ("fp16", "bf16")
-    for d in (64, 128)
+    for d in (64, 128, 256)
     for c in (False, True)
 }
 EXPECTED_UNITS = {
@@ -41,6 +43,56 @@ def test_generator_writes_exactly_the_expected_units(tmp_path: Path, arch: str):
         if unit.path == generate.SM90:
             twin = generate.Unit(unit.dtype, unit.head_dim, unit.causal)
             assert f"FLASH_ERR_UNSUPPORTED ? {twin.symbol}(p, s) : code" in dispatch
+
+
+def test_dispatcher_refuses_a_kv_grouping_that_does_not_divide_the_heads(tmp_path: Path):
+    dispatch = generate.dispatcher_source(generate.units("sm_90"))
+    assert "p->q_heads_per_kv_head <= 0 || p->heads % p->q_heads_per_kv_head != 0" in dispatch
+    assert 'extern "C" int flash_params_version(void) { return FLASH_PARAMS_VERSION; }' in dispatch
+    header = (build.CSRC_DIR / "flash_api.h").read_text()
+    assert "#define FLASH_PARAMS_VERSION 2" in header
+
+
+def test_head_dims_are_one_list_and_the_rest_are_refused_with_a_reason():
+    from kernels.flash_attention import api
+
+    assert generate.HEAD_DIMS == support.HEAD_DIMS == api.SUPPORTED_HEAD_DIMS == (64, 128, 256)
+    for head_dim in support.HEAD_DIMS:
+        assert support.head_dim_unsupported_reason(head_dim) is None
+    reason = support.head_dim_unsupported_reason(96)
+    assert reason.startswith("head_dim 96 is not supported (96 is not a multiple of 64")
+    assert reason.endswith("allowed: 64, 128, 256")
+    assert "no unit is generated" in support.head_dim_unsupported_reason(80)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_kv_head_map_divides_exactly_for_every_group(tmp_path: Path):
+    """KvHeadMap (csrc/kernel_params.h) replaces head / group by a multiply-high: exact for
+    every group up to 65535, over all heads for small groups and the largest heads (where the
+    error term is largest) for the others."""
+    program = tmp_path / "kv_heads.cu"
+    program.write_text(
+        '#include <cstdio>\n#include "kernel_params.h"\n'
+        "int main() {\n"
+        "  long bad = 0;\n"
+        "  for (int g = 1; g <= 65535; ++g) {\n"
+        "    const flash::KvHeadMap map = flash::KvHeadMap::make(g);\n"
+        "    const int top = 65535 / g * g;  // the most heads a launch of this group has\n"
+        "    for (int h = g <= 64 ? 0 : top - 2 * g; h < top; ++h)\n"
+        "      if (h >= 0) bad += map.kv_head(h) != h / g;\n"
+        "  }\n"
+        '  std::printf("%ld\\n", bad);\n'
+        "}\n"
+    )
+    binary = tmp_path / "kv_heads"
+    nvcc = build.find_nvcc()
+    compiled = subprocess.run(
+        [nvcc, "-O2", "-std=c++17", f"-I{build.CSRC_DIR}", str(program), "-o", str(binary)],
+        capture_output=True,
+        text=True,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    assert subprocess.run([str(binary)], capture_output=True, text=True).stdout.strip() == "0"
 
 
 def test_dtype_table_is_one_for_c_and_python(tmp_path: Path):
@@ -135,7 +187,7 @@ def test_spread_group_switch_defaults_to_pairs(tmp_path: Path):
     assert objects[0] != objects[1]
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_compact_shape_switch_accepts_exactly_the_shapes_the_launcher_defines(head_dim):
     """build.py's range for FLASH_COMPACT_SHAPE_D<head_dim>, the bound switches.h asserts and
     the CompactShape specialisations of the launcher agree: a value build.py accepts compiles."""

@@ -21,7 +21,10 @@ A/A is not one.
     PYTHONPATH=.:tools/flash_attention python3 tools/flash_attention/ab.py \
         --build shipped= --build one_per_start=FLASH_SPREAD_GROUP=1 [--seqlens 1024,16384]
 
-A build is NAME=SWITCH=VALUE,SWITCH=VALUE (csrc/switches.h; empty for the shipped code).
+A build is NAME=SWITCH=VALUE,SWITCH=VALUE (csrc/switches.h; empty for the shipped code), or
+NAME@DIR=SWITCHES: the kernels/ tree under DIR (an older version, e.g. `git archive HEAD
+kernels | tar -x -C DIR`), built by its own build.py with the same switches and called through
+this tree's binding (the C ABI only ever appends fields, csrc/flash_api.h).
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ import json
 import math
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 from functools import partial
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -40,26 +47,42 @@ from bench import HIDDEN, IMPLS, L4_DEFINES, TOKENS, paired_ms, tflops
 from kernels.baseline import OWN_STATICS_FLAG
 from kernels.flash_attention import build
 from kernels.flash_attention.api import _forward, _Library
-from kernels.flash_attention.generate import DTYPES
+from kernels.flash_attention.generate import DTYPES, HEAD_DIMS
 
 # Largest |ours - SDPA| accepted before timing (the builds measured in v16: 0.004 at most).
 MAX_ABS_ERROR = 0.02
 
 
-def parse_build(spec: str, l4: bool) -> tuple[str, dict[str, int]]:
+def parse_build(spec: str, l4: bool) -> tuple[str, str | None, dict[str, int]]:
+    """NAME[@DIR]=SWITCHES -> (NAME, DIR or None, defines)."""
     name, _, switches = spec.partition("=")
+    name, _, tree = name.partition("@")
     if not name:
-        raise SystemExit(f"--build {spec!r}: expected NAME=[SWITCH=VALUE,...]")
+        raise SystemExit(f"--build {spec!r}: expected NAME[@DIR]=[SWITCH=VALUE,...]")
     defines = dict(L4_DEFINES) if l4 else {}
     defines.update(build.parse_defines([item for item in switches.split(",") if item]))
-    return name, dict(sorted(defines.items()))
+    return name, tree or None, dict(sorted(defines.items()))
+
+
+def tree_library(tree: str, defines: dict[str, int]) -> _Library:
+    """The library of the kernels/ tree under `tree`, built by that tree's own build.py in a
+    child process whose imports resolve to it (as kernels/baseline.py builds a baseline)."""
+    root = Path(tree).resolve()
+    record = Path(tempfile.mkdtemp(prefix="ab-tree-")) / "build.json"
+    command = [sys.executable, "-m", "kernels.flash_attention.build", "--record", str(record)]
+    command += [f"--define={name}={value}" for name, value in defines.items()]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"build of {root} failed:\n{proc.stderr[-3000:]}")
+    return _Library(json.loads(record.read_text()))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", action="append", required=True, metavar="NAME=SWITCHES")
     parser.add_argument("--seqlens", default="1024,2048,4096,16384")
-    parser.add_argument("--head-dim", type=int, default=128, choices=(64, 128))
+    parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--reps", type=int, default=60)
     parser.add_argument(
@@ -80,8 +103,12 @@ def main() -> None:
     # baseline of `bench launch --baseline` does (kernels/baseline.py says why).
     appended = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} {OWN_STATICS_FLAG}".strip()
     os.environ["NVCC_APPEND_FLAGS"] = appended
-    builds = dict(parse_build(spec, args.l4) for spec in args.build)
-    libraries = {name: _Library(build.build(defines=defines)) for name, defines in builds.items()}
+    parsed = [parse_build(spec, args.l4) for spec in args.build]
+    builds = {name: {"tree": tree, "defines": defines} for name, tree, defines in parsed}
+    libraries = {
+        name: tree_library(tree, defines) if tree else _Library(build.build(defines=defines))
+        for name, tree, defines in parsed
+    }
     if args.aa:
         # The same library object: the same kernels, taking their own turn in the rotation.
         first = next(iter(builds))

@@ -9,6 +9,13 @@ implementations take turns call by call, and a ratio is the median of per-round 
 
 Measurement switches (--variant, --emulate-smem-per-sm, --l4, --sm80) build a library with
 the matching -D flags (csrc/switches.h); the JSON records them. One configuration per process.
+
+Grouped-query attention: --group G gives k and v heads / G heads (SDPA with enable_gqa);
+--heads fixes the query heads (default H*D = 2048). An SDPA backend that refuses a shape is
+left out of that row; vs_best is the ratio to the fastest SDPA backend of each round.
+
+    PYTHONPATH=. python3 tools/flash_attention/bench.py --head-dims 128 --heads 32 --group 4 \
+        --impls flash,sdpa-flash,sdpa-cudnn,sdpa-efficient
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ TOKENS, HIDDEN = 16384, 2048
 
 def _sdpa_with(backend):
     def run(q, k, v, causal):
+        gqa = k.shape[1] != q.shape[1]
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
 
     return run
 
@@ -46,8 +54,24 @@ IMPLS = {
     "flash": lambda q, k, v, c: flash_attention(q, k, v, causal=c),
     "sdpa-flash": _sdpa_with(SDPBackend.FLASH_ATTENTION),
     "sdpa-cudnn": _sdpa_with(SDPBackend.CUDNN_ATTENTION),
+    "sdpa-efficient": _sdpa_with(SDPBackend.EFFICIENT_ATTENTION),
 }
-PEERS = (("sdpa-flash", "vs_flash"), ("sdpa-cudnn", "vs_cudnn"))
+DEFAULT_IMPLS = "flash,sdpa-flash,sdpa-cudnn"
+PEERS = (("sdpa-flash", "vs_flash"), ("sdpa-cudnn", "vs_cudnn"), ("sdpa-efficient", "vs_eff"))
+
+
+def runnable(fns: dict) -> tuple[dict, dict[str, str]]:
+    """The implementations that run on these inputs, and why the others refused."""
+    kept, refused = {}, {}
+    for name, fn in fns.items():
+        try:
+            fn()
+        except RuntimeError as err:  # e.g. an SDPA backend without this head dim or GQA
+            refused[name] = str(err).splitlines()[0][:160]
+        else:
+            kept[name] = fn
+    torch.cuda.synchronize()
+    return kept, refused
 
 
 def paired_ms(fns: dict, flush: torch.Tensor, reps: int, warmup: int = 5) -> dict[str, list[float]]:
@@ -97,8 +121,11 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     parser.add_argument("--head-dims", default="64,128")
+    parser.add_argument("--dtypes", default="float16,bfloat16")
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
-    parser.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset")
+    parser.add_argument("--impls", default=DEFAULT_IMPLS, help=f"subset of {','.join(IMPLS)}")
+    parser.add_argument("--heads", type=int, default=0, help="query heads (default 2048 / D)")
+    parser.add_argument("--group", type=int, default=1, help="query heads per k/v head (GQA)")
     parser.add_argument("--variant", choices=VARIANTS, default="auto", help="sm_80 kernel shape")
     parser.add_argument("--emulate-smem-per-sm", type=int, default=0, metavar="BYTES")
     parser.add_argument(
@@ -123,12 +150,14 @@ def main() -> None:
     seqlens = [int(s) for s in args.seqlens.split(",")]
     head_dims = [int(d) for d in args.head_dims.split(",")]
     causal_settings = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-    grid = itertools.product((torch.float16, torch.bfloat16), head_dims, causal_settings, seqlens)
+    dtypes = [getattr(torch, name) for name in args.dtypes.split(",")]
+    grid = itertools.product(dtypes, head_dims, causal_settings, seqlens)
     for dtype, head_dim, causal, seqlen in grid:
-        batch, heads = TOKENS // seqlen, HIDDEN // head_dim
-        q, k, v = (
-            torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype)
-            for _ in range(3)
+        batch, heads = TOKENS // seqlen, args.heads or HIDDEN // head_dim
+        q = torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype)
+        k, v = (
+            torch.randn(batch, heads // args.group, seqlen, head_dim, device="cuda", dtype=dtype)
+            for _ in "kv"
         )
         row = {
             "dtype": str(dtype).removeprefix("torch."),
@@ -137,8 +166,12 @@ def main() -> None:
             "S": seqlen,
             "B": batch,
             "H": heads,
+            "H_kv": heads // args.group,
         }
         fns = {name: partial(impl, q, k, v, causal) for name, impl in impls.items()}
+        fns, refused = runnable(fns)
+        if refused:
+            row["refused"] = refused
         times = paired_ms(fns, flush, args.reps)
         for name, samples in times.items():
             ms = statistics.median(samples)
@@ -149,6 +182,12 @@ def main() -> None:
                 # back to back, under the same clocks.
                 ratios = [p / f for p, f in zip(times[peer], times["flash"], strict=True)]
                 row[key] = round(statistics.median(ratios), 3)
+        peers = [name for name in times if name.startswith("sdpa")]
+        if "flash" in times and peers:
+            best = [min(t) for t in zip(*(times[name] for name in peers), strict=True)]
+            ratios = [b / f for b, f in zip(best, times["flash"], strict=True)]
+            row["vs_best"] = round(statistics.median(ratios), 3)
+            row["ms"] = {name: round(statistics.median(times[name]), 4) for name in times}
         rows.append(row)
         print(json.dumps(row), flush=True)
     overhead = host_overhead_us()
@@ -158,15 +197,19 @@ def main() -> None:
             json.dump({"rows": rows, "host_overhead_us": overhead, **meta}, f, indent=1)
     print(f"\nhost path per eager call: {overhead:.1f} us")
     print(
-        f"{'dtype':9}{'D':>4}{'causal':>7}{'S':>6}{'flash':>8}{'sdpa-fl':>8}{'cudnn':>8}"
-        f"{'x fl':>6}{'x cudnn':>8}   (TFLOP/s) defines={record['defines']}"
+        f"{'dtype':9}{'D':>4}{'causal':>7}{'S':>6}{'H/Hkv':>7}{'flash':>8}{'sdpa-fl':>8}"
+        f"{'cudnn':>8}{'effic':>8}{'x fl':>6}{'x cudnn':>8}{'x eff':>6}{'x best':>7}"
+        f"   (TFLOP/s) defines={record['defines']}"
     )
     for r in rows:
-        keys = ("flash", "sdpa-flash", "sdpa-cudnn", "vs_flash", "vs_cudnn")
-        cells = [r.get(key, "-") for key in keys]
+        keys = ("flash", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
+        ratio_keys = ("vs_flash", "vs_cudnn", "vs_eff", "vs_best")
+        cells = [r.get(key, "-") for key in keys + ratio_keys]
+        heads = f"{r['H']}/{r['H_kv']}"
         print(
-            f"{r['dtype']:9}{r['D']:>4}{r['causal']!s:>7}{r['S']:>6}{cells[0]:>8}{cells[1]:>8}"
-            f"{cells[2]:>8}{cells[3]:>6}{cells[4]:>8}"
+            f"{r['dtype']:9}{r['D']:>4}{r['causal']!s:>7}{r['S']:>6}{heads:>7}"
+            + "".join(f"{c:>8}" for c in cells[:4])
+            + f"{cells[4]:>6}{cells[5]:>8}{cells[6]:>6}{cells[7]:>7}"
         )
 
 

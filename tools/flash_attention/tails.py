@@ -1,4 +1,6 @@
-"""Tail shapes for compute-sanitizer: every unit once per odd length, outputs checked.
+"""Tail shapes for compute-sanitizer: every unit once per odd length, outputs checked. k and v
+have half of q's heads (grouped-query attention): a k/v head indexed by the query head would
+read past their allocations.
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
         python3 tools/flash_attention/tails.py [--define NAME=INT ...]
@@ -15,6 +17,7 @@ import itertools
 import torch
 
 from kernels.flash_attention import build, flash_attention_with_lse, load_library
+from kernels.flash_attention.generate import HEAD_DIMS
 from kernels.reference import reference_attention
 
 SEQLENS = (1, 17, 97, 1025, 2049)
@@ -26,10 +29,10 @@ def main() -> int:
     args = parser.parse_args()
     load_library(defines=build.parse_defines(args.define))
     bad = 0
-    grid = itertools.product((torch.float16, torch.bfloat16), (64, 128), (False, True), SEQLENS)
+    grid = itertools.product((torch.float16, torch.bfloat16), HEAD_DIMS, (False, True), SEQLENS)
     for dtype, head_dim, causal, seqlen in grid:
-        shape = (1, 2, seqlen, head_dim)
-        q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
+        q = torch.randn(1, 4, seqlen, head_dim, device="cuda", dtype=dtype)
+        k, v = (torch.randn(1, 2, seqlen, head_dim, device="cuda", dtype=dtype) for _ in "kv")
         scale = -0.1 if seqlen == 97 else None  # the negative-scale path (Q negated in place)
         out, lse = flash_attention_with_lse(q, k, v, causal=causal, scale=scale)
         torch.cuda.synchronize()

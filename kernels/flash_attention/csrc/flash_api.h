@@ -9,6 +9,10 @@ extern "C" {
 
 // Flat host-kernel interface, passed by value to the kernel. Strides are in elements; the
 // last (head) dimension of q, k, v and o is contiguous. lse is contiguous (B, H, seqlen_q).
+// Grouped-query attention: k and v have heads / q_heads_per_kv_head heads, and query head h
+// reads k/v head h / q_heads_per_kv_head (1: one k/v head per query head). Fields are only
+// ever appended, so a library built before a field existed reads the ones it knows
+// (kernels/baseline.py calls such libraries through this struct).
 typedef struct FlashFwdParams {
     const void* q;
     const void* k;
@@ -21,15 +25,21 @@ typedef struct FlashFwdParams {
     int64_t o_batch_stride, o_head_stride, o_row_stride;
     int32_t batch, heads, seqlen_q, seqlen_k, head_dim;
     float scale;  // softmax scale applied to q.k
+    int32_t q_heads_per_kv_head;  // >= 1, divides heads (FLASH_PARAMS_VERSION >= 2)
 } FlashFwdParams;
+
+// 2: q_heads_per_kv_head exists. Libraries without flash_params_version() are version 1.
+#define FLASH_PARAMS_VERSION 2
 
 // Error codes beyond cudaError_t's range.
 enum { FLASH_ERR_UNSUPPORTED = 10000, FLASH_ERR_BAD_PARAMS = 10001 };
 
 // Runs the forward pass on `stream` (a cudaStream_t; NULL is the legacy default stream).
-// dtype is a FlashDtype code (flash_dtypes.h, generated from the binding's dtype table). Returns 0 or an error code; flash_error_string(code) says what it means.
+// dtype is a FlashDtype code (flash_dtypes.h, generated from the binding's dtype table).
+// Returns 0 or an error code; flash_error_string(code) says what it means.
 int flash_attention_fwd(const FlashFwdParams* params, int dtype, int causal, void* stream);
 const char* flash_error_string(int code);
+int flash_params_version(void);
 
 #ifdef __cplusplus
 }

@@ -9,10 +9,9 @@
 
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "block_order.h"
 #include "flash_api.h"
+#include "kernel_params.h"
 #include "kernel_traits.h"
 #include "mask.h"
 #include "softmax.h"
@@ -151,7 +150,7 @@ __device__ __forceinline__ void write_output(float (&o_acc)[T::kMTiles][T::kDTil
     }
     // Each warp reads and overwrites only its own rows of the Q tile: a warp sync suffices.
     __syncwarp();
-    if constexpr (T::kHeadDim == 128) {
+    if constexpr (T::kHeadDim >= 128) {
         // Lane l copies chunk c = l % kChunks of rows q + i * kRowsPerStep (q = l / kChunks)
         // of its warp's slice of each m-tile. kRowsPerStep is a power of two and q is below
         // it, so the swizzle's row bits are q ^ (i * kRowsPerStep) % 8: the chunk is (c ^ q)
@@ -197,54 +196,65 @@ __device__ __forceinline__ void write_output(float (&o_acc)[T::kMTiles][T::kDTil
     }
 }
 
-template <typename T, bool Causal>
-__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
-    flash_fwd_kernel(const FlashFwdParams p, const CausalOrder order) {
+// Split-D copies ask L2 for the 256 bytes around each 16-byte copy: a K_lo (V_lo) row's copy
+// then brings its K_hi (V_hi) half from DRAM too, and the copy of that half a quarter tile
+// later finds it in L2 (NOTES.md, v14).
+template <typename T>
+constexpr int kL2PrefetchBytes = T::kSplitD && !FLASH_SPLITD_NO_L2_PREFETCH ? 256 : 0;
+
+// The block's shared memory: the Q tile, then the K and V buffers (a Q held in registers may
+// be staged in the K/V buffers, traits).
+template <typename T>
+struct SharedTiles {
     using Elem = typename T::Elem;
-    constexpr int kHeadDim = T::kHeadDim, kBlockM = T::kBlockM, kBlockN = T::kBlockN;
-    constexpr int kThreads = T::kThreads;
-    // Split-D copies ask L2 for the 256 bytes around each 16-byte copy: a K_lo (V_lo) row's
-    // copy then brings its K_hi (V_hi) half from DRAM too, and the copy of that half a quarter
-    // tile later finds it in L2 (NOTES.md, v14).
-    constexpr int kL2Bytes = T::kSplitD && !FLASH_SPLITD_NO_L2_PREFETCH ? 256 : 0;
+    static constexpr int kTile = T::kBlockN * T::kKVDim;  // one K or V buffer of one stage
+    Elem* q;
+    Elem* k;
+    Elem* v;
+    __device__ __forceinline__ explicit SharedTiles(unsigned char* raw) {
+        q = reinterpret_cast<Elem*>(raw);
+        k = T::kQStagedInKV ? q : q + T::kBlockM * T::kHeadDim;
+        v = k + T::kStages * kTile;
+    }
+};
 
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    constexpr int kTile = kBlockN * T::kKVDim;
-    Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-    // A Q held in registers may be staged in the K/V buffers (traits).
-    Elem* sK = T::kQStagedInKV ? sQ : sQ + kBlockM * kHeadDim;
-    Elem* sV = sK + T::kStages * kTile;
-
-    // Non-causal blocks are all alike: a (query block, head, batch) grid, query block fastest
-    // so that the blocks running at once share their heads' K/V in L2. Causal blocks differ
-    // in length: the grid and order of block_order.h. A causal block's head and batch come
-    // from a division, so ptxas no longer derives the K/V pointers from blockIdx in uniform
-    // registers: it keeps them in local memory, one load per half-tile copy (split-D 68-84 B
-    // of "spills"); per head, the old order, this code measured as v12's (NOTES.md, v13).
-    const int m_blocks = Causal ? order.m_blocks : gridDim.x;
-    const BlockCoord coord =
-        Causal ? causal_block_at(order, blockIdx.x, blockIdx.y, blockIdx.z)
-               : BlockCoord{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, false};
-    if (coord.idle) return;
-    const int m_block = coord.m_block, head = coord.head, batch = coord.batch;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int m0 = m_block * kBlockM;
+// What one block computes: its query rows of one (batch, head), the global tiles it reads and
+// writes, and the key tiles it visits, in which order.
+template <typename T>
+struct BlockInfo {
+    using Elem = typename T::Elem;
+    int m_block, m0, head, batch;
     // Bottom-right causal alignment: query row i sees keys j <= i + causal_offset.
-    const int causal_offset = p.seqlen_k - p.seqlen_q;
+    int causal_offset;
+    // Keys at or past n_end are visible to no row of this block: copies zero-fill them rather
+    // than read them. n_blocks key tiles, the first taken being `first` (split-D, below).
+    int n_end, n_blocks, first;
+    const Elem* q;
+    const Elem* k;
+    const Elem* v;
+    Elem* o;
+};
 
-    const Elem* q =
-        static_cast<const Elem*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
-    const Elem* k =
-        static_cast<const Elem*>(p.k) + batch * p.k_batch_stride + head * p.k_head_stride;
-    const Elem* v =
-        static_cast<const Elem*>(p.v) + batch * p.v_batch_stride + head * p.v_head_stride;
-    Elem* o = static_cast<Elem*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+template <typename T, bool Causal>
+__device__ __forceinline__ BlockInfo<T> block_info(const FwdKernelParams& p,
+                                                   const BlockCoord& coord, int m_blocks) {
+    using Elem = typename T::Elem;
+    BlockInfo<T> b;
+    b.m_block = coord.m_block, b.head = coord.head, b.batch = coord.batch;
+    b.m0 = b.m_block * T::kBlockM;
+    b.causal_offset = p.seqlen_k - p.seqlen_q;
 
-    // Keys at or past n_end are visible to no row of this block: copies zero-fill them
-    // rather than read them.
-    int n_end = p.seqlen_k;
-    if (Causal) n_end = min(n_end, m0 + kBlockM + causal_offset);
-    const int n_blocks = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
+    b.q = static_cast<const Elem*>(p.q) + b.batch * p.q_batch_stride + b.head * p.q_head_stride;
+    // Grouped-query attention: consecutive query heads share a k/v head (flash_api.h), so the
+    // blocks running at once, query block and then head fastest, share it in L2.
+    const int kv_head = p.kv_heads.kv_head(b.head);
+    b.k = static_cast<const Elem*>(p.k) + b.batch * p.k_batch_stride + kv_head * p.k_head_stride;
+    b.v = static_cast<const Elem*>(p.v) + b.batch * p.v_batch_stride + kv_head * p.v_head_stride;
+    b.o = static_cast<Elem*>(p.o) + b.batch * p.o_batch_stride + b.head * p.o_head_stride;
+
+    b.n_end = p.seqlen_k;
+    if (Causal) b.n_end = min(b.n_end, b.m0 + T::kBlockM + b.causal_offset);
+    b.n_blocks = b.n_end > 0 ? (b.n_end + T::kBlockN - 1) / T::kBlockN : 0;
 
     // Split-D, non-causal: this block takes its key tiles in the order first, first + 1, ...,
     // wrapping around, the blocks of one head starting in pairs spread evenly over the keys.
@@ -261,44 +271,212 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     // bytes of ptxas spills instead of 84/108; NOTES.md, v14).
     // (A float product: an integer division costs ~150 instructions per block.)
     constexpr int kBlocksPerStart = FLASH_SPREAD_GROUP > 0 ? FLASH_SPREAD_GROUP : 2;
-    const bool spread = T::kSplitD && !Causal && !FLASH_KV_FROM_ZERO && n_blocks > 0;
-    const int first =
-        spread ? min((int)(__fdividef(m_block / kBlocksPerStart * kBlocksPerStart, m_blocks) *
-                           n_blocks),
-                     n_blocks - 1)
-               : 0;
+    const bool spread = T::kSplitD && !Causal && !FLASH_KV_FROM_ZERO && b.n_blocks > 0;
+    b.first = spread ? min((int)(__fdividef(b.m_block / kBlocksPerStart * kBlocksPerStart,
+                                            m_blocks) *
+                                 b.n_blocks),
+                           b.n_blocks - 1)
+                     : 0;
+    return b;
+}
 
-    const float scale_log2 = score_scale_log2(p.scale);
-    typename T::QFrag q_frag;
-    if (n_blocks > 0) {
-        load_tile<kBlockM, kHeadDim, kThreads, kL2Bytes>(sQ, q, p.q_row_stride, m0, p.seqlen_q,
-                                                         tid);
+// Starts the block's copies: Q (into registers first where it is staged in the K/V buffers),
+// then the first K tile (split-D: its first half) and, with two stages, V_0; folds a negative
+// scale's sign into Q (softmax.h).
+template <typename T>
+__device__ __forceinline__ void load_prologue(const FwdKernelParams& p, const BlockInfo<T>& b,
+                                              const SharedTiles<T>& smem,
+                                              typename T::QFrag& q_frag, int tid, int warp,
+                                              int lane) {
+    constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
+    constexpr int kThreads = T::kThreads, kL2Bytes = kL2PrefetchBytes<T>;
+    if (b.n_blocks > 0) {
+        load_tile<kBlockM, kHeadDim, kThreads, kL2Bytes>(smem.q, b.q, p.q_row_stride, b.m0,
+                                                         p.seqlen_q, tid);
         if constexpr (T::kQStagedInKV) {
             // Q into registers first: only then may K and V overwrite its staging area.
             cp_async_commit();
             cp_async_wait<0>();
             __syncthreads();
             if (p.scale < 0.f) {  // fold the sign into Q (softmax.h)
-                negate_tile<kBlockM * kHeadDim, kThreads>(sQ, tid);
+                negate_tile<kBlockM * kHeadDim, kThreads>(smem.q, tid);
                 __syncthreads();
             }
-            load_q_frag<T>(q_frag, sQ, warp, lane);
+            load_q_frag<T>(q_frag, smem.q, warp, lane);
             __syncthreads();
         }
         // Split-D: the first tile's first half (tile `first`, below).
-        load_tile<kBlockN, T::kKVDim, kThreads, kL2Bytes>(sK, k, p.k_row_stride, first * kBlockN,
-                                                          n_end, tid);
+        load_tile<kBlockN, T::kKVDim, kThreads, kL2Bytes>(smem.k, b.k, p.k_row_stride,
+                                                          b.first * kBlockN, b.n_end, tid);
         // One stage: V_0 goes out in the first iteration, once the barrier allows it.
         if (T::kStages == 2)
-            load_tile<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, 0, n_end, tid);
+            load_tile<kBlockN, kHeadDim, kThreads>(smem.v, b.v, p.v_row_stride, 0, b.n_end, tid);
         cp_async_commit();
     }
 
-    if (!T::kQStagedInKV && p.scale < 0.f && n_blocks > 0) {  // fold the sign into Q (softmax.h)
+    if (!T::kQStagedInKV && p.scale < 0.f && b.n_blocks > 0) {  // fold the sign into Q
         cp_async_wait<0>();
         __syncthreads();
-        negate_tile<kBlockM * kHeadDim, kThreads>(sQ, tid);  // the loop's first barrier orders it
+        negate_tile<kBlockM * kHeadDim, kThreads>(smem.q, tid);  // the loop's first barrier orders it
     }
+}
+
+// The split-D main loop (traits): half-tiles take turns in two buffers: K_lo in sK, K_hi in
+// sV, V_lo in sK, V_hi in sV. Each barrier means the half just waited for landed and every
+// warp is done with the other buffer, so the next half goes into it and lands while this one
+// is used. The always-true tests keep ptxas from spreading the copies over the matrix loops
+// (see the one-stage V copy of staged_loop).
+// Two copies of the loop: in order (j * kBlockN, as before the spread) and spread
+// (non-causal; in causal kernels `first` is 0 and the spread copy compiles away). One loop
+// serving both, with the wrap-around in it, ran 1.7 % slower at 16384 keys (ncu, v12): this
+// loop's schedule at 255 registers moves with any change to it.
+template <typename T, bool Causal, bool Spread>
+__device__ __forceinline__ void split_d_loop(const FwdKernelParams& p, const BlockInfo<T>& b,
+                                             const SharedTiles<T>& smem,
+                                             const typename T::QFrag& q_frag,
+                                             float (&o_acc)[T::kMTiles][T::kDTiles][4],
+                                             OnlineSoftmax<T::kMTiles>& softmax,
+                                             float scale_log2, int tid, int warp, int lane) {
+    constexpr int kBlockN = T::kBlockN, kThreads = T::kThreads, kHalf = T::kKVDim;
+    constexpr int kL2Bytes = kL2PrefetchBytes<T>;
+    const int n_blocks = b.n_blocks, n_end = b.n_end;
+    int tile = b.first;
+    for (int j = 0; j < n_blocks; ++j) {
+        int n0 = j * kBlockN, next = n0 + kBlockN;  // next: loaded during this tile
+        if constexpr (Spread) {
+            n0 = tile * kBlockN;
+            tile = tile + 1 == n_blocks ? 0 : tile + 1;
+            next = tile * kBlockN;
+        }
+        float s[T::kMTiles][T::kNTiles][4];
+        cp_async_wait<0>();
+        __syncthreads();
+        if (n0 < n_end)
+            load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(smem.v, b.k + kHalf, p.k_row_stride,
+                                                          n0, n_end, tid);
+        cp_async_commit();
+        qk_gemm<T, 0, T::kKSteps / 2>(s, smem.q, smem.k, q_frag, warp, lane);
+        cp_async_wait<0>();
+        __syncthreads();
+        if (n0 < n_end)
+            load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(smem.k, b.v, p.v_row_stride, n0,
+                                                          n_end, tid);
+        cp_async_commit();
+        qk_gemm<T, T::kKSteps / 2, T::kKSteps>(s, smem.q, smem.v, q_frag, warp, lane);
+        const bool tail = n0 + kBlockN > p.seqlen_k;
+        const bool diagonal = Causal && n0 + kBlockN - 1 > b.m0 + b.causal_offset;
+        if (tail || diagonal)
+            mask_scores<T, Causal>(s, b.m0, n0, p.seqlen_k, b.causal_offset, warp, lane);
+        // Lazy rescaling (softmax.h): the vote of update() fires on nearly every tile of a
+        // short block, whose row maxima still climb (NOTES.md, v11).
+        softmax.update_lazy(s, o_acc, scale_log2);
+        cp_async_wait<0>();
+        __syncthreads();
+        if (n0 < n_end)
+            load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(smem.v, b.v + kHalf, p.v_row_stride,
+                                                          n0, n_end, tid);
+        cp_async_commit();
+        pv_gemm<T, 0, T::kDTiles / 4>(o_acc, s, smem.k, lane);
+        cp_async_wait<0>();
+        __syncthreads();
+        if (j + 1 < n_blocks)
+            load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(smem.k, b.k, p.k_row_stride, next,
+                                                          n_end, tid);
+        cp_async_commit();
+        pv_gemm<T, T::kDTiles / 4, T::kDTiles / 2>(o_acc, s, smem.v, lane);
+    }
+}
+
+// The main loop of the other shapes: whole K and V tiles through one or two stages.
+template <typename T, bool Causal>
+__device__ __forceinline__ void staged_loop(const FwdKernelParams& p, const BlockInfo<T>& b,
+                                            const SharedTiles<T>& smem,
+                                            typename T::QFrag& q_frag,
+                                            float (&o_acc)[T::kMTiles][T::kDTiles][4],
+                                            OnlineSoftmax<T::kMTiles>& softmax, float scale_log2,
+                                            int tid, int warp, int lane) {
+    using Elem = typename T::Elem;
+    constexpr int kBlockN = T::kBlockN, kHeadDim = T::kHeadDim, kThreads = T::kThreads;
+    constexpr int kTile = SharedTiles<T>::kTile;
+    const int n_blocks = b.n_blocks, n_end = b.n_end;
+    for (int j = 0; j < n_blocks; ++j) {
+        const int stage = T::kStages == 2 ? j & 1 : 0;
+        const Elem* sKj = smem.k + stage * kTile;
+        const Elem* sVj = smem.v + stage * kTile;
+        const int n0 = j * kBlockN;
+
+        // Only tile j's group is in flight here. The barrier also means every warp has
+        // finished iteration j - 1, so the buffers it read may be refilled.
+        cp_async_wait<0>();
+        __syncthreads();
+        if (T::kQInRegs && !T::kQStagedInKV && j == 0) load_q_frag<T>(q_frag, smem.q, warp, lane);
+        if constexpr (T::kStages == 2) {
+            // K and V of tile j + 1 form one group, waited for at the next iteration's top:
+            // one barrier per tile instead of two. V's copies are issued after the softmax,
+            // where fewer registers are live than during S = Q K^T.
+            if (j + 1 < n_blocks)
+                load_tile<kBlockN, kHeadDim, kThreads>(smem.k + (stage ^ 1) * kBlockN * kHeadDim,
+                                                       b.k, p.k_row_stride, n0 + kBlockN, n_end,
+                                                       tid);
+        } else {
+            // V_j lands while S = Q K_j^T and the softmax run. The test is always true, but a
+            // branch keeps ptxas from spreading the copies' address arithmetic over the
+            // matrix loop (unconditional copies spilled 64-164 B on sm_90, NOTES.md v9).
+            if (n0 < n_end)
+                load_tile<kBlockN, kHeadDim, kThreads>(smem.v, b.v, p.v_row_stride, n0, n_end,
+                                                       tid);
+            cp_async_commit();
+        }
+
+        float s[T::kMTiles][T::kNTiles][4];
+        qk_gemm<T>(s, smem.q, sKj, q_frag, warp, lane);
+        // Mask only the tiles that cross the sequence end or the causal diagonal.
+        const bool tail = n0 + kBlockN > p.seqlen_k;
+        const bool diagonal = Causal && n0 + kBlockN - 1 > b.m0 + b.causal_offset;
+        if (tail || diagonal)
+            mask_scores<T, Causal>(s, b.m0, n0, p.seqlen_k, b.causal_offset, warp, lane);
+        softmax.update(s, o_acc, scale_log2);
+
+        if constexpr (T::kStages == 1) {
+            cp_async_wait<0>();  // V_j landed
+            __syncthreads();     // and every warp is done with K_j: refill it
+            if (j + 1 < n_blocks)
+                load_tile<kBlockN, kHeadDim, kThreads>(smem.k, b.k, p.k_row_stride, n0 + kBlockN,
+                                                       n_end, tid);
+        } else if (j + 1 < n_blocks) {
+            load_tile<kBlockN, kHeadDim, kThreads>(smem.v + (stage ^ 1) * kBlockN * kHeadDim,
+                                                   b.v, p.v_row_stride, n0 + kBlockN, n_end, tid);
+        }
+        cp_async_commit();
+        pv_gemm<T>(o_acc, s, sVj, lane);
+    }
+}
+
+// One block: find its work, start its copies, run the main loop over its key tiles, write O
+// and the log-sum-exp.
+template <typename T, bool Causal>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
+    flash_fwd_kernel(const FwdKernelParams p, const CausalOrder order) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const SharedTiles<T> smem(smem_raw);
+
+    // Non-causal blocks are all alike: a (query block, head, batch) grid, query block fastest
+    // so that the blocks running at once share their heads' K/V in L2. Causal blocks differ
+    // in length: the grid and order of block_order.h. A causal block's head and batch come
+    // from a division, so ptxas no longer derives the K/V pointers from blockIdx in uniform
+    // registers: it keeps them in local memory, one load per half-tile copy (split-D 68-84 B
+    // of "spills"); per head, the old order, this code measured as v12's (NOTES.md, v13).
+    const int m_blocks = Causal ? order.m_blocks : gridDim.x;
+    const BlockCoord coord =
+        Causal ? causal_block_at(order, blockIdx.x, blockIdx.y, blockIdx.z)
+               : BlockCoord{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, false};
+    if (coord.idle) return;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const BlockInfo<T> b = block_info<T, Causal>(p, coord, m_blocks);
+
+    const float scale_log2 = score_scale_log2(p.scale);
+    typename T::QFrag q_frag;
+    load_prologue<T>(p, b, smem, q_frag, tid, warp, lane);
 
     float o_acc[T::kMTiles][T::kDTiles][4];
 #pragma unroll
@@ -310,126 +488,23 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     OnlineSoftmax<T::kMTiles> softmax;
 
     if constexpr (T::kSplitD) {
-        constexpr int kHalf = T::kKVDim;
-        // Half-tiles take turns in two buffers: K_lo in sK, K_hi in sV, V_lo in sK, V_hi in
-        // sV. Each barrier means the half just waited for landed and every warp is done with
-        // the other buffer, so the next half goes into it and lands while this one is used.
-        // The always-true tests keep ptxas from spreading the copies over the matrix loops
-        // (see the one-stage V copy below).
-        // Two copies of the loop: in order (j * kBlockN, as before the spread) and spread
-        // (non-causal; in causal kernels `first` is 0 and the spread copy compiles away).
-        // One loop serving both, with the wrap-around in it, ran 1.7 % slower at 16384 keys
-        // (ncu, v12): this loop's schedule at 255 registers moves with any change to it.
-        auto run_tiles = [&](auto spread_tag) {
-            constexpr bool kSpread = decltype(spread_tag)::value;
-            int tile = first;
-            for (int j = 0; j < n_blocks; ++j) {
-                int n0 = j * kBlockN, next = n0 + kBlockN;  // next: loaded during this tile
-                if constexpr (kSpread) {
-                    n0 = tile * kBlockN;
-                    tile = tile + 1 == n_blocks ? 0 : tile + 1;
-                    next = tile * kBlockN;
-                }
-                float s[T::kMTiles][T::kNTiles][4];
-                cp_async_wait<0>();
-                __syncthreads();
-                if (n0 < n_end)
-                    load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(sV, k + kHalf, p.k_row_stride,
-                                                                  n0, n_end, tid);
-                cp_async_commit();
-                qk_gemm<T, 0, T::kKSteps / 2>(s, sQ, sK, q_frag, warp, lane);
-                cp_async_wait<0>();
-                __syncthreads();
-                if (n0 < n_end)
-                    load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(sK, v, p.v_row_stride, n0,
-                                                                  n_end, tid);
-                cp_async_commit();
-                qk_gemm<T, T::kKSteps / 2, T::kKSteps>(s, sQ, sV, q_frag, warp, lane);
-                const bool tail = n0 + kBlockN > p.seqlen_k;
-                const bool diagonal = Causal && n0 + kBlockN - 1 > m0 + causal_offset;
-                if (tail || diagonal)
-                    mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, warp, lane);
-                // Lazy rescaling (softmax.h): the vote of update() fires on nearly every tile
-                // of a short block, whose row maxima still climb (NOTES.md, v11).
-                softmax.update_lazy(s, o_acc, scale_log2);
-                cp_async_wait<0>();
-                __syncthreads();
-                if (n0 < n_end)
-                    load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(sV, v + kHalf, p.v_row_stride,
-                                                                  n0, n_end, tid);
-                cp_async_commit();
-                pv_gemm<T, 0, T::kDTiles / 4>(o_acc, s, sK, lane);
-                cp_async_wait<0>();
-                __syncthreads();
-                if (j + 1 < n_blocks)
-                    load_tile<kBlockN, kHalf, kThreads, kL2Bytes>(sK, k, p.k_row_stride, next,
-                                                                  n_end, tid);
-                cp_async_commit();
-                pv_gemm<T, T::kDTiles / 4, T::kDTiles / 2>(o_acc, s, sV, lane);
-            }
-        };
-        if (first > 0)
-            run_tiles(std::true_type{});
+        if (b.first > 0)
+            split_d_loop<T, Causal, true>(p, b, smem, q_frag, o_acc, softmax, scale_log2, tid,
+                                          warp, lane);
         else
-            run_tiles(std::false_type{});
-    } else
-    for (int j = 0; j < n_blocks; ++j) {
-        const int stage = T::kStages == 2 ? j & 1 : 0;
-        const Elem* sKj = sK + stage * kTile;
-        const Elem* sVj = sV + stage * kTile;
-        const int n0 = j * kBlockN;
-
-        // Only tile j's group is in flight here. The barrier also means every warp has
-        // finished iteration j - 1, so the buffers it read may be refilled.
-        cp_async_wait<0>();
-        __syncthreads();
-        if (T::kQInRegs && !T::kQStagedInKV && j == 0) load_q_frag<T>(q_frag, sQ, warp, lane);
-        if constexpr (T::kStages == 2) {
-            // K and V of tile j + 1 form one group, waited for at the next iteration's top:
-            // one barrier per tile instead of two. V's copies are issued after the softmax,
-            // where fewer registers are live than during S = Q K^T.
-            if (j + 1 < n_blocks)
-                load_tile<kBlockN, kHeadDim, kThreads>(sK + (stage ^ 1) * kBlockN * kHeadDim,
-                                                       k, p.k_row_stride, n0 + kBlockN, n_end,
-                                                       tid);
-        } else {
-            // V_j lands while S = Q K_j^T and the softmax run. The test is always true, but a
-            // branch keeps ptxas from spreading the copies' address arithmetic over the
-            // matrix loop (unconditional copies spilled 64-164 B on sm_90, NOTES.md v9).
-            if (n0 < n_end)
-                load_tile<kBlockN, kHeadDim, kThreads>(sV, v, p.v_row_stride, n0, n_end, tid);
-            cp_async_commit();
-        }
-
-        float s[T::kMTiles][T::kNTiles][4];
-        qk_gemm<T>(s, sQ, sKj, q_frag, warp, lane);
-        // Mask only the tiles that cross the sequence end or the causal diagonal.
-        const bool tail = n0 + kBlockN > p.seqlen_k;
-        const bool diagonal = Causal && n0 + kBlockN - 1 > m0 + causal_offset;
-        if (tail || diagonal)
-            mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, warp, lane);
-        softmax.update(s, o_acc, scale_log2);
-
-        if constexpr (T::kStages == 1) {
-            cp_async_wait<0>();  // V_j landed
-            __syncthreads();     // and every warp is done with K_j: refill it
-            if (j + 1 < n_blocks)
-                load_tile<kBlockN, kHeadDim, kThreads>(sK, k, p.k_row_stride, n0 + kBlockN,
-                                                       n_end, tid);
-        } else if (j + 1 < n_blocks) {
-            load_tile<kBlockN, kHeadDim, kThreads>(sV + (stage ^ 1) * kBlockN * kHeadDim, v,
-                                                   p.v_row_stride, n0 + kBlockN, n_end, tid);
-        }
-        cp_async_commit();
-        pv_gemm<T>(o_acc, s, sVj, lane);
+            split_d_loop<T, Causal, false>(p, b, smem, q_frag, o_acc, softmax, scale_log2, tid,
+                                           warp, lane);
+    } else {
+        staged_loop<T, Causal>(p, b, smem, q_frag, o_acc, softmax, scale_log2, tid, warp, lane);
     }
     cp_async_wait<0>();
     // The output is staged where Q was; when that is the K/V buffers, other warps may still
     // be reading the last tile.
     if (T::kQStagedInKV) __syncthreads();
 
-    float* lse = p.lse + ((int64_t)batch * p.heads + head) * p.seqlen_q;
-    write_output<T>(o_acc, softmax, sQ, o, p.o_row_stride, lse, m0, p.seqlen_q, warp, lane);
+    float* lse = p.lse + ((int64_t)b.batch * p.heads + b.head) * p.seqlen_q;
+    write_output<T>(o_acc, softmax, smem.q, b.o, p.o_row_stride, lse, b.m0, p.seqlen_q, warp,
+                    lane);
 }
 
 }  // namespace flash

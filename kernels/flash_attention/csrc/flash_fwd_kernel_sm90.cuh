@@ -18,45 +18,14 @@
 #include <stdint.h>
 
 #include "flash_api.h"
+#include "kernel_params.h"
+#include "kernel_traits.h"
 #include "mask.h"
 #include "sm90_utils.h"
 #include "softmax.h"
 #include "utils.h"
 
 namespace flash {
-
-template <typename Elem_, int HeadDim, int BlockN, int Stages>
-struct Sm90Traits {
-    using Elem = Elem_;
-    static constexpr int kHeadDim = HeadDim;
-    static constexpr int kConsumerWarpgroups = 2;
-    static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);  // + the producer
-    static constexpr int kBlockM = 64 * kConsumerWarpgroups;
-    static constexpr int kBlockN = BlockN;
-    static constexpr int kStages = Stages;
-    // mask.h and softmax.h see each consumer warp as the owner of one m16 tile.
-    static constexpr int kMTiles = 1;
-    static constexpr int kWarps = 4 * kConsumerWarpgroups;  // consumer warps
-    static constexpr int kNTiles = BlockN / 8;
-    static constexpr int kDTiles = HeadDim / 8;
-    static constexpr int kKSteps = HeadDim / 16;
-    // Tiles are stored as column blocks of 64 elements (128-byte rows, TMA's 128-byte swizzle
-    // limit): a row r, column c element lives in block c / 64 at row r.
-    static constexpr int kColBlocks = HeadDim / 64;
-    static constexpr int kRowBytes = 128;
-    static constexpr int kQBytes = kBlockM * HeadDim * 2;
-    static constexpr int kTileBytes = BlockN * HeadDim * 2;  // one K or V tile
-    // Q, O staging, the K and V rings, + 1 KB to align the buffers to the 1024-byte atom.
-    static constexpr int kSmemBytes = 2 * kQBytes + 2 * Stages * kTileBytes + 1024;
-    // 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 registers.
-    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-    static_assert(sizeof(Elem) == 2 && HeadDim % 64 == 0 && BlockN % 16 == 0);
-    static_assert(BlockN <= 256 && HeadDim <= 256, "wgmma N and TMA box limits");
-
-    static __device__ __forceinline__ int tile_row(int mt, int warp) {
-        return (mt * kWarps + warp) * 16;
-    }
-};
 
 // Shared-memory layout and pipeline barriers of one block.
 template <typename T>
@@ -70,10 +39,10 @@ struct Sm90Smem {
     __device__ __forceinline__ uint32_t o() const { return base + T::kQBytes; }
     __device__ __forceinline__ uint8_t* o_generic() const { return generic + T::kQBytes; }
     __device__ __forceinline__ uint32_t k(int s) const {
-        return base + 2 * T::kQBytes + s * T::kTileBytes;
+        return base + T::kQOBytes + s * T::kTileBytes;
     }
     __device__ __forceinline__ uint32_t v(int s) const {
-        return base + 2 * T::kQBytes + (T::kStages + s) * T::kTileBytes;
+        return base + T::kQOBytes + (T::kStages + s) * T::kTileBytes;
     }
     __device__ __forceinline__ uint32_t bar(int i) const { return smem_u32(bars + i); }
     __device__ __forceinline__ uint32_t full_q() const { return bar(0); }
@@ -131,7 +100,7 @@ struct RingPosition {
 // once all consumer warps have released it. A fresh barrier counts as having completed the
 // phase before its first, so the first pass over each buffer does not wait.
 template <typename T, bool Causal>
-__device__ __forceinline__ void produce(const FlashFwdParams& p, const Sm90Smem<T>& sm,
+__device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem<T>& sm,
                                         const CUtensorMap* tma_q, const CUtensorMap* tma_k,
                                         const CUtensorMap* tma_v) {
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kKVBlockBytes = T::kBlockN * T::kRowBytes;
@@ -148,6 +117,8 @@ __device__ __forceinline__ void produce(const FlashFwdParams& p, const Sm90Smem<
             sm90::tma_load_4d(sm.q() + cb * kQBlockBytes, tma_q, sm.full_q(), cb * 64,
                               tile.m_block * T::kBlockM, tile.head, tile.batch);
         ++q_loads;
+        // Grouped-query attention: the tile's k/v head (flash_api.h).
+        const int kv_head = p.kv_heads.kv_head(tile.head);
         // Rows j * kBlockN .. of K or V into `buffer` once `empty` allows, landing on `full`.
         auto load_kv = [&](uint32_t buffer, const CUtensorMap* map, uint32_t full, uint32_t empty,
                            uint32_t phase, int j) {
@@ -156,7 +127,7 @@ __device__ __forceinline__ void produce(const FlashFwdParams& p, const Sm90Smem<
 #pragma unroll
             for (int cb = 0; cb < T::kColBlocks; ++cb)
                 sm90::tma_load_4d(buffer + cb * kKVBlockBytes, map, full, cb * 64,
-                                  j * T::kBlockN, tile.head, tile.batch);
+                                  j * T::kBlockN, kv_head, tile.batch);
         };
         for (int j = 0; j < tile.n_blocks; ++j) {
             const int stage = ring.stage<S>(j);
@@ -216,7 +187,8 @@ __device__ __forceinline__ void pv_wgmma(float (&o_acc)[T::kDTiles][4],
 }
 
 // Normalizes O, writes lse, and stages O in this warpgroup's own rows of the O buffer (the
-// other warpgroup never touches them) for 16-byte coalesced global stores.
+// other warpgroup never touches them) for 16-byte coalesced global stores; without an O
+// buffer (traits: kStageO), each thread stores its own fragments, 4 bytes each.
 template <typename T>
 __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
                                                   const OnlineSoftmax<1>& softmax,
@@ -224,6 +196,22 @@ __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
                                                   int64_t o_row_stride, float* lse, int m0,
                                                   int seqlen_q, int consumer_warp, int lane) {
     using Elem = typename T::Elem;
+    if constexpr (!T::kStageO) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float sum = softmax.total(0, h);
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            const int r = consumer_warp * 16 + lane / 4 + h * 8;
+            if (m0 + r >= seqlen_q) continue;
+            if (lane % 4 == 0) lse[m0 + r] = softmax.lse(0, h, sum);
+            Elem* row = o + (int64_t)(m0 + r) * o_row_stride + (lane % 4) * 2;
+#pragma unroll
+            for (int t = 0; t < T::kDTiles; ++t)
+                *reinterpret_cast<uint32_t*>(row + t * 8) =
+                    Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
+        }
+        return;
+    }
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes;
     uint8_t* sq = sm.o_generic();
     const int consumer_wg = consumer_warp / 4, wg_tid = (consumer_warp % 4) * 32 + lane;
@@ -399,7 +387,7 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
 
 template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
-    flash_fwd_sm90_kernel(const FlashFwdParams p, const __grid_constant__ CUtensorMap tma_q,
+    flash_fwd_sm90_kernel(const FwdKernelParams p, const __grid_constant__ CUtensorMap tma_q,
                           const __grid_constant__ CUtensorMap tma_k,
                           const __grid_constant__ CUtensorMap tma_v) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];

@@ -80,14 +80,26 @@ template <typename Elem>
 struct CompactShape<Elem, 128, 6> {
     using type = FwdTraits<Elem, 128, 2, 64, 1, 4, 2, false, true>;
 };
+// D=256, 1: 64-row Q tile (16 rows per warp, Q read from shared memory), 64-key K/V tiles,
+// 1 stage: 96 KB, one block of 4 warps per L4 SM (FA2's sm86/sm89 shape).
+template <typename Elem>
+struct CompactShape<Elem, 256, 1> {
+    using type = FwdTraits<Elem, 256, 1, 64, 1, 4, 1>;
+};
+// D=256, 2: 8 warps, 128-row Q tile, 32-key K/V tiles, 1 stage: 96 KB, one block of 8 warps
+// per L4 SM sharing each K/V tile.
+template <typename Elem>
+struct CompactShape<Elem, 256, 2> {
+    using type = FwdTraits<Elem, 256, 1, 32, 1, 8, 1>;
+};
 // The shipped choice (NOTES.md, "L4 path (v9)" and "(v10)"): D=64 FA2's shape; D=128 the
 // split-D two-block shape, but causal launches of at most kShortSeq query rows take three
 // 64-row blocks per SM: with 1-32 key tiles per block and blocks differing in length, the
 // smaller blocks balance the SMs better (v10 at 1024 rows; v14 at 2048, with v13's grouped
-// order: 1.05-1.07 of FA2 against split-D's 1.00).
+// order: 1.05-1.07 of FA2 against split-D's 1.00). D=256: NOTES.md, 2026-11-25.
 template <typename Elem, int HeadDim, bool Causal>
 struct CompactChoice {
-    static constexpr int kShape = HeadDim == 64 ? 2 : 6;
+    static constexpr int kShape = HeadDim == 64 ? 2 : HeadDim == 128 ? 6 : 1;
     static constexpr int kShortShape = HeadDim == 128 && Causal ? 5 : kShape;
     static constexpr int kShortSeq = 2048;
 };
@@ -101,12 +113,19 @@ struct VariantTraits<Elem, HeadDim, Causal, Variant::kWide> {
 template <typename Elem, int HeadDim, bool Causal>
 struct VariantTraits<Elem, HeadDim, Causal, Variant::kCompact> {
     using Choice = CompactChoice<Elem, HeadDim, Causal>;
-    static constexpr int kSwitch =
-        HeadDim == 64 ? FLASH_COMPACT_SHAPE_D64 : FLASH_COMPACT_SHAPE_D128;
+    static constexpr int kSwitch = HeadDim == 64    ? FLASH_COMPACT_SHAPE_D64
+                                   : HeadDim == 128 ? FLASH_COMPACT_SHAPE_D128
+                                                    : FLASH_COMPACT_SHAPE_D256;
     using type = typename CompactShape<Elem, HeadDim, kSwitch ? kSwitch : Choice::kShape>::type;
     // For launches of at most Choice::kShortSeq query rows.
     using short_type =
         typename CompactShape<Elem, HeadDim, kSwitch ? kSwitch : Choice::kShortShape>::type;
+};
+
+// D=256 has one shape everywhere: the compact one (96 KB; on sm_90 the Hopper path runs it).
+template <typename Elem, bool Causal>
+struct VariantTraits<Elem, 256, Causal, Variant::kWide> {
+    using type = typename VariantTraits<Elem, 256, Causal, Variant::kCompact>::type;
 };
 
 // The blocks per SM a compact shape is cut for must fit an SM of 100 KB with 1 KB reserved per
@@ -122,6 +141,7 @@ constexpr bool compact_fits_l4() {
 }
 static_assert(compact_fits_l4<__half, 64, false>() && compact_fits_l4<__half, 64, true>());
 static_assert(compact_fits_l4<__half, 128, false>() && compact_fits_l4<__half, 128, true>());
+static_assert(compact_fits_l4<__half, 256, false>() && compact_fits_l4<__half, 256, true>());
 
 // What the launcher decided for one device, once.
 struct DeviceChoice {
@@ -212,7 +232,7 @@ int launch_with(const FlashFwdParams& params, cudaStream_t stream, int device,
         if (order.m_blocks > 65535) return FLASH_ERR_UNSUPPORTED;  // a grid's y extent
         grid = dim3(order.width(), order.m_blocks, order.groups);
     }
-    kernel<<<grid, T::kThreads, smem, stream>>>(params, order);
+    kernel<<<grid, T::kThreads, smem, stream>>>(kernel_params(params), order);
     return cudaGetLastError();
 }
 

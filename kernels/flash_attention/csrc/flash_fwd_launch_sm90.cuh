@@ -16,10 +16,11 @@ namespace flash {
 constexpr int kMaxSm90Devices = 64;
 
 // Tile shapes: 128 keys per K/V tile, two stages (192 KB for D = 128, 96 KB for D = 64, with
-// the Q and O buffers).
+// the Q and O buffers); D = 256: 64 keys per tile, two stages, no O buffer (Q 64 KB + the
+// ring 128 KB: 193 KB of the 227 KB a block may have).
 template <typename Elem, int HeadDim>
 struct Sm90Config {
-    using type = Sm90Traits<Elem, HeadDim, 128, 2>;
+    using type = Sm90Traits<Elem, HeadDim, HeadDim == 256 ? 64 : 128, 2>;
 };
 
 constexpr bool kSm90Enabled =
@@ -88,14 +89,15 @@ int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
     const int sms = sm90_multiprocessors(device);
     if (sms == 0) return FLASH_ERR_UNSUPPORTED;
     CUtensorMap maps[3];
+    const int kv_heads = p.heads / p.q_heads_per_kv_head;  // the dispatcher checked it divides
     const bool encoded =
         encode_tensor_map<Elem, HeadDim>(&maps[0], p.q, p.seqlen_q, p.heads, p.batch,
                                          p.q_row_stride, p.q_head_stride, p.q_batch_stride,
                                          T::kBlockM) &&
-        encode_tensor_map<Elem, HeadDim>(&maps[1], p.k, p.seqlen_k, p.heads, p.batch,
+        encode_tensor_map<Elem, HeadDim>(&maps[1], p.k, p.seqlen_k, kv_heads, p.batch,
                                          p.k_row_stride, p.k_head_stride, p.k_batch_stride,
                                          T::kBlockN) &&
-        encode_tensor_map<Elem, HeadDim>(&maps[2], p.v, p.seqlen_k, p.heads, p.batch,
+        encode_tensor_map<Elem, HeadDim>(&maps[2], p.v, p.seqlen_k, kv_heads, p.batch,
                                          p.v_row_stride, p.v_head_stride, p.v_batch_stride,
                                          T::kBlockN);
     if (!encoded) return FLASH_ERR_UNSUPPORTED;
@@ -114,7 +116,8 @@ int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
     const int64_t tiles = (int64_t)((p.seqlen_q + T::kBlockM - 1) / T::kBlockM) * p.heads * p.batch;
     if (tiles > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
     const int blocks = Causal || tiles < sms ? (int)tiles : sms;
-    kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(p, maps[0], maps[1], maps[2]);
+    kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0], maps[1],
+                                                            maps[2]);
     return cudaGetLastError();
 }
 

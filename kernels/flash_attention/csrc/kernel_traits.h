@@ -1,4 +1,5 @@
-// Compile-time shape of one sm_80 kernel instance: everything a tile needs to know.
+// Compile-time shape of one kernel instance, sm_80 (FwdTraits) or Hopper (Sm90Traits):
+// everything a tile needs to know.
 #pragma once
 
 #include <stdint.h>
@@ -21,6 +22,8 @@ namespace flash {
 // SplitD: K and V tiles travel as halves of HeadDim / 2 columns (K_lo, K_hi, V_lo, V_hi)
 // through two half-tile buffers, each half loading while the one before it is used: a
 // 128-row Q tile and 64-key tiles at D=128 in 48 KB, two blocks per 100 KB SM (NOTES.md, v10).
+// HeadDim = 256: one m-tile per warp with Q read from shared memory (its fragments would take
+// 64 registers beside O's 128), FA2's sm86/sm89 shape (NOTES.md, 2026-11-25).
 template <typename Elem_, int HeadDim, int MTiles, int BlockN, int Stages, int Warps = 4,
           int MinBlocks = 256 / (Warps * 32), bool QStaged = false, bool SplitD = false>
 struct FwdTraits {
@@ -32,7 +35,7 @@ struct FwdTraits {
     static constexpr int kBlockN = BlockN;
     static constexpr int kStages = Stages;
     static constexpr int kThreads = kWarps * 32;
-    static constexpr bool kQInRegs = MTiles == 1;
+    static constexpr bool kQInRegs = MTiles == 1 && HeadDim <= 128;
     static constexpr bool kQStagedInKV = QStaged;
     static constexpr bool kSplitD = SplitD;
     // Columns of one shared-memory K/V buffer row.
@@ -54,7 +57,7 @@ struct FwdTraits {
         QStaged ? (kQElems > kKVElems ? kQElems : kKVElems) : kQElems + kKVElems;
     static constexpr int kSmemBytes = kSmemElems * 2;
     static_assert(sizeof(Elem) == 2, "16-bit elements");
-    static_assert(HeadDim == 64 || HeadDim == 128, "head dim 64 or 128");
+    static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256, "head dim 64, 128 or 256");
     static_assert(Stages == 1 || Stages == 2, "one or two K/V stages");
     static_assert(BlockN % 16 == 0, "K/V tile is whole k16 steps of P.V");
     static_assert(Warps == 4 || Warps == 8, "4 warps (2 or 3 blocks per SM) or 8 (1 block)");
@@ -62,6 +65,47 @@ struct FwdTraits {
     static_assert(!SplitD || (Stages == 1 && !QStaged && !kQInRegs), "split-D: one stage, Q in smem");
 
     // Warp w owns tile rows (mt * kWarps + w) * 16 .. +15 of m-tile mt.
+    static __device__ __forceinline__ int tile_row(int mt, int warp) {
+        return (mt * kWarps + warp) * 16;
+    }
+};
+
+// The Hopper kernel (flash_fwd_kernel_sm90.cuh): a producer warpgroup and two consumer
+// warpgroups of 64 query rows each; K and V tiles of BlockN keys through a ring of Stages
+// buffers; Q (and, where it fits, O's staging buffer) beside them.
+template <typename Elem_, int HeadDim, int BlockN, int Stages>
+struct Sm90Traits {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = HeadDim;
+    static constexpr int kConsumerWarpgroups = 2;
+    static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);  // + the producer
+    static constexpr int kBlockM = 64 * kConsumerWarpgroups;
+    static constexpr int kBlockN = BlockN;
+    static constexpr int kStages = Stages;
+    // mask.h and softmax.h see each consumer warp as the owner of one m16 tile.
+    static constexpr int kMTiles = 1;
+    static constexpr int kWarps = 4 * kConsumerWarpgroups;  // consumer warps
+    static constexpr int kNTiles = BlockN / 8;
+    static constexpr int kDTiles = HeadDim / 8;
+    static constexpr int kKSteps = HeadDim / 16;
+    // Tiles are stored as column blocks of 64 elements (128-byte rows, TMA's 128-byte swizzle
+    // limit): a row r, column c element lives in block c / 64 at row r.
+    static constexpr int kColBlocks = HeadDim / 64;
+    static constexpr int kRowBytes = 128;
+    static constexpr int kQBytes = kBlockM * HeadDim * 2;
+    static constexpr int kTileBytes = BlockN * HeadDim * 2;  // one K or V tile
+    // O leaves through shared memory (16-byte coalesced stores) where a buffer for it fits:
+    // at D = 256 Q alone takes 64 KB and the two-stage ring 128 KB, so O is stored from
+    // registers (write_output_sm90).
+    static constexpr bool kStageO = HeadDim <= 128;
+    static constexpr int kQOBytes = (kStageO ? 2 : 1) * kQBytes;
+    // Q, O staging, the K and V rings, + 1 KB to align the buffers to the 1024-byte atom.
+    static constexpr int kSmemBytes = kQOBytes + 2 * Stages * kTileBytes + 1024;
+    // 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 registers.
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+    static_assert(sizeof(Elem) == 2 && HeadDim % 64 == 0 && BlockN % 16 == 0);
+    static_assert(BlockN <= 256 && HeadDim <= 256, "wgmma N and TMA box limits");
+
     static __device__ __forceinline__ int tile_row(int mt, int warp) {
         return (mt * kWarps + warp) * 16;
     }

@@ -21,12 +21,16 @@
 #endif
 
 // Shape of the compact variant (flash_fwd_launch.cuh, CompactShape), per head dim: 0 the
-// shipped choice, 1.. a candidate (re-measuring them on a real L4, say).
+// shipped choice, 1.. a candidate (re-measuring them on a real L4, say). D=256 has no wide
+// variant: its shape is the sm_80 kernel's on every GPU.
 #ifndef FLASH_COMPACT_SHAPE_D64
 #define FLASH_COMPACT_SHAPE_D64 0
 #endif
 #ifndef FLASH_COMPACT_SHAPE_D128
 #define FLASH_COMPACT_SHAPE_D128 0
+#endif
+#ifndef FLASH_COMPACT_SHAPE_D256
+#define FLASH_COMPACT_SHAPE_D256 0
 #endif
 
 // Order of the K/V tiles within a block of the split-D loop: 0 the shipped order (non-causal
@@ -64,6 +68,7 @@ static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide)
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
 static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0..6");
+static_assert(FLASH_COMPACT_SHAPE_D256 >= 0 && FLASH_COMPACT_SHAPE_D256 <= 2, "0..2");
 static_assert(FLASH_KV_FROM_ZERO == 0 || FLASH_KV_FROM_ZERO == 1, "0 or 1");
 static_assert(FLASH_SPREAD_GROUP >= 0 && FLASH_SPREAD_GROUP <= 8, "0..8");
 static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");

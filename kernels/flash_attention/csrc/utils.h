@@ -109,25 +109,40 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // same swizzled column and the addresses are one base plus compile-time (shared) or
 // once-computed (global) steps. Indexing each copy from scratch cost ~21 instructions per
 // cp.async in the main loop, a quarter of its instructions (NOTES.md, v7).
+// A pass of 4 rows (HeadDim = 256 over 128 threads) covers half a swizzle period: thread row
+// r < 4 and r + 4 have swizzled columns c ^ r and c ^ r ^ 4, so passes alternate between two
+// shared addresses computed once.
 template <int Rows, int HeadDim, int Threads, int L2Bytes = 0, typename Elem>
 __device__ __forceinline__ void load_tile(Elem* tile, const Elem* base, int64_t row_stride,
                                           int row0, int rows_valid, int tid) {
     constexpr int kChunks = HeadDim / 8;
     constexpr int kRowsPerPass = Threads / kChunks;
-    static_assert(Threads % kChunks == 0 && kRowsPerPass % 8 == 0,
-                  "passes of whole swizzle periods");
-    static_assert(Rows % kRowsPerPass == 0, "tile must split evenly over threads");
+    static_assert(Threads % kChunks == 0 && (kRowsPerPass % 8 == 0 || kRowsPerPass == 4),
+                  "passes of whole or half swizzle periods");
+    static_assert(Rows % (kRowsPerPass % 8 == 0 ? kRowsPerPass : 8) == 0,
+                  "tile must split evenly over threads");
     const int r = tid / kChunks, c = tid % kChunks;
     // Rows past the end keep their (unread) address: with src_bytes = 0 cp.async reads nothing.
     const Elem* src = base + (int64_t)(row0 + r) * row_stride + c * 8;
     const int64_t step = (int64_t)kRowsPerPass * row_stride;
     const uint32_t dst = smem_u32(tile + swizzled<HeadDim>(r, c));
     const int rows_left = rows_valid - row0 - r;
+    if constexpr (kRowsPerPass % 8 == 0) {
 #pragma unroll
-    for (int i = 0; i < Rows / kRowsPerPass; ++i) {
-        cp_async_16<L2Bytes>(dst + i * kRowsPerPass * HeadDim * (int)sizeof(Elem), src,
-                             i * kRowsPerPass < rows_left ? 16 : 0);
-        src += step;
+        for (int i = 0; i < Rows / kRowsPerPass; ++i) {
+            cp_async_16<L2Bytes>(dst + i * kRowsPerPass * HeadDim * (int)sizeof(Elem), src,
+                                 i * kRowsPerPass < rows_left ? 16 : 0);
+            src += step;
+        }
+    } else {
+        const uint32_t dst_odd = smem_u32(tile + swizzled<HeadDim>(r + 4, c));
+#pragma unroll
+        for (int i = 0; i < Rows / kRowsPerPass; ++i) {
+            const uint32_t d = (i & 1) ? dst_odd - 4 * HeadDim * (int)sizeof(Elem) : dst;
+            cp_async_16<L2Bytes>(d + i * kRowsPerPass * HeadDim * (int)sizeof(Elem), src,
+                                 i * kRowsPerPass < rows_left ? 16 : 0);
+            src += step;
+        }
     }
 }
 
