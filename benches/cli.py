@@ -113,10 +113,12 @@ def effective_plan(plan, measurements: int | None, margin: float | None = None):
 def run_phases(args: argparse.Namespace) -> int:
     # torch is imported here, not at the top: `plans` and `--help` stay instant.
     from benches import runner
+    from benches.user_kernel import register
     from benches.writers import StatusWriter
 
     measurements = getattr(args, "measurements", None)
     plan = effective_plan(resolve_plan(args.plan), None, getattr(args, "margin", None))
+    register(plan)
     effective = effective_plan(plan, measurements)
     try:
         runner.require_device(plan)

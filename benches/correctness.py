@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 
 from kernels import registry
+from kernels.reference import expand_kv_heads
 from results_schema import AttentionConfig, CorrectnessRow, Plan
 from results_schema.models import implementation_of
 
@@ -56,14 +57,16 @@ def config_seed(plan_seed: int, index: int, purpose: str) -> int:
 
 
 def make_inputs(config: AttentionConfig, device: torch.device, seed: int):
-    """q, k, v of shape (B, H, S, D), standard normal: never zeros, which hide bugs."""
+    """q of shape (B, H, S, D), k and v (B, H_kv, S, D), standard normal: never zeros,
+    which hide bugs."""
     generator = torch.Generator(device=device).manual_seed(seed)
-    shape = (config.batch, config.heads, config.seq_len, config.head_dim)
+    dims = (config.batch, config.seq_len, config.head_dim)
+    shapes = [(dims[0], heads, *dims[1:]) for heads in (config.heads, *[config.key_heads] * 2)]
     return tuple(
         torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(
             DTYPES[config.dtype]
         )
-        for _ in range(3)
+        for shape in shapes
     )
 
 
@@ -71,6 +74,7 @@ def chunked_reference(reference: Callable, q, k, v, causal: bool) -> torch.Tenso
     """The reference over slices of batch*heads (each is independent), so the float64
     score matrix never needs more than REFERENCE_CHUNK_BYTES at once."""
     b, h, s, d = q.shape
+    k, v = expand_kv_heads(q, k), expand_kv_heads(q, v)
     flat = [t.reshape(1, b * h, s, d) for t in (q, k, v)]
     per_head = s * k.shape[-2] * 8
     step = max(1, REFERENCE_CHUNK_BYTES // per_head)
@@ -86,6 +90,7 @@ def chunked_reference(reference: Callable, q, k, v, causal: bool) -> torch.Tenso
 def same_dtype_attention(q, k, v, causal: bool) -> torch.Tensor:
     """softmax(QK^T / sqrt(D)) V with both products in the inputs' dtype (softmax in float32,
     its result rounded back): the error a straightforward 16-bit attention has."""
+    k, v = expand_kv_heads(q, k), expand_kv_heads(q, v)
     scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
     if causal:
         s_q, s_k = q.shape[-2], k.shape[-2]
@@ -215,6 +220,8 @@ def poison(out) -> None:
 def _measure(name, q, k, v, config, ref, device):
     impl = registry.get(implementation_of(name))
     reason = impl.available(device)
+    if reason is None and hasattr(impl, "unsupported"):  # a user's kernel (user_kernel.py)
+        reason = impl.unsupported(config)
     if reason is not None:
         return "unavailable", None, reason
     try:

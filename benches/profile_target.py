@@ -25,10 +25,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from benches import correctness
     from benches.plan import load_plan_file
+    from benches.user_kernel import register
     from kernels import registry
     from results_schema.models import implementation_of
 
     plan = load_plan_file(args.plan)
+    register(plan)
     index = next(i for i, c in enumerate(plan.configs) if c.name == args.config)
     config = plan.configs[index]
     device = torch.device("cuda")

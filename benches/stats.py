@@ -25,13 +25,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from results_schema import IntervalMethod, Measurement, OverallSpeedup, Plan, SummaryRow
+from results_schema import (
+    AttentionConfig,
+    IntervalMethod,
+    Measurement,
+    OverallSpeedup,
+    Plan,
+    SummaryRow,
+)
 from results_schema.intervals import (
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
     bootstrap_median_ci,
     percentile_tails,
 )
+from results_schema.verdicts import verdict
 
 Z_975 = 1.959964
 # Student's t 0.975 quantile by degrees of freedom (beyond 30, z serves).
@@ -66,16 +74,6 @@ class Speedup:
 
     def verdict(self, margin: float) -> str:
         return verdict(self.ci_low, self.ci_high, margin)
-
-
-def verdict(ci_low: float, ci_high: float, margin: float) -> str:
-    if ci_low > 1.0 + margin:
-        return "faster"
-    if ci_high < 1.0 - margin:
-        return "slower"
-    if ci_low >= 1.0 - margin and ci_high <= 1.0 + margin:
-        return "equivalent"
-    return "indistinguishable"
 
 
 def interval_method(plan: Plan) -> IntervalMethod:
@@ -278,10 +276,12 @@ def overall_speedups(
 # --- physical limits ---------------------------------------------------------------------
 
 
-def attention_bytes(config) -> float:
-    """The least memory traffic of a forward attention: read q, k, v, write the output."""
-    elements = config.batch * config.heads * config.seq_len * config.head_dim
-    return 4.0 * elements * ELEMENT_BYTES[config.dtype]
+def attention_bytes(config: AttentionConfig) -> float:
+    """The least memory traffic of a forward attention: read q, k, v, write the output
+    (k and v with their own head count under grouped-query attention)."""
+    per_head = config.batch * config.seq_len * config.head_dim
+    heads = 2 * config.heads + 2 * config.key_heads
+    return float(heads * per_head * ELEMENT_BYTES[config.dtype])
 
 
 def impossible(config, median_ms: float, peak_tflops, peak_gbytes_per_s) -> bool:

@@ -157,11 +157,15 @@ def build_payload(
     plan: Plan,
     source_root: Path | None = None,
     baseline_files: Sequence[tuple[str, bytes]] = (),
+    kernel_trees: Sequence[tuple[str, TreeFiles]] = (),
 ) -> Payload:
     """Tar the payload packages and plan.json; identical inputs give identical bytes.
-    `baseline_files` (names relative to a kernels/ tree) go in as baseline/kernels/..."""
+    `baseline_files` (names relative to a kernels/ tree) go in as baseline/kernels/...;
+    each of `kernel_trees` (a folder, a user's kernel tree) as <folder>/..."""
     entries = list(payload_files(source_root))
     entries += [(f"{BASELINE_DIR}/kernels/{name}", data) for name, data in baseline_files]
+    for folder, files in kernel_trees:
+        entries += [(f"{folder}/{name}", data) for name, data in files]
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:

@@ -81,6 +81,30 @@ def benchmark_timeout_seconds(spec: RunSpec) -> int:
     return max(600, 3 * spec.estimated_seconds) + profile
 
 
+def user_kernel_builds(plan) -> list[dict]:
+    """What the build phase does for each user kernel tree (build.sh.j2)."""
+    return [
+        {
+            "directory": kernel.directory,
+            "identity": kernel.identity,
+            "timeout": kernel.contract.build_timeout_seconds,
+            "requirements": " ".join(kernel.contract.requirements),
+            "command": kernel.contract.build or "",
+        }
+        for kernel in plan.user_kernels
+    ]
+
+
+def build_timeout_seconds(spec: RunSpec) -> int:
+    """Our kernel's bound, plus each user kernel's own (its requirements and its build may
+    each take it), plus a minute of margin."""
+    users = sum(
+        (bool(k.contract.requirements) + bool(k.contract.build)) * k.contract.build_timeout_seconds
+        for k in spec.plan.user_kernels
+    )
+    return PHASE_TIMEOUTS["build"] + users + (60 if users else 0)
+
+
 def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any]) -> dict:
     plan = spec.plan
     on_gpu = plan.device == "cuda"
@@ -107,7 +131,12 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "pip_index_args": PAYLOAD_PIP_INDEX_ARGS[plan.device],
         "record_tool_source": record_tool_source(),
         "phases": PHASES,
-        "phase_timeouts": {**PHASE_TIMEOUTS, "benchmark": benchmark_timeout_seconds(spec)},
+        "phase_timeouts": {
+            **PHASE_TIMEOUTS,
+            "build": build_timeout_seconds(spec),
+            "benchmark": benchmark_timeout_seconds(spec),
+        },
+        "user_kernel_builds": user_kernel_builds(plan),
         "needs_gpu": on_gpu,
         "needs_nvcc": builds_kernel,
         "build_kernel": builds_kernel,

@@ -111,6 +111,8 @@ class ABResults:
     overall: OverallSpeedup | None
     candidate_build: KernelBuild | None
     baseline_build: KernelBuild | None
+    # A user's kernel trees by identity: '<commit>[+dirty]' or 'tree-<sha256>' (the plan's).
+    user_sources: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -391,6 +393,7 @@ def ab_results(run: RunResults) -> ABResults | None:
         overall=overall,
         candidate_build=manifest.kernel_build if manifest else None,
         baseline_build=manifest.baseline_build if manifest else None,
+        user_sources={k.identity: k.source.label() for k in plan.user_kernels},
     )
 
 

@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from results_schema.gate_report import GateReport
+from results_schema.kernel_contract import ContractFile
 from results_schema.models import (
     CorrectnessRow,
     Manifest,
@@ -29,6 +31,8 @@ EXPORTED = {
     "profile.schema.json": ProfileRow,
     "status.schema.json": Status,
     "manifest.schema.json": Manifest,
+    "kernel-contract.schema.json": ContractFile,  # bench-kernel.toml, for editors' checks
+    "gate-report.schema.json": GateReport,  # `bench report --format json`, gate.json
 }
 
 

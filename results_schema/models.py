@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from results_schema.kernel_contract import UserKernel
+
 # One definition of both, in the stdlib-only record tool the startup script carries.
 from results_schema.record import PHASES
 
@@ -43,15 +45,36 @@ class _Strict(BaseModel):
 
 
 class AttentionConfig(_Strict):
-    """One attention problem: inputs are (batch, heads, seq_len, head_dim), contiguous."""
+    """One attention problem: q is (batch, heads, seq_len, head_dim), k and v
+    (batch, kv_heads, seq_len, head_dim), contiguous."""
 
     name: str = Field(description="unique within a plan, e.g. 'fp16-b4h16s1024d64-causal'")
     batch: int = Field(ge=1)
     heads: int = Field(ge=1)
+    kv_heads: int | None = Field(
+        default=None,
+        ge=1,
+        description="k/v heads for grouped-query attention (heads must be a multiple); "
+        "None: as many as heads",
+    )
     seq_len: int = Field(ge=1)
     head_dim: int = Field(ge=1, le=256)
     dtype: Dtype
     causal: bool
+
+    @model_validator(mode="after")
+    def _whole_groups(self) -> AttentionConfig:
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(
+                f"{self.name}: {self.heads} heads over {self.kv_heads} k/v heads; grouped-query "
+                "attention needs heads to be a multiple of kv_heads"
+            )
+        return self
+
+    @property
+    def key_heads(self) -> int:
+        """How many heads k and v have (heads, unless grouped)."""
+        return self.kv_heads or self.heads
 
     def flops(self) -> float:
         """Forward FLOPs, 4*B*H*S*S*D, halved for causal (FlashAttention's convention)."""
@@ -135,6 +158,12 @@ class Plan(_Strict):
         default=None, description="Nsight Compute profiles taken after the timing"
     )
     configs: list[AttentionConfig] = Field(min_length=1)
+    user_kernels: list[UserKernel] = Field(
+        default_factory=list,
+        description="users' kernels the plan times (`bench launch --kernel DIR`), each under "
+        "its identity: the candidate's declared name, and '<name>@baseline' for an A/B "
+        "baseline revision",
+    )
 
     @model_validator(mode="after")
     def _unique_config_names(self) -> Plan:
@@ -148,6 +177,9 @@ class Plan(_Strict):
         if self.profile is not None and set(self.profile.configs) - set(names):
             unknown = sorted(set(self.profile.configs) - set(names))
             raise ValueError(f"profile names configs the plan lacks: {', '.join(unknown)}")
+        untimed = [k.identity for k in self.user_kernels if k.identity not in self.identities]
+        if untimed:
+            raise ValueError(f"user kernels the plan does not time: {', '.join(untimed)}")
         return self
 
     @property
@@ -177,16 +209,26 @@ class Plan(_Strict):
         twin's code."""
         return [i for i in self.identities if i != self.control_identity]
 
+    def user_kernel(self, identity: str) -> UserKernel | None:
+        return next((k for k in self.user_kernels if k.identity == identity), None)
+
     def samples_per_implementation(self) -> int:
         return self.samples_per_config * len(self.configs)
 
     def content_sha256(self) -> str:
         """The plan's content key: sha256 of its canonical JSON (sorted keys, defaults
-        filled in), so two files that measure the same thing share it whatever their name."""
-        canonical = json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=True
-        )
+        filled in), so two files that measure the same thing share it whatever their name.
+        Fields added later are left out while unset, so older plans keep their key."""
+        content = self.model_dump(mode="json")
+        for name in _ADDED_FIELDS:
+            if not content[name]:
+                del content[name]
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# Plan fields newer than the content key: absent from it while empty (content_sha256).
+_ADDED_FIELDS = ("user_kernels",)
 
 
 def _check_comparison(plan: Plan, comparison: Comparison) -> None:

@@ -29,7 +29,8 @@ FLASH_HEAD_DIMS = (64, 128, 256)
 def plan_problems(plan: Plan, has_gpu: bool) -> list[str]:
     """Everything in `plan` its target would refuse, each as what to change; [] if none."""
     problems = []
-    unknown = [name for name in plan.implementations if name not in IMPLEMENTATIONS]
+    users = {kernel.identity: kernel for kernel in plan.user_kernels}
+    unknown = [n for n in plan.implementations if n not in IMPLEMENTATIONS and n not in users]
     if unknown:
         problems.append(
             f"unknown implementation {', '.join(map(repr, unknown))} (known: "
@@ -43,6 +44,12 @@ def plan_problems(plan: Plan, has_gpu: bool) -> list[str]:
         on_gpu_only = [name for name in plan.implementations if name in CUDA_ONLY]
         if on_gpu_only:
             problems.append(f"its device is cpu, but {', '.join(on_gpu_only)} needs a CUDA GPU")
+    for kernel in users.values():
+        if plan.device not in kernel.contract.supports.devices:
+            problems.append(
+                f"its device is {plan.device}, but {kernel.identity} runs on "
+                f"{', '.join(kernel.contract.supports.devices)} only (its supports.devices)"
+            )
     if {"flash", "flash@baseline"} & set(plan.implementations):
         for config in plan.configs:
             if config.dtype not in FLASH_DTYPES or config.head_dim not in FLASH_HEAD_DIMS:

@@ -132,7 +132,7 @@ def validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         _fail(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
     if kb != b or kd != d:
         _fail(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim")
-    if (h % kh if kh else h):
+    if kh == 0 or h % kh:
         _fail(
             f"q has {h} heads and k, v have {kh}: grouped-query attention needs the query heads "
             f"to be a whole multiple of the k/v heads (h_q % h_kv == 0)"

@@ -67,6 +67,9 @@ def cli() -> None:
       3    refused: over the budget or the monthly cap
       4    cloud: no capacity in any zone, quota, permission
       5    results missing, incomplete or invalid
+      6    --fail-on slower: the candidate is slower (a regression)
+      7    --fail-on slower: inconclusive (the A/A control saw noise)
+      8    --fail-on slower: the candidate failed correctness
       130  interrupted (a launched run goes on: see `bench stop-all`)
     """
 

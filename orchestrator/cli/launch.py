@@ -4,6 +4,7 @@ import os
 
 import click
 
+from orchestrator.cli.gate import gate_finished_run, gate_options, launch_gate
 from orchestrator.cli.options import (
     Duration,
     Money,
@@ -12,6 +13,7 @@ from orchestrator.cli.options import (
     cloud_options,
     comparison_options,
     console,
+    dest_option,
     make_context,
     plan_options,
 )
@@ -53,8 +55,22 @@ from orchestrator.cli.options import (
     "trusted, untrusted when the CI variable is set); --untrusted for code you did not review",
 )
 @comparison_options
+@gate_options
+@dest_option("with --fail-on: where the run is fetched to, as `bench fetch` would")
 def launch(
-    backend, budget, max_runtime, plan_ref, wait, on_demand_fallback, gpus, trusted, **comparison
+    backend,
+    budget,
+    max_runtime,
+    plan_ref,
+    wait,
+    on_demand_fallback,
+    gpus,
+    trusted,
+    fail_on,
+    margin,
+    gate_on,
+    dest,
+    **comparison,
 ):
     """Start a benchmark run; the cloud enforces its budget as a time cap.
 
@@ -76,11 +92,21 @@ def launch(
     config and its geometric mean, each with an interval and a verdict.
     --profile adds Nsight Compute counters, taken after the timing.
 
+    The performance gate (CI): --fail-on slower with --wait fetches the run
+    when it ends and exits 6 on a regression (the candidate slower beyond
+    --margin, on the geometric mean or with --gate-on any on any config), 7
+    when the run cannot tell, 8 when the candidate failed correctness, else
+    0; it writes gate.md and gate.json into DEST/<run id>/ and appends the
+    markdown to $GITHUB_STEP_SUMMARY when that is set (docs/ci/).
+
     \b
     Examples:
       bench launch --backend local --budget 1.00 --wait
       bench launch --budget 1.00 --plan default --max-runtime 45m
       bench launch --budget 1.00 --baseline main            # did my edits help?
+      bench launch --budget 1.00 --baseline main --wait --fail-on slower   # a CI gate
+      bench launch --backend local --kernel ../my-attn --budget 1 --wait
+      bench launch --budget 1.00 --kernel ../my-attn --baseline HEAD~1
       bench launch --budget 1.00 --baseline ../old/kernels --profile
       bench launch --budget 1.00 --candidate sdpa-flash --baseline-impl sdpa-cudnn
       bench launch --budget 1.00 --profile fp16-b4h16s1024d64,bf16-b1h16s8192d64
@@ -93,6 +119,7 @@ def launch(
     ctx = make_context(backend=backend, on_demand_fallback=on_demand_fallback)
     name, reason = ctx.config.resolved_backend()
     out = console()
+    gate = launch_gate(fail_on, margin, gate_on, dest, wait=wait, gpus=gpus, comparison=comparison)
     request = LaunchRequest(
         budget_usd=budget,
         plan=plan_ref,
@@ -117,10 +144,11 @@ def launch(
         from orchestrator.cli.progress import follow
 
         try:
-            return follow(ctx, ctx.registry.get(run_id), out)
+            code = follow(ctx, ctx.registry.get(run_id), out)
         except KeyboardInterrupt:
             say_runs_go_on(f"run {run_id} goes on ({how_it_ends(result)})", run_id)
             raise
+        return gate_finished_run(ctx, out, run_id, gate) if gate else code
     out.print(f"follow it with: {bench} status {run_id}   then: {bench} fetch {run_id}")
     return 0
 

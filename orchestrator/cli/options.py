@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import click
 
@@ -199,13 +200,21 @@ def comparison_options(command):
     """launch's A/B and profile options; together they fill a service PlanOptions."""
     options = [
         click.option(
+            "--kernel",
+            metavar="DIR",
+            type=click.Path(path_type=Path, file_okay=False),
+            default=None,
+            help="time the kernel the repository DIR declares in its bench-kernel.toml "
+            "(default: the current directory when it holds one; else our kernel)",
+        ),
+        click.option(
             "--baseline",
             metavar="REF",
             default=None,
-            help="A/B: time our kernel as the working tree has it against the kernels/ "
-            "tree of REF: a git revision of this repository (HEAD, main, a commit) or a "
-            "directory holding a kernels/ tree; both are built, gated and timed as "
-            "flash and flash@baseline, interleaved in every round",
+            help="A/B: time the kernel as the working tree has it against REF: a git "
+            "revision (HEAD~1, main, a commit) or a directory, of the --kernel repository "
+            "(timed as NAME@baseline) or else of this one's kernels/ tree (flash@baseline); "
+            "both are built, gated and timed, interleaved in every round",
         ),
         click.option(
             "--candidate",
@@ -234,11 +243,13 @@ def comparison_options(command):
     return command
 
 
-def plan_options(candidate, baseline, baseline_impl, profile):
+def plan_options(kernel, candidate, baseline, baseline_impl, profile):
+    from orchestrator.kernel_repo import default_kernel_dir
     from orchestrator.service.plan_options import PlanOptions
 
     configs = None if profile is None else tuple(n for n in profile.split(",") if n.strip())
     return PlanOptions(
+        kernel=kernel if kernel is not None else default_kernel_dir(Path.cwd()),
         candidate=candidate,
         baseline=baseline,
         baseline_impl=baseline_impl,

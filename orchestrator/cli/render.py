@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from orchestrator.cli.options import Money, backend_option, cloud_options, make_context
@@ -23,7 +25,15 @@ from orchestrator.cli.options import Money, backend_option, cloud_options, make_
     flag_value="instance",
     help="gce: print the instance request (JSON) instead",
 )
-def render(backend, plan_ref, budget, which):
+@click.option(
+    "--kernel",
+    metavar="DIR",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="the kernel repository DIR declares (bench-kernel.toml); default: the current "
+    "directory when it holds one",
+)
+def render(backend, plan_ref, budget, which, kernel):
     """Print the startup script a launch would run; creates and sends nothing.
 
     stdout carries only what you asked for (the startup script, the shutdown
@@ -34,13 +44,16 @@ def render(backend, plan_ref, budget, which):
     Examples:
       bench render --backend local | less
       bench render --backend gce --plan default --instance | jq .scheduling
+      bench render --backend gce --kernel ../my-attn | grep build_user_kernel
     """
     from orchestrator.errors import UsageError
+    from orchestrator.kernel_repo import default_kernel_dir
     from orchestrator.service.render import render_scripts
 
     ctx = make_context(backend=backend)
     name, _ = ctx.config.resolved_backend()
-    rendered = render_scripts(ctx, name, plan_ref, budget)
+    kernel = kernel if kernel is not None else default_kernel_dir(Path.cwd())
+    rendered = render_scripts(ctx, name, plan_ref, budget, kernel)
     if which == "instance":
         if not rendered.instance_json:
             raise UsageError(f"--instance: the {name} backend sends no instance request")

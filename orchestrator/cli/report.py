@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import click
 
+from orchestrator.cli.gate import gate_options
 from orchestrator.cli.options import console, dest_option
 
 
@@ -9,7 +10,17 @@ from orchestrator.cli.options import console, dest_option
 @click.argument("run_id", metavar="RUN|SWEEP|PATH")
 @click.option("--compare", "compare_id", default=None, help="another fetched run to compare with")
 @dest_option("where fetched runs live")
-def report(run_id, compare_id, dest):
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "markdown", "json"]),
+    default="text",
+    show_default=True,
+    help="markdown or json: the A/B gate's report (schema results_schema/jsonschema/"
+    "gate-report.schema.json) on stdout, for a CI log or a pull-request comment; no plots",
+)
+@gate_options
+def report(run_id, compare_id, dest, output_format, fail_on, margin, gate_on):
     """Tables and PNG plots of a fetched run, optionally against another run.
 
     Plots (latency distributions, speedup with its 95% interval, TFLOP/s
@@ -25,6 +36,13 @@ def report(run_id, compare_id, dest):
     A run with many configs is plotted in part, its first ones (the note
     below the table says how many; the table lists every row).
 
+    --format markdown (or json) prints the gate's view of an A/B run: the
+    geometric mean first, the A/A control's line, then per config baseline,
+    candidate, speedup with interval and verdict at --margin; slower configs
+    first, at most 100 configs (the rest counted), so it fits a pull-request
+    comment (65,536 characters). --fail-on slower exits with the gate's code
+    (6 regression, 7 inconclusive, 8 candidate incorrect), as `launch` does.
+
     A sweep id (`launch --gpu a,b`) compares its GPU types instead: per GPU
     the candidate's speedup with its interval and the best TFLOP/s as a share
     of that GPU's peak; the plot goes to DEST/<sweep id>/report/gpus.png.
@@ -33,6 +51,8 @@ def report(run_id, compare_id, dest):
     Examples:
       bench fetch 20261122-081500-a1b2c3 && bench report 20261122-081500-a1b2c3
       bench report RUN_A --compare RUN_B
+      bench report RUN --format markdown >> "$GITHUB_STEP_SUMMARY"
+      bench report RUN --format json --margin 3% --gate-on any
       bench fetch sweep-20261122-081500-d4e5f6 && bench report sweep-20261122-081500-d4e5f6
     """
     from orchestrator.errors import UsageError
@@ -52,9 +72,29 @@ def report(run_id, compare_id, dest):
         return 0
 
     run_dir = published_run_dir(dest, run_id)
+    if output_format != "text" or fail_on:
+        if compare_id:
+            raise UsageError("--compare makes a text report: leave out --format and --fail-on")
+        return show_gate(console(), run_dir, output_format, margin, gate_on, fail_on)
     compare_dir = published_run_dir(dest, compare_id) if compare_id else None
     show_report(console(), make_report(run_dir, compare_dir))
     return 0
+
+
+def show_gate(out, run_dir, output_format, margin, gate_on, fail_on) -> int:
+    """The gate's report of one run on stdout; its exit code with --fail-on, else 0."""
+    from orchestrator.cli.gate import show_outcome
+    from orchestrator.gate_markdown import render_json, render_markdown
+    from orchestrator.service.gate import GateOptions, judge_run_dir
+
+    judged = judge_run_dir(run_dir, GateOptions(margin=margin, gate_on=gate_on))
+    if output_format == "markdown":
+        click.echo(render_markdown(judged), nl=False)
+    elif output_format == "json":
+        click.echo(render_json(judged), nl=False)
+    else:
+        show_outcome(out, judged)
+    return judged.exit_code if fail_on else 0
 
 
 def show_report(out, report) -> None:

@@ -17,7 +17,7 @@ def _source(ab) -> str:
         dirty = " (candidate: a working tree with uncommitted changes)" if c.candidate_dirty else ""
         return f"git {markup_safe(c.ref, 80)} = commit {markup_safe(c.commit)}{dirty}"
     if c.source == "tree":
-        return f"kernels/ tree {markup_safe(c.ref, 200)}"
+        return f"tree {markup_safe(c.ref, 200)}"
     return "registry implementation"
 
 
@@ -32,6 +32,12 @@ def show_comparison(out, ab) -> None:
     c = ab.comparison
     if c.source == "implementation":
         out.print(f"[bold]A/B[/]: {markup_safe(ab.candidate)} against {markup_safe(c.baseline)}")
+    elif ab.user_sources:
+        out.print(
+            f"[bold]A/B[/]: {markup_safe(ab.candidate)} "
+            f"({markup_safe(ab.user_sources.get(ab.candidate, '?'))}) against "
+            f"{markup_safe(c.baseline)} ({_source(ab)})"
+        )
     else:
         out.print(
             f"[bold]A/B[/]: {markup_safe(ab.candidate)} (sources {_hash(ab.candidate_build)}) "

@@ -108,7 +108,9 @@ def launch(
     spec, rate, estimate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
     # Read the trees before the reservation: a linked or oversized one is refused (exit 2)
     # with nothing recorded.
-    payload = build_payload(plan, baseline_files=shaped.baseline_files)
+    payload = build_payload(
+        plan, baseline_files=shaped.baseline_files, kernel_trees=shaped.kernel_trees
+    )
     ensure_writable(ctx.paths)
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.

@@ -1,7 +1,9 @@
-"""What launch's options change in a plan: the A/B comparison and the Nsight Compute profile.
+"""What launch's options change in a plan: the user's kernel, the A/B comparison and the
+Nsight Compute profile.
 
-Pure functions of a plan (the one exception, resolving a git revision, runs git): the plan
-that comes out is what the payload carries, so the VM reads every choice from plan.json.
+Pure functions of a plan (the exceptions read trees: a git revision, a user's kernel
+repository): the plan that comes out is what the payload carries, so the VM reads every
+choice from plan.json.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from pathlib import Path
 
 from orchestrator.baseline import repository_root, resolve_baseline
 from orchestrator.errors import UsageError
-from orchestrator.payload import package_dir, skipped_in_kernels
+from orchestrator.kernel_repo import read_baseline, read_candidate
+from orchestrator.payload import TreeFiles, package_dir, skipped_in_kernels
 from results_schema import Comparison, Plan, ProfileRequest
+from results_schema.targets import plan_problems
 
 # The fixed section set every profile collects: throughput against the peaks, occupancy,
 # launch resources, warp stalls, memory traffic (local-memory spills included) and pipes.
@@ -32,10 +36,16 @@ PROFILE_START_SECONDS = 60
 PROFILE_SECONDS_PER_CALL = 30
 
 
+# Our kernel's identities: a plan that times a user's kernel leaves them out.
+OUR_KERNEL = ("flash", "flash@baseline")
+
+
 @dataclass(frozen=True)
 class PlanOptions:
+    kernel: Path | None = None  # a user's kernel repository (kernel_repo.py)
     candidate: str | None = None
-    baseline: str | None = None  # a git revision of this repository or a kernels/ tree
+    # a git revision or a tree: of this repository's kernels/, or of `kernel`'s repository
+    baseline: str | None = None
     baseline_impl: str | None = None  # or a registry implementation
     profile: tuple[str, ...] | None = None  # None: no profile; (): the representative configs
 
@@ -45,12 +55,16 @@ class ShapedPlan:
     plan: Plan
     baseline_files: tuple[tuple[str, bytes], ...] = ()
     notes: tuple[str, ...] = ()
+    # (folder in the payload, files): the user's kernel trees
+    kernel_trees: tuple[tuple[str, TreeFiles], ...] = ()
 
 
 def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> ShapedPlan:
     """The plan with the options applied, and the baseline tree's files for the payload."""
     if options.baseline and options.baseline_impl:
         raise UsageError("--baseline and --baseline-impl name two baselines: give one")
+    if options.kernel is not None:
+        return _shape_user_kernel_plan(plan, options)
     notes: list[str] = []
     if options.candidate or options.baseline_impl:
         plan = with_implementations(plan, options.candidate, options.baseline_impl, notes)
@@ -68,6 +82,62 @@ def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> Sh
     if options.profile is not None:
         plan = with_profile(plan, options.profile)
     return ShapedPlan(Plan.model_validate(plan.model_dump()), files, tuple(notes))
+
+
+def _shape_user_kernel_plan(plan: Plan, options: PlanOptions) -> ShapedPlan:
+    """The plan timing the user's kernel (and its --baseline revision) against the plan's
+    baselines, our kernel left out; refused (UsageError) before anything is created."""
+    if options.candidate or options.baseline_impl:
+        raise UsageError("--kernel names the candidate: leave out --candidate and --baseline-impl")
+    candidate = read_candidate(options.kernel)
+    trees = [candidate]
+    comparison = None
+    if options.baseline:
+        baseline, source = read_baseline(options.kernel, options.baseline, candidate.kernel)
+        trees.append(baseline)
+        comparison = Comparison(
+            baseline=baseline.kernel.identity,
+            source=source,
+            ref=options.baseline,
+            commit=baseline.kernel.source.commit if source == "git" else None,
+            candidate_dirty=candidate.kernel.source.dirty if source == "git" else None,
+        )
+    notes: list[str] = []
+    shaped = with_user_kernels(plan, [t.kernel for t in trees], comparison, notes)
+    if options.profile is not None:
+        shaped = with_profile(shaped, options.profile)
+    shaped = Plan.model_validate(shaped.model_dump())
+    problems = plan_problems(shaped, has_gpu=True)  # the GPU itself was checked already
+    if problems:
+        raise UsageError(f"--kernel {options.kernel}: " + "; ".join(problems))
+    folders = tuple((t.kernel.directory, t.files) for t in trees)
+    return ShapedPlan(shaped, notes=tuple(notes), kernel_trees=folders)
+
+
+def with_user_kernels(
+    plan: Plan, kernels: list, comparison: Comparison | None, notes: list[str]
+) -> Plan:
+    """The first kernel is the candidate; the plan's implementations but ours stay as its
+    baselines (SDPA, the reference), so the verdicts are against them."""
+    candidate = kernels[0].identity
+    kept = [n for n in [plan.candidate, *plan.baselines] if n not in (*OUR_KERNEL, candidate)]
+    dropped = [n for n in plan.implementations if n in OUR_KERNEL]
+    if dropped:
+        notes.append(f"--kernel: our kernel ({', '.join(dropped)}) is not timed")
+    if not kept:
+        raise UsageError(f"plan {plan.name!r} has nothing to compare {candidate} with")
+    control = plan.control if plan.control in kept else None
+    if plan.control and control is None:
+        notes.append(f"the A/A control {plan.control} is no longer timed: it left the plan")
+    return plan.model_copy(
+        update={
+            "candidate": candidate,
+            "baselines": list(dict.fromkeys(kept)),
+            "control": control,
+            "comparison": comparison,
+            "user_kernels": list(kernels),
+        }
+    )
 
 
 def with_implementations(

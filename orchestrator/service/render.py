@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from orchestrator.payload import build_payload
 from orchestrator.runtime_model import RuntimeEstimate
 from orchestrator.service.context import Context
 from orchestrator.service.launch import LaunchRequest, _render_for, plan_spec
+from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
 
 
@@ -20,11 +22,17 @@ class Rendered:
     rate_usd_per_hour: float = 0.0
 
 
-def render_scripts(ctx: Context, backend_name: str, plan_ref: str, budget_usd: float) -> Rendered:
+def render_scripts(
+    ctx: Context, backend_name: str, plan_ref: str, budget_usd: float, kernel: Path | None = None
+) -> Rendered:
+    """What a launch of this plan (and of the user's kernel at `kernel`) would run."""
     plan, _ = resolve_plan(plan_ref, backend_name)
+    shaped = shape_plan(plan, PlanOptions(kernel=kernel))
+    plan = shaped.plan
     request = LaunchRequest(budget_usd=budget_usd, plan=plan_ref)
     spec, _, estimate = plan_spec(ctx, request, backend_name, plan, spot=ctx.config.spot)
-    spec = spec.model_copy(update={"payload_sha256": build_payload(plan).sha256})
+    payload = build_payload(plan, kernel_trees=shaped.kernel_trees)
+    spec = spec.model_copy(update={"payload_sha256": payload.sha256})
     backend = ctx.backend(backend_name)
     startup, shutdown = _render_for(ctx, backend, spec)
     instance_json = backend.instance_request_json(spec, startup, shutdown)

@@ -93,3 +93,36 @@ def test_chunked_reference_equals_the_whole(monkeypatch):
 def q_numel(plan: Plan) -> int:
     c = plan.configs[0]
     return c.batch * c.heads * c.seq_len * c.head_dim
+
+
+def test_grouped_query_attention_passes_the_gate_with_k_and_v_never_repeated():
+    config = AttentionConfig(
+        name="gqa",
+        batch=1,
+        heads=8,
+        kv_heads=2,
+        seq_len=97,
+        head_dim=64,
+        dtype="float32",
+        causal=True,
+    )
+    plan = _plan("sdpa").model_copy(update={"configs": [config]})
+    q, k, v = correctness.make_inputs(config, CPU, 0)
+    assert q.shape[1] == 8 and k.shape[1] == v.shape[1] == 2
+    rows = correctness.check_config("r", config, plan, 0, CPU)
+    assert [r.implementation for r in rows] == ["sdpa", "sdpa-math"]
+    assert all(r.passed for r in rows), rows
+
+
+def test_heads_must_be_whole_groups_of_kv_heads():
+    with pytest.raises(ValueError, match="multiple of kv_heads"):
+        AttentionConfig(
+            name="bad",
+            batch=1,
+            heads=8,
+            kv_heads=3,
+            seq_len=16,
+            head_dim=64,
+            dtype="float32",
+            causal=False,
+        )

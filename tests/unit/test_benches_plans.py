@@ -16,10 +16,12 @@ def test_every_shipped_plan_validates(name):
     assert plan.name == name
 
 
-def test_default_plan_is_the_documented_600_measurement_comparison():
+def test_default_plan_is_the_documented_650_measurement_comparison():
     plan = resolve_plan("default")
     assert plan.device == "cuda"
-    assert plan.samples_per_implementation() == 600 and len(plan.configs) == 12
+    assert plan.samples_per_implementation() == 650 and len(plan.configs) == 13
+    (grouped,) = [c for c in plan.configs if c.kv_heads]  # every run shows one GQA shape
+    assert (grouped.heads, grouped.kv_heads, grouped.head_dim) == (32, 8, 128)
     assert plan.candidate == "flash" and plan.baselines == ["sdpa", "sdpa-flash"]
     shapes = {(c.batch, c.heads, c.seq_len, c.head_dim) for c in plan.configs}
     assert (1, 1, 128, 64) in shapes  # the predecessor's shape
@@ -52,8 +54,8 @@ def test_plan_file_path_and_errors(tmp_path):
 
 def test_measurements_spread_over_configs():
     plan = resolve_plan("default")
-    assert samples_per_config(plan, None) == [50] * 12
-    assert samples_per_config(plan, 600) == [50] * 12
+    assert samples_per_config(plan, None) == [50] * 13
+    assert samples_per_config(plan, 650) == [50] * 13
     counts = samples_per_config(plan, 100)
     assert sum(counts) == 100 and max(counts) - min(counts) == 1
     with pytest.raises(PlanError):

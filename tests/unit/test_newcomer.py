@@ -52,7 +52,7 @@ def test_help_lists_every_exit_code(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "Exit codes:" in out
-    for code in ("0", "1", "2", "3", "4", "5", "130"):
+    for code in ("0", "1", "2", "3", "4", "5", "6", "7", "8", "130"):
         assert re.search(rf"^\s+{code}\s+\S", out, re.M), code
 
 

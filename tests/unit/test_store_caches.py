@@ -33,7 +33,15 @@ def cache_vm(vm):  # noqa: F811
     for name, context in (
         ("cache", {}),
         ("environment", {"apt_lock_timeout_seconds": APT_LOCK_TIMEOUT_SECONDS}),
-        ("build", {"build_kernel": True, "build_baseline": False, "plan_name": "default"}),
+        (
+            "build",
+            {
+                "build_kernel": True,
+                "build_baseline": False,
+                "plan_name": "default",
+                "user_kernel_builds": [],
+            },
+        ),
     ):
         text = env.get_template(f"partials/{name}.sh.j2").render(**context)
         (vm.tmp_path / f"{name}.sh").write_text(text)

@@ -1,0 +1,1 @@
+"""Attention in plain PyTorch: the smallest kernel repository bench can benchmark."""

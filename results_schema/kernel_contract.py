@@ -1,0 +1,158 @@
+"""A user's kernel: the contract file its repository declares, and the kernel as a plan
+carries it to the payload (docs/kernel-contract.md).
+
+The controller parses `bench-kernel.toml` (TOML is read on the laptop only, so the payload
+needs no TOML parser) into `ContractFile`; `UserKernel` is what travels in plan.json: the
+contract's content, where the tree lies in the payload, and the tree's identity.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+CONTRACT_FILE = "bench-kernel.toml"
+# package.module:function, each part a Python identifier
+ENTRY_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$"
+# The declared name is a CSV value, a report heading and an identity ('<name>@baseline'):
+# no spaces, no '@' of its own, nothing a shell or a terminal would read twice.
+KERNEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+DURATION_PATTERN = r"^(?=\d)(\d+h)?(\d+m)?(\d+s)?$"
+DEFAULT_BUILD_TIMEOUT_SECONDS = 15 * 60
+MAX_BUILD_TIMEOUT_SECONDS = 2 * 3600
+
+ContractDtype = Literal["float16", "bfloat16", "float32", "float64"]
+ContractDevice = Literal["cpu", "cuda"]
+
+
+class _Contract(BaseModel):
+    # A typo in a key is an error, never a silently ignored setting.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def duration_seconds(text: str) -> int:
+    """'15m', '1h30m', '90s' as seconds (a unit is required, as for --max-runtime)."""
+    match = re.fullmatch(DURATION_PATTERN, text)
+    if not match:
+        raise ValueError(f"{text!r} is no duration: write e.g. 90s, 15m or 1h30m")
+    hours, minutes, seconds = (int(part[:-1]) if part else 0 for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+class KernelSupports(_Contract):
+    """What the kernel runs; a config outside it is reported 'unsupported: <reason>'."""
+
+    dtypes: list[ContractDtype] = Field(
+        default=["float16", "bfloat16"], min_length=1, description="input and output dtypes"
+    )
+    head_dims: list[int] | None = Field(default=None, description="head dims it runs (None: any)")
+    causal: bool = Field(default=True, description="whether it takes causal=True")
+    gqa: bool = Field(
+        default=False, description="whether k and v may have fewer heads than q (GQA)"
+    )
+    devices: list[ContractDevice] = Field(
+        default=["cuda"], min_length=1, description="torch device types it runs on"
+    )
+    min_compute_capability: str | None = Field(
+        default=None,
+        pattern=r"^\d+\.\d+$",
+        description="the oldest CUDA compute capability it runs on, e.g. '8.0' (cuda only)",
+    )
+
+    def min_capability(self) -> tuple[int, int] | None:
+        if self.min_compute_capability is None:
+            return None
+        major, minor = self.min_compute_capability.split(".")
+        return int(major), int(minor)
+
+
+class KernelContract(_Contract):
+    """The [kernel] table of bench-kernel.toml."""
+
+    name: str = Field(
+        pattern=KERNEL_NAME_PATTERN, description="the name reports and CSV rows give it"
+    )
+    entry: str = Field(
+        pattern=ENTRY_PATTERN,
+        description="package.module:function, called fn(q, k, v, *, causal, scale) on "
+        "[batch, heads, seq, head_dim] tensors, returning o of q's shape and dtype",
+    )
+    build: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a shell command run inside the tree on the target before the gate "
+        "(e.g. 'pip install -e .'), under build_timeout",
+    )
+    build_timeout: str = Field(default="15m", description="the build's time bound: 90s, 15m, 1h30m")
+    requirements: list[str] = Field(
+        default_factory=list,
+        description="pip requirements installed before the build, each pinned with ==",
+    )
+    supports: KernelSupports = Field(
+        default_factory=KernelSupports, description="what the kernel supports"
+    )
+
+    @field_validator("requirements")
+    @classmethod
+    def _pinned(cls, requirements: list[str]) -> list[str]:
+        for requirement in requirements:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._\[\],-]*==[A-Za-z0-9.+!_-]+", requirement):
+                raise ValueError(f"{requirement!r} is not pinned as name==version")
+        return requirements
+
+    @field_validator("build_timeout")
+    @classmethod
+    def _bounded(cls, text: str) -> str:
+        if not 0 < duration_seconds(text) <= MAX_BUILD_TIMEOUT_SECONDS:
+            raise ValueError(f"must lie between 1s and {MAX_BUILD_TIMEOUT_SECONDS // 3600}h")
+        return text
+
+    @property
+    def build_timeout_seconds(self) -> int:
+        return duration_seconds(self.build_timeout)
+
+    def entry_module_files(self) -> tuple[str, str]:
+        """The two files the entry's module may be, relative to the tree's root."""
+        module = self.entry.split(":")[0].replace(".", "/")
+        return f"{module}.py", f"{module}/__init__.py"
+
+
+class ContractFile(_Contract):
+    """bench-kernel.toml as a whole: one [kernel] table."""
+
+    kernel: KernelContract = Field(description="the kernel this repository declares")
+
+
+class KernelIdentity(_Contract):
+    """Which tree ran: its content hash, and its git commit when it has one."""
+
+    tree_sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 over the tree's sorted (name, sha256 of contents) pairs",
+    )
+    commit: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{40,64}$", description="the git commit, if any"
+    )
+    dirty: bool = Field(default=False, description="the tree has changes its commit does not hold")
+
+    def label(self) -> str:
+        """'<commit 12>[+dirty]', or 'tree-<sha 12>' outside git."""
+        if self.commit is None:
+            return f"tree-{self.tree_sha256[:12]}"
+        return self.commit[:12] + ("+dirty" if self.dirty else "")
+
+
+class UserKernel(_Contract):
+    """A user's kernel as plan.json carries it: what the payload needs to build and call it."""
+
+    identity: str = Field(
+        description="the name it is timed under: the declared name, or "
+        "'<name>@baseline' for the A/B baseline's revision"
+    )
+    directory: str = Field(
+        pattern=r"^[a-z_]+$", description="the tree's folder in the payload, e.g. user_kernel"
+    )
+    contract: KernelContract = Field(description="the tree's bench-kernel.toml")
+    source: KernelIdentity = Field(description="which tree this is")

@@ -1,0 +1,104 @@
+"""The performance gate through the real CLI on the local backend, CPU only: real runs of a
+two-config plan, judged by `launch --fail-on slower` and re-judged by `report`.
+
+The CPU stands in for a GPU with SDPA variants of known relative cost. On a shared two-core
+machine an A/A control's interval spans about ±15% under load (measured while writing these
+tests: 0.85x [0.45, 0.97] once), so these runs are judged at a 25% margin: far outside the
+noise, far inside the slowdown (sdpa-math is about 4x sdpa here). The default 2% is for GPUs,
+whose A/A intervals are ±0.2-1%; the unit tests hold the rules at it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from orchestrator.cli import main
+from results_schema.gate_report import GateReport
+from tests.e2e.test_gce_cli import launched_run_id, plan_file
+from tests.unit.test_gate import split_row
+
+pytestmark = pytest.mark.timeout(300)
+
+CPU_MARGIN = "25%"
+
+
+def gate_run(tmp_path, capsys, monkeypatch, candidate: str, baseline: str):
+    """One real local run gated at CPU_MARGIN: (exit code, run id, run dir, step summary)."""
+    summary = tmp_path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    dest = tmp_path / "results"
+    args = ["launch", "--backend", "local", "--budget", "1", "--plan", plan_file(tmp_path, 20)]
+    args += ["--candidate", candidate, "--baseline-impl", baseline, "--wait"]
+    args += ["--fail-on", "slower", "--margin", CPU_MARGIN, "--dest", str(dest)]
+    code = main(args)
+    run_id = launched_run_id(capsys)
+    return code, run_id, dest / run_id, summary.read_text()
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """The markdown table's rows, each split into its cells as GitHub splits them."""
+    return [split_row(line) for line in markdown.splitlines() if line.startswith("|")]
+
+
+def test_identical_candidate_passes_and_says_no_change(bench_env, tmp_path, capsys, monkeypatch):
+    # At the plan's S = 17, sdpa-extra128 and sdpa-extra64 both add one query row: the same
+    # work under two names, the CPU's stand-in for our kernel against an unchanged baseline.
+    code, run_id, run_dir, summary = gate_run(
+        tmp_path, capsys, monkeypatch, "sdpa-extra128", "sdpa-extra64"
+    )
+    assert code == 0, summary
+    markdown = (run_dir / "gate.md").read_text()
+    assert summary == markdown
+    assert markdown.startswith("### bench gate: pass (exit 0)")
+    assert "no change" in markdown
+    report = GateReport.model_validate_json((run_dir / "gate.json").read_text())
+    assert (report.outcome, report.exit_code, report.slower_configs) == ("pass", 0, [])
+    assert report.overall.verdict in ("equivalent", "indistinguishable")
+
+    # Inconclusive: the same run, its A/A control's geometric mean made to say `slower` (the
+    # CPU cannot be made noisy on demand; the manifest is what the gate reads it from).
+    noisy = tmp_path / "noisy" / run_id
+    shutil.copytree(run_dir, noisy)
+    manifest = json.loads((noisy / "manifest.json").read_text())
+    for line in manifest["comparison"]:
+        if line["identity"].endswith("@aa"):
+            line.update(geomean=0.6, ci_low=0.55, ci_high=0.65, verdict="slower")
+    (noisy / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    args = ["report", str(noisy), "--format", "markdown", "--fail-on", "slower"]
+    assert main([*args, "--margin", CPU_MARGIN]) == 7
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("### bench gate: inconclusive (exit 7)")
+    assert "the A/A control judged two identical implementations slower" in markdown
+    control = next(row for row in table_rows(markdown) if row[0].startswith("A/A control"))
+    assert control[3].startswith("0.600x [0.550, 0.650]") and "slower" in control[4]
+
+
+def test_slower_candidate_is_a_regression_naming_its_configs(
+    bench_env, tmp_path, capsys, monkeypatch
+):
+    # SDPA's math path against its default CPU path: about 4x slower at these shapes.
+    code, run_id, run_dir, summary = gate_run(tmp_path, capsys, monkeypatch, "sdpa-math", "sdpa")
+    assert code == 6, summary
+    markdown = (run_dir / "gate.md").read_text()
+    assert markdown.startswith("### bench gate: REGRESSION (exit 6)")
+    configs = ["fp32-b1h2s17d64", "fp32-b1h2s17d64-causal"]
+    assert f"- slower configs (2): `{configs[0]}`, `{configs[1]}`" in markdown
+
+    rows = table_rows(markdown)
+    header, separator, geomean, control, *per_config = rows
+    assert header == ["config", "baseline ms", "candidate ms", "speedup [95% CI]", "verdict"]
+    assert separator == ["---", "---:", "---:", "---", "---"]
+    assert geomean[0] == "**geomean** (2 configs)" and geomean[4] == "**slower**"
+    assert control[0] == "A/A control `sdpa@aa`"
+    assert [row[0] for row in per_config] == [f"`{c}`" for c in configs]
+    assert all(len(row) == 5 and row[4] == "slower" for row in per_config)
+    assert all(float(row[2]) > float(row[1]) for row in per_config)  # candidate ms > baseline
+
+    capsys.readouterr()  # the same verdict from the fetched run, as JSON
+    assert main(["report", str(run_dir), "--format", "json", "--margin", CPU_MARGIN]) == 0
+    report = GateReport.model_validate_json(capsys.readouterr().out)
+    assert (report.outcome, report.slower_configs) == ("regression", configs)

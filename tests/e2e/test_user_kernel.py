@@ -1,0 +1,111 @@
+"""A user's kernel repository end to end on the CPU (issue 29's acceptance): the plain-PyTorch
+example copied outside bench, made a git repository, launched with --kernel; then an A/B
+against its previous commit; then a build that fails."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from results_schema import CorrectnessRow, Manifest, SummaryRow
+from results_schema.csvio import read_rows
+from tests.e2e.test_local_run import only_run_id, small_plan, store_run_dir
+
+pytestmark = pytest.mark.timeout(300)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torch-attention"
+NAME = "torch-attention"  # its bench-kernel.toml's name
+
+
+def git(repo: Path, *args: str) -> str:
+    identity = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    done = subprocess.run(
+        ["git", "-C", str(repo), *identity, *args], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def example_repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "my-attention"
+    shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "my attention")
+    return repo
+
+
+def launch(bench_env: Path, tmp_path: Path, repo: Path, *extra: str) -> tuple[Manifest, Path]:
+    plan = small_plan(tmp_path, samples=6)
+    args = ["launch", "--backend", "local", "--kernel", str(repo), "--plan", str(plan)]
+    assert main([*args, "--budget", "1", "--wait", *extra]) == 0
+    state = bench_env / "state"
+    run_dir = store_run_dir(state, only_run_id(state))
+    return Manifest.model_validate_json((run_dir / "manifest.json").read_text()), run_dir
+
+
+def rows(run_dir: Path, name: str, model):
+    return read_rows(run_dir / "results" / name, model)
+
+
+def test_the_example_kernel_is_timed_against_sdpa_under_its_name_and_commit(bench_env, tmp_path):
+    repo = example_repository(tmp_path)
+    manifest, run_dir = launch(bench_env, tmp_path, repo)
+
+    assert manifest.status == "complete"
+    (kernel,) = manifest.plan.user_kernels
+    assert (kernel.identity, manifest.plan.candidate) == (NAME, NAME)
+    assert kernel.source.commit == git(repo, "rev-parse", "HEAD") and not kernel.source.dirty
+    summary = rows(run_dir, "summary.csv", SummaryRow)
+    against_sdpa = [r for r in summary if r.implementation == "sdpa" and r.versus == NAME]
+    assert len(against_sdpa) == len(manifest.plan.configs)
+    assert all(r.verdict is not None for r in against_sdpa)
+    ours = [r for r in summary if r.implementation == NAME]
+    assert {r.backend for r in ours} == {f"user:{NAME}@{kernel.source.commit[:12]}"}
+    assert "flash" not in manifest.plan.identities
+
+
+def test_baseline_head_1_compares_two_commits_of_the_users_repository(bench_env, tmp_path):
+    repo = example_repository(tmp_path)
+    ops = repo / "simple_attention" / "ops.py"
+    ops.write_text(ops.read_text() + "\n# a second commit\n")
+    git(repo, "commit", "-qam", "second")
+    manifest, run_dir = launch(bench_env, tmp_path, repo, "--baseline", "HEAD~1")
+
+    assert manifest.status == "complete"
+    comparison = manifest.plan.comparison
+    assert (comparison.baseline, comparison.source) == (f"{NAME}@baseline", "git")
+    assert comparison.commit == git(repo, "rev-parse", "HEAD~1")
+    baseline = manifest.plan.user_kernel(f"{NAME}@baseline")
+    assert baseline.source.commit == comparison.commit
+    summary = rows(run_dir, "summary.csv", SummaryRow)
+    ab = [r for r in summary if r.implementation == f"{NAME}@baseline"]
+    assert len(ab) == len(manifest.plan.configs) and all(r.versus == NAME for r in ab)
+    assert {r.backend for r in ab} == {f"user:{NAME}@{comparison.commit[:12]}"}
+    assert {o.identity for o in manifest.comparison} >= {f"{NAME}@baseline", "sdpa"}
+
+
+def test_a_failed_build_fails_that_kernel_and_sdpa_is_still_measured(bench_env, tmp_path):
+    repo = example_repository(tmp_path)
+    contract = repo / "bench-kernel.toml"
+    contract.write_text(
+        contract.read_text().replace(
+            'entry = "simple_attention.ops:attention"',
+            'entry = "simple_attention.ops:attention"\n'
+            "build = \"echo compiling; echo 'error: no compiler here' >&2; exit 3\"",
+        )
+    )
+    manifest, run_dir = launch(bench_env, tmp_path, repo)
+
+    assert manifest.status == "complete"
+    assert manifest.plan.user_kernels[0].source.dirty  # the edit was not committed
+    gate = rows(run_dir, "correctness.csv", CorrectnessRow)
+    ours = [r for r in gate if r.implementation == NAME]
+    assert ours and all(not r.passed for r in ours)
+    assert {r.message for r in ours} == {"build failed: error: no compiler here"}
+    measured = {r.implementation for r in rows(run_dir, "summary.csv", SummaryRow)}
+    assert "sdpa" in measured and NAME not in measured
+    assert "build failed: error: no compiler here" in (run_dir / "logs" / "startup.log").read_text()

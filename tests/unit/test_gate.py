@@ -1,0 +1,218 @@
+"""The gate's rules at its defaults, on runs made up row by row, and its markdown's safety
+and size bound."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import pytest
+
+from orchestrator.gate_markdown import code, render_markdown
+from orchestrator.report import RunResults
+from orchestrator.service.gate import MAX_REPORTED_CONFIGS, GateOptions, judge
+from results_schema import (
+    AttentionConfig,
+    Comparison,
+    CorrectnessRow,
+    Manifest,
+    OverallSpeedup,
+    Plan,
+    SummaryRow,
+)
+
+RUN = "20261125-120000-abcdef"
+
+
+def split_row(line: str) -> list[str]:
+    """A markdown table row's cells as GitHub splits them: at each pipe that is not the
+    second half of a backslash pair (pairs are read left to right)."""
+    masked = re.sub(r"\\.", "..", line)
+    edges = [i for i, ch in enumerate(masked) if ch == "|"]
+    return [line[a + 1 : b].strip() for a, b in zip(edges, edges[1:], strict=False)]
+
+
+PR_COMMENT_CHARS = 65_536
+
+
+def made_up_run(
+    speedups: dict[str, tuple[float, float, float]],
+    control: tuple[float, float, float] | None = (1.0, 0.995, 1.005),
+    geomean: tuple[float, float, float] | None = None,
+    names: list[str] | None = None,
+) -> RunResults:
+    """flash against flash@baseline, each config's speedup (point, low, high) given."""
+    names = names or list(speedups)
+    configs = [
+        AttentionConfig(
+            name=n, batch=1, heads=1, seq_len=128, head_dim=64, dtype="float16", causal=False
+        )
+        for n in names
+    ]
+    plan = Plan(
+        name="made-up",
+        description="",
+        device="cuda",
+        candidate="flash",
+        baselines=["sdpa"],
+        reference="reference",
+        samples_per_config=10,
+        control="sdpa" if control else None,
+        comparison=Comparison(baseline="flash@baseline", source="tree", ref="../old"),
+        configs=configs,
+    )
+    summary = []
+    for name, (point, low, high) in speedups.items():
+        summary.append(_row(name, "flash", None))
+        summary.append(_row(name, "flash@baseline", (point, low, high), versus="flash"))
+        if control:
+            summary.append(_row(name, "sdpa@aa", control, versus="sdpa"))
+    lines = []
+    if geomean:
+        lines.append(_overall("flash@baseline", "flash", geomean, len(speedups)))
+    if control:
+        lines.append(_overall("sdpa@aa", "sdpa", control, len(speedups)))
+    manifest = Manifest(
+        schema_version="1",
+        run_id=RUN,
+        status="complete",
+        finished_at=datetime.now(timezone.utc),
+        plan=plan,
+        comparison=lines or None,
+    )
+    return RunResults(RUN, "complete", plan, summary, {}, manifest=manifest)
+
+
+def _row(config, implementation, speedup, versus=None) -> SummaryRow:
+    point, low, high = speedup or (None, None, None)
+    return SummaryRow(
+        run_id=RUN,
+        config=config,
+        implementation=implementation,
+        backend="x",
+        mode="single",
+        n=10,
+        median_ms=1.0,
+        p10_ms=0.9,
+        p90_ms=1.1,
+        mean_ms=1.0,
+        std_ms=0.1,
+        iqr_over_median=0.1,
+        tflops=1.0,
+        speedup=point,
+        speedup_ci_low=low,
+        speedup_ci_high=high,
+        verdict="equivalent" if speedup else None,
+        versus=versus,
+    )
+
+
+def _overall(identity, versus, speedup, configs) -> OverallSpeedup:
+    point, low, high = speedup
+    return OverallSpeedup(
+        identity=identity,
+        versus=versus,
+        configs=configs,
+        geomean=point,
+        ci_low=low,
+        ci_high=high,
+        verdict="equivalent",
+        method="made up",
+    )
+
+
+SAME = (1.0, 0.99, 1.01)
+SLOWER_3PCT = (0.97, 0.965, 0.975)  # beyond the 2% margin
+SLOWER_1PCT = (0.99, 0.985, 0.995)  # within it
+HOLDS = (0.985, 0.978, 0.99)  # a geometric mean within the margin
+
+
+@pytest.mark.parametrize(
+    "speedups, geomean, options, outcome",
+    [
+        ({"a": SAME, "b": SAME}, SAME, GateOptions(), "pass"),
+        ({"a": SLOWER_3PCT, "b": SLOWER_3PCT}, SLOWER_3PCT, GateOptions(), "regression"),
+        ({"a": SLOWER_1PCT, "b": SLOWER_1PCT}, SLOWER_1PCT, GateOptions(), "pass"),
+        ({"a": (0.97, 0.9, 1.05), "b": SAME}, (0.98, 0.9, 1.05), GateOptions(), "pass"),
+        # one slower config: the geometric mean holds, `any` fails it
+        ({"a": SLOWER_3PCT, "b": SAME}, HOLDS, GateOptions(), "pass"),
+        ({"a": SLOWER_3PCT, "b": SAME}, HOLDS, GateOptions(gate_on="any"), "regression"),
+        ({"a": SLOWER_3PCT}, SLOWER_3PCT, GateOptions(margin=0.05), "pass"),
+    ],
+)  # fmt: skip
+def test_regression_needs_slower_beyond_the_margin(speedups, geomean, options, outcome):
+    report = judge(made_up_run(speedups, geomean=geomean), [], options)
+    assert report.outcome == outcome, report.reasons
+    assert report.exit_code == {"pass": 0, "regression": 6}[outcome]
+
+
+def test_a_noisy_control_makes_it_inconclusive_before_any_regression():
+    run = made_up_run({"a": SLOWER_3PCT}, control=(0.95, 0.94, 0.96), geomean=SLOWER_3PCT)
+    report = judge(run, [], GateOptions())
+    assert (report.outcome, report.exit_code) == ("inconclusive", 7)
+    assert "A/A control judged two identical implementations slower" in report.reasons[0]
+
+
+def test_too_few_configs_compared_or_no_control_is_inconclusive():
+    run = made_up_run({"a": SAME}, geomean=SAME, names=["a", "b", "c"])
+    assert judge(run, [], GateOptions()).reasons == [
+        "only 1 of 3 configs were compared (at least 2 needed)"
+    ]
+    no_control = judge(made_up_run({"a": SAME}, control=None, geomean=SAME), [], GateOptions())
+    assert no_control.outcome == "inconclusive" and "no A/A control" in no_control.reasons[0]
+
+
+def test_a_wrong_candidate_has_its_own_code_but_an_unavailable_one_not():
+    checks = [
+        CorrectnessRow(run_id=RUN, config="a", implementation="flash", backend="x", passed=False),
+        CorrectnessRow(
+            run_id=RUN, config="b", implementation="flash", backend="unavailable", passed=False
+        ),
+    ]
+    run = made_up_run({"a": SAME, "b": SAME}, geomean=SAME)
+    report = judge(run, checks, GateOptions())
+    assert (report.outcome, report.exit_code, report.incorrect_configs) == (
+        "candidate-incorrect",
+        8,
+        ["a"],
+    )
+    assert judge(run, checks[1:], GateOptions()).outcome == "pass"
+
+
+def test_names_from_a_run_are_inert_in_markdown():
+    assert code("a|b") == "`a\\|b`"
+    assert code("a\\|b") == "`a\\\\\\|b`"  # no escaped backslash swallows the pipe's escape
+    assert code("x`y") == "``x`y``"
+    assert code("`") == "`` ` ``"
+    assert code("line\nbreak") == "`line\\x0abreak`"
+    assert code("<img src=x> @octocat [l](http://e)").startswith("`<img")  # a code span
+
+
+def test_markdown_fits_a_pull_request_comment_whatever_the_run_holds():
+    hostile = [f"{i:05d}" + "\\|`<@x>" * 40 for i in range(3 * MAX_REPORTED_CONFIGS)]
+    speedups = {name: SLOWER_3PCT for name in hostile}
+    report = judge(made_up_run(speedups, geomean=SLOWER_3PCT), [], GateOptions())
+    markdown = render_markdown(report)
+    assert len(markdown) < PR_COMMENT_CHARS
+    assert report.configs_omitted == 2 * MAX_REPORTED_CONFIGS
+    assert f"{2 * MAX_REPORTED_CONFIGS} more configs not shown" in markdown
+    table = [line for line in markdown.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 2 + MAX_REPORTED_CONFIGS  # header, rule, geomean, control
+    assert all(len(split_row(line)) == 5 for line in table)
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--wait"], "--fail-on needs an A/B run"),
+        (["--candidate", "sdpa", "--baseline-impl", "sdpa-math"], "add --wait"),
+        (["--wait", "--baseline-impl", "sdpa-math", "--margin", "2"], "write 2% for 2 percent"),
+    ],
+)
+def test_a_gate_that_could_not_judge_is_refused_before_launch(bench_env, capsys, extra, expected):
+    from orchestrator.cli import main
+
+    args = ["launch", "--backend", "local", "--budget", "1", "--fail-on", "slower", *extra]
+    assert main(args) == 2
+    assert expected in capsys.readouterr().err
+    assert not (bench_env / "state" / "sandboxes").exists()  # nothing was launched
