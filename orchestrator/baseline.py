@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UsageError
+from orchestrator.kernel_repo import tree_sha256, working_state
 from orchestrator.payload import TreeFiles, collect_tree, resolve_commit, run_git
 from results_schema import Comparison
+from results_schema.kernel_contract import KernelIdentity
 from results_schema.models import BASELINE_SUFFIX
 
 KERNEL_PACKAGE = "kernels"
@@ -108,3 +110,12 @@ def resolve_baseline(ref: str, candidate: str, repo: Path | None, skipped: Skipp
         tree = from_git(ref, repo, skipped)
     comparison = tree.comparison.model_copy(update={"baseline": candidate + BASELINE_SUFFIX})
     return BaselineTree(tree.files, comparison)
+
+
+def candidate_identity(kernels_dir: Path, skipped: Skipped) -> KernelIdentity:
+    """The kernels/ tree the payload carries as the candidate: its content hash, and the
+    commit it sits on with +dirty for uncommitted changes under kernels/ only (an edit
+    elsewhere does not change what is timed). `bench history` orders runs by it."""
+    label = f"the candidate's tree {kernels_dir}"
+    files = kernels_files(kernels_dir, (), None, skipped, label)
+    return KernelIdentity(tree_sha256=tree_sha256(files), **working_state(kernels_dir))

@@ -57,7 +57,7 @@ def read_candidate(root: Path) -> KernelTree:
     label = f"--kernel {root}"
     files = collect_tree(root, label=label)
     contract = parse_contract(files, label)
-    source = KernelIdentity(tree_sha256=tree_sha256(files), **_working_state(root))
+    source = KernelIdentity(tree_sha256=tree_sha256(files), **working_state(root))
     kernel = UserKernel(
         identity=contract.name, directory=CANDIDATE_DIR, contract=contract, source=source
     )
@@ -72,7 +72,7 @@ def read_baseline(root: Path, ref: str, candidate: UserKernel) -> tuple[KernelTr
     if path.is_dir():
         label, source = f"--baseline {ref}", "tree"
         files = collect_tree(path.resolve(), label=label)
-        identity = KernelIdentity(tree_sha256=tree_sha256(files), **_working_state(path.resolve()))
+        identity = KernelIdentity(tree_sha256=tree_sha256(files), **working_state(path.resolve()))
     else:
         commit = resolve_commit(root, ref)
         label, source = f"--baseline {ref} (commit {commit[:12]})", "git"
@@ -142,7 +142,7 @@ def tree_sha256(files: TreeFiles) -> str:
     return digest.hexdigest()
 
 
-def _working_state(root: Path) -> dict:
+def working_state(root: Path) -> dict:
     """The commit a working tree sits on and whether it differs from it; {} outside git or
     before a first commit."""
     try:

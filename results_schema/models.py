@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from results_schema.kernel_contract import UserKernel
+from results_schema.kernel_contract import KernelIdentity, UserKernel
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
 from results_schema.record import PHASES
@@ -164,6 +164,12 @@ class Plan(_Strict):
         "its identity: the candidate's declared name, and '<name>@baseline' for an A/B "
         "baseline revision",
     )
+    candidate_source: KernelIdentity | None = Field(
+        default=None,
+        description="which kernels/ tree of this repository the candidate came from, read "
+        "at launch (a user's kernel carries its own in user_kernels); provenance, not part "
+        "of the content key",
+    )
 
     @model_validator(mode="after")
     def _unique_config_names(self) -> Plan:
@@ -212,6 +218,12 @@ class Plan(_Strict):
     def user_kernel(self, identity: str) -> UserKernel | None:
         return next((k for k in self.user_kernels if k.identity == identity), None)
 
+    def candidate_tree(self) -> KernelIdentity | None:
+        """Which tree the candidate was built from: a user's kernel's own, else our
+        kernels/ tree as launch read it; None for a plan launched before either was kept."""
+        kernel = self.user_kernel(self.candidate)
+        return kernel.source if kernel else self.candidate_source
+
     def samples_per_implementation(self) -> int:
         return self.samples_per_config * len(self.configs)
 
@@ -223,12 +235,17 @@ class Plan(_Strict):
         for name in _ADDED_FIELDS:
             if not content[name]:
                 del content[name]
+        for name in _PROVENANCE_FIELDS:
+            del content[name]
         canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 # Plan fields newer than the content key: absent from it while empty (content_sha256).
 _ADDED_FIELDS = ("user_kernels",)
+# Where the candidate came from, not what is measured: a new commit keeps the plan's key
+# (and the runtime model's history of it).
+_PROVENANCE_FIELDS = ("candidate_source",)
 
 
 def _check_comparison(plan: Plan, comparison: Comparison) -> None:

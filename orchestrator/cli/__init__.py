@@ -28,6 +28,7 @@ COMMANDS = {
     "prices": "prices",
     "report": "report",
     "clean": "clean",
+    "history": "history",
 }
 
 

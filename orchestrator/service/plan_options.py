@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.baseline import repository_root, resolve_baseline
+from orchestrator.baseline import candidate_identity, repository_root, resolve_baseline
 from orchestrator.errors import UsageError
 from orchestrator.kernel_repo import read_baseline, read_candidate
 from orchestrator.payload import TreeFiles, package_dir, skipped_in_kernels
@@ -81,6 +81,10 @@ def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> Sh
         files = tree.files
     if options.profile is not None:
         plan = with_profile(plan, options.profile)
+    # Every registry implementation comes from the kernels/ tree the payload carries: the
+    # run records which one, so its history can be ordered by commit.
+    source = candidate_identity(package_dir("kernels"), skipped_in_kernels)
+    plan = plan.model_copy(update={"candidate_source": source})
     return ShapedPlan(Plan.model_validate(plan.model_dump()), files, tuple(notes))
 
 

@@ -109,3 +109,26 @@ def test_a_failed_build_fails_that_kernel_and_sdpa_is_still_measured(bench_env, 
     measured = {r.implementation for r in rows(run_dir, "summary.csv", SummaryRow)}
     assert "sdpa" in measured and NAME not in measured
     assert "build failed: error: no compiler here" in (run_dir / "logs" / "startup.log").read_text()
+
+
+def test_a_kernel_that_writes_into_its_input_fails_the_gate_and_sdpa_is_still_measured(
+    bench_env, tmp_path
+):
+    """The foreign-code gate on a user's kernel, through the one path every implementation
+    takes: the right answer, but the caller's k doubled afterwards."""
+    repo = example_repository(tmp_path)
+    ops = repo / "simple_attention" / "ops.py"
+    right = "    return torch.matmul(torch.softmax(scores, dim=-1), v.float()).to(q.dtype)\n"
+    assert right in ops.read_text()
+    scribbles = "    out = " + right.removeprefix("    return ") + "    k.mul_(2)\n    return out\n"
+    ops.write_text(ops.read_text().replace(right, scribbles))
+    git(repo, "commit", "-qam", "scribbles on k")
+    manifest, run_dir = launch(bench_env, tmp_path, repo)
+
+    assert manifest.status == "complete"
+    gate = rows(run_dir, "correctness.csv", CorrectnessRow)
+    ours = [r for r in gate if r.implementation == NAME]
+    assert ours and {r.message for r in ours} == {"modified its input k"}
+    assert all(r.passed for r in gate if r.implementation != NAME)
+    measured = {r.implementation for r in rows(run_dir, "summary.csv", SummaryRow)}
+    assert "sdpa" in measured and NAME not in measured
