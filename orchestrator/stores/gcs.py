@@ -23,6 +23,7 @@ from orchestrator.errors import (
     UsageError,
     network_reason,
 )
+from orchestrator.stores.base import key_problem
 from results_schema.names import CONTENT_TYPES
 
 if TYPE_CHECKING:
@@ -145,9 +146,11 @@ class GcsStore:
     # -- the Store protocol --------------------------------------------------------------
 
     def object_name(self, key: str) -> str:
-        key = key.lstrip("/")
-        if not key or ".." in key.split("/"):
-            raise UsageError(f"invalid store key {key!r}")
+        """The object's name: the prefix and a plain key (the local store's rule, so a key
+        names one object under the prefix on both backends)."""
+        problem = key_problem(key)
+        if problem:
+            raise UsageError(f"invalid store key {key!r}: {problem}")
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def uri(self, key: str) -> str:

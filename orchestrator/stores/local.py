@@ -9,23 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import unicodedata
 from pathlib import Path
 
 from orchestrator.errors import NotFoundError, ResultsError, UsageError
-
-
-def key_problem(key: str) -> str | None:
-    """Why this key could name something outside the store, or two things, or None: a key
-    is relative, its segments are neither empty nor '.' nor '..' (a list prefix may end in
-    one '/'), with no backslash and no control character."""
-    if not key or key.startswith("/"):
-        return "a key is a relative path"
-    if "\\" in key or any(unicodedata.category(ch) == "Cc" for ch in key):
-        return "a key holds no backslash or control character"
-    if any(segment in ("", ".", "..") for segment in key.removesuffix("/").split("/")):
-        return "a key has no empty, '.' or '..' segment"
-    return None
+from orchestrator.stores.base import key_problem
 
 
 class LocalStore:

@@ -109,9 +109,14 @@ def test_an_unreachable_endpoint_is_a_cloud_error_not_a_crash():
     assert failed.value.exit_code == 4 and "Connection refused" in str(failed.value)
 
 
-def test_keys_cannot_escape_the_prefix(store):
-    with pytest.raises(UsageError):
-        store.put_bytes("runs/../../etc/passwd", b"x")
+@pytest.mark.parametrize(
+    "key", ["runs/../../etc/passwd", "/runs/r1/x", "runs//x", "runs/./x", "a\\b", "a\nb", ""]
+)
+def test_keys_cannot_escape_the_prefix_or_name_two_objects(store, key):
+    """The local store's rule: a key names one object under the prefix, on both backends."""
+    with pytest.raises(UsageError, match="invalid store key"):
+        store.put_bytes(key, b"x")
+    assert store.list("") == []
 
 
 def test_importing_the_store_does_not_import_the_sdk():
