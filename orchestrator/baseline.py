@@ -112,10 +112,38 @@ def resolve_baseline(ref: str, candidate: str, repo: Path | None, skipped: Skipp
     return BaselineTree(tree.files, comparison)
 
 
-def candidate_identity(kernels_dir: Path, skipped: Skipped) -> KernelIdentity:
-    """The kernels/ tree the payload carries as the candidate: its content hash, and the
-    commit it sits on with +dirty for uncommitted changes under kernels/ only (an edit
-    elsewhere does not change what is timed). `bench history` orders runs by it."""
-    label = f"the candidate's tree {kernels_dir}"
-    files = kernels_files(kernels_dir, (), None, skipped, label)
+def candidate_files(kernels_dir: Path, skipped: Skipped) -> TreeFiles:
+    """The kernels/ tree the payload carries as the candidate."""
+    return kernels_files(kernels_dir, (), None, skipped, f"the candidate's tree {kernels_dir}")
+
+
+def candidate_identity(kernels_dir: Path, files: TreeFiles) -> KernelIdentity:
+    """The candidate tree's content hash, and the commit it sits on with +dirty for
+    uncommitted changes under kernels/ only (an edit elsewhere does not change what is
+    timed). `bench history` orders runs by it."""
     return KernelIdentity(tree_sha256=tree_sha256(files), **working_state(kernels_dir))
+
+
+# What the baseline builds from its own tree; every other Python file of kernels/ (the
+# binding api.py above all) is the candidate's on both sides of an A/B (kernels/baseline.py).
+BASELINE_OWN_PYTHON = {"flash_attention/build.py", "flash_attention/generate.py"}
+
+
+def shared_binding_edits(candidate: TreeFiles, baseline: TreeFiles) -> list[str]:
+    """Python files of kernels/ that differ between the trees but that both sides of the
+    A/B run from the candidate's tree: their edits are not compared."""
+    ours, theirs = dict(candidate), dict(baseline)
+    names = {n for n in ours.keys() | theirs.keys() if n.endswith(".py")} - BASELINE_OWN_PYTHON
+    return sorted(n for n in names if ours.get(n) != theirs.get(n))
+
+
+def shared_binding_note(edits: list[str]) -> str | None:
+    if not edits:
+        return None
+    shown = ", ".join(f"kernels/{name}" for name in edits[:4])
+    more = f" and {len(edits) - 4} more" if len(edits) > 4 else ""
+    return (
+        f"--baseline: {shown}{more} differ between the trees, but both sides run this "
+        "tree's Python (the baseline's compiled kernel is called through it): the A/B "
+        "compares the kernels' compiled code only, not those edits"
+    )

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.baseline import candidate_identity, repository_root, resolve_baseline
+from orchestrator.baseline import (
+    candidate_files,
+    candidate_identity,
+    repository_root,
+    resolve_baseline,
+    shared_binding_edits,
+    shared_binding_note,
+)
 from orchestrator.errors import UsageError
 from orchestrator.kernel_repo import read_baseline, read_candidate
 from orchestrator.payload import TreeFiles, package_dir, skipped_in_kernels
@@ -69,21 +76,26 @@ def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> Sh
     if options.candidate or options.baseline_impl:
         plan = with_implementations(plan, options.candidate, options.baseline_impl, notes)
     files: tuple[tuple[str, bytes], ...] = ()
+    if options.baseline and plan.candidate != "flash":
+        raise UsageError(
+            f"--baseline compares two trees of our kernel; the candidate is {plan.candidate}"
+            " (for two registry implementations use --candidate and --baseline-impl)"
+        )
+    kernels_dir = package_dir("kernels")
+    candidate = candidate_files(kernels_dir, skipped_in_kernels)
     if options.baseline:
-        if plan.candidate != "flash":
-            raise UsageError(
-                f"--baseline compares two trees of our kernel; the candidate is {plan.candidate}"
-                " (for two registry implementations use --candidate and --baseline-impl)"
-            )
-        repo = repo or repository_root(package_dir("kernels").parent)
+        repo = repo or repository_root(kernels_dir.parent)
         tree = resolve_baseline(options.baseline, plan.candidate, repo, skipped_in_kernels)
         plan = plan.model_copy(update={"comparison": tree.comparison})
         files = tree.files
+        note = shared_binding_note(shared_binding_edits(candidate, files))
+        if note:
+            notes.append(note)
     if options.profile is not None:
         plan = with_profile(plan, options.profile)
     # Every registry implementation comes from the kernels/ tree the payload carries: the
     # run records which one, so its history can be ordered by commit.
-    source = candidate_identity(package_dir("kernels"), skipped_in_kernels)
+    source = candidate_identity(kernels_dir, candidate)
     plan = plan.model_copy(update={"candidate_source": source})
     return ShapedPlan(Plan.model_validate(plan.model_dump()), files, tuple(notes))
 

@@ -146,3 +146,26 @@ def test_profile_defaults_to_three_representative_configs():
     cpu, _ = resolve_plan("cpu-smoke", "local")
     with pytest.raises(UsageError, match="needs a GPU plan"):
         shape_plan(cpu, PlanOptions(profile=()))
+
+
+def test_an_ab_says_when_the_trees_python_binding_differs(tmp_path):
+    """Both sides of an A/B of our kernel run the candidate's api.py (the baseline's compiled
+    library is called through it): an edit there is not compared, and launch says so. On
+    an H100 a 4 % slowdown put in api.py read 1.000x [0.999, 1.001] three times
+    (tools/gate_power_device.sh)."""
+    plan, _ = resolve_plan("default", "gce")
+    same = tmp_path / "same"
+    shutil.copytree(
+        package_dir("kernels"), same / "kernels", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    assert shape_plan(plan, PlanOptions(baseline=str(same))).notes == ()
+
+    edited = tmp_path / "edited"
+    shutil.copytree(same, edited)
+    api = edited / "kernels" / "flash_attention" / "api.py"
+    api.write_text(api.read_text() + "\n# slower\n")
+    build = edited / "kernels" / "flash_attention" / "build.py"
+    build.write_text(build.read_text() + "\n# its own: the baseline builds with it\n")
+    (note,) = shape_plan(plan, PlanOptions(baseline=str(edited))).notes
+    assert "kernels/flash_attention/api.py differ" in note and "build.py" not in note
+    assert "compares the kernels' compiled code only" in note
