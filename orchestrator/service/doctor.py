@@ -147,8 +147,9 @@ def _bucket(ctx: Context) -> Check:
 def _vm_access(ctx: Context, info: dict[str, Any] | None) -> Check:
     account = ctx.config.service_account
     if account == "default":
-        # The Compute Engine default service account's documented form.
-        account = f"{(info or {}).get('id', '?')}-compute@developer.gserviceaccount.com"
+        # projects.get names it (`defaultServiceAccount`); its `id` is no project number
+        # (https://cloud.google.com/compute/docs/reference/rest/v1/projects).
+        account = (info or {}).get("defaultServiceAccount") or "the default compute account"
     try:
         roles = ctx.store("gce").role_members()
     except BenchError as e:

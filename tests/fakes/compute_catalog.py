@@ -187,9 +187,14 @@ class FakeCatalog:
     def project(self, project: str, number: int) -> dict[str, Any]:
         # GPUS_ALL_REGIONS caps GPUs in every region together; it is a project quota:
         # https://cloud.google.com/compute/resource-usage#gpu_quota
+        # `id` "is not the project ID, and is just a unique ID used by Compute Engine to
+        # identify resources"; the VMs' default account is `defaultServiceAccount`
+        # (https://cloud.google.com/compute/docs/reference/rest/v1/projects): an id that
+        # differs from the project number keeps a client from taking one for the other.
         return {
             "kind": "compute#project",
-            "id": str(number),
+            "id": str(7_000_000_000_000_000_000 + number),
+            "defaultServiceAccount": f"{number}-compute@developer.gserviceaccount.com",
             "name": project,
             "quotas": [
                 {"metric": metric, "limit": limit, "usage": 0.0}

@@ -69,7 +69,7 @@ def project_check(project: str, info: dict | None) -> Check:
             f"project {project} not found or not visible to these credentials",
             "set `project` in bench.toml to a project id you can use",
         )
-    return Check("project", True, f"{project} (number {info.get('id', '?')})")
+    return Check("project", True, project)
 
 
 def compute_api_check(project: str, disabled: bool) -> Check:
