@@ -124,7 +124,7 @@ def test_doctor_checks_every_requested_gpu_type(project, capsys):
     out = capsys.readouterr().out
     assert "✗" not in out
     for metric in ("NVIDIA_L4_GPUS", "NVIDIA_T4_GPUS", "NVIDIA_A100_GPUS", "NVIDIA_H100_GPUS"):
-        assert f"PREEMPTIBLE_{metric} 8" in out
+        assert f"PREEMPTIBLE_{metric} 8 free" in out
     project.catalog.zones_without["nvidia-h100-80gb"] = {"us-central1-b"}
     project.catalog.set_region_quota("us-central1", "PREEMPTIBLE_NVIDIA_T4_GPUS", 0.0)
     project.catalog.set_region_quota("us-central1", "NVIDIA_T4_GPUS", 0.0)
@@ -132,3 +132,19 @@ def test_doctor_checks_every_requested_gpu_type(project, capsys):
     out = capsys.readouterr().out
     assert re.search(r"✗ zone us-central1-b: does not offer a3-highgpu-1g, nvidia-h100-80gb", out)
     assert re.search(r"✗ GPU quota us-central1: .*request PREEMPTIBLE_NVIDIA_T4_GPUS", out)
+
+
+def test_quota_in_use_is_no_free_quota_and_a_region_without_quotas_is_unknown(project, capsys):
+    """Quota `usage` counts against its `limit`, and a region whose quotas Compute could not
+    load (`quotaStatusWarning`) is unknown, never 0
+    (https://cloud.google.com/compute/docs/reference/rest/v1/regions)."""
+    held = {"NVIDIA_L4_GPUS": 8.0, "PREEMPTIBLE_NVIDIA_L4_GPUS": 8.0}  # other VMs hold them all
+    project.catalog.region_usage["us-central1"] = held
+    assert main(["doctor"]) == 4
+    out = capsys.readouterr().out
+    assert re.search(r"✗ GPU quota us-central1: NVIDIA_L4_GPUS 0 free", out), out
+    project.catalog.region_usage.clear()
+    project.catalog.quota_warning_regions.add("us-central1")
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "✓ GPU quota us-central1: unknown: Compute could not load" in out

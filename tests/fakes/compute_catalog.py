@@ -86,6 +86,10 @@ class FakeCatalog:
     zones_without: dict[str, set[str]] = field(default_factory=dict)  # accelerator -> zones
     region_quotas: dict[str, dict[str, float]] = field(default_factory=dict)
     project_quotas: dict[str, float] = field(default_factory=lambda: {"GPUS_ALL_REGIONS": 8.0})
+    # What is in use now, per region and metric (GPUs other VMs of the project hold).
+    region_usage: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Regions whose quotas Compute failed to load: no `quotas`, a `quotaStatusWarning`.
+    quota_warning_regions: set[str] = field(default_factory=set)
     images: dict[str, list[FakeImage]] = field(default_factory=dict)  # "project/family" -> images
     compute_api_enabled: bool = True
     credentials_valid: bool = True
@@ -171,18 +175,28 @@ class FakeCatalog:
         limits = {"CPUS": 24.0}
         limits.update(dict.fromkeys(GPU_QUOTAS, 8.0))
         limits.update(self.region_quotas.get(region, {}))
-        return {
+        usage = self.region_usage.get(region, {})
+        answer: dict[str, Any] = {
             "kind": "compute#region",
             "id": str(1000 + len(region)),
             "name": region,
             "status": "UP",
             "zones": [f"{API_ROOT}/projects/{project}/zones/{z}" for z in zones],
             "quotas": [
-                {"metric": metric, "limit": limit, "usage": 0.0}
+                {"metric": metric, "limit": limit, "usage": usage.get(metric, 0.0)}
                 for metric, limit in sorted(limits.items())
             ],
             "selfLink": f"{API_ROOT}/projects/{project}/regions/{region}",
         }
+        if region in self.quota_warning_regions:
+            # "populated only if fetching of the quotas field fails"
+            # (https://cloud.google.com/compute/docs/reference/rest/v1/regions)
+            del answer["quotas"]
+            answer["quotaStatusWarning"] = {
+                "code": "UNREACHABLE",
+                "message": "Quota information for this region is currently unavailable.",
+            }
+        return answer
 
     def project(self, project: str, number: int) -> dict[str, Any]:
         # GPUS_ALL_REGIONS caps GPUs in every region together; it is a project quota:

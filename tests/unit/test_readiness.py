@@ -6,6 +6,7 @@ from orchestrator.backends.gce.readiness import (
     GpuShape,
     global_quota_check,
     image_check,
+    quotas_of,
     region_quota_check,
     vm_access_check,
     zone_check,
@@ -73,3 +74,11 @@ def test_vm_access_says_whether_the_account_is_contained_to_its_own_run():
     broad = vm_access_check("b", "a@p", {"roles/storage.objectUser": member})
     assert contained.ok and "its own run's objects only" in contained.detail
     assert broad.ok and "could overwrite other runs' results" in broad.detail
+
+
+def test_quotas_are_what_is_free_and_unknown_when_compute_could_not_load_them():
+    region = {"quotas": [{"metric": "NVIDIA_L4_GPUS", "limit": 8.0, "usage": 6.0}]}
+    assert quotas_of(region) == {"NVIDIA_L4_GPUS": 2.0}
+    assert quotas_of({"quotaStatusWarning": {"code": "UNREACHABLE"}}) is None
+    assert region_quota_check("r", None, [], True, False).ok
+    assert "unknown" in global_quota_check(None, []).detail

@@ -129,17 +129,24 @@ def image_check(
 
 
 def region_quota_check(
-    region: str, quotas: dict[str, float], shapes: list[GpuShape], spot: bool, on_demand: bool
+    region: str,
+    quotas: dict[str, float] | None,
+    shapes: list[GpuShape],
+    spot: bool,
+    on_demand: bool,
 ) -> Check:
     """Spot VMs use the PREEMPTIBLE_ quota when granted, else the on-demand one
-    (https://cloud.google.com/compute/resource-usage#gpu_quota)."""
+    (https://cloud.google.com/compute/resource-usage#gpu_quota). `quotas` are what is free
+    now; None (Compute could not load them) is unknown and refuses nothing."""
     name = f"GPU quota {region}"
+    if quotas is None:
+        return Check(name, True, "unknown: Compute could not load this region's quotas now")
     found, short = [], []
     for shape in shapes:
         metric = shape.quota_metric
         standard = quotas.get(metric, 0.0)
         preemptible = quotas.get(f"PREEMPTIBLE_{metric}", 0.0)
-        found.append(f"{metric} {standard:g}, PREEMPTIBLE_{metric} {preemptible:g}")
+        found.append(f"{metric} {standard:g} free, PREEMPTIBLE_{metric} {preemptible:g} free")
         if spot and max(standard, preemptible) < shape.count:
             short.append(f"PREEMPTIBLE_{metric}")
         if on_demand and standard < shape.count:
@@ -154,17 +161,19 @@ def region_quota_check(
     return Check(name, True, "; ".join(found))
 
 
-def global_quota_check(quotas: dict[str, float], shapes: list[GpuShape]) -> Check:
+def global_quota_check(quotas: dict[str, float] | None, shapes: list[GpuShape]) -> Check:
+    if quotas is None:
+        return Check(GLOBAL_GPU_QUOTA, True, "unknown: Compute could not load the quotas now")
     limit = quotas.get(GLOBAL_GPU_QUOTA, 0.0)
     needed = sum(shape.count for shape in shapes)  # a sweep runs them all at once
     if limit < needed:
         return Check(
             GLOBAL_GPU_QUOTA,
             False,
-            f"{limit:g} (new projects start at 0: no GPU anywhere)",
+            f"{limit:g} free (new projects start at 0: no GPU anywhere)",
             f"request {GLOBAL_GPU_QUOTA} ≥ {needed} at {QUOTA_PAGE}",
         )
-    return Check(GLOBAL_GPU_QUOTA, True, f"{limit:g}")
+    return Check(GLOBAL_GPU_QUOTA, True, f"{limit:g} free")
 
 
 def bucket_check(bucket: str, problem: str | None) -> Check:
@@ -202,8 +211,16 @@ def vm_access_check(bucket: str, account: str, roles: dict[str, set[str]]) -> Ch
     )
 
 
-def quotas_of(resource: dict | None) -> dict[str, float]:
-    return {q["metric"]: float(q.get("limit", 0.0)) for q in (resource or {}).get("quotas", [])}
+def quotas_of(resource: dict | None) -> dict[str, float] | None:
+    """What is free now of each quota metric (limit less usage), or None when Compute could
+    not load the quotas (`quotaStatusWarning`: unknown, never 0)
+    (https://cloud.google.com/compute/docs/reference/rest/v1/regions)."""
+    if resource and resource.get("quotaStatusWarning") and not resource.get("quotas"):
+        return None
+    return {
+        q["metric"]: float(q.get("limit", 0.0)) - float(q.get("usage", 0.0))
+        for q in (resource or {}).get("quotas", [])
+    }
 
 
 def _last_segment(url: str) -> str:
