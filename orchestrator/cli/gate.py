@@ -113,7 +113,10 @@ def gate_finished_run(ctx, out, run_id: str, gate: GateRequest) -> int:
     (fetched.directory / GATE_FILES[1]).write_text(render_json(report), encoding="ascii")
     append_step_summary(markdown)
     show_outcome(out, report)
-    out.print(f"bench: gate report: {fetched.directory / GATE_FILES[0]} (and gate.json)")
+    from orchestrator.boundary import markup_safe
+
+    where = markup_safe(fetched.directory / GATE_FILES[0])  # --dest is the user's: as written
+    out.print(f"bench: gate report: {where} (and gate.json)")
     return report.exit_code
 
 

@@ -29,7 +29,7 @@ def gate_run(tmp_path, capsys, monkeypatch, candidate: str, baseline: str):
     """One real local run gated at CPU_MARGIN: (exit code, run id, run dir, step summary)."""
     summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    dest = tmp_path / "results"
+    dest = tmp_path / "results [/]x"  # printed as written: as markup it would not parse
     args = ["launch", "--backend", "local", "--budget", "1", "--plan", plan_file(tmp_path, 20)]
     args += ["--candidate", candidate, "--baseline-impl", baseline, "--wait"]
     args += ["--fail-on", "slower", "--margin", CPU_MARGIN, "--dest", str(dest)]
