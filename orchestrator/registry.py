@@ -78,6 +78,7 @@ _SQL_TYPES = {"str": "TEXT", "float": "REAL", "int": "INTEGER", "bool": "INTEGER
 _INDEXES = {
     "runs_state": "state",
     "runs_plan": "plan, backend, gpu, state",
+    "runs_plan_content": "plan_sha256",
     "runs_month": "created_month, backend",
     "runs_sweep": "sweep_id",
 }
@@ -125,7 +126,7 @@ COMMITTED_SQL = (
     " WHERE created_month = ? AND backend != 'local'"
 )
 PAST_PHASES_SQL = (
-    "SELECT plan_sha256, phase_seconds FROM runs WHERE plan = ? AND backend = ? AND gpu = ?"
+    "SELECT phase_seconds FROM runs WHERE plan_sha256 = ? AND backend = ? AND gpu = ?"
     " AND state = 'complete' AND phase_seconds != '{}' ORDER BY run_id"
 )
 SWEEP_SQL = f"{_SELECT_RECORD} WHERE sweep_id = ? ORDER BY run_id"
@@ -273,31 +274,23 @@ class RunRegistry:
         with closing(self._connect()) as db:
             return [_record(row) for row in db.execute(sql, parameters)]
 
-    def past_phase_seconds(self, plan: str, backend: str, gpu: str = "") -> list[PastPhases]:
-        """Phase times of earlier complete, fetched runs of a plan of this name on this
-        backend and GPU type (a sweep's gpus.toml key; "" for runs of the configured
-        machine), each with the content key of the plan it ran: runtime_model.refine uses
-        only those of the same content."""
-        if not self.path.exists():
+    def past_phase_seconds(
+        self, plan_sha256: str, backend: str, gpu: str = ""
+    ) -> list[dict[str, float]]:
+        """Phase times of earlier complete, fetched runs of a plan of this content
+        (Plan.content_sha256, never its name) on this backend and GPU type (a sweep's
+        gpus.toml key; "" for runs of the configured machine)."""
+        if not plan_sha256 or not self.path.exists():
             return []
         with closing(self._connect()) as db:
-            rows = db.execute(PAST_PHASES_SQL, (plan, backend, gpu)).fetchall()
-        return [PastPhases(json.loads(seconds), plan_sha256) for plan_sha256, seconds in rows]
+            rows = db.execute(PAST_PHASES_SQL, (plan_sha256, backend, gpu)).fetchall()
+        return [json.loads(row[0]) for row in rows]
 
     def committed_this_month(self, now: datetime | None = None) -> float:
         if not self.path.exists():
             return 0.0
         with closing(self._connect()) as db:
             return _committed(db, now or datetime.now(timezone.utc))
-
-
-class PastPhases(dict):
-    """One past run's seconds per runtime-model phase (a plain dict of them), and the
-    content key of the plan it ran ("" when fetch could not check it against the payload)."""
-
-    def __init__(self, seconds: dict[str, float], plan_sha256: str = ""):
-        super().__init__(seconds)
-        self.plan_sha256 = plan_sha256
 
 
 _INSERT_SQL = (

@@ -507,7 +507,7 @@ def compare_runs(
 # --- plots -------------------------------------------------------------------------------
 
 
-def _pyplot():
+def load_pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a server or in CI
@@ -522,7 +522,7 @@ def _pyplot():
 def _plot_all(run: RunResults, out_dir: Path) -> list[Path]:
     if not run.summary:
         return []
-    plt = _pyplot()
+    plt = load_pyplot()
     run = plotted_part(run)
     plots = [_save(plt, _latency_figure(plt, run), out_dir / "latency.png")]
     if any(s.speedup is not None for s in run.summary):
@@ -562,19 +562,19 @@ def plot_note(run: RunResults) -> str | None:
     return f"plots show {' and '.join(omitted)}; the table has every row" if omitted else None
 
 
-def _figsize(width: float, height: float) -> tuple[float, float]:
+def figure_size(width: float, height: float) -> tuple[float, float]:
     """Inches as a figure's content asks, within MAX_FIGURE_INCHES whatever the run holds."""
     return min(width, MAX_FIGURE_INCHES[0]), min(height, MAX_FIGURE_INCHES[1])
 
 
-def _label(name: str) -> str:
+def plot_label(name: str) -> str:
     """A name from the run, as plot text: control characters escaped (and reported by no
     missing-glyph warning on the terminal)."""
     return boundary.printable(name, max_chars=80)
 
 
 def _labels(names: list[str]) -> list[str]:
-    return [_label(name) for name in names]
+    return [plot_label(name) for name in names]
 
 
 def _config_order(run: RunResults) -> list[str]:
@@ -590,7 +590,7 @@ def _implementation_labels(run: RunResults) -> dict[str, str]:
     backends: dict[str, list[str]] = defaultdict(list)
     for s in run.summary:
         backends[s.implementation].append(s.backend)
-    return {impl: _label(implementation_label(impl, b)) for impl, b in backends.items()}
+    return {impl: plot_label(implementation_label(impl, b)) for impl, b in backends.items()}
 
 
 def _title(fig, what: str, run: RunResults) -> None:
@@ -598,9 +598,9 @@ def _title(fig, what: str, run: RunResults) -> None:
     (a one-panel figure is narrow), never clipped."""
     labels = _implementation_labels(run)
     candidate = run.plan.candidate if run.plan else None
-    text = f"{what}, run {_label(run.run_id)} ({_label(run.status)})"
+    text = f"{what}, run {plot_label(run.run_id)} ({plot_label(run.status)})"
     if candidate:
-        text += f"; candidate {labels.get(candidate, _label(candidate))}"
+        text += f"; candidate {labels.get(candidate, plot_label(candidate))}"
     if run.plot_note:
         text += f" ({run.plot_note})"
     fig.suptitle(text, wrap=True, fontsize=11)
@@ -621,7 +621,7 @@ def _latency_figure(plt, run: RunResults):
     fig, axes = plt.subplots(
         rows,
         cols,
-        figsize=_figsize(max(4.2 * cols, 7.0), 3.4 * rows + 0.8),
+        figsize=figure_size(max(4.2 * cols, 7.0), 3.4 * rows + 0.8),
         squeeze=False,
         layout="constrained",
     )
@@ -637,12 +637,12 @@ def _latency_figure(plt, run: RunResults):
             [textwrap.fill(names[i], 14) for i in present],
             fontsize=7,
         )
-        ax.set_title(textwrap.fill(_label(config), 48), fontsize=9)
+        ax.set_title(textwrap.fill(plot_label(config), 48), fontsize=9)
         ax.set_ylabel("ms per call", fontsize=8)
         values = np.concatenate([lat[(config, i)] for i in present])
         if values.min() > 0 and values.max() / values.min() > 20:
             ax.set_yscale("log")  # outliers would flatten the boxes
-            _plain_tick_labels(ax.yaxis)
+            plain_tick_labels(ax.yaxis)
         ax.tick_params(axis="y", labelsize=8)
     for ax in list(axes.flat)[len(configs) :]:
         ax.remove()  # no empty frame where the grid has more cells than configs
@@ -651,7 +651,7 @@ def _latency_figure(plt, run: RunResults):
 
 
 def _no_samples(ax, config: str) -> None:
-    ax.set_title(textwrap.fill(_label(config), 48), fontsize=9)
+    ax.set_title(textwrap.fill(plot_label(config), 48), fontsize=9)
     ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
     ax.set_xticks([])
     ax.set_yticks([])
@@ -660,11 +660,11 @@ def _no_samples(ax, config: str) -> None:
 def _width_for(configs: list[str]) -> float:
     """Inches for a plot with config names along its y axis: 8, plus room for long names
     (about 0.07 in per character at the tick font size) so the axes keep their width."""
-    longest = max((len(_label(c)) for c in configs), default=0)
+    longest = max((len(plot_label(c)) for c in configs), default=0)
     return 8.0 + max(longest - 24, 0) * 0.07
 
 
-def _plain_tick_labels(axis) -> None:
+def plain_tick_labels(axis) -> None:
     """Log-axis ticks as plain numbers: the default labels are mathtext, which the
     `text.parse_math = False` that keeps run names literal would print as source."""
     from matplotlib import ticker
@@ -679,7 +679,7 @@ def _speedup_figure(plt, run: RunResults):
     names = _implementation_labels(run)
     baselines = list(dict.fromkeys(s.implementation for s in run.summary if s.speedup is not None))
     fig, ax = plt.subplots(
-        figsize=_figsize(_width_for(configs), 0.3 * len(configs) * max(len(baselines), 1) + 2.0),
+        figsize=figure_size(_width_for(configs), 0.3 * len(configs) * max(len(baselines), 1) + 2.0),
         layout="constrained",
     )
     height = 0.8 / max(len(baselines), 1)
@@ -704,7 +704,7 @@ def _speedup_figure(plt, run: RunResults):
     bounds = [b for s in run.summary if s.speedup for b in (s.speedup_ci_low, s.speedup_ci_high)]
     if bounds and max(bounds) / min(bounds) > 4:
         ax.set_xscale("log")  # ratios: 0.5x and 2x equally far from 1
-        _plain_tick_labels(ax.xaxis)
+        plain_tick_labels(ax.xaxis)
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], _labels(configs), fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("speedup of the candidate (median of paired ratios, 95% CI); > 1 is faster")
@@ -736,7 +736,7 @@ def _tflops_figure(plt, run: RunResults):
     bar = 0.8 / len(impls)
     # Tall enough for a bar's label, within MAX_FIGURE_INCHES.
     height = 0.22 * len(configs) * len(impls) + 0.35 * len(configs) + 2.0
-    fig, ax = plt.subplots(figsize=_figsize(_width_for(configs), height), layout="constrained")
+    fig, ax = plt.subplots(figsize=figure_size(_width_for(configs), height), layout="constrained")
     for index, impl in enumerate(impls):
         ys = [row + index * bar for row, c in enumerate(configs) if (c, impl) in tflops]
         values = [tflops[(c, impl)] for c in configs if (c, impl) in tflops]

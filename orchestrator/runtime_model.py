@@ -52,7 +52,6 @@ class PhaseFigure:
 @dataclass(frozen=True)
 class RuntimeEstimate:
     phases: tuple[PhaseFigure, ...]
-    plan_sha256: str = ""  # the content key of the plan estimated: whose history refines it
 
     @property
     def total_seconds(self) -> int:
@@ -121,7 +120,7 @@ def model_phases(
         fixed("upload"),
         fixed("shutdown") if "shutdown" in figures else PhaseFigure("shutdown", 0.0, "nothing"),
     ]
-    return RuntimeEstimate(tuple(phases), plan.content_sha256())
+    return RuntimeEstimate(tuple(phases))
 
 
 def _correctness(plan: Plan, rates: dict) -> PhaseFigure:
@@ -153,17 +152,14 @@ def _with_profile(plan: Plan, rates: dict, figure: PhaseFigure) -> PhaseFigure:
 
 
 def refine(model: RuntimeEstimate, past_runs: list[dict[str, float]]) -> RuntimeEstimate:
-    """Each phase that past complete runs of the same plan content recorded (each
-    registry.PastPhases carries its plan's key): their median with headroom. A recorded
-    time no run could have taken (beyond a day, GCE's longest cap) is not history."""
-    same_plan = [
-        run for run in past_runs if model.plan_sha256 and _plan_of(run) == model.plan_sha256
-    ]
+    """Each phase that past complete runs of the same plan content recorded
+    (registry.past_phase_seconds): their median with headroom. A recorded time no run could
+    have taken (beyond a day, GCE's longest cap) is not history."""
     phases = []
     for figure in model.phases:
         seen = sorted(
             run[figure.phase]
-            for run in same_plan
+            for run in past_runs
             if figure.phase in run and _possible_seconds(run[figure.phase])
         )
         if not seen:
@@ -172,11 +168,7 @@ def refine(model: RuntimeEstimate, past_runs: list[dict[str, float]]) -> Runtime
         median = seen[len(seen) // 2]
         source = f"median of {len(seen)} past run{'s' * (len(seen) > 1)} × {HISTORY_HEADROOM}"
         phases.append(PhaseFigure(figure.phase, median * HISTORY_HEADROOM, source))
-    return RuntimeEstimate(tuple(phases), model.plan_sha256)
-
-
-def _plan_of(past_run: dict[str, float]) -> str:
-    return getattr(past_run, "plan_sha256", "")
+    return RuntimeEstimate(tuple(phases))
 
 
 def _possible_seconds(value: object) -> bool:

@@ -24,10 +24,10 @@ from orchestrator.report import (
     MAX_PLOTTED_CONFIGS,
     PLOT_DPI,
     RunResults,
-    _figsize,
-    _label,
-    _plain_tick_labels,
-    _pyplot,
+    figure_size,
+    load_pyplot,
+    plain_tick_labels,
+    plot_label,
     read_snapshot,
 )
 from orchestrator.spec import is_sweep_id
@@ -257,7 +257,7 @@ def draw_history(history: History, path: Path) -> None:
     """One panel per config (the first MAX_PLOTTED_CONFIGS): the median and its interval
     per run, left to right in the history's order; written whole (a temporary file renamed),
     within report.py's figure bound."""
-    plt = _pyplot()
+    plt = load_pyplot()
     configs = history.configs[:MAX_PLOTTED_CONFIGS]
     cols = 1 if len(configs) < 3 else 2
     rows = -(-len(configs) // cols)
@@ -265,16 +265,17 @@ def draw_history(history: History, path: Path) -> None:
     fig, axes = plt.subplots(
         rows,
         cols,
-        figsize=_figsize(width, 2.6 * rows + 1.2),
+        figsize=figure_size(width, 2.6 * rows + 1.2),
         squeeze=False,
         layout="constrained",
     )
-    labels = [_label(run.source if run.source != "-" else run.run_id) for run in history.runs]
+    labels = [plot_label(run.source if run.source != "-" else run.run_id) for run in history.runs]
     for ax, config in zip(axes.flat, configs, strict=False):
         _history_panel(ax, history, config, labels)
     for ax in list(axes.flat)[len(configs) :]:
         ax.remove()
-    title = f"{_label(history.kernel)} on {_label(history.gpu)}: median ms per run, 95% interval"
+    kernel, gpu = plot_label(history.kernel), plot_label(history.gpu)
+    title = f"{kernel} on {gpu}: median ms per run, 95% interval"
     title += f", in {history.order} order"
     if len(history.configs) > len(configs):
         title += f" (the first {len(configs)} of {len(history.configs)} configs)"
@@ -307,7 +308,7 @@ def _history_panel(ax, history: History, config: str, labels: list[str]) -> None
     # Every run's label while they fit, else every k-th: the table names them all.
     step = max(1, -(-len(labels) // 30))
     ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=90, fontsize=6)
-    ax.set_title(textwrap.fill(_label(config), 60), fontsize=9)
+    ax.set_title(textwrap.fill(plot_label(config), 60), fontsize=9)
     ax.set_ylabel("ms per call", fontsize=8)
     ax.tick_params(axis="y", labelsize=8)
-    _plain_tick_labels(ax.yaxis)
+    plain_tick_labels(ax.yaxis)

@@ -49,7 +49,7 @@ def runtime_estimate(ctx: Context, backend: str, plan: Plan, gpu: str = "") -> R
     """The phase model for this plan here, refined by past complete runs' phase times (of
     the same GPU type, for a sweep member)."""
     model = model_phases(plan, backend, ctx.config.accelerator_type, ctx.config.image_family)
-    return refine(model, ctx.registry.past_phase_seconds(plan.name, backend, gpu))
+    return refine(model, ctx.registry.past_phase_seconds(plan.content_sha256(), backend, gpu))
 
 
 def plan_spec(

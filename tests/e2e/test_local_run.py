@@ -100,7 +100,8 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys, monkeypatch):
     from orchestrator.registry import RunRegistry
     from orchestrator.runtime_model import MODEL_PHASES
 
-    (recorded,) = RunRegistry(state / "runs.sqlite").past_phase_seconds("cpu-smoke", "local")
+    key = manifest.plan.content_sha256()
+    (recorded,) = RunRegistry(state / "runs.sqlite").past_phase_seconds(key, "local")
     assert set(recorded) == set(MODEL_PHASES) - {"shutdown"}  # no manifest sees the shutdown
     assert recorded["benchmark"] == next(
         p.seconds for p in manifest.phases if p.name == "benchmark"

@@ -55,6 +55,7 @@ def test_registry_reports_phase_times_of_complete_runs_only(tmp_path):
     registry = RunRegistry(tmp_path / "runs.sqlite")
     common = dict(
         plan="default",
+        plan_sha256="f" * 64,
         budget_usd=1,
         rate_usd_per_hour=0.3,
         max_run_seconds=9,
@@ -91,4 +92,4 @@ def test_registry_reports_phase_times_of_complete_runs_only(tmp_path):
             **common,
         )
     )
-    assert registry.past_phase_seconds("default", "gce") == [{"build": 30.0}]
+    assert registry.past_phase_seconds("f" * 64, "gce") == [{"build": 30.0}]

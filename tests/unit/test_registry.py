@@ -150,6 +150,7 @@ def test_a_blob_registry_is_migrated_on_open(tmp_path):
             state="complete",
             cost_usd=0.4,
             phase_seconds={"build": 30.0},
+            plan_sha256="f" * 64,
             attempts=["us-central1-a"],
         )
     )
@@ -164,7 +165,7 @@ def test_a_blob_registry_is_migrated_on_open(tmp_path):
         complete,
     ]
     assert _columns(path)[: len(fields(RunRecord))] == [f.name for f in fields(RunRecord)]
-    assert registry.past_phase_seconds("default", "gce") == [{"build": 30.0}]
+    assert registry.past_phase_seconds("f" * 64, "gce") == [{"build": 30.0}]
     from datetime import datetime, timezone
 
     assert registry.committed_this_month(datetime(2026, 11, 23, tzinfo=timezone.utc)) == 2.4

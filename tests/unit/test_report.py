@@ -200,7 +200,7 @@ def test_plots_name_the_candidate_and_fit_their_titles(run_dir, cut):
 
     run = load_run(run_dir)
     run = _one_config(run) if cut else run
-    plt = report_module._pyplot()
+    plt = report_module.load_pyplot()
     for build in (
         report_module._latency_figure,
         report_module._speedup_figure,
@@ -221,7 +221,7 @@ def test_tflops_has_one_bar_per_config_and_no_line_across_configs(run_dir):
     from orchestrator import report as report_module
 
     run = load_run(run_dir)
-    plt = report_module._pyplot()
+    plt = report_module.load_pyplot()
     fig = report_module._tflops_figure(plt, run)
     (ax,) = fig.axes
     bars = [p for p in ax.patches if p.get_width() > 0 or p.get_height() > 0]

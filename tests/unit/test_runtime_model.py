@@ -9,7 +9,6 @@ import pytest
 from orchestrator import budget, runtime_model
 from orchestrator.config import BenchConfig
 from orchestrator.errors import ConfigError
-from orchestrator.registry import PastPhases
 from orchestrator.service.plans import resolve_plan
 from results_schema import Manifest
 from results_schema.record import billed_usd
@@ -65,9 +64,8 @@ def test_an_unmodelled_gpu_is_a_config_error():
 
 def test_past_runs_replace_only_the_phases_they_recorded():
     model = runtime_model.model_phases(default_plan(), "gce", "nvidia-l4")
-    key = default_plan().content_sha256()
-    past = [PastPhases({"build": 4.0}, key), PastPhases({"build": 8.0, "boot": 40.0}, key)]
-    refined = runtime_model.refine(model, [*past, PastPhases({}, key)])
+    past = [{"build": 4.0}, {"build": 8.0, "boot": 40.0}]
+    refined = runtime_model.refine(model, [*past, {}])
     assert refined.seconds_of("build") == pytest.approx(8.0 * runtime_model.HISTORY_HEADROOM)
     assert "median of 2 past runs" in next(p for p in refined.phases if p.phase == "build").source
     assert refined.seconds_of("boot") == pytest.approx(40.0 * runtime_model.HISTORY_HEADROOM)
@@ -117,13 +115,31 @@ def test_history_ignores_phase_times_no_run_could_take():
     """A registry written before fetch bounded phase times may hold 1e308 s: not history."""
     plan = default_plan()
     model = runtime_model.model_phases(plan, "gce", "nvidia-l4")
-    poisoned = [PastPhases({"benchmark": 1e308, "build": -5.0}, plan.content_sha256())]
+    poisoned = [{"benchmark": 1e308, "build": -5.0}]
     assert runtime_model.refine(model, poisoned) == model
 
 
-def test_history_of_a_plan_of_other_content_is_not_used():
+def test_history_of_a_plan_of_other_content_is_not_used(tmp_path):
+    from orchestrator.registry import RunRecord, RunRegistry
+
     plan = default_plan()
-    model = runtime_model.model_phases(plan, "gce", "nvidia-l4")
-    other = plan.model_copy(update={"samples_per_config": 1}).content_sha256()
-    assert runtime_model.refine(model, [PastPhases({"benchmark": 1.0}, other)]) == model
-    assert runtime_model.refine(model, [{"benchmark": 1.0}]) == model  # a key of none
+    other = plan.model_copy(update={"samples_per_config": 1})
+    registry = RunRegistry(tmp_path / "runs.sqlite")
+    registry.add(
+        RunRecord(
+            run_id="20261125-120000-abcdef",
+            backend="gce",
+            plan=plan.name,  # the same name, other content
+            plan_sha256=other.content_sha256(),
+            budget_usd=1.0,
+            rate_usd_per_hour=0.3,
+            max_run_seconds=600,
+            estimated_seconds=60,
+            created_at="2026-11-25T12:00:00+00:00",
+            state="complete",
+            phase_seconds={"benchmark": 1.0},
+        )
+    )
+    assert registry.past_phase_seconds(plan.content_sha256(), "gce") == []
+    assert registry.past_phase_seconds(other.content_sha256(), "gce") == [{"benchmark": 1.0}]
+    assert registry.past_phase_seconds("", "gce") == []  # a run of no checked plan

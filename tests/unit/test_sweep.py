@@ -142,11 +142,12 @@ def test_history_refines_a_sweep_member_from_its_own_gpu_type_only(tmp_path):
                 created_at="2026-11-23T06:00:00+00:00",
                 state="complete",
                 phase_seconds={"build": build},
+                plan_sha256="f" * 64,
                 gpu=gpu,
             )
         )
-    assert registry.past_phase_seconds("default", "gce", "t4") == [{"build": 5.0}]
-    assert registry.past_phase_seconds("default", "gce") == [{"build": 25.0}]
+    assert registry.past_phase_seconds("f" * 64, "gce", "t4") == [{"build": 5.0}]
+    assert registry.past_phase_seconds("f" * 64, "gce") == [{"build": 25.0}]
 
 
 def test_local_names_this_machines_gpu_and_is_no_gce_member(monkeypatch):
