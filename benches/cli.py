@@ -44,6 +44,18 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument(
             "--status-file", type=Path, help="status.json to keep current (none if absent)"
         )
+        cmd.add_argument(
+            "--config",
+            action="append",
+            metavar="NAME",
+            help="only this config of the plan (repeatable): a row's repro command",
+        )
+        cmd.add_argument(
+            "--implementation",
+            action="append",
+            metavar="IDENTITY",
+            help="only this identity of the plan (repeatable): a row's repro command",
+        )
     run = sub.choices["run"]
     run.add_argument(
         "--measurements",
@@ -118,6 +130,17 @@ def run_phases(args: argparse.Namespace) -> int:
 
     measurements = getattr(args, "measurements", None)
     plan = effective_plan(resolve_plan(args.plan), None, getattr(args, "margin", None))
+    selection = runner.Selection(
+        frozenset(args.config) if args.config else None,
+        frozenset(args.implementation) if args.implementation else None,
+    )
+    unknown = sorted(
+        ({*(args.config or ())} - {c.name for c in plan.configs})
+        | ({*(args.implementation or ())} - set(plan.identities))
+    )
+    if unknown:
+        print(f"error: not in plan {plan.name!r}: {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_USAGE
     register(plan)
     effective = effective_plan(plan, measurements)
     try:
@@ -130,7 +153,7 @@ def run_phases(args: argparse.Namespace) -> int:
     run_id = args.run_id or earlier_run_id(args.out) or new_run_id()
     with runner.StopRequested() as stop:
         ctx = runner.RunContext(
-            plan, args.out, run_id, StatusWriter(args.status_file, run_id), stop
+            plan, args.out, run_id, StatusWriter(args.status_file, run_id), stop, selection
         )
         runner.write_plan(args.out, effective)
         environment = runner.load_or_write_environment(args.out)

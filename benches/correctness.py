@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -168,12 +169,19 @@ def max_error_tolerance(config: AttentionConfig, inputs: tuple, ref: torch.Tenso
 
 
 def check_config(
-    run_id: str, config: AttentionConfig, plan: Plan, index: int, device: torch.device
+    run_id: str,
+    config: AttentionConfig,
+    plan: Plan,
+    index: int,
+    device: torch.device,
+    names: list[str] | None = None,
 ) -> list[CorrectnessRow]:
-    """One row per identity of the plan; a failure is a row, never an exception."""
+    """One row per identity of the plan (or of `names`, a repro's few); a failure is a
+    row, never an exception."""
+    names = plan.identities if names is None else names
     seed = config_seed(plan.seed, index, "correctness")
-    tolerance, measured = _check_shape(config, plan, seed, device, plan.identities)
-    rows = [_row(run_id, config, name, *measured[name], tolerance) for name in plan.identities]
+    tolerance, measured = _check_shape(config, plan, seed, device, names)
+    rows = [_row(run_id, config, name, *measured[name], tolerance) for name in names]
     rows = _awkward_lengths(run_id, config, plan, index, device, rows)
     if device.type == "cuda":
         rows = _graph_probes(run_id, config, plan, index, device, rows)
@@ -187,7 +195,9 @@ def _check_shape(config, plan, seed, device, names) -> tuple[float, dict]:
     inputs = make_inputs(config, device, seed)
     ref = reference_output(plan, config, inputs)
     tolerance = max_error_tolerance(config, inputs, ref)
-    measured = {n: _measure(n, inputs, config, ref, plan.reference) for n in dict.fromkeys(names)}
+    measured = {
+        n: _measure(n, inputs, seed, config, ref, plan.reference) for n in dict.fromkeys(names)
+    }
     return tolerance, measured
 
 
@@ -217,36 +227,47 @@ def _at_length(row, run_id, awkward, measured, tolerance) -> CorrectnessRow:
 
 def _graph_probes(run_id, config, plan, index, device, rows) -> list[CorrectnessRow]:
     """Each passing row replaced by its graph probe's row when the probe fails."""
-    capture_inputs = make_inputs(config, device, config_seed(plan.seed, index, "probe"))
-    replay_inputs = make_inputs(config, device, config_seed(plan.seed, index, "probe-replay"))
+    seeds = (config_seed(plan.seed, index, "probe"), config_seed(plan.seed, index, "probe-replay"))
+    capture_inputs, replay_inputs = (make_inputs(config, device, seed) for seed in seeds)
     ref = reference_output(plan, config, replay_inputs)
     probed = []
     for row in rows:
         if row.passed:
-            run = registry.get(implementation_of(row.implementation)).run
-            try:
-                out = graph_probe(run, capture_inputs, replay_inputs, config.causal)
-            except Exception as exc:  # capture refused the work: it left the calling stream
-                out = f"graph capture failed: {one_line(exc)}"
+            impl = registry.get(implementation_of(row.implementation))
+            if hasattr(impl, "probe"):  # a user's kernel: probed in its worker process
+                out = impl.probe(config, *seeds)
+            else:
+                out = _local_probe(impl, capture_inputs, replay_inputs, config.causal)
             checked = check_output(run_id, config, row, out, ref, "graph-probe")
             row = row if checked.passed else checked
         probed.append(row)
     return probed
 
 
-def graph_probe(run: Callable, capture_inputs: tuple, replay_inputs: tuple, causal: bool):
+def _local_probe(impl, capture_inputs, replay_inputs, causal):
+    try:
+        return graph_probe(impl, capture_inputs, replay_inputs, causal)
+    except Exception as exc:  # capture refused the work: it left the calling stream
+        return f"graph capture failed: {one_line(exc)}"
+
+
+def graph_probe(
+    run: registry.Implementation | Callable, capture_inputs: tuple, replay_inputs: tuple, causal
+):
     """The output of one call captured in a CUDA graph, poisoned, then replayed on
-    `replay_inputs` written into the captured input buffers."""
+    `replay_inputs` written into the captured input buffers (both in the implementation's
+    layout); returned as [B, H, S, D]."""
     from benches.timing import capture
 
-    copies = tuple(t.clone() for t in capture_inputs)
-    graph, out = capture(lambda: run(*copies, causal), 1)
+    impl = registry.as_implementation(run)
+    copies = impl.native_inputs(capture_inputs)
+    graph, out = capture(lambda: impl.run(*copies, causal), 1)
     out.fill_(float("nan"))
-    for tensor, value in zip(copies, replay_inputs, strict=True):
+    for tensor, value in zip(copies, impl.native_inputs(replay_inputs), strict=True):
         tensor.copy_(value)
     graph.replay()
     torch.cuda.synchronize()
-    return out
+    return impl.bhsd_output(out)
 
 
 def check_output(
@@ -278,34 +299,72 @@ def poison(out) -> None:
         out.fill_(float("nan"))
 
 
-def _measure(name, inputs, config, ref, reference_name):
-    """(backend, errors, message) of two calls on copies of `inputs`: the second shows an
-    output buffer handed out again; the copies, compared afterwards, show a write into them."""
+@dataclass(frozen=True)
+class TwoCalls:
+    """Two calls' outputs, as [B, H, S, D], that passed the checks made where they live."""
+
+    backend: str
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+@dataclass(frozen=True)
+class CallProblem:
+    """Why two calls have no outputs to measure: an exception, or a check they failed."""
+
+    backend: str
+    message: str
+
+
+def two_calls(impl, inputs: tuple, causal: bool, dtype) -> TwoCalls | CallProblem:
+    """Two calls on copies of `inputs` in the implementation's layout: the second shows an
+    output buffer handed out again; the copies, compared afterwards with the untouched
+    originals in that layout, show a write into them. Runs where the implementation runs
+    (here, or in a user kernel's worker process: benches/worker.py)."""
+    device = inputs[0].device
+    try:
+        originals = impl.native_inputs(inputs)
+        given = tuple(t.clone() for t in originals)
+        backend = impl.backend_for(*given, causal)
+        first = poisoned_call(impl.run, *given, causal)
+        second = poisoned_call(impl.run, *given, causal)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        first, second = impl.bhsd_output(first), impl.bhsd_output(second)
+    except Exception as exc:  # a kernel that refuses a shape fails its row, not the run
+        return CallProblem("error", one_line(exc))
+    problem = (
+        output_problem(first, inputs[0].shape, dtype, device)
+        or output_problem(second, inputs[0].shape, dtype, device)
+        or aliasing_problem(first, given, None)
+        or aliasing_problem(second, given, first)
+        or modified_input(given, originals)
+    )
+    return CallProblem(backend, problem) if problem else TwoCalls(backend, first, second)
+
+
+def _measure(name, inputs, seed, config, ref, reference_name):
+    """(backend, errors, message) of `two_calls` on the seed's inputs, the errors taken
+    here against the reference. A user's kernel makes those calls in its worker process
+    (benches/isolation.py), from the same seed."""
     impl = registry.get(implementation_of(name))
     reason = _unavailable(impl, config, ref.device)
     if reason is not None:
         return "unavailable", None, reason
-    given = tuple(t.clone() for t in inputs)
-    try:
-        backend = impl.backend_for(*given, config.causal)
-        first = poisoned_call(impl.run, *given, config.causal)
-        second = poisoned_call(impl.run, *given, config.causal)
-        if ref.device.type == "cuda":
-            torch.cuda.synchronize(ref.device)
-    except Exception as exc:  # a kernel that refuses a shape fails its row, not the run
-        return "error", None, one_line(exc)
-    # The reference answers in float64: that is what it is for.
-    dtype = ref.dtype if implementation_of(name) == reference_name else inputs[0].dtype
-    problem = (
-        output_problem(first, ref.shape, dtype, ref.device)
-        or output_problem(second, ref.shape, dtype, ref.device)
-        or aliasing_problem(first, given, None)
-        or aliasing_problem(second, given, first)
-        or modified_input(given, inputs)
+    if hasattr(impl, "gate"):  # a user's kernel in its worker process
+        outcome = impl.gate(config, seed)
+    else:
+        # The reference answers in float64: that is what it is for.
+        dtype = ref.dtype if implementation_of(name) == reference_name else inputs[0].dtype
+        outcome = two_calls(impl, inputs, config.causal, dtype)
+    if isinstance(outcome, CallProblem):
+        return outcome.backend, None, outcome.message
+    problem = output_problem(outcome.first, ref.shape, None, ref.device) or output_problem(
+        outcome.second, ref.shape, None, ref.device
     )
     if problem:
-        return backend, None, problem
-    return backend, _worse(errors(first, ref), errors(second, ref)), ""
+        return outcome.backend, None, problem
+    return outcome.backend, _worse(errors(outcome.first, ref), errors(outcome.second, ref)), ""
 
 
 def _unavailable(impl, config, device) -> str | None:

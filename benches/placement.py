@@ -9,12 +9,16 @@ identities also take each other's freed blocks, so none keeps a lucky address fo
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 
 from benches import timing
+from kernels import registry
+from results_schema import AttentionConfig
 
 SPACER_MAX_BYTES = 8 << 20
 SPACER_STEP_BYTES = 512  # the caching allocator's rounding
@@ -22,35 +26,44 @@ WARM_ROUNDS = 2  # untimed rounds on a new block's buffers and captures before s
 
 
 class Placement:
-    """Runs `run` on fresh copies of `inputs`; `sample()` times one sample, `last_output()`
-    is what the latest call wrote, `refill(values)` writes new inputs into every copy (the
-    captures read them from there too)."""
+    """Runs `run` (a registry implementation or a bare attention function) on fresh copies
+    of `inputs` made in its layout (Implementation.to_native) before any timing;
+    `sample()` times one sample, `last_output()` is what the latest call wrote, as
+    [B, H, S, D], `refill(values)` writes new inputs into every copy (the captures read them
+    from there too)."""
 
     def __init__(
         self,
         clock,
-        run: Callable,
+        run: registry.Implementation | Callable,
         inputs: tuple,
         causal: bool,
         mode: str,
         calls: int,
         rng: np.random.Generator,
     ) -> None:
+        self._impl = registry.as_implementation(run)
         self._spacer = _spacer(inputs[0], rng)
-        self.inputs = timing.input_copies(inputs)
-        fns = [partial(run, *x, causal) for x in self.inputs]
+        self.inputs = timing.input_copies(self._impl.native_inputs(inputs))
+        fns = [partial(self._impl.run, *x, causal) for x in self.inputs]
         if mode == "graph":
             batch = clock.graph_batch(fns, calls)
             self.sample = lambda: clock.time_call(batch) / calls
-            self.last_output = batch.last_output
+            written = batch.last_output
         else:
             ring = timing.OutputRing()
             self.sample = timing.cycling([partial(clock.time_call, ring.keep(f)) for f in fns])
-            self.last_output = ring.last_output
+            written = ring.last_output
+        impl = self._impl  # not self: a placement must die with its last reference, the
+        # timing loop runs with the garbage collector off (a cycle would hold GPU memory)
+        self.last_output = lambda: impl.bhsd_output(written())
 
-    def refill(self, values: tuple) -> None:
+    def refill(self, values: tuple, seed: int | None = None) -> None:
+        """Write `values` (made from `seed`: a worker's placement makes them from it) into
+        every copy."""
+        native = self._impl.native_inputs(values)
         for copy in self.inputs:
-            for tensor, value in zip(copy, values, strict=True):
+            for tensor, value in zip(copy, native, strict=True):
                 tensor.copy_(value)
 
 
@@ -61,23 +74,48 @@ def _spacer(like, rng: np.random.Generator):
     return torch.empty(size, dtype=torch.uint8, device=like.device)
 
 
+@dataclass(frozen=True)
+class SeededInputs:
+    """A config's inputs and the seed they were made from: a user's kernel, in its worker
+    process, makes the same values from the seed (benches/isolation.py)."""
+
+    config: AttentionConfig
+    seed: int
+    tensors: tuple
+
+
 def build(
     clock,
-    runs: dict[str, Callable],
-    inputs: tuple,
-    causal: bool,
+    runs: dict[str, registry.Implementation | Callable],
+    inputs: SeededInputs,
     mode: str,
     calls: int,
     rng: np.random.Generator,
-) -> dict[str, Placement]:
-    """A fresh placement for every identity, built in a random order, returned in `runs`'
-    order."""
+) -> dict:
+    """A fresh placement for every identity (a Placement here, or a worker's), built in a
+    random order, returned in `runs`' order."""
     names = list(runs)
     built = {}
+    causal = inputs.config.causal
     for position in rng.permutation(len(names)):
-        name = names[position]
-        built[name] = Placement(clock, runs[name], inputs, causal, mode, calls, rng)
+        name, run = names[position], runs[names[position]]
+        if hasattr(run, "place"):  # a user's kernel, placed in its worker process
+            seed = int(rng.integers(2**63))
+            built[name] = run.place(inputs.config, inputs.seed, mode, calls, seed)
+        else:
+            built[name] = Placement(clock, run, inputs.tensors, causal, mode, calls, rng)
     return {name: built[name] for name in names}
+
+
+def release(placements: dict) -> None:
+    """Free what the placements hold (a worker's are dropped there; a lost worker's are
+    gone already)."""
+    for held in placements.values():
+        drop = getattr(held, "drop", None)
+        if drop is not None:
+            with contextlib.suppress(Exception):
+                drop()
+    placements.clear()
 
 
 def rounds_per_placement(rounds: int, placements: int) -> list[int]:

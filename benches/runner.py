@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import gc
 import json
+import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +24,7 @@ import torch
 
 from benches import correctness, placement, timing
 from benches.environment import fingerprint
+from benches.isolation import WorkerLost
 from benches.plan import samples_per_config
 from benches.stats import interval_method, overall_speedups, summarize
 from benches.telemetry import EMPTY, Telemetry
@@ -74,6 +76,22 @@ class StopRequested:
         return 128 + self.signum if self.signum else 0
 
 
+@dataclass(frozen=True)
+class Selection:
+    """The part of a plan a repro runs (`--config`, `--implementation`); None means all.
+    Configs keep their place in the plan, so their seeds, and so their inputs, are the
+    run's own."""
+
+    configs: frozenset[str] | None = None
+    identities: frozenset[str] | None = None
+
+    def config_names(self, plan: Plan) -> set[str]:
+        return {c.name for c in plan.configs if self.configs is None or c.name in self.configs}
+
+    def identity_names(self, plan: Plan) -> list[str]:
+        return [i for i in plan.identities if self.identities is None or i in self.identities]
+
+
 @dataclass
 class RunContext:
     plan: Plan
@@ -81,6 +99,7 @@ class RunContext:
     run_id: str
     status: StatusWriter
     stop: StopRequested
+    selection: Selection = field(default_factory=Selection)
     device: torch.device = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,8 +119,9 @@ def require_device(plan: Plan) -> None:
 # --- correctness -------------------------------------------------------------------------
 
 
-def expected_pairs(plan: Plan) -> set[tuple[str, str]]:
-    return {(c.name, i) for c in plan.configs for i in plan.identities}
+def expected_pairs(plan: Plan, selection: Selection) -> set[tuple[str, str]]:
+    names = selection.identity_names(plan)
+    return {(c, i) for c in selection.config_names(plan) for i in names}
 
 
 def reusable_correctness(ctx: RunContext) -> list[CorrectnessRow] | None:
@@ -113,9 +133,8 @@ def reusable_correctness(ctx: RunContext) -> list[CorrectnessRow] | None:
         rows = read_csv(path, CorrectnessRow)
     except ValueError:
         return None
-    if {(r.config, r.implementation) for r in rows} != expected_pairs(ctx.plan) or len(rows) != len(
-        expected_pairs(ctx.plan)
-    ):
+    expected = expected_pairs(ctx.plan, ctx.selection)
+    if {(r.config, r.implementation) for r in rows} != expected or len(rows) != len(expected):
         return None
     return rows if all(r.run_id == ctx.run_id for r in rows) else None
 
@@ -124,12 +143,23 @@ def run_correctness(ctx: RunContext) -> list[CorrectnessRow]:
     plan, rows = ctx.plan, []
     started = time.monotonic()
     total = len(plan.configs)
+    configs, names = ctx.selection.config_names(plan), ctx.selection.identity_names(plan)
     with CsvWriter(ctx.results_dir / "correctness.csv", CorrectnessRow) as writer:
         for index, config in enumerate(plan.configs):
             if ctx.stop():
                 break
+            if config.name not in configs:
+                continue
             ctx.status.update("correctness", "running", index, total, f"checking {config.name}")
-            config_rows = correctness.check_config(ctx.run_id, config, plan, index, ctx.device)
+            config_rows = correctness.check_config(
+                ctx.run_id, config, plan, index, ctx.device, names
+            )
+            config_rows = [
+                r.model_copy(
+                    update={"repro": repro_command("correctness", r.config, [r.implementation])}
+                )
+                for r in config_rows
+            ]
             writer.write(config_rows)
             rows.extend(config_rows)
             _free_device_memory(ctx.device)
@@ -139,7 +169,7 @@ def run_correctness(ctx: RunContext) -> list[CorrectnessRow]:
     ctx.status.update(
         "correctness",
         state,
-        len(rows) // max(len(plan.identities), 1),
+        len(rows) // max(len(names), 1),
         total,
         message,
         force=True,
@@ -162,31 +192,54 @@ def _free_device_memory(device: torch.device) -> None:
 class ConfigTiming:
     """How one config is timed: who runs, in which mode, how many calls per sample."""
 
-    runs: dict[str, Callable]
-    inputs: tuple
+    runs: dict[str, registry.Implementation]
+    inputs: placement.SeededInputs
     mode: str
     calls: int
+    lost: dict[str, str] = field(default_factory=dict)  # identity -> why its worker is gone
 
 
 def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> ConfigTiming:
-    """Warm every identity up on a throwaway placement and choose the config's mode."""
+    """Warm every identity up on a throwaway placement and choose the config's mode. A
+    user's kernel whose worker is lost here is left out of the config (`lost`)."""
     plan, config = ctx.plan, ctx.plan.configs[index]
-    inputs = correctness.make_inputs(
-        config, ctx.device, correctness.config_seed(plan.seed, index, "timing")
-    )
-    runs = {n: registry.get(implementation_of(n)).run for n in names}
+    seed = correctness.config_seed(plan.seed, index, "timing")
+    inputs = placement.SeededInputs(config, seed, correctness.make_inputs(config, ctx.device, seed))
+    runs = {n: registry.get(implementation_of(n)) for n in names}
     rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
-    trial = placement.build(clock, runs, inputs, config.causal, "single", 1, rng)
-    settled = {
-        n: timing.settled_median_ms(timing.warm_up(p.sample, plan.warmup_min, plan.warmup_max))
-        for n, p in trial.items()
-    }
-    del trial
+    lost: dict[str, str] = {}
+    while True:
+        trial: dict = {}
+        try:
+            trial = placement.build(clock, runs, inputs, "single", 1, rng)
+            settled = {
+                n: timing.settled_median_ms(
+                    timing.warm_up(p.sample, plan.warmup_min, plan.warmup_max)
+                )
+                for n, p in trial.items()
+            }
+            break
+        except WorkerLost as exc:
+            name = _lost_worker(runs, exc)
+            lost[name] = str(exc)
+            del runs[name]
+            if not runs:
+                return ConfigTiming(runs, inputs, "single", 1, lost)
+        finally:
+            placement.release(trial)
     fastest_us = min(settled.values()) * 1e3
     # One mode per config for every implementation: graph and single timings don't compare.
     if clock.supports_graphs and fastest_us < plan.graph_below_us:
-        return ConfigTiming(runs, inputs, "graph", timing.graph_calls_for(fastest_us))
-    return ConfigTiming(runs, inputs, "single", 1)
+        return ConfigTiming(runs, inputs, "graph", timing.graph_calls_for(fastest_us), lost)
+    return ConfigTiming(runs, inputs, "single", 1, lost)
+
+
+def _lost_worker(runs: dict, exc: WorkerLost) -> str:
+    """Which identity's worker `exc` came from."""
+    for name, impl in runs.items():
+        if getattr(impl, "worker", None) is exc.worker:
+            return name
+    raise exc
 
 
 def make_clock(ctx: RunContext):
@@ -206,11 +259,17 @@ class TimedChecks:
         self._gate = {(r.config, r.implementation): r for r in gate}
         self.wrong: set[tuple[str, str]] = set()
 
-    def check(self, config, placements: dict, inputs: tuple, stage: str) -> None:
+    def check(self, config, placements: dict, inputs: tuple, stage: str) -> list[str]:
+        """Check each placement's latest output; returns the identities whose worker was
+        lost on the way (their rows say so)."""
         ref = correctness.reference_output(self._ctx.plan, config, inputs)
-        rows = []
+        rows, lost = [], []
         for name, p in placements.items():
-            out = p.last_output()
+            try:
+                out = p.last_output()
+            except WorkerLost as exc:
+                out = str(exc)
+                lost.append(name)
             row = correctness.check_output(
                 self._ctx.run_id, config, self._gate[(config.name, name)], out, ref, stage
             )
@@ -221,6 +280,16 @@ class TimedChecks:
                 print(f"  WRONG {config.name}/{name}: {row.message}", file=sys.stderr)
         self._writer.write(rows)
         del ref
+        return lost
+
+    def lost(self, config, name: str, why: str) -> None:
+        """A worker lost while timing: a failed row of stage 'timing', and the config's
+        samples of that identity are no result."""
+        gate_row = self._gate[(config.name, name)]
+        row = correctness.check_output(self._ctx.run_id, config, gate_row, why, None, "timing")
+        self.wrong.add((config.name, name))
+        print(f"  LOST {config.name}/{name}: {why}", file=sys.stderr)
+        self._writer.write([row])
 
 
 def run_benchmark(
@@ -232,7 +301,8 @@ def run_benchmark(
     plan = ctx.plan
     counts = samples_per_config(plan, measurements_per_implementation)
     passed = {(r.config, r.implementation) for r in gate if r.passed}
-    timed = [[n for n in plan.identities if (c.name, n) in passed] for c in plan.configs]
+    chosen = ctx.selection.identity_names(plan)
+    timed = [[n for n in chosen if (c.name, n) in passed] for c in plan.configs]
     total = sum(count * len(names) for count, names in zip(counts, timed, strict=True))
     clock, telemetry = make_clock(ctx), Telemetry() if ctx.device.type == "cuda" else None
     measurements: list[Measurement] = []
@@ -285,6 +355,10 @@ def run_benchmark(
         environment.peak_gbytes_per_s,
         checks.wrong,
     )
+    summary = [
+        r.model_copy(update={"repro": repro_command("run", r.config, [r.implementation, r.versus])})
+        for r in summary
+    ]
     write_csv(ctx.results_dir / "summary.csv", SummaryRow, summary)
     write_statistics(ctx.run_dir, plan)
     write_comparison(ctx.run_dir, overall_speedups(plan, measurements, summary))
@@ -304,40 +378,107 @@ def time_config(
     ctx, clock, index, setup: ConfigTiming, rounds: int, checks: TimedChecks, telemetry
 ) -> Iterator[Measurement]:
     """The config's rounds, block by block, each block on fresh placements of every
-    identity; the first round's and the last round's outputs are checked."""
+    identity; the first round's and the last round's outputs are checked. A user's kernel
+    whose worker is lost (crash, hang) leaves the config there, its loss a failed timed
+    check; the others go on, each round complete without it."""
     plan, config = ctx.plan, ctx.plan.configs[index]
     rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
     blocks = placement.rounds_per_placement(rounds, plan.placements)
+    for name, why in setup.lost.items():
+        checks.lost(config, name, why)
     round_index = 0
     for block, block_rounds in enumerate(blocks):
-        placements = placement.build(
-            clock, setup.runs, setup.inputs, config.causal, setup.mode, setup.calls, rng
-        )
-        samplers = {n: p.sample for n, p in placements.items()}
+        if not setup.runs:
+            return
+        block_set = _Block(ctx, clock, setup, checks, config, rng)
         if ctx.device.type == "cuda":
             seconds = timing.SETTLE_SECONDS if block == 0 else 0.0
-            timing.settle(samplers, seconds, rng, min_rounds=placement.WARM_ROUNDS)
+            block_set.settle(seconds)
         for r in range(block_rounds):
             last = block == len(blocks) - 1 and r == block_rounds - 1
             if last:
-                fresh = correctness.make_inputs(
-                    config, ctx.device, correctness.config_seed(plan.seed, index, "timed-last")
-                )
-                for p in placements.values():
-                    p.refill(fresh)
-            for _, name, ms in timing.interleaved_rounds(samplers, 1, rng, ctx.stop):
+                seed = correctness.config_seed(plan.seed, index, "timed-last")
+                fresh = correctness.make_inputs(config, ctx.device, seed)
+                block_set.refill(fresh, seed)
+            for name, ms in block_set.round(ctx.stop):
                 reading = telemetry.read() if telemetry else EMPTY
                 yield _measurement(
                     ctx.run_id, config.name, name, setup, block, round_index, ms, reading
                 )
             if ctx.stop():
+                block_set.release()
                 return
             if round_index == 0:
-                checks.check(config, placements, setup.inputs, "timed-first")
+                block_set.check(setup.inputs.tensors, "timed-first")
             if last:
-                checks.check(config, placements, fresh, "timed-last")
+                block_set.check(fresh, "timed-last")
             round_index += 1
-        del placements, samplers
+        block_set.release()
+
+
+class _Block:
+    """One block's placements of every identity still timed, and what a lost worker
+    costs: its identity leaves the block and the config (`_lose`)."""
+
+    def __init__(self, ctx, clock, setup: ConfigTiming, checks: TimedChecks, config, rng):
+        self._setup, self._checks, self._config, self._rng = setup, checks, config, rng
+        while True:
+            try:
+                self.placements = placement.build(
+                    clock, setup.runs, setup.inputs, setup.mode, setup.calls, rng
+                )
+                return
+            except WorkerLost as exc:
+                self._lose(_lost_worker(setup.runs, exc), exc)
+                if not setup.runs:
+                    self.placements = {}
+                    return
+
+    def _lose(self, name: str, exc: WorkerLost) -> None:
+        self._checks.lost(self._config, name, str(exc))
+        self._setup.runs.pop(name, None)
+        if name in getattr(self, "placements", {}):
+            del self.placements[name]
+
+    def settle(self, seconds: float) -> None:
+        while self.placements:
+            samplers = {n: p.sample for n, p in self.placements.items()}
+            try:
+                timing.settle(samplers, seconds, self._rng, min_rounds=placement.WARM_ROUNDS)
+                return
+            except WorkerLost as exc:
+                self._lose(_lost_worker(self._setup.runs, exc), exc)
+
+    def round(self, should_stop) -> Iterator[tuple[str, float]]:
+        """(identity, ms) for one sample of each identity, in a fresh random order (the
+        order timing.interleaved_rounds draws: the same generator, the same draws)."""
+        names = list(self.placements)
+        for position in self._rng.permutation(len(names)):
+            if should_stop():
+                return
+            name = names[position]
+            try:
+                ms = self.placements[name].sample()
+            except WorkerLost as exc:
+                self._lose(name, exc)
+                continue
+            yield name, ms
+
+    def refill(self, values: tuple, seed: int) -> None:
+        for name, held in list(self.placements.items()):
+            try:
+                held.refill(values, seed)
+            except WorkerLost as exc:
+                self._lose(name, exc)
+
+    def check(self, inputs: tuple, stage: str) -> None:
+        for name in self._checks.check(self._config, self.placements, inputs, stage):
+            self._setup.runs.pop(name, None)
+            del self.placements[name]
+
+    def release(self) -> None:
+        placement.release(self.placements)
+        gc.collect()  # between blocks, untimed: whatever a cycle held goes now, not at exit
 
 
 def run_profile(ctx: RunContext, gate: list[CorrectnessRow]) -> None:
@@ -383,6 +524,18 @@ def _measurement(
         throttled=reading.throttled,
         timestamp=datetime.now(timezone.utc),
     )
+
+
+def repro_command(phase: str, config: str, identities: list[str | None]) -> str:
+    """The one line that runs this row again, in the run's payload directory (its root
+    holds plan.json: the same seed, so the same inputs): benches' own command line,
+    narrowed to the row's config and identities (a summary row's, with what it was
+    compared to)."""
+    words = ["python", "-m", "benches", phase, "--plan", "plan.json", "--out", "repro"]
+    words += ["--config", config]
+    for identity in dict.fromkeys(i for i in identities if i):
+        words += ["--implementation", identity]
+    return shlex.join(words)
 
 
 # --- side files --------------------------------------------------------------------------

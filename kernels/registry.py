@@ -8,6 +8,9 @@
     sdpa-efficient  SDPA pinned to memory-efficient attention
     sdpa-math       SDPA pinned to the plain math path
     reference       float64 attention (kernels.reference), the correctness yardstick
+    xformers, fa4, flashinfer
+                    public peers (kernels/peers.py, docs/peers.md), CUDA only, installed on
+                    the target only when a launch asks for them (`--peers`)
     sdpa-extraN     calibration only (N = 16, 32, 64, 128): default SDPA, then one more SDPA
                     over the first 1/N of the queries (discarded). Not 1/N of the cost:
                     that extra kernel fills under one wave of the GPU, so it lasts about
@@ -23,24 +26,15 @@ making; SDPA is asked for that with enable_gqa (`_sdpa`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from kernels.implementation import AttentionFn, Implementation, as_implementation
 from kernels.reference import reference_attention
 from kernels.support import unsupported_reason
 
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class Implementation:
-    name: str
-    run: AttentionFn
-    backend_for: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], str]
-    available: Callable[[torch.device], str | None]  # None if usable, else why not
+__all__ = ["AttentionFn", "Implementation", "as_implementation", "get", "IMPLEMENTATIONS", "NAMES"]
 
 
 def _sdpa_backend(name: str):
@@ -135,7 +129,7 @@ def _flash_backend(q, k, v, causal) -> str:
 
 
 def _registry() -> dict[str, Implementation]:
-    from kernels import baseline
+    from kernels import baseline, peers
 
     impls = {
         "flash": Implementation("flash", _flash_run, _flash_backend, _flash_available),
@@ -162,6 +156,7 @@ def _registry() -> dict[str, Implementation]:
             lambda *a, _n=name: "sdpa:" + _n.removeprefix("sdpa-"),
             _always if name == "sdpa-math" else _needs_cuda,
         )
+    impls.update(peers.implementations())  # public libraries, timed when a plan names them
     return impls
 
 

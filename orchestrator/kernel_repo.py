@@ -4,8 +4,10 @@ identity, read on the laptop and checked before anything is created.
 The tree is read by the payload's `collect_tree` (as git sees it, no link, bounded:
 orchestrator/payload.py), at the working tree or at a git revision of the same repository
 (`--baseline REF`). The contract is the tree's own bench-kernel.toml, read from the collected
-files (so a revision's contract is that revision's). Nothing of the user's code is imported
-here: the entry point is checked by its module's file being in the tree.
+files (so a revision's contract is that revision's), and so is the plan of the kernel's own
+that a contract may name (the candidate's only: a --baseline revision is timed on the
+candidate's shapes). Nothing of the user's code is imported here: the entry point is checked
+by its module's file being in the tree.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from results_schema.kernel_contract import (
     KernelIdentity,
     UserKernel,
 )
-from results_schema.models import BASELINE_SUFFIX
+from results_schema.models import BASELINE_SUFFIX, Plan
 
 try:
     import tomllib
@@ -40,10 +42,12 @@ CONTRACT_DOCS = "docs/kernel-contract.md"
 
 @dataclass(frozen=True)
 class KernelTree:
-    """A kernel tree's files (names relative to its root) and the kernel as plans carry it."""
+    """A kernel tree's files (names relative to its root), the kernel as plans carry it, and
+    the plan of its own its contract names (read for the candidate only)."""
 
     files: TreeFiles
     kernel: UserKernel
+    plan: Plan | None = None
 
 
 def default_kernel_dir(cwd: Path) -> Path | None:
@@ -61,7 +65,7 @@ def read_candidate(root: Path) -> KernelTree:
     kernel = UserKernel(
         identity=contract.name, directory=CANDIDATE_DIR, contract=contract, source=source
     )
-    return KernelTree(files, kernel)
+    return KernelTree(files, kernel, own_plan(files, contract, label))
 
 
 def read_baseline(root: Path, ref: str, candidate: UserKernel) -> tuple[KernelTree, str]:
@@ -114,6 +118,25 @@ def parse_contract(files: TreeFiles, label: str) -> KernelContract:
     return contract
 
 
+def own_plan(files: TreeFiles, contract: KernelContract, label: str) -> Plan | None:
+    """The plan the contract names, from the collected files (a file git ignores, or one
+    outside the tree, is not among them), or a UsageError saying what is wrong with it."""
+    if contract.plan is None:
+        return None
+    data = dict(files).get(contract.plan)
+    if data is None:
+        raise UsageError(
+            f"{label}: {CONTRACT_FILE} names plan {contract.plan}, which is not a file of the "
+            "tree (a file git ignores does not count)"
+        )
+    try:
+        return Plan.model_validate_json(data)
+    except ValidationError as error:
+        raise UsageError(
+            f"{label}: {contract.plan} is not a valid plan: {_first_problem(error)}"
+        ) from None
+
+
 def _first_problem(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "top level"
@@ -124,14 +147,26 @@ def _first_problem(error: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
+# The harness's own packages, imported in every kernel's worker process before the kernel:
+# a tree's package of the same name would never be imported (the harness's would be found).
+HARNESS_PACKAGES = ("benches", "kernels", "results_schema", "orchestrator")
+
+
 def _require_entry_module(files: TreeFiles, contract: KernelContract, label: str) -> None:
     names = {name for name, _ in files}
-    candidates = contract.entry_module_files()
-    if not names.intersection(candidates):
-        raise UsageError(
-            f"{label}: entry {contract.entry} names a module that is not in the tree (no "
-            f"{' or '.join(candidates)}; a file git ignores does not count)"
-        )
+    for key, entry in contract.entry_points():
+        package = entry.split(".")[0].split(":")[0]
+        if package in HARNESS_PACKAGES:
+            raise UsageError(
+                f"{label}: {key} {entry}: a package named {package!r} cannot be imported "
+                f"beside bench's own ({', '.join(HARNESS_PACKAGES)}): rename it"
+            )
+        candidates = contract.entry_module_files(entry)
+        if not names.intersection(candidates):
+            raise UsageError(
+                f"{label}: {key} {entry} names a module that is not in the tree (no "
+                f"{' or '.join(candidates)}; a file git ignores does not count)"
+            )
 
 
 def tree_sha256(files: TreeFiles) -> str:

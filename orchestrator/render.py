@@ -22,6 +22,7 @@ from orchestrator.payload import (
 )
 from orchestrator.spec import RunSpec
 from results_schema import PHASES
+from results_schema.peers import PEERS
 
 HEARTBEAT_SECONDS = {"local": 2, "gce": 20}
 # How long a VM whose manifest could not be uploaded stays up so that `bench status` and
@@ -39,6 +40,9 @@ PHASE_TIMEOUTS = {
     "upload": 300,
     "finish": 60,
 }
+# Each public peer's install (all of its pins together): a few wheels, the largest a few
+# hundred MB (FA4's CuTe DSL, flashinfer's dependencies).
+PEER_INSTALL_SECONDS = 600
 SHUTDOWN_GRACE_SECONDS = 25
 # Preflight waits this long for a baked-in NVIDIA driver to answer (inside its 120 s cap).
 DRIVER_WAIT_SECONDS = 90
@@ -95,6 +99,25 @@ def user_kernel_builds(plan) -> list[dict]:
     ]
 
 
+def peer_installs(plan, backend: str) -> list[dict]:
+    """What the peers partial installs before the gate: each public peer the plan times,
+    with its pins, preferred first (results_schema/peers.py). Only on gce: on the local
+    backend the payload's python is the user's own, into which bench installs nothing."""
+    if backend != "gce":
+        return []
+    return [
+        {"name": name, "pins": " ".join(PEERS[name].pins)}
+        for name in plan.implementations
+        if name in PEERS
+    ]
+
+
+def correctness_timeout_seconds(spec: RunSpec) -> int:
+    """The gate's bound, plus each peer's install bound (the install runs in that phase)."""
+    installs = len(peer_installs(spec.plan, spec.backend))
+    return PHASE_TIMEOUTS["correctness"] + installs * PEER_INSTALL_SECONDS
+
+
 def build_timeout_seconds(spec: RunSpec) -> int:
     """Our kernel's bound, plus each user kernel's own (its requirements and its build may
     each take it), plus a minute of margin."""
@@ -134,9 +157,12 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "phase_timeouts": {
             **PHASE_TIMEOUTS,
             "build": build_timeout_seconds(spec),
+            "correctness": correctness_timeout_seconds(spec),
             "benchmark": benchmark_timeout_seconds(spec),
         },
         "user_kernel_builds": user_kernel_builds(plan),
+        "peer_installs": peer_installs(plan, spec.backend),
+        "peer_install_seconds": PEER_INSTALL_SECONDS,
         "needs_gpu": on_gpu,
         "needs_nvcc": builds_kernel,
         "build_kernel": builds_kernel,

@@ -42,6 +42,7 @@ from results_schema import (
     SummaryRow,
 )
 from results_schema.intervals import bootstrap_median_ci
+from results_schema.kernel_contract import build_failure_lines
 from results_schema.models import implementation_of
 from results_schema.names import RUN_ID_PATTERN
 
@@ -128,7 +129,11 @@ class Report:
     ab: ABResults | None = None  # the A/B comparison the report leads with
     profile: list[ProfileRow] = field(default_factory=list)
     candidate: str | None = None  # the plan's candidate, when the plan is known
+    # A user's kernel as the candidate: its tree, '<commit>[+dirty]' or 'tree-<sha256>'
+    candidate_source: str | None = None
     plot_note: str | None = None  # what the plots leave out (the table has every row)
+    # '<kernel>: build failed: <its last line>' per user kernel whose build failed (VM text)
+    build_failures: list[str] = field(default_factory=list)
 
     def control_verdicts(self) -> dict[str, int]:
         """How many configs the A/A control called each verdict: the run's noise floor."""
@@ -183,8 +188,18 @@ def _report_of(run: RunResults) -> Report:
     report.ab = ab_results(run)
     report.profile = run.profile
     report.candidate = run.plan.candidate if run.plan else None
+    kernel = run.plan.user_kernel(run.plan.candidate) if run.plan else None
+    report.candidate_source = kernel.source.label() if kernel else None
     report.plot_note = plot_note(run)
+    report.build_failures = build_failures(run)
     return report
+
+
+def build_failures(run: RunResults) -> list[str]:
+    """Why a user's kernel has no rows: its build failed (the manifest says how)."""
+    if run.manifest is None or run.plan is None:
+        return []
+    return build_failure_lines(run.manifest.user_builds, run.plan.identities)
 
 
 # --- which folder, which copy ------------------------------------------------------------
@@ -438,11 +453,13 @@ def implementation_label(implementation: str, backends: Iterable[str]) -> str:
 
 def _backend_detail(implementation: str, backend: str) -> str:
     """What the backend adds to the name: SDPA's chosen kernel, the flash kernel's path
-    (its unit name repeats the config: head dim, dtype, causal), nothing for a pinned
-    SDPA whose name says it."""
+    (its unit name repeats the config: head dim, dtype, causal), a user's kernel's tree
+    (its commit, '+dirty'), nothing for a pinned SDPA whose name says it."""
     family, _, detail = backend.partition(":")
     if not detail:
         return "" if backend == implementation else backend
+    if family == "user":  # user:<declared name>@<commit 12>[+dirty] (benches/user_kernel.py)
+        return detail.rpartition("@")[2]
     if family == "flash":
         unit, _, arch = detail.rpartition(":")
         return f"sm90 path on {arch}" if unit.endswith("_sm90") else f"sm80 path on {arch}"

@@ -104,23 +104,33 @@ def model_phases(
         environment = fixed("environment", "environment_image")
     else:
         environment = fixed("environment", "environment_cached" if warm else "environment_venv")
-    builds = "flash" in plan.implementations
-    build = fixed("build", "build_cached" if warm else "build") if builds else None
-    if build and plan.baseline_identity:
-        build = PhaseFigure(
-            "build", 2 * build.seconds, f"twice (A/B baseline tree): {build.source}"
-        )
     phases = [
         fixed("boot") if "boot" in figures else PhaseFigure("boot", 0.0, "no machine to start"),
         environment,
         fixed("payload"),
-        build or PhaseFigure("build", 0.0, "the plan measures no kernel of ours"),
+        _build(plan, fixed("build", "build_cached" if warm else "build")),
         _correctness(plan, rates),
         _benchmark(plan, rates),
         fixed("upload"),
         fixed("shutdown") if "shutdown" in figures else PhaseFigure("shutdown", 0.0, "nothing"),
     ]
     return RuntimeEstimate(tuple(phases))
+
+
+def _build(plan: Plan, one: PhaseFigure) -> PhaseFigure:
+    """Our kernel's build (twice for an A/B of two of its trees), and each user kernel tree
+    with a build command, counted as one of ours: its own time is unknown before it ran."""
+    ours = ("flash" in plan.implementations) * (2 if plan.baseline_identity else 1)
+    users = sum(1 for kernel in plan.user_kernels if kernel.contract.build)
+    if not ours + users:
+        return PhaseFigure("build", 0.0, "the plan builds no kernel")
+    counted = []
+    if ours:
+        counted.append("our kernel's two trees" if ours > 1 else "our kernel")
+    if users:
+        counted.append(f"{users} user kernel tree{'s' if users > 1 else ''}")
+    source = f"{' and '.join(counted)}, each: {one.source}"
+    return PhaseFigure("build", (ours + users) * one.seconds, source)
 
 
 def _correctness(plan: Plan, rates: dict) -> PhaseFigure:

@@ -22,6 +22,11 @@ KERNEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 DURATION_PATTERN = r"^(?=\d)(\d+h)?(\d+m)?(\d+s)?$"
 DEFAULT_BUILD_TIMEOUT_SECONDS = 15 * 60
 MAX_BUILD_TIMEOUT_SECONDS = 2 * 3600
+MAX_CALL_TIMEOUT_SECONDS = 30 * 60
+TIMEOUT_LIMITS = {
+    "build_timeout": MAX_BUILD_TIMEOUT_SECONDS,
+    "call_timeout": MAX_CALL_TIMEOUT_SECONDS,
+}
 
 ContractDtype = Literal["float16", "bfloat16", "float32", "float64"]
 ContractDevice = Literal["cpu", "cuda"]
@@ -60,6 +65,14 @@ class KernelSupports(_Contract):
         pattern=r"^\d+\.\d+$",
         description="the oldest CUDA compute capability it runs on, e.g. '8.0' (cuda only)",
     )
+    check: str | None = Field(
+        default=None,
+        pattern=ENTRY_PATTERN,
+        description="package.module:function called as fn(config) after the keys above "
+        "allow a config; returns None (or True) where the kernel runs it, else a one-line "
+        "reason. config has batch, heads, kv_heads, seq_len, head_dim, dtype, causal, device "
+        "and compute_capability (a (major, minor) tuple, None off the GPU)",
+    )
 
     def min_capability(self) -> tuple[int, int] | None:
         if self.min_compute_capability is None:
@@ -86,6 +99,11 @@ class KernelContract(_Contract):
         "(e.g. 'pip install -e .'), under build_timeout",
     )
     build_timeout: str = Field(default="15m", description="the build's time bound: 90s, 15m, 1h30m")
+    call_timeout: str = Field(
+        default="2m",
+        description="the time bound of one request to the kernel's worker process (one gate "
+        "call pair, one timed sample, the first call's compilation included): 90s, 2m",
+    )
     requirements: list[str] = Field(
         default_factory=list,
         description="pip requirements installed before the build, each pinned with ==",
@@ -93,6 +111,25 @@ class KernelContract(_Contract):
     supports: KernelSupports = Field(
         default_factory=KernelSupports, description="what the kernel supports"
     )
+    plan: str | None = Field(
+        default=None,
+        description="a plan of the kernel's own (the shapes its users care about): a JSON "
+        "file of the tree, relative to its root, in bench's plan format; `bench launch` "
+        "uses it unless --plan names another",
+    )
+
+    @field_validator("plan")
+    @classmethod
+    def _inside_the_tree(cls, path: str | None) -> str | None:
+        # Read from the collected tree (what git sees, no link), so a plain relative name
+        # without '..' is enough to keep it inside.
+        if path is None:
+            return None
+        if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+            raise ValueError(f"{path!r} is not a path inside the tree, e.g. 'bench-plan.json'")
+        if not path.endswith(".json"):
+            raise ValueError(f"{path!r} is no .json file (a plan is JSON)")
+        return path
 
     @field_validator("requirements")
     @classmethod
@@ -102,21 +139,35 @@ class KernelContract(_Contract):
                 raise ValueError(f"{requirement!r} is not pinned as name==version")
         return requirements
 
-    @field_validator("build_timeout")
+    @field_validator("build_timeout", "call_timeout")
     @classmethod
-    def _bounded(cls, text: str) -> str:
-        if not 0 < duration_seconds(text) <= MAX_BUILD_TIMEOUT_SECONDS:
-            raise ValueError(f"must lie between 1s and {MAX_BUILD_TIMEOUT_SECONDS // 3600}h")
+    def _bounded(cls, text: str, info) -> str:
+        limit = TIMEOUT_LIMITS[info.field_name]
+        if not 0 < duration_seconds(text) <= limit:
+            most = f"{limit // 3600}h" if limit % 3600 == 0 else f"{limit // 60}m"
+            raise ValueError(f"must lie between 1s and {most}")
         return text
 
     @property
     def build_timeout_seconds(self) -> int:
         return duration_seconds(self.build_timeout)
 
-    def entry_module_files(self) -> tuple[str, str]:
-        """The two files the entry's module may be, relative to the tree's root."""
-        module = self.entry.split(":")[0].replace(".", "/")
+    @property
+    def call_timeout_seconds(self) -> int:
+        return duration_seconds(self.call_timeout)
+
+    def entry_module_files(self, entry: str | None = None) -> tuple[str, str]:
+        """The two files the entry's module (or another entry point's, such as the
+        supports check's) may be, relative to the tree's root."""
+        module = (entry or self.entry).split(":")[0].replace(".", "/")
         return f"{module}.py", f"{module}/__init__.py"
+
+    def entry_points(self) -> list[tuple[str, str]]:
+        """(key, package.module:function) of every entry point the harness imports."""
+        points = [("entry", self.entry)]
+        if self.supports.check:
+            points.append(("supports.check", self.supports.check))
+        return points
 
 
 class ContractFile(_Contract):
@@ -156,3 +207,40 @@ class UserKernel(_Contract):
     )
     contract: KernelContract = Field(description="the tree's bench-kernel.toml")
     source: KernelIdentity = Field(description="which tree this is")
+
+
+# The longest build message kept: the build's last line, as `<tree>.build-failed` holds it.
+MAX_BUILD_MESSAGE_CHARS = 300
+
+
+class UserKernelBuild(_Contract):
+    """How the build phase left one user kernel tree (user_builds.json, then the manifest's
+    user_builds): what `bench status` and `bench report` say of a failed build."""
+
+    identity: str = Field(max_length=80, description="the identity the tree is timed under")
+    outcome: Literal["built", "cached", "failed", "nothing-to-build"] = Field(
+        description="built: its requirements and build command ran and passed; cached: its "
+        "build outputs came from the store's cache; failed: see message; nothing-to-build: "
+        "the contract declares neither"
+    )
+    seconds: float = Field(ge=0, description="the requirements' install and the build, together")
+    cache_key: str | None = Field(
+        default=None,
+        pattern=r"^user-kernels/[A-Za-z0-9][A-Za-z0-9._-]{0,199}$",
+        description="the build cache entry it looked up, when it has a build command",
+    )
+    message: str = Field(
+        default="",
+        max_length=MAX_BUILD_MESSAGE_CHARS,
+        description="failed: the build's last line, or 'timed out after Ns'",
+    )
+
+    def failure_line(self) -> str:
+        """'<identity>: build failed: <its last line>', the one line `bench status` and
+        `bench report` print of it (VM text: the caller escapes it)."""
+        return f"{self.identity}: build failed: {self.message or 'no output'}"
+
+
+def build_failure_lines(builds: list[UserKernelBuild] | None, timed: list[str]) -> list[str]:
+    """One line per failed build of a kernel the plan times (a manifest may name others)."""
+    return [b.failure_line() for b in builds or [] if b.outcome == "failed" and b.identity in timed]

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from results_schema.kernel_contract import KernelIdentity, UserKernel
+from results_schema.kernel_contract import KernelIdentity, UserKernel, UserKernelBuild
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
 from results_schema.record import PHASES
@@ -23,7 +23,7 @@ Verdict = Literal["faster", "slower", "equivalent", "indistinguishable"]
 # Why a row gets no verdict: faster than the GPU's physical peak allows, or an output taken
 # from inside the timed loop was wrong.
 Flag = Literal["impossible", "wrong-timed-output"]
-CheckStage = Literal["gate", "graph-probe", "timed-first", "timed-last"]
+CheckStage = Literal["gate", "graph-probe", "timed-first", "timed-last", "timing"]
 # The A/A control: the plan's `control` implementation timed again under this identity.
 CONTROL_SUFFIX = "@aa"
 # Our kernel built from the A/B baseline's kernels/ tree (`bench launch --baseline REF`).
@@ -310,6 +310,11 @@ class SummaryRow(_Strict):
     )
     placements: int | None = Field(default=None, ge=1, description="placements sampled")
     flag: Flag | None = Field(default=None, description="why this row has no verdict")
+    repro: str = Field(
+        default="",
+        description="the command that times this row again, run in the run's payload "
+        "directory (docs/kernel-contract.md: Reproducing a row)",
+    )
 
     @model_validator(mode="after")
     def _speedup_with_its_interval(self) -> SummaryRow:
@@ -344,7 +349,13 @@ class CorrectnessRow(_Strict):
         default="gate",
         description="gate: fresh inputs, poisoned output; graph-probe: the call captured in "
         "a CUDA graph and replayed on fresh inputs (work off the calling stream is lost); "
-        "timed-first/-last: an output from the timed loop's first/last round",
+        "timed-first/-last: an output from the timed loop's first/last round; timing: a "
+        "user's kernel whose worker process was lost (crash, hang) while being timed",
+    )
+    repro: str = Field(
+        default="",
+        description="the command that checks this row again, run in the run's payload "
+        "directory (docs/kernel-contract.md: Reproducing a row)",
     )
 
 
@@ -505,6 +516,9 @@ class Manifest(_Strict):
     kernel_build: KernelBuild | None = None
     baseline_build: KernelBuild | None = Field(
         default=None, description="the A/B baseline kernel tree's build"
+    )
+    user_builds: list[UserKernelBuild] | None = Field(
+        default=None, max_length=8, description="how each user kernel tree's build went"
     )
     cost: Cost | None = None
     statistics: IntervalMethod | None = None

@@ -48,6 +48,7 @@ SIDE_FILES = {
     "environment": "environment.json",
     "kernel_build": "build.json",
     "baseline_build": "baseline_build.json",
+    "user_builds": "user_builds.json",
     "statistics": "statistics.json",
     "comparison": "comparison.json",
 }

@@ -5,6 +5,7 @@ kernels.registry.NAMES, kernels.flash_attention's SUPPORTED_DTYPES and SUPPORTED
 from __future__ import annotations
 
 from results_schema.models import Plan
+from results_schema.peers import PEER_NAMES
 
 CALIBRATION_FRACTIONS = (16, 32, 64, 128)
 IMPLEMENTATIONS = (
@@ -17,9 +18,10 @@ IMPLEMENTATIONS = (
     "sdpa-cudnn",
     "sdpa-efficient",
     "sdpa-math",
+    *PEER_NAMES,  # public libraries (results_schema/peers.py), timed with --peers
 )
 # Implementations that refuse a CPU device.
-CUDA_ONLY = ("flash", "flash@baseline", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
+CUDA_ONLY = ("flash", "flash@baseline", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", *PEER_NAMES)
 # Our kernel: one compiled unit per (dtype, head dim). Which GPUs it runs on is
 # kernels.support's to say (a GPU below its minimum records `unsupported`, not an error).
 FLASH_DTYPES = ("float16", "bfloat16")

@@ -28,7 +28,7 @@ for example in torch-attention triton-attention cuda-extension; do
   git -C "$tree" init -q && git -C "$tree" add -A \
     && git -C "$tree" -c user.name=t -c user.email=t@t commit -qm example
   log="$out/$example.log"
-  (cd "$work" && python3 -m orchestrator launch --backend local --kernel "$tree" \
+  (cd "$work" && python3 -m orchestrator launch --backend local --kernel "$tree" ${PEERS:+--peers "$PEERS"} \
       --plan "$work/plan.json" --budget 1 --wait) > "$log" 2>&1
   echo "launch $example: exit $?" | tee -a "$out/summary.txt"
   run=$(grep -o 'launched run [0-9a-f-]*' "$log" | head -1 | cut -d' ' -f3)

@@ -35,7 +35,8 @@ from orchestrator.cli.options import (
     "plan_ref",
     default="auto",
     show_default=True,
-    help="plan name (see benches/plans), a plan .json file, or auto",
+    help="plan name (see benches/plans), a plan .json file, or auto: the --kernel's own "
+    "plan when its bench-kernel.toml names one, else by the target's GPU",
 )
 @click.option("--wait/--no-wait", default=False, help="follow the run with a progress bar")
 @click.option("--on-demand-fallback", is_flag=True, default=None, help="gce: on-demand if no spot")

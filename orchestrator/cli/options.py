@@ -229,6 +229,16 @@ def comparison_options(command):
             help="A/B of two registry implementations: compare --candidate with IMPL",
         ),
         click.option(
+            "--peers",
+            metavar="NAMES",
+            default=None,
+            # The names are results_schema/peers.py's (a test holds them equal): importing it
+            # here would load pydantic for every --help.
+            help="also time these public libraries, comma-separated: xformers, fa4, "
+            "flashinfer; each is installed on the VM at its pinned version (on --backend "
+            "local, only one installed already is timed): docs/peers.md",
+        ),
+        click.option(
             "--profile",
             metavar="CONFIGS",
             is_flag=False,
@@ -243,7 +253,7 @@ def comparison_options(command):
     return command
 
 
-def plan_options(kernel, candidate, baseline, baseline_impl, profile):
+def plan_options(kernel, candidate, baseline, baseline_impl, profile, peers=None):
     from orchestrator.kernel_repo import default_kernel_dir
     from orchestrator.service.plan_options import PlanOptions
 
@@ -254,4 +264,5 @@ def plan_options(kernel, candidate, baseline, baseline_impl, profile):
         baseline=baseline,
         baseline_impl=baseline_impl,
         profile=None if configs is None else tuple(n.strip() for n in configs),
+        peers=tuple(dict.fromkeys(n.strip() for n in (peers or "").split(",") if n.strip())),
     )

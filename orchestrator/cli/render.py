@@ -33,7 +33,13 @@ from orchestrator.cli.options import Money, backend_option, cloud_options, make_
     help="the kernel repository DIR declares (bench-kernel.toml); default: the current "
     "directory when it holds one",
 )
-def render(backend, plan_ref, budget, which, kernel):
+@click.option(
+    "--peers",
+    metavar="NAMES",
+    default=None,
+    help="public libraries the run would also time, comma-separated (see launch --peers)",
+)
+def render(backend, plan_ref, budget, which, kernel, peers):
     """Print the startup script a launch would run; creates and sends nothing.
 
     stdout carries only what you asked for (the startup script, the shutdown
@@ -45,6 +51,7 @@ def render(backend, plan_ref, budget, which, kernel):
       bench render --backend local | less
       bench render --backend gce --plan default --instance | jq .scheduling
       bench render --backend gce --kernel ../my-attn | grep build_user_kernel
+      bench render --backend gce --plan default --peers xformers,fa4 | grep install_peer
     """
     from orchestrator.errors import UsageError
     from orchestrator.kernel_repo import default_kernel_dir
@@ -53,7 +60,8 @@ def render(backend, plan_ref, budget, which, kernel):
     ctx = make_context(backend=backend)
     name, _ = ctx.config.resolved_backend()
     kernel = kernel if kernel is not None else default_kernel_dir(Path.cwd())
-    rendered = render_scripts(ctx, name, plan_ref, budget, kernel)
+    names = tuple(dict.fromkeys(n.strip() for n in (peers or "").split(",") if n.strip()))
+    rendered = render_scripts(ctx, name, plan_ref, budget, kernel, names)
     if which == "instance":
         if not rendered.instance_json:
             raise UsageError(f"--instance: the {name} backend sends no instance request")

@@ -102,6 +102,8 @@ def show_report(out, report) -> None:
     from orchestrator.cli.report_sections import show_comparison, show_profile
     from orchestrator.cli.report_table import legend, results_table
 
+    for line in report.build_failures:
+        out.print(markup_safe(line), soft_wrap=False)
     if report.ab is not None:
         show_comparison(out, report.ab)
     out.print(results_table(report))

@@ -69,6 +69,8 @@ class ResultsTable:
         title = f"run {markup_safe(report.run_id)} ({markup_safe(report.status)})"
         if report.candidate:
             title += f"; candidate {markup_safe(report.candidate)}"
+            if report.candidate_source:
+                title += f" ({markup_safe(report.candidate_source)})"
         if len(self.modes) == 1:
             title += f"; timing: {markup_safe(next(iter(self.modes)))}"
         return title
@@ -77,7 +79,11 @@ class ResultsTable:
         # Two characters between columns (collapse_padding), none at the edges; the first
         # column, one blank, indents the implementations under their config's heading.
         name_width = options.max_width - sum(self.widths) - 2 * len(self.widths) - 3
-        yield Text.from_markup(self.title(), style="bold")
+        # Wrapped at its spaces (the console's soft wrap would not): a user's kernel's name
+        # and commit can make it long.
+        title = Text.from_markup(self.title(), style="bold", overflow="fold")
+        title.no_wrap = False
+        yield title
         yield self._table(max(name_width, 12), show_header=True)
         for config, rows in _by_config(self.report.rows).items():
             yield Text.from_markup(f"[bold]{markup_safe(config)}[/]")

@@ -77,6 +77,7 @@ def status(run_id, as_json):
                 "(from the VM's serial output: "
                 "no manifest reached the bucket)"
             )
+        reasons += [f"{record.run_id}: {markup_safe(line)}" for line in view.build_failures]
     if rows:
         out.print(table)
     for reason in reasons:

@@ -14,12 +14,15 @@ import re
 
 from orchestrator.registry import RunRecord
 
-# What a candidate may be named: an entry kind, a key of plain characters, and one of the
-# two files an entry has (cache.sh.j2). Anything else under a run's cache/ is ignored.
+# What a candidate may be named: an entry kind (a venv, our kernel's library, the A/B
+# baseline tree's, a user's kernel tree's build outputs), a key of plain characters, and one
+# of the two files an entry has (cache.sh.j2). Anything else under a run's cache/ is ignored.
 CANDIDATE_NAME = re.compile(
-    r"^(env|kernels)/[A-Za-z0-9][A-Za-z0-9._-]{0,199}\.(sha256|tar\.zst|tar\.tar)$"
+    r"^(env|kernels|kernels-baseline|user-kernels)/[A-Za-z0-9][A-Za-z0-9._-]{0,199}"
+    r"\.(sha256|tar\.zst|tar\.tar)$"
 )
-# A run saves at most a venv and two kernel builds; more is not a run of ours.
+# A run saves at most a venv, our kernel's two builds and two user kernel trees' builds;
+# more is not a run of ours.
 MAX_CANDIDATES = 16
 
 

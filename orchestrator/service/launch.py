@@ -100,7 +100,7 @@ def launch(
     refused launch prints only its error), then write, start and record the run."""
     if backend == "gce":
         require_gce_settings(ctx.config)
-    plan, plan_note = resolve_plan(request.plan, backend)
+    plan, plan_note = resolve_plan(request.plan, backend, kernel=request.options.kernel)
     shaped = shape_plan(plan, request.options)
     plan = shaped.plan
     notes = [plan_note] if plan_note else []

@@ -1,5 +1,5 @@
-"""What launch's options change in a plan: the user's kernel, the A/B comparison and the
-Nsight Compute profile.
+"""What launch's options change in a plan: the user's kernel, the A/B comparison, the
+public peers and the Nsight Compute profile.
 
 Pure functions of a plan (the exceptions read trees: a git revision, a user's kernel
 repository): the plan that comes out is what the payload carries, so the VM reads every
@@ -23,6 +23,7 @@ from orchestrator.errors import UsageError
 from orchestrator.kernel_repo import read_baseline, read_candidate
 from orchestrator.payload import TreeFiles, package_dir, skipped_in_kernels
 from results_schema import Comparison, Plan, ProfileRequest
+from results_schema.peers import PEER_NAMES, PEERS
 from results_schema.targets import plan_problems
 
 # The fixed section set every profile collects: throughput against the peaks, occupancy,
@@ -55,6 +56,7 @@ class PlanOptions:
     baseline: str | None = None
     baseline_impl: str | None = None  # or a registry implementation
     profile: tuple[str, ...] | None = None  # None: no profile; (): the representative configs
+    peers: tuple[str, ...] = ()  # public libraries timed beside the baselines (`--peers`)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> Sh
     """The plan with the options applied, and the baseline tree's files for the payload."""
     if options.baseline and options.baseline_impl:
         raise UsageError("--baseline and --baseline-impl name two baselines: give one")
+    plan = with_peers(plan, options.peers)
     if options.kernel is not None:
         return _shape_user_kernel_plan(plan, options)
     notes: list[str] = []
@@ -181,6 +184,23 @@ def with_implementations(
             "comparison": comparison,
         }
     )
+
+
+def with_peers(plan: Plan, peers: tuple[str, ...]) -> Plan:
+    """The named public peers (results_schema/peers.py) join the plan's baselines, after
+    the plan's own, so they are gated and timed as SDPA is; the target installs them."""
+    if not peers:
+        return plan
+    unknown = [name for name in peers if name not in PEERS]
+    if unknown:
+        raise UsageError(
+            f"--peers: unknown peer {', '.join(map(repr, unknown))} (known: "
+            f"{', '.join(PEER_NAMES)})"
+        )
+    if plan.device != "cuda":
+        raise UsageError(f"--peers needs a GPU plan; {plan.name} runs on the {plan.device}")
+    baselines = [*plan.baselines, *(p for p in peers if p != plan.candidate)]
+    return plan.model_copy(update={"baselines": list(dict.fromkeys(baselines))})
 
 
 def representative_configs(plan: Plan, count: int = DEFAULT_PROFILE_CONFIGS) -> list[str]:

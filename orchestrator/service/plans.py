@@ -1,7 +1,8 @@
 """Plan resolution on the controller: NAME (benches/plans/NAME.json), FILE, or auto.
 
-One resolver for both halves (benches.plan): the controller adds only how it decides
-"auto" without torch, and the checks of a plan against what its target supports.
+One resolver for both halves (benches.plan): the controller adds how it decides "auto"
+without torch (a user's kernel's own plan when its contract names one, else by the target's
+GPU), and the checks of a plan against what its target supports.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from benches.plan import PlanError, auto_plan_name
 from benches.plan import plan_names as plan_names
 from benches.plan import resolve_plan as resolve_plan_on_target
 from orchestrator.errors import UsageError
+from orchestrator.kernel_repo import read_candidate
 from orchestrator.payload import package_dir
+from orchestrator.service.plan_options import with_user_kernels
 from results_schema import Plan
 from results_schema.targets import plan_problems
 
@@ -38,13 +41,29 @@ def target_has_gpu(backend: str) -> bool:
     return backend == "gce" or local_gpu_present()
 
 
-def resolve_plan(ref: str, backend: str, has_gpu: bool | None = None) -> tuple[Plan, str]:
+def resolve_plan(
+    ref: str, backend: str, has_gpu: bool | None = None, kernel: Path | None = None
+) -> tuple[Plan, str]:
     """The plan, checked against what `backend` can run (UsageError, exit 2, before anything
     is created), and a note to print when bench chose it for the user. `has_gpu` overrides
-    what the target is found to have (a script rendered for another machine)."""
-    note = ""
+    what the target is found to have (a script rendered for another machine). With the
+    repository of a user's kernel (`--kernel`), "auto" is the plan its contract names."""
     if has_gpu is None:
         has_gpu = target_has_gpu(backend)
+    if ref == "auto" and kernel is not None:
+        tree = read_candidate(kernel)
+        if tree.plan is not None:
+            name, path = tree.plan.name, tree.kernel.contract.plan
+            note = f"--plan auto: the kernel's own plan {name!r} ({path}; --plan names another)"
+            # Checked as it will run: the kernel its candidate, the rest its yardsticks.
+            timed = with_user_kernels(tree.plan, [tree.kernel], None, [])
+            _refuse_problems(tree.plan.name, plan_problems(timed, has_gpu), backend)
+            return tree.plan, note
+    return _resolve_named(ref, backend, has_gpu)
+
+
+def _resolve_named(ref: str, backend: str, has_gpu: bool) -> tuple[Plan, str]:
+    note = ""
     if ref == "auto":
         ref = auto_plan_name(has_gpu)
         if not has_gpu:
@@ -57,8 +76,11 @@ def resolve_plan(ref: str, backend: str, has_gpu: bool | None = None) -> tuple[P
     except PlanError as e:
         choices = ", ".join(plan_names())
         raise UsageError(f"{e}; choose one of {choices}, auto, or a .json file") from None
-    problems = plan_problems(plan, has_gpu)
+    _refuse_problems(plan.name, plan_problems(plan, has_gpu), backend)
+    return plan, note
+
+
+def _refuse_problems(name: str, problems: list[str], backend: str) -> None:
     if problems:
         where = "this machine" if backend == "local" else f"the {backend} target"
-        raise UsageError(f"plan {plan.name!r} cannot run on {where}: " + "; ".join(problems))
-    return plan, note
+        raise UsageError(f"plan {name!r} cannot run on {where}: " + "; ".join(problems))

@@ -23,11 +23,17 @@ class Rendered:
 
 
 def render_scripts(
-    ctx: Context, backend_name: str, plan_ref: str, budget_usd: float, kernel: Path | None = None
+    ctx: Context,
+    backend_name: str,
+    plan_ref: str,
+    budget_usd: float,
+    kernel: Path | None = None,
+    peers: tuple[str, ...] = (),
 ) -> Rendered:
-    """What a launch of this plan (and of the user's kernel at `kernel`) would run."""
-    plan, _ = resolve_plan(plan_ref, backend_name)
-    shaped = shape_plan(plan, PlanOptions(kernel=kernel))
+    """What a launch of this plan (and of the user's kernel at `kernel`, and the public
+    `peers`) would run."""
+    plan, _ = resolve_plan(plan_ref, backend_name, kernel=kernel)
+    shaped = shape_plan(plan, PlanOptions(kernel=kernel, peers=peers))
     plan = shaped.plan
     request = LaunchRequest(budget_usd=budget_usd, plan=plan_ref)
     spec, _, estimate = plan_spec(ctx, request, backend_name, plan, spot=ctx.config.spot)

@@ -13,6 +13,7 @@ from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from orchestrator.spec import is_sweep_id
 from results_schema import Manifest, Status
+from results_schema.kernel_contract import build_failure_lines
 from results_schema.record import billed_usd
 
 # The EXIT trap's last log line; the serial console carries it even when the bucket
@@ -71,6 +72,15 @@ class RunView:
             return phase, measured.rows, planned
         return phase, None, None
 
+    @property
+    def build_failures(self) -> list[str]:
+        """'<kernel>: build failed: <its last line>' for each user kernel of the run whose
+        build failed (its manifest's user_builds; VM text, for the caller to escape)."""
+        manifest = self.manifest
+        if manifest is None or manifest.plan is None:
+            return []
+        return build_failure_lines(manifest.user_builds, manifest.plan.identities)
+
     def as_dict(self) -> dict:
         """What `bench status --json` prints of this run."""
         phase, done, total = self.progress
@@ -89,6 +99,7 @@ class RunView:
             "cost_usd": round(self.cost_usd, 6),
             "budget_usd": record.budget_usd,
             "reason": (self.manifest.reason if self.manifest else self.console_reason) or None,
+            "build_failures": self.build_failures or None,
             "problem": self.problem,
         }
 

@@ -80,7 +80,7 @@ def plan_members(
     """Each member's settings, rate and estimate, and its share of the budget; RefusedError
     naming every GPU whose share cannot cover its run."""
     catalog = load_gpu_catalog()
-    plan, _ = resolve_plan(request.plan, backend)
+    plan, _ = resolve_plan(request.plan, backend, kernel=request.options.kernel)
     plan = shape_plan(plan, request.options).plan  # an A/B baseline or a profile costs time
     if backend == "local":
         key = local_member(keys, catalog, local_gpu_name())

@@ -174,3 +174,38 @@ def test_sigterm_flushes_partial_measurements(tmp_path):
     assert read_csv(tmp_path / "results" / "summary.csv", SummaryRow)
     assert not (tmp_path / "manifest.json").exists()
     assert json.loads(status_file.read_text())["state"] == "partial"
+
+
+def test_each_rows_repro_command_checks_that_row_again_with_the_same_inputs(smoke_run, tmp_path):
+    """A row's repro, run in a directory holding the run's plan.json (the payload's root
+    does), checks that config and identity alone, on the run's own inputs: the same
+    errors to the last digit."""
+    (tmp_path / "plan.json").write_text((smoke_run / "plan.json").read_text())
+    rows = read_csv(smoke_run / "results" / "correctness.csv", CorrectnessRow)
+    row = rows[-1]
+    words = row.repro.split()
+    assert words[:4] == ["python", "-m", "benches", "correctness"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    again = subprocess.run(
+        [sys.executable, *words[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr
+    (checked,) = read_csv(tmp_path / "repro" / "results" / "correctness.csv", CorrectnessRow)
+    assert (checked.config, checked.implementation) == (row.config, row.implementation)
+    assert (checked.max_abs_error, checked.rel_l2_error) == (row.max_abs_error, row.rel_l2_error)
+
+    summary = read_csv(smoke_run / "results" / "summary.csv", SummaryRow)
+    compared = next(r for r in summary if r.versus)
+    assert f"--implementation {compared.implementation}" in compared.repro
+    assert f"--implementation {compared.versus}" in compared.repro
+
+
+def test_a_repro_naming_what_the_plan_lacks_is_refused(tmp_path):
+    done = benches("correctness", "--plan", "cpu-smoke", "--out", str(tmp_path), "--config", "x")
+    assert done.returncode == 2
+    assert "not in plan 'cpu-smoke': x" in done.stderr

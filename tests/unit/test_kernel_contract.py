@@ -75,6 +75,22 @@ def refused(bench_env: Path, kernel: Path) -> None:
             "entry mine.fast:attention names a module that is not in the tree",
         ),
         (
+            lambda root: (root / CONTRACT_FILE).write_text(
+                GOOD.replace('devices = ["cpu"]', 'devices = ["cpu"]\ncheck = "mine.gone:fits"')
+            ),
+            "supports.check mine.gone:fits names a module that is not in the tree",
+        ),
+        (
+            lambda root: (root / CONTRACT_FILE).write_text(GOOD.replace("mine.ops", "kernels.ops")),
+            "entry kernels.ops:attention: a package named 'kernels' cannot be imported",
+        ),
+        (
+            lambda root: (root / CONTRACT_FILE).write_text(
+                GOOD.replace("[kernel.supports]", 'call_timeout = "5"\n[kernel.supports]')
+            ),
+            "kernel.call_timeout: Value error, '5' is no duration",
+        ),
+        (
             lambda root: (root / "mine" / "data.bin").symlink_to("/etc/passwd"),
             "mine/data.bin is a symbolic link (to /etc/passwd, outside the tree)",
         ),
@@ -83,7 +99,17 @@ def refused(bench_env: Path, kernel: Path) -> None:
             f"{CONTRACT_FILE} is not valid TOML",
         ),
     ],
-    ids=["no-contract", "unknown-key", "wrong-type", "entry-missing", "link-out", "not-toml"],
+    ids=[
+        "no-contract",
+        "unknown-key",
+        "wrong-type",
+        "entry-missing",
+        "check-missing",
+        "harness-package",
+        "timeout-no-unit",
+        "link-out",
+        "not-toml",
+    ],
 )
 def test_a_bad_kernel_repository_is_refused_with_one_line(bench_env, capsys, change, expected):
     root = kernel_tree(bench_env / "repo")
@@ -139,19 +165,6 @@ def two_versions(tmp_path: Path) -> tuple[Path, Path]:
         )
         trees.append(tree)
     return trees[0], trees[1]
-
-
-def test_two_versions_of_one_package_load_side_by_side(tmp_path):
-    from benches.user_kernel import load_entry
-
-    first, second = two_versions(tmp_path)
-    one, two = load_entry(first, "pkg.ops:attention"), load_entry(second, "pkg.ops:attention")
-    q = torch.zeros(1, 1, 2, 4)
-    assert one(q, q, q, causal=False, scale=1.0).unique().item() == 1.0
-    assert two(q, q, q, causal=False, scale=1.0).unique().item() == 2.0
-    import sys
-
-    assert "pkg" not in sys.modules  # neither version stays importable by name
 
 
 def user_kernel(tree: Path, **supports) -> UserKernel:

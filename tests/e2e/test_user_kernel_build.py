@@ -1,0 +1,159 @@
+"""A user's kernel end to end on the CPU, around its build and its names: the build cache
+(a second run of the same tree restores the build's outputs and skips the build, a changed
+tree builds again), a failed build named in one line by `bench status` and `bench report`,
+the plan of the kernel's own, and the report and plots naming the kernel by its declared
+name and commit, never as our kernel."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.registry import RunRegistry
+from results_schema import CorrectnessRow, Manifest, SummaryRow
+from tests.e2e.test_local_run import small_plan, store_run_dir
+from tests.e2e.test_user_kernel import NAME, example_repository, git, rows
+
+pytestmark = pytest.mark.timeout(300)
+
+# An in-place build: it writes a module the kernel imports, so the gate passes only where
+# the build (or the cache) left it in the tree.
+BUILD_SCRIPT = """\
+from pathlib import Path
+
+print("compiling simple_attention/_built.py")
+Path("simple_attention/_built.py").write_text("BUILT = True\\n")
+"""
+
+
+def run_ids(bench_env: Path) -> list[str]:
+    return [r.run_id for r in RunRegistry(bench_env / "state" / "runs.sqlite").all()]
+
+
+def launch(bench_env: Path, tmp_path: Path, repo: Path, *extra: str) -> tuple[Manifest, Path]:
+    """One local run of the repository's kernel (--trusted: its build may enter the cache
+    at fetch, whatever CI says); its manifest and its folder in the store."""
+    plan = ["--plan", str(small_plan(tmp_path, samples=6))] if "--own-plan" not in extra else []
+    extra = tuple(e for e in extra if e != "--own-plan")
+    args = ["launch", "--backend", "local", "--kernel", str(repo), *plan, "--trusted"]
+    assert main([*args, "--budget", "1", "--wait", *extra]) == 0
+    run_dir = store_run_dir(bench_env / "state", run_ids(bench_env)[-1])
+    return Manifest.model_validate_json((run_dir / "manifest.json").read_text()), run_dir
+
+
+def with_build(repo: Path, build: str) -> None:
+    contract = repo / "bench-kernel.toml"
+    entry = 'entry = "simple_attention.ops:attention"'
+    contract.write_text(contract.read_text().replace(entry, f"{entry}\nbuild = '''{build}'''"))
+
+
+def test_a_second_run_of_the_same_tree_restores_its_build_and_a_changed_tree_builds(
+    bench_env, tmp_path
+):
+    repo = example_repository(tmp_path)
+    (repo / "build_it.py").write_text(BUILD_SCRIPT)
+    (repo / ".gitignore").write_text("simple_attention/_built.py\n")
+    ops = repo / "simple_attention" / "ops.py"
+    ops.write_text(ops.read_text() + "\nfrom simple_attention._built import BUILT  # noqa\n")
+    with_build(repo, "python build_it.py")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "built in place")
+
+    first, first_dir = launch(bench_env, tmp_path, repo)
+    (built,) = first.user_builds
+    assert (built.identity, built.outcome) == (NAME, "built") and built.cache_key
+    assert "compiling" in (first_dir / "logs" / "startup.log").read_text()
+    assert main(["fetch", run_ids(bench_env)[-1]]) == 0  # a trusted run: its build is promoted
+
+    second, second_dir = launch(bench_env, tmp_path, repo)
+    log = (second_dir / "logs" / "startup.log").read_text()
+    assert f"build: cache hit {built.cache_key} ({NAME})" in log
+    assert "compiling" not in log
+    assert second.user_builds[0].outcome == "cached"
+    gate = rows(second_dir, "correctness.csv", CorrectnessRow)
+    ours = [r for r in gate if r.implementation == NAME]
+    assert ours and all(r.passed for r in ours), [r.message for r in ours]
+
+    ops.write_text(ops.read_text() + "# an edit: another tree\n")
+    third, third_dir = launch(bench_env, tmp_path, repo)
+    assert third.user_builds[0].outcome == "built"
+    assert third.user_builds[0].cache_key != built.cache_key
+    assert "compiling" in (third_dir / "logs" / "startup.log").read_text()
+
+
+def test_a_failed_build_is_one_line_in_status_and_report(bench_env, tmp_path, capsys):
+    repo = example_repository(tmp_path)
+    # Its last line carries rich markup and a terminal escape: printed as text, inert.
+    with_build(repo, r"echo compiling; printf 'error: [bold]no nvcc\033[2J\n' >&2; exit 3")
+    manifest, _ = launch(bench_env, tmp_path, repo)
+    assert manifest.status == "complete"
+    (failed,) = manifest.user_builds
+    assert (failed.outcome, failed.message) == ("failed", "error: [bold]no nvcc\x1b[2J")
+    expected = f"{NAME}: build failed: error: [bold]no nvcc\\x1b[2J"
+    run_id = run_ids(bench_env)[-1]
+    capsys.readouterr()
+
+    assert main(["status", run_id]) == 0
+    status = capsys.readouterr().out
+    assert f"{run_id}: {expected}" in status and "\x1b" not in status
+    assert main(["status", run_id, "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["runs"]
+    assert listed["build_failures"] == [f"{NAME}: build failed: error: [bold]no nvcc\x1b[2J"]
+
+    assert main(["fetch", run_id]) == 0
+    capsys.readouterr()
+    assert main(["report", run_id]) == 0
+    report = capsys.readouterr().out
+    assert [line for line in report.splitlines() if "build failed" in line] == [expected]
+    assert "\x1b" not in report and "sdpa" in report
+
+
+def test_the_kernels_own_plan_runs_and_the_report_names_it_by_name_and_commit(
+    bench_env, tmp_path, capsys, monkeypatch
+):
+    """No --plan: the plan bench-kernel.toml names. The tree is dirty (the plan file and the
+    contract's edit are not committed): the report and the plots say '+dirty'."""
+    repo = example_repository(tmp_path)
+    plan = json.loads(small_plan(tmp_path, name="my-shapes", samples=6).read_text())
+    plan.update(candidate=NAME, baselines=["sdpa", "reference"], control=None)
+    (repo / "shapes.json").write_text(json.dumps(plan))
+    contract = repo / "bench-kernel.toml"
+    entry = 'entry = "simple_attention.ops:attention"'
+    contract.write_text(contract.read_text().replace(entry, f'{entry}\nplan = "shapes.json"'))
+    manifest, _ = launch(bench_env, tmp_path, repo, "--own-plan")
+    assert manifest.status == "complete" and manifest.plan.name == "my-shapes"
+    (kernel,) = manifest.plan.user_kernels
+    label = f"{git(repo, 'rev-parse', 'HEAD')[:12]}+dirty"
+    assert kernel.source.label() == label
+    run_id = run_ids(bench_env)[-1]
+    assert main(["fetch", run_id]) == 0
+    capsys.readouterr()
+
+    assert main(["report", run_id]) == 0  # 80 columns: a pipe's width
+    narrow = capsys.readouterr().out
+    assert [line for line in narrow.splitlines() if len(line) > 80 and "plot: " not in line] == []
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["report", run_id]) == 0
+    report = capsys.readouterr().out
+    assert f"candidate {NAME} ({label})" in report
+    assert re.search(rf"^\s+{re.escape(NAME)} \({re.escape(label)}\)", report, re.MULTILINE)
+    assert "flash" not in report.replace("sdpa (flash)", "")
+
+    from orchestrator import report as report_module
+
+    run = report_module.load_run(Path("results") / run_id)
+    summary = [r for r in run.summary if r.implementation == NAME]
+    assert summary and {r.backend for r in summary} == {f"user:{NAME}@{label}"}
+    plt = report_module.load_pyplot()
+    fig = report_module._tflops_figure(plt, run)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    title = fig._suptitle.get_text()
+    plt.close(fig)
+    assert f"{NAME} ({label})" in legend and f"candidate {NAME} ({label})" in title
+    assert not [text for text in [*legend, title] if "flash" in text and "sdpa" not in text]
+    csv_rows = rows(Path("results") / run_id, "summary.csv", SummaryRow)
+    assert {r.implementation for r in csv_rows} == {NAME, "sdpa", "reference"}

@@ -1,0 +1,233 @@
+"""Users' kernels in worker processes (benches/isolation.py, benches/worker.py), on the CPU
+with real child processes: two versions of one package never meet; a kernel that crashes,
+hangs or lies about its time fails that config alone, with one line, and everything else
+of the run is still measured."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from benches import correctness, runner
+from benches.user_kernel import register
+from benches.writers import StatusWriter, read_csv
+from kernels import registry
+from results_schema import AttentionConfig, CorrectnessRow, Plan, SummaryRow
+from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
+
+pytestmark = pytest.mark.timeout(600)
+
+RIGHT = """\
+import torch.nn.functional as F
+
+def right(q, k, v, causal, scale):
+    return F.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=causal, scale=scale
+    ).to(q.dtype)
+"""
+
+
+def kernel_tree(root: Path, folder: str, body: str, files: dict[str, str] | None = None) -> Path:
+    """A package `pkg` whose pkg.ops:attention runs `body` (indented into the function)
+    before answering right."""
+    tree = root / folder
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("")
+    function = "def attention(q, k, v, *, causal, scale):\n" + textwrap.indent(body, "    ")
+    ops = "import os, signal, time\n" + RIGHT + "\n" + function + "\n"
+    (tree / "pkg" / "ops.py").write_text(ops + "    return right(q, k, v, causal, scale)\n")
+    for name, text in (files or {}).items():
+        (tree / "pkg" / name).write_text(text)
+    return tree
+
+
+def user_kernel(identity: str, folder: str, **contract) -> UserKernel:
+    supports = {"devices": ["cpu"], "dtypes": ["float32"], **contract.pop("supports", {})}
+    return UserKernel(
+        identity=identity,
+        directory=folder,
+        contract=KernelContract(
+            name=identity.split("@")[0], entry="pkg.ops:attention", supports=supports, **contract
+        ),
+        source=KernelIdentity(tree_sha256="0" * 64),
+    )
+
+
+def config(name: str, head_dim: int) -> AttentionConfig:
+    return AttentionConfig(
+        name=name, batch=1, heads=2, seq_len=33, head_dim=head_dim, dtype="float32", causal=True
+    )
+
+
+def cpu_plan(kernels: list[UserKernel], configs: list[AttentionConfig], samples=6) -> Plan:
+    return Plan(
+        name="isolation",
+        description="worker processes on the CPU",
+        device="cpu",
+        candidate=kernels[0].identity,
+        baselines=[*(k.identity for k in kernels[1:]), "sdpa"],
+        reference="reference",
+        samples_per_config=samples,
+        warmup_min=2,
+        warmup_max=4,
+        flush_l2=False,
+        configs=configs,
+        user_kernels=kernels,
+    )
+
+
+@pytest.fixture
+def registered():
+    """Registers a plan's kernels and, afterwards, ends their workers and forgets them."""
+    plans: list[Plan] = []
+
+    def add(plan: Plan, root: Path) -> Plan:
+        register(plan, root)
+        plans.append(plan)
+        return plan
+
+    yield add
+    for plan in plans:
+        for kernel in plan.user_kernels:
+            impl = registry.IMPLEMENTATIONS.pop(kernel.identity, None)
+            if getattr(impl, "worker", None) is not None:
+                impl.worker.close()
+
+
+def gate(plan: Plan) -> dict[tuple[str, str], CorrectnessRow]:
+    device = torch.device(plan.device)
+    rows = [
+        row
+        for index, c in enumerate(plan.configs)
+        for row in correctness.check_config("r", c, plan, index, device)
+    ]
+    return {(r.config, r.implementation): r for r in rows}
+
+
+def test_two_versions_differing_in_a_constant_imported_at_call_time_are_told_apart(
+    tmp_path, registered
+):
+    """The module-juggling isolation this replaces could not keep these apart: each version
+    imports pkg.constant only when called, by then the other's could be in sys.modules."""
+    body = "from pkg.constant import SCALE\nreturn right(q, k, v, causal, scale) * SCALE\n"
+    kernel_tree(tmp_path, "one", body, {"constant.py": "SCALE = 1.0\n"})
+    kernel_tree(tmp_path, "two", body, {"constant.py": "SCALE = 2.0\n"})
+    kernels = [user_kernel("mine", "one"), user_kernel("mine@baseline", "two")]
+    plan = registered(cpu_plan(kernels, [config("d8", 8)]), tmp_path)
+
+    rows = gate(plan)
+    assert rows[("d8", "mine")].passed, rows[("d8", "mine")].message
+    baseline = rows[("d8", "mine@baseline")]
+    assert not baseline.passed and baseline.message.startswith("max error")
+
+
+def test_a_kernel_that_segfaults_fails_that_config_only(tmp_path, registered):
+    body = "if q.shape[-1] == 16:\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    kernel_tree(tmp_path, "crashy", body)
+    plan = cpu_plan([user_kernel("crashy", "crashy")], [config("d16", 16), config("d8", 8)])
+    registered(plan, tmp_path)
+
+    rows = gate(plan)
+    assert not rows[("d16", "crashy")].passed
+    assert rows[("d16", "crashy")].message == "crashed: killed by SIGSEGV during 'gate'"
+    assert rows[("d8", "crashy")].passed  # a fresh worker took the next config
+    assert all(rows[(c, "sdpa")].passed for c in ("d16", "d8"))
+
+
+def test_a_kernel_that_hangs_is_stopped_by_its_call_timeout(tmp_path, registered):
+    body = "if q.shape[-1] == 16:\n    time.sleep(3600)\n"
+    kernel_tree(tmp_path, "stuck", body)
+    kernel = user_kernel("stuck", "stuck", call_timeout="3s")
+    plan = registered(cpu_plan([kernel], [config("d16", 16), config("d8", 8)]), tmp_path)
+
+    rows = gate(plan)
+    assert rows[("d16", "stuck")].message == "hung: no answer to 'gate' in 3 s (call_timeout)"
+    assert rows[("d8", "stuck")].passed
+
+
+def test_a_supports_check_of_the_kernels_own_says_what_it_refuses(tmp_path, registered):
+    checks = (
+        "def refuse_d16(config):\n"
+        "    return 'no tiles for 16' if config.head_dim == 16 else None\n"
+        "def broken(config):\n"
+        "    raise KeyError('head_dim')\n"
+    )
+    kernel_tree(tmp_path, "picky", "", {"checks.py": checks})
+    kernel_tree(tmp_path, "broken", "", {"checks.py": checks})
+    kernels = [
+        user_kernel("picky", "picky", supports={"check": "pkg.checks:refuse_d16"}),
+        user_kernel("broken", "broken", supports={"check": "pkg.checks:broken"}),
+    ]
+    plan = registered(cpu_plan(kernels, [config("d16", 16), config("d8", 8)]), tmp_path)
+
+    rows = gate(plan)
+    assert rows[("d16", "picky")].message == "unsupported: no tiles for 16"
+    assert rows[("d8", "picky")].passed
+    assert rows[("d8", "broken")].message == (
+        "unsupported: its supports check raised KeyError: 'head_dim'"
+    )
+
+
+def run_whole(plan: Plan, run_dir: Path, between=lambda: None) -> tuple[list, list]:
+    with runner.StopRequested() as stop:
+        ctx = runner.RunContext(
+            plan, run_dir, "r", StatusWriter(run_dir / "status.json", "r"), stop
+        )
+        gate_rows = runner.run_correctness(ctx)
+        between()
+        environment = runner.load_or_write_environment(run_dir)
+        runner.run_benchmark(ctx, gate_rows, None, environment)
+    results = run_dir / "results"
+    return read_csv(results / "timed_checks.csv", CorrectnessRow), read_csv(
+        results / "summary.csv", SummaryRow
+    )
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        ("os.kill(os.getpid(), signal.SIGSEGV)", "timing: crashed: killed by SIGSEGV"),
+        ("raise MemoryError('out of memory')", "timing: raised while timed: MemoryError"),
+    ],
+    ids=["segfault", "raises"],
+)
+def test_a_failure_while_timed_costs_that_config_and_the_run_goes_on(
+    tmp_path, registered, failure, reason
+):
+    """The kernel passes the gate, then fails once timing starts on one config: that
+    config's samples of it are no result, the other config and SDPA are measured."""
+    marker = tmp_path / "timing-started"
+    body = f"if q.shape[-1] == 16 and os.path.exists({str(marker)!r}):\n    {failure}\n"
+    kernel_tree(tmp_path, "late", body)
+    plan = cpu_plan([user_kernel("late", "late")], [config("d16", 16), config("d8", 8)])
+    registered(plan, tmp_path)
+
+    checks, summary = run_whole(plan, tmp_path / "run", between=marker.touch)
+    lost = [r for r in checks if r.stage == "timing"]
+    assert [(r.config, r.implementation) for r in lost] == [("d16", "late")]
+    assert lost[0].message.startswith(reason), lost[0].message
+    rows = {(r.config, r.implementation): r for r in summary}
+    assert rows[("d8", "late")].n == plan.samples_per_config and rows[("d8", "late")].flag is None
+    assert rows[("d16", "sdpa")].n == plan.samples_per_config
+
+
+def test_a_worker_whose_clock_claims_less_than_the_wall_clock_allows_is_dropped(
+    tmp_path, registered
+):
+    """The parent bounds every sample by the wall time it saw: a kernel that rewrites the
+    harness's clock in its own process to report a huge time is caught (a time larger than
+    possible), and one reporting zero or less too."""
+    body = ""
+    lying = (
+        "from benches import timing\ntiming.CpuClock.time_call = lambda self, fn: (fn(), 1e6)[1]\n"
+    )
+    kernel_tree(tmp_path, "liar", body, {"__init__.py": lying})
+    plan = registered(cpu_plan([user_kernel("liar", "liar")], [config("d8", 8)]), tmp_path)
+
+    checks, summary = run_whole(plan, tmp_path / "run")
+    (lost,) = [r for r in checks if r.stage == "timing"]
+    assert "reported 1000000.0 ms for a sample that took" in lost.message
+    assert all(r.implementation != "liar" or r.flag for r in summary)

@@ -1,0 +1,221 @@
+"""A user kernel tree's build, cached in the store (startup_templates/partials/user_build.sh.j2):
+run by bash through the local backend's store_put/store_get, as the build phase runs it. The
+first run builds and saves what the build changed in the tree as its candidate; `bench fetch`
+of a trusted run promotes it; a later run with the same tree, command and toolchain copies it
+in and skips the command; another tree misses; a corrupt entry, or one filed under another
+key, is rebuilt, never used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.render import template_environment
+from orchestrator.service.cache import promote_cache_candidates
+from orchestrator.stores.local import LocalStore
+from results_schema.kernel_contract import UserKernelBuild
+from tests.unit.test_render import shellcheck
+from tests.unit.test_run_containment import cache_record
+
+# Builds in place, as `python setup.py build_ext --inplace` does: an output file in the
+# package, a build/ folder, an edited file; and counts how often it ran, outside the tree.
+BUILD = (
+    "echo compiling; echo run >> ../compiles; mkdir -p build/lib && echo obj > build/lib/a.o"
+    " && echo 'BUILT = 1' > pkg/_built.py && echo '# stamped' >> pkg/ops.py"
+)
+TREE_SHA = "ab" * 32
+
+
+def user_builds(command: str = BUILD, requirements: str = "") -> list[dict]:
+    return [
+        {
+            "directory": "user_kernel",
+            "identity": "mine",
+            "timeout": 60,
+            "requirements": requirements,
+            "command": command,
+        }
+    ]
+
+
+def render_build(command: str = BUILD, requirements: str = "") -> str:
+    context = {"build_kernel": False, "build_baseline": False, "plan_name": "p"}
+    return (
+        template_environment()
+        .get_template("partials/build.sh.j2")
+        .render(**context, user_kernel_builds=user_builds(command, requirements))
+    )
+
+
+class Machine:
+    """A fresh machine per run: its own work dir (payload, plan.json), one shared store."""
+
+    def __init__(self, root: Path):
+        self.root, self.store_root, self.runs = root, root / "store", 0
+        env = template_environment()
+        local = env.get_template("partials/backend/local.sh.j2")
+        (root / "backend.sh").write_text(local.render(store_root=str(self.store_root)))
+        (root / "cache.sh").write_text(env.get_template("partials/cache.sh.j2").render())
+
+    def run(self, command: str = BUILD, tree_sha: str = TREE_SHA, requirements: str = ""):
+        self.runs += 1
+        work = self.root / f"machine{self.runs}"
+        tree = work / "payload" / "user_kernel"
+        (tree / "pkg").mkdir(parents=True)
+        (tree / "pkg" / "ops.py").write_text("def attention(q, k, v, *, causal, scale):\n")
+        (tree / "pkg" / "__init__.py").write_text("")
+        (work / "python.path").write_text(sys.executable)
+        kernel = {"directory": "user_kernel", "identity": "mine"}
+        kernel |= {"contract": {"name": "mine"}, "source": {"tree_sha256": tree_sha}}
+        (work / "plan.json").write_text(json.dumps({"user_kernels": [kernel]}))
+        (work / "build.sh").write_text(render_build(command, requirements))
+        script = (
+            "set -Eeuo pipefail\n"
+            'log() { echo "[log] $*"; }\n'
+            'fail() { echo "FAIL: $*" >&2; exit 1; }\n'
+            f"export WORK_DIR={work} RUN_KEY=runs/r1 PLAN_NAME=p\n"
+            f"payload_python() {{ cat {work}/python.path; }}\n"
+            f"source {self.root}/backend.sh; source {self.root}/cache.sh; source {work}/build.sh\n"
+            "export -f log fail payload_python store_put store_get phase_build\n"
+            "bash -Eeuo pipefail -c phase_build\n"
+        )
+        done = subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, cwd=work, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        done.tree = tree
+        done.builds = [
+            UserKernelBuild.model_validate(b)
+            for b in json.loads((work / "user_builds.json").read_text())
+        ]
+        return done
+
+    def compiles(self) -> int:
+        counts = self.root.glob("machine*/payload/compiles")
+        return sum(len(p.read_text().splitlines()) for p in counts)
+
+    def promote(self) -> list[str]:
+        """What `bench fetch` of trusted run r1 does with its candidates (service/cache.py)."""
+        return promote_cache_candidates(
+            LocalStore(self.store_root), cache_record(True, run_id="r1", secret="")
+        )
+
+    def entries(self, suffix: str) -> list[Path]:
+        return sorted((self.store_root / "cache" / "user-kernels").glob(f"*{suffix}"))
+
+
+@pytest.fixture
+def machine(tmp_path) -> Machine:
+    return Machine(tmp_path)
+
+
+def test_the_same_tree_hits_the_cache_and_another_tree_misses(machine):
+    first = machine.run()
+    assert machine.compiles() == 1 and "compiling" in first.stdout
+    (built,) = first.builds
+    assert (built.identity, built.outcome) == ("mine", "built")
+    assert built.cache_key.startswith("user-kernels/mine-")
+    assert f"cache: saved {built.cache_key} as this run's candidate" in first.stdout
+    assert machine.entries(".sha256") == []  # only a candidate until a trusted fetch
+    assert len(machine.promote()) == 2
+
+    second = machine.run()
+    assert machine.compiles() == 1, "the same tree must not build again"
+    assert f"build: cache hit {built.cache_key} (mine)" in second.stdout
+    assert "compiling" not in second.stdout
+    assert second.builds[0].outcome == "cached"
+    assert second.builds[0].cache_key == built.cache_key
+    assert (second.tree / "pkg" / "_built.py").read_text() == "BUILT = 1\n"
+    assert (second.tree / "build" / "lib" / "a.o").read_text() == "obj\n"
+    assert (second.tree / "pkg" / "ops.py").read_text().endswith("# stamped\n")
+
+    other = machine.run(tree_sha="cd" * 32)
+    assert machine.compiles() == 2 and other.builds[0].outcome == "built"
+    assert other.builds[0].cache_key != built.cache_key
+    changed = machine.run(command=BUILD + " && true")  # another command: another key
+    assert machine.compiles() == 3 and changed.builds[0].cache_key != built.cache_key
+    pinned = machine.run(requirements="pip==" + pip_version())  # other requirements
+    assert machine.compiles() == 4 and pinned.builds[0].cache_key != built.cache_key
+
+
+def pip_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("pip")
+
+
+def test_a_corrupt_entry_is_rebuilt_and_saved_again(machine):
+    machine.run()
+    machine.promote()
+    (tarball,) = [p for p in machine.entries("") if ".tar." in p.name]
+    tarball.write_bytes(tarball.read_bytes()[:-7] + b"garbage")
+    again = machine.run()
+    assert "is corrupt" in again.stdout and machine.compiles() == 2
+    assert again.builds[0].outcome == "built"
+    assert (again.tree / "pkg" / "_built.py").is_file()
+    machine.promote()
+    machine.run()
+    assert machine.compiles() == 2  # the rebuilt entry was saved and promoted
+
+
+def test_an_entry_filed_under_another_key_is_not_used(machine):
+    """An entry whose digest is right but which was saved for another key (copied, or
+    planted by hand): its own key file says so, and the build runs."""
+    machine.run(tree_sha="cd" * 32)
+    machine.promote()
+    (other_digest,) = machine.entries(".sha256")
+    wanted = machine.run().builds[0].cache_key  # builds (its candidate is not promoted)
+    assert machine.compiles() == 2
+    fmt = other_digest.read_text().split()[1]
+    other_tarball = other_digest.with_name(other_digest.name.replace(".sha256", f".tar.{fmt}"))
+    planted = other_digest.with_name(Path(wanted).name)
+    planted.with_name(f"{planted.name}.tar.{fmt}").write_bytes(other_tarball.read_bytes())
+    planted.with_name(f"{planted.name}.sha256").write_bytes(other_digest.read_bytes())
+    third = machine.run()
+    assert f"cache: {wanted} holds no build saved under that key: rebuilding" in third.stdout
+    assert machine.compiles() == 3 and third.builds[0].outcome == "built"
+
+
+def test_a_build_that_changes_nothing_in_its_tree_is_not_cached(machine):
+    done = machine.run(command="echo compiling; echo run >> ../compiles")
+    assert "the build changed no file of its tree: nothing to save" in done.stdout
+    machine.promote()
+    assert machine.entries("") == []
+    machine.run(command="echo compiling; echo run >> ../compiles")
+    assert machine.compiles() == 2
+
+
+def test_a_failed_build_is_recorded_and_never_cached(machine):
+    failing = "echo half > pkg/_built.py; echo 'error: no compiler' >&2; exit 3"
+    done = machine.run(command=failing)
+    (failed,) = done.builds
+    assert (failed.outcome, failed.message) == ("failed", "error: no compiler")
+    assert (done.tree.parent / "user_kernel.build-failed").read_text() == "error: no compiler\n"
+    assert machine.promote() == [] and machine.entries("") == []
+
+
+def test_the_rendered_build_is_shellcheck_clean():
+    script = "#!/usr/bin/env bash\n" + render_build(
+        'pip install -e . && echo "$(touch /tmp/pwned)" \'; rm -rf ~ #'
+    )
+    result = shellcheck(script)
+    assert result.returncode == 0, result.stdout
+
+
+def test_user_kernels_and_the_baseline_trees_candidates_are_promoted(tmp_path):
+    store = LocalStore(tmp_path / "store")
+    record = cache_record(True)
+    names = [
+        "kernels-baseline/src0123-sm_89.tar.zst",
+        "kernels-baseline/src0123-sm_89.sha256",
+        "user-kernels/mine-0123abcd.tar.tar",
+        "user-kernels/mine-0123abcd.sha256",
+    ]
+    for name in [*names, "user-kernels/mine/nested.sha256"]:
+        store.put_bytes(f"{record.run_key}/cache/{name}", b"x")
+    promote_cache_candidates(store, record)
+    assert sorted(store.list("cache/")) == sorted(f"cache/{name}" for name in names)
