@@ -17,7 +17,7 @@ from orchestrator.render import render_shutdown, render_startup
 from orchestrator.runtime_model import RuntimeEstimate, model_phases, refine
 from orchestrator.service.context import Context, require_gce_settings
 from orchestrator.service.plan_options import PlanOptions, shape_plan
-from orchestrator.service.plans import resolve_plan
+from orchestrator.service.plans import refuse_unrunnable, resolve_plan
 from orchestrator.spec import RunSpec, new_run_id
 from orchestrator.users import owner_label
 from results_schema import Plan
@@ -103,6 +103,7 @@ def launch(
     plan, plan_note = resolve_plan(request.plan, backend, kernel=request.options.kernel)
     shaped = shape_plan(plan, request.options)
     plan = shaped.plan
+    refuse_unrunnable(plan, backend)
     notes = [plan_note] if plan_note else []
     notes += shaped.notes
     spec, rate, estimate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)

@@ -80,6 +80,13 @@ def _resolve_named(ref: str, backend: str, has_gpu: bool) -> tuple[Plan, str]:
     return plan, note
 
 
+def refuse_unrunnable(plan: Plan, backend: str) -> None:
+    """The plan as shaped by the launch's options (--candidate, --baseline, --peers), checked
+    again: an option can ask for what the target cannot run (an unknown name, our kernel on a
+    machine without a GPU). UsageError, before anything is created."""
+    _refuse_problems(plan.name, plan_problems(plan, target_has_gpu(backend)), backend)
+
+
 def _refuse_problems(name: str, problems: list[str], backend: str) -> None:
     if problems:
         where = "this machine" if backend == "local" else f"the {backend} target"
