@@ -16,6 +16,7 @@ from benches.plan import resolve_plan
 from benches.writers import columns, read_csv
 from results_schema import CSV_MODELS, CorrectnessRow, Manifest, Measurement, Status, SummaryRow
 from results_schema.record import PROFILE_FILES, RESULT_FILES
+from tests.limits import HANG_SECONDS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +27,7 @@ def benches(*args: str, **kwargs) -> subprocess.CompletedProcess:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_SECONDS,
         **kwargs,
     )
 

@@ -20,6 +20,7 @@ from orchestrator.config import BenchConfig
 from orchestrator.render import template_environment
 from tests.fakes.compute_server import FakeComputeServer
 from tests.fakes.fixtures import gcs_bucket, gcs_server  # noqa: F401 - fixtures
+from tests.limits import HANG_SECONDS
 from tests.unit.test_gce_builder import make_spec
 from tests.unit.test_gce_compute import instance_for
 
@@ -69,7 +70,7 @@ def vm(tmp_path, gcs_server, gcs_bucket):  # noqa: F811
                 text=True,
                 check=False,
                 cwd=tmp_path,
-                timeout=60,
+                timeout=HANG_SECONDS,
             )
 
         run.tmp_path = tmp_path  # type: ignore[attr-defined]

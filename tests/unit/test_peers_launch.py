@@ -20,6 +20,7 @@ from orchestrator.render import (
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
 from results_schema.peers import PEER_NAMES, PEERS
+from tests.limits import HANG_SECONDS
 from tests.unit.test_render import backend_vars, shellcheck, spec_for
 
 
@@ -151,7 +152,12 @@ def _install(tmp_path: Path, pins: str, accepted: str) -> subprocess.CompletedPr
     """
     env = {**os.environ, "CALLS": str(tmp_path / "calls"), "ACCEPTED": accepted}
     return subprocess.run(
-        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
     )
 
 

@@ -15,6 +15,7 @@ from orchestrator.errors import ResultsError
 from orchestrator.report import Disagreement, implementation_label, load_run, make_report
 from results_schema import Plan
 from results_schema.names import new_run_id
+from tests.limits import HANG_SECONDS
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -43,7 +44,7 @@ def run_dir(tmp_path_factory) -> Path:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stderr
     return out
@@ -111,7 +112,7 @@ def test_report_does_not_import_torch():
         "import sys; from pathlib import Path; import orchestrator.report as r; "
         "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"
     )
-    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=HANG_SECONDS)
 
 
 # --- reading the report: 80 columns, pipes, plots ------------------------------------------
@@ -170,7 +171,7 @@ def test_report_is_readable_in_a_pipe(run_dir):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stderr
     _assert_readable_at_80(result.stdout, run_dir)

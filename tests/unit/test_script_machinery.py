@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from orchestrator.render import template_environment
+from tests.limits import HANG_SECONDS
 
 
 def test_overlapping_store_puts_from_subshells_all_land(tmp_path):
@@ -26,7 +27,7 @@ def test_overlapping_store_puts_from_subshells_all_land(tmp_path):
         wait "$first" && wait "$second"
     """
     done = subprocess.run(
-        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert (tmp_path / "store" / "run" / "status.json").read_text() == '{"phase": "benchmark"}\n'
@@ -59,7 +60,7 @@ def test_a_term_before_a_helpers_pid_is_recorded_still_ends_that_helper(tmp_path
         echo "not reached"
     """
     done = subprocess.run(
-        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert done.returncode == 143, done.stderr
     assert "noted: INTERRUPTED=1" in done.stdout and "not reached" not in done.stdout

@@ -18,6 +18,7 @@ from orchestrator.render import template_environment
 from orchestrator.service.cache import promote_cache_candidates
 from orchestrator.stores.local import LocalStore
 from results_schema.kernel_contract import UserKernelBuild
+from tests.limits import HANG_SECONDS
 from tests.unit.test_render import shellcheck
 from tests.unit.test_run_containment import cache_record
 
@@ -84,7 +85,7 @@ class Machine:
             "bash -Eeuo pipefail -c phase_build\n"
         )
         done = subprocess.run(
-            ["bash", "-c", script], capture_output=True, text=True, cwd=work, timeout=120
+            ["bash", "-c", script], capture_output=True, text=True, cwd=work, timeout=HANG_SECONDS
         )
         assert done.returncode == 0, done.stdout + done.stderr
         done.tree = tree
