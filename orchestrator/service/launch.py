@@ -113,6 +113,8 @@ def launch(
         plan, baseline_files=shaped.baseline_files, kernel_trees=shaped.kernel_trees
     )
     ensure_writable(ctx.paths)
+    # No credentials is a refusal like any other: nothing recorded (issue 31).
+    ctx.store(backend).require_credentials()
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.
     ctx.registry.reserve(

@@ -149,6 +149,7 @@ def launch_sweep(
     on_validated: Callable[[list[Member]], None] | None = None,
 ) -> SweepResult:
     members = plan_members(ctx, keys, backend, request)
+    ctx.store(backend).require_credentials()  # one error for the sweep, not one per GPU
     if backend == "gce":
         # The whole sweep's worst case against the monthly cap before any member reserves.
         budget.check_monthly_cap(

@@ -27,6 +27,11 @@ def key_problem(key: str) -> str | None:
 class Store(Protocol):
     name: str
 
+    def require_credentials(self) -> None:
+        """Raise ConfigError now if the store cannot be reached for want of credentials:
+        checked before a launch records anything (no network call)."""
+        ...
+
     def put_file(self, key: str, path: Path) -> None: ...
 
     def put_bytes(self, key: str, data: bytes) -> None: ...

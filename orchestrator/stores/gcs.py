@@ -51,6 +51,10 @@ class GcsStore:
 
     # -- client --------------------------------------------------------------------------
 
+    def require_credentials(self) -> None:
+        """Application Default Credentials found (the client is made: no network call)."""
+        self._bucket  # noqa: B018 (made for its ConfigError)
+
     @cached_property
     def _bucket(self):
         from google.auth.exceptions import DefaultCredentialsError

@@ -21,6 +21,9 @@ class LocalStore:
     def __init__(self, root: Path):
         self.root = root
 
+    def require_credentials(self) -> None:
+        """A folder of this machine needs none."""
+
     def _path(self, key: str) -> Path:
         """The file of this key, never outside the root: the key must be plain (see
         `key_problem`), and no symbolic link on its way may lead out of the root."""
