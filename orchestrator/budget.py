@@ -9,9 +9,9 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 
+from orchestrator.backends.gce.compute import OPERATION_TIMEOUT_SECONDS
 from orchestrator.config import BenchConfig, region_of, regions_of
 from orchestrator.errors import ConfigError, RefusedError, UsageError
-from results_schema.record import billed_usd
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -19,9 +19,26 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 HOURS_PER_MONTH = 730.0
-# Held back from the budget: GCE bills at least one minute, and the VM lives a little past
-# max_run_duration while it is being deleted.
-BILLING_MARGIN_SECONDS = 120
+# What a run can bill past its time cap, each figure from Google's documentation:
+# - the automatic termination may start up to 30 s after the time limit
+#   (https://cloud.google.com/compute/docs/instances/limit-vm-runtime, Restrictions);
+LATE_TERMINATION_SECONDS = 30
+# - a delete stops the VM first, and it bills until TERMINATED: a stop or delete gives the
+#   guest 90 s (a preemption 30 s) (https://cloud.google.com/compute/docs/shutdownscript);
+SHUTDOWN_SECONDS = 90
+# - vCPUs, memory and GPUs are "charged a minimum of 1 minute", then "in 1 second
+#   increments" (https://cloud.google.com/compute/vm-instance-pricing#billing_model): for any
+#   t > 0, max(60, ceil(t)) < t + 60.
+BILLING_MINIMUM_SECONDS = 60
+RUN_OVERRUN_SECONDS = LATE_TERMINATION_SECONDS + SHUTDOWN_SECONDS + BILLING_MINIMUM_SECONDS
+# The boot disk and the address exist while the insert brings the VM up and while its delete
+# takes it down: bench waits at most this long for each operation (an allowance from bench's
+# own deadlines; Google documents no bound).
+ATTACHED_OUTSIDE_RUN_SECONDS = 2 * OPERATION_TIMEOUT_SECONDS
+# Spot prices may change up to once a day (https://cloud.google.com/spot-vms/pricing), by
+# an amount Google does not bound: the cap holds back a 10% rise of the spot machine and
+# GPUs over the catalog (an assumption, not a source; `bench prices` shows the catalog's date).
+SPOT_PRICE_HEADROOM = 0.10
 # GCE's own ceiling for max_run_duration is 120 days; bench never needs more than a day.
 MAX_RUN_SECONDS_CEILING = 24 * 3600
 LOCAL_DEFAULT_MAX_RUN_SECONDS = 2 * 3600
@@ -39,6 +56,17 @@ class HourlyRate:
     spot: bool = True
     catalog_date: str = ""
     disk: float = 0.0  # the boot disk's share of total: all a powered-off VM still bills
+    address: float = 0.0  # the external IPv4 address's share of total
+    disk_gb: int = 0  # the boot disk's size, as priced
+
+    @property
+    def machine(self) -> float:
+        """The machine and its GPUs: what bills only while the VM runs."""
+        return self.total - self.disk - self.address
+
+    @property
+    def price_source(self) -> str:
+        return f"bench's bundled price catalog, dated {self.catalog_date}"
 
 
 def load_catalog() -> dict:
@@ -46,13 +74,19 @@ def load_catalog() -> dict:
     return tomllib.loads(text)
 
 
-def hourly_rate(config: BenchConfig, spot: bool, catalog: dict | None = None) -> HourlyRate:
-    """Machine + GPUs + boot disk, per hour: the dearest of the regions bench may land in."""
+def hourly_rate(
+    config: BenchConfig, spot: bool, catalog: dict | None = None, disk_gb: int | None = None
+) -> HourlyRate:
+    """Machine + GPUs + boot disk + external address, per hour: the dearest of the regions
+    bench may land in. `disk_gb`: the boot disk's size as the insert asks for it (the
+    image's, read from Compute), else `priced_disk_gb`."""
     catalog = catalog or load_catalog()
     check_zones(config.zones, catalog)
     regions = regions_of(config.zones)
+    disk_gb = disk_gb or priced_disk_gb(config.disk_gb, catalog)
     return max(
-        (_region_rate(config, region, spot, catalog) for region in regions), key=lambda r: r.total
+        (_region_rate(config, region, spot, disk_gb, catalog) for region in regions),
+        key=lambda r: r.total,
     )
 
 
@@ -72,17 +106,20 @@ def check_zones(zones: list[str], catalog: dict) -> None:
 
 
 def priced_disk_gb(disk_gb: int | None, catalog: dict) -> int:
-    """The boot disk size to price: the configured one, else the catalog's image size."""
+    """The boot disk size to price before the image is read: the configured one, else the
+    catalog's assumed image size."""
     return disk_gb or int(catalog["image_disk_gb"])
 
 
-def _region_rate(config: BenchConfig, region: str, spot: bool, catalog: dict) -> HourlyRate:
+def _region_rate(
+    config: BenchConfig, region: str, spot: bool, disk_gb: int, catalog: dict
+) -> HourlyRate:
     return machine_rate(
         region,
         config.machine_type,
         config.accelerator_type,
         config.accelerator_count,
-        priced_disk_gb(config.disk_gb, catalog),
+        disk_gb,
         spot,
         catalog,
     )
@@ -97,8 +134,8 @@ def machine_rate(
     spot: bool,
     catalog: dict | None = None,
 ) -> HourlyRate:
-    """Machine + GPUs + pd-balanced boot disk in one region, per hour; ConfigError when the
-    catalog has no price for one of them."""
+    """Machine + GPUs + pd-balanced boot disk + one external IPv4 address in one region, per
+    hour; ConfigError when the catalog has no price for one of them."""
     catalog = catalog or load_catalog()
     where = f"the price catalog (dated {catalog['catalog_date']})"
     prices = catalog["regions"].get(region)
@@ -111,6 +148,7 @@ def machine_rate(
         missing = machine_type if machine is None else accelerator_type
         raise ConfigError(f"no price for {missing} in {region} in {where}")
     disk_per_hour = disk_gb * prices["disks"]["pd-balanced"]["gb_month"] / HOURS_PER_MONTH
+    address = catalog["external_ipv4"][kind]
     items = [
         (machine_type, machine[kind]),
         (
@@ -118,6 +156,7 @@ def machine_rate(
             gpu[kind] * accelerator_count if accelerator_count else 0.0,
         ),
         (f"{disk_gb} GB pd-balanced", disk_per_hour),
+        ("external IPv4 address", address),
     ]
     return HourlyRate(
         total=sum(price for _, price in items),
@@ -126,19 +165,40 @@ def machine_rate(
         spot=spot,
         catalog_date=catalog["catalog_date"],
         disk=disk_per_hour,
+        address=address,
+        disk_gb=disk_gb,
     )
 
 
-def max_run_seconds_for(budget_usd: float, rate_usd_per_hour: float) -> int:
-    """What the budget buys at this rate, less the billing margin; the cloud enforces it."""
-    bought = math.floor(budget_usd / rate_usd_per_hour * 3600) - BILLING_MARGIN_SECONDS
-    return min(max(bought, 0), MAX_RUN_SECONDS_CEILING)
+def worst_case_items(rate: HourlyRate, cap_seconds: int) -> list[tuple[str, float]]:
+    """What a run capped at `cap_seconds` can bill at most, item by item (USD): the machine
+    and GPUs until the late termination, the shutdown and the billing minimum are over (at
+    spot prices risen by the headroom); the disk and the address that long and for the
+    insert and the delete besides."""
+    running = cap_seconds + RUN_OVERRUN_SECONDS
+    headroom = 1 + SPOT_PRICE_HEADROOM if rate.spot else 1.0
+    attached = running + ATTACHED_OUTSIDE_RUN_SECONDS
+    return [
+        ("machine and GPUs", rate.machine * headroom * running / 3600),
+        ("boot disk", rate.disk * attached / 3600),
+        ("external address", rate.address * attached / 3600),
+    ]
 
 
-def worst_case_cost_usd(rate_usd_per_hour: float, max_run_seconds: int) -> float:
-    """The most a machine can bill: until the cloud deletes it at its time cap, plus the
-    billing margin that deletion takes."""
-    return billed_usd(rate_usd_per_hour, max_run_seconds + BILLING_MARGIN_SECONDS)
+def worst_case_usd(rate: HourlyRate, cap_seconds: int) -> float:
+    return sum(usd for _, usd in worst_case_items(rate, cap_seconds))
+
+
+def max_run_seconds_for(budget_usd: float, rate: HourlyRate) -> int:
+    """The longest time cap whose worst case (`worst_case_usd`) stays within the budget, at
+    most a day; the cloud enforces it."""
+    fixed = worst_case_usd(rate, 0)
+    per_hour_of_cap = worst_case_usd(rate, 3600) - fixed
+    bought = math.floor((budget_usd - fixed) / per_hour_of_cap * 3600)
+    cap = min(max(bought, 0), MAX_RUN_SECONDS_CEILING)
+    while cap > 0 and worst_case_usd(rate, cap) > budget_usd:  # float rounding, a step or two
+        cap -= 1
+    return cap
 
 
 def format_duration(seconds: float) -> str:
@@ -150,17 +210,31 @@ def format_duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def check_buys_a_start(budget_usd: float, rate: HourlyRate, boot_seconds: float) -> None:
+    """Refuse (exit 2) a budget whose time cap ends before the VM has booted and worked
+    through GCE's one billed minute: whatever the plan, such a launch buys nothing."""
+    needed = math.ceil(boot_seconds) + BILLING_MINIMUM_SECONDS
+    if max_run_seconds_for(budget_usd, rate) >= needed:
+        return
+    raise UsageError(
+        f"budget ${budget_usd:.2f} is too small for a gce run: booting the VM (about "
+        f"{format_duration(needed - BILLING_MINIMUM_SECONDS)}) and its first billed minute "
+        f"can cost ${worst_case_usd(rate, needed):.3f} at ${rate.total:.4f}/h; raise --budget. "
+        "Nothing was created"
+    )
+
+
 def check_covers(
     budget_usd: float, rate: HourlyRate, estimated_seconds: int, cap_seconds: int
 ) -> None:
     """Refuse (exit 3) when the time the budget buys is shorter than the plan needs."""
     if cap_seconds >= estimated_seconds:
         return
-    needed = billed_usd(rate.total, estimated_seconds + BILLING_MARGIN_SECONDS)
+    needed = worst_case_usd(rate, estimated_seconds)
     raise RefusedError(
         f"budget ${budget_usd:.2f} buys {format_duration(cap_seconds)} at "
         f"${rate.total:.4f}/h, but the plan needs about {format_duration(estimated_seconds)} "
-        f"(≈ ${needed:.2f}); raise --budget or choose a smaller plan"
+        f"(≈ ${needed:.2f} at worst); raise --budget or choose a smaller plan"
     )
 
 

@@ -176,6 +176,12 @@ class BenchConfig(BaseModel):
         description="VM service account email, or default; with the account `bench setup` "
         "creates, each VM deletes itself when its run ends",
     )
+    allow_leftover_disk: bool = Field(
+        False,
+        description="gce with the default service account: launch anyway (refused otherwise); "
+        "each VM then powers off at its end and its boot disk bills until fetch, --wait or "
+        "stop-all deletes it",
+    )
     owner: str | None = Field(None, description="bench-owner label (default: your user name)")
     monthly_cap: float | None = Field(
         None,

@@ -51,6 +51,11 @@ class Backend(Protocol):
         """The request `start` would send, as JSON, for `bench render`; None if none."""
         ...
 
+    def boot_disk_gb(self) -> int:
+        """The boot disk a machine of this backend bills for, in GB, as `start` will ask for
+        it: what launch prices (0: no disk is billed)."""
+        ...
+
     def start(self, spec: RunSpec, startup_script: str, shutdown_script: str) -> Placement: ...
 
     def machine_state(self, run_id: str, placement: Placement) -> str:

@@ -113,6 +113,9 @@ class LocalBackend:
     def instance_request_json(self, spec: RunSpec, startup: str, shutdown: str) -> None:
         return None  # a local run sends no request: the script is all there is
 
+    def boot_disk_gb(self) -> int:
+        return 0  # this machine's own disk: nothing is billed
+
     def start(self, spec: RunSpec, startup_script: str, shutdown_script: str) -> Placement:
         sandbox = self.paths.sandbox(spec.run_id)
         sandbox.mkdir(parents=True, exist_ok=True)

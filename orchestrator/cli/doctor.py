@@ -14,24 +14,38 @@ from orchestrator.cli.options import cloud_options, console, make_context
     metavar="TYPES",
     help="check zones and quota for these GPU types (as launch --gpu), e.g. l4,t4,a100,h100",
 )
-def doctor(gpus):
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="then start a tiny VM (e2-micro, spot, no GPU) that writes one object and deletes "
+    "itself: proves the VM account works before any GPU is paid for",
+)
+def doctor(gpus, probe):
     """Check a GCP project before spending money: one line per check, ✓ or ✗ with the fix.
 
     Checks credentials, the project, the Compute API, each configured zone
     (exists, offers the machine type and the GPU), the image family (resolves,
     not deprecated: names its successor), GPU quota (spot and on-demand per
     region, and GPUS_ALL_REGIONS), the bucket (this machine can write, read and
-    delete an object) and the VM service account's object access on the
-    bucket. Exit 0 when a launch can work, 4 otherwise. Creates nothing but
-    one short-lived object in the bucket. With --gpu, each GPU type's zones,
-    machine and accelerator types and quota are checked (quota for all of
-    them running at once).
+    delete an object), the VM service account's object access on the
+    bucket, that you may create VMs and act as the VM account
+    (testIamPermissions), and that the VM account may delete its own VM (the
+    binding `bench setup` makes). Exit 0 when a launch can work, 4 otherwise.
+    Creates nothing but one short-lived object in the bucket. With --gpu,
+    each GPU type's zones, machine and accelerator types and quota are
+    checked (quota for all of them running at once).
+
+    With --probe it then starts one e2-micro spot VM (no GPU, a fraction of a
+    cent) as the VM account, which writes one object under its run's key and
+    deletes itself; each step is reported with its time, and whatever is
+    left is deleted (or named with the command that deletes it).
 
     \b
     Examples:
       bench doctor
       BENCH_PROJECT=my-project BENCH_BUCKET=my-bench bench doctor
       bench doctor --gpu l4,t4,a100,h100
+      bench doctor --probe        # after `bench setup --apply`
     """
     from orchestrator.errors import CloudError
     from orchestrator.gpus import parse_gpu_list
@@ -41,7 +55,7 @@ def doctor(gpus):
     keys = parse_gpu_list(gpus) if gpus is not None else None
     out = console()
     failed = 0
-    for check in run_doctor(ctx, keys):
+    for check in run_doctor(ctx, keys, probe=probe):
         mark = "[green]✓[/]" if check.ok else "[bold red]✗[/]"
         line = f"{check.name}: {check.detail}"
         if not check.ok:

@@ -6,8 +6,13 @@ from orchestrator.runtime_model import RuntimeEstimate
 from results_schema.record import billed_usd
 
 
-def phase_table(columns: dict[str, RuntimeEstimate], rate_usd_per_hour: float | None = None):
-    """Seconds per phase under each heading; the last rows give each total and its cost."""
+def phase_table(
+    columns: dict[str, RuntimeEstimate],
+    rate_usd_per_hour: float | None = None,
+    price_source: str = "",
+):
+    """Seconds per phase under each heading; the last rows give each total and its cost,
+    saying which prices (`price_source`: which catalog, of which date) it used."""
     from rich.table import Table
 
     from orchestrator.budget import format_duration
@@ -22,5 +27,6 @@ def phase_table(columns: dict[str, RuntimeEstimate], rate_usd_per_hour: float | 
     table.add_row("[bold]total[/]", *(f"[bold]{t}[/]" for t in totals), "")
     if rate_usd_per_hour:
         costs = [f"${billed_usd(rate_usd_per_hour, e.total_seconds):.4f}" for e in estimates]
-        table.add_row("cost", *costs, f"at ${rate_usd_per_hour:.4f}/h, 1-minute minimum")
+        prices = f" ({price_source})" if price_source else ""
+        table.add_row("cost", *costs, f"at ${rate_usd_per_hour:.4f}/h{prices}, 1-minute minimum")
     return table

@@ -64,12 +64,12 @@ def prices(plan_ref, as_json):
         "later runs": estimate.later_runs,
         "launch uses": estimate.launch,
     }
-    out.print(phase_table(columns, estimate.rate.total))
+    out.print(phase_table(columns, estimate.rate.total, estimate.rate.price_source))
     rate = estimate.rate
     out.print(
         f"total rate ${rate.total:.4f}/h ({', '.join(f'{n} ${p:.4f}' for n, p in rate.items)}) "
-        f"in {rate.region}; $1.00 buys {format_duration(max_run_seconds_for(1.0, rate.total))}"
-        f" (the time cap, after the billing margin)"
+        f"in {rate.region}; $1.00 buys {format_duration(max_run_seconds_for(1.0, rate))}"
+        f" (the time cap, its worst-case bill within $1.00)"
     )
     return 0
 
@@ -91,7 +91,8 @@ def _print_json(catalog, estimate) -> int:
         "spot": rate.spot,
         "rate_usd_per_hour": rate.total,
         "rate_items": dict(rate.items),
-        "seconds_one_dollar_buys": max_run_seconds_for(1.0, rate.total),
+        "seconds_one_dollar_buys": max_run_seconds_for(1.0, rate),
+        "price_source": rate.price_source,
         "plan": estimate.plan.name,
         "first_run_seconds": phases(estimate.first_run),
         "later_runs_seconds": phases(estimate.later_runs),

@@ -12,12 +12,13 @@ def setup(apply_):
     """Print (or with --apply perform) the least-privilege one-time setup of a project.
 
     Creates the bucket; a service account for bench VMs with object access to
-    that bucket only; a custom role holding only compute.instances.delete,
-    granted to that account on instances named bench-* only. With
-    `service_account` set to that account, each run's VM deletes itself when
-    it ends: nothing is left billing. Without --apply it only prints the gcloud
+    that bucket only; a custom role holding only compute.instances.delete and
+    compute.disks.delete, granted to that account on instances and disks named
+    bench-* only. With `service_account` set to that account, each run's VM
+    deletes itself when it ends: nothing is left billing. Without --apply it only prints the gcloud
     commands, so you can check them line by line (or run them yourself).
-    --apply runs the same steps through Google's APIs and is safe to repeat.
+    --apply runs the same steps through Google's APIs and is safe to repeat; it
+    waits (up to about two minutes) for the new account to become usable.
 
     \b
     Examples:
@@ -39,6 +40,11 @@ def setup(apply_):
             ctx,
             steps,
             lambda step, what: out.print(f"bench: {step.title}: {what}", markup=False),
+            lambda step, delay: out.print(
+                f"bench: {step.title}: the new service account is not visible yet "
+                f"(Google: up to a minute or more); trying again in {delay:g} s",
+                markup=False,
+            ),
         )
     email = vm_account_email(ctx.config.project)
     out.print(f'then add to bench.toml: service_account = "{email}"', markup=False)

@@ -29,10 +29,14 @@ from orchestrator.gpus import load_gpu_catalog, member_config
 from orchestrator.service.context import Context, require_gce_settings
 
 
-def run_doctor(ctx: Context, gpu_keys: list[str] | None = None) -> Iterator[Check]:
+def run_doctor(
+    ctx: Context, gpu_keys: list[str] | None = None, probe: bool = False
+) -> Iterator[Check]:
     """Every check, in order; stops after a failed credentials, project or Compute API
     check: nothing else can be asked then. `gpu_keys` (launch --gpu): each GPU type's
-    shape in its own zones, and quota for all of them at once."""
+    shape in its own zones, and quota for all of them at once. `probe`: then a tiny VM
+    proves the VM account's object access and self-delete (service/probe.py), unless the
+    checks it depends on failed."""
     from orchestrator.backends.gce.compute import ComputeApi
     from orchestrator.backends.gce.project_resources import ProjectResources
 
@@ -66,10 +70,15 @@ def run_doctor(ctx: Context, gpu_keys: list[str] | None = None) -> Iterator[Chec
             not config.spot or config.on_demand_fallback,
         )
     yield global_quota_check(quotas_of(info), shapes)
-    bucket = _bucket(ctx)
-    yield bucket
-    if bucket.ok:
-        yield _vm_access(ctx, info)
+    storage = [_bucket(ctx)]
+    yield storage[0]
+    if storage[0].ok:
+        storage.append(_vm_access(ctx, info))
+        yield storage[1]
+    iam = list(_iam_checks(ctx, info))
+    yield from iam
+    if probe:
+        yield from _probe(ctx, [*storage, *iam])
 
 
 def _shapes_by_zone(config, gpu_keys: list[str] | None) -> dict[str, list[GpuShape]]:
@@ -144,12 +153,84 @@ def _bucket(ctx: Context) -> Check:
     return bucket_check(ctx.config.bucket, None)
 
 
-def _vm_access(ctx: Context, info: dict[str, Any] | None) -> Check:
+def _vm_account(ctx: Context, info: dict[str, Any] | None) -> str:
     account = ctx.config.service_account
     if account == "default":
         # projects.get names it (`defaultServiceAccount`); its `id` is no project number
         # (https://cloud.google.com/compute/docs/reference/rest/v1/projects).
         account = (info or {}).get("defaultServiceAccount") or "the default compute account"
+    return account
+
+
+def _iam_checks(ctx: Context, info: dict[str, Any] | None) -> Iterator[Check]:
+    """May this caller create VMs and start them as the VM account (testIamPermissions, as
+    Google documents it: https://cloud.google.com/iam/docs/testing-permissions), and may the
+    VM account delete its own VM (the binding `bench setup` makes)?"""
+    from orchestrator.backends.gce.iam import SELF_DELETE_ROLE_ID
+    from orchestrator.backends.gce.iam_api import IamApi
+    from orchestrator.backends.gce.iam_readiness import (
+        ACT_AS_PERMISSION,
+        CREATE_PERMISSION,
+        act_as_check,
+        create_check,
+        default_account_check,
+        self_delete_check,
+    )
+
+    api, project = IamApi(ctx.config), ctx.config.project
+    account = _vm_account(ctx, info)
+    yield _asking(
+        "create VMs", lambda: create_check(project, api.project_permissions([CREATE_PERMISSION]))
+    )
+    yield _asking(
+        "act as the VM account",
+        lambda: act_as_check(account, api.account_permissions(account, [ACT_AS_PERMISSION])),
+    )
+    if ctx.config.service_account == "default":
+        yield default_account_check(ctx.config.allow_leftover_disk)
+        return
+    yield _asking(
+        "VM self-delete",
+        lambda: self_delete_check(
+            project, account, api.project_policy(), api.role(SELF_DELETE_ROLE_ID)
+        ),
+    )
+
+
+def _asking(name: str, check) -> Check:
+    """The check, or a ✗ saying IAM could not be asked."""
+    try:
+        return check()
+    except BenchError as e:
+        return Check(
+            name,
+            False,
+            f"cannot ask IAM ({e})",
+            "you need resourcemanager.projects.getIamPolicy and iam.roles.get (e.g. "
+            "roles/iam.securityReviewer) to check this; the IAM and Resource Manager APIs "
+            "must be enabled",
+        )
+
+
+def _probe(ctx: Context, needed: list[Check]) -> Iterator[Check]:
+    from orchestrator.service.probe import run_probe
+
+    failed = [c.name for c in needed if not c.ok]
+    if ctx.config.service_account == "default":
+        failed.append("a VM account that may delete itself (service_account)")
+    if failed:
+        yield Check(
+            "probe",
+            False,
+            f"not started: it needs {', '.join(failed)}",
+            "fix those ✗ lines, then run `bench doctor --probe` again",
+        )
+        return
+    yield from run_probe(ctx)
+
+
+def _vm_access(ctx: Context, info: dict[str, Any] | None) -> Check:
+    account = _vm_account(ctx, info)
     try:
         roles = ctx.store("gce").role_members()
     except BenchError as e:

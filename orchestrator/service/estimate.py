@@ -15,14 +15,17 @@ from results_schema import Plan
 @dataclass(frozen=True)
 class GceEstimate:
     plan: Plan
-    rate: budget.HourlyRate
+    rate: budget.HourlyRate  # its price_source says which catalog, of which date
     first_run: RuntimeEstimate  # empty caches
     later_runs: RuntimeEstimate  # the store's caches hold this run's environment and build
     launch: RuntimeEstimate  # what launch budgets with: the first run, refined by past runs
 
 
 def gce_estimate(ctx: Context, plan_ref: str = "default") -> GceEstimate:
-    """The configured machine at the configured provisioning model's catalog rate."""
+    """The configured machine at the configured provisioning model's rate, from the bundled
+    catalog (no Cloud Billing Catalog API read; `rate.price_source` names it and its date),
+    the boot disk at its configured size or the catalog's assumed image size: nothing here
+    calls the cloud."""
     config = ctx.config
     plan, _ = resolve_plan(plan_ref, "gce")
     rate = budget.hourly_rate(config, spot=config.spot)

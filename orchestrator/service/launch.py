@@ -1,5 +1,5 @@
-"""launch: validate → plan → estimate → payload → reserve (cap) → store → render → start →
-record."""
+"""launch: validate → plan → estimate → payload → (gce) account, image → reserve (cap) →
+store → render → start → record."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 
 from orchestrator import budget
 from orchestrator.backends.base import Placement
+from orchestrator.backends.gce.builder import vm_may_delete_itself
+from orchestrator.config import BenchConfig
 from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
 from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
@@ -53,9 +55,20 @@ def runtime_estimate(ctx: Context, backend: str, plan: Plan, gpu: str = "") -> R
 
 
 def plan_spec(
-    ctx: Context, request: LaunchRequest, backend: str, plan: Plan, spot: bool
+    ctx: Context,
+    request: LaunchRequest,
+    backend: str,
+    plan: Plan,
+    spot: bool,
+    disk_gb: int | None = None,
+    check_minimum: bool = True,
 ) -> tuple[RunSpec, budget.HourlyRate | None, RuntimeEstimate]:
-    """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan."""
+    """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan.
+
+    On gce the cap is the longest whose worst-case bill stays within the budget
+    (budget.worst_case_usd), with the boot disk priced at `disk_gb` (the image's size, once
+    read) else the catalog's assumption. `check_minimum`: a budget that cannot even boot the
+    VM is a usage error (exit 2), refused before anything is sent."""
     estimate = runtime_estimate(ctx, backend, plan, request.gpu)
     estimated = estimate.total_seconds
     if backend == "local":
@@ -66,9 +79,11 @@ def plan_spec(
         )
         budget.check_fits_local_cap(estimated, cap)
     else:
-        rate = budget.hourly_rate(ctx.config, spot=spot)
+        rate = budget.hourly_rate(ctx.config, spot=spot, disk_gb=disk_gb)
         rate_total = rate.total
-        cap = budget.max_run_seconds_for(request.budget_usd, rate.total)
+        if check_minimum:
+            budget.check_buys_a_start(request.budget_usd, rate, estimate.seconds_of("boot"))
+        cap = budget.max_run_seconds_for(request.budget_usd, rate)
         if request.max_runtime_seconds:
             cap = min(cap, request.max_runtime_seconds)
         budget.check_covers(request.budget_usd, rate, estimated, cap)
@@ -115,6 +130,15 @@ def launch(
     ensure_writable(ctx.paths)
     # No credentials is a refusal like any other: nothing recorded (issue 31).
     ctx.store(backend).require_credentials()
+    if backend == "gce":
+        refuse_leftover_disk(ctx.config)
+        # Priced again with the boot disk at the size the insert will ask for: the image's,
+        # read from Compute now (the checks above sent nothing).
+        disk_gb = ctx.backend(backend).boot_disk_gb()
+        spec, rate, estimate = plan_spec(
+            ctx, request, backend, plan, spot=ctx.config.spot, disk_gb=disk_gb
+        )
+        notes += leftover_disk_notes(ctx.config, spec, rate)
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.
     ctx.registry.reserve(
@@ -129,7 +153,8 @@ def launch(
         machine_requested = True
         placement, spec, rate = _start(ctx, request, backend, spec, rate, notes)
     except BaseException as error:
-        _record_failed_launch(ctx, spec, _failed_launch_cost(ctx, spec, error, machine_requested))
+        cost = _failed_launch_cost(ctx, spec, rate, error, machine_requested)
+        _record_failed_launch(ctx, spec, cost)
         raise
     # On-demand fallback re-plans the rate and the time cap: the record follows the spec.
     planned = {k: v for k, v in spec.record_fields().items() if k != "run_id"}
@@ -142,6 +167,35 @@ def launch(
         attempts=placement.attempts,
     )
     return LaunchResult(spec, placement, backend_reason, notes, rate, estimate)
+
+
+def refuse_leftover_disk(config: BenchConfig) -> None:
+    """A VM that may not delete itself powers off at its end, TERMINATED with its disk
+    billing (max_run_duration no longer applies to a stopped VM): refused (exit 2) unless
+    the user accepted that (`allow_leftover_disk`)."""
+    if vm_may_delete_itself(config) or config.allow_leftover_disk:
+        return
+    raise UsageError(
+        "the VM would run as the project's default service account, which may not delete "
+        "it: at its end it would power off and its boot disk would bill until `bench fetch`, "
+        "the end of --wait or `bench stop-all` deleted it. Run `bench setup --apply` and set "
+        "the service_account it names (its VMs delete themselves), or accept that with "
+        "--allow-leftover-disk. Nothing was created"
+    )
+
+
+def leftover_disk_notes(
+    config: BenchConfig, spec: RunSpec, rate: budget.HourlyRate | None
+) -> list[str]:
+    """What an accepted leftover disk will bill, per hour, until it is deleted."""
+    if vm_may_delete_itself(config) or rate is None:
+        return []
+    return [
+        f"--allow-leftover-disk: this VM cannot delete itself (default service account): "
+        f"when its run ends it powers off and its {rate.disk_gb} GB boot disk bills "
+        f"${rate.disk:.4f}/h until `bench fetch {spec.run_id}`, the end of --wait or "
+        "`bench stop-all` deletes it (`bench setup --apply`: VMs that delete themselves)"
+    ]
 
 
 def _spend_check(ctx: Context, request: LaunchRequest, backend: str):
@@ -167,18 +221,21 @@ _NOTHING_CREATED = (NoCapacityError, QuotaError, PermissionDeniedError, UsageErr
 
 
 def _failed_launch_cost(
-    ctx: Context, spec: RunSpec, error: BaseException, machine_requested: bool
+    ctx: Context,
+    spec: RunSpec,
+    rate: budget.HourlyRate | None,
+    error: BaseException,
+    machine_requested: bool,
 ) -> float:
     """What a launch that did not start counts against the monthly cap: nothing where no
     machine can exist (it failed before the start, or the cloud refused the machine), else
     (a lost insert, an interrupt) the most a machine could bill before the cloud deletes it
     at its time cap."""
-    if not machine_requested or isinstance(error, _NOTHING_CREATED):
+    if not machine_requested or isinstance(error, _NOTHING_CREATED) or rate is None:
         return 0.0
     if spec.spot and ctx.config.on_demand_fallback:
         return spec.budget_usd  # an on-demand retry may run, at a rate and cap not kept here
-    worst = budget.worst_case_cost_usd(spec.rate_usd_per_hour, spec.max_run_seconds)
-    return min(spec.budget_usd, worst)
+    return min(spec.budget_usd, budget.worst_case_usd(rate, spec.max_run_seconds))
 
 
 def _record_failed_launch(ctx: Context, spec: RunSpec, cost_usd: float) -> None:
@@ -197,8 +254,17 @@ def _start(ctx: Context, request: LaunchRequest, backend_name: str, spec: RunSpe
     except NoCapacityError as spot_error:
         if not (spec.spot and ctx.config.on_demand_fallback):
             raise
-        # Same run, on-demand: the rate is higher, so the budget buys less time.
-        on_demand, rate, _ = plan_spec(ctx, request, backend_name, spec.plan, spot=False)
+        # Same run, on-demand: the rate is higher, so the budget buys less time. Spot
+        # inserts were sent: a budget short of it is check_covers' refusal (exit 3).
+        on_demand, rate, _ = plan_spec(
+            ctx,
+            request,
+            backend_name,
+            spec.plan,
+            spot=False,
+            disk_gb=backend.boot_disk_gb(),
+            check_minimum=False,
+        )
         on_demand = on_demand.model_copy(
             update={"run_id": spec.run_id, "payload_sha256": spec.payload_sha256}
         )

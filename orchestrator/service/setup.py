@@ -12,10 +12,16 @@ run's VM (a stranger's pull request, in CI) touches only its own run (docs/secur
    run's objects, whose key carries a secret it cannot learn for any other run;
 4. a custom role holding storage.objects.get alone, granted on `<prefix>/cache/` only:
    a VM reads the build cache and never writes it;
-5. a custom role holding only compute.instances.delete;
-6. that role granted to the account under an IAM condition on the instance's full resource
-   name: instances named bench-* in this project only. Without compute list or get, the
+5. a custom role holding only compute.instances.delete and compute.disks.delete (a VM's
+   delete takes its auto-delete boot disk with it; backends/gce/iam.py says why both);
+6. that role granted to the account under an IAM condition on full resource names:
+   instances and disks named bench-* in this project only. Without compute list or get, the
    only such name a VM knows is its own, which carries the run's secret.
+
+After creating a service account "you might need to wait for 60 seconds or more before you
+use the service account" (https://cloud.google.com/iam/docs/service-accounts-create): the
+grants naming it are retried with exponential backoff
+(https://cloud.google.com/iam/docs/retry-strategy) for about two minutes.
 
 Then `service_account = "<that email>"` in bench.toml: bench adds the compute scope for it,
 and each run's VM deletes itself when done.
@@ -24,9 +30,9 @@ and each run's VM deletes itself when done.
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from orchestrator.backends.gce.iam import (
     CACHE_READER_PERMISSIONS,
@@ -34,17 +40,21 @@ from orchestrator.backends.gce.iam import (
     INSTANCE_PREFIX,
     OBJECT_WRITER_PERMISSIONS,
     OBJECT_WRITER_ROLE_ID,
+    SELF_DELETE_PERMISSIONS,
     SELF_DELETE_ROLE_ID,
     VM_ACCOUNT_ID,
     objects_condition,
     self_delete_condition,
 )
+from orchestrator.backends.gce.iam_api import IamApi, IamRefused
 from orchestrator.config import region_of
-from orchestrator.errors import CloudError, PermissionDeniedError
+from orchestrator.errors import BenchError, CloudError, PermissionDeniedError
 from orchestrator.service.context import Context, require_gce_settings
 
-IAM_ENDPOINT = "https://iam.googleapis.com"
-RESOURCEMANAGER_ENDPOINT = "https://cloudresourcemanager.googleapis.com"
+# Waits between tries of a grant that names the new account (≈ 2 min in all): Google's
+# truncated exponential backoff (https://cloud.google.com/iam/docs/retry-strategy).
+PROPAGATION_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
+SELF_DELETE_TITLE = "bench instances only"
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,7 @@ class SetupStep:
     title: str
     command: list[str]  # the gcloud equivalent, one argument per item
     apply: Callable[[SetupClient], str]  # performs the step; returns what it did
+    names_account: bool = False  # a grant to the new account: retried while it propagates
 
     def command_line(self) -> str:
         return " ".join(shlex.quote(part) for part in self.command)
@@ -95,17 +106,18 @@ def setup_steps(project: str, bucket: str, region: str, prefix: str = "") -> lis
         _role_step(project, CACHE_READER_ROLE_ID, "bench cache reader", CACHE_READER_PERMISSIONS),
         _bucket_grant_step(bucket, member, reader_role, cache_only, "bench cache read"),
         _role_step(
-            project, SELF_DELETE_ROLE_ID, "bench VM self-delete", ["compute.instances.delete"]
+            project, SELF_DELETE_ROLE_ID, "bench VM self-delete", list(SELF_DELETE_PERMISSIONS)
         ),
         SetupStep(
-            f"that role for it, on instances named {INSTANCE_PREFIX}* only",
+            f"that role for it, on instances and disks named {INSTANCE_PREFIX}* only",
             [
                 *("gcloud", "projects", "add-iam-policy-binding", project),
                 f"--member={member}",
                 f"--role={delete_role}",
-                f"--condition=expression={delete_only},title=bench instances only",
+                f"--condition=expression={delete_only},title={SELF_DELETE_TITLE}",
             ],
             lambda c: c.grant_role_with_condition(member, delete_role, delete_only),
+            names_account=True,
         ),
     ]
 
@@ -136,37 +148,17 @@ def _bucket_grant_step(
             f"--condition=expression={condition},title={title}",
         ],
         lambda c: c.grant_bucket(member, role, {"title": title, "expression": condition}),
+        names_account=True,
     )
 
 
 class SetupClient:
-    """The calls `--apply` makes; 409 ALREADY_EXISTS means an earlier run did it."""
+    """The calls `--apply` makes; what exists already is left as it is (or brought to what
+    setup wants, for a custom role's permissions)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.project: str = ctx.config.project
-        self._session = _session(ctx.config)
-        self._iam = (ctx.config.iam_endpoint or IAM_ENDPOINT).rstrip("/")
-        self._crm = (ctx.config.resourcemanager_endpoint or RESOURCEMANAGER_ENDPOINT).rstrip("/")
-
-    def _request(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
-        import requests
-
-        try:
-            reply = self._session.request(method, url, json=body, timeout=60)
-        except requests.RequestException as e:
-            raise CloudError(f"cannot reach {url.split('/v')[0]} ({e})") from e
-        payload = reply.json() if reply.content else {}
-        if reply.status_code in (401, 403):
-            raise PermissionDeniedError(
-                f"{method} {url} was refused ({reply.status_code}): "
-                f"{payload.get('error', {}).get('message', '')}; setup needs a project Owner "
-                "(or roles/iam.serviceAccountAdmin, roles/iam.roleAdmin, "
-                "roles/resourcemanager.projectIamAdmin and roles/storage.admin)"
-            )
-        if reply.status_code not in (200, 409):
-            raise CloudError(f"{method} {url} failed ({reply.status_code}): {payload}")
-        return reply.status_code, payload
+        self.api = IamApi(ctx.config)
 
     def create_bucket(self, region: str) -> str:
         store = self.ctx.store("gce")
@@ -176,42 +168,36 @@ class SetupClient:
         return "created"
 
     def create_account(self) -> str:
-        status, _ = self._request(
-            "POST",
-            f"{self._iam}/v1/projects/{self.project}/serviceAccounts",
-            {"accountId": VM_ACCOUNT_ID, "serviceAccount": {"displayName": "bench VMs"}},
-        )
-        return "exists already" if status == 409 else "created"
+        created = self.api.create_account(VM_ACCOUNT_ID, "bench VMs")
+        return "created" if created else "exists already"
 
     def grant_bucket(self, member: str, role: str, condition: dict[str, str]) -> str:
         granted = self.ctx.store("gce").grant(role, member, condition)
         return "granted" if granted else "granted already"
 
     def create_role(self, role_id: str, title: str, permissions: list[str]) -> str:
-        status, _ = self._request(
-            "POST",
-            f"{self._iam}/v1/projects/{self.project}/roles",
-            {
-                "roleId": role_id,
-                "role": {
-                    "title": title,
-                    "description": f"{title}: what a bench VM needs, nothing more.",
-                    "includedPermissions": permissions,
-                    "stage": "GA",
-                },
-            },
-        )
-        return "exists already" if status == 409 else "created"
+        role = {
+            "title": title,
+            "description": f"{title}: what a bench VM needs, nothing more.",
+            "includedPermissions": permissions,
+            "stage": "GA",
+        }
+        if self.api.create_role(role_id, role):
+            return "created"
+        # An earlier setup's role may hold other permissions (one bench version granted
+        # compute.instances.delete alone): bring it to exactly these.
+        held = set(self.api.role(role_id).get("includedPermissions", []))
+        if held == set(permissions):
+            return "exists already"
+        self.api.set_role_permissions(role_id, permissions)
+        return f"updated to hold only {', '.join(permissions)}"
 
     def grant_role_with_condition(self, member: str, role: str, condition: str) -> str:
-        url = f"{self._crm}/v3/projects/{self.project}"
-        _, policy = self._request(
-            "POST", f"{url}:getIamPolicy", {"options": {"requestedPolicyVersion": 3}}
-        )
+        policy = self.api.project_policy()
         binding = {
             "role": role,
             "members": [member],
-            "condition": {"title": "bench instances only", "expression": condition},
+            "condition": {"title": SELF_DELETE_TITLE, "expression": condition},
         }
         bindings = policy.get("bindings", [])
         if binding in bindings:
@@ -221,32 +207,9 @@ class SetupClient:
             b for b in bindings if not (b.get("role") == role and member in b.get("members", []))
         ]
         # Conditions need policy version 3; the etag makes a concurrent change fail (409).
-        new_policy = {**policy, "version": 3, "bindings": [*kept, binding]}
-        status, _ = self._request("POST", f"{url}:setIamPolicy", {"policy": new_policy})
-        if status == 409:
+        if not self.api.set_project_policy({**policy, "version": 3, "bindings": [*kept, binding]}):
             raise CloudError("the project's IAM policy changed meanwhile; run setup again")
         return "granted"
-
-
-def _session(config):
-    """Plain HTTP to stand-in endpoints; Application Default Credentials otherwise."""
-    import requests
-
-    if config.iam_endpoint or config.resourcemanager_endpoint:
-        return requests.Session()
-    import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
-    from google.auth.transport.requests import AuthorizedSession
-
-    try:
-        credentials, _ = google.auth.default(
-            scopes=["https://www.googleapis.com/auth/cloud-platform"]
-        )
-    except DefaultCredentialsError as e:
-        raise PermissionDeniedError(
-            f"no Google credentials found ({e}); run `gcloud auth application-default login`"
-        ) from None
-    return AuthorizedSession(credentials)
 
 
 def plan_setup(ctx: Context) -> list[SetupStep]:
@@ -255,7 +218,48 @@ def plan_setup(ctx: Context) -> list[SetupStep]:
     return setup_steps(config.project, config.bucket, region_of(config.zones[0]), config.prefix)
 
 
-def apply_setup(ctx: Context, steps: list[SetupStep], on_done: Callable[[SetupStep, str], None]):
+def apply_setup(
+    ctx: Context,
+    steps: list[SetupStep],
+    on_done: Callable[[SetupStep, str], None],
+    on_wait: Callable[[SetupStep, float], None] = lambda step, delay: None,
+) -> None:
+    """Each step in order; `on_wait(step, seconds)` before a retry of a grant that the new
+    service account is not visible to yet."""
     client = SetupClient(ctx)
     for step in steps:
-        on_done(step, step.apply(client))
+        on_done(step, _apply(step, client, on_wait))
+
+
+def _apply(step: SetupStep, client: SetupClient, on_wait) -> str:
+    delays = list(PROPAGATION_DELAYS_S) if step.names_account else []
+    while True:
+        try:
+            return step.apply(client)
+        except IamRefused as e:
+            raise PermissionDeniedError(
+                f"{e}; setup needs a project Owner (or roles/iam.serviceAccountAdmin, "
+                "roles/iam.roleAdmin, roles/resourcemanager.projectIamAdmin and "
+                "roles/storage.admin)"
+            ) from e
+        except BenchError as e:
+            if not _account_not_visible_yet(e):
+                raise
+            if not delays:
+                waited = sum(PROPAGATION_DELAYS_S)
+                raise CloudError(
+                    f"{e} (still, after {waited:.0f} s of retries): Google says a new service "
+                    "account may take 60 s or more to become usable; run `bench setup --apply` "
+                    "again in a minute (it is safe to repeat)"
+                ) from e
+            delay = delays.pop(0)
+            on_wait(step, delay)
+            time.sleep(delay)
+
+
+def _account_not_visible_yet(error: BenchError) -> bool:
+    """How a grant to an account Google cannot see yet fails: 400 INVALID_ARGUMENT "Service
+    account ... does not exist." (Resource Manager); Cloud Storage's setIamPolicy answers
+    400 too, naming the member or saying "Invalid argument"."""
+    text = str(error).lower()
+    return ("does not exist" in text and "service account" in text) or "invalid argument" in text

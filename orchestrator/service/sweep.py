@@ -1,11 +1,11 @@
 """launch --gpu a,b,...: one run per GPU type under one budget (DESIGN.md, "Budget").
 
-The budget is split in proportion to each member's estimated cost (its catalog rate × its
-modelled runtime, with the billing margin), so every share buys the same multiple of what
-its run needs. Every share is checked before anything is created: one that cannot cover
-its run refuses the whole sweep (exit 3). Members then launch in parallel, each through
-the ordinary launch (its own registry reservation, time cap and zone failover); a member
-that fails (stockout everywhere, quota) is reported and the others go on.
+The budget is split in proportion to each member's estimated cost (the worst-case bill of
+its modelled runtime at its catalog rate: budget.worst_case_usd), so every share buys the
+same multiple of what its run needs. Every share is checked before anything is created:
+one that cannot cover its run refuses the whole sweep (exit 3). Members then launch in
+parallel, each through the ordinary launch (its own registry reservation, time cap and zone
+failover); a member that fails (stockout everywhere, quota) is reported and the others go on.
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ from orchestrator.gpus import (
 )
 from orchestrator.runtime_model import RuntimeEstimate
 from orchestrator.service.context import Context, require_gce_settings
-from orchestrator.service.launch import LaunchRequest, LaunchResult, launch, runtime_estimate
+from orchestrator.service.launch import (
+    LaunchRequest,
+    LaunchResult,
+    launch,
+    refuse_leftover_disk,
+    runtime_estimate,
+)
 from orchestrator.service.plan_options import shape_plan
 from orchestrator.service.plans import resolve_plan
 from orchestrator.spec import new_sweep_id
@@ -45,11 +51,10 @@ class Member:
 
     @property
     def estimated_usd(self) -> float:
-        """What the run needs: its modelled time plus the billing margin, at its rate."""
+        """What the run needs: the worst-case bill of a cap as long as its modelled time."""
         if self.rate is None:
             return 0.0
-        seconds = self.estimate.total_seconds + budget.BILLING_MARGIN_SECONDS
-        return self.rate.total * seconds / 3600
+        return budget.worst_case_usd(self.rate, self.estimate.total_seconds)
 
 
 @dataclass
@@ -112,7 +117,7 @@ def split_budget(total_usd: float, members: list[Member]) -> list[Member]:
 
 
 def member_cap_seconds(member: Member, max_runtime_seconds: int | None) -> int:
-    cap = budget.max_run_seconds_for(member.share_usd, member.rate.total)
+    cap = budget.max_run_seconds_for(member.share_usd, member.rate)
     return min(cap, max_runtime_seconds) if max_runtime_seconds else cap
 
 
@@ -151,6 +156,7 @@ def launch_sweep(
     members = plan_members(ctx, keys, backend, request)
     ctx.store(backend).require_credentials()  # one error for the sweep, not one per GPU
     if backend == "gce":
+        refuse_leftover_disk(ctx.config)  # one line for the sweep, not one per GPU
         # The whole sweep's worst case against the monthly cap before any member reserves.
         budget.check_monthly_cap(
             ctx.config.monthly_cap, ctx.registry.committed_this_month(), request.budget_usd

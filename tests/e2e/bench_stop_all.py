@@ -47,6 +47,7 @@ def populate(server: FakeComputeServer, config: BenchConfig, instances: int) -> 
 
 def one_round(latency: float, instances: int) -> tuple[float, int, int]:
     with FakeComputeServer(run_scripts=False, zones=tuple(ZONES)) as server:
+        server.catalog.raise_gpu_quotas(limit=1000.0)  # a new project has none
         config = BenchConfig(
             project="bench-test-project",
             bucket="b-bucket",

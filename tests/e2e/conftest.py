@@ -22,8 +22,13 @@ def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):
         "METADATA_ENDPOINT": compute_server.metadata_url,
         "VM_WORK_DIR": str(bench_env / "vm"),
         "POLL_SECONDS": "0.2",
+        # The default account's VMs cannot delete themselves: launch refuses them unless
+        # told (tests/e2e/test_gce_money.py tests the refusal).
+        "ALLOW_LEFTOVER_DISK": "true",
     }
     for key, value in settings.items():
         monkeypatch.setenv(f"BENCH_{key}", value)
     compute_server.config.vm_path = [str(Path(sys.executable).parent)]
+    # A project whose GPU quota requests were approved (a new one has 0: test_gce_doctor).
+    compute_server.catalog.raise_gpu_quotas()
     return compute_server

@@ -52,6 +52,13 @@ def plan_file(
     return str(path)
 
 
+def image_gb(gce) -> int:
+    """The boot disk's size launch reads from the image and asks for (the stand-in's)."""
+    config = BenchConfig()
+    image = gce.catalog.image_from_family(config.image_project, config.image_family)
+    return int(image["diskSizeGb"])
+
+
 def launched_run_id(capsys) -> str:
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if "launched run" in line)
@@ -101,7 +108,7 @@ def test_launch_wait_fetch_and_nothing_is_left(
     assert manifest.status == "complete"
     assert manifest.environment.zone == "us-central1-a"
     assert manifest.cost.rate_usd_per_hour == pytest.approx(
-        budget.hourly_rate(BenchConfig(), True).total
+        budget.hourly_rate(BenchConfig(), True, disk_gb=image_gb(gce)).total
     )
     assert gce.instances() == [], "the end of --wait deletes the powered-off instance"
     deletes = gce.calls("instances.delete")
@@ -128,10 +135,11 @@ def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, caps
     assert scheduling["instanceTerminationAction"] == "DELETE"
     assert scheduling["onHostMaintenance"] == "TERMINATE"
     assert scheduling["automaticRestart"] is False
-    rate = budget.hourly_rate(BenchConfig(), spot=True).total
-    bought = 1.00 / rate * 3600
-    cap = int(scheduling["maxRunDuration"]["seconds"])
-    assert bought - budget.BILLING_MARGIN_SECONDS - 1 <= cap <= bought
+    # The cap whose worst case fits $1.00 (tests/e2e/test_gce_money.py works it out from
+    # the request), with the boot disk at the size the request asks for: the image's.
+    rate = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=image_gb(gce))
+    assert int(scheduling["maxRunDuration"]["seconds"]) == budget.max_run_seconds_for(1.00, rate)
+    assert sent["disks"][0]["initializeParams"]["diskSizeGb"] == str(image_gb(gce))
     labels = sent["labels"]
     assert labels["bench-managed"] == "true" and labels["bench-run"] and labels["bench-owner"]
     (account,) = sent["serviceAccounts"]
@@ -227,7 +235,7 @@ def test_a_failing_phase_uploads_log_and_failed_manifest_and_powers_off(
     capsys.readouterr()
     assert main(["status"]) == 0
     out = capsys.readouterr().out
-    disk = budget.hourly_rate(BenchConfig(), spot=True).disk
+    disk = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=image_gb(gce)).disk
     assert (
         f"leftover: {instance.name} in {instance.zone} is powered off; its disk bills "
         f"${disk:.4f}/h until deleted: bench fetch {run_id}"
@@ -318,7 +326,8 @@ def test_refusals_send_nothing(gce, gcs_server, gcs_bucket, tmp_path, monkeypatc
     with monkeypatch.context() as guard:
         # Not one connection, to Compute, Storage, metadata or an auth server: nothing sent.
         guard.setattr(socket.socket, "connect", no_connection)
-        assert main(["launch", "--backend", "gce", "--budget", "0.01", "--plan", plan]) == 3
+        # Too small to boot the VM: a usage error (exit 2), before the image is read.
+        assert main(["launch", "--backend", "gce", "--budget", "0.01", "--plan", plan]) == 2
         assert "$0.01" in capsys.readouterr().err
         for key, value in [
             ("ZONES", "us-central1-z"),
@@ -424,7 +433,7 @@ def test_on_demand_fallback_replans_the_time_cap_at_the_higher_rate(gce, tmp_pat
     *spot_tries, landed = gce.inserted
     assert [t["scheduling"]["provisioningModel"] for t in spot_tries] == ["SPOT"] * 3
     assert landed["scheduling"]["provisioningModel"] == "STANDARD"
-    on_demand = budget.hourly_rate(BenchConfig(), spot=False).total
+    on_demand = budget.hourly_rate(BenchConfig(), spot=False, disk_gb=image_gb(gce))
     expected = budget.max_run_seconds_for(1.0, on_demand)
     assert int(landed["scheduling"]["maxRunDuration"]["seconds"]) == expected
 
@@ -432,7 +441,7 @@ def test_on_demand_fallback_replans_the_time_cap_at_the_higher_rate(gce, tmp_pat
 def test_on_demand_fallback_is_refused_when_the_budget_covers_only_spot(gce, tmp_path, capsys):
     for zone in ZONES:
         gce.faults.stockout(zone, spot_only=True)
-    args = ["launch", "--backend", "gce", "--budget", "0.03", "--plan", plan_file(tmp_path)]
+    args = ["launch", "--backend", "gce", "--budget", "0.04", "--plan", plan_file(tmp_path)]
     assert main([*args, "--on-demand-fallback"]) == 3
     assert "buys" in capsys.readouterr().err
     assert all(t["scheduling"]["provisioningModel"] == "SPOT" for t in gce.inserted)

@@ -1,31 +1,47 @@
-"""`bench doctor` against the compute stand-in and fake-gcs-server behind the IAM proxy:
-all ✓ on a healthy project; each broken thing gives exactly one ✗ line naming its fix."""
+"""`bench doctor` against the compute stand-in, the IAM stand-in and fake-gcs-server behind
+the IAM proxy: all ✓ on a ready project; each broken thing gives exactly one ✗ line naming
+its fix; a new project's defaults name the quota requests it needs."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 
+from orchestrator.backends.gce.iam import SELF_DELETE_ROLE_ID
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
+from tests.e2e.test_gce_setup import ACCOUNT, iam  # noqa: F401 - fixture
 from tests.fakes.compute_state import project_number
-from tests.fakes.gcs_proxy import GcsIamProxy
+from tests.fakes.iam_policy import PREDEFINED_ROLES
 
 pytestmark = pytest.mark.timeout(60)
 PROJECT = "bench-test-project"
 DEFAULT_ACCOUNT = f"{project_number(PROJECT)}-compute@developer.gserviceaccount.com"
 FAMILY = BenchConfig().image_family
+# What doctor itself reads of IAM: the project's policy and bench's role.
+_POLICY_READER = {"resourcemanager.projects.getIamPolicy", "iam.roles.get"}
 
 
 @pytest.fixture
-def project(gce, gcs_server, monkeypatch):
-    """A healthy project: the VM's default account holds object access on the bucket."""
-    with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:
-        proxy.grant(f"serviceAccount:{DEFAULT_ACCOUNT}")
-        monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
-        gce.proxy = proxy
-        yield gce
+def project(iam, gce, capsys, monkeypatch):  # noqa: F811
+    """A ready project: GPU quota granted (the gce fixture), `bench setup --apply` done, its
+    VM account in bench.toml."""
+    assert main(["setup", "--apply"]) == 0
+    monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", ACCOUNT)
+    capsys.readouterr()
+    gce.proxy, gce.iam_server = iam.proxy, iam
+    yield gce
+
+
+def _controller_holds(project, permissions: set[str]) -> None:
+    """The caller (bench's user) holds exactly these on the project, instead of owner."""
+    role = f"projects/{PROJECT}/roles/caller"
+    project.iam_server.roles[role] = {"includedPermissions": sorted(permissions)}
+    for binding in project.iam_server.policy(PROJECT)["bindings"]:
+        if binding["role"] == "roles/owner":
+            binding["role"] = role
 
 
 def doctor(capsys) -> tuple[int, list[str], list[str]]:
@@ -40,7 +56,7 @@ def doctor(capsys) -> tuple[int, list[str], list[str]]:
     )
 
 
-def test_a_healthy_project_is_all_ticks(project, gcs_bucket, capsys):
+def test_a_healthy_project_is_all_ticks(project, capsys):
     code, ticks, crosses = doctor(capsys)
     assert code == 0 and crosses == []
     names = [line.split(": ")[0] for line in ticks]
@@ -54,8 +70,11 @@ def test_a_healthy_project_is_all_ticks(project, gcs_bucket, capsys):
         f"✓ image family {FAMILY}",
         "✓ GPU quota us-central1",
         "✓ GPUS_ALL_REGIONS",
-        f"✓ bucket gs://{gcs_bucket}",
+        f"✓ bucket gs://{os.environ['BENCH_BUCKET']}",
         "✓ VM bucket access",
+        "✓ create VMs",
+        "✓ act as the VM account",
+        "✓ VM self-delete",
     ]
     assert not [r for r in project.requests if r.api_method == "instances.insert"]
 
@@ -83,6 +102,27 @@ def _break(project, monkeypatch, what: str) -> None:
         monkeypatch.setenv("BENCH_BUCKET", "bench-no-such-bucket")
     elif what == "vm-bucket-access":
         project.proxy.bindings.clear()
+    elif what == "missing-image":
+        monkeypatch.setenv("BENCH_IMAGE_FAMILY", "pytorch-9-9-cu999-ubuntu-2204-nvidia-999")
+    elif what == "no-create":
+        instance_admin = set(PREDEFINED_ROLES["roles/compute.instanceAdmin.v1"])
+        everything_else = instance_admin - {"compute.instances.create"}
+        _controller_holds(project, everything_else | _POLICY_READER | {"iam.serviceAccounts.actAs"})
+    elif what == "no-act-as":
+        instance_admin = set(PREDEFINED_ROLES["roles/compute.instanceAdmin.v1"])
+        _controller_holds(project, instance_admin | _POLICY_READER)
+    elif what == "no-self-delete":
+        policy = project.iam_server.policy(PROJECT)
+        policy["bindings"] = [
+            b for b in policy["bindings"] if not b["role"].endswith(SELF_DELETE_ROLE_ID)
+        ]
+    elif what == "old-self-delete-role":
+        role = project.iam_server.roles[f"projects/{PROJECT}/roles/{SELF_DELETE_ROLE_ID}"]
+        role["includedPermissions"] = ["compute.instances.delete"]
+    elif what == "default-account":
+        monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", "default")
+        monkeypatch.delenv("BENCH_ALLOW_LEFTOVER_DISK")
+        project.proxy.grant(f"serviceAccount:{DEFAULT_ACCOUNT}")
 
 
 @pytest.mark.parametrize(
@@ -103,8 +143,40 @@ def _break(project, monkeypatch, what: str) -> None:
         ("missing-bucket", "✗ bucket gs://bench-no-such-bucket", "run `bench setup`"),
         (
             "vm-bucket-access",
-            f"✗ VM bucket access: {DEFAULT_ACCOUNT}",
+            f"✗ VM bucket access: {ACCOUNT}",
             "run `bench setup` (its account writes only its own run's objects)",
+        ),
+        (
+            "missing-image",
+            "✗ image family pytorch-9-9-cu999-ubuntu-2204-nvidia-999: no image in family",
+            "set `image_family`/`image_project` to a family that exists",
+        ),
+        (
+            "no-create",
+            f"✗ create VMs: you lack compute.instances.create in {PROJECT}",
+            f"ask a project admin for roles/compute.instanceAdmin.v1 on {PROJECT}",
+        ),
+        (
+            "no-act-as",
+            f"✗ act as the VM account: you lack iam.serviceAccounts.actAs on {ACCOUNT}",
+            f"gcloud iam service-accounts add-iam-policy-binding {ACCOUNT} "
+            "--member=user:YOUR_EMAIL --role=roles/iam.serviceAccountUser",
+        ),
+        (
+            "no-self-delete",
+            f"✗ VM self-delete: {ACCOUNT} holds no projects/{PROJECT}/roles/{SELF_DELETE_ROLE_ID}",
+            "run `bench setup --apply`",
+        ),
+        (
+            "old-self-delete-role",
+            "✗ VM self-delete: projects/bench-test-project/roles/benchSelfDelete lacks "
+            "compute.disks.delete",
+            "run `bench setup --apply` (it updates the role)",
+        ),
+        (
+            "default-account",
+            "✗ VM self-delete: the default account cannot delete its VM",
+            "run `bench setup --apply`, then set service_account",
         ),
     ],
 )
@@ -148,3 +220,19 @@ def test_quota_in_use_is_no_free_quota_and_a_region_without_quotas_is_unknown(pr
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "✓ GPU quota us-central1: unknown: Compute could not load" in out
+
+
+def test_a_new_project_is_told_which_quota_to_request(project, capsys):
+    """A new project has no GPU quota at all: GPUS_ALL_REGIONS 0 and 0 of each GPU per
+    region (https://cloud.google.com/compute/resource-usage#gpu_quota). The stand-in
+    answered 8 of everything before, and doctor said ✓ where Google would refuse."""
+    project.catalog.region_quotas.clear()
+    project.catalog.project_quotas["GPUS_ALL_REGIONS"] = 0.0
+    assert main(["doctor"]) == 4
+    crosses = [line for line in capsys.readouterr().out.splitlines() if line.startswith("✗")]
+    assert len(crosses) == 2, crosses
+    regional, overall = crosses
+    assert regional.startswith("✗ GPU quota us-central1: NVIDIA_L4_GPUS 0 free")
+    assert "fix: request PREEMPTIBLE_NVIDIA_L4_GPUS ≥ 1 in us-central1 at " in regional
+    assert overall.startswith("✗ GPUS_ALL_REGIONS: 0 free")
+    assert "fix: request GPUS_ALL_REGIONS ≥ 1" in overall

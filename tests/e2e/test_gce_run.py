@@ -24,6 +24,7 @@ from tests.unit.test_gce_builder import make_spec
 @pytest.mark.timeout(120)
 def test_failed_run_uploads_its_manifest_and_powers_off(gcs_server, gcs_bucket, tmp_path):  # noqa: F811
     with FakeComputeServer() as compute:
+        compute.catalog.raise_gpu_quotas()  # a new project has none
         config = BenchConfig(
             project="bench-test-project",
             zones=["us-central1-a", "us-central1-b"],

@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
-from orchestrator.backends.gce.iam import self_delete_condition
+from orchestrator.backends.gce.iam import SELF_DELETE_ROLE_ID, self_delete_condition
 from orchestrator.cli import main
+from orchestrator.service import setup as setup_service
 from tests.e2e.test_gce_cli import plan_file
 from tests.fakes.gcs_proxy import GcsIamProxy
 from tests.fakes.iam_server import FakeIamServer
@@ -42,17 +43,23 @@ def test_setup_prints_one_checkable_gcloud_line_per_step(bench_env, capsys, monk
     assert f"{condition}runs/" in runs and "roles/benchRunObjects" in runs
     assert "--permissions=storage.objects.get --stage=GA" in reader
     assert f"{condition}cache/" in cache and "roles/benchCacheReader" in cache
-    assert "--permissions=compute.instances.delete --stage=GA" in deleter
+    assert "--permissions=compute.instances.delete,compute.disks.delete --stage=GA" in deleter
     assert f'resource.name.startsWith("projects/{PROJECT}/zones/")' in delete
     assert 'extract("/instances/{name}").startsWith("bench-")' in delete
+    assert 'extract("/disks/{name}").startsWith("bench-")' in delete
     assert f'service_account = "{ACCOUNT}"' in lines[-2]
 
 
 @pytest.fixture
 def iam(gce, gcs_server, monkeypatch):
+    """IAM whose new accounts are refused for their first uses, as Google's may be for a
+    minute (iam_server.py); setup's waits between retries shortened to keep tests fast."""
+    monkeypatch.setattr(setup_service, "PROPAGATION_DELAYS_S", (0.01,) * 7)
     with (
         FakeIamServer() as server,
-        GcsIamProxy(gcs_server.endpoint, gce.account_of_token, server.roles) as proxy,
+        GcsIamProxy(
+            gcs_server.endpoint, gce.account_of_token, server.roles, server.member_problem
+        ) as proxy,
     ):
         monkeypatch.setenv("BENCH_IAM_ENDPOINT", server.endpoint)
         monkeypatch.setenv("BENCH_RESOURCEMANAGER_ENDPOINT", server.endpoint)
@@ -68,12 +75,12 @@ def test_apply_creates_least_privilege_setup_and_is_repeatable(iam, gce, capsys)
     assert ACCOUNT in iam.accounts
     permissions = sorted(tuple(r["includedPermissions"]) for r in iam.roles.values())
     assert permissions == [
-        ("compute.instances.delete",),
+        ("compute.instances.delete", "compute.disks.delete"),
         ("storage.objects.create", "storage.objects.delete", "storage.objects.get"),
         ("storage.objects.get",),
     ]
     policy = iam.policy(PROJECT)
-    (binding,) = policy["bindings"]
+    (binding,) = [b for b in policy["bindings"] if b["role"] != "roles/owner"]
     assert binding["members"] == [f"serviceAccount:{ACCOUNT}"]
     assert binding["condition"]["expression"] == self_delete_condition(PROJECT)
     assert policy["version"] == 3
@@ -83,7 +90,42 @@ def test_apply_creates_least_privilege_setup_and_is_repeatable(iam, gce, capsys)
     assert main(["setup", "--apply"]) == 0  # a second run changes nothing
     out = capsys.readouterr().out
     assert out.count("exists already") == 5 and out.count("granted already") == 3
-    assert len(iam.policy(PROJECT)["bindings"]) == 1 and len(iam.proxy.bindings) == 2
+    assert len(iam.policy(PROJECT)["bindings"]) == 2 and len(iam.proxy.bindings) == 2
+
+
+def test_apply_waits_out_a_new_accounts_propagation(iam, capsys):
+    """Google: a new service account may be unusable for 60 s or more. The stand-in refuses
+    its first two uses with "does not exist", as Google answers; setup retries the grant
+    (backing off) instead of failing half-way."""
+    assert iam.unusable_uses == 2
+    assert main(["setup", "--apply"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("the new service account is not visible yet") == 2
+    assert iam.refused_uses[ACCOUNT] == 2
+    assert iam.proxy.members() == {f"serviceAccount:{ACCOUNT}"}
+    assert any(b["role"].endswith(SELF_DELETE_ROLE_ID) for b in iam.policy(PROJECT)["bindings"])
+
+
+def test_apply_gives_up_after_its_bounded_wait_and_says_to_run_it_again(iam, capsys):
+    iam.unusable_uses = 100  # never visible within the retries
+    assert main(["setup", "--apply"]) == 4
+    captured = capsys.readouterr()
+    assert captured.out.count("not visible yet") == len(setup_service.PROPAGATION_DELAYS_S)
+    assert "run `bench setup --apply` again in a minute" in captured.err
+
+
+def test_apply_brings_an_older_self_delete_role_to_both_permissions(iam, capsys):
+    """An earlier setup's role held compute.instances.delete alone; deleting a VM deletes its
+    boot disk too (backends/gce/iam.py): a repeat of setup updates the role."""
+    assert main(["setup", "--apply"]) == 0
+    role = iam.roles[f"projects/{PROJECT}/roles/{SELF_DELETE_ROLE_ID}"]
+    role["includedPermissions"] = ["compute.instances.delete"]
+    capsys.readouterr()
+    assert main(["setup", "--apply"]) == 0
+    assert "updated to hold only compute.instances.delete, compute.disks.delete" in (
+        capsys.readouterr().out
+    )
+    assert role["includedPermissions"] == ["compute.instances.delete", "compute.disks.delete"]
 
 
 def test_after_setup_a_run_deletes_its_own_vm_and_doctor_is_green(

@@ -148,6 +148,7 @@ def test_the_same_attack_succeeds_against_the_grants_bench_made_before(
     whole bucket; delete on bench-* tested as a bare name): the stand-in evaluates those
     grants too, and the attack above gets through them. The test above can fail."""
     account = f"serviceAccount:{ACCOUNT}"
+    iam.create_account(PROJECT, "bench-vm")  # a VM runs only as an account that exists
     gcs_server.client().create_bucket(os.environ["BENCH_BUCKET"])
     iam.proxy.grant(account)  # roles/storage.objectUser, no condition
     monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", ACCOUNT)

@@ -29,19 +29,29 @@ SHAPES = {
 }
 
 
-def expected_caps(plan_path: str, total: float) -> dict[str, int]:
-    """Machine type -> the time cap its share buys, from the catalogs, worked out here."""
+def member_rates(gce) -> dict[str, budget.HourlyRate]:
+    """Machine type -> its rate at launch: the boot disk at its image's size (the stand-in's)."""
+    rates = {}
+    for machine in SHAPES:
+        member = _member(machine)
+        image = gce.catalog.image_from_family(member.image_project, member.image_family)
+        rates[machine] = budget.hourly_rate(member, spot=True, disk_gb=int(image["diskSizeGb"]))
+    return rates
+
+
+def expected_caps(gce, plan_path: str, total: float) -> dict[str, int]:
+    """Machine type -> the time cap its share buys, from the catalogs, worked out here: the
+    split by each run's worst case at the catalog's assumed disk (no image read yet), each
+    cap at its rate once the image was read."""
     plan = Plan.model_validate_json(open(plan_path).read())
-    config = BenchConfig(zones=["us-central1-a", "us-central1-b", "us-central1-c"])
-    cost, rate = {}, {}
-    for gpu in load_gpu_catalog().values():
-        member = member_config(config, gpu)
-        rate[gpu.machine_type] = budget.hourly_rate(member, spot=True).total
-        seconds = model_phases(plan, "gce", gpu.accelerator_type, member.image_family).total_seconds
-        cost[gpu.machine_type] = rate[gpu.machine_type] * (seconds + 120) / 3600
-    needed = sum(cost.values())
+    cost = {}
+    for machine in SHAPES:
+        member = _member(machine)
+        seconds = model_phases(plan, "gce", SHAPES[machine], member.image_family).total_seconds
+        cost[machine] = budget.worst_case_usd(budget.hourly_rate(member, spot=True), seconds)
+    needed, rates = sum(cost.values()), member_rates(gce)
     return {
-        machine: budget.max_run_seconds_for(int(total * c / needed * 1000) / 1000, rate[machine])
+        machine: budget.max_run_seconds_for(int(total * c / needed * 1000) / 1000, rates[machine])
         for machine, c in cost.items()
     }
 
@@ -64,7 +74,7 @@ def test_four_gpu_sweep_inserts_four_vms_with_their_shapes_and_caps(gce, tmp_pat
     out = capsys.readouterr().out
     bodies = {b["machineType"].rsplit("/", 1)[-1]: b for b in gce.inserted}
     assert sorted(bodies) == sorted(SHAPES)
-    caps = expected_caps(plan, 5.00)
+    caps = expected_caps(gce, plan, 5.00)
     sweep_ids = set()
     for machine, body in bodies.items():
         (accelerator,) = body["guestAccelerators"]
@@ -78,8 +88,8 @@ def test_four_gpu_sweep_inserts_four_vms_with_their_shapes_and_caps(gce, tmp_pat
     # One sweep; the four caps together cost no more than the budget.
     (sweep_id,) = sweep_ids
     assert sweep_id == sweep_id_of(out)
-    rates = {m: budget.hourly_rate(_member(m), spot=True).total for m in SHAPES}
-    assert sum(caps[m] * rates[m] / 3600 for m in SHAPES) <= 5.00
+    rates = member_rates(gce)
+    assert sum(budget.worst_case_usd(rates[m], caps[m]) for m in SHAPES) <= 5.00
     assert len(set(caps.values())) == 4  # each VM its own cap
     assert "4 of 4 GPU types running" in out
     # The registry groups the members; status and stop-all take the sweep id.

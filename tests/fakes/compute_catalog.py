@@ -2,10 +2,13 @@
 project's quotas, machine and accelerator types, images and image families.
 
 Each answer is shaped as the compute v1 discovery document says (the server validates
-it). Defaults describe a healthy project: every configured zone offers the g2 types and
-the L4 (and the T4, A100 and H100 with their machine types), every GPU quota is 8, and
-every image family resolves to an ACTIVE image. Tests
-break one thing at a time through the `FakeCatalog` attributes.
+it). Defaults describe a new project: every configured zone offers the g2 types and the L4
+(and the T4, A100 and H100 with their machine types, and e2-micro), each public image
+family of PUBLIC_FAMILIES resolves to an ACTIVE image (others are 404), and every GPU quota
+is 0, GPUS_ALL_REGIONS included, as Google
+gives a new project (https://cloud.google.com/compute/resource-usage#gpu_quota): a test that
+starts GPU VMs raises them first (`raise_gpu_quotas()`, what an approved request gives).
+Tests break one thing at a time through the `FakeCatalog` attributes.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ MACHINE_SHAPES = {
         for name in G2_TYPES
     },
     "n1-standard-4": MachineShape(4, 15 * 1024, None),
+    # The cheapest shape, shared-core, no GPU (https://cloud.google.com/compute/docs/
+    # general-purpose-machines#e2-shared-core): what `bench doctor --probe` starts.
+    "e2-micro": MachineShape(2, 1024, None),
     "a2-highgpu-1g": MachineShape(12, 85 * 1024, "nvidia-tesla-a100", 1),
     "a3-highgpu-1g": MachineShape(26, 234 * 1024, "nvidia-h100-80gb", 1),
 }
@@ -62,6 +68,30 @@ GPU_QUOTAS = (
     "PREEMPTIBLE_NVIDIA_A100_GPUS",
     "PREEMPTIBLE_NVIDIA_H100_GPUS",
 )
+GLOBAL_GPU_QUOTA = "GPUS_ALL_REGIONS"
+# The regional quota metric each accelerator counts against (spot: its PREEMPTIBLE_ twin).
+QUOTA_METRIC = {
+    L4: "NVIDIA_L4_GPUS",
+    "nvidia-tesla-t4": "NVIDIA_T4_GPUS",
+    "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
+    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
+}
+# Boot image sizes (images.get `diskSizeGb`): a disk is at least its image
+# (AttachedDiskInitializeParams.diskSizeGb in the compute v1 discovery document).
+IMAGE_SIZE_GB = {"debian-cloud": 10}
+DEFAULT_IMAGE_SIZE_GB = 50
+_DEFAULT_IMAGE_SUFFIX = "-v20261101"  # a public family's image unless a test sets `images`
+# Public image families that exist (https://cloud.google.com/deep-learning-vm/docs/images,
+# https://cloud.google.com/compute/docs/images/os-details); any other answers 404.
+PUBLIC_FAMILIES = {
+    "deeplearning-platform-release": {
+        "pytorch-2-9-cu129-ubuntu-2204-nvidia-580",
+        "common-cu129-ubuntu-2204-nvidia-580",
+        "common-cu129-ubuntu-2404-nvidia-580",
+        "common-cu128-ubuntu-2204-nvidia-570",
+    },
+    "debian-cloud": {"debian-12"},
+}
 
 
 def region_of(zone: str) -> str:
@@ -85,7 +115,7 @@ class FakeCatalog:
     # Zones lacking one GPU model (and the machine types that carry it built in).
     zones_without: dict[str, set[str]] = field(default_factory=dict)  # accelerator -> zones
     region_quotas: dict[str, dict[str, float]] = field(default_factory=dict)
-    project_quotas: dict[str, float] = field(default_factory=lambda: {"GPUS_ALL_REGIONS": 8.0})
+    project_quotas: dict[str, float] = field(default_factory=lambda: {GLOBAL_GPU_QUOTA: 0.0})
     # What is in use now, per region and metric (GPUs other VMs of the project hold).
     region_usage: dict[str, dict[str, float]] = field(default_factory=dict)
     # Regions whose quotas Compute failed to load: no `quotas`, a `quotaStatusWarning`.
@@ -96,6 +126,20 @@ class FakeCatalog:
 
     def set_region_quota(self, region: str, metric: str, limit: float) -> None:
         self.region_quotas.setdefault(region, {})[metric] = limit
+
+    def raise_gpu_quotas(self, limit: float = 8.0) -> None:
+        """Every GPU quota of every region, and GPUS_ALL_REGIONS, at `limit`: the project
+        of a user whose quota increase requests were approved."""
+        for region in {region_of(zone) for zone in self.zones}:
+            for metric in GPU_QUOTAS:
+                self.set_region_quota(region, metric, limit)
+        self.project_quotas[GLOBAL_GPU_QUOTA] = limit
+
+    def region_limits(self, region: str) -> dict[str, float]:
+        limits = {"CPUS": 24.0}
+        limits.update(dict.fromkeys(GPU_QUOTAS, 0.0))
+        limits.update(self.region_quotas.get(region, {}))
+        return limits
 
     def deprecate_family(self, project: str, family: str, successor_family: str) -> None:
         """Every image of `family` DEPRECATED, pointing at the successor family."""
@@ -166,16 +210,20 @@ class FakeCatalog:
             "selfLink": f"{API_ROOT}/projects/{project}/zones/{zone}/acceleratorTypes/{name}",
         }
 
-    def region(self, project: str, region: str) -> dict[str, Any]:
+    def region(
+        self, project: str, region: str, in_use: dict[str, float] | None = None
+    ) -> dict[str, Any]:
+        """`in_use`: what the project's instances hold now, per metric (the server counts
+        them), on top of `region_usage`."""
         zones = [z for z in self.zones if region_of(z) == region]
         if not zones:
             raise gce_errors.not_found(f"projects/{project}/regions/{region}")
         # GPU quotas are per region, spot and on-demand apart:
         # https://cloud.google.com/compute/resource-usage#gpu_quota
-        limits = {"CPUS": 24.0}
-        limits.update(dict.fromkeys(GPU_QUOTAS, 8.0))
-        limits.update(self.region_quotas.get(region, {}))
-        usage = self.region_usage.get(region, {})
+        limits = self.region_limits(region)
+        usage = dict(self.region_usage.get(region, {}))
+        for metric, count in (in_use or {}).items():
+            usage[metric] = usage.get(metric, 0.0) + count
         answer: dict[str, Any] = {
             "kind": "compute#region",
             "id": str(1000 + len(region)),
@@ -198,7 +246,9 @@ class FakeCatalog:
             }
         return answer
 
-    def project(self, project: str, number: int) -> dict[str, Any]:
+    def project(
+        self, project: str, number: int, in_use: dict[str, float] | None = None
+    ) -> dict[str, Any]:
         # GPUS_ALL_REGIONS caps GPUs in every region together; it is a project quota:
         # https://cloud.google.com/compute/resource-usage#gpu_quota
         # `id` "is not the project ID, and is just a unique ID used by Compute Engine to
@@ -211,14 +261,18 @@ class FakeCatalog:
             "defaultServiceAccount": f"{number}-compute@developer.gserviceaccount.com",
             "name": project,
             "quotas": [
-                {"metric": metric, "limit": limit, "usage": 0.0}
+                {"metric": metric, "limit": limit, "usage": (in_use or {}).get(metric, 0.0)}
                 for metric, limit in sorted(self.project_quotas.items())
             ],
             "selfLink": f"{API_ROOT}/projects/{project}",
         }
 
     def _family(self, project: str, family: str) -> list[FakeImage]:
-        return self.images.get(f"{project}/{family}") or [FakeImage(f"{family}-v20261101", family)]
+        if f"{project}/{family}" in self.images:
+            return self.images[f"{project}/{family}"]
+        if family in PUBLIC_FAMILIES.get(project, ()):
+            return [FakeImage(f"{family}{_DEFAULT_IMAGE_SUFFIX}", family)]
+        return []  # no such family: getFromFamily answers 404
 
     def image_from_family(self, project: str, family: str) -> dict[str, Any]:
         # "Returns the latest image that is part of an image family and is not deprecated":
@@ -227,6 +281,17 @@ class FakeCatalog:
         if not active:
             raise gce_errors.not_found(f"projects/{project}/global/images/family/{family}")
         return self._image_json(project, active[-1])
+
+    def image(self, project: str, name: str) -> dict[str, Any]:
+        """images.get: an image by name, deprecated ones included."""
+        for key, images in self.images.items():
+            for image in images:
+                if key.startswith(f"{project}/") and image.name == name:
+                    return self._image_json(project, image)
+        family = name.removesuffix(_DEFAULT_IMAGE_SUFFIX)
+        if name.endswith(_DEFAULT_IMAGE_SUFFIX) and self._family(project, family):
+            return self._image_json(project, FakeImage(name, family))
+        raise gce_errors.not_found(f"projects/{project}/global/images/{name}")
 
     def images_in_family(self, project: str, family: str) -> list[dict[str, Any]]:
         """images.list with `family = "X"`: deprecated ones too (they still exist)."""
@@ -239,7 +304,7 @@ class FakeCatalog:
             "name": image.name,
             "family": image.family,
             "status": "READY",
-            "diskSizeGb": "50",
+            "diskSizeGb": str(IMAGE_SIZE_GB.get(project, DEFAULT_IMAGE_SIZE_GB)),
             "selfLink": f"{API_ROOT}/projects/{project}/global/images/{image.name}",
         }
         if image.state != "ACTIVE":

@@ -26,9 +26,13 @@ discovery document (discovery.py): a request that does not fit answers 400 as th
 would, an answer that does not fit is a stand-in bug (500); both land in
 `server.schema_violations`, and `stop()` fails the test when any did.
 
-Callers: a request without Authorization is the controller (AnonymousCredentials); one with
-`Bearer fake-token-<instance>` (the metadata server's token) comes from that VM and is
-authorized against its service account and scopes (see `_authorize`).
+Callers: a request without Authorization is the controller (AnonymousCredentials), the
+principal `iam_policy.CONTROLLER_MEMBER`, a new project's owner unless a test changes the
+project's policy; one with `Bearer fake-token-<instance>` (the metadata server's token) comes
+from that VM and is authorized against its service account and scopes. Both are authorized
+against the project's IAM policy, conditions evaluated (see `authorize`). Inserts are checked
+as the API checks them (insert_rules.py) and count against the project's GPU quota, which is
+a new project's 0 until a test raises it (`server.catalog.raise_gpu_quotas()`).
 
 Instances run their startup-script in a sandbox (vm_sandbox.py) once RUNNING, with the
 environment of the test process plus `config.vm_env`, PATH = shims + `config.vm_path` + PATH,
@@ -60,7 +64,7 @@ from .compute_state import FakeCompute, FakeComputeConfig, FakeInstance, project
 from .faults import DROP, FaultPlan
 from .gce_errors import GceError, invalid
 from .http_base import BackgroundHttpServer, JsonHandler
-from .iam_policy import Resource, allows, predefined_or
+from .iam_policy import CONTROLLER_MEMBER, Resource, allows, new_project_policy, predefined_or
 from .list_filter import compile_filter
 from .metadata_server import VM_TOKEN_PREFIX, MetadataServer
 from .operations import API_ROOT
@@ -171,14 +175,18 @@ def _page(items: list[Any], query: dict[str, str]) -> tuple[list[Any], str | Non
 
 
 class ProjectIam:
-    """Project IAM policies and custom roles when no IAM stand-in is wired in."""
+    """Project IAM policies and custom roles when no IAM stand-in is wired in. Any service
+    account named exists here (the IAM stand-in, iam_server.py, knows which do)."""
 
     def __init__(self) -> None:
         self.policies: dict[str, dict[str, Any]] = {}
         self.roles: dict[str, dict[str, Any]] = {}
 
     def policy(self, project: str) -> dict[str, Any]:
-        return self.policies.setdefault(project, {"version": 1, "bindings": []})
+        return self.policies.setdefault(project, new_project_policy())
+
+    def account_exists(self, email: str) -> bool:
+        return True
 
     def grant(self, project: str, member: str, role: str, condition: dict | None = None) -> None:
         binding: dict[str, Any] = {"role": role, "members": [member]}
@@ -189,23 +197,70 @@ class ProjectIam:
     def grant_self_delete(self, project: str, account: str) -> None:
         """What `bench setup` grants: a custom role with compute.instances.delete under its
         condition (orchestrator/backends/gce/iam.py), evaluated here like any other."""
-        from orchestrator.backends.gce.iam import SELF_DELETE_ROLE_ID, self_delete_condition
+        from orchestrator.backends.gce.iam import (
+            SELF_DELETE_PERMISSIONS,
+            SELF_DELETE_ROLE_ID,
+            self_delete_condition,
+        )
 
         role = f"projects/{project}/roles/{SELF_DELETE_ROLE_ID}"
-        self.roles[role] = {"includedPermissions": ["compute.instances.delete"]}
+        self.roles[role] = {"includedPermissions": list(SELF_DELETE_PERMISSIONS)}
         condition = {"title": "bench instances only", "expression": self_delete_condition(project)}
         self.grant(project, f"serviceAccount:{account}", role, condition)
 
 
-def _needed(api_method: str, params: dict[str, str]) -> tuple[str, Resource]:
+# Methods whose permission is not compute.<method> (each method's page under
+# https://cloud.google.com/compute/docs/reference/rest/v1 lists its IAM permission).
+_PERMISSIONS = {
+    "instances.insert": "compute.instances.create",
+    "instances.aggregatedList": "compute.instances.list",
+    "zoneOperations.wait": "compute.zoneOperations.get",
+    "images.getFromFamily": "compute.images.getFromFamily",
+}
+# Public images "are available to all users" (https://cloud.google.com/compute/docs/images):
+# reading them needs no role in their project.
+PUBLIC_IMAGE_PROJECTS = ("deeplearning-platform-release", "debian-cloud")
+
+
+def _needed(api_method: str, params: dict[str, str], body: Any) -> tuple[str, Resource]:
     """The permission a Compute method needs and the resource a condition sees."""
-    verb = api_method.split(".", 1)[1]
-    permission = "compute.instances.list" if verb == "aggregatedList" else f"compute.{api_method}"
+    permission = _PERMISSIONS.get(api_method, f"compute.{api_method}")
     project, zone, name = params.get("project"), params.get("zone"), params.get("name")
+    if api_method == "instances.insert":
+        name = (body or {}).get("name")
     if name and zone:
-        full = f"projects/{project}/zones/{zone}/instances/{name}"
-        return permission, Resource("compute.googleapis.com/Instance", full)
+        return permission, _instance(str(project), zone, name)
     return permission, Resource("compute.googleapis.com/Project", f"projects/{project}")
+
+
+def _instance(project: str, zone: str, name: str) -> Resource:
+    return Resource(
+        "compute.googleapis.com/Instance", f"projects/{project}/zones/{zone}/instances/{name}"
+    )
+
+
+def _auto_deleted_disks(inst: FakeInstance) -> list[Resource]:
+    """The disks deleting this instance deletes: those with autoDelete. A disk created with
+    the instance is named after it unless the request names it
+    (AttachedDiskInitializeParams.diskName in the compute v1 discovery document)."""
+    return [
+        Resource(
+            "compute.googleapis.com/Disk",
+            f"projects/{inst.project}/zones/{inst.zone}/disks/"
+            + ((disk.get("initializeParams") or {}).get("diskName") or inst.name),
+        )
+        for disk in inst.sent.get("disks") or []
+        if disk.get("autoDelete")
+    ]
+
+
+def _refused(permission: str, resource: Resource) -> GceError:
+    return GceError(
+        403,
+        "forbidden",
+        "PERMISSION_DENIED",
+        f"Required '{permission}' permission for '{resource.name}'",
+    )
 
 
 class FakeComputeServer:
@@ -222,8 +277,9 @@ class FakeComputeServer:
         self.inserted: list[dict[str, Any]] = []
         self.schema_violations: list[str] = []
         self.catalog = FakeCatalog(self.config.zones)
-        # The project IAM a VM's token is authorized against: `.policy(project)` and
-        # `.roles` (custom roles by name), e.g. the IAM stand-in (tests/fakes/iam_server.py).
+        # The project IAM every call is authorized against (the controller's and a VM's):
+        # `.policy(project)`, `.roles` (custom roles by name) and `.account_exists(email)`,
+        # e.g. the IAM stand-in (tests/fakes/iam_server.py).
         self.iam: ProjectIam = ProjectIam()
         self._record_lock = threading.Lock()
         self._http = BackgroundHttpServer(_ComputeHandler)
@@ -242,6 +298,7 @@ class FakeComputeServer:
             poweroff_url_for=lambda i: (
                 f"{self._http.base_url}/_fake/poweroff/{i.project}/{i.zone}/{i.name}"
             ),
+            catalog=self.catalog,
         )
         return self
 
@@ -389,16 +446,19 @@ class FakeComputeServer:
             ) from None
 
     def authorize(self, request: RecordedRequest, params: dict[str, str]) -> None:
-        """The controller may do anything; a VM's token only what its identity allows.
-
-        A VM calls Compute with its service account's token from the metadata server; the
-        call needs both an access scope that covers Compute and an IAM permission
+        """Every call needs its method's IAM permission on its resource, the project's
+        policy deciding, conditions evaluated on the full resource name (tests/fakes/
+        iam_policy.py; https://cloud.google.com/compute/docs/access/
+        granting-access-to-resources#iam-conditions). The controller is CONTROLLER_MEMBER.
+        A VM calls with its service account's token from the metadata server; the call also
+        needs an access scope that covers Compute
         (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam).
-        The permission is the method's (https://cloud.google.com/compute/docs/reference/rest
-        /v1/instances/delete and its siblings: compute.instances.<verb>, aggregatedList
-        needing compute.instances.list) on the instance's full resource name, and the
-        project's policy decides, conditions evaluated (tests/fakes/iam_policy.py;
-        https://cloud.google.com/compute/docs/access/granting-access-to-resources#iam-conditions).
+        Besides: an insert needs iam.serviceAccounts.actAs on the VM's service account
+        (https://cloud.google.com/iam/docs/service-accounts-actas); deleting an instance
+        deletes its auto-delete disks, and a VM's own delete is held to
+        compute.disks.delete on them too: the stricter reading where
+        https://cloud.google.com/compute/docs/instances/deleting-instance does not settle it
+        (bench grants it; backends/gce/iam.py).
         """
         if not self.catalog.credentials_valid:
             # https://cloud.google.com/docs/authentication/troubleshoot-adc (401 UNAUTHENTICATED)
@@ -418,39 +478,65 @@ class FakeComputeServer:
                 "before or it is disabled.",
                 domain="usageLimits",
             )
-        if request.caller == "controller":
-            return
-        caller = self.metadata_instance_by_name(request.caller[len("vm:") :])
-        account = (caller.sent.get("serviceAccounts") or [{}])[0] if caller else {}
-        scopes = set(account.get("scopes") or [])
-        permission, resource = _needed(request.api_method, params)
-        member = f"serviceAccount:{account.get('email')}"
         project = params.get("project", "")
-        allowed = scopes & {COMPUTE_SCOPE, CLOUD_PLATFORM_SCOPE} and allows(
-            self.iam.policy(project).get("bindings", []),
-            predefined_or(self.iam.roles),
-            member,
-            permission,
-            resource,
+        permission, resource = _needed(request.api_method, params, request.body)
+        if permission.startswith("compute.images.") and project in PUBLIC_IMAGE_PROJECTS:
+            return
+        member = CONTROLLER_MEMBER
+        if request.caller != "controller":
+            caller = self.metadata_instance_by_name(request.caller[len("vm:") :])
+            account = (caller.sent.get("serviceAccounts") or [{}])[0] if caller else {}
+            if not set(account.get("scopes") or []) & {COMPUTE_SCOPE, CLOUD_PLATFORM_SCOPE}:
+                raise _refused(permission, resource)
+            member = f"serviceAccount:{self.account_email(caller) if caller else None}"
+        needs = [(permission, resource)]
+        if request.api_method == "instances.insert":
+            needs.append(self._act_as(project, request.body or {}))
+        if request.api_method == "instances.delete" and request.caller != "controller":
+            with self.compute.lock:
+                target = self.compute.instances.get((project, params["zone"], params["name"]))
+            for disk in _auto_deleted_disks(target) if target else []:
+                needs.append(("compute.disks.delete", disk))
+        bindings = self.iam.policy(project).get("bindings", [])
+        roles = predefined_or(self.iam.roles)
+        for needed, on in needs:
+            if needed == "iam.serviceAccounts.actAs" and not (
+                self.iam.account_exists(on.name.rsplit("/", 1)[-1])
+                and allows(bindings, roles, member, needed, on)
+            ):
+                raise self._no_act_as(on, member)
+            if not allows(bindings, roles, member, needed, on):
+                raise _refused(needed, on)
+
+    def _act_as(self, project: str, body: dict[str, Any]) -> tuple[str, Resource]:
+        email = ((body.get("serviceAccounts") or [{}])[0]).get("email") or "default"
+        if email == "default":
+            email = f"{project_number(project)}-compute@developer.gserviceaccount.com"
+        resource = Resource(
+            "iam.googleapis.com/ServiceAccount", f"projects/{project}/serviceAccounts/{email}"
         )
-        if not allowed:
-            raise GceError(
-                403,
-                "forbidden",
-                "PERMISSION_DENIED",
-                f"Required '{permission}' permission for '{resource.name}'",
-            )
+        return "iam.serviceAccounts.actAs", resource
+
+    def _no_act_as(self, account: Resource, member: str) -> GceError:
+        email = account.name.rsplit("/", 1)[-1]
+        return invalid(
+            f"The user does not have access to service account '{email}'.  User: "
+            f"'{member.split(':', 1)[-1]}'.  Ask a project owner to grant you the "
+            "iam.serviceAccountUser role on the service account"
+        )
+
+    def account_email(self, inst: FakeInstance) -> str:
+        """The service account email a VM runs as ("default": the project's default one)."""
+        email = ((inst.sent.get("serviceAccounts") or [{}])[0]).get("email") or "default"
+        if email == "default":
+            return f"{project_number(inst.project)}-compute@developer.gserviceaccount.com"
+        return email
 
     def account_of_token(self, token: str) -> str | None:
         """The service account email a VM token stands for (what the metadata server
         reports for that VM), or None for a token of no live VM."""
         inst = self.metadata_instance_by_name(token.removeprefix(VM_TOKEN_PREFIX))
-        if inst is None:
-            return None
-        email = ((inst.sent.get("serviceAccounts") or [{}])[0]).get("email") or "default"
-        if email == "default":
-            return f"{project_number(inst.project)}-compute@developer.gserviceaccount.com"
-        return email
+        return None if inst is None else self.account_email(inst)
 
     def metadata_instance_by_name(self, name: str) -> FakeInstance | None:
         with self.compute.lock:
@@ -495,9 +581,11 @@ class FakeComputeServer:
     def _catalog(self, api_name: str, p: dict[str, str], query: dict[str, str]) -> Any:
         catalog = self.catalog
         if api_name == "projects.get":
-            return catalog.project(p["project"], project_number(p["project"]))
+            in_use = self.compute.gpu_usage(p["project"], None)
+            return catalog.project(p["project"], project_number(p["project"]), in_use)
         if api_name == "regions.get":
-            return catalog.region(p["project"], p["region"])
+            in_use = self.compute.gpu_usage(p["project"], p["region"])
+            return catalog.region(p["project"], p["region"], in_use)
         if api_name == "zones.get":
             return catalog.zone(p["project"], p["zone"])
         if api_name == "machineTypes.get":

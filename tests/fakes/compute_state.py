@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from . import gce_errors
+from .compute_catalog import GLOBAL_GPU_QUOTA, FakeCatalog, region_of
 from .faults import FaultPlan
 from .gce_errors import GceError
+from .insert_rules import check_insert, gpu_quota_metric, gpus_of, quota_failure
 from .operations import API_ROOT, Operation, rfc3339_now
 from .vm_sandbox import VmSandbox
 
@@ -168,9 +170,11 @@ class FakeCompute:
         faults: FaultPlan,
         metadata_endpoint_for: Callable[[FakeInstance], str],
         poweroff_url_for: Callable[[FakeInstance], str],
+        catalog: FakeCatalog,
     ) -> None:
         self.config = config
         self.faults = faults
+        self.catalog = catalog
         self._metadata_endpoint_for = metadata_endpoint_for
         self._poweroff_url_for = poweroff_url_for
         self.lock = threading.RLock()
@@ -230,6 +234,7 @@ class FakeCompute:
                 f"Invalid value for field 'resource.scheduling.provisioningModel': '{model}'. "
                 f"Machine type {machine_type} supports only SPOT or FLEX_START."
             )
+        check_insert(self.catalog, project, zone, body)
         failure = self.faults.insert_failure(project, zone, machine_type, spot)
         if failure is not None and failure[1] == "http":
             raise failure[0]
@@ -237,8 +242,15 @@ class FakeCompute:
             if (project, zone, name) in self.instances:
                 raise gce_errors.already_exists(f"projects/{project}/zones/{zone}/instances/{name}")
             inst = FakeInstance(project, zone, name, copy.deepcopy(body))
-            if failure is not None:
-                inst.doomed_by = failure[0]
+            over_quota = quota_failure(
+                self.catalog,
+                zone,
+                body,
+                self.gpu_usage(project, region_of(zone)),
+                self.gpu_usage(project, None),
+            )
+            if failure is not None or over_quota is not None:
+                inst.doomed_by = failure[0] if failure is not None else over_quota
             self.instances[(project, zone, name)] = inst
             op = self._new_op(inst, "insert")
             inst.waiting_ops.setdefault("RUNNING", []).append(op)
@@ -280,6 +292,26 @@ class FakeCompute:
             else:
                 raise gce_errors.invalid(f"The resource '{inst.path}' is not ready")
             return op
+
+    def gpu_usage(self, project: str, region: str | None) -> dict[str, float]:
+        """GPUs the project's instances hold now, per quota metric: in `region`, or across
+        all regions (GPUS_ALL_REGIONS) when None. A TERMINATED VM holds none
+        (https://cloud.google.com/compute/resource-usage)."""
+        usage: dict[str, float] = {}
+        with self.lock:
+            for inst in self.instances.values():
+                gpus = gpus_of(inst.sent)
+                if gpus is None or inst.project != project or inst.doomed_by is not None:
+                    continue
+                if inst.status == "TERMINATED":
+                    continue
+                if region is None:
+                    usage[GLOBAL_GPU_QUOTA] = usage.get(GLOBAL_GPU_QUOTA, 0.0) + gpus[1]
+                elif region_of(inst.zone) == region:
+                    spot = inst.scheduling.get("provisioningModel") == "SPOT"
+                    metric = gpu_quota_metric(self.catalog, inst.zone, gpus[0], spot)
+                    usage[metric] = usage.get(metric, 0.0) + gpus[1]
+        return usage
 
     def operation(self, project: str, zone: str, name: str) -> Operation:
         op = self.operations.get(name)

@@ -32,7 +32,8 @@ def compute_server() -> Iterator[FakeComputeServer]:
     """A fresh compute + metadata stand-in per test (starting one takes milliseconds).
 
     Tune it in the test: `compute_server.config.time_scale = 600`,
-    `compute_server.faults.stockout("us-central1-a")`, ...
+    `compute_server.faults.stockout("us-central1-a")`, ... Its project is a new one, with
+    no GPU quota: `compute_server.catalog.raise_gpu_quotas()` before starting GPU VMs.
     """
     with FakeComputeServer() as server:
         yield server

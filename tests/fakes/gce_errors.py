@@ -113,13 +113,13 @@ def machine_type_missing(zone: str, machine_type: str) -> GceError:
     )
 
 
-def quota_exceeded(quota: str, region: str | None) -> GceError:
+def quota_exceeded(quota: str, region: str | None, limit: float = 0.0) -> GceError:
     where = f"in region {region}" if region else "globally"
     return GceError(
         403,
         "quotaExceeded",
         "QUOTA_EXCEEDED",
-        f"Quota '{quota}' exceeded.  Limit: 0.0 {where}.",
+        f"Quota '{quota}' exceeded.  Limit: {limit:.1f} {where}.",
         domain="usageLimits",
     )
 

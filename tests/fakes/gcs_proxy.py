@@ -179,6 +179,14 @@ class _ProxyHandler(JsonHandler):
             message = "IAM policy with conditions must be version 3"
             self.reply_json(400, {"error": {"code": 400, "message": message}})
             return
+        # A member the IAM stand-in cannot see yet (a new service account) is refused, as a
+        # project policy refuses it (iam_server.py).
+        added = {m for b in bindings for m in b.get("members", [])} - proxy.members()
+        for member in sorted(added):
+            problem = proxy.member_problem(member)
+            if problem:
+                self.reply_json(400, {"error": {"code": 400, "message": problem}})
+                return
         proxy.bindings = [{**b, "members": sorted(b["members"])} for b in bindings]
         proxy.etag += 1
         self._policy(proxy, bucket)
@@ -208,8 +216,11 @@ class GcsIamProxy(LoopbackStandIn):
         upstream: str,
         identity_of: Callable[[str], str | None],
         custom_roles: Mapping[str, Mapping[str, Any]] | None = None,
+        member_problem: Callable[[str], str | None] = lambda member: None,
     ) -> None:
         super().__init__()
+        # Why a policy may not name a member now, e.g. the IAM stand-in's `member_problem`.
+        self.member_problem = member_problem
         self.upstream = urlsplit(upstream)
         self.identity_of = identity_of
         # Custom roles by name (projects/P/roles/ID -> Role), e.g. the IAM stand-in's `roles`.

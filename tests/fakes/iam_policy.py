@@ -14,13 +14,38 @@ first occurrence of the template's prefix, up to its suffix, "" when either is m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+# Who calls a stand-in without a token: the developer running bench (the CLI, a test). The
+# account that creates a project holds roles/owner on it
+# (https://cloud.google.com/resource-manager/docs/creating-managing-projects);
+# a test that takes roles away edits the project's policy.
+CONTROLLER_MEMBER = "user:bench-user@example.com"
+
+
+class _Everything(frozenset):
+    """roles/owner: every permission (https://cloud.google.com/iam/docs/roles-overview#basic)."""
+
+    def __contains__(self, permission: object) -> bool:
+        return True
+
+
+# The Compute Engine permissions the stand-ins model, as compute.instanceAdmin.v1 grants them
+# (https://cloud.google.com/iam/docs/roles-permissions/compute#compute.instanceAdmin.v1).
+_INSTANCE_ADMIN = {
+    *(f"compute.instances.{verb}" for verb in ("create", "delete", "get", "list", "start")),
+    *("compute.instances.stop", "compute.instances.getSerialPortOutput"),
+    *("compute.disks.create", "compute.disks.delete", "compute.zoneOperations.get"),
+    *(f"compute.{kind}.get" for kind in ("projects", "regions", "zones", "machineTypes")),
+    *("compute.acceleratorTypes.get", "compute.images.get", "compute.images.getFromFamily"),
+    *("compute.images.list", "compute.images.useReadOnly"),
+}
 # Predefined roles, as far as the stand-ins need them
-# (https://cloud.google.com/storage/docs/access-control/iam-roles).
+# (https://cloud.google.com/storage/docs/access-control/iam-roles,
+# https://cloud.google.com/iam/docs/service-account-permissions#user-role).
 _OBJECT_USER = {
     "storage.objects.create",
     "storage.objects.delete",
@@ -28,14 +53,26 @@ _OBJECT_USER = {
     "storage.objects.list",
     "storage.objects.update",
 }
-PREDEFINED_ROLES: dict[str, set[str]] = {
+PREDEFINED_ROLES: dict[str, Collection[str]] = {
     "roles/storage.objectUser": _OBJECT_USER,
     "roles/storage.objectAdmin": _OBJECT_USER | {"storage.objects.setIamPolicy"},
     "roles/storage.admin": _OBJECT_USER | {"storage.buckets.get", "storage.buckets.getIamPolicy"},
     "roles/storage.objectViewer": {"storage.objects.get", "storage.objects.list"},
     "roles/storage.objectCreator": {"storage.objects.create"},
     "roles/storage.legacyObjectReader": {"storage.objects.get"},
+    "roles/owner": _Everything(),
+    "roles/compute.instanceAdmin.v1": _INSTANCE_ADMIN,
+    "roles/iam.serviceAccountUser": {
+        "iam.serviceAccounts.actAs",
+        "iam.serviceAccounts.get",
+        "iam.serviceAccounts.list",
+    },
 }
+
+
+def new_project_policy() -> dict[str, Any]:
+    """A new project's allow policy: its creator is its owner."""
+    return {"version": 1, "bindings": [{"role": "roles/owner", "members": [CONTROLLER_MEMBER]}]}
 
 
 @dataclass(frozen=True)
@@ -91,7 +128,7 @@ def condition_holds(expression: str, resource: Resource) -> bool:
 
 def allows(
     bindings: Iterable[Mapping[str, Any]],
-    role_permissions: Callable[[str], set[str]],
+    role_permissions: Callable[[str], Collection[str]],
     member: str,
     permission: str,
     resource: Resource,
@@ -108,10 +145,23 @@ def allows(
     return False
 
 
-def predefined_or(custom: Mapping[str, Mapping[str, Any]]) -> Callable[[str], set[str]]:
+def granted(
+    bindings: Iterable[Mapping[str, Any]],
+    role_permissions: Callable[[str], Collection[str]],
+    member: str,
+    permissions: Iterable[str],
+    resource: Resource,
+) -> list[str]:
+    """Those of `permissions` the policy gives `member` on `resource`: what
+    testIamPermissions answers (https://cloud.google.com/iam/docs/testing-permissions)."""
+    bindings = list(bindings)
+    return [p for p in permissions if allows(bindings, role_permissions, member, p, resource)]
+
+
+def predefined_or(custom: Mapping[str, Mapping[str, Any]]) -> Callable[[str], Collection[str]]:
     """Permissions of a role: predefined, else a custom role's includedPermissions."""
 
-    def permissions(role: str) -> set[str]:
+    def permissions(role: str) -> Collection[str]:
         if role in PREDEFINED_ROLES:
             return PREDEFINED_ROLES[role]
         return set(custom.get(role, {}).get("includedPermissions", []))

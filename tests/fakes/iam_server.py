@@ -2,10 +2,15 @@
 
   POST /v1/projects/{p}/serviceAccounts              iam projects.serviceAccounts.create
   GET  /v1/projects/{p}/serviceAccounts/{email}      iam projects.serviceAccounts.get
+  POST /v1/projects/{p}/serviceAccounts/{email}:testIamPermissions
+                                                     iam projects.serviceAccounts.testIamPermissions
   POST /v1/projects/{p}/roles                        iam projects.roles.create
   GET  /v1/projects/{p}/roles/{id}                   iam projects.roles.get
+  PATCH /v1/projects/{p}/roles/{id}                  iam projects.roles.patch
   POST /v3/projects/{p}:getIamPolicy                 cloudresourcemanager projects.getIamPolicy
   POST /v3/projects/{p}:setIamPolicy                 cloudresourcemanager projects.setIamPolicy
+  POST /v3/projects/{p}:testIamPermissions
+                                         cloudresourcemanager projects.testIamPermissions
 
 Rules, as documented: creating what exists answers 409 ALREADY_EXISTS
 (https://cloud.google.com/iam/docs/service-accounts-create,
@@ -13,8 +18,17 @@ https://cloud.google.com/iam/docs/creating-custom-roles); a service account's em
 `<accountId>@<project>.iam.gserviceaccount.com`; a policy with conditions must be version
 3, and setIamPolicy refuses a stale etag with 409 ABORTED
 (https://cloud.google.com/iam/docs/policies#versions,
-https://cloud.google.com/iam/docs/policies#etag). Every request and answer is checked
-against the iam v1 / cloudresourcemanager v3 discovery documents.
+https://cloud.google.com/iam/docs/policies#etag). A new project's policy makes its creator
+(the caller without a token, CONTROLLER_MEMBER) its owner; reading or setting it needs
+resourcemanager.projects.getIamPolicy / setIamPolicy. testIamPermissions answers the subset
+of the permissions the caller holds on the project, or on the service account through the
+project's policy (https://cloud.google.com/iam/docs/testing-permissions). A new service
+account is not usable at once: "you might need to wait for 60 seconds or more before you use
+the service account" (https://cloud.google.com/iam/docs/service-accounts-create): the first
+`unusable_uses` policy changes naming it are refused with 400 "does not exist", as Google
+answers a grant to an account it cannot see yet (`member_problem`, also used by the bucket
+proxy). Every request and answer is checked against the iam v1 / cloudresourcemanager v3
+discovery documents.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ from typing import Any
 
 from . import discovery
 from .http_base import JsonHandler, LoopbackStandIn
+from .iam_policy import CONTROLLER_MEMBER, Resource, granted, new_project_policy, predefined_or
 
 _ROUTES = [
     (
@@ -40,8 +55,29 @@ _ROUTES = [
         "v1",
         "projects.serviceAccounts.get",
     ),
+    (
+        "POST",
+        r"^/v1/projects/(?P<p>[^/]+)/serviceAccounts/(?P<id>[^/:]+):testIamPermissions$",
+        "iam",
+        "v1",
+        "projects.serviceAccounts.testIamPermissions",
+    ),
     ("POST", r"^/v1/projects/(?P<p>[^/]+)/roles$", "iam", "v1", "projects.roles.create"),
     ("GET", r"^/v1/projects/(?P<p>[^/]+)/roles/(?P<id>[^/]+)$", "iam", "v1", "projects.roles.get"),
+    (
+        "PATCH",
+        r"^/v1/projects/(?P<p>[^/]+)/roles/(?P<id>[^/]+)$",
+        "iam",
+        "v1",
+        "projects.roles.patch",
+    ),
+    (
+        "POST",
+        r"^/v3/projects/(?P<p>[^/:]+):testIamPermissions$",
+        "cloudresourcemanager",
+        "v3",
+        "projects.testIamPermissions",
+    ),
     (
         "POST",
         r"^/v3/projects/(?P<p>[^/:]+):getIamPolicy$",
@@ -57,6 +93,9 @@ _ROUTES = [
         "projects.setIamPolicy",
     ),
 ]
+
+
+_PROJECT = "cloudresourcemanager.googleapis.com/Project"
 
 
 class IamError(Exception):
@@ -98,51 +137,114 @@ class FakeIamServer(LoopbackStandIn):
 
     handler_class = _Handler
 
-    def __init__(self) -> None:
+    def __init__(self, unusable_uses: int = 2) -> None:
         super().__init__()
         self.accounts: dict[str, dict[str, Any]] = {}  # email -> ServiceAccount
         self.roles: dict[str, dict[str, Any]] = {}  # projects/p/roles/id -> Role
         self.policies: dict[str, dict[str, Any]] = {}  # project -> Policy
         self.calls: list[tuple[str, Any]] = []
+        self.unusable_uses = unusable_uses
+        self.refused_uses: dict[str, int] = {}  # email -> uses refused while propagating
         self._etags = 0
 
     def policy(self, project: str) -> dict[str, Any]:
-        return self.policies.setdefault(project, {"version": 1, "etag": "BwAAAA==", "bindings": []})
+        return self.policies.setdefault(project, {**new_project_policy(), "etag": "BwAAAA=="})
+
+    def account_exists(self, email: str) -> bool:
+        """A created account, or a project's default compute account (created with the
+        project when the Compute API is enabled)."""
+        return email in self.accounts or email.endswith("-compute@developer.gserviceaccount.com")
+
+    def member_problem(self, member: str) -> str | None:
+        """Why a policy may not name `member` now: a service account that does not exist,
+        or a new one not visible yet (each such use counts down `unusable_uses`)."""
+        kind, _, email = member.partition(":")
+        if kind != "serviceAccount":
+            return None
+        if not self.account_exists(email):
+            return f"Service account {email} does not exist."
+        refused = self.refused_uses.get(email)
+        if refused is not None and refused < self.unusable_uses:
+            self.refused_uses[email] = refused + 1
+            return f"Service account {email} does not exist."
+        return None
 
     def handle(self, name: str, p: dict[str, str], body: Any) -> dict[str, Any]:
         project = p["p"]
         if name == "projects.serviceAccounts.create":
-            email = f"{body['accountId']}@{project}.iam.gserviceaccount.com"
-            if email in self.accounts:
-                raise IamError(409, "ALREADY_EXISTS", f"Service account {email} already exists")
-            account = {
-                "name": f"projects/{project}/serviceAccounts/{email}",
-                "projectId": project,
-                "email": email,
-                "uniqueId": str(100_000_000_000_000_000_000 + len(self.accounts)),
-                "displayName": (body.get("serviceAccount") or {}).get("displayName", ""),
-            }
-            self.accounts[email] = account
-            return account
+            return self._create_account(project, body)
         if name == "projects.serviceAccounts.get":
             if p["id"] not in self.accounts:
                 raise IamError(404, "NOT_FOUND", f"Unknown service account {p['id']}")
             return self.accounts[p["id"]]
-        if name == "projects.roles.create":
-            role_name = f"projects/{project}/roles/{body['roleId']}"
-            if role_name in self.roles:
-                raise IamError(409, "ALREADY_EXISTS", f"A role named {body['roleId']} exists")
-            role = {**body.get("role", {}), "name": role_name, "etag": "BwAAAA=="}
-            self.roles[role_name] = role
-            return role
-        if name == "projects.roles.get":
-            role_name = f"projects/{project}/roles/{p['id']}"
-            if role_name not in self.roles:
-                raise IamError(404, "NOT_FOUND", f"Role {role_name} not found")
-            return self.roles[role_name]
+        if name == "projects.serviceAccounts.testIamPermissions":
+            if not self.account_exists(p["id"]):
+                raise IamError(404, "NOT_FOUND", f"Unknown service account {p['id']}")
+            resource = Resource(
+                "iam.googleapis.com/ServiceAccount", f"projects/{project}/serviceAccounts/{p['id']}"
+            )
+            return self._test(project, resource, body)
+        if name == "projects.testIamPermissions":
+            return self._test(project, Resource(_PROJECT, f"projects/{project}"), body)
+        if name in ("projects.roles.create", "projects.roles.get", "projects.roles.patch"):
+            return self._role(name, project, p.get("id") or body.get("roleId"), body)
+        self._require(project, f"resourcemanager.{name}")
         if name == "projects.getIamPolicy":
             return self.policy(project)
         return self._set_policy(project, body["policy"])
+
+    def create_account(self, project: str, account_id: str) -> dict[str, Any]:
+        """What serviceAccounts.create does, for a test that needs an account to exist."""
+        return self._create_account(project, {"accountId": account_id})
+
+    def _create_account(self, project: str, body: Any) -> dict[str, Any]:
+        email = f"{body['accountId']}@{project}.iam.gserviceaccount.com"
+        if email in self.accounts:
+            raise IamError(409, "ALREADY_EXISTS", f"Service account {email} already exists")
+        account = {
+            "name": f"projects/{project}/serviceAccounts/{email}",
+            "projectId": project,
+            "email": email,
+            "uniqueId": str(100_000_000_000_000_000_000 + len(self.accounts)),
+            "displayName": (body.get("serviceAccount") or {}).get("displayName", ""),
+        }
+        self.accounts[email] = account
+        self.refused_uses[email] = 0
+        return account
+
+    def _role(self, name: str, project: str, role_id: str, body: Any) -> dict[str, Any]:
+        role_name = f"projects/{project}/roles/{role_id}"
+        if name == "projects.roles.create":
+            if role_name in self.roles:
+                raise IamError(409, "ALREADY_EXISTS", f"A role named {role_id} exists")
+            role = {**body.get("role", {}), "name": role_name, "etag": "BwAAAA=="}
+            self.roles[role_name] = role
+            return role
+        if role_name not in self.roles:
+            raise IamError(404, "NOT_FOUND", f"Role {role_name} not found")
+        if name == "projects.roles.patch":
+            # Only the updateMask's fields change (projects.roles.patch in the iam v1
+            # discovery document); bench sends includedPermissions alone.
+            self.roles[role_name]["includedPermissions"] = list(body["includedPermissions"])
+        return self.roles[role_name]
+
+    def _require(self, project: str, permission: str) -> None:
+        resource = Resource(_PROJECT, f"projects/{project}")
+        if not self._granted(project, resource, [permission]):
+            raise IamError(
+                403,
+                "PERMISSION_DENIED",
+                f"The caller does not have permission {permission} on projects/{project}",
+            )
+
+    def _granted(self, project: str, resource: Resource, permissions: list[str]) -> list[str]:
+        bindings = self.policy(project).get("bindings", [])
+        roles = predefined_or(self.roles)
+        return granted(bindings, roles, CONTROLLER_MEMBER, permissions, resource)
+
+    def _test(self, project: str, resource: Resource, body: Any) -> dict[str, Any]:
+        held = self._granted(project, resource, list(body.get("permissions") or []))
+        return {"permissions": held} if held else {}
 
     def _set_policy(self, project: str, policy: dict[str, Any]) -> dict[str, Any]:
         current = self.policy(project)
@@ -150,20 +252,13 @@ class FakeIamServer(LoopbackStandIn):
             raise IamError(409, "ABORTED", "There were concurrent policy changes.")
         if any("condition" in b for b in policy.get("bindings", [])) and policy.get("version") != 3:
             raise IamError(400, "INVALID_ARGUMENT", "Conditions require policy version 3")
+        known = {m for b in current.get("bindings", []) for m in b.get("members", [])}
+        for binding in policy.get("bindings", []):
+            for member in set(binding.get("members", [])) - known:
+                problem = self.member_problem(member)
+                if problem:
+                    raise IamError(400, "INVALID_ARGUMENT", problem)
         self._etags += 1
         stored = {**policy, "etag": f"BwAAA{self._etags}=="}
         self.policies[project] = stored
         return stored
-
-    def accounts_allowed_to_delete_bench_instances(self, project: str) -> set[str]:
-        """Members that hold a custom role with compute.instances.delete under a condition
-        limiting it to bench- instances: what the compute stand-in's VM-token rule needs."""
-        allowed = set()
-        for binding in self.policy(project).get("bindings", []):
-            role = self.roles.get(binding["role"], {})
-            condition = (binding.get("condition") or {}).get("expression", "")
-            if "compute.instances.delete" in role.get("includedPermissions", []) and (
-                'startsWith("bench-")' in condition
-            ):
-                allowed |= {m.removeprefix("serviceAccount:") for m in binding["members"]}
-        return allowed

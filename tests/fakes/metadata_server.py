@@ -12,8 +12,10 @@ METADATA_ENDPOINT=http://metadata.google.internal/computeMetadata/v1. Here two b
 Every request needs the header `Metadata-Flavor: Google` (403 without, as on GCE).
 `?wait_for_change=true` blocks until the value changes (or `timeout_sec`, at most 60 s).
 Served paths: instance/{name,id,hostname,zone,machine-type,preempted},
+instance/scheduling/{preemptible,on-host-maintenance,automatic-restart},
 instance/attributes/ and instance/attributes/{key}, instance/service-accounts/default/
-{email,scopes,token}, project/{project-id,numeric-project-id}.
+{email,scopes,token}, project/{project-id,numeric-project-id}
+(https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys).
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ def metadata_value(
     machine_type = (inst.sent.get("machineType") or "").rsplit("/", 1)[-1]
     account = _service_account(inst)
     email = account.get("email") or f"{number}-compute@developer.gserviceaccount.com"
+    scheduling = inst.sent.get("scheduling") or {}
+    # A Spot VM reads as preemptible here (its provisioning model is SPOT, its scheduling
+    # preemptible); spot VMs default to TERMINATE and no automatic restart.
+    spot = scheduling.get("provisioningModel") == "SPOT" or bool(scheduling.get("preemptible"))
+    maintenance = scheduling.get("onHostMaintenance") or ("TERMINATE" if spot else "MIGRATE")
+    restart = scheduling.get("automaticRestart", not spot)
     text_values = {
         "instance/name": inst.name,
         "instance/id": inst.id,
@@ -79,6 +87,9 @@ def metadata_value(
         "instance/zone": f"projects/{number}/zones/{inst.zone}",
         "instance/machine-type": f"projects/{number}/machineTypes/{machine_type}",
         "instance/preempted": "TRUE" if inst.preempted else "FALSE",
+        "instance/scheduling/preemptible": "TRUE" if spot else "FALSE",
+        "instance/scheduling/on-host-maintenance": maintenance,
+        "instance/scheduling/automatic-restart": "TRUE" if restart else "FALSE",
         "instance/attributes/": "".join(f"{key}\n" for key in inst.metadata_keys()),
         "instance/service-accounts/": f"default/\n{email}/\n",
         "instance/service-accounts/default/email": email,

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator import budget
 from orchestrator.config import BenchConfig
-from orchestrator.errors import ConfigError, RefusedError
+from orchestrator.errors import ConfigError, RefusedError, UsageError
 from orchestrator.runtime_model import model_phases
 from orchestrator.service.plans import resolve_plan
 
@@ -14,28 +14,64 @@ from orchestrator.service.plans import resolve_plan
 def test_spot_l4_rate_matches_the_catalog_sum():
     rate = budget.hourly_rate(BenchConfig(), spot=True)
     disk = 100 * 0.10 / 730  # an image-sized disk is priced at the catalog's image_disk_gb
-    assert rate.total == pytest.approx(0.05874 + 0.2231 + disk)
+    # ... and every VM's external IPv4 address: $0.0025/h on spot, $0.005/h standard.
+    assert rate.total == pytest.approx(0.05874 + 0.2231 + disk + 0.0025)
     assert rate.catalog_date and rate.region == "us-central1"
+    assert rate.price_source == "bench's bundled price catalog, dated 2026-11-23"
     on_demand = budget.hourly_rate(BenchConfig(), spot=False)
-    assert on_demand.total == pytest.approx(0.14679 + 0.56004 + disk)
+    assert on_demand.total == pytest.approx(0.14679 + 0.56004 + disk + 0.005)
+    # The image's real size, once read, replaces the assumption.
+    assert budget.hourly_rate(BenchConfig(), spot=True, disk_gb=50).disk == pytest.approx(
+        50 * 0.10 / 730
+    )
 
 
-def test_one_dollar_buys_about_three_and_a_half_spot_hours():
-    rate = budget.hourly_rate(BenchConfig(), spot=True).total
+def test_one_dollar_buys_about_three_spot_hours_and_its_worst_case_fits():
+    rate = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=50)
     seconds = budget.max_run_seconds_for(1.00, rate)
-    assert 3.3 * 3600 < seconds < 3.6 * 3600
-    # Never more than the budget: the cap plus the margin costs at most $1.00.
-    assert (seconds + budget.BILLING_MARGIN_SECONDS) * rate / 3600 <= 1.00
+    assert 2.9 * 3600 < seconds < 3.2 * 3600
+    assert budget.worst_case_usd(rate, seconds) <= 1.00 < budget.worst_case_usd(rate, seconds + 1)
+
+
+@pytest.mark.parametrize("spot", [True, False])
+@pytest.mark.parametrize("disk_gb", [10, 50, 200])
+@pytest.mark.parametrize("budget_usd", [0.05, 0.1, 0.33, 1.0, 7.77, 100.0])
+def test_the_cap_is_the_longest_whose_worst_case_fits_the_budget(spot, disk_gb, budget_usd):
+    rate = budget.hourly_rate(BenchConfig(), spot=spot, disk_gb=disk_gb)
+    cap = budget.max_run_seconds_for(budget_usd, rate)
+    if cap == 0:  # not even the disk's insert and delete fit: check_buys_a_start refuses it
+        return
+    assert budget.worst_case_usd(rate, cap) <= budget_usd
+    if cap < budget.MAX_RUN_SECONDS_CEILING:
+        assert budget.worst_case_usd(rate, cap + 1) > budget_usd
+
+
+def test_the_worst_case_counts_late_termination_shutdown_minimum_and_the_disks_life():
+    rate = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=50)
+    items = dict(budget.worst_case_items(rate, 3600))
+    machine = (0.05874 + 0.2231) * 1.10  # spot prices may rise: 10% held back
+    assert items["machine and GPUs"] == pytest.approx(machine * (3600 + 30 + 90 + 60) / 3600)
+    outside = 2 * 900  # the insert and the delete, each bounded by bench's wait
+    assert items["boot disk"] == pytest.approx(50 * 0.10 / 730 * (3780 + outside) / 3600)
+    assert items["external address"] == pytest.approx(0.0025 * (3780 + outside) / 3600)
 
 
 def test_tiny_budget_is_refused_with_both_figures():
     rate = budget.hourly_rate(BenchConfig(), spot=True)
     plan, _ = resolve_plan("default", "gce")
     estimated = model_phases(plan, "gce", "nvidia-l4").total_seconds
-    cap = budget.max_run_seconds_for(0.01, rate.total)
+    cap = budget.max_run_seconds_for(0.04, rate)
     with pytest.raises(RefusedError) as refused:
-        budget.check_covers(0.01, rate, estimated, cap)
-    assert "$0.01" in str(refused.value) and "needs about" in str(refused.value)
+        budget.check_covers(0.04, rate, estimated, cap)
+    assert "$0.04" in str(refused.value) and "needs about" in str(refused.value)
+
+
+def test_a_budget_that_cannot_boot_the_vm_is_a_usage_error():
+    rate = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=50)
+    budget.check_buys_a_start(0.05, rate, boot_seconds=75)
+    with pytest.raises(UsageError, match=r"budget \$0\.03 is too small for a gce run") as refused:
+        budget.check_buys_a_start(0.03, rate, boot_seconds=75)
+    assert refused.value.exit_code == 2 and "raise --budget" in str(refused.value)
 
 
 def test_unpriced_region_is_a_config_error():
@@ -93,3 +129,17 @@ def test_registry_reports_phase_times_of_complete_runs_only(tmp_path):
         )
     )
     assert registry.past_phase_seconds("f" * 64, "gce") == [{"build": 30.0}]
+
+
+def test_the_estimate_names_its_price_source_and_its_date(bench_env, capsys, monkeypatch):
+    import json
+
+    from orchestrator.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    source = "bench's bundled price catalog, dated 2026-11-23"
+    assert main(["prices", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["price_source"] == source
+    assert main(["prices"]) == 0
+    (cost,) = [line for line in capsys.readouterr().out.splitlines() if "│ cost" in line]
+    assert source in cost

@@ -28,6 +28,7 @@ def clients(
     compute_server: FakeComputeServer,
 ) -> tuple[compute_v1.InstancesClient, compute_v1.ZoneOperationsClient]:
     kwargs = compute_client_options(compute_server)
+    compute_server.catalog.raise_gpu_quotas()  # a new project has none
     return compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs)
 
 
@@ -441,27 +442,42 @@ def test_a_request_outside_the_discovery_schema_is_a_400_and_recorded(compute_se
 
 def test_images_from_family_skip_deprecated_ones(compute_server):
     images = compute_v1.ImagesClient(**compute_client_options(compute_server))
-    found = images.get_from_family(project="deeplearning-platform-release", family="fam-a")
-    assert found.name == "fam-a-v20261101" and not found.deprecated.state
-    compute_server.catalog.deprecate_family("deeplearning-platform-release", "fam-a", "fam-b")
+    project, family = "deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570"
+    found = images.get_from_family(project=project, family=family)
+    assert found.name == f"{family}-v20261101" and not found.deprecated.state
+    compute_server.catalog.deprecate_family(project, family, "fam-b")
     with pytest.raises(exceptions.NotFound):
-        images.get_from_family(project="deeplearning-platform-release", family="fam-a")
+        images.get_from_family(project=project, family=family)
     (old,) = images.list(
-        request=compute_v1.ListImagesRequest(
-            project="deeplearning-platform-release", filter='family = "fam-a"'
-        )
+        request=compute_v1.ListImagesRequest(project=project, filter=f'family = "{family}"')
     )
     assert old.deprecated.state == "DEPRECATED" and old.deprecated.replacement.endswith("/fam-b")
+    # A family that does not exist is no family at all (it resolved once: the stand-in was
+    # kinder than Google).
+    with pytest.raises(exceptions.NotFound):
+        images.get_from_family(project=project, family="fam-a")
 
 
 def test_gpu_quotas_in_regions_and_the_project(compute_server):
     kwargs = compute_client_options(compute_server)
+    regions, projects = compute_v1.RegionsClient(**kwargs), compute_v1.ProjectsClient(**kwargs)
+
+    def limits() -> tuple[dict[str, float], dict[str, float]]:
+        region = regions.get(project=PROJECT, region="us-central1")
+        project = projects.get(project=PROJECT)
+        return {q.metric: q.limit for q in region.quotas}, {
+            q.metric: q.limit for q in project.quotas
+        }
+
+    # A new project: no GPU anywhere (https://cloud.google.com/compute/resource-usage#gpu_quota).
+    regional, overall = limits()
+    assert regional["NVIDIA_L4_GPUS"] == regional["PREEMPTIBLE_NVIDIA_L4_GPUS"] == 0
+    assert overall["GPUS_ALL_REGIONS"] == 0
+    compute_server.catalog.raise_gpu_quotas()
     compute_server.catalog.set_region_quota("us-central1", "PREEMPTIBLE_NVIDIA_L4_GPUS", 0.0)
-    region = compute_v1.RegionsClient(**kwargs).get(project=PROJECT, region="us-central1")
-    quotas = {q.metric: q.limit for q in region.quotas}
-    assert quotas["NVIDIA_L4_GPUS"] == 8 and quotas["PREEMPTIBLE_NVIDIA_L4_GPUS"] == 0
-    project = compute_v1.ProjectsClient(**kwargs).get(project=PROJECT)
-    assert {q.metric: q.limit for q in project.quotas}["GPUS_ALL_REGIONS"] == 8
+    regional, overall = limits()
+    assert regional["NVIDIA_L4_GPUS"] == 8 and regional["PREEMPTIBLE_NVIDIA_L4_GPUS"] == 0
+    assert overall["GPUS_ALL_REGIONS"] == 8
 
 
 def test_a_vm_token_may_delete_only_when_its_identity_allows(compute_server, clients):

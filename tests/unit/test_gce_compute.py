@@ -28,7 +28,9 @@ ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
 
 @pytest.fixture
 def server():
-    with FakeComputeServer(run_scripts=False) as fake:
+    # us-east4-a offers the L4 too (https://cloud.google.com/compute/docs/gpus/gpu-regions-zones)
+    with FakeComputeServer(run_scripts=False, zones=(*ZONES, "us-east4-a")) as fake:
+        fake.catalog.raise_gpu_quotas()  # a new project has none
         yield fake
 
 
@@ -175,6 +177,7 @@ def test_an_insert_slower_than_one_wait_and_the_http_timeout_still_lands(monkeyp
     # The insert takes 90 s and each wait is held its full 2 minutes (both scaled 1/60);
     # the client's read timeout (scaled the same way) ends some waits early: still running.
     with FakeComputeServer(run_scripts=False, provisioning_s=1.5, operation_wait_s=2.0) as fake:
+        fake.catalog.raise_gpu_quotas()
         api = ComputeApi(config_for(fake), read_retry_seconds=5, wait_http_timeout=0.5)
         api.insert("us-central1-a", instance_for(fake))
         waits = fake.calls("zoneOperations.wait")
@@ -206,6 +209,7 @@ def test_aggregated_list_finds_labelled_instances_in_every_zone(server, api):
 
 def test_serial_output_follows_next(tmp_path):
     with FakeComputeServer() as server:
+        server.catalog.raise_gpu_quotas()
         api = ComputeApi(config_for(server), read_retry_seconds=5)
         api.insert("us-central1-a", instance_for(server))
         name = "bench-20261101-120000-abcdef"
@@ -295,10 +299,11 @@ def test_list_machines_prices_each_instance_by_what_it_is_and_whether_it_runs(se
     )
     disk = 100 * 0.10 / 730
     rates = {m.run_id: m.rate_usd_per_hour for m in GceBackend(config_for(server)).list_machines()}
+    # A running VM bills its external address too (spot $0.0025/h, standard $0.005/h).
     assert rates == pytest.approx(
         {
-            "20261101-120001-abcdef": 0.05874 + 0.2231 + disk,
-            "20261101-120002-abcdef": 0.14679 + 0.56004 + disk,
+            "20261101-120001-abcdef": 0.05874 + 0.2231 + disk + 0.0025,
+            "20261101-120002-abcdef": 0.14679 + 0.56004 + disk + 0.005,
             "20261101-120003-abcdef": 0.0,
             "20261101-120004-abcdef": disk,
         }
@@ -307,6 +312,7 @@ def test_list_machines_prices_each_instance_by_what_it_is_and_whether_it_runs(se
 
 def test_backend_machine_state_after_guest_power_off(tmp_path):
     with FakeComputeServer() as server:
+        server.catalog.raise_gpu_quotas()
         backend = GceBackend(config_for(server), poll_seconds=0.05)
         spec = make_spec()
         # GCE serves serial output only while the VM runs: the script closes its output (so

@@ -32,6 +32,7 @@ PROJECT = "bench-test-project"
 def vm(tmp_path, gcs_server, gcs_bucket):  # noqa: F811
     """Runs bash snippets with the rendered partial sourced, as a phase would."""
     with FakeComputeServer(run_scripts=False) as compute:
+        compute.catalog.raise_gpu_quotas()  # a new project has none
         config = BenchConfig(
             project="bench-test-project",
             zones=[ZONE],

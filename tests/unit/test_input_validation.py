@@ -236,6 +236,9 @@ def test_a_dest_with_rich_markup_is_printed_as_written(bench_env, capsys):
 class RefusingStore:
     name = "gce"
 
+    def require_credentials(self) -> None:
+        """Credentials are there: the bucket fails later, at the upload."""
+
     def put_bytes(self, key: str, data: bytes) -> None:
         raise CloudError("test: the bucket cannot be reached")
 
@@ -255,6 +258,9 @@ class FailingGceBackend:
         from orchestrator.backends.gce.backend import template_vars
 
         return template_vars(self.config)
+
+    def boot_disk_gb(self) -> int:
+        return 50
 
     def start(self, spec, startup: str, shutdown: str):
         raise self.error
@@ -279,7 +285,7 @@ class PuttingStore(RefusingStore):
 def test_a_failed_launch_counts_what_it_could_have_billed_not_its_whole_budget(
     bench_env, monkeypatch, fails_at, error, counted
 ):
-    set_env(monkeypatch, GCE)
+    set_env(monkeypatch, {**GCE, "BENCH_ALLOW_LEFTOVER_DISK": "true"})
     ctx = Context(load_config())
     ctx._stores["gce"] = RefusingStore() if fails_at == "store" else PuttingStore()
     ctx._backends["gce"] = FailingGceBackend(ctx.config, error or CloudError("unused"))
@@ -291,7 +297,9 @@ def test_a_failed_launch_counts_what_it_could_have_billed_not_its_whole_budget(
     expected = (
         0.0
         if counted == "nothing"
-        else budget.worst_case_cost_usd(record.rate_usd_per_hour, record.max_run_seconds)
+        else budget.worst_case_usd(
+            budget.hourly_rate(ctx.config, spot=True, disk_gb=50), record.max_run_seconds
+        )
     )
     assert record.max_run_seconds == budget.MAX_RUN_SECONDS_CEILING
     assert record.cost_usd == pytest.approx(expected)

@@ -86,6 +86,7 @@ class GceBackend:
         self.api = api or ComputeApi(config)
         self.poll_seconds = config.poll_interval("gce") if poll_seconds is None else poll_seconds
         self.stop_failures: dict[str, str] = {}  # instance name -> why, from the last stop()
+        self._boot_disk_gb: int | None = None  # read once: boot_disk_gb()
 
     def template_vars(self) -> dict:
         return template_vars(self.config)
@@ -99,8 +100,12 @@ class GceBackend:
         """Failover over the configured zones. An on-demand retry is the launch service's
         call: it re-plans the time cap and re-renders the scripts at the higher rate."""
 
+        disk_gb = self.boot_disk_gb()
+
         def build(zone: str, spot: bool) -> Instance:
-            return build_instance(spec, self.config, zone, startup_script, shutdown_script, spot)
+            return build_instance(
+                spec, self.config, zone, startup_script, shutdown_script, spot, disk_gb
+            )
 
         # Build once before any request: a bad name or label fails here, costing nothing.
         build(self.config.zones[0], spec.spot)
@@ -118,6 +123,27 @@ class GceBackend:
             attempts=landed.attempts,
             spot=landed.spot,
         )
+
+    def boot_disk_gb(self) -> int:
+        """The boot disk's size as the insert asks for it, and as launch prices it:
+        `disk_gb`, else the diskSizeGb of the image the family resolves to now (read once;
+        CloudError when the family has no usable image, before anything is created)."""
+        if self._boot_disk_gb is None:
+            self._boot_disk_gb = self.config.disk_gb or self._image_disk_gb()
+        return self._boot_disk_gb
+
+    def _image_disk_gb(self) -> int:
+        from orchestrator.backends.gce.project_resources import ProjectResources
+        from orchestrator.backends.gce.readiness import image_check
+
+        config = self.config
+        resolved, family_images = ProjectResources(self.api).image_state(
+            config.image_project, config.image_family
+        )
+        check = image_check(config.image_project, config.image_family, resolved, family_images)
+        if not check.ok:
+            raise _not_ready(check)
+        return int(resolved["diskSizeGb"])
 
     def check_before_insert(self, spot: bool) -> None:
         """The cheap part of `bench doctor`, before any VM exists: the image family resolves
@@ -152,11 +178,7 @@ class GceBackend:
         if not any(check.ok for check in quota):
             failed += quota
         if failed:
-            first = failed[0]
-            raise CloudError(
-                f"{first.name}: {first.detail}; {first.fix}. No VM was created; "
-                "`bench doctor` checks the whole project"
-            )
+            raise _not_ready(failed[0])
 
     def instance_request_json(
         self, spec: RunSpec, startup_script: str, shutdown_script: str, zone: str | None = None
@@ -169,8 +191,9 @@ class GceBackend:
         from google.protobuf import json_format
 
         zone = zone or self.config.zones[0]
+        # The disk size launch read from the image, where it did: `bench render` sends nothing.
         instance = build_instance(
-            spec, self.config, zone, startup_script, shutdown_script, spec.spot
+            spec, self.config, zone, startup_script, shutdown_script, spec.spot, self._boot_disk_gb
         )
         shown = {
             "startup-script": "the startup script `bench render` prints",
@@ -319,6 +342,14 @@ class GceBackend:
         except BenchError:
             return 0.0  # not priced: stop-all still deletes it
         return rate.disk if _STATES.get(instance.status) == "TERMINATED" else rate.total
+
+
+def _not_ready(check) -> CloudError:
+    """A failed readiness check before any insert, as the one line a launch ends with."""
+    return CloudError(
+        f"{check.name}: {check.detail}; {check.fix}. No VM was created; "
+        "`bench doctor` checks the whole project"
+    )
 
 
 def _last_segment(url: str) -> str:

@@ -112,8 +112,11 @@ def build_instance(
     startup_script: str,
     shutdown_script: str,
     spot: bool,
+    disk_gb: int | None = None,
 ) -> Instance:
-    """The instance insert body for one run in one zone.
+    """The instance insert body for one run in one zone. `disk_gb`: the boot disk's size,
+    the one its cost was priced at (default: `config.disk_gb`; unset, GCE sizes it as the
+    image).
 
     The cloud enforces the time cap: `max_run_duration` with DELETE removes a VM still
     running at the budget's end (and its disk), even if the user's laptop is gone. It does
@@ -144,13 +147,18 @@ def build_instance(
         initialize_params=compute_v1.AttachedDiskInitializeParams(
             source_image=f"projects/{config.image_project}/global/images/family/{config.image_family}",
             # Unset, GCE sizes the disk as the image (compute v1 discovery document,
-            # AttachedDiskInitializeParams.diskSizeGb): the smallest the image allows.
-            disk_size_gb=config.disk_gb,
+            # AttachedDiskInitializeParams.diskSizeGb): the smallest the image allows. Set
+            # to the size launch priced (the image's, read before the insert), a newer and
+            # larger image of the family fails the insert instead of billing more.
+            disk_size_gb=disk_gb or config.disk_gb,
             disk_type=f"zones/{zone}/diskTypes/pd-balanced",
             labels=labels,
         ),
     )
-    # An external address: the VM fetches pip packages and talks to Cloud Storage.
+    # An external address, priced with the machine (prices.toml, external_ipv4): without one
+    # the VM would still reach Cloud Storage through Private Google Access, but not PyPI,
+    # where a bare CUDA image's environment, the peers (--peers) and users' kernels'
+    # requirements come from, and the default network's subnets need not have the access on.
     network = compute_v1.NetworkInterface(
         network="global/networks/default",
         access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],

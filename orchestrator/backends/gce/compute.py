@@ -92,8 +92,9 @@ class ComputeApi:
             return factory(**self._client_kwargs())
         except DefaultCredentialsError as e:
             raise ConfigError(
-                f"no Google credentials found ({e}); run "
-                "`gcloud auth application-default login`, or use --backend local"
+                # One message for every command that meets it (not all of them take
+                # --backend: stop-all and doctor do not).
+                f"no Google credentials found ({e}); run `gcloud auth application-default login`"
             ) from None
 
     @cached_property
