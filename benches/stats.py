@@ -11,10 +11,21 @@ t(P-1)/z * sqrt(P/(P-1)), the small-sample correction for an estimate from P clu
 (the bootstrap's spread alone understates it for few clusters). With one placement, rounds
 are resampled (the old method).
 
+An interval never reaches beyond the paired ratios observed: no resample's median can, and
+the widening is an extrapolation. Without that bound a loaded CPU gave `sdpa@aa 1.47x [1.01,
+547.39]`: of 4 placements one sat in another regime (a scheduler quantum of ~8 ms against
+15 µs calls), a resample drew it twice or more one time in four, the pooled median of an
+even count averaged across the gap, and t(3)/z*sqrt(4/3) = 1.88 raised that tail to its
+1.88th power on the log scale. Rows whose samples split into such regimes get no verdict
+at all (benches.timing_shape). With few placements the round bootstrap is no remedy: of the
+297 unflagged A/A rows of 60 loaded 2-core CPU runs (4 placements) it called 6.1% different
+at δ = 1%, the cluster bootstrap 2.4%.
+
 A verdict needs the interval clear of the practical-equivalence margin δ: `faster` above
 1+δ, `slower` below 1-δ, `equivalent` inside [1-δ, 1+δ], otherwise `indistinguishable`.
-A row faster than the GPU's peak compute or memory bandwidth permits is flagged `impossible`
-and neither it nor a comparison with it gets a verdict.
+A row faster than the GPU's peak compute or memory bandwidth permits is flagged `impossible`,
+one whose samples are quantised or bimodal (benches.timing_shape) is flagged so, and neither
+it nor a comparison with it gets a verdict.
 """
 
 from __future__ import annotations
@@ -22,9 +33,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
+from benches.timing_shape import shape_flag
 from results_schema import (
     AttentionConfig,
     IntervalMethod,
@@ -38,14 +51,9 @@ from results_schema.intervals import (
     CONFIDENCE,
     bootstrap_median_ci,
     percentile_tails,
+    student_t_quantile,
 )
 from results_schema.verdicts import verdict
-
-Z_975 = 1.959964
-# Student's t 0.975 quantile by degrees of freedom (beyond 30, z serves).
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 PairKey = tuple[int, int]  # (placement, round)
@@ -82,12 +90,13 @@ def interval_method(plan: Plan) -> IntervalMethod:
     text = (
         f"{CONFIDENCE:.0%} interval of the median paired ratio: cluster bootstrap over "
         f"{plan.placements} placements per config (fresh buffers and graph captures each), "
-        f"percentile interval widened on the log scale by t(P-1)/z*sqrt(P/(P-1)); verdicts "
-        f"need it clear of "
-        f"[1-δ, 1+δ], δ={plan.margin:g}"
+        f"percentile interval widened on the log scale by t(P-1)/z*sqrt(P/(P-1)) and kept "
+        f"within the observed paired ratios; verdicts need it clear of [1-δ, 1+δ], "
+        f"δ={plan.margin:g}; bimodal or quantised rows get none"
         if clustered
         else f"{CONFIDENCE:.0%} percentile bootstrap over rounds of one placement (placement "
-        f"variance not included); verdicts need it clear of [1-δ, 1+δ], δ={plan.margin:g}"
+        f"variance not included); verdicts need it clear of [1-δ, 1+δ], δ={plan.margin:g}; "
+        "bimodal or quantised rows get none"
     )
     return IntervalMethod(
         method="placement-cluster-bootstrap" if clustered else "round-bootstrap",
@@ -118,9 +127,15 @@ def small_cluster_factor(clusters: int) -> float:
     """t(P-1)/z * sqrt(P/(P-1)): how much wider than the bootstrap's own an interval from P
     clusters must be (the bootstrap divides the spread by P, not P-1, and its percentiles
     are normal quantiles where P-1 degrees of freedom call for Student's)."""
+    level = (1 + CONFIDENCE) / 2
     df = clusters - 1
-    t = T_975[df - 1] if df <= len(T_975) else Z_975
-    return t / Z_975 * float(np.sqrt(clusters / df))
+    t = student_t_quantile(level, df)
+    return t / NormalDist().inv_cdf(level) * float(np.sqrt(clusters / df))
+
+
+def within(low: float, high: float, least: float, greatest: float) -> tuple[float, float]:
+    """The interval cut to what the data allow: [least, greatest] of the observed ratios."""
+    return min(max(low, least), greatest), max(min(high, greatest), least)
 
 
 def _row_medians(samples: np.ndarray) -> np.ndarray:
@@ -137,7 +152,8 @@ def cluster_bootstrap_median_ci(
 ) -> tuple[float, float]:
     """Interval of the median of all values when groups (placements) are the independent
     units: resample groups with replacement, take the pooled median, widen the percentile
-    interval around the point estimate by small_cluster_factor."""
+    interval around the point estimate by small_cluster_factor, and cut it to the values'
+    range (no resample's median leaves it; only the widening could)."""
     if len(groups) < 2:
         raise ValueError("a cluster bootstrap needs at least two groups")
     width = max(len(g) for g in groups)
@@ -148,8 +164,10 @@ def cluster_bootstrap_median_ci(
     chosen = padded[rng.integers(0, len(groups), size=(resamples, len(groups)))]
     medians = _row_medians(chosen.reshape(resamples, -1))
     low, high = np.percentile(medians, percentile_tails())
-    point = float(np.median(padded[~np.isnan(padded)]))
-    return widened(point, float(low), float(high), small_cluster_factor(len(groups)))
+    values = padded[~np.isnan(padded)]
+    point = float(np.median(values))
+    low, high = widened(point, float(low), float(high), small_cluster_factor(len(groups)))
+    return within(low, high, float(values.min()), float(values.max()))
 
 
 def widened(point: float, low: float, high: float, factor: float) -> tuple[float, float]:
@@ -186,15 +204,55 @@ def paired_speedup(
     return Speedup(float(np.median(ratios)), low, high, int(ratios.size), len(groups))
 
 
-def _ratio_groups(baseline: Mapping[PairKey, float], candidate: Mapping[PairKey, float]):
-    """Paired ratios grouped by placement; with one placement, every pair is its own group
-    (the round bootstrap), so either way groups are what gets resampled."""
+@dataclass(frozen=True)
+class LogBootstrap:
+    """A median paired ratio and its cluster bootstrap, on the log scale."""
+
+    point: float  # log of the median of the paired ratios
+    resampled: np.ndarray  # log of each resample's median
+    clusters: int  # placements resampled (rounds, with one placement)
+    least: float  # log of the least paired ratio
+    greatest: float  # log of the greatest
+
+
+def log_bootstrap(
+    baseline: Mapping[PairKey, float], candidate: Mapping[PairKey, float], resamples: int, rng
+) -> LogBootstrap | None:
+    """Placements resampled with replacement, each bringing all its pairs; with one
+    placement, every pair is its own cluster (the round bootstrap). None without pairs."""
     groups: dict[int, list[float]] = defaultdict(list)
     for key in sorted(set(baseline) & set(candidate)):
         groups[key[0]].append(baseline[key] / candidate[key])
-    if len(groups) == 1:
-        return [[r] for r in next(iter(groups.values()))], 1
-    return list(groups.values()), len(groups)
+    if not groups:
+        return None
+    clusters = list(groups.values())
+    if len(clusters) == 1:
+        clusters = [[r] for r in clusters[0]]
+    width = max(len(g) for g in clusters)
+    padded = np.full((len(clusters), width), np.nan)
+    for i, g in enumerate(clusters):
+        padded[i, : len(g)] = g
+    chosen = padded[rng.integers(0, len(clusters), size=(resamples, len(clusters)))]
+    values = padded[~np.isnan(padded)]
+    return LogBootstrap(
+        point=float(np.log(np.median(values))),  # the row's own point, as paired_speedup's
+        resampled=np.log(_row_medians(chosen.reshape(resamples, -1))),
+        clusters=len(clusters),
+        least=float(np.log(values.min())),
+        greatest=float(np.log(values.max())),
+    )
+
+
+def geometric_mean_of(boots: Sequence[LogBootstrap]) -> LogBootstrap:
+    """The geometric mean over configs, resample by resample (each config's placements were
+    resampled on their own: they are independent clusters); as few clusters as the fewest."""
+    return LogBootstrap(
+        point=float(np.mean([b.point for b in boots])),
+        resampled=np.mean([b.resampled for b in boots], axis=0),
+        clusters=min(b.clusters for b in boots),
+        least=float(np.mean([b.least for b in boots])),
+        greatest=float(np.mean([b.greatest for b in boots])),
+    )
 
 
 def geomean_speedup(
@@ -204,31 +262,21 @@ def geomean_speedup(
     seed: int = 0,
 ) -> tuple[float, float, float, str] | None:
     """The geometric mean over configs of the median paired ratio (baseline/candidate),
-    with the same cluster bootstrap as each config's interval: every config's placements
-    are resampled on their own (they are independent clusters), each resample's geometric
-    mean taken, and the percentile interval widened by small_cluster_factor of the fewest
-    placements. Returns (geomean, low, high, verdict), or None without pairs."""
+    with the same cluster bootstrap as each config's interval (geometric_mean_of), the
+    percentile interval widened by small_cluster_factor of the fewest placements, then cut
+    to the geometric means of the configs' least and greatest ratios.
+    Returns (geomean, low, high, verdict), or None without pairs."""
     rng = np.random.default_rng(seed)
-    log_points, log_resampled, fewest = [], np.zeros(resamples), None
-    for baseline, candidate in per_config:
-        groups, clusters = _ratio_groups(baseline, candidate)
-        if not groups:
-            continue
-        width = max(len(g) for g in groups)
-        padded = np.full((len(groups), width), np.nan)
-        for i, g in enumerate(groups):
-            padded[i, : len(g)] = g
-        chosen = padded[rng.integers(0, len(groups), size=(resamples, len(groups)))]
-        log_resampled += np.log(_row_medians(chosen.reshape(resamples, -1)))
-        log_points.append(float(np.log(np.median(padded[~np.isnan(padded)]))))
-        fewest = clusters if fewest is None else min(fewest, clusters)
-    if not log_points:
+    boots = [log_bootstrap(b, c, resamples, rng) for b, c in per_config]
+    boots = [b for b in boots if b is not None]
+    if not boots:
         return None
-    count = len(log_points)
-    point = float(np.exp(np.mean(log_points)))
-    low, high = np.exp(np.percentile(log_resampled / count, percentile_tails()))
-    factor = small_cluster_factor(fewest) if fewest and fewest >= 2 else 1.0
+    mean = geometric_mean_of(boots)
+    point = float(np.exp(mean.point))
+    low, high = np.exp(np.percentile(mean.resampled, percentile_tails()))
+    factor = small_cluster_factor(mean.clusters) if mean.clusters >= 2 else 1.0
     low, high = widened(point, float(low), float(high), factor)
+    low, high = within(low, high, float(np.exp(mean.least)), float(np.exp(mean.greatest)))
     return point, low, high, verdict(low, high, margin)
 
 
@@ -323,6 +371,8 @@ def summarize(
                 config, describe(_latencies(samples)).median, peak_tflops, peak_gbytes_per_s
             ):
                 flags[name] = "impossible"
+            elif samples and (shape := shape_flag(_latencies(samples))):
+                flags[name] = shape
         for name in plan.identities:
             samples = by_key.get((config.name, name))
             if not samples:

@@ -11,9 +11,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from results_schema import Manifest, Status, record
+from results_schema import Manifest, Measurement, Plan, Status, SummaryRow, record
 from results_schema.csvio import CsvWriter, cell, columns, write_csv
 from results_schema.csvio import read_rows as read_csv
+from results_schema.models import Noise
 
 __all__ = ["CsvWriter", "cell", "columns", "read_csv", "write_csv"]
 
@@ -55,7 +56,10 @@ class StatusWriter:
 
 def write_manifest(run_dir: Path, run_id: str, started_at: datetime) -> Manifest:
     """manifest.json with status complete, built by the same code the startup script uses
-    (sha256, bytes and rows of each results/*.csv; plan.json and environment.json beside)."""
+    (sha256, bytes and rows of each results/*.csv; plan.json and environment.json beside).
+    noise.json, the A/A control's decision on the run, is written first, so that both
+    this manifest and the startup script's final one carry it."""
+    write_noise(run_dir)
     args = argparse.Namespace(
         dir=str(run_dir),
         run_id=run_id,
@@ -70,3 +74,25 @@ def write_manifest(run_dir: Path, run_id: str, started_at: datetime) -> Manifest
     manifest = Manifest.model_validate(built)  # never write what the controller would refuse
     record.write_manifest(str(run_dir), built)
     return manifest
+
+
+def write_noise(run_dir: Path) -> Noise | None:
+    """noise.json from the run's own plan.json and results (none without an A/A control).
+    Made from the files, not from the runner's memory: what the manifest vouches for is
+    what was written."""
+    from benches.noise import control_noise  # numpy: only where a run is summarised
+
+    results = run_dir / RESULTS_SUBDIR
+    if not (results / "summary.csv").is_file():
+        return None
+    plan = Plan.model_validate_json((run_dir / "plan.json").read_text(encoding="utf-8"))
+    noise = control_noise(
+        plan, read_csv(results / "measurements.csv", Measurement),
+        read_csv(results / "summary.csv", SummaryRow),
+    )  # fmt: skip
+    path = run_dir / "noise.json"
+    if noise is None:
+        path.unlink(missing_ok=True)  # a stale one from an earlier plan would be believed
+    else:
+        path.write_text(noise.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return noise

@@ -43,7 +43,7 @@ from results_schema import (
 )
 from results_schema.intervals import bootstrap_median_ci
 from results_schema.kernel_contract import build_failure_lines
-from results_schema.models import implementation_of
+from results_schema.models import Noise, implementation_of
 from results_schema.names import RUN_ID_PATTERN
 
 REPORT_SUBDIR = boundary.REPORT_SUBDIR
@@ -134,6 +134,7 @@ class Report:
     plot_note: str | None = None  # what the plots leave out (the table has every row)
     # '<kernel>: build failed: <its last line>' per user kernel whose build failed (VM text)
     build_failures: list[str] = field(default_factory=list)
+    noise: Noise | None = None  # the A/A control's one decision on the run
 
     def control_verdicts(self) -> dict[str, int]:
         """How many configs the A/A control called each verdict: the run's noise floor."""
@@ -192,6 +193,7 @@ def _report_of(run: RunResults) -> Report:
     report.candidate_source = kernel.source.label() if kernel else None
     report.plot_note = plot_note(run)
     report.build_failures = build_failures(run)
+    report.noise = run.manifest.noise if run.manifest else None
     return report
 
 

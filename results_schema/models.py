@@ -12,6 +12,7 @@ from results_schema.kernel_contract import KernelIdentity, UserKernel, UserKerne
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
 from results_schema.record import PHASES
+from results_schema.verdicts import DIFFERENT, verdict
 
 Dtype = Literal["float16", "bfloat16", "float32", "float64"]
 Device = Literal["cuda", "cpu"]
@@ -20,9 +21,12 @@ TimingMode = Literal["single", "graph"]
 # faster/slower: the whole interval lies beyond the margin; equivalent: inside it;
 # indistinguishable: it straddles a margin's edge.
 Verdict = Literal["faster", "slower", "equivalent", "indistinguishable"]
-# Why a row gets no verdict: faster than the GPU's physical peak allows, or an output taken
-# from inside the timed loop was wrong.
-Flag = Literal["impossible", "wrong-timed-output"]
+# Why a row gets no verdict: faster than the GPU's physical peak allows, an output taken
+# from inside the timed loop was wrong, or samples a median cannot summarise: quantised (few
+# distinct values, a timer's resolution) or bimodal (two groups apart, e.g. scheduler quanta).
+Flag = Literal["impossible", "wrong-timed-output", "quantised", "bimodal"]
+# The A/A control's one decision for a whole run (benches.noise).
+NoiseVerdict = Literal["quiet", "noisy"]
 CheckStage = Literal["gate", "graph-probe", "timed-first", "timed-last", "timing"]
 # The A/A control: the plan's `control` implementation timed again under this identity.
 CONTROL_SUFFIX = "@aa"
@@ -390,6 +394,50 @@ class OverallSpeedup(_Strict):
         return self
 
 
+class ControlInterval(_Strict):
+    """One of the A/A control's simultaneous intervals: a config's speedup of the control
+    over its twin, or (config None) their geometric mean over the judged configs."""
+
+    config: str | None = Field(description="the config; None: the geometric mean")
+    speedup: float = Field(gt=0)
+    ci_low: float = Field(gt=0)
+    ci_high: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered_interval(self) -> ControlInterval:
+        _check_interval(self.speedup, self.ci_low, self.ci_high)
+        return self
+
+
+class Noise(_Strict):
+    """Whether the run's machine was quiet enough for its verdicts: the A/A control judged
+    once for the whole run (noise.json, carried by the manifest)."""
+
+    control: str = Field(description="the A/A control's identity, e.g. 'sdpa@aa'")
+    verdict: NoiseVerdict = Field(description="noisy: the run's verdicts are not reliable")
+    reason: str
+    margin: float = Field(ge=0, lt=1, description="the plan's δ the verdict was made at")
+    confidence: float = Field(gt=0, lt=1, description="family-wise, over all the intervals")
+    intervals: list[ControlInterval] = Field(
+        default_factory=list, description="simultaneous intervals: each config's, the mean's"
+    )
+    unjudged: list[str] = Field(
+        default_factory=list, description="configs whose control rows have no verdict (flags)"
+    )
+    method: str
+
+    def different(self, margin: float) -> list[ControlInterval]:
+        """The intervals that call two identical implementations different at `margin`
+        (the gate re-judges them at its own)."""
+        return [i for i in self.intervals if verdict(i.ci_low, i.ci_high, margin) in DIFFERENT]
+
+    def vouches(self) -> bool:
+        """Whether the control judged at least half the run's configs: where most of its
+        rows were flagged (bimodal, quantised), the machine was noisy whatever the rest say."""
+        judged = sum(i.config is not None for i in self.intervals)
+        return judged > 0 and 2 * judged >= judged + len(self.unjudged)
+
+
 ProfileState = Literal["profiled", "no-ncu", "restricted", "timeout", "failed", "skipped"]
 
 
@@ -524,6 +572,9 @@ class Manifest(_Strict):
     statistics: IntervalMethod | None = None
     comparison: list[OverallSpeedup] | None = Field(
         default=None, description="the candidate over each identity across all configs"
+    )
+    noise: Noise | None = Field(
+        default=None, description="the A/A control's decision on the run (noise.json)"
     )
     files: list[FileEntry] = []
 

@@ -51,6 +51,7 @@ SIDE_FILES = {
     "user_builds": "user_builds.json",
     "statistics": "statistics.json",
     "comparison": "comparison.json",
+    "noise": "noise.json",
 }
 
 

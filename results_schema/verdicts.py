@@ -3,6 +3,9 @@ gate (orchestrator.service.gate), which re-judges the same intervals at its own 
 
 from __future__ import annotations
 
+# The verdicts that call two implementations different (an A/A control's false alarm).
+DIFFERENT = ("faster", "slower")
+
 
 def verdict(ci_low: float, ci_high: float, margin: float) -> str:
     """`faster` when the whole interval lies above 1+δ, `slower` below 1-δ, `equivalent`

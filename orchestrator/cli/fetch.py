@@ -92,4 +92,6 @@ def _speedup_cell(plan, implementation: str, row) -> str:
         return row.flag
     if row is None or row.speedup is None:
         return "-"
-    return f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] {row.verdict}"
+    # No verdict without a flag of its own: the row it is compared with was flagged.
+    verdict = row.verdict or "no verdict"
+    return f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] {verdict}"

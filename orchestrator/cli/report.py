@@ -99,9 +99,11 @@ def show_gate(out, run_dir, output_format, margin, gate_on, fail_on) -> int:
 
 def show_report(out, report) -> None:
     from orchestrator.boundary import markup_safe
-    from orchestrator.cli.report_sections import show_comparison, show_profile
+    from orchestrator.cli.report_sections import noise_banner, show_comparison, show_profile
     from orchestrator.cli.report_table import legend, results_table
 
+    if noise_banner(report.noise):
+        out.print(noise_banner(report.noise), soft_wrap=False)
     for line in report.build_failures:
         out.print(markup_safe(line), soft_wrap=False)
     if report.ab is not None:

@@ -1,8 +1,20 @@
-"""The report's A/B section (printed first) and its Nsight Compute table (printed last)."""
+"""The report's noise banner and A/B section (printed first), and its Nsight Compute table
+(printed last)."""
 
 from __future__ import annotations
 
 from orchestrator.boundary import markup_safe
+
+
+def noise_banner(noise) -> str | None:
+    """The report's first line when the run's A/A control says the machine was too noisy
+    for its verdicts (manifest.noise, benches.noise); None for a quiet run or none known."""
+    if noise is None or noise.verdict != "noisy":
+        return None
+    return (
+        "[bold red]noisy: verdicts not reliable[/] (the A/A control, judged once for the "
+        f"whole run: {markup_safe(noise.reason, 400)})"
+    )
 
 
 def _interval(point: float | None, ci: tuple[float, float] | None) -> str:

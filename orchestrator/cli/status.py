@@ -78,6 +78,11 @@ def status(run_id, as_json):
                 "no manifest reached the bucket)"
             )
         reasons += [f"{record.run_id}: {markup_safe(line)}" for line in view.build_failures]
+        noise = view.manifest.noise if view.manifest else None
+        if noise is not None and noise.verdict == "noisy":
+            reasons.append(
+                f"{record.run_id}: noisy: verdicts not reliable ({markup_safe(noise.reason, 200)})"
+            )
     if rows:
         out.print(table)
     for reason in reasons:

@@ -5,7 +5,9 @@ wholly below 1 - margin. The run's own verdicts use the plan's δ (1%); the gate
 same intervals at its margin (default 2%, `DEFAULT_MARGIN`), on the geometric mean over
 configs (default) or on any single config. Before a regression is believed, the run must be
 one that can tell: the candidate correct, enough configs compared, and the A/A control (the
-same implementation timed under a second name) judged not different by the same rule.
+same implementation timed under a second name) not judged different: the run's noise
+decision (manifest.noise, one family-wise decision over the control's configs and their
+mean) re-judged at the gate's margin (gate_policy.noise_reasons).
 
 Flagged configs are not re-run: every config already has several placements (fresh buffers
 and graph captures) inside the run, and its interval is a cluster bootstrap over them, so a
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from orchestrator import boundary
 from orchestrator.errors import UsageError
-from orchestrator.gate_policy import DEFAULT_GATE_ON, DEFAULT_MARGIN
+from orchestrator.gate_policy import DEFAULT_GATE_ON, DEFAULT_MARGIN, noise_reasons
 from orchestrator.report import RunResults, read_snapshot
 from results_schema import CorrectnessRow, OverallSpeedup, SummaryRow
 from results_schema.gate_report import (
@@ -34,6 +36,7 @@ from results_schema.gate_report import (
     GateRun,
     GateSpeedup,
 )
+from results_schema.models import Noise
 from results_schema.verdicts import verdict
 
 # Fewer configs compared than this share of the plan's is too little to judge a change by.
@@ -86,7 +89,10 @@ def judge(run: RunResults, checks: list[CorrectnessRow], options: GateOptions) -
     slower = [r.config for r in compared if r.comparison.verdict == "slower"]
     overall = _overall(run, baseline, options.margin)
     control = _overall(run, plan.control_identity, options.margin) if plan.control else None
-    control_different = _control_different(run, plan.control_identity, options.margin)
+    noise = run.manifest.noise if run.manifest else None
+    control_different = [
+        i.config for i in (noise.different(options.margin) if noise else []) if i.config
+    ]
     report = GateReport(
         run_id=run.run_id,
         run_status=run.status,
@@ -108,7 +114,7 @@ def judge(run: RunResults, checks: list[CorrectnessRow], options: GateOptions) -
         configs=[],
         run=_run_facts(run),
     )
-    outcome, reasons = _outcome(report, has_control=plan.control is not None)
+    outcome, reasons = _outcome(report, has_control=plan.control is not None, noise=noise)
     ordered = sorted(rows, key=lambda r: r.config not in slower)  # stable: plan order kept
     return report.model_copy(
         update={
@@ -145,13 +151,16 @@ def _config_row(
         candidate_ms=c.median_ms if c else None,
         baseline_ms=b.median_ms if b else None,
     )
-    if b is not None and b.versus == candidate and b.speedup is not None and not b.flag:
+    flagged = (b and b.flag) or (c and c.flag)  # a flagged row's speed says nothing
+    if b is not None and b.versus == candidate and b.speedup is not None and not flagged:
         judged = _judged(b.speedup, b.speedup_ci_low, b.speedup_ci_high, margin, b.verdict)
         return row.model_copy(update={"comparison": judged})
     if config in incorrect:
         note = "the candidate failed correctness"
     elif b is not None and b.flag:
         note = f"flagged {b.flag}"
+    elif c is not None and c.flag:
+        note = f"the candidate flagged {c.flag}"
     elif c is None:
         note = "the candidate was not timed (failed or unavailable)"
     else:
@@ -185,27 +194,14 @@ def _overall(run: RunResults, identity: str | None, margin: float) -> GateOveral
     return GateOverall(**judged.model_dump(), identity=identity, configs=found.configs)
 
 
-def _control_different(run: RunResults, control: str | None, margin: float) -> list[str]:
-    """Configs where the A/A control's interval lies wholly beyond the gate's margin."""
-    return [
-        s.config
-        for s in run.summary
-        if control is not None
-        and s.implementation == control
-        and s.speedup is not None
-        and not s.flag
-        and verdict(s.speedup_ci_low, s.speedup_ci_high, margin) in ("faster", "slower")
-    ]
-
-
-def _outcome(report: GateReport, has_control: bool) -> tuple[str, list[str]]:
+def _outcome(report: GateReport, has_control: bool, noise: Noise | None) -> tuple[str, list[str]]:
     """The first of: candidate incorrect, inconclusive, regression, pass; with why."""
     margin = percent(report.margin)
     if report.incorrect_configs:
         return "candidate-incorrect", [
             f"the candidate failed correctness on {len(report.incorrect_configs)} configs"
         ]
-    inconclusive = _inconclusive_reasons(report, has_control, margin)
+    inconclusive = _inconclusive_reasons(report, has_control, margin, noise)
     if inconclusive:
         return "inconclusive", inconclusive
     overall, slower = report.overall, report.slower_configs
@@ -227,7 +223,9 @@ def _outcome(report: GateReport, has_control: bool) -> tuple[str, list[str]]:
     ]
 
 
-def _inconclusive_reasons(report: GateReport, has_control: bool, margin: str) -> list[str]:
+def _inconclusive_reasons(
+    report: GateReport, has_control: bool, margin: str, noise: Noise | None
+) -> list[str]:
     reasons = []
     if report.run_status != "complete":
         reasons.append(f"the run is {report.run_status}, not complete")
@@ -241,26 +239,8 @@ def _inconclusive_reasons(report: GateReport, has_control: bool, margin: str) ->
         reasons.append("the run has no geometric mean over configs")
     if not has_control:
         reasons.append("the plan has no A/A control, so the run's noise floor is unknown")
-    elif report.gate_on == "geomean" and report.control is None and report.configs_compared:
-        reasons.append("the A/A control has no geometric mean")
-    elif (
-        report.gate_on == "geomean"
-        and report.control
-        and report.control.verdict
-        in (
-            "faster",
-            "slower",
-        )
-    ):
-        reasons.append(
-            f"the A/A control judged two identical implementations {report.control.verdict} "
-            f"beyond the {margin} margin: the machine was too noisy to judge"
-        )
-    elif report.gate_on == "any" and report.control_configs_different:
-        reasons.append(
-            "the A/A control judged two identical implementations different on "
-            f"{len(report.control_configs_different)} configs: the machine was too noisy to judge"
-        )
+    else:
+        reasons += noise_reasons(noise, report.margin, margin)
     return reasons
 
 

@@ -20,6 +20,7 @@ from results_schema import (
     Plan,
     SummaryRow,
 )
+from results_schema.models import ControlInterval, Noise
 
 RUN = "20261125-120000-abcdef"
 
@@ -40,8 +41,11 @@ def made_up_run(
     control: tuple[float, float, float] | None = (1.0, 0.995, 1.005),
     geomean: tuple[float, float, float] | None = None,
     names: list[str] | None = None,
+    noise: Noise | None | str = "from control",
 ) -> RunResults:
-    """flash against flash@baseline, each config's speedup (point, low, high) given."""
+    """flash against flash@baseline, each config's speedup (point, low, high) given; the
+    run's noise decision made from `control`'s interval on every config and their mean,
+    unless given."""
     names = names or list(speedups)
     configs = [
         AttentionConfig(
@@ -72,6 +76,8 @@ def made_up_run(
         lines.append(_overall("flash@baseline", "flash", geomean, len(speedups)))
     if control:
         lines.append(_overall("sdpa@aa", "sdpa", control, len(speedups)))
+    if noise == "from control":
+        noise = _noise([*speedups, None], control) if control else None
     manifest = Manifest(
         schema_version="1",
         run_id=RUN,
@@ -79,6 +85,7 @@ def made_up_run(
         finished_at=datetime.now(timezone.utc),
         plan=plan,
         comparison=lines or None,
+        noise=noise,
     )
     return RunResults(RUN, "complete", plan, summary, {}, manifest=manifest)
 
@@ -104,6 +111,23 @@ def _row(config, implementation, speedup, versus=None) -> SummaryRow:
         speedup_ci_high=high,
         verdict="equivalent" if speedup else None,
         versus=versus,
+    )
+
+
+def _noise(configs: list[str | None], interval: tuple[float, float, float]) -> Noise:
+    """The A/A control's decision on a run whose control had `interval` on each config."""
+    point, low, high = interval
+    intervals = [
+        ControlInterval(config=c, speedup=point, ci_low=low, ci_high=high) for c in configs
+    ]
+    return Noise(
+        control="sdpa@aa",
+        verdict="noisy" if high < 0.99 or low > 1.01 else "quiet",
+        reason="made up",
+        margin=0.01,
+        confidence=0.95,
+        intervals=intervals,
+        method="made up",
     )
 
 
@@ -150,7 +174,46 @@ def test_a_noisy_control_makes_it_inconclusive_before_any_regression():
     run = made_up_run({"a": SLOWER_3PCT}, control=(0.95, 0.94, 0.96), geomean=SLOWER_3PCT)
     report = judge(run, [], GateOptions())
     assert (report.outcome, report.exit_code) == ("inconclusive", 7)
-    assert "A/A control judged two identical implementations slower" in report.reasons[0]
+    assert report.reasons == [
+        "the A/A control judged two identical implementations different beyond the 2% margin "
+        "on 2 of its 2 simultaneous intervals (a, their geometric mean): the machine was too "
+        "noisy to judge"
+    ]
+    assert report.control_configs_different == ["a"]
+
+
+def test_the_gate_re_judges_the_runs_noise_decision_at_its_own_margin():
+    # The control strayed 3%: noisy at the plan's 1% and the gate's 2%, not at 5%. The gate
+    # reads the run's family-wise decision (manifest.noise), not the control's rows.
+    run = made_up_run({"a": SAME}, control=SLOWER_3PCT, geomean=SAME)
+    assert run.manifest.noise.verdict == "noisy"
+    assert judge(run, [], GateOptions()).outcome == "inconclusive"
+    assert judge(run, [], GateOptions(margin=0.05)).outcome == "pass"
+    quiet_rows = made_up_run(
+        {"a": SAME}, control=SAME, geomean=SAME, noise=_noise(["a"], SLOWER_3PCT)
+    )
+    assert judge(quiet_rows, [], GateOptions(gate_on="any")).outcome == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    ("noise", "reason"),
+    [
+        (None, "the run carries no A/A noise decision"),
+        (_noise([], SAME).model_copy(update={"verdict": "noisy", "reason": "no config could be "
+         "judged"}), "the machine was too noisy to judge: no config could be judged"),
+    ],
+)  # fmt: skip
+def test_without_a_noise_decision_to_read_the_gate_is_inconclusive(noise, reason):
+    report = judge(made_up_run({"a": SAME}, geomean=SAME, noise=noise), [], GateOptions())
+    assert report.outcome == "inconclusive" and report.reasons[0].startswith(reason)
+
+
+def test_a_config_whose_candidate_row_is_flagged_is_not_compared():
+    run = made_up_run({"a": SLOWER_3PCT, "b": SAME}, geomean=SAME)
+    run.summary[0] = run.summary[0].model_copy(update={"flag": "bimodal"})  # flash on "a"
+    report = judge(run, [], GateOptions(gate_on="any"))
+    assert report.configs_compared == 1 and report.slower_configs == []
+    assert report.configs[0].note == "the candidate flagged bimodal"
 
 
 def test_too_few_configs_compared_or_no_control_is_inconclusive():
