@@ -17,8 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/bench launch --backend local --plan auto --budget 1.00 --wait
-	$(BIN)/bench fetch
+	$(BIN)/bench launch --backend local --plan auto --budget 1.00 --wait --fetch
 
 # Three workers stealing work from each other on two cores: most tests wait on subprocesses
 # (scripts, stand-ins, fake-gcs-server; every fixture takes its own free port and temporary

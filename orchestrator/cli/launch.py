@@ -17,6 +17,7 @@ from orchestrator.cli.options import (
     make_context,
     plan_options,
 )
+from orchestrator.errors import UsageError
 
 
 @click.command()
@@ -39,7 +40,22 @@ from orchestrator.cli.options import (
     "plan when its bench-kernel.toml names one, else by the target's GPU",
 )
 @click.option("--wait/--no-wait", default=False, help="follow the run with a progress bar")
+@click.option(
+    "--fetch",
+    "fetch_after",
+    is_flag=True,
+    help="with --wait: fetch this run when it ends and print its summary (as `bench fetch "
+    "RUN` would), so what you read is the run you launched",
+)
 @click.option("--on-demand-fallback", is_flag=True, default=None, help="gce: on-demand if no spot")
+@click.option(
+    "--allow-leftover-disk",
+    is_flag=True,
+    default=None,
+    help="gce without `bench setup`'s account: launch anyway (refused otherwise); the VM "
+    "powers off at its end and its boot disk bills (the $/h is printed) until fetch, --wait "
+    "or stop-all deletes it",
+)
 @click.option(
     "--gpu",
     "gpus",
@@ -57,14 +73,16 @@ from orchestrator.cli.options import (
 )
 @comparison_options
 @gate_options
-@dest_option("with --fail-on: where the run is fetched to, as `bench fetch` would")
+@dest_option("with --fetch or --fail-on: where the run is fetched to, as `bench fetch` would")
 def launch(
     backend,
     budget,
     max_runtime,
     plan_ref,
     wait,
+    fetch_after,
     on_demand_fallback,
+    allow_leftover_disk,
     gpus,
     trusted,
     fail_on,
@@ -117,10 +135,16 @@ def launch(
     from orchestrator.service.launch import LaunchRequest
     from orchestrator.service.launch import launch as launch_run
 
-    ctx = make_context(backend=backend, on_demand_fallback=on_demand_fallback)
+    ctx = make_context(
+        backend=backend,
+        on_demand_fallback=on_demand_fallback,
+        allow_leftover_disk=allow_leftover_disk,
+    )
     name, reason = ctx.config.resolved_backend()
     out = console()
     gate = launch_gate(fail_on, margin, gate_on, dest, wait=wait, gpus=gpus, comparison=comparison)
+    if fetch_after and (not wait or gpus is not None):
+        raise UsageError("--fetch fetches the one run --wait followed: add --wait, leave out --gpu")
     request = LaunchRequest(
         budget_usd=budget,
         plan=plan_ref,
@@ -149,8 +173,19 @@ def launch(
         except KeyboardInterrupt:
             say_runs_go_on(f"run {run_id} goes on ({how_it_ends(result)})", run_id)
             raise
-        return gate_finished_run(ctx, out, run_id, gate) if gate else code
+        if gate:
+            return gate_finished_run(ctx, out, run_id, gate)
+        return fetch_finished_run(ctx, out, run_id, dest) if fetch_after and code == 0 else code
     out.print(f"follow it with: {bench} status {run_id}   then: {bench} fetch {run_id}")
+    return 0
+
+
+def fetch_finished_run(ctx, out, run_id: str, dest) -> int:
+    """`bench fetch RUN` for the run just followed: verified, validated, summarised."""
+    from orchestrator.cli.fetch import show_summary
+    from orchestrator.service.fetch import fetch
+
+    show_summary(out, fetch(ctx, ctx.registry.get(run_id), dest))
     return 0
 
 

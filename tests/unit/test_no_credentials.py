@@ -27,3 +27,12 @@ def test_no_credentials_is_one_line_and_nothing_recorded(no_credentials, capsys,
     assert err.count("no Google credentials found") == 1, err
     assert main(["status"]) == 0
     assert "no runs yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["stop-all", "--yes"], ["doctor"]])
+def test_commands_without_backend_flag_never_suggest_one(no_credentials, capsys, command):
+    main([*command, "--project", "proj-abc", "--bucket", "bkt-x"])
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "no Google credentials found" in text
+    assert "--backend" not in text
