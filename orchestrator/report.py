@@ -335,6 +335,13 @@ def load_run(run_dir: Path) -> RunResults:
     results = run_dir / "results"
     summary_path, measurements_path = results / "summary.csv", results / "measurements.csv"
     if not summary_path.is_file() or not measurements_path.is_file():
+        if manifest is not None and manifest.status != "complete":
+            # A fetched run that ended before timing: say why, not "fetch it first".
+            raise ResultsError(
+                f"run {manifest.run_id} {manifest.status}: "
+                f"{manifest.reason or 'no reason recorded'}; it has no "
+                "measurements to report (`bench logs RUN` shows its log)"
+            )
         raise ResultsError(
             f"{run_dir} has no results/summary.csv and results/measurements.csv: "
             "fetch the run first, or point at the directory that holds manifest.json"

@@ -235,3 +235,22 @@ def test_tflops_has_one_bar_per_config_and_no_line_across_configs(run_dir):
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "sdpa (flash)" in legend
     plt.close(fig)
+
+
+def test_report_of_a_run_that_failed_before_timing_says_why(run_dir, tmp_path):
+    """Not "fetch the run first": the run was fetched; it ended before it measured."""
+    import json
+    import shutil
+
+    failed = tmp_path / run_dir.name
+    shutil.copytree(run_dir, failed)
+    manifest = json.loads((failed / "manifest.json").read_text())
+    manifest.update(status="failed", reason="interrupted by SIGTERM during phase build")
+    manifest["files"] = [f for f in manifest["files"] if not f["path"].startswith("results/")]
+    (failed / "manifest.json").write_text(json.dumps(manifest))
+    shutil.rmtree(failed / "results")
+    with pytest.raises(ResultsError) as refused:
+        load_run(failed)
+    message = str(refused.value)
+    assert f"run {run_dir.name} failed: interrupted by SIGTERM during phase build" in message
+    assert "fetch the run first" not in message
