@@ -95,7 +95,8 @@ def show_sweep_report(out, report) -> None:
     if shown:
         out.print(
             f"speedup: {markup_safe(shown.candidate)} over {markup_safe(shown.speedup.baseline)}"
-            ", geometric mean over configs;\n  bounds: geometric means of the configs' 95% bounds"
+            ", geometric mean over configs;\n  [95% interval]: the run's own, of that "
+            "geometric mean (comparison.json)"
         )
     out.print("TFLOP/s: best 16-bit config; % peak: of that GPU's dense 16-bit peak")
     for g in report.gpus:

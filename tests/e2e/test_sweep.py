@@ -4,6 +4,7 @@ discovery document) and, on the local backend, the real startup script and paylo
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -163,8 +164,15 @@ def test_local_sweep_runs_end_to_end_and_its_report_renders(
     assert max(len(line) for line in out.splitlines() if not line.startswith("plot:")) <= 80
     plot = bench_env / "work" / "results" / sweep_id / "report" / "gpus.png"
     assert plot.is_file() and plot.read_bytes()[:4] == b"\x89PNG"
-    # The speedup shown is the candidate's over its first baseline, with its bounds.
-    assert re.search(r"\d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\]", out)
+    # The speedup shown is the candidate's over its first baseline, with the interval of
+    # that geometric mean as the run computed it (its manifest's comparison), called that.
+    shown = re.search(r"(\d+\.\d\d)x \[(\d+\.\d\d), (\d+\.\d\d)\]", out)
+    (run_dir,) = [p for p in (bench_env / "work" / "results").iterdir() if p.name != sweep_id]
+    comparison = json.loads((run_dir / "manifest.json").read_text())["comparison"][0]
+    got = tuple(float(x) for x in shown.groups())
+    want = tuple(round(comparison[k], 2) for k in ("geomean", "ci_low", "ci_high"))
+    assert got == want
+    assert "geometric means of the configs' 95% bounds" not in out
 
 
 def test_local_backend_takes_only_this_machines_gpu(bench_env, tmp_path, capsys):
