@@ -135,6 +135,7 @@ class Report:
     # '<kernel>: build failed: <its last line>' per user kernel whose build failed (VM text)
     build_failures: list[str] = field(default_factory=list)
     noise: Noise | None = None  # the A/A control's one decision on the run
+    compare_warning: str | None = None  # why --compare's two runs are not like for like
 
     def control_verdicts(self) -> dict[str, int]:
         """How many configs the A/A control called each verdict: the run's noise floor."""
@@ -179,7 +180,25 @@ def make_report(
         other, _ = read_snapshot(compare_dir)
         report.compared_with = other.run_id
         report.disagreements = compare_runs(run, other, min_relative_difference)
+        report.compare_warning = candidate_mismatch(run, other)
     return report
+
+
+def candidate_mismatch(this: RunResults, other: RunResults) -> str | None:
+    """Two runs whose candidates differ (another implementation, or another tree of one
+    kernel): their speedups are over different kernels, and a moved interval says that."""
+
+    def described(run: RunResults) -> str | None:
+        if run.plan is None:
+            return None
+        kernel = run.plan.user_kernel(run.plan.candidate)
+        source = run.plan.candidate_source if kernel is None else kernel.source
+        return run.plan.candidate + (f" ({source.label()})" if source else "")
+
+    mine, theirs = described(this), described(other)
+    if mine is None or theirs is None or mine == theirs:
+        return None
+    return f"the runs time different candidates: {mine} here, {theirs} in {other.run_id}"
 
 
 def _report_of(run: RunResults) -> Report:

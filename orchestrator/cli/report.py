@@ -129,6 +129,8 @@ def show_report(out, report) -> None:
         out.print(markup_safe(report.plot_note))
     if report.compared_with is None:
         return
+    if report.compare_warning:
+        out.print(f"[yellow]warning:[/] {markup_safe(report.compare_warning)}")
     if not report.disagreements:
         out.print(
             f"against {markup_safe(report.compared_with)}: every interval overlaps; no config moved"
@@ -136,7 +138,7 @@ def show_report(out, report) -> None:
     for d in report.disagreements:
         out.print(
             f"[yellow]moved[/] {markup_safe(d.config)} {markup_safe(d.implementation)} "
-            f"{d.quantity}: [{d.this[0]:.4g}, {d.this[1]:.4g}] vs "
-            f"[{d.other[0]:.4g}, {d.other[1]:.4g}] "
+            f"{d.quantity}: \\[{d.this[0]:.4g}, {d.this[1]:.4g}] (this run) vs "
+            f"\\[{d.other[0]:.4g}, {d.other[1]:.4g}] ({markup_safe(report.compared_with)}) "
             f"({100 * d.relative_difference:+.1f}%)"
         )

@@ -71,6 +71,22 @@ def test_a_run_agrees_with_itself(run_dir):
     report = make_report(run_dir, compare_dir=run_dir)
     assert report.compared_with == report.run_id
     assert report.disagreements == []
+    assert report.compare_warning is None
+
+
+def test_compare_warns_when_the_runs_time_different_candidates(run_dir, tmp_path):
+    import json
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["plan"].update(candidate="sdpa-math", baselines=["sdpa", "reference"])
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    report = make_report(run_dir, compare_dir=other)
+    assert report.compare_warning == (
+        f"the runs time different candidates: sdpa here, sdpa-math in {report.compared_with}"
+    )
 
 
 def test_shifted_run_is_flagged(run_dir, tmp_path):
