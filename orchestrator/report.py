@@ -737,13 +737,16 @@ def _speedup_figure(plt, run: RunResults):
             [max(p.speedup - p.speedup_ci_low, 0.0) for p in points],
             [max(p.speedup_ci_high - p.speedup, 0.0) for p in points],
         ]
+        control = run.plan is not None and baseline == run.plan.control_identity
         ax.errorbar(
             [p.speedup for p in points],
             ys,
             xerr=xerr,
-            fmt="o",
+            fmt="s" if control else "o",
             capsize=3,
-            label=f"over {names[baseline]}",
+            # The control's row is its twin against itself, never the candidate's speedup.
+            label=_control_label(run, names) if control else f"over {names[baseline]}",
+            **({"color": "grey"} if control else {}),
         )
     ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
     bounds = [b for s in run.summary if s.speedup for b in (s.speedup_ci_low, s.speedup_ci_high)]
@@ -752,10 +755,18 @@ def _speedup_figure(plt, run: RunResults):
         plain_tick_labels(ax.xaxis)
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], _labels(configs), fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("speedup of the candidate (median of paired ratios, 95% CI); > 1 is faster")
+    ax.set_xlabel(
+        "speedup of the candidate (median of paired ratios, 95% CI); > 1 is faster; "
+        "grey: the A/A control"
+    )
     ax.legend(fontsize=8)
     _title(fig, "Speedup", run)
     return fig
+
+
+def _control_label(run: RunResults, names: dict[str, str]) -> str:
+    twin = names.get(run.plan.control) or plot_label(run.plan.control)
+    return f"A/A control: {twin} against itself"
 
 
 def _shape_order(run: RunResults) -> list[str]:

@@ -270,3 +270,18 @@ def test_report_of_a_run_that_failed_before_timing_says_why(run_dir, tmp_path):
     message = str(refused.value)
     assert f"run {run_dir.name} failed: interrupted by SIGTERM during phase build" in message
     assert "fetch the run first" not in message
+
+
+def test_the_speedup_plot_shows_the_a_a_control_as_the_control(run_dir):
+    """sdpa@aa's row is sdpa against itself: labelled so, never as the candidate's
+    speedup over another implementation."""
+    from orchestrator import report as report_module
+
+    plt = report_module.load_pyplot()
+    run = load_run(run_dir)
+    figure = report_module._speedup_figure(plt, run)
+    labels = figure.axes[0].get_legend_handles_labels()[1]
+    plt.close(figure)
+    control = [label for label in labels if "A/A control" in label]
+    assert len(control) == 1 and "against itself" in control[0]
+    assert not any(label.startswith("over") and "@aa" in label for label in labels)
