@@ -102,6 +102,9 @@ class RunView:
             "budget_usd": record.budget_usd,
             "reason": (self.manifest.reason if self.manifest else self.console_reason) or None,
             "build_failures": self.build_failures or None,
+            # The A/A control's one decision on the run: "noisy" means its verdicts are not
+            # reliable (benches/noise.py); None before the run ends or without a control.
+            "noise": self.manifest.noise.verdict if self.manifest and self.manifest.noise else None,
             "problem": self.problem,
         }
 

@@ -3,6 +3,8 @@ in a state every clone of the user shares (issue 31)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from orchestrator.cli import main
@@ -23,6 +25,10 @@ def test_launch_wait_fetch_fetches_its_own_run(bench_env, tmp_path, capsys):
     (second,) = [r for r in registry.all() if r.run_id != first.run_id]
     assert [p.name for p in (tmp_path / "got").iterdir()] == [second.run_id]
     assert second.run_id in out
+    # status --json carries each ended run's noise decision (its A/A control's).
+    assert main(["status", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["runs"]
+    assert {run["noise"] for run in listed} <= {"quiet", "noisy"} and len(listed) == 2
 
 
 def test_fetch_without_wait_is_refused(bench_env, capsys):
