@@ -37,8 +37,8 @@ class RunView:
     def state(self) -> str:
         if self.problem is not None:
             return "invalid"
-        if self.record.state == "stopped":  # by stop-all: the run's own report says SIGTERM
-            return "stopped"
+        if self.record.state == "stopped":  # by stop-all: its own report says only SIGTERM
+            return f"stopped ({self.manifest.status})" if self.manifest else "stopped"
         if self.manifest is not None:
             if self.manifest.reason.startswith("preempted"):
                 return f"preempted ({self.manifest.status})"
