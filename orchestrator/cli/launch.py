@@ -232,9 +232,13 @@ def print_launch(out, result) -> None:
         out.print(
             "bench: estimate by phase: "
             + ", ".join(f"{p.phase} {p.seconds:.0f}s" for p in result.estimate.phases)
-            + " (sources: bench prices)"
+            + " (bench's phase model, refined by past runs of this plan)"
         )
     cost = f"≈ ${spec.estimated_cost_usd():.2f}" if spec.rate_usd_per_hour else "free"
+    if result.rate is not None and result.rate.catalog_date:
+        from orchestrator.boundary import markup_safe  # here: `--help` stays light
+
+        out.print(f"bench: prices from {markup_safe(result.rate.price_source)}")
     out.print(
         f"bench: rate ${spec.rate_usd_per_hour:.4f}/h{' (spot)' if spec.spot else ''} · "
         f"time cap {format_duration(spec.max_run_seconds)} · estimated "

@@ -149,6 +149,11 @@ def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, caps
         assert marker not in metadata
     # The script fetches its token at run time; no literal token travels in metadata.
     assert not re.search(r"bearer [a-z0-9._-]{16,}", metadata)
+    # The estimate names where its prices came from, and when they were read.
+    catalog_date = budget.load_catalog()["catalog_date"]
+    assert f"prices from bench's bundled price catalog, dated {catalog_date}" in (
+        capsys.readouterr().out
+    )
 
 
 def test_stockout_in_two_zones_lands_in_the_third(gce, tmp_path, capsys):
