@@ -51,6 +51,15 @@ class Backend(Protocol):
         """The request `start` would send, as JSON, for `bench render`; None if none."""
         ...
 
+    def refuse_leftovers(self) -> None:
+        """UsageError (nothing created yet) when a machine of this backend could go on
+        billing after its run ends and the user has not accepted that."""
+        ...
+
+    def leftover_note(self, run_id: str, disk_usd_per_hour: float, disk_gb: int) -> str | None:
+        """What an accepted leftover will bill, to print at launch; None when nothing can."""
+        ...
+
     def boot_disk_gb(self) -> int:
         """The boot disk a machine of this backend bills for, in GB, as `start` will ask for
         it: what launch prices (0: no disk is billed)."""

@@ -113,6 +113,12 @@ class LocalBackend:
     def instance_request_json(self, spec: RunSpec, startup: str, shutdown: str) -> None:
         return None  # a local run sends no request: the script is all there is
 
+    def refuse_leftovers(self) -> None:
+        """A local run leaves no machine behind: its process ends with it."""
+
+    def leftover_note(self, run_id: str, disk_usd_per_hour: float, disk_gb: int) -> str | None:
+        return None
+
     def boot_disk_gb(self) -> int:
         return 0  # this machine's own disk: nothing is billed
 

@@ -9,8 +9,6 @@ from datetime import datetime, timezone
 
 from orchestrator import budget
 from orchestrator.backends.base import Placement
-from orchestrator.backends.gce.builder import vm_may_delete_itself
-from orchestrator.config import BenchConfig
 from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
 from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
@@ -130,15 +128,18 @@ def launch(
     ensure_writable(ctx.paths)
     # No credentials is a refusal like any other: nothing recorded (issue 31).
     ctx.store(backend).require_credentials()
-    if backend == "gce":
-        refuse_leftover_disk(ctx.config)
-        # Priced again with the boot disk at the size the insert will ask for: the image's,
-        # read from Compute now (the checks above sent nothing).
-        disk_gb = ctx.backend(backend).boot_disk_gb()
+    machines = ctx.backend(backend)
+    machines.refuse_leftovers()
+    # Priced again with the boot disk at the size the start will ask for (on gce the
+    # image's, read from Compute now: the checks above sent nothing).
+    disk_gb = machines.boot_disk_gb()
+    if disk_gb:
         spec, rate, estimate = plan_spec(
             ctx, request, backend, plan, spot=ctx.config.spot, disk_gb=disk_gb
         )
-        notes += leftover_disk_notes(ctx.config, spec, rate)
+    if rate is not None:
+        note = machines.leftover_note(spec.run_id, rate.disk, rate.disk_gb)
+        notes += [note] if note else []
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.
     ctx.registry.reserve(
@@ -167,35 +168,6 @@ def launch(
         attempts=placement.attempts,
     )
     return LaunchResult(spec, placement, backend_reason, notes, rate, estimate)
-
-
-def refuse_leftover_disk(config: BenchConfig) -> None:
-    """A VM that may not delete itself powers off at its end, TERMINATED with its disk
-    billing (max_run_duration no longer applies to a stopped VM): refused (exit 2) unless
-    the user accepted that (`allow_leftover_disk`)."""
-    if vm_may_delete_itself(config) or config.allow_leftover_disk:
-        return
-    raise UsageError(
-        "the VM would run as the project's default service account, which may not delete "
-        "it: at its end it would power off and its boot disk would bill until `bench fetch`, "
-        "the end of --wait or `bench stop-all` deleted it. Run `bench setup --apply` and set "
-        "the service_account it names (its VMs delete themselves), or accept that with "
-        "--allow-leftover-disk. Nothing was created"
-    )
-
-
-def leftover_disk_notes(
-    config: BenchConfig, spec: RunSpec, rate: budget.HourlyRate | None
-) -> list[str]:
-    """What an accepted leftover disk will bill, per hour, until it is deleted."""
-    if vm_may_delete_itself(config) or rate is None:
-        return []
-    return [
-        f"--allow-leftover-disk: this VM cannot delete itself (default service account): "
-        f"when its run ends it powers off and its {rate.disk_gb} GB boot disk bills "
-        f"${rate.disk:.4f}/h until `bench fetch {spec.run_id}`, the end of --wait or "
-        "`bench stop-all` deletes it (`bench setup --apply`: VMs that delete themselves)"
-    ]
 
 
 def _spend_check(ctx: Context, request: LaunchRequest, backend: str):

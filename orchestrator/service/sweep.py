@@ -30,7 +30,6 @@ from orchestrator.service.launch import (
     LaunchRequest,
     LaunchResult,
     launch,
-    refuse_leftover_disk,
     runtime_estimate,
 )
 from orchestrator.service.plan_options import shape_plan
@@ -155,8 +154,8 @@ def launch_sweep(
 ) -> SweepResult:
     members = plan_members(ctx, keys, backend, request)
     ctx.store(backend).require_credentials()  # one error for the sweep, not one per GPU
+    ctx.backend(backend).refuse_leftovers()  # one line for the sweep, not one per GPU
     if backend == "gce":
-        refuse_leftover_disk(ctx.config)  # one line for the sweep, not one per GPU
         # The whole sweep's worst case against the monthly cap before any member reserves.
         budget.check_monthly_cap(
             ctx.config.monthly_cap, ctx.registry.committed_this_month(), request.budget_usd

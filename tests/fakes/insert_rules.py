@@ -149,6 +149,11 @@ def _check_scheduling(body: Mapping[str, Any], gpus: tuple[str, int] | None) -> 
 
 
 def _check_boot_disk(catalog: FakeCatalog, project: str, body: Mapping[str, Any]) -> None:
+    """The compute v1 discovery document (google-api-python-client's compute.v1.json,
+    AttachedDiskInitializeParams.diskSizeGb): "at least 10 GB"; with a sourceImage "the
+    default size is the size of the sourceImage". That a smaller size than the image's is
+    refused, with this message, is Compute's answer as users report it; no Google page we
+    could read states it, so this is the one rule here without a documentation URL."""
     for index, disk in enumerate(body.get("disks") or []):
         params = disk.get("initializeParams") or {}
         source = params.get("sourceImage")

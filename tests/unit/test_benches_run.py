@@ -193,7 +193,7 @@ def test_each_rows_repro_command_checks_that_row_again_with_the_same_inputs(smok
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=HANG_SECONDS,
     )
     assert again.returncode == 0, again.stderr
     (checked,) = read_csv(tmp_path / "repro" / "results" / "correctness.csv", CorrectnessRow)

@@ -26,7 +26,7 @@ from orchestrator.backends.gce.builder import (
 from orchestrator.backends.gce.compute import DEFAULT_COMPUTE_ENDPOINT, PARALLEL_CALLS, ComputeApi
 from orchestrator.backends.gce.failover import place
 from orchestrator.config import region_of
-from orchestrator.errors import BenchError, CloudError, ConfigError
+from orchestrator.errors import BenchError, CloudError, ConfigError, UsageError
 from results_schema.names import CONTENT_TYPES
 
 if TYPE_CHECKING:
@@ -122,6 +122,31 @@ class GceBackend:
             handle=spec.instance_name,
             attempts=landed.attempts,
             spot=landed.spot,
+        )
+
+    def refuse_leftovers(self) -> None:
+        """A VM that may not delete itself powers off at its end, TERMINATED with its disk
+        billing (max_run_duration no longer applies to a stopped VM): refused unless the
+        user accepted that (`allow_leftover_disk`)."""
+        if vm_may_delete_itself(self.config) or self.config.allow_leftover_disk:
+            return
+        raise UsageError(
+            "the VM would run as the project's default service account, which may not delete "
+            "it: at its end it would power off and its boot disk would bill until `bench "
+            "fetch`, the end of --wait or `bench stop-all` deleted it. Run `bench setup "
+            "--apply` and set the service_account it names (its VMs delete themselves), or "
+            "accept that with --allow-leftover-disk. Nothing was created"
+        )
+
+    def leftover_note(self, run_id: str, disk_usd_per_hour: float, disk_gb: int) -> str | None:
+        """What an accepted leftover disk will bill, per hour, until it is deleted."""
+        if vm_may_delete_itself(self.config):
+            return None
+        return (
+            f"--allow-leftover-disk: this VM cannot delete itself (default service account): "
+            f"when its run ends it powers off and its {disk_gb} GB boot disk bills "
+            f"${disk_usd_per_hour:.4f}/h until `bench fetch {run_id}`, the end of --wait or "
+            "`bench stop-all` deletes it (`bench setup --apply`: VMs that delete themselves)"
         )
 
     def boot_disk_gb(self) -> int:
