@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.reference import expand_kv_heads, reference_attention
+from benches.reference import expand_kv_heads, reference_attention
 
 pytestmark = [
     pytest.mark.gpu,
@@ -98,7 +98,7 @@ L4_SWITCHES = "FLASH_EMULATE_SMEM_PER_SM=102400 FLASH_DISABLE_SM90=1"
 OTHER_PATH_SELECTION = (
     "(test_matches_reference and (s17 or s97 or s1025 or s4096)) or test_any_finite"
     " or test_strided or test_fewer or test_causal_rows or test_row_maxima or test_causal_heads"
-    " or test_grouped_query"
+    " or test_grouped_query or test_plan_boundaries"
 )
 
 
@@ -134,6 +134,39 @@ def test_l4_variant_matches_reference():
 def test_sm80_path_on_hopper_matches_reference():
     """The sm_80 kernel (the wide variant) that the Hopper path falls back to, on its own."""
     run_with_switches("FLASH_DISABLE_SM90=1")
+
+
+@pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="the Hopper path's shapes",
+)
+def test_hopper_three_consumers_and_paired_tiles_everywhere():
+    """The Hopper path's 192-row block (three consumer warpgroups) at every D = 64 shape, and
+    causal launches as a persistent grid over paired tiles at every length, in a fresh process:
+    the shipped code takes each only over a range of lengths (sm90_plan)."""
+    run_with_switches("FLASH_SM90_SHAPE_D64=2 FLASH_SM90_CAUSAL_SCHEDULE=2")
+
+
+# Lengths on both sides of the Hopper path's plan boundaries (flash_fwd_launch_sm90.cuh,
+# sm90_plan): D = 64 takes three consumer warpgroups (192-row blocks) from 2048 query rows, or
+# 8192 causal; 2113 and 8257 leave the last block's second and third warpgroups without a row.
+# Causal takes paired tiles up to 64 query blocks of 128 rows (8192) and one block per tile
+# beyond.
+PLAN_BOUNDARIES = [(64, False, 2047), (64, False, 2113), (64, True, 8191), (64, True, 8257)]
+PLAN_BOUNDARIES += [(128, True, 8192), (128, True, 8193)]
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "causal", "seqlen"),
+    PLAN_BOUNDARIES,
+    ids=[f"d{d}-{'causal' if c else 'full'}-s{s}" for d, c, s in PLAN_BOUNDARIES],
+)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_plan_boundaries(dtype, head_dim, causal, seqlen):
+    q, k, v = (torch.randn(1, 2, seqlen, head_dim, device="cuda", dtype=dtype) for _ in range(3))
+    out, lse = run_poisoned(q, k, v, causal)
+    assert_close_to_reference(q, k, v, causal, out, lse)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

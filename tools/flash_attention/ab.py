@@ -21,6 +21,9 @@ A/A is not one.
     PYTHONPATH=.:tools/flash_attention python3 tools/flash_attention/ab.py \
         --build shipped= --build one_per_start=FLASH_SPREAD_GROUP=1 [--seqlens 1024,16384]
 
+Hopper candidates against cuDNN (issue 34 item 1): `--no-l4 --peers sdpa-cudnn,sdpa-flash
+--head-dims 64,128 --causal both`; each build then gets vs_cudnn and vs_flash per cell.
+
 A build is NAME=SWITCH=VALUE,SWITCH=VALUE (csrc/switches.h; empty for the shipped code), or
 NAME@DIR=SWITCHES: the kernels/ tree under DIR (an older version, e.g. `git archive HEAD
 kernels | tar -x -C DIR`), built by its own build.py with the same switches and called through
@@ -30,6 +33,7 @@ this tree's binding (the C ABI only ever appends fields, csrc/flash_api.h).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -44,10 +48,14 @@ import torch
 import torch.nn.functional as F
 from bench import HIDDEN, IMPLS, L4_DEFINES, TOKENS, paired_ms, tflops
 
-from kernels.baseline import OWN_STATICS_FLAG
 from kernels.flash_attention import build
 from kernels.flash_attention.api import _forward, _Library
 from kernels.flash_attention.generate import DTYPES, HEAD_DIMS
+
+# Several builds of one code base in one process: without it the loader binds every library's
+# launcher statics (the opt-in flags, the tensor-map encoder) to the first library's copies,
+# and a later build's kernel launches without its shared-memory opt-in ("invalid argument").
+OWN_STATICS_FLAG = "-Xcompiler=-fno-gnu-unique"
 
 # Largest |ours - SDPA| accepted before timing (the builds measured in v16: 0.004 at most).
 MAX_ABS_ERROR = 0.02
@@ -66,7 +74,7 @@ def parse_build(spec: str, l4: bool) -> tuple[str, str | None, dict[str, int]]:
 
 def tree_library(tree: str, defines: dict[str, int]) -> _Library:
     """The library of the kernels/ tree under `tree`, built by that tree's own build.py in a
-    child process whose imports resolve to it (as kernels/baseline.py builds a baseline)."""
+    child process whose imports resolve to it."""
     root = Path(tree).resolve()
     record = Path(tempfile.mkdtemp(prefix="ab-tree-")) / "build.json"
     command = [sys.executable, "-m", "kernels.flash_attention.build", "--record", str(record)]
@@ -82,8 +90,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", action="append", required=True, metavar="NAME=SWITCHES")
     parser.add_argument("--seqlens", default="1024,2048,4096,16384")
-    parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
-    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--head-dims", default="128", help=f"comma list of {HEAD_DIMS}")
+    parser.add_argument(
+        "--causal", nargs="?", const="yes", default="no", choices=("no", "yes", "both")
+    )
+    parser.add_argument("--dtypes", default=",".join(d.torch_name for d in DTYPES))
+    parser.add_argument(
+        "--peers", default="sdpa-flash", help="SDPA backends timed beside the builds (bench.IMPLS)"
+    )
     parser.add_argument("--reps", type=int, default=60)
     parser.add_argument(
         "--l4",
@@ -99,8 +113,7 @@ def main() -> None:
     )
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
-    # Builds of one code base in one process each keep their own launcher statics, as the
-    # baseline of `bench launch --baseline` does (kernels/baseline.py says why).
+    # Builds of one code base in one process each keep their own launcher statics.
     appended = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} {OWN_STATICS_FLAG}".strip()
     os.environ["NVCC_APPEND_FLAGS"] = appended
     parsed = [parse_build(spec, args.l4) for spec in args.build]
@@ -115,54 +128,63 @@ def main() -> None:
         libraries[f"{first}-again"] = libraries[first]
         builds[f"{first}-again"] = builds[first]
     names = list(libraries)
+    peers = args.peers.split(",")
+    peer_keys = {peer: "vs_" + peer.removeprefix("sdpa-") for peer in peers}
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     rows = []
-    for dtype_name in (d.torch_name for d in DTYPES):
+    causal_settings = {"no": (False,), "yes": (True,), "both": (False, True)}[args.causal]
+    grid = itertools.product(
+        args.dtypes.split(","),
+        map(int, args.head_dims.split(",")),
+        causal_settings,
+        map(int, args.seqlens.split(",")),
+    )
+    for dtype_name, head_dim, causal, seqlen in grid:
         dtype = getattr(torch, dtype_name)
-        for seqlen in map(int, args.seqlens.split(",")):
-            batch, heads, head_dim = TOKENS // seqlen, HIDDEN // args.head_dim, args.head_dim
-            q, k, v = (
-                torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype)
-                for _ in range(3)
-            )
-            scale = 1 / math.sqrt(head_dim)
-            fns = {
-                n: partial(_forward, q, k, v, args.causal, scale, lib=libraries[n]) for n in names
+        batch, heads = TOKENS // seqlen, HIDDEN // head_dim
+        q, k, v = (
+            torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype)
+            for _ in range(3)
+        )
+        scale = 1 / math.sqrt(head_dim)
+        fns = {n: partial(_forward, q, k, v, causal, scale, lib=libraries[n]) for n in names}
+        reference = F.scaled_dot_product_attention(q, k, v, is_causal=causal).float()
+        # A build that computes the wrong thing must not be timed as a candidate.
+        errors = {n: (fns[n]()[0].float() - reference).abs().max().item() for n in names}
+        wrong = {n: e for n, e in errors.items() if not e <= MAX_ABS_ERROR}
+        if wrong:
+            raise SystemExit(f"{dtype_name} D={head_dim} S={seqlen}: off the reference: {wrong}")
+        for peer in peers:
+            fns[peer] = partial(IMPLS[peer], q, k, v, causal)
+        times = paired_ms(fns, flush, args.reps)
+        row = {"dtype": dtype_name, "S": seqlen, "D": head_dim, "causal": causal}
+        for n in names:
+            to_base = [b / t for b, t in zip(times[names[0]], times[n], strict=True)]
+            ms = statistics.median(times[n])
+            row[n] = {
+                "tflops": round(tflops(batch, heads, seqlen, head_dim, causal, ms), 1),
+                "vs_base": round(statistics.median(to_base), 4),
+                "max_abs_error": errors[n],
             }
-            reference = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal).float()
-            # A build that computes the wrong thing must not be timed as a candidate.
-            errors = {n: (fns[n]()[0].float() - reference).abs().max().item() for n in names}
-            wrong = {n: e for n, e in errors.items() if not e <= MAX_ABS_ERROR}
-            if wrong:
-                raise SystemExit(f"{dtype_name} S={seqlen}: output off the reference: {wrong}")
-            fns["sdpa-flash"] = partial(IMPLS["sdpa-flash"], q, k, v, args.causal)
-            times = paired_ms(fns, flush, args.reps)
-            row = {"dtype": dtype_name, "S": seqlen, "D": head_dim, "causal": args.causal}
-            for n in names:
-                per_round = zip(times[names[0]], times[n], times["sdpa-flash"], strict=True)
-                to_base, to_flash = zip(*((b / t, f / t) for b, t, f in per_round), strict=True)
-                row[n] = {
-                    "tflops": round(
-                        tflops(
-                            batch, heads, seqlen, head_dim, args.causal, statistics.median(times[n])
-                        ),
-                        1,
-                    ),
-                    "vs_base": round(statistics.median(to_base), 4),
-                    "vs_flash": round(statistics.median(to_flash), 4),
-                    "max_abs_error": errors[n],
-                }
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for peer, key in peer_keys.items():
+                to_peer = [f / t for t, f in zip(times[n], times[peer], strict=True)]
+                row[n][key] = round(statistics.median(to_peer), 4)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"builds": builds, "rows": rows}, f, indent=1)
     width = max(12, *map(len, names))  # FIRST-again is longer than most names
-    print(f"\n{'build':>{width}}" + "".join(f"{r['dtype'][:4]:>6}{r['S']:>6}" for r in rows))
-    for key in ("vs_base", "vs_flash"):
+    cell = lambda r: f"{r['dtype'][:4]}{r['D']}{'c' if r['causal'] else ''}{r['S']}"  # noqa: E731
+    print(f"\n{'build':>{width}}" + "".join(f"{cell(r):>12}" for r in rows))
+    for key in ("vs_base", *peer_keys.values()):
         print(key)
         for n in names:
             print(f"{n:>{width}}" + "".join(f"{r[n][key]:>12.3f}" for r in rows))
+    for key in peer_keys.values():
+        for n in names:
+            vals = [r[n][key] for r in rows]
+            print(f"{key} {n:>{width}}: median {statistics.median(vals):.3f}, min {min(vals):.3f}")
 
 
 if __name__ == "__main__":

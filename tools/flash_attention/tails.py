@@ -16,9 +16,9 @@ import itertools
 
 import torch
 
+from benches.reference import reference_attention
 from kernels.flash_attention import build, flash_attention_with_lse, load_library
 from kernels.flash_attention.generate import HEAD_DIMS
-from kernels.reference import reference_attention
 
 SEQLENS = (1, 17, 97, 1025, 2049)
 

@@ -1,18 +1,19 @@
 // FlashAttention-3 style forward kernel for Hopper (sm_90a): TMA, mbarriers, wgmma.
 //
-// Blocks walk the (query block, head, batch) tiles: a persistent grid of one block per SM when
-// not causal, one block per tile when causal (flash_fwd_launch_sm90.cuh says why). A block is
-// three warpgroups. Warpgroup 0 is the producer: one of its threads streams each tile's Q
-// and its K, V tiles of kBlockN keys into a ring of kStages shared-memory buffers with TMA,
-// each buffer guarded by a "full" mbarrier (TMA bytes landed) and an "empty" one (every
-// consumer warp is done with it); Q has its own pair, so the next tile's Q and first K/V
-// tiles load while the consumers finish the current one. Warpgroups 1 and 2 are consumers of
-// 64 rows each: S = Q K^T with both operands in shared memory (wgmma, K-major), masking and
-// the online softmax in registers (mask.h and softmax.h, as in the sm_80 kernel: the wgmma
-// accumulator holds the same m16n8 fragments, one m16 tile per warp), then O += P V with P
-// from registers and V transposed from shared memory. The producer gives its registers to
-// the consumers (setmaxnreg); each consumer overlaps its softmax with its own next S = Q K^T,
-// and the two take turns issuing MMAs so that one's softmax runs under the other's MMAs.
+// Blocks walk the (query block, head, batch) tiles: a persistent grid of one block per SM, or,
+// for long causal launches, one block per tile (TileSchedule and the launcher's sm90_plan say
+// why). A block is a producer warpgroup and two or three consumer warpgroups (Sm90Traits).
+// Warpgroup 0 is the producer: one of its threads streams each tile's Q and its K, V tiles of
+// kBlockN keys into a ring of kStages shared-memory buffers with TMA, each buffer guarded by
+// a "full" mbarrier (TMA bytes landed) and an "empty" one (every consumer warp is done with
+// it); Q has its own pair, so the next tile's Q and first K/V tiles load while the consumers
+// finish the current one. The other warpgroups are consumers of 64 rows each: S = Q K^T with
+// both operands in shared memory (wgmma, K-major), masking and the online softmax in
+// registers (mask.h and softmax.h, as in the sm_80 kernel: the wgmma accumulator holds the
+// same m16n8 fragments, one m16 tile per warp), then O += P V with P from registers and V
+// transposed from shared memory. The producer gives its registers to the consumers
+// (setmaxnreg); each consumer overlaps its softmax with its own next S = Q K^T, and the
+// consumers take turns issuing MMAs so that one's softmax runs under the others' MMAs.
 #pragma once
 
 #include <stdint.h>
@@ -58,32 +59,55 @@ struct Sm90Smem {
     }
 };
 
-// The schedule: block b takes tiles b, b + G, b + 2G, ... for a grid of G blocks. The query
-// block is the fastest index, so the blocks running at once share a few heads' K and V in L2
-// (with the head fastest they would stream one head each: 8x the DRAM traffic at S = 1024,
-// measured 0.6x at D = 128). Causal tiles run each head's heaviest query blocks (the last
-// ones, which see the most keys) first.
+// The schedule: the tiles are grouped into work units, and block b takes units b, b + G,
+// b + 2G, ... for a grid of G blocks. The query block is the fastest index, so the blocks
+// running at once share a few heads' K and V in L2 (with the head fastest they would stream one
+// head each: 8x the DRAM traffic at S = 1024, measured 0.6x at D = 128). Not causal: a unit is
+// one tile. Causal, one block per tile (the launcher's choice for long sequences): a unit is
+// one tile, each head's heaviest query blocks (the last ones, which see the most keys) first.
+// Causal and paired (a persistent grid): a unit is a head's query blocks M-1-i and i (the
+// heaviest with the lightest, in that order), so that every unit costs about M + 1 key tiles
+// and the round-robin gives each SM an even share (a round-robin over single causal tiles left
+// the SM with the heaviest sum last: 0.66x at S = 16k, NOTES.md, h3 and h4).
 struct Tile {
     int m_block, head, batch, n_blocks;
 };
 template <typename T, bool Causal>
-__device__ __forceinline__ Tile tile_at(const FlashFwdParams& p, int t) {
-    const int m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
-    const int m = t % m_blocks, hb = t / m_blocks;
-    Tile tile;
-    tile.m_block = Causal ? m_blocks - 1 - m : m;
-    tile.head = hb % p.heads;
-    tile.batch = hb / p.heads;
-    // Keys at or past n_end are visible to no row of the tile (bottom-right causal alignment).
-    int n_end = p.seqlen_k;
-    if (Causal) n_end = min(n_end, (tile.m_block + 1) * T::kBlockM + p.seqlen_k - p.seqlen_q);
-    tile.n_blocks = n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0;
-    return tile;
-}
-template <typename T>
-__device__ __forceinline__ int tile_count(const FlashFwdParams& p) {
-    return (p.seqlen_q + T::kBlockM - 1) / T::kBlockM * p.heads * p.batch;
-}
+struct TileSchedule {
+    bool paired;
+    int m_blocks, units_per_head, units;
+
+    __host__ __device__ __forceinline__ TileSchedule(int seqlen_q, int heads, int batch,
+                                                     bool paired_causal) {
+        paired = Causal && paired_causal;
+        m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
+        units_per_head = paired ? (m_blocks + 1) / 2 : m_blocks;
+        units = (int)((int64_t)units_per_head * heads * batch);  // the launcher checks the range
+    }
+    // Tiles of unit u: two, or one where the pair's two query blocks are the same one.
+    __device__ __forceinline__ int tiles_in(int u) const {
+        if (!paired) return 1;
+        const int i = u % units_per_head;
+        return 2 * i + 1 == m_blocks ? 1 : 2;
+    }
+    // Tile k (0 or 1) of unit u.
+    __device__ __forceinline__ Tile tile(const FlashFwdParams& p, int u, int k) const {
+        const int i = u % units_per_head, hb = u / units_per_head;
+        Tile tile;
+        if (paired)
+            tile.m_block = k == 0 ? m_blocks - 1 - i : i;
+        else
+            tile.m_block = Causal ? m_blocks - 1 - i : i;
+        tile.head = hb % p.heads;
+        tile.batch = hb / p.heads;
+        // Keys at or past n_end are visible to no row of the tile (bottom-right causal
+        // alignment).
+        int n_end = p.seqlen_k;
+        if (Causal) n_end = min(n_end, (tile.m_block + 1) * T::kBlockM + p.seqlen_k - p.seqlen_q);
+        tile.n_blocks = n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0;
+        return tile;
+    }
+};
 
 // Position in the K/V ring, carried across tiles: stage and the parity of its use.
 struct RingPosition {
@@ -101,14 +125,17 @@ struct RingPosition {
 // phase before its first, so the first pass over each buffer does not wait.
 template <typename T, bool Causal>
 __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem<T>& sm,
+                                        const TileSchedule<T, Causal>& schedule,
                                         const CUtensorMap* tma_q, const CUtensorMap* tma_k,
                                         const CUtensorMap* tma_v) {
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kKVBlockBytes = T::kBlockN * T::kRowBytes;
     constexpr int S = T::kStages;
     RingPosition ring;
     int q_loads = 0;
-    for (int t = blockIdx.x; t < tile_count<T>(p); t += gridDim.x) {
-        const Tile tile = tile_at<T, Causal>(p, t);
+    // Each tile of each of this block's work units, in order (one loop body for both).
+    for (int u = blockIdx.x; u < schedule.units; u += gridDim.x)
+    for (int k = 0; k < schedule.tiles_in(u); ++k) {
+        const Tile tile = schedule.tile(p, u, k);
         if (tile.n_blocks == 0) continue;
         sm90::mbarrier_wait(sm.empty_q(), (q_loads & 1) ^ 1);
         sm90::mbarrier_arrive_expect_tx(sm.full_q(), T::kQBytes);
@@ -244,24 +271,27 @@ __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
     }
 }
 
-// Turn-taking of the two consumer warpgroups over MMA issue ("pingpong"): a warpgroup issues
-// its MMAs when the other has issued its own, so that one's softmax runs under the other's
-// MMAs (NOTES.md, h2). Hardware barriers 3 and 4 (1 and 2 are per warpgroup). Both
-// warpgroups take the same number of turns; warpgroup 1 passes one turn more than warpgroup
-// 0 takes (start() lets warpgroup 0 go first), which finish() absorbs.
+// Turn-taking of the consumer warpgroups over MMA issue ("pingpong"): a warpgroup issues its
+// MMAs when the one before it (round robin) has issued its own, so that one's softmax runs
+// under the others' MMAs (NOTES.md, h2). Hardware barriers 1 + Consumers .. 2 * Consumers
+// (1 .. Consumers are per warpgroup), each shared by its warpgroup (sync) and the one before
+// (arrive). Every warpgroup takes the same number of turns; the last passes one turn more
+// than warpgroup 0 takes (start() lets warpgroup 0 go first), which finish() absorbs.
+template <int Consumers>
 struct Pingpong {
+    static constexpr int kFirstBarrier = 1 + Consumers;
     int consumer_wg;
     __device__ __forceinline__ void start() const {
-        if (consumer_wg == 1) sm90::named_barrier_arrive(3, 256);
+        if (consumer_wg == Consumers - 1) sm90::named_barrier_arrive(kFirstBarrier, 256);
     }
     __device__ __forceinline__ void take_turn() const {
-        sm90::named_barrier_sync(3 + consumer_wg, 256);
+        sm90::named_barrier_sync(kFirstBarrier + consumer_wg, 256);
     }
     __device__ __forceinline__ void pass_turn() const {
-        sm90::named_barrier_arrive(3 + (consumer_wg ^ 1), 256);
+        sm90::named_barrier_arrive(kFirstBarrier + (consumer_wg + 1) % Consumers, 256);
     }
     __device__ __forceinline__ void finish() const {
-        if (consumer_wg == 0) sm90::named_barrier_sync(3, 256);
+        if (consumer_wg == 0) sm90::named_barrier_sync(kFirstBarrier, 256);
     }
 };
 
@@ -270,7 +300,8 @@ struct Pingpong {
 template <typename T, bool Causal>
 __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90Smem<T>& sm,
                                              const Tile& tile, const RingPosition& ring,
-                                             uint32_t q_phase, const Pingpong& turns,
+                                             uint32_t q_phase,
+                                             const Pingpong<T::kConsumerWarpgroups>& turns,
                                              int consumer_warp, int lane) {
     using Elem = typename T::Elem;
     constexpr int S = T::kStages;
@@ -369,16 +400,53 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
                          consumer_warp, lane);
 }
 
+// A consumer warpgroup whose 64 rows all lie past the sequence end (in the last query block of
+// a 192-row block) takes its turns and releases every buffer as consume_tile would, without
+// the math. It waits for each buffer to fill before releasing it: a refilled buffer's earlier
+// use has been released by every warp, so the arrival lands in this use's phase.
+template <typename T>
+__device__ __forceinline__ void pass_tile(const Sm90Smem<T>& sm, const Tile& tile,
+                                          const RingPosition& ring, uint32_t q_phase,
+                                          const Pingpong<T::kConsumerWarpgroups>& turns,
+                                          int lane) {
+    constexpr int S = T::kStages;
+    const int n_blocks = tile.n_blocks;
+    if (n_blocks == 0) return;
+    sm90::mbarrier_wait(sm.full_q(), q_phase);
+    // n_blocks + 1 turns, as consume_tile takes: S_0, then S_j with P_{j-1} V_{j-1}, then the
+    // last P V.
+    for (int j = 0; j <= n_blocks; ++j) {
+        if (j < n_blocks) sm90::mbarrier_wait(sm.full_k(ring.stage<S>(j)), ring.phase<S>(j));
+        if (j > 0) sm90::mbarrier_wait(sm.full_v(ring.stage<S>(j - 1)), ring.phase<S>(j - 1));
+        turns.take_turn();
+        turns.pass_turn();
+        if (lane == 0) {
+            if (j < n_blocks) sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
+            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q());
+            if (j > 0) sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j - 1)));
+        }
+    }
+}
+
 template <typename T, bool Causal>
 __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<T>& sm,
+                                        const TileSchedule<T, Causal>& schedule,
                                         int consumer_warp, int lane) {
-    const Pingpong turns{consumer_warp / 4};
+    const Pingpong<T::kConsumerWarpgroups> turns{consumer_warp / 4};
     turns.start();
     RingPosition ring;
     int q_loads = 0;
-    for (int t = blockIdx.x; t < tile_count<T>(p); t += gridDim.x) {
-        const Tile tile = tile_at<T, Causal>(p, t);
-        consume_tile<T, Causal>(p, sm, tile, ring, q_loads & 1, turns, consumer_warp, lane);
+    // Each tile of each of this block's work units, in order (one loop body for both).
+    for (int u = blockIdx.x; u < schedule.units; u += gridDim.x)
+    for (int k = 0; k < schedule.tiles_in(u); ++k) {
+        const Tile tile = schedule.tile(p, u, k);
+        // Only a block of three consumers can have a warpgroup with no row before seqlen_q.
+        const bool idle = T::kConsumerWarpgroups > 2 &&
+                          tile.m_block * T::kBlockM + turns.consumer_wg * 64 >= p.seqlen_q;
+        if (idle)
+            pass_tile<T>(sm, tile, ring, q_loads & 1, turns, lane);
+        else
+            consume_tile<T, Causal>(p, sm, tile, ring, q_loads & 1, turns, consumer_warp, lane);
         ring.count += tile.n_blocks;
         q_loads += tile.n_blocks > 0;
     }
@@ -389,7 +457,7 @@ template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_sm90_kernel(const FwdKernelParams p, const __grid_constant__ CUtensorMap tma_q,
                           const __grid_constant__ CUtensorMap tma_k,
-                          const __grid_constant__ CUtensorMap tma_v) {
+                          const __grid_constant__ CUtensorMap tma_v, const bool paired_causal) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers];
     Sm90Smem<T> sm;
@@ -399,6 +467,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     sm.bars = bars;
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, paired_causal);
 
     if (tid == 0) {
         sm90::mbarrier_init(sm.full_q(), 1);
@@ -415,10 +484,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
     if (warp < 4) {
         sm90::regs_release<T::kProducerRegs>();
-        if (warp == 0 && lane == 0) produce<T, Causal>(p, sm, &tma_q, &tma_k, &tma_v);
+        if (warp == 0 && lane == 0) produce<T, Causal>(p, sm, schedule, &tma_q, &tma_k, &tma_v);
     } else {
         sm90::regs_claim<T::kConsumerRegs>();
-        consume<T, Causal>(p, sm, warp - 4, lane);
+        consume<T, Causal>(p, sm, schedule, warp - 4, lane);
     }
 }
 

@@ -22,6 +22,35 @@ template <typename Elem, int HeadDim>
 struct Sm90Config {
     using type = Sm90Traits<Elem, HeadDim, HeadDim == 256 ? 64 : 128, 2>;
 };
+// D = 64 on long sequences: three consumer warpgroups, 192 query rows (113 KB).
+template <typename Elem>
+using Sm90ThreeConsumersD64 = Sm90Traits<Elem, 64, 128, 2, 3>;
+
+// A launch's shape and grid (NOTES.md, h4-h6 and "2026-11-27"; measured on the H100 over
+// B * S = 16k tokens). The switches force either choice (switches.h).
+struct Sm90Plan {
+    bool three_consumers;  // D = 64 only: Sm90ThreeConsumersD64
+    bool paired_causal;    // causal: a persistent grid over paired tiles (TileSchedule)
+};
+template <int HeadDim, bool Causal>
+Sm90Plan sm90_plan(const FlashFwdParams& p) {
+    Sm90Plan plan;
+    // D = 64: three consumers ran 1.05-1.20x two from 2048 query rows non-causal and 1.10x
+    // from 8192 causal; below, the partial last 192-row block and the per-tile costs outweigh
+    // the faster loop (0.89x at 1024).
+    plan.three_consumers = HeadDim == 64 && p.seqlen_q >= (Causal ? 8192 : 2048);
+    if (FLASH_SM90_SHAPE_D64 != 0)
+        plan.three_consumers = HeadDim == 64 && FLASH_SM90_SHAPE_D64 == 2;
+    // Causal: paired tiles on a persistent grid up to 64 query blocks of 128 rows per head
+    // (1.02-1.20x one block per tile: the next tile loads under the current one); beyond,
+    // one block per tile, where the hardware's scheduler balances the ~8 units per SM that
+    // a static round-robin leaves uneven (0.96-0.97x at S = 16k), as for three consumers.
+    const int m_blocks = (p.seqlen_q + 127) / 128;
+    plan.paired_causal = Causal && !plan.three_consumers && m_blocks <= 64;
+    if (FLASH_SM90_CAUSAL_SCHEDULE != 0)
+        plan.paired_causal = Causal && FLASH_SM90_CAUSAL_SCHEDULE == 2;
+    return plan;
+}
 
 constexpr bool kSm90Enabled =
     !FLASH_DISABLE_SM90 && FLASH_EMULATE_SMEM_PER_SM == 0 && FLASH_FORCE_VARIANT == 0;
@@ -79,15 +108,12 @@ inline int sm90_multiprocessors(int device) {
     return known[device] > 0 ? known[device] : 0;
 }
 
-template <typename Elem, int HeadDim, bool Causal>
-int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
-    using T = typename Sm90Config<Elem, HeadDim>::type;
-    if (!kSm90Enabled) return FLASH_ERR_UNSUPPORTED;
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    const int sms = sm90_multiprocessors(device);
-    if (sms == 0) return FLASH_ERR_UNSUPPORTED;
+// Encodes the tensor maps for shape T and launches its kernel.
+template <typename T, bool Causal>
+int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, int sms,
+                      bool paired_causal) {
+    using Elem = typename T::Elem;
+    constexpr int HeadDim = T::kHeadDim;
     CUtensorMap maps[3];
     const int kv_heads = p.heads / p.q_heads_per_kv_head;  // the dispatcher checked it divides
     const bool encoded =
@@ -104,21 +130,41 @@ int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
     auto kernel = flash_fwd_sm90_kernel<T, Causal>;
     static bool opted_in[kMaxSm90Devices] = {};
     if (!opted_in[device]) {
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   T::kSmemBytes);
+        const cudaError_t err = cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
         if (err != cudaSuccess) return err;
         opted_in[device] = true;
     }
-    // Non-causal: persistent, one block per SM walks the tiles (the next tile's Q and K/V load
-    // under the current one's last MMAs and output). Causal: one block per tile, heaviest
-    // first, so the hardware's block scheduler balances the uneven tiles; a static
-    // round-robin over them ran 0.66x of this at S = 16k (NOTES.md, h3).
-    const int64_t tiles = (int64_t)((p.seqlen_q + T::kBlockM - 1) / T::kBlockM) * p.heads * p.batch;
-    if (tiles > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
-    const int blocks = Causal || tiles < sms ? (int)tiles : sms;
+    // Persistent (non-causal, and causal with paired tiles): one block per SM walks the work
+    // units, the next tile's Q and K/V loading under the current one's last MMAs and output.
+    // Causal otherwise: one block per tile, heaviest first, the hardware's block scheduler
+    // balancing the uneven tiles (NOTES.md, h3 and h4).
+    const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, paired_causal);
+    const int64_t units = (int64_t)schedule.units_per_head * p.heads * p.batch;
+    if (units > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
+    const bool per_tile = Causal && !schedule.paired;
+    const int blocks = per_tile || units < sms ? (int)units : sms;
     kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0], maps[1],
-                                                            maps[2]);
+                                                            maps[2], schedule.paired);
     return cudaGetLastError();
+}
+
+template <typename Elem, int HeadDim, bool Causal>
+int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
+    if (!kSm90Enabled) return FLASH_ERR_UNSUPPORTED;
+    int device = 0;
+    const cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    const int sms = sm90_multiprocessors(device);
+    if (sms == 0) return FLASH_ERR_UNSUPPORTED;
+    const Sm90Plan plan = sm90_plan<HeadDim, Causal>(p);
+    if constexpr (HeadDim == 64 && FLASH_SM90_SHAPE_D64 != 1) {
+        if (plan.three_consumers)
+            return launch_sm90_shape<Sm90ThreeConsumersD64<Elem>, Causal>(p, stream, device, sms,
+                                                                          plan.paired_causal);
+    }
+    using T = typename Sm90Config<Elem, HeadDim>::type;
+    return launch_sm90_shape<T, Causal>(p, stream, device, sms, plan.paired_causal);
 }
 
 }  // namespace flash

@@ -70,14 +70,16 @@ struct FwdTraits {
     }
 };
 
-// The Hopper kernel (flash_fwd_kernel_sm90.cuh): a producer warpgroup and two consumer
-// warpgroups of 64 query rows each; K and V tiles of BlockN keys through a ring of Stages
-// buffers; Q (and, where it fits, O's staging buffer) beside them.
-template <typename Elem_, int HeadDim, int BlockN, int Stages>
+// The Hopper kernel (flash_fwd_kernel_sm90.cuh): a producer warpgroup and ConsumerWarpgroups
+// (2 or 3) consumer warpgroups of 64 query rows each; K and V tiles of BlockN keys through a
+// ring of Stages buffers; Q (and, where it fits, O's staging buffer) beside them. Three
+// consumers (a 192-row block, FlashAttention-3's shape for D = 64) get 160 registers each
+// instead of 240: S (64) + P (32) + O (32) fit that at D = 64 (NOTES.md, h4).
+template <typename Elem_, int HeadDim, int BlockN, int Stages, int ConsumerWarpgroups = 2>
 struct Sm90Traits {
     using Elem = Elem_;
     static constexpr int kHeadDim = HeadDim;
-    static constexpr int kConsumerWarpgroups = 2;
+    static constexpr int kConsumerWarpgroups = ConsumerWarpgroups;
     static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);  // + the producer
     static constexpr int kBlockM = 64 * kConsumerWarpgroups;
     static constexpr int kBlockN = BlockN;
@@ -101,10 +103,15 @@ struct Sm90Traits {
     static constexpr int kQOBytes = (kStageO ? 2 : 1) * kQBytes;
     // Q, O staging, the K and V rings, + 1 KB to align the buffers to the 1024-byte atom.
     static constexpr int kSmemBytes = kQOBytes + 2 * Stages * kTileBytes + 1024;
-    // 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 registers.
-    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+    // Two consumers: 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 registers; three:
+    // 24 x 128 + 160 x 384 = 64,512.
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 240 : 160;
     static_assert(sizeof(Elem) == 2 && HeadDim % 64 == 0 && BlockN % 16 == 0);
-    static_assert(BlockN <= 256 && HeadDim <= 256, "wgmma N and TMA box limits");
+    static_assert(BlockN <= 256 && HeadDim <= 256 && kBlockM <= 256, "wgmma N and TMA box limits");
+    static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "2 or 3 consumers");
+    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
+    static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory");
 
     static __device__ __forceinline__ int tile_row(int mt, int warp) {
         return (mt * kWarps + warp) * 16;

@@ -64,6 +64,19 @@
 #define FLASH_PTXAS_REG_LEVEL 0
 #endif
 
+// Hopper kernel shape at D = 64 (flash_fwd_launch_sm90.cuh, sm90_plan): 0 the shipped choice
+// by sequence length; 1 two consumer warpgroups (128 query rows) always; 2 three (192 rows)
+// always.
+#ifndef FLASH_SM90_SHAPE_D64
+#define FLASH_SM90_SHAPE_D64 0
+#endif
+
+// Grid of a causal Hopper launch (sm90_plan): 0 the shipped choice by sequence length; 1 one
+// block per tile, heaviest first; 2 persistent, one block per SM over paired tiles.
+#ifndef FLASH_SM90_CAUSAL_SCHEDULE
+#define FLASH_SM90_CAUSAL_SCHEDULE 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
@@ -74,3 +87,5 @@ static_assert(FLASH_SPREAD_GROUP >= 0 && FLASH_SPREAD_GROUP <= 8, "0..8");
 static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");
 static_assert(FLASH_SPLITD_NO_L2_PREFETCH == 0 || FLASH_SPLITD_NO_L2_PREFETCH == 1, "0 or 1");
 static_assert(FLASH_PTXAS_REG_LEVEL >= 0 && FLASH_PTXAS_REG_LEVEL <= 10, "0..10");
+static_assert(FLASH_SM90_SHAPE_D64 >= 0 && FLASH_SM90_SHAPE_D64 <= 2, "0..2");
+static_assert(FLASH_SM90_CAUSAL_SCHEDULE >= 0 && FLASH_SM90_CAUSAL_SCHEDULE <= 2, "0..2");

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Issue 34 item 1 (the Hopper path against cuDNN): candidate builds (switches of csrc/switches.h)
+# checked on tail shapes, then timed against the shipped code, sdpa-cudnn and sdpa-flash in one
+# process (ab.py), table last. A candidate that fails its tail shapes is not timed.
+# Usage (repo root, GPU machine):
+#   [BUILDS="shipped= wg3=FLASH_SM90_SHAPE_D64=2 ..."] [STEPS=tails,memcheck,ab,test] \
+#   [TAILS="NAME ..."] [MEMCHECK="NAME ..."] [TEST_BUILD=NAME] bash tools/flash_attention/item1.sh [ab.py args]
+# Logs under $OUT.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD BENCH_KERNEL_CACHE=/tmp/flash-cache-item1
+# The flag ab.py builds with (several builds in one process), set for every build here: the
+# cache key does not see it, and ab.py reuses the libraries the tail checks built.
+export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} -Xcompiler=-fno-gnu-unique"
+OUT=${OUT:-/tmp/flash-out}
+mkdir -p "$OUT"
+STEPS=${STEPS:-tails,memcheck,ab}
+BUILDS=${BUILDS:-shipped=}
+MEMCHECK=${MEMCHECK:-}
+TAILS=${TAILS-all}  # the builds whose tail shapes are checked ("all": every one)
+TEST_BUILD=${TEST_BUILD:-}
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+switches_of() {  # NAME -> its switches, comma separated
+  local pair
+  for pair in $BUILDS; do [[ ${pair%%=*} == "$1" ]] && echo "${pair#*=}"; done
+}
+define_args() {  # "A=1,B=2" -> --define A=1 --define B=2
+  local item
+  IFS=',' read -ra items <<< "$1"
+  for item in "${items[@]}"; do [[ -n $item ]] && printf -- '--define %s ' "$item"; done
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu \
+  --format=csv,noheader | tee "$OUT/gpu.txt"
+kept=()
+for pair in $BUILDS; do
+  name=${pair%%=*}
+  # NAME@DIR (another tree) is not checked here.
+  if has tails && [[ $name != *@* ]] && [[ $TAILS == all || " $TAILS " == *" $name "* ]]; then
+    read -ra defs <<< "$(define_args "${pair#*=}")"
+    timeout 90 python3 tools/flash_attention/tails.py "${defs[@]}" > "$OUT/tails-$name.log" 2>&1
+    rc=$?
+    echo "tails [$name]: rc=$rc $(tail -1 "$OUT/tails-$name.log")"
+    grep -E "^BAD" "$OUT/tails-$name.log" | head -5
+    ((rc == 0)) || continue
+  fi
+  kept+=(--build "$pair")
+done
+if has memcheck; then
+  for name in $MEMCHECK; do
+    read -ra defs <<< "$(define_args "$(switches_of "$name")")"
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 120 compute-sanitizer --tool memcheck \
+      python3 tools/flash_attention/tails.py "${defs[@]}" > "$OUT/memcheck-$name.log" 2>&1
+    echo "memcheck [$name]: rc=$? $(grep -E 'ERROR SUMMARY|tails:' "$OUT/memcheck-$name.log" | tr '\n' ' ')"
+  done
+fi
+if has test && [[ -n $TEST_BUILD ]]; then
+  switches=$(switches_of "$TEST_BUILD")
+  FLASH_TEST_SWITCHES="${switches//,/ }" timeout 240 python3 -m pytest \
+    tests/gpu/test_flash_correctness.py -q --noconftest -p no:cacheprovider -W ignore -x \
+    > "$OUT/pytest-$TEST_BUILD.log" 2>&1
+  echo "test [$TEST_BUILD]: rc=$? $(tail -1 "$OUT/pytest-$TEST_BUILD.log")"
+fi
+if has ab && ((${#kept[@]})); then
+  timeout 280 python3 tools/flash_attention/ab.py "${kept[@]}" --no-l4 \
+    --peers sdpa-cudnn,sdpa-flash --head-dims 64,128 --causal both \
+    --seqlens 1024,2048,4096,8192,16384 --json "$OUT/ab.json" "$@" > "$OUT/ab.log" 2>&1
+  echo "ab: rc=$?"
+  grep -E "Error|error|off the reference" "$OUT/ab.log" | tail -5
+  # Per build: ratio to cuDNN per cell (dtype, D, c = causal, S), then medians.
+  python3 - "$OUT/ab.json" <<'PYEOF'
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+names = [k for k, v in rows[0].items() if isinstance(v, dict)]
+cell = lambda r: f"{r['dtype'][0]}{r['D']}{'c' if r['causal'] else ''}/{r['S'] // 1024}k"
+print(f"{'vs_cudnn':>16}" + "".join(f"{cell(r):>10}" for r in rows))
+for n in names:
+    print(f"{n:>16}" + "".join(f"{r[n]['vs_cudnn']:>10.3f}" for r in rows))
+for n in names:
+    grid = [r[n]["vs_cudnn"] for r in rows if r["D"] in (64, 128)]
+    d64 = [r[n]["vs_cudnn"] for r in rows if r["D"] == 64]
+    print(f"{n:>16}: D64+128 median {statistics.median(grid):.3f} min {min(grid):.3f}"
+          f" ({sum(v < 0.9 for v in grid)} < 0.90); D64 median {statistics.median(d64):.3f}")
+PYEOF
+fi
