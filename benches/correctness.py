@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import registry
-from kernels.reference import expand_kv_heads
+from benches import registry
+from benches.reference import expand_kv_heads
 from results_schema import AttentionConfig, CorrectnessRow, Plan
 from results_schema.models import implementation_of
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from results_schema import EnvironmentFingerprint
@@ -74,18 +76,25 @@ def _version(package: str) -> str | None:
 
 
 def _nvcc_version() -> str | None:
-    """The version of the nvcc the kernel build uses (its own discovery: CUDA_HOME first)."""
-    from kernels.flash_attention.build import BuildError, find_nvcc
-
-    try:
-        nvcc = find_nvcc()
-    except BuildError:
+    """The version of the nvcc a kernel build finds (CUDA_HOME first, then PATH, then the
+    toolkit's usual place), as kernel builds look for it."""
+    nvcc = _find_nvcc()
+    if nvcc is None:
         return None
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
         lines = [line for line in out.splitlines() if "release" in line]
         return lines[-1].strip() if lines else out.strip() or None
     return None
+
+
+def _find_nvcc() -> str | None:
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    places = [Path(cuda_home) / "bin" / "nvcc"] if cuda_home else []
+    on_path = shutil.which("nvcc")
+    places += [Path(on_path)] if on_path else []
+    places.append(Path("/usr/local/cuda/bin/nvcc"))
+    return next((str(place) for place in places if place.is_file()), None)
 
 
 def _cpu_model() -> str | None:

@@ -1,5 +1,5 @@
-"""What a registry implementation is (kernels/registry.py lists them): its own module, so
-that an adapter module (kernels/peers.py) can build implementations while the registry is
+"""What a registry implementation is (benches/registry.py lists them): its own module, so
+that an adapter module (benches/peers.py) can build implementations while the registry is
 still being assembled."""
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kernels.implementation import Implementation
+from benches.implementation import Implementation
 from results_schema.peers import PEERS, Peer
 
 if TYPE_CHECKING:

@@ -16,8 +16,7 @@ from functools import partial
 
 import numpy as np
 
-from benches import timing
-from kernels import registry
+from benches import registry, timing
 from results_schema import AttentionConfig
 
 SPACER_MAX_BYTES = 8 << 20

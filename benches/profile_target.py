@@ -23,10 +23,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from benches import correctness
+    from benches import correctness, registry
     from benches.plan import load_plan_file
     from benches.user_kernel import register
-    from kernels import registry
     from results_schema.models import implementation_of
 
     plan = load_plan_file(args.plan)

@@ -1,21 +1,23 @@
 """Every attention implementation bench can time, by name.
 
-    flash           ours (kernels/flash_attention), CUDA only
-    flash@baseline  ours, built from the A/B baseline's kernels/ tree (kernels/baseline.py)
     sdpa            torch's scaled_dot_product_attention, default backend choice
     sdpa-flash      SDPA pinned to its FlashAttention-2 backend (what SDPA runs on an L4)
     sdpa-cudnn      SDPA pinned to cuDNN
     sdpa-efficient  SDPA pinned to memory-efficient attention
     sdpa-math       SDPA pinned to the plain math path
-    reference       float64 attention (kernels.reference), the correctness yardstick
+    reference       float64 attention (benches.reference), the correctness yardstick
     xformers, fa4, flashinfer
-                    public peers (kernels/peers.py, docs/peers.md), CUDA only, installed on
+                    public peers (benches/peers.py, docs/peers.md), CUDA only, installed on
                     the target only when a launch asks for them (`--peers`)
     sdpa-extraN     calibration only (N = 16, 32, 64, 128): default SDPA, then one more SDPA
                     over the first 1/N of the queries (discarded). Not 1/N of the cost:
                     that extra kernel fills under one wave of the GPU, so it lasts about
                     one wave of the main one whatever N is (measured on an H100: 13-40%
                     slower for every N), a large slowdown of known direction
+
+Kernels with a contract (bench-kernel.toml: a user's, and ours, `flash` from kernels/) are
+not listed here: each run adds them from its plan (benches/user_kernel.py), each in a
+worker process of its own.
 
 Each implementation says which backend actually ran (`backend_for`), so a CSV row never
 claims a kernel that did not run. k and v may have fewer heads than q (grouped-query
@@ -30,9 +32,8 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from kernels.implementation import AttentionFn, Implementation, as_implementation
-from kernels.reference import reference_attention
-from kernels.support import unsupported_reason
+from benches.implementation import AttentionFn, Implementation, as_implementation
+from benches.reference import reference_attention
 
 __all__ = ["AttentionFn", "Implementation", "as_implementation", "get", "IMPLEMENTATIONS", "NAMES"]
 
@@ -108,34 +109,10 @@ def _always(device: torch.device) -> str | None:
     return None
 
 
-def _flash_available(device: torch.device) -> str | None:
-    """A GPU older than the kernel supports is a result (`unsupported on sm_75`), decided
-    from its compute capability as the build phase decides it (kernels/support.py)."""
-    if device.type != "cuda":
-        return "needs a CUDA GPU"
-    return unsupported_reason(*torch.cuda.get_device_capability(device))
-
-
-def _flash_run(q, k, v, causal):
-    from kernels.flash_attention import flash_attention
-
-    return flash_attention(q, k, v, causal=causal)
-
-
-def _flash_backend(q, k, v, causal) -> str:
-    from kernels.flash_attention import backend_name
-
-    return backend_name(q, causal)
-
-
 def _registry() -> dict[str, Implementation]:
-    from kernels import baseline, peers
+    from benches import peers
 
     impls = {
-        "flash": Implementation("flash", _flash_run, _flash_backend, _flash_available),
-        "flash@baseline": Implementation(
-            "flash@baseline", baseline.run, baseline.backend_for, baseline.available
-        ),
         "sdpa": Implementation("sdpa", _default_sdpa, default_sdpa_backend, _always),
         "reference": Implementation(
             "reference",

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benches import correctness, placement, timing
+from benches import correctness, placement, registry, timing
 from benches.environment import fingerprint
 from benches.isolation import WorkerLost
 from benches.plan import samples_per_config
@@ -35,7 +35,6 @@ from benches.writers import (
     read_csv,
     write_csv,
 )
-from kernels import registry
 from results_schema import (
     CorrectnessRow,
     EnvironmentFingerprint,

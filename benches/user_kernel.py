@@ -1,10 +1,11 @@
 """Users' kernels as registry implementations (`bench launch --kernel DIR`).
 
-plan.json names each user kernel tree the payload carries (results_schema.kernel_contract:
-UserKernel): its folder beside benches/, its contract and its identity. `register` adds one
-implementation per tree to kernels.registry under the identity the plan times it as (the
-declared name, '<name>@baseline'), so the gate, the timing and the statistics treat it as
-they treat SDPA: one path for every implementation.
+plan.json names each kernel tree the payload carries (results_schema.kernel_contract:
+UserKernel): its folder beside benches/, its contract and its identity. Ours
+(kernels/bench-kernel.toml, `flash`) is one of them: nothing here knows it by name.
+`register` adds one implementation per tree to benches.registry under the identity the
+plan times it as (the declared name, '<name>@baseline'), so the gate, the timing and the
+statistics treat it as they treat SDPA: one path for every implementation.
 
 In a run each tree is imported in a worker process of its own (benches/isolation.py,
 benches/worker.py): the candidate and its --baseline revision never share a process, so
@@ -16,6 +17,7 @@ is imported with its tree first on sys.path and must resolve to a file of that t
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from types import SimpleNamespace
 
 import torch
 
-from kernels import registry
+from benches import registry
 from results_schema import AttentionConfig, Plan
 from results_schema.kernel_contract import KernelSupports, UserKernel
 
@@ -77,20 +79,13 @@ def declared_unavailable(kernel: UserKernel, tree: Path, device: torch.device) -
 
 def declared_unsupported(supports: KernelSupports, config: AttentionConfig) -> str | None:
     """Why the contract's keys exclude `config`, if they do."""
-    if config.dtype not in supports.dtypes:
-        return f"unsupported: dtype {config.dtype} (it supports {', '.join(supports.dtypes)})"
-    if supports.head_dims is not None and config.head_dim not in supports.head_dims:
-        dims = ", ".join(map(str, supports.head_dims))
-        return f"unsupported: head_dim {config.head_dim} (it supports {dims})"
-    if config.causal and not supports.causal:
-        return "unsupported: causal"
-    if config.key_heads != config.heads and not supports.gqa:
-        return "unsupported: grouped-query attention (k/v with fewer heads than q)"
-    return None
+    return supports.refuses(config)
 
 
 def user_implementation(kernel: UserKernel, tree: Path) -> UserImplementation:
-    """The kernel imported into this process (a worker's, or the profiler's target)."""
+    """The kernel imported into this process (a worker's, or the profiler's target), with
+    its contract's env set first, as its build had it."""
+    os.environ.update(kernel.contract.env_for(str(tree)))
     loaded: dict[str, Callable] = {}
     contract, supports = kernel.contract, kernel.contract.supports
     ran = f"user:{contract.name}@{kernel.source.label()}"  # which tree ran, in every row

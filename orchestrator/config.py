@@ -14,7 +14,7 @@ import sys
 import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -130,11 +130,9 @@ def vm_path_problem(path: str) -> str | None:
 DEFAULT_IMAGE_FAMILY = "pytorch-2-9-cu129-ubuntu-2204-nvidia-580"
 
 
-# A gce look costs API calls (and the heartbeat moves every few seconds); a local one is a
-# file read.
-DEFAULT_POLL_SECONDS = {"local": 0.5, "gce": 10.0}
-# Faster than a tenth of a second is a busy loop (and on gce a stream of API calls); slower
-# than five minutes and --wait would miss most of a short run.
+# The poll setting's bounds (each backend's default is its Capabilities.poll_seconds).
+# Faster than a tenth of a second is a busy loop (and on gce a stream of API calls);
+# slower than five minutes and --wait would miss most of a short run.
 MIN_POLL_SECONDS, MAX_POLL_SECONDS = 0.1, 300.0
 
 
@@ -143,7 +141,7 @@ class BenchConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    backend: Literal["auto", "local", "gce"] = Field(
+    backend: str = Field(
         "auto", description="where runs go; auto = gce when a project is set, else local"
     )
     project: str | None = Field(None, description="GCP project id")
@@ -209,6 +207,17 @@ class BenchConfig(BaseModel):
     resourcemanager_endpoint: str | None = Field(
         None, description="Resource Manager API endpoint override (bench setup)"
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _registered_backend(cls, value: str) -> str:
+        from orchestrator.backends.registry import names
+
+        choices = ("auto", *names())
+        if value not in choices:
+            quoted = [f"'{c}'" for c in choices]
+            raise ValueError(f"Input should be {', '.join(quoted[:-1])} or {quoted[-1]}")
+        return value
 
     @field_validator("zones")
     @classmethod
@@ -308,15 +317,17 @@ class BenchConfig(BaseModel):
 
     def poll_interval(self, backend: str) -> float:
         """Seconds between two looks at a run on `backend`: the setting, else its default."""
-        return self.poll_seconds or DEFAULT_POLL_SECONDS[backend]
+        from orchestrator.backends.registry import capabilities
+
+        return self.poll_seconds or capabilities(backend).poll_seconds
 
     def resolved_backend(self) -> tuple[str, str]:
         """The backend to use and why, so launch can say it."""
+        from orchestrator.backends.registry import auto_backend
+
         if self.backend != "auto":
             return self.backend, "chosen by configuration or --backend"
-        if self.project:
-            return "gce", f"GCP project {self.project} is configured"
-        return "local", "no GCP project is configured (set `project` in bench.toml to use GCE)"
+        return auto_backend(self)
 
 
 def config_files(cwd: Path) -> list[Path]:

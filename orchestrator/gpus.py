@@ -7,6 +7,7 @@ member's settings are the user's settings with that shape and those zones in pla
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -127,10 +128,12 @@ def local_gpu_name() -> str | None:
 
 
 def key_for_name(gpu_name: str | None, catalog: dict[str, GpuType]) -> str | None:
-    """The catalog key whose `name_match` appears in an nvidia-smi GPU name."""
+    """The catalog key whose `name_match` is a word of an nvidia-smi GPU name ("NVIDIA
+    A100-SXM4-40GB" is an a100; "NVIDIA L40S" is no l4)."""
     if not gpu_name:
         return None
-    return next((k for k, g in catalog.items() if g.name_match.lower() in gpu_name.lower()), None)
+    words = set(re.split(r"[^a-z0-9]+", gpu_name.lower()))
+    return next((k for k, g in catalog.items() if g.name_match.lower() in words), None)
 
 
 def local_member(keys: list[str], catalog: dict[str, GpuType], gpu_name: str | None) -> str:

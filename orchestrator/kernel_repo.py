@@ -106,16 +106,21 @@ def parse_contract(files: TreeFiles, label: str) -> KernelContract:
             f"{label}: no {CONTRACT_FILE} at its root (the file that declares a kernel: "
             f"{CONTRACT_DOCS})"
         )
+    contract = read_contract(text, label)
+    _require_entry_module(files, contract, label)
+    return contract
+
+
+def read_contract(text: bytes, label: str) -> KernelContract:
+    """A contract file's contents, validated (its entry points not yet looked for)."""
     try:
         data = tomllib.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise UsageError(f"{label}: {CONTRACT_FILE} is not valid TOML: {error}") from None
     try:
-        contract = ContractFile.model_validate(data).kernel
+        return ContractFile.model_validate(data).kernel
     except ValidationError as error:
         raise UsageError(f"{label}: {CONTRACT_FILE}: {_first_problem(error)}") from None
-    _require_entry_module(files, contract, label)
-    return contract
 
 
 def own_plan(files: TreeFiles, contract: KernelContract, label: str) -> Plan | None:
@@ -149,7 +154,8 @@ def _first_problem(error: ValidationError) -> str:
 
 # The harness's own packages, imported in every kernel's worker process before the kernel:
 # a tree's package of the same name would never be imported (the harness's would be found).
-HARNESS_PACKAGES = ("benches", "kernels", "results_schema", "orchestrator")
+# (kernels/ is not one: it is our kernel's tree, shipped and imported as any kernel's.)
+HARNESS_PACKAGES = ("benches", "results_schema", "orchestrator")
 
 
 def _require_entry_module(files: TreeFiles, contract: KernelContract, label: str) -> None:

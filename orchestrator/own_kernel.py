@@ -1,13 +1,16 @@
-"""The A/B baseline's kernels/ tree: a git revision of this repository or a directory.
+"""Our kernel (kernels/flash_attention) as a plan carries any kernel: declared by its
+contract (kernels/bench-kernel.toml), shipped as a kernel tree of its own, built, gated and
+timed on the path users' kernels take (benches/user_kernel.py, the startup script's
+build_user_kernel). Nothing in the harness knows it by name.
 
-`bench launch --baseline REF` times our kernel as the working tree has it (uncommitted
-edits included: the candidate is always what the payload carries) against the kernels/
-tree of REF. REF is first looked for as a directory (a kernels/ tree, or a checkout
-holding one), then resolved by git in the repository the controller runs from: its
-kernels/ at that commit comes from `git archive`, so neither the working tree nor the
-index is touched. Either way the tree is read by the payload's `collect_tree`, under the
-candidate's rules (as git sees it, no link, bounded: orchestrator/payload.py), and travels
-in the payload as baseline/kernels/.
+Its tree on the target is a folder holding the kernels/ package, with the contract at the
+folder's root as in a user's repository: flash_kernel/ for the working tree (uncommitted
+edits included), baseline/ for `bench launch --baseline REF`. REF is first looked for as a
+directory (a kernels/ tree, or a checkout holding one), then resolved by git in the
+repository the controller runs from: its kernels/ at that commit comes from `git archive`,
+so neither the working tree nor the index is touched. Either way the tree is read by the
+payload's `collect_tree` (as git sees it, no link, bounded: orchestrator/payload.py). A
+revision older than the contract file is timed under the working tree's contract.
 """
 
 from __future__ import annotations
@@ -17,14 +20,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UsageError
-from orchestrator.kernel_repo import tree_sha256, working_state
-from orchestrator.payload import TreeFiles, collect_tree, resolve_commit, run_git
-from results_schema import Comparison
-from results_schema.kernel_contract import KernelIdentity
+from orchestrator.kernel_repo import parse_contract, read_contract, tree_sha256, working_state
+from orchestrator.payload import (
+    TreeFiles,
+    collect_tree,
+    package_dir,
+    resolve_commit,
+    run_git,
+    skipped_in_kernels,
+)
+from results_schema import Comparison, Plan
+from results_schema.kernel_contract import CONTRACT_FILE, KernelIdentity, UserKernel
 from results_schema.models import BASELINE_SUFFIX
 
 KERNEL_PACKAGE = "kernels"
 OUR_KERNEL_BUILD = "flash_attention/build.py"  # what makes a kernels/ tree ours
+# The trees' folders in the payload (a user's are user_kernel/ and user_kernel_baseline/).
+CANDIDATE_DIR = "flash_kernel"
+BASELINE_DIR = "baseline"
 
 # `skipped(path relative to kernels/)`: the files the payload leaves out.
 Skipped = Callable[[Path], bool]
@@ -124,26 +137,102 @@ def candidate_identity(kernels_dir: Path, files: TreeFiles) -> KernelIdentity:
     return KernelIdentity(tree_sha256=tree_sha256(files), **working_state(kernels_dir))
 
 
-# What the baseline builds from its own tree; every other Python file of kernels/ (the
-# binding api.py above all) is the candidate's on both sides of an A/B (kernels/baseline.py).
-BASELINE_OWN_PYTHON = {"flash_attention/build.py", "flash_attention/generate.py"}
+@dataclass(frozen=True)
+class OwnKernel:
+    """Our kernel's trees for a plan: as plans carry kernels (candidate first), their
+    folders' files for the payload, and the A/B comparison when a baseline was named."""
+
+    kernels: tuple[UserKernel, ...]
+    trees: tuple[tuple[str, TreeFiles], ...]
+    comparison: Comparison | None
+    source: KernelIdentity  # the working tree's: `bench history` orders runs by it
 
 
-def shared_binding_edits(candidate: TreeFiles, baseline: TreeFiles) -> list[str]:
-    """Python files of kernels/ that differ between the trees but that both sides of the
-    A/B run from the candidate's tree: their edits are not compared."""
-    ours, theirs = dict(candidate), dict(baseline)
-    names = {n for n in ours.keys() | theirs.keys() if n.endswith(".py")} - BASELINE_OWN_PYTHON
-    return sorted(n for n in names if ours.get(n) != theirs.get(n))
+def own_kernel(name: str, baseline_ref: str | None, repo: Path | None = None) -> OwnKernel:
+    """Our kernel, timed as `name` (its contract's name: the plan names it so), and its
+    `baseline_ref` tree as '<name>@baseline' when given. `repo` holds the kernels/ tree
+    (default: the one bench runs from) and resolves the baseline's revision."""
+    kernels_dir = repo / KERNEL_PACKAGE if repo else package_dir(KERNEL_PACKAGE)
+    files = candidate_files(kernels_dir, skipped_in_kernels)
+    source = candidate_identity(kernels_dir, files)
+    tree = as_kernel_tree(files)
+    candidate = _declared(tree, name, CANDIDATE_DIR, source, "our kernel (kernels/)", None)
+    kernels, trees, comparison = [candidate], [(CANDIDATE_DIR, tree)], None
+    if baseline_ref:
+        repo = repo or repository_root(kernels_dir.parent)
+        found = resolve_baseline(baseline_ref, name, repo, skipped_in_kernels)
+        base_tree = as_kernel_tree(found.files)
+        identity = KernelIdentity(
+            tree_sha256=tree_sha256(found.files), commit=found.comparison.commit
+        )
+        label = f"--baseline {baseline_ref}"
+        kernels.append(
+            _declared(base_tree, name + BASELINE_SUFFIX, BASELINE_DIR, identity, label, candidate)
+        )
+        trees.append((BASELINE_DIR, base_tree))
+        comparison = found.comparison
+    return OwnKernel(tuple(kernels), tuple(trees), comparison, source)
 
 
-def shared_binding_note(edits: list[str]) -> str | None:
-    if not edits:
-        return None
-    shown = ", ".join(f"kernels/{name}" for name in edits[:4])
-    more = f" and {len(edits) - 4} more" if len(edits) > 4 else ""
-    return (
-        f"--baseline: {shown}{more} differ between the trees, but both sides run this "
-        "tree's Python (the baseline's compiled kernel is called through it): the A/B "
-        "compares the kernels' compiled code only, not those edits"
-    )
+def as_kernel_tree(kernels_files: TreeFiles) -> TreeFiles:
+    """A kernels/ tree's files (names relative to kernels/) as a kernel tree: under
+    kernels/, with its contract also at the tree's root, where every tree has it."""
+    files = [(f"{KERNEL_PACKAGE}/{name}", data) for name, data in kernels_files]
+    contract = dict(kernels_files).get(CONTRACT_FILE)
+    if contract is not None:
+        files.append((CONTRACT_FILE, contract))
+    return tuple(sorted(files))
+
+
+def _declared(
+    tree: TreeFiles,
+    identity: str,
+    directory: str,
+    source: KernelIdentity,
+    label: str,
+    candidate: UserKernel | None,
+) -> UserKernel:
+    """The tree as a plan carries it, under its own contract, or (a revision from before
+    the contract) the candidate's."""
+    if candidate is not None and CONTRACT_FILE not in dict(tree):
+        contract = candidate.contract
+    else:
+        contract = parse_contract(tree, label)
+    return UserKernel(identity=identity, directory=directory, contract=contract, source=source)
+
+
+def with_own_kernel(
+    plan: Plan, baseline_ref: str | None = None, repo: Path | None = None
+) -> tuple[Plan, OwnKernel]:
+    """`plan` with our kernel among its user_kernels (and the A/B comparison against
+    `baseline_ref`, whose tree is timed as '<candidate>@baseline'), and the trees the
+    payload must carry. The plan names our kernel (its candidate, for an A/B)."""
+    found = own_kernel(own_kernel_name(), baseline_ref, repo)
+    # Declared afresh (resolving the plan declared the tree bench runs from).
+    ours = {kernel.identity for kernel in found.kernels}
+    others = [kernel for kernel in plan.user_kernels if kernel.identity not in ours]
+    update = {"user_kernels": [*others, *found.kernels], "candidate_source": found.source}
+    if found.comparison is not None:
+        update["comparison"] = found.comparison
+    return Plan.model_validate(plan.model_copy(update=update).model_dump()), found
+
+
+def own_source(repo: Path | None = None) -> KernelIdentity:
+    """Which kernels/ tree (and commit) bench runs from: a run's provenance, recorded even
+    where it times no kernel of ours (`bench history` orders runs by it)."""
+    kernels_dir = repo / KERNEL_PACKAGE if repo else package_dir(KERNEL_PACKAGE)
+    return candidate_identity(kernels_dir, candidate_files(kernels_dir, skipped_in_kernels))
+
+
+def declaring_own_kernel(plan: Plan) -> Plan:
+    """`plan` as it will run: where it names our kernel, with our kernel declared among its
+    user_kernels (what it supports, how it builds), so every check and estimate sees it."""
+    if own_kernel_name() not in plan.implementations:
+        return plan
+    return with_own_kernel(plan)[0]
+
+
+def own_kernel_name() -> str:
+    """The name our contract declares: what plans call our kernel ('flash')."""
+    path = package_dir(KERNEL_PACKAGE) / CONTRACT_FILE
+    return read_contract(path.read_bytes(), f"kernels/{CONTRACT_FILE}").name

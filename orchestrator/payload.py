@@ -43,11 +43,12 @@ from importlib import util
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from orchestrator.backends.registry import capabilities
 from orchestrator.errors import UsageError
 from results_schema import Plan
 
-PAYLOAD_PACKAGES = ("benches", "kernels", "results_schema")
-BASELINE_DIR = "baseline"  # an A/B baseline's kernels/ tree: baseline/kernels/...
+# The harness. Kernels travel as trees of their own (`kernel_trees`), ours too.
+PAYLOAD_PACKAGES = ("benches", "results_schema")
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache", "build", ".mypy_cache"}
 SKIPPED_SUFFIXES = {".pyc", ".pyo", ".so", ".o", ".md"}
 # Controller-side parts of the shared package: the JSON Schema export and its output.
@@ -76,16 +77,21 @@ PAYLOAD_PIP_PACKAGES = {
 
 
 def payload_requirements(backend: str, device: str) -> list[str]:
-    """The bare-image venv's pins (gce); on the user's own machine only the names."""
+    """The bare-image venv's pins where bench sets up the run's python; in the user's own
+    python only the names."""
     pins = PAYLOAD_PIP_PACKAGES[device]
-    return pins if backend == "gce" else [_name(pin) for pin in pins]
+    return pins if _sets_up_python(backend) else [_name(pin) for pin in pins]
 
 
 def image_requirements(backend: str, device: str) -> list[str]:
     """What an image's own python must carry for the run to install nothing."""
-    if device == "cpu" or backend != "gce":
+    if device == "cpu" or not _sets_up_python(backend):
         return payload_requirements(backend, device)
     return PAYLOAD_MINIMUMS
+
+
+def _sets_up_python(backend: str) -> bool:
+    return capabilities(backend).sets_up_python
 
 
 def _name(requirement: str) -> str:
@@ -156,14 +162,11 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 def build_payload(
     plan: Plan,
     source_root: Path | None = None,
-    baseline_files: Sequence[tuple[str, bytes]] = (),
     kernel_trees: Sequence[tuple[str, TreeFiles]] = (),
 ) -> Payload:
     """Tar the payload packages and plan.json; identical inputs give identical bytes.
-    `baseline_files` (names relative to a kernels/ tree) go in as baseline/kernels/...;
-    each of `kernel_trees` (a folder, a user's kernel tree) as <folder>/..."""
+    Each of `kernel_trees` (a folder, a kernel's tree) goes in as <folder>/..."""
     entries = list(payload_files(source_root))
-    entries += [(f"{BASELINE_DIR}/kernels/{name}", data) for name, data in baseline_files]
     for folder, files in kernel_trees:
         entries += [(f"{folder}/{name}", data) for name, data in files]
     buffer = io.BytesIO()

@@ -121,9 +121,10 @@ _TABLE_SQL = (
 _SCHEMA_VERSION = zlib.crc32(_TABLE_SQL.encode()) & 0x7FFFFFFF
 
 _SELECT_RECORD = f"SELECT {', '.join(_COLUMNS)} FROM runs"
+# ... AND backend IN (one ? per backend whose runs are billed: Capabilities.billed)
 COMMITTED_SQL = (
     "SELECT COALESCE(SUM(COALESCE(cost_usd, budget_usd)), 0.0) FROM runs"
-    " WHERE created_month = ? AND backend != 'local'"
+    " WHERE created_month = ? AND backend IN ({billed})"
 )
 PAST_PHASES_SQL = (
     "SELECT phase_seconds FROM runs WHERE plan_sha256 = ? AND backend = ? AND gpu = ?"
@@ -301,9 +302,13 @@ _INSERT_SQL = (
 
 def _committed(db: sqlite3.Connection, now: datetime) -> float:
     """Spend of this month's runs: actual cost when known, else the whole budget (so a run
-    still launching holds its budget). Local runs cost nothing."""
+    still launching holds its budget). Runs of an unbilled backend (local) cost nothing."""
+    from orchestrator.backends.registry import capabilities, names
+
+    billed = [name for name in names() if capabilities(name).billed]
     month = now.astimezone(timezone.utc).strftime("%Y-%m")
-    return float(db.execute(COMMITTED_SQL, (month,)).fetchone()[0])
+    sql = COMMITTED_SQL.format(billed=", ".join("?" * len(billed)) or "NULL")
+    return float(db.execute(sql, (month, *billed)).fetchone()[0])
 
 
 @contextmanager

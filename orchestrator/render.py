@@ -15,6 +15,7 @@ from typing import Any
 
 import jinja2
 
+from orchestrator.backends.registry import capabilities
 from orchestrator.payload import (
     PAYLOAD_PIP_INDEX_ARGS,
     image_requirements,
@@ -24,18 +25,13 @@ from orchestrator.spec import RunSpec
 from results_schema import PHASES
 from results_schema.peers import PEERS
 
-HEARTBEAT_SECONDS = {"local": 2, "gce": 20}
-# How long a VM whose manifest could not be uploaded stays up so that `bench status` and
-# `launch --wait` can read why from its serial console (GCE serves it only while the VM
-# runs); ≈ $0.01 at the spot L4 rate. The local backend's log is a file: no wait.
-REASON_WINDOW_SECONDS = {"local": 0, "gce": 180}
 # Per-phase caps. Environment may install torch (minutes on a fresh image); the benchmark's
 # cap comes from the plan's estimate.
 PHASE_TIMEOUTS = {
     "preflight": 120,
     "environment": 1800,
     "payload": 300,
-    "build": 900,
+    "build": 120,  # the phase's own work (cache lookups, records); each tree's bounds added
     "correctness": 900,
     "upload": 300,
     "finish": 60,
@@ -94,6 +90,8 @@ def user_kernel_builds(plan) -> list[dict]:
             "timeout": kernel.contract.build_timeout_seconds,
             "requirements": " ".join(kernel.contract.requirements),
             "command": kernel.contract.build or "",
+            # NAME=VALUE words; '{tree}' is replaced by the tree's path on the target
+            "env": [f"{name}={value}" for name, value in sorted(kernel.contract.env.items())],
         }
         for kernel in plan.user_kernels
     ]
@@ -103,7 +101,7 @@ def peer_installs(plan, backend: str) -> list[dict]:
     """What the peers partial installs before the gate: each public peer the plan times,
     with its pins, preferred first (results_schema/peers.py). Only on gce: on the local
     backend the payload's python is the user's own, into which bench installs nothing."""
-    if backend != "gce":
+    if not capabilities(backend).sets_up_python:
         return []
     return [
         {"name": name, "pins": " ".join(PEERS[name].pins)}
@@ -119,19 +117,19 @@ def correctness_timeout_seconds(spec: RunSpec) -> int:
 
 
 def build_timeout_seconds(spec: RunSpec) -> int:
-    """Our kernel's bound, plus each user kernel's own (its requirements and its build may
-    each take it), plus a minute of margin."""
-    users = sum(
+    """The phase's own bound, plus each kernel tree's (its requirements and its build may
+    each take its build_timeout)."""
+    trees = sum(
         (bool(k.contract.requirements) + bool(k.contract.build)) * k.contract.build_timeout_seconds
         for k in spec.plan.user_kernels
     )
-    return PHASE_TIMEOUTS["build"] + users + (60 if users else 0)
+    return PHASE_TIMEOUTS["build"] + trees
 
 
 def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any]) -> dict:
     plan = spec.plan
     on_gpu = plan.device == "cuda"
-    builds_kernel = "flash" in plan.implementations
+    builds_on_gpu = on_gpu and any(k.contract.build for k in plan.user_kernels)
     cost = {
         "backend": spec.backend,
         "rate_usd_per_hour": spec.rate_usd_per_hour,
@@ -146,8 +144,9 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "payload_sha256": spec.payload_sha256,
         "plan_name": plan.name,
         "max_run_seconds": spec.max_run_seconds,
-        "heartbeat_seconds": HEARTBEAT_SECONDS[spec.backend],
-        "reason_window_seconds": REASON_WINDOW_SECONDS[spec.backend],
+        "heartbeat_seconds": capabilities(spec.backend).heartbeat_seconds,
+        "backend_partial": capabilities(spec.backend).script_partial,
+        "reason_window_seconds": capabilities(spec.backend).reason_window_seconds,
         "cost_json": json.dumps(cost, sort_keys=True),
         "pip_packages": payload_requirements(spec.backend, plan.device),
         "image_packages": image_requirements(spec.backend, plan.device),
@@ -164,9 +163,7 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "peer_installs": peer_installs(plan, spec.backend),
         "peer_install_seconds": PEER_INSTALL_SECONDS,
         "needs_gpu": on_gpu,
-        "needs_nvcc": builds_kernel,
-        "build_kernel": builds_kernel,
-        "build_baseline": builds_kernel and plan.baseline_identity is not None,
+        "needs_nvcc": builds_on_gpu,
         "preflight_tools": backend_vars.get("preflight_tools", []),
         "min_free_mb": 2000 if on_gpu else 200,
         "driver_wait_seconds": DRIVER_WAIT_SECONDS,

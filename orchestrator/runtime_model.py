@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 
+from orchestrator.backends.registry import capabilities
 from orchestrator.budget import MAX_RUN_SECONDS_CEILING
 from orchestrator.errors import ConfigError
 from results_schema import Manifest, Plan
@@ -68,11 +69,13 @@ def load_phase_catalog() -> dict:
 
 def machine_figures(backend: str, accelerator: str, catalog: dict) -> dict:
     """The figures for this backend and GPU type; ConfigError when the model has none."""
-    if backend == "local":
-        return catalog["local"]
-    figures = catalog["gce"].get(accelerator)
+    declared = capabilities(backend)
+    table = catalog[declared.phase_model]
+    if not declared.phase_model_by_accelerator:
+        return table
+    figures = table.get(accelerator)
     if figures is None:
-        known = ", ".join(catalog["gce"])
+        known = ", ".join(table)
         raise ConfigError(f"no runtime model for {accelerator} in phases.toml; modelled: {known}")
     if "based_on" in figures:
         # A GPU type's table names the one it shares phases with and says what differs.
@@ -92,13 +95,14 @@ def model_phases(
     build) already hold this run's entries, as on every run after the first."""
     catalog = catalog or load_phase_catalog()
     figures = machine_figures(backend, accelerator, catalog)
-    rates = figures[plan.device] if backend == "local" else figures
+    by_device = not capabilities(backend).phase_model_by_accelerator
+    rates = figures[plan.device] if by_device else figures
 
     def fixed(phase: str, key: str | None = None) -> PhaseFigure:
         entry = figures[key or phase]
         return PhaseFigure(phase, float(entry["seconds"]), entry["source"])
 
-    if backend == "local":
+    if by_device:
         environment = fixed("environment")
     elif image_family.startswith(TORCH_IMAGE_PREFIX):
         environment = fixed("environment", "environment_image")
@@ -118,19 +122,13 @@ def model_phases(
 
 
 def _build(plan: Plan, one: PhaseFigure) -> PhaseFigure:
-    """Our kernel's build (twice for an A/B of two of its trees), and each user kernel tree
-    with a build command, counted as one of ours: its own time is unknown before it ran."""
-    ours = ("flash" in plan.implementations) * (2 if plan.baseline_identity else 1)
-    users = sum(1 for kernel in plan.user_kernels if kernel.contract.build)
-    if not ours + users:
+    """Each kernel tree with a build command (an A/B builds two), each counted as one build
+    of ours: a tree's own time is unknown before it ran."""
+    trees = sum(1 for kernel in plan.user_kernels if kernel.contract.build)
+    if not trees:
         return PhaseFigure("build", 0.0, "the plan builds no kernel")
-    counted = []
-    if ours:
-        counted.append("our kernel's two trees" if ours > 1 else "our kernel")
-    if users:
-        counted.append(f"{users} user kernel tree{'s' if users > 1 else ''}")
-    source = f"{' and '.join(counted)}, each: {one.source}"
-    return PhaseFigure("build", (ours + users) * one.seconds, source)
+    source = f"{trees} kernel tree{'s' if trees > 1 else ''}, each: {one.source}"
+    return PhaseFigure("build", trees * one.seconds, source)
 
 
 def _correctness(plan: Plan, rates: dict) -> PhaseFigure:

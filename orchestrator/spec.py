@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,7 +31,7 @@ class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     run_id: str = Field(pattern=RUN_ID_PATTERN)
-    backend: Literal["local", "gce"]
+    backend: str
     plan: Plan
     owner: str
     budget_usd: float = Field(gt=0)

@@ -28,6 +28,16 @@ TIMEOUT_LIMITS = {
     "call_timeout": MAX_CALL_TIMEOUT_SECONDS,
 }
 
+# Variables a contract's env may not set: the build's and the worker's own plumbing (the
+# payload's python first on PATH, the harness's imports, the GPU it was given) and what the
+# startup script tells the harness.
+RESERVED_ENV = frozenset(
+    {"PATH", "HOME", "PWD", "SHELL", "PYTHONPATH", "PYTHONHOME", "CUDA_VISIBLE_DEVICES"}
+)
+RESERVED_ENV_PREFIXES = ("BENCH_ENV_", "BENCH_IMAGE", "BENCH_MACHINE", "BENCH_SPOT", "BENCH_ZONE")
+ENV_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,63}$"
+TREE_PLACEHOLDER = "{tree}"
+
 ContractDtype = Literal["float16", "bfloat16", "float32", "float64"]
 ContractDevice = Literal["cpu", "cuda"]
 
@@ -74,6 +84,19 @@ class KernelSupports(_Contract):
         "and compute_capability (a (major, minor) tuple, None off the GPU)",
     )
 
+    def refuses(self, config) -> str | None:
+        """Why these keys exclude `config` (an AttentionConfig), if they do."""
+        if config.dtype not in self.dtypes:
+            return f"unsupported: dtype {config.dtype} (it supports {', '.join(self.dtypes)})"
+        if self.head_dims is not None and config.head_dim not in self.head_dims:
+            dims = ", ".join(map(str, self.head_dims))
+            return f"unsupported: head_dim {config.head_dim} (it supports {dims})"
+        if config.causal and not self.causal:
+            return "unsupported: causal"
+        if config.key_heads != config.heads and not self.gqa:
+            return "unsupported: grouped-query attention (k/v with fewer heads than q)"
+        return None
+
     def min_capability(self) -> tuple[int, int] | None:
         if self.min_compute_capability is None:
             return None
@@ -108,6 +131,13 @@ class KernelContract(_Contract):
         default_factory=list,
         description="pip requirements installed before the build, each pinned with ==",
     )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="environment variables set for the requirements' install, the build and "
+        "the kernel's worker process; '{tree}' in a value is the tree's absolute path on the "
+        "target (e.g. TORCH_EXTENSIONS_DIR = '{tree}/.torch-extensions': a build's output "
+        "inside the tree is saved in the build cache with it)",
+    )
     supports: KernelSupports = Field(
         default_factory=KernelSupports, description="what the kernel supports"
     )
@@ -138,6 +168,22 @@ class KernelContract(_Contract):
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._\[\],-]*==[A-Za-z0-9.+!_-]+", requirement):
                 raise ValueError(f"{requirement!r} is not pinned as name==version")
         return requirements
+
+    @field_validator("env")
+    @classmethod
+    def _settable(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not re.fullmatch(ENV_NAME_PATTERN, name):
+                raise ValueError(f"{name!r} is no variable name (A-Z, 0-9 and _)")
+            if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+                raise ValueError(f"{name} is set by bench itself, not by a contract")
+            if len(value) > 1000 or not value.isprintable():
+                raise ValueError(f"{name}: a value is one printable line of <= 1000 characters")
+        return env
+
+    def env_for(self, tree: str) -> dict[str, str]:
+        """The env with '{tree}' replaced by the tree's path on the target."""
+        return {name: value.replace(TREE_PLACEHOLDER, tree) for name, value in self.env.items()}
 
     @field_validator("build_timeout", "call_timeout")
     @classmethod

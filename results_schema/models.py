@@ -120,7 +120,7 @@ class Plan(_Strict):
     name: str
     description: str
     device: Device
-    candidate: str = Field(description="the implementation under test, a kernels.registry name")
+    candidate: str = Field(description="the implementation under test, a benches.registry name")
     baselines: list[str] = Field(min_length=1, description="implementations compared with it")
     reference: str = Field(description="higher-precision implementation for the correctness gate")
     samples_per_config: int = Field(ge=1, description="timed samples per (config, implementation)")

@@ -1,6 +1,6 @@
 """Public attention libraries bench can time beside SDPA (`bench launch --peers NAME,...`),
 known without torch: the controller validates names and computes what the target installs
-from here; the payload's adapters (kernels/peers.py) name the same pins in their messages.
+from here; the payload's adapters (benches/peers.py) name the same pins in their messages.
 
 Each peer is pinned: `pins` are exact requirements, in order of preference. Most peers have
 one. xformers builds each release against one torch release (0.0.32.post2 requires torch

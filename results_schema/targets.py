@@ -1,6 +1,6 @@
 """What a run's target can run, known without torch: the controller checks a plan against it
 before anything is created, and the payload's registry must agree (a test holds them equal:
-kernels.registry.NAMES, kernels.flash_attention's SUPPORTED_DTYPES and SUPPORTED_HEAD_DIMS)."""
+benches.registry.NAMES, kernels.flash_attention's SUPPORTED_DTYPES and SUPPORTED_HEAD_DIMS)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from results_schema.peers import PEER_NAMES
 
 CALIBRATION_FRACTIONS = (16, 32, 64, 128)
 IMPLEMENTATIONS = (
-    "flash",
-    "flash@baseline",  # the A/B baseline's kernels/ tree (`bench launch --baseline`)
     "sdpa",
     "reference",
     *(f"sdpa-extra{n}" for n in CALIBRATION_FRACTIONS),
@@ -21,11 +19,7 @@ IMPLEMENTATIONS = (
     *PEER_NAMES,  # public libraries (results_schema/peers.py), timed with --peers
 )
 # Implementations that refuse a CPU device.
-CUDA_ONLY = ("flash", "flash@baseline", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", *PEER_NAMES)
-# Our kernel: one compiled unit per (dtype, head dim). Which GPUs it runs on is
-# kernels.support's to say (a GPU below its minimum records `unsupported`, not an error).
-FLASH_DTYPES = ("float16", "bfloat16")
-FLASH_HEAD_DIMS = (64, 128, 256)
+CUDA_ONLY = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", *PEER_NAMES)
 
 
 def plan_problems(plan: Plan, has_gpu: bool) -> list[str]:
@@ -36,7 +30,7 @@ def plan_problems(plan: Plan, has_gpu: bool) -> list[str]:
     if unknown:
         problems.append(
             f"unknown implementation {', '.join(map(repr, unknown))} (known: "
-            f"{', '.join(IMPLEMENTATIONS)})"
+            f"{', '.join([*IMPLEMENTATIONS, *users])})"
         )
     if plan.warmup_min > plan.warmup_max:
         problems.append(f"warmup_min {plan.warmup_min} exceeds warmup_max {plan.warmup_max}")
@@ -47,17 +41,21 @@ def plan_problems(plan: Plan, has_gpu: bool) -> list[str]:
         if on_gpu_only:
             problems.append(f"its device is cpu, but {', '.join(on_gpu_only)} needs a CUDA GPU")
     for kernel in users.values():
-        if plan.device not in kernel.contract.supports.devices:
+        supports = kernel.contract.supports
+        if plan.device not in supports.devices:
             problems.append(
                 f"its device is {plan.device}, but {kernel.identity} runs on "
-                f"{', '.join(kernel.contract.supports.devices)} only (its supports.devices)"
+                f"{', '.join(supports.devices)} only (its supports.devices)"
             )
-    if {"flash", "flash@baseline"} & set(plan.implementations):
-        for config in plan.configs:
-            if config.dtype not in FLASH_DTYPES or config.head_dim not in FLASH_HEAD_DIMS:
-                problems.append(
-                    f"config {config.name!r} ({config.dtype}, head_dim {config.head_dim}) has "
-                    f"no flash kernel: flash runs {'/'.join(FLASH_DTYPES)} with head_dim "
-                    f"{' or '.join(map(str, FLASH_HEAD_DIMS))}"
-                )
+    candidate = users.get(plan.candidate)
+    if candidate is not None:
+        # A config the candidate's contract excludes is a row that says so; a plan of only
+        # such configs would measure nothing the run is for.
+        refused = [(c.name, candidate.contract.supports.refuses(c)) for c in plan.configs]
+        if all(reason for _, reason in refused):
+            name, reason = refused[0]
+            problems.append(
+                f"{plan.candidate} runs none of its configs (config {name!r}: {reason}; "
+                f"its bench-kernel.toml's supports)"
+            )
     return problems

@@ -129,9 +129,8 @@ def _plan(run_dir: Path, plan_spec: str | None):
 def dobench(run_dir: Path, plan_spec: str | None = None) -> dict:
     import torch
 
-    from benches import timing
+    from benches import registry, timing
     from benches.correctness import config_seed, make_inputs
-    from kernels import registry
     from results_schema.models import implementation_of
 
     plan = _plan(run_dir, plan_spec)

@@ -23,10 +23,9 @@ import numpy as np
 import torch
 import triton.testing
 
-from benches import timing
+from benches import registry, timing
 from benches.correctness import config_seed, make_inputs
 from benches.plan import resolve_plan
-from kernels import registry
 from tools.crosscheck import SpinBeforeEachCall
 
 SINGLE = {  # config -> implementations compared with do_bench in single-launch mode

@@ -1,12 +1,69 @@
-"""The Backend protocol the service layer talks to; it never imports a cloud SDK."""
+"""The Backend protocol the service layer talks to; it never imports a cloud SDK.
+
+A backend declares what sets its runs apart (`Capabilities`, as dstack's backends declare
+theirs) and the optional protocols it implements (`ChecksProject`, `SetsUpProject`): the
+service layer reads those, never a backend's name. backends/registry.py names them all.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shlex
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from orchestrator.spec import RunSpec
+
+if TYPE_CHECKING:
+    from orchestrator.config import BenchConfig
+    from orchestrator.paths import StatePaths
+    from orchestrator.registry import RunRegistry
+    from orchestrator.stores.base import Store
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Every per-backend rule of the controller, declared by the backend."""
+
+    # How messages name it ("stop-all: GCE was not searched") and what runs a run there
+    # ("its VM runs, and bills, until ...", "deleted the VM ...").
+    title: str
+    machine_noun: str
+    # Where a plan runs, as a refusal names it: "plan 'x' cannot run on this machine".
+    target_phrase: str
+    # Its machines bill at the price catalog's rates: the budget buys the time cap, the
+    # monthly cap counts the run, and spot pricing applies. False: the run is free and
+    # bounded by budget.LOCAL_DEFAULT_MAX_RUN_SECONDS.
+    billed: bool
+    # `launch --gpu` picks machine shapes from gpus.toml (several: a sweep); False: the run
+    # has this machine's GPU, whichever it is.
+    machine_from_catalog: bool
+    # Its machine always carries a GPU; False: it has one when nvidia-smi answers here.
+    always_has_gpu: bool
+    # bench sets up the run's python on its machine (an image's, or a venv at exact pins)
+    # and may install into it (public peers); False: the user's own python, used as it is.
+    sets_up_python: bool
+    # A run keeps files on this machine (its sandbox, its store copy) that `clean` frees.
+    keeps_files_here: bool
+    # After the manifest the machine may still exist (powered off, its disk billing):
+    # `launch --wait` waits for it to end, then releases it.
+    release_after_run: bool
+    # The partial of startup_templates/partials/backend/ its startup script includes (a new
+    # backend may share one: the script stays one script).
+    script_partial: str
+    # Its table in orchestrator/data/phases.toml, and whether that table is keyed by the
+    # accelerator type (a cloud machine) or by the plan's device (this machine).
+    phase_model: str
+    phase_model_by_accelerator: bool
+    # How often --wait and `logs --follow` look (the `poll_seconds` setting overrides it),
+    # how often the script writes its heartbeat, how long a machine whose manifest could
+    # not be uploaded stays up so its console can say why, and how long after its machine
+    # ended a manifest may still arrive.
+    poll_seconds: float
+    heartbeat_seconds: int
+    reason_window_seconds: int
+    manifest_grace_seconds: float
 
 
 @dataclass
@@ -30,12 +87,78 @@ class Machine:
     rate_usd_per_hour: float = 0.0
 
 
+@dataclass(frozen=True)
+class Check:
+    """One line of `bench doctor`: a question about the project, answered, with its fix."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class SetupStep:
+    """One step of `bench setup`: the command a reader can check, and what `--apply` does."""
+
+    title: str
+    command: list[str]  # the CLI equivalent, one argument per item
+    apply: Callable[[Any], str]  # performs the step on the backend's client; what it did
+    names_account: bool = False  # a grant to a new account: retried while it propagates
+
+    def command_line(self) -> str:
+        return " ".join(shlex.quote(part) for part in self.command)
+
+
+class BackendHost(Protocol):
+    """What a backend is built from: the controller's settings, state and stores (the
+    service layer's Context)."""
+
+    config: BenchConfig
+
+    @property
+    def paths(self) -> StatePaths: ...
+
+    @property
+    def registry(self) -> RunRegistry: ...
+
+    def store(self, name: str) -> Store: ...
+
+    def local_store_root(self) -> Path: ...
+
+
 class Backend(Protocol):
     """Everything the service layer calls on a backend, and nothing more."""
 
-    name: str
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
     # Why each machine the last `stop` could not stop is still there, by machine name.
     stop_failures: dict[str, str]
+
+    @classmethod
+    def create(cls, host: BackendHost) -> Backend:
+        """The backend for these settings (UsageError when they lack what it needs)."""
+        ...
+
+    @classmethod
+    def create_store(cls, host: BackendHost) -> Store:
+        """The store its runs write to."""
+        ...
+
+    @classmethod
+    def require_settings(cls, config: BenchConfig) -> None:
+        """UsageError naming each setting it needs that is missing (nothing created)."""
+        ...
+
+    @classmethod
+    def unsearched_reason(cls, config: BenchConfig) -> str | None:
+        """Why `stop-all` cannot look for its machines with these settings; None: it can."""
+        ...
+
+    @classmethod
+    def chosen_by_auto(cls, config: BenchConfig) -> str | None:
+        """Why `backend = "auto"` picks it with these settings; None: auto does not."""
+        ...
 
     def work_dir(self, run_id: str) -> str:
         """Where the run's script keeps its files on its machine."""
@@ -88,4 +211,48 @@ class Backend(Protocol):
 
     def stop(self, machines: list[Machine]) -> list[Machine]:
         """Stop/delete these, in parallel, wait, and return those that were stopped."""
+        ...
+
+    def powered_off(self) -> list[Machine]:
+        """Its machines that no longer run but still bill (a powered-off VM's disk), priced;
+        [] where a machine cannot outlive its run."""
+        ...
+
+    def delete_command(self, machine: Machine) -> str:
+        """The one command, outside bench, that deletes this machine."""
+        ...
+
+    def local_files(self, run_id: str, run_key: str) -> list[Path]:
+        """What a run keeps on this machine (`clean` removes it once the run ended)."""
+        ...
+
+
+@runtime_checkable
+class ChecksProject(Protocol):
+    """A backend whose project `bench doctor` can check before money is spent."""
+
+    def doctor_checks(self, gpu_keys: list[str] | None, probe: bool) -> Iterator[Check]:
+        """Every check, in order; `gpu_keys` (launch --gpu): each GPU type's shape in its
+        own zones; `probe`: then a tiny machine proves the run's account works."""
+        ...
+
+
+@runtime_checkable
+class SetsUpProject(Protocol):
+    """A backend with a one-time, least-privilege setup of its project (`bench setup`)."""
+
+    def setup_steps(self) -> list[SetupStep]: ...
+
+    def apply_setup(
+        self,
+        steps: list[SetupStep],
+        on_done: Callable[[SetupStep, str], None],
+        on_wait: Callable[[SetupStep, float], None],
+    ) -> None:
+        """Each step in order; `on_wait(step, seconds)` before a retry of a grant that a
+        new account is not visible to yet."""
+        ...
+
+    def setup_followups(self) -> list[str]:
+        """What the user does once the steps are done, one line each."""
         ...

@@ -16,12 +16,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orchestrator.backends.base import Machine, Placement
-from orchestrator.config import DEFAULT_POLL_SECONDS
+from orchestrator.backends.base import BackendHost, Capabilities, Machine, Placement
 from orchestrator.paths import StatePaths
 from orchestrator.registry import RunRegistry
 from orchestrator.spec import RunSpec
+
+if TYPE_CHECKING:
+    from orchestrator.config import BenchConfig
+    from orchestrator.stores.local import LocalStore
 
 STOP_GRACE_SECONDS = 30
 # Every process of a local run carries this variable (value: the run id), so that after
@@ -90,6 +94,24 @@ def signal_all(pids: list[int], sig: int) -> None:
 
 class LocalBackend:
     name = "local"
+    capabilities = Capabilities(
+        title="local",
+        machine_noun="script",
+        target_phrase="this machine",
+        billed=False,
+        machine_from_catalog=False,
+        always_has_gpu=False,
+        sets_up_python=False,  # the payload runs in the user's python: nothing installed
+        keeps_files_here=True,
+        release_after_run=False,  # the script's end is the machine's
+        script_partial="local",
+        phase_model="local",
+        phase_model_by_accelerator=False,
+        poll_seconds=0.5,  # a look is a file read
+        heartbeat_seconds=2,
+        reason_window_seconds=0,  # the log is a file here: nothing to wait for
+        manifest_grace_seconds=5.0,
+    )
 
     def __init__(
         self,
@@ -103,6 +125,28 @@ class LocalBackend:
         self.payload_python = payload_python or sys.executable
         self.store_root = store_root
         self.stop_failures: dict[str, str] = {}  # a local script always ends: stays empty
+
+    @classmethod
+    def create(cls, host: BackendHost) -> LocalBackend:
+        return cls(host.paths, host.registry, host.config.payload_python, host.local_store_root())
+
+    @classmethod
+    def create_store(cls, host: BackendHost) -> LocalStore:
+        from orchestrator.stores.local import LocalStore
+
+        return LocalStore(host.local_store_root())
+
+    @classmethod
+    def require_settings(cls, config: BenchConfig) -> None:
+        """This machine needs no settings."""
+
+    @classmethod
+    def unsearched_reason(cls, config: BenchConfig) -> str | None:
+        return None  # the registry and /proc are always there
+
+    @classmethod
+    def chosen_by_auto(cls, config: BenchConfig) -> str | None:
+        return None  # the registry's fallback, not a choice of settings
 
     def work_dir(self, run_id: str) -> str:
         return str(self.paths.sandbox(run_id))
@@ -176,7 +220,7 @@ class LocalBackend:
                 if follow and log.exists() and log.stat().st_size > position:
                     continue
                 return
-            time.sleep(DEFAULT_POLL_SECONDS["local"])
+            time.sleep(self.capabilities.poll_seconds)
 
     def log_since(self, run_id: str, placement: Placement, offset: int) -> tuple[str, int]:
         """The startup log from byte `offset`, and where the next read starts."""
@@ -195,12 +239,21 @@ class LocalBackend:
     def list_machines(self) -> list[Machine]:
         machines = []
         for record in self.registry.all():
-            if record.backend != "local":
+            if record.backend != self.name:
                 continue
             handle = record.handle or self._pid_file_handle(record.run_id)
             if run_pid(handle) is not None and self._processes(record.run_id, handle):
                 machines.append(Machine(record.run_id, f"pid {handle}", "localhost", "RUNNING"))
         return machines
+
+    def powered_off(self) -> list[Machine]:
+        return []  # a script that ended is gone: nothing of it bills
+
+    def delete_command(self, machine: Machine) -> str:
+        return f"bench stop-all {machine.run_id}"  # it ends the script's whole session
+
+    def local_files(self, run_id: str, run_key: str) -> list[Path]:
+        return [self.paths.sandbox(run_id), self.store_root / run_key]
 
     def _pid_file_handle(self, run_id: str) -> str:
         """The pid the script wrote at its start: how a run whose controller died before

@@ -49,9 +49,9 @@ def doctor(gpus, probe):
     """
     from orchestrator.errors import CloudError
     from orchestrator.gpus import parse_gpu_list
-    from orchestrator.service.doctor import run_doctor
+    from orchestrator.service.doctor import doctor_backend, run_doctor
 
-    ctx = make_context(backend="gce")
+    ctx = make_context(backend=doctor_backend())
     keys = parse_gpu_list(gpus) if gpus is not None else None
     out = console()
     failed = 0

@@ -206,12 +206,14 @@ def say_runs_go_on(what: str, status_ref: str) -> None:
 
 
 def how_it_ends(result) -> str:
+    from orchestrator.backends.registry import capabilities
     from orchestrator.budget import format_duration
 
     cap = format_duration(result.spec.max_run_seconds)
-    if result.spec.backend == "gce":
-        return f"its VM runs, and bills, until the run ends or its {cap} cap"
-    return f"its script runs here until the run ends or its {cap} cap"
+    declared = capabilities(result.spec.backend)
+    if declared.billed:
+        return f"its {declared.machine_noun} runs, and bills, until the run ends or its {cap} cap"
+    return f"its {declared.machine_noun} runs here until the run ends or its {cap} cap"
 
 
 def print_launch(out, result) -> None:

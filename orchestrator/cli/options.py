@@ -94,9 +94,9 @@ class Duration(click.ParamType):
 
 
 def backend_option(help_text: str = "where to run: local (this machine) or gce"):
-    return click.option(
-        "--backend", type=click.Choice(["local", "gce"]), default=None, help=help_text
-    )
+    from orchestrator.backends.registry import names
+
+    return click.option("--backend", type=click.Choice(names()), default=None, help=help_text)
 
 
 def dest_option(help_text: str):

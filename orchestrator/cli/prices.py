@@ -26,8 +26,6 @@ def prices(plan_ref, as_json):
       bench prices --plan cpu-smoke
       bench prices --json | jq .rate_usd_per_hour
     """
-    from rich.table import Table
-
     from orchestrator.budget import format_duration, load_catalog, max_run_seconds_for
     from orchestrator.cli.estimate_table import phase_table
     from orchestrator.service.estimate import gce_estimate
@@ -41,15 +39,7 @@ def prices(plan_ref, as_json):
     out.print(
         f"price catalog dated [bold]{catalog['catalog_date']}[/] ({catalog['currency']}/hour)"
     )
-    table = Table("region", "item", "on-demand", "spot")
-    for region, prices in catalog["regions"].items():
-        for group in ("machines", "gpus"):
-            for item, price in prices.get(group, {}).items():
-                table.add_row(region, item, f"{price['on_demand']:.5f}", f"{price['spot']:.5f}")
-        table.add_row(region, "zones (with a GPU)", ", ".join(prices.get("zones", [])), "")
-        for disk, price in prices.get("disks", {}).items():
-            table.add_row(region, f"{disk} (per GB-month)", f"{price['gb_month']:.3f}", "same")
-    out.print(table)
+    out.print(price_table(catalog))
     for name, source in catalog["sources"].items():
         out.print(f"  source ({name}): {source}")
     _gpu_types(out)
@@ -57,7 +47,8 @@ def prices(plan_ref, as_json):
     out.print(
         f"\nruntime model: plan [bold]{estimate.plan.name}[/] on {config.machine_type} + "
         f"{config.accelerator_type} ({'spot' if config.spot else 'on-demand'}), image family "
-        f"{config.image_family}"
+        f"{config.image_family}",
+        soft_wrap=False,
     )
     columns = {
         "first run": estimate.first_run,
@@ -69,7 +60,8 @@ def prices(plan_ref, as_json):
     out.print(
         f"total rate ${rate.total:.4f}/h ({', '.join(f'{n} ${p:.4f}' for n, p in rate.items)}) "
         f"in {rate.region}; $1.00 buys {format_duration(max_run_seconds_for(1.0, rate))}"
-        f" (the time cap, its worst-case bill within $1.00)"
+        f" (the time cap, its worst-case bill within $1.00)",
+        soft_wrap=False,
     )
     return 0
 
@@ -103,25 +95,42 @@ def _print_json(catalog, estimate) -> int:
     return 0
 
 
+def price_table(catalog):
+    """A heading per region, its machines, GPUs and disks below it with their hourly
+    prices; the zones it has GPUs in last."""
+    from orchestrator.cli.grouped_table import Group, GroupedTable, Row
+
+    groups = []
+    for region, prices in catalog["regions"].items():
+        group = Group(region)
+        for kind in ("machines", "gpus"):
+            for item, price in prices.get(kind, {}).items():
+                cells = [f"{price['on_demand']:.5f}", f"{price['spot']:.5f}"]
+                group.rows.append(Row(item, cells))
+        for disk, price in prices.get("disks", {}).items():
+            group.rows.append(Row(f"{disk} (per GB-month)", [f"{price['gb_month']:.3f}", "same"]))
+        group.notes.append(f"zones with a GPU: {', '.join(prices.get('zones', [])) or 'none'}")
+        groups.append(group)
+    return GroupedTable("item", ["on-demand", "spot"], groups)
+
+
 def _gpu_types(out) -> None:
     """The GPU types `launch --gpu` takes, each with its sources (orchestrator/data/gpus.toml)."""
-    from rich.table import Table
-
+    from orchestrator.cli.grouped_table import Group, GroupedTable, Row
     from orchestrator.gpus import load_gpu_catalog
 
-    table = Table("gpu", "machine + GPU", "arch", "provisioning", "peak TF/s", "GB/s", "zones")
     catalog = load_gpu_catalog()
+    groups = []
     for gpu in catalog.values():
-        table.add_row(
-            gpu.key,
-            f"{gpu.machine_type} + {gpu.accelerator_type}",
-            gpu.arch,
-            ", ".join(p.lower() for p in gpu.provisioning),
-            f"{gpu.peak_tflops:g}",
-            f"{gpu.bandwidth_gb_s:g}",
-            ", ".join(gpu.zones),
-        )
-    out.print(table)
+        group = Group(f"{gpu.key} ({gpu.name})")
+        figures = [gpu.arch, f"{gpu.peak_tflops:g}", f"{gpu.bandwidth_gb_s:g}"]
+        group.rows.append(Row(f"{gpu.machine_type} + {gpu.accelerator_type}", figures))
+        provisioning = ", ".join(p.lower() for p in gpu.provisioning)
+        group.notes.append(f"provisioning: {provisioning}")
+        group.notes.append(f"zones: {', '.join(gpu.zones)}")
+        groups.append(group)
+    title = "GPU types `launch --gpu` takes (peak: dense 16-bit tensor TFLOP/s)"
+    out.print(GroupedTable("machine + GPU", ["arch", "peak", "GB/s"], groups, title))
     for gpu in catalog.values():
         out.print(f"  source ({gpu.key} peak): {gpu.peak_tflops_source}")
         out.print(f"  source ({gpu.key} bandwidth): {gpu.bandwidth_source}")

@@ -64,8 +64,8 @@ def report(run_id, compare_id, dest, output_format, fail_on, margin, gate_on):
             raise UsageError("--compare takes two runs, not a sweep")
         from orchestrator.cli.options import make_context
         from orchestrator.cli.sweep_output import show_sweep_report
+        from orchestrator.report.sweep import make_sweep_report
         from orchestrator.service.runs import records_for
-        from orchestrator.sweep_report import make_sweep_report
 
         members = records_for(make_context(), run_id)
         show_sweep_report(console(), make_sweep_report(run_id, members, dest))
@@ -107,10 +107,11 @@ def show_report(out, report) -> None:
     for line in report.build_failures:
         out.print(markup_safe(line), soft_wrap=False)
     if report.ab is not None:
-        show_comparison(out, report.ab)
+        margin = report.statistics.margin if report.statistics else None
+        show_comparison(out, report.ab, margin)
     out.print(results_table(report))
-    if legend(report):
-        out.print(markup_safe(legend(report)), soft_wrap=False)
+    for line in legend(report):
+        out.print(markup_safe(line), soft_wrap=False)
     if report.statistics:
         out.print(f"intervals: {markup_safe(report.statistics.description)}", soft_wrap=False)
     if report.control:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import math
 
-from rich.text import Text
-
 from orchestrator.boundary import markup_safe
+from orchestrator.cli.grouped_table import Group, GroupedTable, Row
 from orchestrator.report import Report, ReportRow, implementation_label
 
 # Long words that would set the verdict column's width, and their short forms.
@@ -35,90 +34,121 @@ def significant(value: float, digits: int) -> str:
     return f"{value:.{decimals}f}"
 
 
-_FIGURE_HEADERS = ("median ms", "TFLOP/s", "%peak", "speedup", "95% CI", "verdict")
+# Two short lines keep the figure columns narrow, and the names their line.
+_FIGURE_HEADERS = ("median\nms", "TFLOP/s", "%peak", "speedup", "95% CI", "verdict")
+CANDIDATE_MARK = "cand."
+CANDIDATE_LEGEND = f"{CANDIDATE_MARK}: the candidate, the row the others are compared with"
+RATIO_OF_MEDIANS = "ratio of medians"
+VERDICTS = frozenset({"faster", "slower", "equivalent", "indistinguishable"})
+# What each verdict and flag says (results_schema/verdicts.py, benches/stats.py).
+MEANINGS = {
+    "faster": "all of it above 1+δ",
+    "slower": "all of it below 1-δ",
+    "equivalent": "all of it inside",
+    "indistinguishable": "across 1-δ or 1+δ",
+    "impossible": "faster than the GPU's peak allows: no verdict",
+    "wrong-timed-output": "an output taken in the timed loop was wrong: no verdict",
+    "quantised": "few distinct timings (the timer's resolution): no verdict",
+    "bimodal": "timings in two groups apart (e.g. scheduler quanta): no verdict",
+}
 
 
-def results_table(report: Report) -> ResultsTable:
-    return ResultsTable(report)
+def results_table(report: Report) -> GroupedTable:
+    """A heading line per config, then its implementations, each named with the backend
+    that ran; under a row whose ratio of medians differs from its speedup, that ratio."""
+    modes = {row.mode for row in report.rows}
+    several_modes = len(modes) > 1
+    headers = ["mode", *_FIGURE_HEADERS] if several_modes else list(_FIGURE_HEADERS)
+    groups = []
+    for config, rows in _by_config(report.rows).items():
+        group = Group(markup_safe(config))
+        for row in rows:
+            mode = [markup_safe(row.mode)] if several_modes else []
+            group.rows.append(
+                Row(_name(row, report.candidate), mode + _figures(row, report.candidate))
+            )
+            if shows_ratio_of_medians(row.speedup, row.ratio_of_medians):
+                cells = [""] * len(headers)
+                cells[headers.index("speedup")] = f"{significant(row.ratio_of_medians, 3)}x"
+                group.rows.append(Row(f"  [dim]{RATIO_OF_MEDIANS}[/]", cells))
+        groups.append(group)
+    title = _title(report, next(iter(modes)) if not several_modes else None)
+    return GroupedTable(
+        "implementation (backend)", headers, groups, title, left=frozenset({"mode", "verdict"})
+    )
 
 
-class ResultsTable:
-    """A heading line per config (never folded: it has the whole width), then a table of
-    its implementations. Every table has the same column widths, set when rich renders
-    and the width is known: the figure columns as wide as their widest value, the name
-    column the rest (names wrap at spaces, fold only where a name has none)."""
-
-    def __init__(self, report: Report):
-        self.report = report
-        self.modes = {row.mode for row in report.rows}
-        figures = [_figures(row, report.candidate) for row in report.rows]
-        self.cells = {id(row): cells for row, cells in zip(report.rows, figures, strict=True)}
-        headers = (*(("mode",) if len(self.modes) > 1 else ()), *_FIGURE_HEADERS)
-        self.headers = headers
-        self.widths = [
-            max([len(header)] + [len(Text.from_markup(c[i]).plain) for c in self._rows()])
-            for i, header in enumerate(headers)
-        ]
-
-    def _rows(self):
-        for row in self.report.rows:
-            yield ([row.mode] if len(self.modes) > 1 else []) + self.cells[id(row)]
-
-    def title(self) -> str:
-        report = self.report
-        title = f"run {markup_safe(report.run_id)} ({markup_safe(report.status)})"
-        if report.candidate:
-            title += f"; candidate {markup_safe(report.candidate)}"
-            if report.candidate_source:
-                title += f" ({markup_safe(report.candidate_source)})"
-        if len(self.modes) == 1:
-            title += f"; timing: {markup_safe(next(iter(self.modes)))}"
-        return title
-
-    def __rich_console__(self, console, options):
-        # Two characters between columns (collapse_padding), none at the edges; the first
-        # column, one blank, indents the implementations under their config's heading.
-        name_width = options.max_width - sum(self.widths) - 2 * len(self.widths) - 3
-        # Wrapped at its spaces (the console's soft wrap would not): a user's kernel's name
-        # and commit can make it long.
-        title = Text.from_markup(self.title(), style="bold", overflow="fold")
-        title.no_wrap = False
-        yield title
-        yield self._table(max(name_width, 12), show_header=True)
-        for config, rows in _by_config(self.report.rows).items():
-            yield Text.from_markup(f"[bold]{markup_safe(config)}[/]")
-            table = self._table(max(name_width, 12), show_header=False)
-            for row in rows:
-                cells = ([row.mode] if len(self.modes) > 1 else []) + self.cells[id(row)]
-                table.add_row("", _name(row, self.report.candidate), *cells)
-            yield table
-
-    def _table(self, name_width: int, show_header: bool):
-        from rich import box
-        from rich.table import Table
-
-        table = Table(
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            pad_edge=False,
-            collapse_padding=True,
-            show_header=show_header,
-        )
-        table.add_column("", width=1)
-        table.add_column("implementation (backend)", width=name_width, overflow="fold")
-        for header, width in zip(self.headers, self.widths, strict=True):
-            justify = "left" if header in ("mode", "verdict") else "right"
-            table.add_column(header, width=width, justify=justify, no_wrap=True)
-        return table
+def shows_ratio_of_medians(speedup: float | None, ratio: float | None) -> bool:
+    """Whether the ratio of the medians differs from the speedup by more than rounding:
+    printed to the same digits, they read differently."""
+    if speedup is None or ratio is None:
+        return False
+    return significant(speedup, 3) != significant(ratio, 3)
 
 
-def legend(report: Report) -> str | None:
-    """What the abbreviations and the speedup column mean, below the table."""
-    used = {v for row in report.rows for v in (row.verdict, row.flag) if v in SHORT_VERDICTS}
-    parts = [f"{SHORT_VERDICTS[v]} = {v}" for v in sorted(used)]
+def _title(report: Report, mode: str | None) -> str:
+    title = f"run {markup_safe(report.run_id)} ({markup_safe(report.status)})"
+    if report.candidate:
+        title += f"; candidate {markup_safe(report.candidate)}"
+        if report.candidate_source:
+            title += f" ({markup_safe(report.candidate_source)})"
+    if mode:
+        title += f"; timing: {markup_safe(mode)}"
+    return title
+
+
+def legend(report: Report) -> list[str]:
+    """What the speedup column and every word in the verdict column mean, below the table
+    (plain text: the caller escapes it)."""
+    lines = []
     if any(row.speedup is not None for row in report.rows):
-        parts.insert(0, "speedup: the candidate's over the row (A/A control: over its twin)")
-    return "; ".join(parts) or None
+        lines.append(
+            "speedup: the candidate's over the row (the A/A control's: its twin's over it), "
+            "the median of the paired per-round ratios row ms / candidate ms; > 1: the "
+            f"candidate is faster. {RATIO_OF_MEDIANS}: the row's median over the candidate's, "
+            "shown where it differs"
+        )
+    if _marks_candidate(report):
+        lines.append(CANDIDATE_LEGEND)
+    words = [row.verdict or row.flag for row in report.rows if row.verdict or row.flag]
+    margin = report.statistics.margin if report.statistics else None
+    return lines + verdict_legend(words, margin)
+
+
+def verdict_legend(words, margin: float | None) -> list[str]:
+    """The verdicts among `words` on one line, the flags on another, in MEANINGS's order:
+    each word (after its short form, where it has one) and what it says. Both are the
+    schema's words (results_schema.models: Verdict, Flag), so MEANINGS has every one."""
+    used = set(words)
+
+    def said(kinds) -> str:
+        shown = [word for word in MEANINGS if word in kinds and word in used]
+        return "; ".join(f"{_short_form(word)}{word}: {MEANINGS[word]}" for word in shown)
+
+    delta = f"δ = {margin:g}" if margin is not None else "δ the run's margin"
+    lines = []
+    if used & VERDICTS:
+        lines.append(f"verdicts of the 95% interval against [1-δ, 1+δ], {delta}: {said(VERDICTS)}")
+    if used - VERDICTS:
+        lines.append(f"flags: {said(used - VERDICTS)}")
+    return lines
+
+
+def _short_form(word: str) -> str:
+    short = SHORT_VERDICTS.get(word)
+    return f"{short} = " if short else ""
+
+
+def _marks_candidate(report: Report) -> bool:
+    return any(_is_candidate(row, report.candidate) for row in report.rows)
+
+
+def _is_candidate(row: ReportRow, candidate: str | None) -> bool:
+    """The row the speedups are over: the plan's candidate (without a plan, any row with
+    no speedup that is not flagged)."""
+    if row.speedup is not None:
+        return False
+    return row.implementation == candidate or (candidate is None and not row.flag)
 
 
 def _by_config(rows: list[ReportRow]) -> dict[str, list[ReportRow]]:
@@ -140,8 +170,8 @@ def _figures(row: ReportRow, candidate: str | None) -> list[str]:
     speedup = ci = "-"
     if row.speedup is not None:
         speedup = f"{significant(row.speedup, 3)}x"
-    elif row.implementation == candidate or (candidate is None and not row.flag):
-        speedup = "cand."
+    elif _is_candidate(row, candidate):
+        speedup = CANDIDATE_MARK
     if row.speedup_ci is not None:
         low, high = row.speedup_ci
         ci = f"{significant(low, 3)}–{significant(high, 3)}"  # an en dash: "1e-05" has a hyphen

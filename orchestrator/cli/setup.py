@@ -25,20 +25,20 @@ def setup(apply_):
       bench setup                 # print the commands
       bench setup --apply         # do it (needs a project Owner or the IAM admin roles)
     """
-    from orchestrator.service.setup import apply_setup, plan_setup, vm_account_email
+    from orchestrator.service.setup import apply_setup, plan_setup, setup_backend
 
-    ctx = make_context(backend="gce")
+    ctx = make_context(backend=setup_backend())
     out = console()
-    steps = plan_setup(ctx)
+    plan = plan_setup(ctx)
     if not apply_:
         out.print("# bench setup: run these (or `bench setup --apply`), then set the account")
-        for number, step in enumerate(steps, 1):
+        for number, step in enumerate(plan.steps, 1):
             out.print(f"# {number}. {step.title}", markup=False, highlight=False)
             out.print(step.command_line(), markup=False, highlight=False)
     else:
         apply_setup(
             ctx,
-            steps,
+            plan,
             lambda step, what: out.print(f"bench: {step.title}: {what}", markup=False),
             lambda step, delay: out.print(
                 f"bench: {step.title}: the new service account is not visible yet "
@@ -46,7 +46,6 @@ def setup(apply_):
                 markup=False,
             ),
         )
-    email = vm_account_email(ctx.config.project)
-    out.print(f'then add to bench.toml: service_account = "{email}"', markup=False)
-    out.print("and check the project with: bench doctor", markup=False)
+    for line in plan.followups:
+        out.print(line, markup=False)
     return 0

@@ -43,7 +43,7 @@ def tree_bytes(path: Path) -> int:
 def clean(ctx: Context, dry_run: bool = False) -> CleanResult:
     result = CleanResult()
     for record in ctx.registry.all():
-        if record.backend != "local":
+        if not ctx.capabilities(record.backend).keeps_files_here:
             continue
         busy = _still_busy(ctx, record)
         if busy:
@@ -67,9 +67,9 @@ def _remove(path: Path) -> None:
 def _still_busy(ctx: Context, record: RunRecord) -> str:
     if record.state == "launching":
         return "it is being launched"
-    state = ctx.backend("local").machine_state(record.run_id, placement_of(record))
+    state = ctx.backend(record.backend).machine_state(record.run_id, placement_of(record))
     return "it is still running" if state in ("RUNNING", "STOPPING") else ""
 
 
 def _local_state(ctx: Context, record: RunRecord) -> list[Path]:
-    return [ctx.paths.sandbox(record.run_id), ctx.local_store_root() / record.run_key]
+    return ctx.backend(record.backend).local_files(record.run_id, record.run_key)

@@ -1,10 +1,12 @@
-"""estimate: what a gce run of a plan costs, phase by phase, on its first and later runs."""
+"""estimate: what a run of a plan on a cloud backend costs, phase by phase, on its first and
+later runs (`bench prices`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from orchestrator import budget
+from orchestrator.backends.registry import default_cloud
 from orchestrator.runtime_model import RuntimeEstimate, model_phases
 from orchestrator.service.context import Context
 from orchestrator.service.launch import runtime_estimate
@@ -13,7 +15,7 @@ from results_schema import Plan
 
 
 @dataclass(frozen=True)
-class GceEstimate:
+class CloudEstimate:
     plan: Plan
     rate: budget.HourlyRate  # its price_source says which catalog, of which date
     first_run: RuntimeEstimate  # empty caches
@@ -21,17 +23,20 @@ class GceEstimate:
     launch: RuntimeEstimate  # what launch budgets with: the first run, refined by past runs
 
 
-def gce_estimate(ctx: Context, plan_ref: str = "default") -> GceEstimate:
-    """The configured machine at the configured provisioning model's rate, from the bundled
-    catalog (no Cloud Billing Catalog API read; `rate.price_source` names it and its date),
-    the boot disk at its configured size or the catalog's assumed image size: nothing here
-    calls the cloud."""
+def gce_estimate(
+    ctx: Context, plan_ref: str = "default", backend: str | None = None
+) -> CloudEstimate:
+    """The configured machine on `backend` (default: the first billed one registered) at
+    the configured provisioning model's rate, from the bundled catalog (no Cloud Billing
+    Catalog API read; `rate.price_source` names it and its date), the boot disk at its
+    configured size or the catalog's assumed image size: nothing here calls the cloud."""
     config = ctx.config
-    plan, _ = resolve_plan(plan_ref, "gce")
+    backend = backend or default_cloud()
+    plan, _ = resolve_plan(plan_ref, backend)
     rate = budget.hourly_rate(config, spot=config.spot)
 
     def modelled(warm: bool) -> RuntimeEstimate:
-        return model_phases(plan, "gce", config.accelerator_type, config.image_family, warm=warm)
+        return model_phases(plan, backend, config.accelerator_type, config.image_family, warm=warm)
 
-    launch = runtime_estimate(ctx, "gce", plan)
-    return GceEstimate(plan, rate, modelled(False), modelled(True), launch)
+    launch = runtime_estimate(ctx, backend, plan)
+    return CloudEstimate(plan, rate, modelled(False), modelled(True), launch)

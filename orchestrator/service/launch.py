@@ -1,5 +1,5 @@
-"""launch: validate → plan → estimate → payload → (gce) account, image → reserve (cap) →
-store → render → start → record."""
+"""launch: validate → plan → estimate → payload → (a cloud backend) account, image →
+reserve (cap) → store → render → start → record."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from orchestrator.payload import build_payload
 from orchestrator.registry import RunRecord
 from orchestrator.render import render_shutdown, render_startup
 from orchestrator.runtime_model import RuntimeEstimate, model_phases, refine
-from orchestrator.service.context import Context, require_gce_settings
+from orchestrator.service.context import Context
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import refuse_unrunnable, resolve_plan
 from orchestrator.spec import RunSpec, new_run_id
@@ -63,13 +63,15 @@ def plan_spec(
 ) -> tuple[RunSpec, budget.HourlyRate | None, RuntimeEstimate]:
     """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan.
 
-    On gce the cap is the longest whose worst-case bill stays within the budget
+    On a billed backend the cap is the longest whose worst-case bill stays within the budget
     (budget.worst_case_usd), with the boot disk priced at `disk_gb` (the image's size, once
     read) else the catalog's assumption. `check_minimum`: a budget that cannot even boot the
-    VM is a usage error (exit 2), refused before anything is sent."""
+    VM is a usage error (exit 2), refused before anything is sent. An unbilled run is free,
+    bounded by the local time cap."""
+    billed = ctx.capabilities(backend).billed
     estimate = runtime_estimate(ctx, backend, plan, request.gpu)
     estimated = estimate.total_seconds
-    if backend == "local":
+    if not billed:
         rate, rate_total = None, 0.0
         cap = min(
             request.max_runtime_seconds or budget.LOCAL_DEFAULT_MAX_RUN_SECONDS,
@@ -95,7 +97,7 @@ def plan_spec(
         max_run_seconds=cap,
         estimated_seconds=estimated,
         payload_sha256="0" * 64,
-        spot=spot and backend == "gce",
+        spot=spot and billed,
         sweep_id=request.sweep_id,
         cache_trusted=request.cache_trusted,
     )
@@ -111,8 +113,7 @@ def launch(
 ) -> LaunchResult:
     """Validate everything, call `on_validated` (the CLI says what it is about to do: a
     refused launch prints only its error), then write, start and record the run."""
-    if backend == "gce":
-        require_gce_settings(ctx.config)
+    ctx.require_settings(backend)
     plan, plan_note = resolve_plan(request.plan, backend, kernel=request.options.kernel)
     shaped = shape_plan(plan, request.options)
     plan = shaped.plan
@@ -122,16 +123,18 @@ def launch(
     spec, rate, estimate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
     # Read the trees before the reservation: a linked or oversized one is refused (exit 2)
     # with nothing recorded.
-    payload = build_payload(
-        plan, baseline_files=shaped.baseline_files, kernel_trees=shaped.kernel_trees
-    )
+    payload = build_payload(plan, kernel_trees=shaped.kernel_trees)
     ensure_writable(ctx.paths)
     # No credentials is a refusal like any other: nothing recorded (issue 31).
     ctx.store(backend).require_credentials()
     machines = ctx.backend(backend)
     machines.refuse_leftovers()
+    # The request start will send, built now: one the cloud would refuse (gce: metadata
+    # over its limits) is a usage error with nothing recorded, written or sent (issue 32).
+    built = spec.model_copy(update={"payload_sha256": payload.sha256})
+    machines.instance_request_json(built, *_render_for(ctx, machines, built))
     # Priced again with the boot disk at the size the start will ask for (on gce the
-    # image's, read from Compute now: the checks above sent nothing).
+    # image's, read from Compute now: the checks above sent nothing; 0: nothing billed).
     disk_gb = machines.boot_disk_gb()
     if disk_gb:
         spec, rate, estimate = plan_spec(
@@ -172,7 +175,7 @@ def launch(
 
 def _spend_check(ctx: Context, request: LaunchRequest, backend: str):
     """The monthly cap, checked by the registry inside the insert's transaction."""
-    if backend != "gce":
+    if not ctx.capabilities(backend).billed:
         return None
     return lambda committed: budget.check_monthly_cap(
         ctx.config.monthly_cap, committed, request.budget_usd

@@ -11,17 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.baseline import (
-    candidate_files,
-    candidate_identity,
-    repository_root,
-    resolve_baseline,
-    shared_binding_edits,
-    shared_binding_note,
-)
 from orchestrator.errors import UsageError
 from orchestrator.kernel_repo import read_baseline, read_candidate
-from orchestrator.payload import TreeFiles, package_dir, skipped_in_kernels
+from orchestrator.own_kernel import own_kernel_name, own_source, with_own_kernel
+from orchestrator.payload import TreeFiles
 from results_schema import Comparison, Plan, ProfileRequest
 from results_schema.peers import PEER_NAMES, PEERS
 from results_schema.targets import plan_problems
@@ -44,10 +37,6 @@ PROFILE_START_SECONDS = 60
 PROFILE_SECONDS_PER_CALL = 30
 
 
-# Our kernel's identities: a plan that times a user's kernel leaves them out.
-OUR_KERNEL = ("flash", "flash@baseline")
-
-
 @dataclass(frozen=True)
 class PlanOptions:
     kernel: Path | None = None  # a user's kernel repository (kernel_repo.py)
@@ -62,9 +51,8 @@ class PlanOptions:
 @dataclass(frozen=True)
 class ShapedPlan:
     plan: Plan
-    baseline_files: tuple[tuple[str, bytes], ...] = ()
     notes: tuple[str, ...] = ()
-    # (folder in the payload, files): the user's kernel trees
+    # (folder in the payload, files): the kernel trees (a user's, or ours)
     kernel_trees: tuple[tuple[str, TreeFiles], ...] = ()
 
 
@@ -78,29 +66,22 @@ def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> Sh
     notes: list[str] = []
     if options.candidate or options.baseline_impl:
         plan = with_implementations(plan, options.candidate, options.baseline_impl, notes)
-    files: tuple[tuple[str, bytes], ...] = ()
-    if options.baseline and plan.candidate != "flash":
+    ours = own_kernel_name()
+    if options.baseline and plan.candidate != ours:
         raise UsageError(
             f"--baseline compares two trees of our kernel; the candidate is {plan.candidate}"
             " (for two registry implementations use --candidate and --baseline-impl)"
         )
-    kernels_dir = package_dir("kernels")
-    candidate = candidate_files(kernels_dir, skipped_in_kernels)
-    if options.baseline:
-        repo = repo or repository_root(kernels_dir.parent)
-        tree = resolve_baseline(options.baseline, plan.candidate, repo, skipped_in_kernels)
-        plan = plan.model_copy(update={"comparison": tree.comparison})
-        files = tree.files
-        note = shared_binding_note(shared_binding_edits(candidate, files))
-        if note:
-            notes.append(note)
+    trees: tuple[tuple[str, TreeFiles], ...] = ()
+    if ours in plan.implementations:
+        # Our kernel travels and runs as any kernel with a contract does.
+        plan, found = with_own_kernel(plan, options.baseline, repo)
+        trees = found.trees
+    else:
+        plan = plan.model_copy(update={"candidate_source": own_source(repo)})
     if options.profile is not None:
         plan = with_profile(plan, options.profile)
-    # Every registry implementation comes from the kernels/ tree the payload carries: the
-    # run records which one, so its history can be ordered by commit.
-    source = candidate_identity(kernels_dir, candidate)
-    plan = plan.model_copy(update={"candidate_source": source})
-    return ShapedPlan(Plan.model_validate(plan.model_dump()), files, tuple(notes))
+    return ShapedPlan(Plan.model_validate(plan.model_dump()), tuple(notes), trees)
 
 
 def _shape_user_kernel_plan(plan: Plan, options: PlanOptions) -> ShapedPlan:
@@ -139,8 +120,9 @@ def with_user_kernels(
     """The first kernel is the candidate; the plan's implementations but ours stay as its
     baselines (SDPA, the reference), so the verdicts are against them."""
     candidate = kernels[0].identity
-    kept = [n for n in [plan.candidate, *plan.baselines] if n not in (*OUR_KERNEL, candidate)]
-    dropped = [n for n in plan.implementations if n in OUR_KERNEL]
+    ours = own_kernel_name()
+    kept = [n for n in [plan.candidate, *plan.baselines] if n not in (ours, candidate)]
+    dropped = [n for n in plan.implementations if n == ours]
     if dropped:
         notes.append(f"--kernel: our kernel ({', '.join(dropped)}) is not timed")
     if not kept:

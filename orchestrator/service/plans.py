@@ -14,8 +14,10 @@ from pathlib import Path
 from benches.plan import PlanError, auto_plan_name
 from benches.plan import plan_names as plan_names
 from benches.plan import resolve_plan as resolve_plan_on_target
+from orchestrator.backends.registry import capabilities
 from orchestrator.errors import UsageError
 from orchestrator.kernel_repo import read_candidate
+from orchestrator.own_kernel import declaring_own_kernel
 from orchestrator.payload import package_dir
 from orchestrator.service.plan_options import with_user_kernels
 from results_schema import Plan
@@ -38,7 +40,7 @@ def local_gpu_present() -> bool:
 
 def target_has_gpu(backend: str) -> bool:
     """A gce VM always carries its GPU; a local run has what this machine has."""
-    return backend == "gce" or local_gpu_present()
+    return capabilities(backend).always_has_gpu or local_gpu_present()
 
 
 def resolve_plan(
@@ -76,6 +78,7 @@ def _resolve_named(ref: str, backend: str, has_gpu: bool) -> tuple[Plan, str]:
     except PlanError as e:
         choices = ", ".join(plan_names())
         raise UsageError(f"{e}; choose one of {choices}, auto, or a .json file") from None
+    plan = declaring_own_kernel(plan)
     _refuse_problems(plan.name, plan_problems(plan, has_gpu), backend)
     return plan, note
 
@@ -89,5 +92,5 @@ def refuse_unrunnable(plan: Plan, backend: str) -> None:
 
 def _refuse_problems(name: str, problems: list[str], backend: str) -> None:
     if problems:
-        where = "this machine" if backend == "local" else f"the {backend} target"
+        where = capabilities(backend).target_phrase
         raise UsageError(f"plan {name!r} cannot run on {where}: " + "; ".join(problems))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from orchestrator import boundary
+from orchestrator.backends import registry as registered
 from orchestrator.backends.base import Machine, Placement
 from orchestrator.errors import BenchError, NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
@@ -225,28 +226,24 @@ def latest_run_id(ctx: Context) -> str:
 
 @dataclass
 class Leftover:
-    """A powered-off bench VM: no VM charge, but its disk bills until it is deleted."""
+    """A powered-off bench machine: no machine charge, but its disk bills until deleted."""
 
     machine: Machine
     remove_with: str  # the one command that deletes it
 
 
 def leftovers(ctx: Context, known: list[RunView]) -> list[Leftover]:
-    """Every TERMINATED bench VM in the project, priced, with the command that removes it:
-    `bench fetch` for a finished run of this registry, else a gcloud delete of that VM."""
-    if not ctx.config.project:
-        return []
+    """Every powered-off bench machine of every backend these settings let us search,
+    priced, with the command that removes it: `bench fetch` for a finished run of this
+    registry, else the backend's own delete of that machine."""
     finished = {v.record.run_id for v in known if v.manifest is not None}
     found = []
-    for machine in ctx.backend("gce").list_machines():
-        if machine.state not in ("TERMINATED", "STOPPED", "SUSPENDED"):
-            continue
-        if machine.run_id in finished:
-            command = f"bench fetch {machine.run_id}"
-        else:
-            command = (
-                f"gcloud compute instances delete {machine.name} "
-                f"--zone {machine.location} --project {ctx.config.project} --quiet"
-            )
-        found.append(Leftover(machine, command))
+    for name in registered.searchable(ctx.config):
+        backend = ctx.backend(name)
+        for machine in backend.powered_off():
+            if machine.run_id in finished:
+                command = f"bench fetch {machine.run_id}"
+            else:
+                command = backend.delete_command(machine)
+            found.append(Leftover(machine, command))
     return found

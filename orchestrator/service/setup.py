@@ -1,265 +1,52 @@
-"""setup: the least-privilege one-time setup of a project for bench.
+"""setup: the least-privilege one-time setup of a backend's project.
 
-`setup_steps` is a pure builder: each step is the gcloud command a reader can check line by
-line and the request `--apply` sends for it (IAM v1 and Resource Manager v3 over REST with
-google-auth, the bucket through the Storage client). What it creates, so that code on a
-run's VM (a stranger's pull request, in CI) touches only its own run (docs/security.md):
-
-1. the bucket (uniform bucket-level access, which IAM conditions need);
-2. a service account for bench VMs, `bench-vm@<project>.iam.gserviceaccount.com`;
-3. a custom role holding storage.objects.get/create/delete (never list), granted to that
-   account on that bucket for objects under `<prefix>/runs/` only: a VM writes its own
-   run's objects, whose key carries a secret it cannot learn for any other run;
-4. a custom role holding storage.objects.get alone, granted on `<prefix>/cache/` only:
-   a VM reads the build cache and never writes it;
-5. a custom role holding only compute.instances.delete and compute.disks.delete (a VM's
-   delete takes its auto-delete boot disk with it; backends/gce/iam.py says why both);
-6. that role granted to the account under an IAM condition on full resource names:
-   instances and disks named bench-* in this project only. Without compute list or get, the
-   only such name a VM knows is its own, which carries the run's secret.
-
-After creating a service account "you might need to wait for 60 seconds or more before you
-use the service account" (https://cloud.google.com/iam/docs/service-accounts-create): the
-grants naming it are retried with exponential backoff
-(https://cloud.google.com/iam/docs/retry-strategy) for about two minutes.
-
-Then `service_account = "<that email>"` in bench.toml: bench adds the compute scope for it,
-and each run's VM deletes itself when done.
+The steps are the backend's own (`SetsUpProject`: backends/gce/setup.py on gce, which says
+what each step grants and why); this use case picks the backend and refuses one that has
+nothing to set up.
 """
 
 from __future__ import annotations
 
-import shlex
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.backends.gce.iam import (
-    CACHE_READER_PERMISSIONS,
-    CACHE_READER_ROLE_ID,
-    INSTANCE_PREFIX,
-    OBJECT_WRITER_PERMISSIONS,
-    OBJECT_WRITER_ROLE_ID,
-    SELF_DELETE_PERMISSIONS,
-    SELF_DELETE_ROLE_ID,
-    VM_ACCOUNT_ID,
-    objects_condition,
-    self_delete_condition,
-)
-from orchestrator.backends.gce.iam_api import IamApi, IamRefused
-from orchestrator.config import region_of
-from orchestrator.errors import BenchError, CloudError, PermissionDeniedError
-from orchestrator.service.context import Context, require_gce_settings
-
-# Waits between tries of a grant that names the new account (≈ 2 min in all): Google's
-# truncated exponential backoff (https://cloud.google.com/iam/docs/retry-strategy).
-PROPAGATION_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
-SELF_DELETE_TITLE = "bench instances only"
+from orchestrator.backends.base import SetsUpProject, SetupStep
+from orchestrator.backends.registry import default_cloud
+from orchestrator.errors import UsageError
+from orchestrator.service.context import Context
 
 
 @dataclass(frozen=True)
-class SetupStep:
-    title: str
-    command: list[str]  # the gcloud equivalent, one argument per item
-    apply: Callable[[SetupClient], str]  # performs the step; returns what it did
-    names_account: bool = False  # a grant to the new account: retried while it propagates
-
-    def command_line(self) -> str:
-        return " ".join(shlex.quote(part) for part in self.command)
+class SetupPlan:
+    backend: str
+    steps: list[SetupStep]
+    followups: list[str]  # what the user does once the steps are done, one line each
 
 
-def vm_account_email(project: str) -> str:
-    return f"{VM_ACCOUNT_ID}@{project}.iam.gserviceaccount.com"
+def setup_backend() -> str:
+    """The backend `bench setup` prepares: the first billed one registered."""
+    return default_cloud()
 
 
-def setup_steps(project: str, bucket: str, region: str, prefix: str = "") -> list[SetupStep]:
-    email = vm_account_email(project)
-    member = f"serviceAccount:{email}"
-    delete_role = f"projects/{project}/roles/{SELF_DELETE_ROLE_ID}"
-    writer_role = f"projects/{project}/roles/{OBJECT_WRITER_ROLE_ID}"
-    reader_role = f"projects/{project}/roles/{CACHE_READER_ROLE_ID}"
-    runs_only = objects_condition(bucket, prefix, "runs")
-    cache_only = objects_condition(bucket, prefix, "cache")
-    delete_only = self_delete_condition(project)
-    return [
-        SetupStep(
-            f"bucket gs://{bucket} in {region}",
-            [
-                *("gcloud", "storage", "buckets", "create", f"gs://{bucket}"),
-                f"--project={project}",
-                f"--location={region}",
-                "--uniform-bucket-level-access",
-            ],
-            lambda c: c.create_bucket(region),
-        ),
-        SetupStep(
-            f"service account {email} for bench VMs",
-            [
-                *("gcloud", "iam", "service-accounts", "create", VM_ACCOUNT_ID),
-                f"--project={project}",
-                "--display-name=bench VMs",
-            ],
-            lambda c: c.create_account(),
-        ),
-        _role_step(project, OBJECT_WRITER_ROLE_ID, "bench run objects", OBJECT_WRITER_PERMISSIONS),
-        _bucket_grant_step(bucket, member, writer_role, runs_only, "bench runs only"),
-        _role_step(project, CACHE_READER_ROLE_ID, "bench cache reader", CACHE_READER_PERMISSIONS),
-        _bucket_grant_step(bucket, member, reader_role, cache_only, "bench cache read"),
-        _role_step(
-            project, SELF_DELETE_ROLE_ID, "bench VM self-delete", list(SELF_DELETE_PERMISSIONS)
-        ),
-        SetupStep(
-            f"that role for it, on instances and disks named {INSTANCE_PREFIX}* only",
-            [
-                *("gcloud", "projects", "add-iam-policy-binding", project),
-                f"--member={member}",
-                f"--role={delete_role}",
-                f"--condition=expression={delete_only},title={SELF_DELETE_TITLE}",
-            ],
-            lambda c: c.grant_role_with_condition(member, delete_role, delete_only),
-            names_account=True,
-        ),
-    ]
-
-
-def _role_step(project: str, role_id: str, title: str, permissions: list[str]) -> SetupStep:
-    return SetupStep(
-        f"a custom role holding only {', '.join(permissions)}",
-        [
-            *("gcloud", "iam", "roles", "create", role_id),
-            f"--project={project}",
-            f"--title={title}",
-            f"--permissions={','.join(permissions)}",
-            "--stage=GA",
-        ],
-        lambda c: c.create_role(role_id, title, permissions),
-    )
-
-
-def _bucket_grant_step(
-    bucket: str, member: str, role: str, condition: str, title: str
-) -> SetupStep:
-    return SetupStep(
-        f"{role} for it on gs://{bucket}, {title}",
-        [
-            *("gcloud", "storage", "buckets", "add-iam-policy-binding", f"gs://{bucket}"),
-            f"--member={member}",
-            f"--role={role}",
-            f"--condition=expression={condition},title={title}",
-        ],
-        lambda c: c.grant_bucket(member, role, {"title": title, "expression": condition}),
-        names_account=True,
-    )
-
-
-class SetupClient:
-    """The calls `--apply` makes; what exists already is left as it is (or brought to what
-    setup wants, for a custom role's permissions)."""
-
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.api = IamApi(ctx.config)
-
-    def create_bucket(self, region: str) -> str:
-        store = self.ctx.store("gce")
-        if store.bucket_exists():
-            return "exists already"
-        store.create_bucket(region)
-        return "created"
-
-    def create_account(self) -> str:
-        created = self.api.create_account(VM_ACCOUNT_ID, "bench VMs")
-        return "created" if created else "exists already"
-
-    def grant_bucket(self, member: str, role: str, condition: dict[str, str]) -> str:
-        granted = self.ctx.store("gce").grant(role, member, condition)
-        return "granted" if granted else "granted already"
-
-    def create_role(self, role_id: str, title: str, permissions: list[str]) -> str:
-        role = {
-            "title": title,
-            "description": f"{title}: what a bench VM needs, nothing more.",
-            "includedPermissions": permissions,
-            "stage": "GA",
-        }
-        if self.api.create_role(role_id, role):
-            return "created"
-        # An earlier setup's role may hold other permissions (one bench version granted
-        # compute.instances.delete alone): bring it to exactly these.
-        held = set(self.api.role(role_id).get("includedPermissions", []))
-        if held == set(permissions):
-            return "exists already"
-        self.api.set_role_permissions(role_id, permissions)
-        return f"updated to hold only {', '.join(permissions)}"
-
-    def grant_role_with_condition(self, member: str, role: str, condition: str) -> str:
-        policy = self.api.project_policy()
-        binding = {
-            "role": role,
-            "members": [member],
-            "condition": {"title": SELF_DELETE_TITLE, "expression": condition},
-        }
-        bindings = policy.get("bindings", [])
-        if binding in bindings:
-            return "granted already"
-        # An earlier setup's binding of this role (another condition) gives way to this one.
-        kept = [
-            b for b in bindings if not (b.get("role") == role and member in b.get("members", []))
-        ]
-        # Conditions need policy version 3; the etag makes a concurrent change fail (409).
-        if not self.api.set_project_policy({**policy, "version": 3, "bindings": [*kept, binding]}):
-            raise CloudError("the project's IAM policy changed meanwhile; run setup again")
-        return "granted"
-
-
-def plan_setup(ctx: Context) -> list[SetupStep]:
-    require_gce_settings(ctx.config)
-    config = ctx.config
-    return setup_steps(config.project, config.bucket, region_of(config.zones[0]), config.prefix)
+def plan_setup(ctx: Context, backend: str | None = None) -> SetupPlan:
+    name = backend or setup_backend()
+    prepared = _sets_up(ctx, name)
+    return SetupPlan(name, prepared.setup_steps(), prepared.setup_followups())
 
 
 def apply_setup(
     ctx: Context,
-    steps: list[SetupStep],
+    plan: SetupPlan,
     on_done: Callable[[SetupStep, str], None],
     on_wait: Callable[[SetupStep, float], None] = lambda step, delay: None,
 ) -> None:
-    """Each step in order; `on_wait(step, seconds)` before a retry of a grant that the new
-    service account is not visible to yet."""
-    client = SetupClient(ctx)
-    for step in steps:
-        on_done(step, _apply(step, client, on_wait))
+    """Each step in order; `on_wait(step, seconds)` before a retry of a grant that a new
+    account is not visible to yet."""
+    _sets_up(ctx, plan.backend).apply_setup(plan.steps, on_done, on_wait)
 
 
-def _apply(step: SetupStep, client: SetupClient, on_wait) -> str:
-    delays = list(PROPAGATION_DELAYS_S) if step.names_account else []
-    while True:
-        try:
-            return step.apply(client)
-        except IamRefused as e:
-            raise PermissionDeniedError(
-                f"{e}; setup needs a project Owner (or roles/iam.serviceAccountAdmin, "
-                "roles/iam.roleAdmin, roles/resourcemanager.projectIamAdmin and "
-                "roles/storage.admin)"
-            ) from e
-        except BenchError as e:
-            if not _account_not_visible_yet(e):
-                raise
-            if not delays:
-                waited = sum(PROPAGATION_DELAYS_S)
-                raise CloudError(
-                    f"{e} (still, after {waited:.0f} s of retries): Google says a new service "
-                    "account may take 60 s or more to become usable; run `bench setup --apply` "
-                    "again in a minute (it is safe to repeat)"
-                ) from e
-            delay = delays.pop(0)
-            on_wait(step, delay)
-            time.sleep(delay)
-
-
-def _account_not_visible_yet(error: BenchError) -> bool:
-    """How a grant to an account Google cannot see yet fails: 400 INVALID_ARGUMENT "Service
-    account ... does not exist." (Resource Manager); Cloud Storage's setIamPolicy answers
-    400 too, naming the member or saying "Invalid argument"."""
-    text = str(error).lower()
-    return ("does not exist" in text and "service account" in text) or "invalid argument" in text
+def _sets_up(ctx: Context, name: str) -> SetsUpProject:
+    backend = ctx.backend(name)
+    if not isinstance(backend, SetsUpProject):
+        raise UsageError(f"the {name} backend has nothing to set up")
+    return backend

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from orchestrator.backends import registry as registered
 from orchestrator.backends.base import Machine
 from orchestrator.errors import BenchError, CloudError
 from orchestrator.service.context import Context
@@ -13,7 +14,7 @@ from orchestrator.service.context import Context
 class Found:
     machines: dict[str, list[Machine]] = field(default_factory=dict)  # backend -> machines
     skipped: dict[str, BenchError] = field(default_factory=dict)  # backend -> search failed
-    not_configured: dict[str, str] = field(default_factory=dict)  # backend -> why not searched
+    not_configured: dict[str, str] = field(default_factory=dict)  # its title -> why not searched
 
     @property
     def count(self) -> int:
@@ -24,16 +25,11 @@ class Found:
         return sum(m.rate_usd_per_hour for ms in self.machines.values() for m in ms)
 
 
-def backends_to_search(ctx: Context) -> list[str]:
-    """local always; gce whenever a project is configured (no local state needed)."""
-    return ["local", "gce"] if ctx.config.project else ["local"]
-
-
 def find_machines(ctx: Context) -> Found:
-    found = Found()
-    if not ctx.config.project:
-        found.not_configured["GCE"] = "no project configured"
-    for name in backends_to_search(ctx):
+    """Every backend's machines that these settings let it search (local always; a cloud
+    whenever its project is configured: no local state needed)."""
+    found = Found(not_configured=registered.unsearched(ctx.config))
+    for name in registered.searchable(ctx.config):
         try:
             found.machines[name] = ctx.backend(name).list_machines()
         except BenchError as e:

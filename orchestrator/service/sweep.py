@@ -25,7 +25,7 @@ from orchestrator.gpus import (
     member_config,
 )
 from orchestrator.runtime_model import RuntimeEstimate
-from orchestrator.service.context import Context, require_gce_settings
+from orchestrator.service.context import Context
 from orchestrator.service.launch import (
     LaunchRequest,
     LaunchResult,
@@ -86,15 +86,15 @@ def plan_members(
     catalog = load_gpu_catalog()
     plan, _ = resolve_plan(request.plan, backend, kernel=request.options.kernel)
     plan = shape_plan(plan, request.options).plan  # an A/B baseline or a profile costs time
-    if backend == "local":
+    if not ctx.capabilities(backend).machine_from_catalog:
         key = local_member(keys, catalog, local_gpu_name())
         estimate = runtime_estimate(ctx, backend, plan, key)
         return [Member(key, catalog.get(key), ctx, None, estimate, request.budget_usd)]
-    require_gce_settings(ctx.config)
+    ctx.require_settings(backend)
     members = []
     for key in keys:
         gpu = catalog.get(key)
-        if gpu is None:  # `local` on gce
+        if gpu is None:  # `local` on a backend of catalog machines
             raise UsageError(f"--gpu {LOCAL_GPU} names this machine's GPU: use --backend local")
         member_ctx = Context(config=member_config(ctx.config, gpu))
         rate = budget.hourly_rate(member_ctx.config, spot=member_ctx.config.spot)
@@ -155,7 +155,7 @@ def launch_sweep(
     members = plan_members(ctx, keys, backend, request)
     ctx.store(backend).require_credentials()  # one error for the sweep, not one per GPU
     ctx.backend(backend).refuse_leftovers()  # one line for the sweep, not one per GPU
-    if backend == "gce":
+    if ctx.capabilities(backend).billed:
         # The whole sweep's worst case against the monthly cap before any member reserves.
         budget.check_monthly_cap(
             ctx.config.monthly_cap, ctx.registry.committed_this_month(), request.budget_usd

@@ -10,13 +10,12 @@ from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from orchestrator.service.runs import RunView, placement_of, view
 
-# A machine may end a moment before its manifest reaches the store.
-MANIFEST_GRACE_SECONDS = {"local": 5.0, "gce": 60.0}
-
 
 def wait_for_run(
     ctx: Context, record: RunRecord, on_progress: Callable[[RunView], None]
 ) -> RunView:
+    # A machine may end a moment before its manifest reaches the store.
+    grace = ctx.capabilities(record.backend).manifest_grace_seconds
     ended_at = None
     while True:
         current = view(ctx, record)
@@ -27,7 +26,7 @@ def wait_for_run(
             return current  # ended: with a manifest, or without one and its console says why
         if current.machine not in ("RUNNING", "PROVISIONING", "STAGING", "STOPPING"):
             ended_at = ended_at or time.monotonic()
-            if time.monotonic() - ended_at > MANIFEST_GRACE_SECONDS[record.backend]:
+            if time.monotonic() - ended_at > grace:
                 why = f" (its log says: {current.console_reason})" if current.console_reason else ""
                 raise ResultsError(
                     f"run {record.run_id}: the machine is {current.machine} but left no "
@@ -48,9 +47,12 @@ def release_failed(ctx: Context, record: RunRecord) -> None:
 
 def release_finished(ctx: Context, record: RunRecord) -> str:
     """After the manifest: let the VM end (it deletes itself, or powers off), then delete
-    what is left so nothing bills. Returns what happened, for the user."""
-    if record.backend != "gce":
+    what is left so nothing bills. Returns what happened, for the user ("" where a
+    machine ends with its run)."""
+    capabilities = ctx.capabilities(record.backend)
+    if not capabilities.release_after_run:
         return ""
+    noun = capabilities.machine_noun
     backend = ctx.backend(record.backend)
     placement = placement_of(record)
     deadline = time.monotonic() + SETTLE_SECONDS
@@ -59,6 +61,6 @@ def release_finished(ctx: Context, record: RunRecord) -> str:
         time.sleep(ctx.config.poll_interval(record.backend))
         state = backend.machine_state(record.run_id, placement)
     if state == "GONE":
-        return f"the VM {record.handle} deleted itself"
+        return f"the {noun} {record.handle} deleted itself"
     backend.release(record.run_id, placement)
-    return f"deleted the VM {record.handle} (it was {state.lower()})"
+    return f"deleted the {noun} {record.handle} (it was {state.lower()})"

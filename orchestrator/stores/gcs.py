@@ -1,7 +1,8 @@
 """The GCS store: keys live at gs://<bucket>/<prefix>/<key>.
 
-The only module that imports google.cloud.storage, lazily. With `storage_endpoint` set
-(fake-gcs-server in tests) it talks to that endpoint without credentials.
+The only module that uses google.cloud.storage, through the lazy adaptor
+(backends/gce/adaptor.py). With `storage_endpoint` set (fake-gcs-server in tests) it talks
+to that endpoint without credentials.
 """
 
 from __future__ import annotations
@@ -13,6 +14,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from orchestrator.backends.gce.adaptor import (
+    api_exceptions,
+    auth_credentials,
+    auth_exceptions,
+    storage,
+    storage_retry,
+)
 from orchestrator.errors import (
     BenchError,
     CloudError,
@@ -57,21 +65,16 @@ class GcsStore:
 
     @cached_property
     def _bucket(self):
-        from google.auth.exceptions import DefaultCredentialsError
-        from google.cloud import storage
-
         try:
             if self._endpoint:
-                from google.auth.credentials import AnonymousCredentials
-
                 client = storage.Client(
                     project=self._project or "bench-local",
-                    credentials=AnonymousCredentials(),
+                    credentials=auth_credentials.AnonymousCredentials(),
                     client_options={"api_endpoint": self._endpoint},
                 )
             else:
                 client = storage.Client(project=self._project)
-        except DefaultCredentialsError as e:
+        except auth_exceptions.DefaultCredentialsError as e:
             raise ConfigError(
                 f"no Google credentials found ({e}); run `gcloud auth application-default login`"
             ) from None
@@ -79,9 +82,7 @@ class GcsStore:
 
     @cached_property
     def _retry(self):
-        from google.cloud.storage.retry import DEFAULT_RETRY
-
-        return DEFAULT_RETRY.with_timeout(self._retry_seconds)
+        return storage_retry.DEFAULT_RETRY.with_timeout(self._retry_seconds)
 
     def _call(self, fn: Callable[[], T], key: str = "") -> T:
         """Run one request, the first time after checking the bucket exists."""
@@ -102,23 +103,22 @@ class GcsStore:
         self._bucket_checked = True
 
     def _translated(self, fn: Callable[[], T], key: str, missing_bucket: bool = False) -> T:
-        from google.api_core.exceptions import GoogleAPIError
-        from google.auth.exceptions import GoogleAuthError
         from requests import RequestException
 
         try:
             return fn()
-        except (GoogleAPIError, GoogleAuthError, RequestException) as e:
+        except (
+            api_exceptions.GoogleAPIError,
+            auth_exceptions.GoogleAuthError,
+            RequestException,
+        ) as e:
             raise self._error_for(e, key, missing_bucket) from e
 
     def _error_for(self, error: Exception, key: str, missing_bucket: bool) -> BenchError:
         """One bench error for what the client raised (RetryError: what it met last)."""
-        from google.api_core import exceptions
-        from google.auth.exceptions import RefreshError
-
-        if isinstance(error, exceptions.RetryError) and isinstance(error.cause, Exception):
+        if isinstance(error, api_exceptions.RetryError) and isinstance(error.cause, Exception):
             error = error.cause
-        if isinstance(error, exceptions.NotFound):
+        if isinstance(error, api_exceptions.NotFound):
             if missing_bucket:
                 return ConfigError(
                     f"bucket gs://{self.bucket_name} does not exist; create it with `gcloud "
@@ -126,16 +126,16 @@ class GcsStore:
                     "or set `bucket` in bench.toml to one that exists"
                 )
             return NotFoundError(f"{self.uri(key)} does not exist")
-        if isinstance(error, (exceptions.Forbidden, exceptions.Unauthorized)):
+        if isinstance(error, (api_exceptions.Forbidden, api_exceptions.Unauthorized)):
             return PermissionDeniedError(
                 f"no access to gs://{self.bucket_name} ({error.message}); you need "
                 "roles/storage.objectAdmin on the bucket"
             )
-        if isinstance(error, exceptions.PreconditionFailed):
+        if isinstance(error, api_exceptions.PreconditionFailed):
             return UsageError(f"{self.uri(key)} already exists and is not overwritten")
-        if isinstance(error, exceptions.GoogleAPICallError):
+        if isinstance(error, api_exceptions.GoogleAPICallError):
             return CloudError(f"Cloud Storage error on {self.uri(key)}: {error.message}")
-        if isinstance(error, RefreshError):
+        if isinstance(error, auth_exceptions.RefreshError):
             return PermissionDeniedError(
                 f"the Google credentials could not be refreshed ({error}); run "
                 "`gcloud auth application-default login` and try again"
@@ -289,11 +289,9 @@ def _download_args(max_bytes: int | None, retry: Any) -> dict[str, Any]:
 
 def _ranged(download: Callable[[], T], empty: T) -> T:
     """A range read of an empty object answers 416 Range Not Satisfiable: it is empty."""
-    from google.api_core.exceptions import RequestRangeNotSatisfiable
-
     try:
         return download()
-    except RequestRangeNotSatisfiable:
+    except api_exceptions.RequestRangeNotSatisfiable:
         return empty
 
 

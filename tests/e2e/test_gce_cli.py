@@ -257,7 +257,7 @@ def test_a_vm_account_without_bucket_access_fails_in_the_payload_phase_in_second
 ):
     from tests.fakes.gcs_proxy import GcsIamProxy
 
-    with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:  # no member: denied
+    with GcsIamProxy(gcs_server.endpoint, gce.identity_of_token) as proxy:  # no member: denied
         monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
         plan = plan_file(tmp_path)
         assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
@@ -285,7 +285,7 @@ def test_launch_wait_ends_at_once_when_the_vm_cannot_reach_the_bucket(
 ):
     from tests.fakes.gcs_proxy import GcsIamProxy
 
-    with GcsIamProxy(gcs_server.endpoint, gce.account_of_token) as proxy:  # no member: denied
+    with GcsIamProxy(gcs_server.endpoint, gce.identity_of_token) as proxy:  # no member: denied
         monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
         args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
         started = time.monotonic()

@@ -9,11 +9,11 @@ import os
 
 import pytest
 
+from orchestrator.backends.gce import probe_run
 from orchestrator.backends.gce.iam import SELF_DELETE_ROLE_ID
 from orchestrator.backends.gce.probe import ProbeRun, render_probe_script
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
-from orchestrator.service import probe as probe_service
 from tests.e2e.test_gce_doctor import project  # noqa: F401 - fixture
 from tests.e2e.test_gce_setup import ACCOUNT, PROJECT, iam  # noqa: F401 - fixture
 from tests.unit.test_render import shellcheck
@@ -70,14 +70,12 @@ def test_a_probe_vm_that_may_not_delete_itself_is_deleted_by_doctor_and_said_so(
     """The binding gone after doctor's own check passed (run_probe, not gated): the VM writes
     its object, its delete is refused (403), it powers off; doctor waits its bound, says
     which step failed, and deletes the VM and the object itself."""
-    monkeypatch.setattr(probe_service, "GONE_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(probe_run, "GONE_TIMEOUT_SECONDS", 2.0)
     policy = project.iam_server.policy(PROJECT)
     policy["bindings"] = [
         b for b in policy["bindings"] if not b["role"].endswith(SELF_DELETE_ROLE_ID)
     ]
-    from orchestrator.cli.options import make_context
-
-    checks = list(probe_service.run_probe(make_context(backend="gce")))
+    checks = _run_probe()
     assert [(c.name, c.ok) for c in checks] == [
         ("probe VM created", True),
         ("probe object seen", True),
@@ -96,12 +94,10 @@ def test_a_probe_vm_without_bucket_access_says_where_it_stopped(
     capsys,
     monkeypatch,
 ):
-    monkeypatch.setattr(probe_service, "OBJECT_TIMEOUT_SECONDS", 2.0)
-    monkeypatch.setattr(probe_service, "GONE_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(probe_run, "OBJECT_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(probe_run, "GONE_TIMEOUT_SECONDS", 0.5)
     project.proxy.bindings.clear()
-    from orchestrator.cli.options import make_context
-
-    checks = list(probe_service.run_probe(make_context(backend="gce")))
+    checks = _run_probe()
     assert [(c.name, c.ok) for c in checks][:2] == [
         ("probe VM created", True),
         ("probe object seen", False),
@@ -120,6 +116,14 @@ def test_doctor_does_not_start_the_probe_when_what_it_needs_is_missing(
     (line,) = _lines(capsys, "✗ probe")
     assert "not started" in line and "VM bucket access" in line
     assert project.inserted == []
+
+
+def _run_probe() -> list:
+    """The probe alone, as `doctor --probe` runs it once its own checks passed."""
+    from orchestrator.cli.options import make_context
+
+    gce = make_context(backend="gce").backend("gce")
+    return list(probe_run.run_probe(gce.config, gce.api, gce.store, gce.poll_seconds))
 
 
 def test_the_probe_script_is_shellcheck_clean_and_quotes_its_values():

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
+from orchestrator.backends.gce import setup as gce_setup
 from orchestrator.backends.gce.iam import SELF_DELETE_ROLE_ID, self_delete_condition
 from orchestrator.cli import main
-from orchestrator.service import setup as setup_service
 from tests.e2e.test_gce_cli import plan_file
 from tests.fakes.gcs_proxy import GcsIamProxy
 from tests.fakes.iam_server import FakeIamServer
@@ -54,11 +54,11 @@ def test_setup_prints_one_checkable_gcloud_line_per_step(bench_env, capsys, monk
 def iam(gce, gcs_server, monkeypatch):
     """IAM whose new accounts are refused for their first uses, as Google's may be for a
     minute (iam_server.py); setup's waits between retries shortened to keep tests fast."""
-    monkeypatch.setattr(setup_service, "PROPAGATION_DELAYS_S", (0.01,) * 7)
+    monkeypatch.setattr(gce_setup, "PROPAGATION_DELAYS_S", (0.01,) * 7)
     with (
         FakeIamServer() as server,
         GcsIamProxy(
-            gcs_server.endpoint, gce.account_of_token, server.roles, server.member_problem
+            gcs_server.endpoint, gce.identity_of_token, server.roles, server.member_problem
         ) as proxy,
     ):
         monkeypatch.setenv("BENCH_IAM_ENDPOINT", server.endpoint)
@@ -110,7 +110,7 @@ def test_apply_gives_up_after_its_bounded_wait_and_says_to_run_it_again(iam, cap
     iam.unusable_uses = 100  # never visible within the retries
     assert main(["setup", "--apply"]) == 4
     captured = capsys.readouterr()
-    assert captured.out.count("not visible yet") == len(setup_service.PROPAGATION_DELAYS_S)
+    assert captured.out.count("not visible yet") == len(gce_setup.PROPAGATION_DELAYS_S)
     assert "run `bench setup --apply` again in a minute" in captured.err
 
 

@@ -149,7 +149,7 @@ def test_the_kernels_own_plan_runs_and_the_report_names_it_by_name_and_commit(
     summary = [r for r in run.summary if r.implementation == NAME]
     assert summary and {r.backend for r in summary} == {f"user:{NAME}@{label}"}
     plt = report_module.load_pyplot()
-    fig = report_module._tflops_figure(plt, run)
+    fig = report_module.plots.tflops_figure(plt, run)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     title = fig._suptitle.get_text()
     plt.close(fig)

@@ -60,13 +60,19 @@ from typing import TYPE_CHECKING, Any
 
 from . import discovery
 from .compute_catalog import FakeCatalog
-from .compute_state import FakeCompute, FakeComputeConfig, FakeInstance, project_number
+from .compute_state import (
+    BilledSeconds,
+    FakeCompute,
+    FakeComputeConfig,
+    FakeInstance,
+    project_number,
+)
 from .faults import DROP, FaultPlan
 from .gce_errors import GceError, invalid
 from .http_base import BackgroundHttpServer, JsonHandler
 from .iam_policy import CONTROLLER_MEMBER, Resource, allows, new_project_policy, predefined_or
 from .list_filter import compile_filter
-from .metadata_server import VM_TOKEN_PREFIX, MetadataServer
+from .metadata_server import VM_TOKEN_PREFIX, MetadataServer, TokenIdentity
 from .operations import API_ROOT
 from .peer_process import session_of_peer
 
@@ -399,6 +405,10 @@ class FakeComputeServer:
     def serial_output(self, zone: str, name: str) -> str:
         return self.instance(zone, name).serial_text()
 
+    def billed_seconds(self, inst: FakeInstance) -> BilledSeconds:
+        """What the instance has billed, in simulated seconds (compute_state.py says how)."""
+        return self.compute.billed_seconds(inst)
+
     # -- MetadataSource ------------------------------------------------------------------
 
     def metadata_instance(self, project: str, zone: str, name: str) -> FakeInstance | None:
@@ -532,11 +542,14 @@ class FakeComputeServer:
             return f"{project_number(inst.project)}-compute@developer.gserviceaccount.com"
         return email
 
-    def account_of_token(self, token: str) -> str | None:
-        """The service account email a VM token stands for (what the metadata server
-        reports for that VM), or None for a token of no live VM."""
+    def identity_of_token(self, token: str) -> TokenIdentity | None:
+        """The service account and access scopes a VM token stands for (what the metadata
+        server reports for that VM), or None for a token of no live VM."""
         inst = self.metadata_instance_by_name(token.removeprefix(VM_TOKEN_PREFIX))
-        return None if inst is None else self.account_email(inst)
+        if inst is None:
+            return None
+        account = (inst.sent.get("serviceAccounts") or [{}])[0]
+        return TokenIdentity(self.account_email(inst), frozenset(account.get("scopes") or []))
 
     def metadata_instance_by_name(self, name: str) -> FakeInstance | None:
         with self.compute.lock:

@@ -1,13 +1,21 @@
-"""A loopback proxy in front of fake-gcs-server that adds what it lacks: bucket IAM for the
-VM's identity, evaluated as Cloud Storage documents it.
+"""A loopback proxy in front of fake-gcs-server that adds what it lacks: bucket IAM and
+access scopes for the VM's identity, evaluated as Cloud Storage documents them.
 
 fake-gcs-server accepts every request and has no IAM. This proxy:
 
 - forwards every request to fake-gcs-server unchanged;
 - tells a VM's request by its token (`Bearer fake-token-<instance>`, from the metadata
-  stand-in) and authorizes it against the bucket's IAM policy (`bindings`, conditions
-  included, evaluated by tests/fakes/iam_policy.py) before forwarding, answering 403 as
-  Cloud Storage does when no binding grants the permission
+  stand-in), which stands for the VM's service account limited to the instance's access
+  scopes: a call needs a scope that covers it as well as the IAM permission
+  (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam). The token
+  must carry a scope the method accepts, as the storage v1 discovery document lists each
+  method's scopes (https://cloud.google.com/storage/docs/oauth-scopes: devstorage.read_only
+  reads, read_write also writes, full_control and cloud-platform do all); without one the
+  answer is 403 "Provided scope(s) are not authorized", whatever IAM grants (Cloud
+  Storage's answer as users report it: googleapis/google-cloud-cpp#7334). Then the request
+  is authorized against the bucket's IAM policy (`bindings`, conditions included, evaluated
+  by tests/fakes/iam_policy.py) before forwarding, answering 403 as Cloud Storage does when
+  no binding grants the permission
   (https://cloud.google.com/storage/docs/access-control/iam-permissions);
 - serves and stores the bucket's policy (`GET`/`PUT /storage/v1/b/{bucket}/iam`,
   https://cloud.google.com/storage/docs/json_api/v1/buckets/getIamPolicy), checked against
@@ -26,7 +34,7 @@ stand-in grants nothing it does not model.
 
 Requests without a VM token (the controller, tests) pass: they act as the project owner.
 
-    with GcsIamProxy(gcs_server.endpoint, compute_server.account_of_token) as proxy:
+    with GcsIamProxy(gcs_server.endpoint, compute_server.identity_of_token) as proxy:
         proxy.grant("serviceAccount:bench-vm@p.iam.gserviceaccount.com")
         ... BENCH_STORAGE_ENDPOINT = proxy.endpoint ...
 """
@@ -36,21 +44,21 @@ from __future__ import annotations
 import http.client
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from . import discovery
 from .http_base import JsonHandler, LoopbackStandIn
 from .iam_policy import Resource, allows, predefined_or
-from .metadata_server import VM_TOKEN_PREFIX
+from .metadata_server import VM_TOKEN_PREFIX, TokenIdentity
 
 _IAM = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/iam$")
 _OBJECTS = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o$")
 _UPLOAD = re.compile(r"^/upload/storage/v1/b/(?P<bucket>[^/]+)/o$")
 _OBJECT = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>[^/]+)$")
 _COPY = re.compile(
-    r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>[^/]+)/(copyTo|rewriteTo)"
+    r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>[^/]+)/(?P<verb>copyTo|rewriteTo)"
     r"/b/(?P<target_bucket>[^/]+)/o/(?P<target>[^/]+)$"
 )
 OBJECT_ROLE = "roles/storage.objectUser"
@@ -59,57 +67,72 @@ BUCKET_TYPE = "storage.googleapis.com/Bucket"
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
 
 Need = tuple[str, Resource]  # (permission, resource)
+NOT_MODELLED: tuple[str, list[Need]] = ("", [])  # a request shape the stand-in grants nothing
 
 
 def _object(bucket: str, name: str) -> Resource:
     return Resource(OBJECT_TYPE, f"projects/_/buckets/{bucket}/objects/{name}")
 
 
+def scope_allows(method: str, scopes: Collection[str]) -> bool:
+    """Whether a token with these access scopes may call this storage v1 method (e.g.
+    "objects.insert"): the discovery document lists the scopes each method accepts."""
+    accepted = discovery.method("storage", "v1", method).get("scopes", [])
+    return not set(accepted).isdisjoint(scopes)
+
+
 class _ProxyHandler(JsonHandler):
     def handle_request(self) -> None:
         proxy: GcsIamProxy = self.server.owner  # type: ignore[attr-defined]
         token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
-        account = proxy.identity_of(token) if token.startswith(VM_TOKEN_PREFIX) else None
+        identity = proxy.identity_of(token) if token.startswith(VM_TOKEN_PREFIX) else None
         iam = _IAM.match(self.url_path)
-        if iam and self.command == "PUT" and account is None:
+        if iam and self.command == "PUT" and identity is None:
             self._set_policy(proxy, iam["bucket"])
             return
-        if iam and self.command == "GET" and account is None:
+        if iam and self.command == "GET" and identity is None:
             self._policy(proxy, iam["bucket"])
             return
-        if account is not None:
-            member = f"serviceAccount:{account}"
-            needs = self._needs(proxy)
+        if identity is not None:
+            account, member = identity.email, f"serviceAccount:{identity.email}"
+            method, needs = self._call(proxy)
+            if needs and not scope_allows(method, identity.scopes):
+                self._deny_scope(proxy, account)
+                return
             refused = next((n for n in needs if not proxy.allowed(member, *n)), None)
             if not needs or refused:
                 self._deny(proxy, account, refused)
                 return
         self._forward(proxy)
 
-    def _needs(self, proxy: GcsIamProxy) -> list[Need]:
-        """The permissions this request needs; [] for a shape the stand-in does not model."""
-        path, method = self.url_path, self.command
-        if (m := _COPY.match(path)) and method == "POST":
-            return [
+    def _call(self, proxy: GcsIamProxy) -> tuple[str, list[Need]]:
+        """The storage v1 method this request is and the permissions it needs;
+        NOT_MODELLED for a shape the stand-in does not model."""
+        path, verb = self.url_path, self.command
+        if (m := _COPY.match(path)) and verb == "POST":
+            method = "objects.copy" if m["verb"] == "copyTo" else "objects.rewrite"
+            return method, [
                 ("storage.objects.get", _object(m["bucket"], unquote(m["name"]))),
                 *self._create_needs(m["target_bucket"], unquote(m["target"])),
             ]
         if (m := _OBJECT.match(path)) is not None:
             name = unquote(m["name"])
-            permission = {
-                "GET": "storage.objects.get",
-                "DELETE": "storage.objects.delete",
-                "PATCH": "storage.objects.update",
-                "PUT": "storage.objects.update",
-            }.get(method)
-            return [(permission, _object(m["bucket"], name))] if permission else []
-        if (m := _OBJECTS.match(path)) and method == "GET":
-            bucket = m["bucket"]
-            return [("storage.objects.list", Resource(BUCKET_TYPE, f"projects/_/buckets/{bucket}"))]
-        if (m := _UPLOAD.match(path)) and method == "POST":
+            method, permission = {
+                "GET": ("objects.get", "storage.objects.get"),
+                "DELETE": ("objects.delete", "storage.objects.delete"),
+                "PATCH": ("objects.patch", "storage.objects.update"),
+                "PUT": ("objects.update", "storage.objects.update"),
+            }.get(verb, ("", ""))
+            return (method, [(permission, _object(m["bucket"], name))]) if method else NOT_MODELLED
+        if (m := _OBJECTS.match(path)) and verb == "GET":
+            bucket = Resource(BUCKET_TYPE, f"projects/_/buckets/{m['bucket']}")
+            return "objects.list", [("storage.objects.list", bucket)]
+        if (m := _UPLOAD.match(path)) and verb == "POST":
             name = self.query.get("name") or self._name_in_body()
-            return self._create_needs(m["bucket"], name) if name else []
-        return []
+            if not name:
+                return NOT_MODELLED
+            return "objects.insert", self._create_needs(m["bucket"], name)
+        return NOT_MODELLED
 
     def _create_needs(self, bucket: str, name: str) -> list[Need]:
         needs = [("storage.objects.create", _object(bucket, name))]
@@ -136,14 +159,17 @@ class _ProxyHandler(JsonHandler):
             f"{account} does not have {permission} access to the Google Cloud Storage "
             f"object. Permission '{permission}' denied on resource (or it may not exist)."
         )
-        body = {
-            "error": {
-                "code": 403,
-                "message": message,
-                "errors": [{"message": message, "domain": "global", "reason": "forbidden"}],
-            }
-        }
-        self.reply_json(403, body)
+        self._forbidden(message)
+
+    def _deny_scope(self, proxy: GcsIamProxy, account: str) -> None:
+        proxy.denied.append((account, self.command, self.url_path))
+        proxy.denied_for_scope.append((account, self.command, self.url_path))
+        self._forbidden("Provided scope(s) are not authorized")
+
+    def _forbidden(self, message: str) -> None:
+        """Cloud Storage's 403 error body, as its JSON API returns one."""
+        error = {"message": message, "domain": "global", "reason": "forbidden"}
+        self.reply_json(403, {"error": {"code": 403, "message": message, "errors": [error]}})
 
     def _policy(self, proxy: GcsIamProxy, bucket: str) -> None:
         status, _, _ = proxy.upstream_request("GET", f"/storage/v1/b/{bucket}", b"", {})
@@ -214,7 +240,7 @@ class GcsIamProxy(LoopbackStandIn):
     def __init__(
         self,
         upstream: str,
-        identity_of: Callable[[str], str | None],
+        identity_of: Callable[[str], TokenIdentity | None],
         custom_roles: Mapping[str, Mapping[str, Any]] | None = None,
         member_problem: Callable[[str], str | None] = lambda member: None,
     ) -> None:
@@ -230,6 +256,8 @@ class GcsIamProxy(LoopbackStandIn):
         self.bindings: list[dict[str, Any]] = []
         self.etag = 1
         self.denied: list[tuple[str, str, str]] = []  # (account, method, path) refused
+        # Those of `denied` refused for the token's access scopes, before IAM was asked.
+        self.denied_for_scope: list[tuple[str, str, str]] = []
 
     def grant(
         self, member: str, role: str = OBJECT_ROLE, condition: dict[str, str] | None = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .http_base import BackgroundHttpServer, JsonHandler
@@ -34,6 +35,16 @@ _ROUTED = re.compile(
 # The token names its VM, so the other stand-ins can tell which identity is calling.
 VM_TOKEN_PREFIX = "fake-token-"
 _SHARED = re.compile(r"^/computeMetadata/v1/(?P<path>.*)$")
+
+
+@dataclass(frozen=True)
+class TokenIdentity:
+    """What a VM's token stands for: its service account, and no more than the instance's
+    access scopes allow (a VM's call needs a scope that covers it as well as the account's
+    IAM permission: https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam)."""
+
+    email: str
+    scopes: frozenset[str]
 
 
 class MetadataInstance(Protocol):

@@ -11,9 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benches import runner
+from benches import registry, runner
 from benches.writers import StatusWriter, read_csv
-from kernels import registry
 from results_schema import AttentionConfig, CorrectnessRow, EnvironmentFingerprint, Plan
 
 pytestmark = [

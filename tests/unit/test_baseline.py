@@ -1,5 +1,6 @@
 """`bench launch --baseline REF`: the baseline tree from a real git repository (clean and
-dirty working trees) or a directory, into the payload beside the working tree's own."""
+dirty working trees) or a directory, into the payload beside the working tree's own: each
+a kernel tree of its own (flash_kernel/, baseline/), declared by its contract."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.baseline import resolve_baseline
 from orchestrator.errors import UsageError
+from orchestrator.own_kernel import resolve_baseline
 from orchestrator.payload import PAYLOAD_PACKAGES, build_payload, package_dir
 from orchestrator.service.plan_options import (
     PROFILE_SECTIONS,
@@ -33,9 +34,9 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    """A git repository holding this project's payload packages, one commit."""
+    """A git repository holding this project's payload packages and kernels/, one commit."""
     root = tmp_path / "repo"
-    for name in PAYLOAD_PACKAGES:
+    for name in (*PAYLOAD_PACKAGES, "kernels"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     git(root, "init", "-q")
     git(root, "add", "-A")
@@ -51,7 +52,7 @@ def payload_files(payload) -> dict[str, bytes]:
 def ab_payload(repo: Path, ref: str):
     plan, _ = resolve_plan("default", "gce")
     shaped = shape_plan(plan, PlanOptions(baseline=ref), repo=repo)
-    payload = build_payload(shaped.plan, source_root=repo, baseline_files=shaped.baseline_files)
+    payload = build_payload(shaped.plan, source_root=repo, kernel_trees=shaped.kernel_trees)
     return shaped.plan, payload_files(payload), payload
 
 
@@ -61,11 +62,17 @@ def test_git_revision_on_a_clean_tree(repo):
     c = plan.comparison
     assert (c.source, c.ref, c.commit, c.candidate_dirty) == ("git", "HEAD", head, False)
     assert plan.identities == ["flash", "sdpa", "sdpa-flash", "flash@baseline", "sdpa@aa"]
-    assert files[f"baseline/{LAUNCHER}"] == files[LAUNCHER] == (repo / LAUNCHER).read_bytes()
-    # Only kernels/ travels as the baseline, under the payload's own rules (no docs).
-    baseline = [n for n in files if n.startswith("baseline/")]
-    assert baseline and all(n.startswith("baseline/kernels/") for n in baseline)
-    assert not any(n.endswith(".md") for n in baseline)
+    ours = (repo / LAUNCHER).read_bytes()
+    assert files[f"baseline/{LAUNCHER}"] == files[f"flash_kernel/{LAUNCHER}"] == ours
+    # Only kernels/ (and its contract, at the tree's root) travels, under the payload's own
+    # rules (no docs); the harness's packages carry no kernel.
+    for folder in ("baseline", "flash_kernel"):
+        tree = [n.removeprefix(f"{folder}/") for n in files if n.startswith(f"{folder}/")]
+        assert "bench-kernel.toml" in tree and "kernels/bench-kernel.toml" in tree
+        assert all(n.startswith("kernels/") for n in tree if n != "bench-kernel.toml")
+        assert not any(n.endswith(".md") for n in tree)
+    assert not any(n.startswith("kernels/") for n in files)
+    assert [k.directory for k in plan.user_kernels] == ["flash_kernel", "baseline"]
     # Deterministic: the same trees give the same bytes.
     assert ab_payload(repo, "HEAD")[2].sha256 == payload.sha256
 
@@ -82,8 +89,10 @@ def test_git_revision_on_a_dirty_tree_takes_the_commit_and_the_working_tree(repo
     assert (c.commit, c.candidate_dirty) == (first, True)
     committed = git(repo, "show", f"{first}:{LAUNCHER}").encode()
     assert files[f"baseline/{LAUNCHER}"] == committed
-    assert files[LAUNCHER] == launcher.read_bytes()  # the candidate: the tree as it is
-    assert "kernels/untracked.py" in files and "baseline/kernels/untracked.py" not in files
+    # the candidate: the tree as it is
+    assert files[f"flash_kernel/{LAUNCHER}"] == launcher.read_bytes()
+    assert "flash_kernel/kernels/untracked.py" in files
+    assert "baseline/kernels/untracked.py" not in files
 
 
 def test_a_directory_baseline_is_a_kernels_tree_or_a_checkout(repo, tmp_path):
@@ -148,24 +157,22 @@ def test_profile_defaults_to_three_representative_configs():
         shape_plan(cpu, PlanOptions(profile=()))
 
 
-def test_an_ab_says_when_the_trees_python_binding_differs(tmp_path):
-    """Both sides of an A/B of our kernel run the candidate's api.py (the baseline's compiled
-    library is called through it): an edit there is not compared, and launch says so. On
-    an H100 a 4 % slowdown put in api.py read 1.000x [0.999, 1.001] three times
-    (tools/gate_power_device.sh)."""
-    plan, _ = resolve_plan("default", "gce")
-    same = tmp_path / "same"
-    shutil.copytree(
-        package_dir("kernels"), same / "kernels", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    assert shape_plan(plan, PlanOptions(baseline=str(same))).notes == ()
-
+def test_each_side_of_an_ab_ships_and_runs_its_own_python(repo, tmp_path):
+    """The baseline tree is a kernel tree like the candidate's: its own api.py (the
+    binding), build.py and contract travel with it and its worker imports them, so an edit
+    to the binding is compared too (the old path called the baseline's library through the
+    candidate's api.py, and said so in a note)."""
     edited = tmp_path / "edited"
-    shutil.copytree(same, edited)
+    shutil.copytree(repo / "kernels", edited / "kernels")
     api = edited / "kernels" / "flash_attention" / "api.py"
-    api.write_text(api.read_text() + "\n# slower\n")
-    build = edited / "kernels" / "flash_attention" / "build.py"
-    build.write_text(build.read_text() + "\n# its own: the baseline builds with it\n")
-    (note,) = shape_plan(plan, PlanOptions(baseline=str(edited))).notes
-    assert "kernels/flash_attention/api.py differ" in note and "build.py" not in note
-    assert "compares the kernels' compiled code only" in note
+    api.write_text(api.read_text() + "\n# the baseline's own binding\n")
+    plan, _ = resolve_plan("default", "gce")
+    shaped = shape_plan(plan, PlanOptions(baseline=str(edited)), repo=repo)
+    assert shaped.notes == ()
+    trees = dict(shaped.kernel_trees)
+    binding = "kernels/flash_attention/api.py"
+    assert dict(trees["baseline"])[binding] == api.read_bytes()
+    assert dict(trees["flash_kernel"])[binding] == (repo / binding).read_bytes()
+    baseline = next(k for k in shaped.plan.user_kernels if k.identity == "flash@baseline")
+    assert baseline.directory == "baseline"
+    assert baseline.contract.entry == "kernels.flash_attention.api:flash_attention"

@@ -141,5 +141,7 @@ def test_the_estimate_names_its_price_source_and_its_date(bench_env, capsys, mon
     assert main(["prices", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["price_source"] == source
     assert main(["prices"]) == 0
-    (cost,) = [line for line in capsys.readouterr().out.splitlines() if "│ cost" in line]
-    assert source in cost
+    out = capsys.readouterr().out
+    (cost,) = [line for line in out.splitlines() if line.startswith("cost ")]
+    cited = cost.split()[-1]  # the cost row cites its prices' note by number: "[10]"
+    assert source in out[out.index(f"{cited} costs at") :].splitlines()[0]

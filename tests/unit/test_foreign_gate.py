@@ -9,8 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from benches import correctness
-from kernels import registry
+from benches import correctness, registry
 from results_schema import AttentionConfig, CorrectnessRow, Plan
 
 CPU = torch.device("cpu")

@@ -265,6 +265,10 @@ class FailingGceBackend:
     def leftover_note(self, run_id: str, disk_usd_per_hour: float, disk_gb: int) -> None:
         return None
 
+    def instance_request_json(self, spec, startup: str, shutdown: str) -> str:
+        """The request is built (and its metadata checked) before the reservation."""
+        return "{}"
+
     def boot_disk_gb(self) -> int:
         return 50
 

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benches import correctness, runner
+from benches import correctness, registry, runner
 from benches.user_kernel import register
 from benches.writers import StatusWriter, read_csv
-from kernels import registry
 from results_schema import AttentionConfig, CorrectnessRow, Plan, SummaryRow
 from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
 

@@ -81,8 +81,8 @@ def refused(bench_env: Path, kernel: Path) -> None:
             "supports.check mine.gone:fits names a module that is not in the tree",
         ),
         (
-            lambda root: (root / CONTRACT_FILE).write_text(GOOD.replace("mine.ops", "kernels.ops")),
-            "entry kernels.ops:attention: a package named 'kernels' cannot be imported",
+            lambda root: (root / CONTRACT_FILE).write_text(GOOD.replace("mine.ops", "benches.ops")),
+            "entry benches.ops:attention: a package named 'benches' cannot be imported",
         ),
         (
             lambda root: (root / CONTRACT_FILE).write_text(
@@ -230,7 +230,7 @@ def test_a_user_build_renders_quoted_and_shellcheck_clean(tmp_path, backend):
         f"build_user_kernel user_kernel mine 1200 'triton==3.4.0 ninja==1.11.1' {quoted}\n"
         in script
     )
-    assert "run_phase build 3360" in script  # 900 s, then 20 min for the pins and the build each
+    assert "run_phase build 2520" in script  # 120 s, then 20 min for the pins and the build each
 
 
 def test_render_shows_the_users_build_step(bench_env, capsys):

@@ -32,7 +32,7 @@ def test_an_unknown_candidate_is_refused_with_the_known_names(bench_env, capsys,
 
 def test_our_kernel_on_a_machine_without_a_gpu_is_refused_up_front(bench_env, capsys, no_gpu):
     err = refused(bench_env, capsys, "--candidate", "flash", "--baseline-impl", "sdpa")
-    assert "flash needs a CUDA GPU" in err
+    assert "flash runs on cuda only (its supports.devices)" in err
 
 
 def test_a_gpu_peer_on_a_cpu_plan_is_refused(bench_env, capsys, no_gpu):

@@ -7,6 +7,7 @@ import shutil
 import tarfile
 
 from orchestrator.payload import PAYLOAD_PACKAGES, build_payload, package_dir
+from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
 
 REPO = package_dir("orchestrator").parent
@@ -25,7 +26,7 @@ def test_identical_trees_give_identical_bytes_wherever_they_are(tmp_path):
     for name in PAYLOAD_PACKAGES:
         shutil.copytree(REPO / name, copy / name)
     # A copy's files are new (other mtimes, maybe other modes): the tarball must not care.
-    (copy / "kernels" / "reference.py").touch()
+    (copy / "benches" / "reference.py").touch()
     assert build_payload(plan, source_root=copy).sha256 == first.sha256
 
 
@@ -35,20 +36,23 @@ def test_a_changed_file_changes_the_sha256(tmp_path):
     for name in PAYLOAD_PACKAGES:
         shutil.copytree(REPO / name, copy / name)
     before = build_payload(plan, source_root=copy).sha256
-    with (copy / "kernels" / "reference.py").open("a") as f:
+    with (copy / "benches" / "reference.py").open("a") as f:
         f.write("\n# edited\n")
     assert build_payload(plan, source_root=copy).sha256 != before
 
 
 def test_the_payload_holds_what_the_vm_runs_and_nothing_else():
     plan, _ = resolve_plan("default", "gce")
-    names = names_in(build_payload(plan).data)
+    shaped = shape_plan(plan, PlanOptions())
+    names = names_in(build_payload(shaped.plan, kernel_trees=shaped.kernel_trees).data)
     assert "plan.json" in names and "benches/runner.py" in names
-    assert "kernels/flash_attention/csrc/flash_api.h" in names
+    # Our kernel travels as a kernel tree, its contract at that tree's root.
+    assert "flash_kernel/kernels/flash_attention/csrc/flash_api.h" in names
+    assert "flash_kernel/bench-kernel.toml" in names
     assert "results_schema/record.py" in names
     for name in names:
         top = name.split("/")[0]
-        assert top in {*PAYLOAD_PACKAGES, "plan.json"}, name
+        assert top in {*PAYLOAD_PACKAGES, "flash_kernel", "plan.json"}, name
         assert not name.startswith(("tools/", "tests/")), name
         assert "__pycache__" not in name and not name.endswith((".pyc", ".md", ".so")), name
         assert not name.startswith("results_schema/jsonschema"), name
@@ -64,8 +68,8 @@ def test_cache_directories_in_the_tree_stay_out(tmp_path):
         shutil.copytree(REPO / name, copy / name)
     (copy / "benches" / "__pycache__").mkdir(exist_ok=True)
     (copy / "benches" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
-    (copy / "kernels" / "build").mkdir()
-    (copy / "kernels" / "build" / "lib.so").write_bytes(b"\0")
+    (copy / "benches" / "build").mkdir()
+    (copy / "benches" / "build" / "lib.so").write_bytes(b"\0")
     assert names_in(build_payload(plan, source_root=copy).data) == names_in(
         build_payload(plan).data
     )

@@ -1,6 +1,6 @@
 """The trees a payload carries, as git sees them: no link followed, no ignored file, bounded
-before anything is read. The candidate's packages, and an A/B baseline as a directory or a
-git revision, on real git repositories and real tarballs."""
+before anything is read. The harness's packages, our kernel's tree, and an A/B baseline as
+a directory or a git revision, on real git repositories and real tarballs."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator import payload
-from orchestrator.baseline import resolve_baseline
 from orchestrator.cli import main
 from orchestrator.errors import UsageError
+from orchestrator.own_kernel import resolve_baseline
 from orchestrator.payload import PAYLOAD_PACKAGES, build_payload, package_dir, skipped_in_kernels
+from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
 
 REPO = package_dir("orchestrator").parent
@@ -48,9 +49,10 @@ def commit_all(root: Path) -> Path:
 
 @pytest.fixture
 def tree(tmp_path) -> Path:
-    """A plain directory (no git) holding a copy of this project's payload packages."""
+    """A plain directory (no git) holding a copy of this project's payload packages and of
+    our kernel's tree (kernels/)."""
     root = tmp_path / "tree"
-    for name in PAYLOAD_PACKAGES:
+    for name in (*PAYLOAD_PACKAGES, "kernels"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
@@ -68,6 +70,13 @@ def plan():
     return resolve_plan("default", "gce")[0]
 
 
+def payload_of(root: Path):
+    """The default plan's payload from the trees under `root`: the harness's packages and
+    our kernel's tree (flash_kernel/kernels/...), each collected under the payload's rules."""
+    shaped = shape_plan(plan(), PlanOptions(), repo=root)
+    return build_payload(shaped.plan, source_root=root, kernel_trees=shaped.kernel_trees)
+
+
 def tarball_bytes(built) -> bytes:
     return gzip.decompress(built.data)
 
@@ -79,6 +88,13 @@ def names_in(built) -> set[str]:
 
 def baseline(ref: Path | str, repo: Path | None = None):
     return resolve_baseline(str(ref), "flash", repo, skipped_in_kernels)
+
+
+def entries(built) -> dict[str, bytes]:
+    """The tarball's files but plan.json (which records where the trees came from)."""
+    with tarfile.open(fileobj=io.BytesIO(built.data), mode="r:gz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    return {name: data for name, data in files.items() if name != "plan.json"}
 
 
 def peak_memory_of(call) -> tuple[int, UsageError]:
@@ -105,8 +121,8 @@ def test_a_link_to_a_credentials_file_is_refused_and_never_read(tree, credential
         (tree / "kernels" / "adc.json").symlink_to(credentials)
     else:
         (tree / "kernels" / "adc.json").symlink_to(credentials)
-    with pytest.raises(UsageError, match=r"kernels/adc\.json is a symbolic link") as refused:
-        build_payload(plan(), source_root=tree)
+    with pytest.raises(UsageError, match=r"kernels: adc\.json is a symbolic link") as refused:
+        payload_of(tree)
     assert "outside the tree" in str(refused.value) and refused.value.exit_code == 2
 
 
@@ -114,15 +130,15 @@ def test_an_ignored_link_stays_out_and_the_secret_never_reaches_the_tarball(tree
     (tree / ".gitignore").write_text("kernels/*.json\n")
     commit_all(tree)
     (tree / "kernels" / "adc.json").symlink_to(credentials)
-    built = build_payload(plan(), source_root=tree)
+    built = payload_of(tree)
     assert "kernels/adc.json" not in names_in(built)
     assert SECRET not in tarball_bytes(built)
 
 
 def test_a_linked_directory_is_refused(tree, credentials):
     (tree / "kernels" / "gcloud").symlink_to(credentials.parent, target_is_directory=True)
-    with pytest.raises(UsageError, match=r"kernels/gcloud is a symbolic link"):
-        build_payload(plan(), source_root=tree)
+    with pytest.raises(UsageError, match=r"kernels: gcloud is a symbolic link"):
+        payload_of(tree)
 
 
 def test_a_tracked_directory_replaced_by_a_link_is_not_read_through(tree, credentials, tmp_path):
@@ -132,14 +148,14 @@ def test_a_tracked_directory_replaced_by_a_link_is_not_read_through(tree, creden
     shutil.copy(credentials, elsewhere / "build.py")
     (tree / "kernels" / "flash_attention").symlink_to(elsewhere, target_is_directory=True)
     # git still lists kernels/flash_attention/build.py: reading it would read the secret.
-    with pytest.raises(UsageError, match=r"kernels/flash_attention is a symbolic link"):
-        build_payload(plan(), source_root=tree)
+    with pytest.raises(UsageError, match=r"kernels: flash_attention is a symbolic link"):
+        payload_of(tree)
 
 
 def test_a_link_that_stays_inside_the_tree_is_refused_too(tree):
-    (tree / "kernels" / "alias.py").symlink_to("reference.py")
-    with pytest.raises(UsageError, match=r"kernels/alias\.py is a symbolic link \(to reference"):
-        build_payload(plan(), source_root=tree)
+    (tree / "kernels" / "alias.py").symlink_to("support.py")
+    with pytest.raises(UsageError, match=r"kernels: alias\.py is a symbolic link \(to support"):
+        payload_of(tree)
 
 
 def test_a_nested_repository_is_refused(tree):
@@ -148,15 +164,15 @@ def test_a_nested_repository_is_refused(tree):
     vendor.mkdir()
     (vendor / "lib.py").write_text("# vendored\n")
     commit_all(vendor)
-    with pytest.raises(UsageError, match=r"kernels/vendor/? is a submodule or a nested git"):
-        build_payload(plan(), source_root=tree)
+    with pytest.raises(UsageError, match=r"kernels: vendor/? is a submodule or a nested git"):
+        payload_of(tree)
 
 
 def test_a_fifo_outside_git_is_refused(tree):
     # (git itself lists no FIFO, so in a work tree one is simply not part of the tree)
     os.mkfifo(tree / "kernels" / "pipe")
-    with pytest.raises(UsageError, match=r"kernels/pipe is not a regular file"):
-        build_payload(plan(), source_root=tree)
+    with pytest.raises(UsageError, match=r"kernels: pipe is not a regular file"):
+        payload_of(tree)
 
 
 # ---- the --baseline tree: a directory or a git revision, under the same rules ----------
@@ -226,8 +242,8 @@ def test_an_empty_tree_is_refused(tmp_path):
 def test_a_file_over_the_bound_is_refused_before_it_is_read(tree):
     with (tree / "kernels" / "weights.bin").open("wb") as f:
         f.truncate(HUGE_FILE_BYTES)
-    peak, refused = peak_memory_of(lambda: build_payload(plan(), source_root=tree))
-    assert "kernels/weights.bin is 256.0 MiB, over the 16.0 MiB a file may be" in str(refused)
+    peak, refused = peak_memory_of(lambda: payload_of(tree))
+    assert "kernels: weights.bin is 256.0 MiB, over the 16.0 MiB a file may be" in str(refused)
     assert peak < READ_NOTHING_BYTES and HUGE_FILE_BYTES > payload.MAX_FILE_BYTES
 
 
@@ -262,10 +278,11 @@ def test_ignored_untracked_and_deleted_files_are_as_git_sees_them(tree):
     (tree / "kernels" / "data").mkdir()
     (tree / "kernels" / "data" / "big.bin").write_bytes(b"ignored too")
     (tree / "kernels" / "new_helper.py").write_text("# untracked, not ignored\n")
-    (tree / "kernels" / "reference.py").unlink()  # tracked, deleted: not in the tree now
-    names = names_in(build_payload(plan(), source_root=tree))
-    assert "kernels/new_helper.py" in names
-    assert not {"kernels/run.log", "kernels/data/big.bin", "kernels/reference.py"} & names
+    (tree / "kernels" / "support.py").unlink()  # tracked, deleted: not in the tree now
+    names = names_in(payload_of(tree))
+    ours = "flash_kernel/kernels/"
+    assert ours + "new_helper.py" in names
+    assert not {ours + "run.log", ours + "data/big.bin", ours + "support.py"} & names
     assert not any(".git" in name.split("/") for name in names)
     # The same rules for a baseline directory that is a checkout.
     files = dict(baseline(tree).files)
@@ -273,10 +290,12 @@ def test_ignored_untracked_and_deleted_files_are_as_git_sees_them(tree):
 
 
 def test_identical_trees_give_identical_bytes_git_or_not(tree, tmp_path):
-    plain = build_payload(plan(), source_root=tree)
+    plain = payload_of(tree)
+    assert entries(plain)
     copy = tmp_path / "checkout"
     shutil.copytree(tree, copy)
     (copy / ".gitignore").write_text("*.log\n")
     commit_all(copy)
     (copy / "kernels" / "noise.log").write_text("ignored\n")
-    assert build_payload(plan(), source_root=copy).data == plain.data
+    # The same files, byte for byte; plan.json alone differs: it records the commit.
+    assert entries(payload_of(copy)) == entries(plain)

@@ -1,4 +1,4 @@
-"""The public peers' adapters (kernels/peers.py), on the CPU, each against a stand-in module
+"""The public peers' adapters (benches/peers.py), on the CPU, each against a stand-in module
 that does what the peer documents, in plain torch and in the peer's own layout: xformers'
 BMHK (and BMGHK for grouped-query attention), flash-attn's BSHD returning (out, lse),
 flashinfer's ragged NHD batch wrapper. The stand-ins go into sys.modules under the peers'
@@ -19,8 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benches import correctness, placement, timing
-from kernels import peers, registry
+from benches import correctness, peers, placement, registry, timing
 from results_schema import AttentionConfig, Plan
 from results_schema.peers import PEERS
 

@@ -188,10 +188,10 @@ def test_a_peer_that_fits_no_pin_leaves_pips_error_and_the_script_goes_on(tmp_pa
 
 
 def test_a_failed_install_reads_back_as_the_peers_reason(tmp_path, monkeypatch):
-    """The marker the script leaves is what the adapter reports (kernels/peers.py)."""
+    """The marker the script leaves is what the adapter reports (benches/peers.py)."""
     import torch
 
-    from kernels import peers, registry
+    from benches import peers, registry
 
     _install(tmp_path, "xformers==0.0.35", accepted="")
     monkeypatch.setattr(peers, "INSTALL_FAILED_DIR", tmp_path / "payload" / "peer-installs")

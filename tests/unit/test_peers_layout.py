@@ -11,8 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benches import correctness, placement, timing
-from kernels import registry
+from benches import correctness, placement, registry, timing
 from results_schema import AttentionConfig, Plan
 from tests.unit.test_foreign_gate import _plan as foreign_gate_plan
 

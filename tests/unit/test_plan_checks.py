@@ -33,11 +33,11 @@ def gce_settings(bench_env, monkeypatch):
 @pytest.mark.parametrize(
     "changes, expected",
     [
-        ({"config": {"head_dim": 7}}, "head_dim 7) has no flash kernel"),
-        ({"config": {"dtype": "float32"}}, "(float32, head_dim 64) has no flash kernel"),
+        ({"config": {"head_dim": 7}}, "unsupported: head_dim 7 (it supports 64, 128, 256)"),
+        ({"config": {"dtype": "float32"}}, "unsupported: dtype float32 (it supports float16,"),
         ({"candidate": "flash-v9"}, "unknown implementation 'flash-v9'"),
         ({"warmup_min": 60, "warmup_max": 50}, "warmup_min 60 exceeds warmup_max 50"),
-        ({"device": "cpu"}, "flash needs a CUDA GPU"),
+        ({"device": "cpu"}, "flash runs on cuda only (its supports.devices)"),
     ],
 )
 def test_a_plan_the_target_cannot_run_is_exit_2_before_anything_exists(
@@ -76,21 +76,38 @@ def test_samples_past_what_the_budget_buys_are_refused_exit_3(gce_settings, tmp_
 def test_the_controllers_view_of_the_target_matches_the_payloads_registry():
     import torch
 
-    from kernels import registry
-    from kernels.flash_attention import api
+    from benches import registry
 
     assert set(targets.IMPLEMENTATIONS) == set(registry.NAMES)
     cpu = torch.device("cpu")
     needs_cuda = {name for name in registry.NAMES if registry.get(name).available(cpu)}
     assert needs_cuda == set(targets.CUDA_ONLY)
-    dtypes = {str(dtype).removeprefix("torch.") for dtype in api.SUPPORTED_DTYPES}
-    assert dtypes == set(targets.FLASH_DTYPES)
-    assert tuple(api.SUPPORTED_HEAD_DIMS) == targets.FLASH_HEAD_DIMS
     assert targets.CALIBRATION_FRACTIONS == registry.CALIBRATION_FRACTIONS
+
+
+def test_our_kernels_contract_says_what_its_code_supports():
+    """kernels/bench-kernel.toml is what the launch checks and the harness obey: it must
+    say what the binding accepts and the build compiles."""
+    from kernels import support
+    from kernels.flash_attention import api
+    from orchestrator.own_kernel import own_kernel
+    from orchestrator.payload import package_dir
+
+    (flash,) = own_kernel("flash", None).kernels
+    supports = flash.contract.supports
+    dtypes = [str(dtype).removeprefix("torch.") for dtype in api.SUPPORTED_DTYPES]
+    assert sorted(supports.dtypes) == sorted(dtypes)
+    assert tuple(supports.head_dims) == tuple(api.SUPPORTED_HEAD_DIMS) == support.HEAD_DIMS
+    assert supports.min_capability() == support.MIN_CAPABILITY
+    assert supports.gqa and supports.causal and supports.devices == ["cuda"]
+    entry = flash.contract.entry_module_files()[0]
+    assert (package_dir("kernels").parent / entry).is_file()
 
 
 @pytest.mark.parametrize("name", ["cpu-smoke", "default", "sensitivity"])
 def test_every_shipped_plan_passes_the_checks_on_a_gpu_target(name):
     from benches.plan import resolve_plan
+    from orchestrator.own_kernel import declaring_own_kernel
 
-    assert targets.plan_problems(resolve_plan(name), has_gpu=True) == []
+    plan = declaring_own_kernel(resolve_plan(name))
+    assert targets.plan_problems(plan, has_gpu=True) == []

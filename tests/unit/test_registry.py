@@ -54,7 +54,7 @@ def test_each_field_is_a_column_and_filters_are_indexed(tmp_path):
 @pytest.mark.parametrize(
     ("sql", "parameters", "index"),
     [
-        (registry_module.COMMITTED_SQL, ("2026-11",), "runs_month"),
+        (registry_module.COMMITTED_SQL.format(billed="?"), ("2026-11", "gce"), "runs_month"),
         (registry_module.PAST_PHASES_SQL, ("default", "gce", ""), "runs_plan"),
         (registry_module.SWEEP_SQL, ("sweep-1",), "runs_sweep"),
     ],

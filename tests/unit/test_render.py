@@ -95,13 +95,22 @@ def test_gce_script_holds_no_credentials(tmp_path):
         assert secret_marker not in lowered
 
 
-def test_ab_script_builds_the_baseline_tree_and_gives_the_profile_time(tmp_path):
+def test_ab_script_builds_both_trees_by_their_contract_and_gives_the_profile_time(tmp_path):
+    """Our kernel's two trees are built as any kernel's: each by its contract's command,
+    in its own folder, with its contract's env."""
     plain, ab = spec_for("default", "local"), spec_for("default+ab", "local")
     vars_ = backend_vars("local", tmp_path)
-    script = render_startup(ab, "/var/lib/bench/run", vars_)
-    assert "build_baseline_tree" in render_startup(ab, "/w", vars_)
-    assert "build_baseline_tree" not in render_startup(plain, "/w", vars_)
-    assert 'BENCH_BASELINE_ROOT="$WORK_DIR/payload/baseline"' in script
+    builds = [
+        line.split()[1:3]
+        for line in render_startup(ab, "/w", vars_).splitlines()
+        if line.strip().startswith("build_user_kernel ")
+    ]
+    assert builds == [["flash_kernel", "flash"], ["baseline", "flash@baseline"]]
+    plain_script = render_startup(plain, "/w", vars_)
+    assert "build_user_kernel flash_kernel flash " in plain_script
+    assert "build_user_kernel baseline" not in plain_script
+    assert "'python3 -m kernels.flash_attention.build --check'" in plain_script
+    assert "'BENCH_KERNEL_CACHE={tree}/.kernel-cache'" in plain_script
     assert benchmark_timeout_seconds(ab) == (
         benchmark_timeout_seconds(plain) + ab.plan.profile.timeout_seconds
     )

@@ -201,8 +201,9 @@ def test_report_is_readable_in_a_pipe(run_dir):
         ("sdpa@aa", ["sdpa:flash"], "sdpa@aa (flash)"),
         ("sdpa-math", ["sdpa:math"], "sdpa-math"),  # pinned: the name says it
         ("sdpa-extra16", ["sdpa:efficient"], "sdpa-extra16 (efficient)"),
-        ("flash", ["flash:fwd_hdim128_bf16_sm90:sm_90"], "flash (sm90 path on sm_90)"),
-        ("flash", ["flash:fwd_hdim64_fp16_causal:sm_89"], "flash (sm80 path on sm_89)"),
+        ("flash", ["user:flash@0123456789ab+dirty"], "flash (0123456789ab+dirty)"),
+        # A run from before our kernel had a contract: its backend as recorded.
+        ("flash", ["flash:fwd_hdim64_fp16_causal:sm_89"], "flash (fwd_hdim64_fp16_causal:sm_89)"),
         ("reference", ["reference:float64"], "reference (float64)"),
         ("mine", ["mine"], "mine"),
     ],
@@ -213,16 +214,12 @@ def test_implementation_label_names_the_backend_that_ran(implementation, backend
 
 @pytest.mark.parametrize("cut", [False, True], ids=["whole run", "one config"])
 def test_plots_name_the_candidate_and_fit_their_titles(run_dir, cut):
-    from orchestrator import report as report_module
+    from orchestrator.report import plots
 
     run = load_run(run_dir)
     run = _one_config(run) if cut else run
-    plt = report_module.load_pyplot()
-    for build in (
-        report_module._latency_figure,
-        report_module._speedup_figure,
-        report_module._tflops_figure,
-    ):
+    plt = plots.load_pyplot()
+    for build in (plots.latency_figure, plots.speedup_figure, plots.tflops_figure):
         fig = build(plt, run)
         fig.canvas.draw()
         title = fig._suptitle
@@ -234,22 +231,39 @@ def test_plots_name_the_candidate_and_fit_their_titles(run_dir, cut):
         plt.close(fig)
 
 
-def test_tflops_has_one_bar_per_config_and_no_line_across_configs(run_dir):
-    from orchestrator import report as report_module
+def test_tflops_plots_throughput_against_sequence_length(run_dir):
+    """As `report --help` says: TFLOP/s against sequence length, a panel per (causal, head
+    dim), a marker per (config, implementation) at its config's sequence length, and no
+    line across configs (they differ in more than sequence length)."""
+    from orchestrator.report import plots
 
     run = load_run(run_dir)
-    plt = report_module.load_pyplot()
-    fig = report_module._tflops_figure(plt, run)
-    (ax,) = fig.axes
-    bars = [p for p in ax.patches if p.get_width() > 0 or p.get_height() > 0]
-    assert len(bars) == len(run.summary)  # one per (config, implementation)
-    assert all(len(line.get_xdata()) <= 1 for line in ax.get_lines())
-    # Configs of one shape sit together: causal ones after non-causal ones.
-    shown = [t.get_text() for t in ax.get_yticklabels()]
-    causal = {c.name: c.causal for c in run.plan.configs}
-    assert [causal[name] for name in shown] == sorted(causal[name] for name in shown)
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "sdpa (flash)" in legend
+    plt = plots.load_pyplot()
+    fig = plots.tflops_figure(plt, run)
+    configs = {c.name: c for c in run.plan.configs}
+    assert len(fig.axes) == len({(c.causal, c.head_dim) for c in configs.values()})
+    unplaced = {(s.config, s.implementation): s.tflops for s in run.summary}
+    for ax in fig.axes:
+        assert ax.get_xlabel() == "sequence length" and "TFLOP/s" in ax.get_ylabel()
+        assert ax.get_xscale() == "log"
+        causal = "not causal" not in ax.get_title()
+        for line in ax.get_lines():
+            assert line.get_linestyle() == "None"  # markers only
+            for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True):
+                # nudged apart by at most 1.25x, so equal values stay visible
+                (key,) = [
+                    key
+                    for key, tflops in unplaced.items()
+                    if tflops == y
+                    and configs[key[0]].causal == causal
+                    and 0.8 < x / configs[key[0]].seq_len < 1.25
+                ]
+                del unplaced[key]
+    assert unplaced == {}  # every (config, implementation) drawn once
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == sorted(titles, key=lambda t: "not causal" not in t)  # causal ones last
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "sdpa (flash)" in legend and len(legend) == len({s.implementation for s in run.summary})
     plt.close(fig)
 
 
@@ -275,11 +289,11 @@ def test_report_of_a_run_that_failed_before_timing_says_why(run_dir, tmp_path):
 def test_the_speedup_plot_shows_the_a_a_control_as_the_control(run_dir):
     """sdpa@aa's row is sdpa against itself: labelled so, never as the candidate's
     speedup over another implementation."""
-    from orchestrator import report as report_module
+    from orchestrator.report import plots
 
-    plt = report_module.load_pyplot()
+    plt = plots.load_pyplot()
     run = load_run(run_dir)
-    figure = report_module._speedup_figure(plt, run)
+    figure = plots.speedup_figure(plt, run)
     labels = figure.axes[0].get_legend_handles_labels()[1]
     plt.close(figure)
     control = [label for label in labels if "A/A control" in label]

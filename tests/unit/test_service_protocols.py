@@ -1,61 +1,79 @@
-"""The service layer calls nothing a protocol does not declare, and both backends (and both
-stores) implement everything their protocol declares."""
+"""Every registered backend (and each store) implements everything its protocol declares,
+and declares its rules for the service to read (tests/e2e/test_backend_protocol.py runs the
+service against backends that answer nothing else)."""
 
 from __future__ import annotations
 
 import inspect
-import re
-from pathlib import Path
 
 import pytest
 
-from orchestrator.backends.base import Backend
-from orchestrator.backends.gce.backend import GceBackend
-from orchestrator.backends.local import LocalBackend
+from orchestrator.backends import registry
+from orchestrator.backends.base import Backend, Capabilities, ChecksProject, SetsUpProject
+from orchestrator.config import BenchConfig
+from orchestrator.errors import UsageError
 from orchestrator.stores.base import Store
 from orchestrator.stores.gcs import GcsStore
 from orchestrator.stores.local import LocalStore
 
-SERVICE = Path(__file__).resolve().parents[2] / "orchestrator" / "service"
-
 
 def declared(protocol) -> set[str]:
-    members = {n for n, v in vars(protocol).items() if inspect.isfunction(v)}
-    return {n for n in members | set(protocol.__annotations__) if not n.startswith("__")}
+    """The names a protocol declares: its methods (class methods too) and attributes."""
+    methods = {
+        n for n, v in vars(protocol).items() if inspect.isfunction(v) or isinstance(v, classmethod)
+    }
+    return {n for n in methods | set(protocol.__annotations__) if not n.startswith("_")}
 
 
-def called_on(pattern: str, skip: tuple[str, ...] = ()) -> set[str]:
-    """Attribute names the service modules use on what `pattern` matches."""
-    found = set()
-    for module in SERVICE.glob("*.py"):
-        if module.stem in skip:
-            continue
-        found |= set(re.findall(pattern + r"\.(\w+)", module.read_text()))
-    return found
-
-
-def test_the_service_calls_only_what_the_backend_protocol_declares():
-    used = called_on(r"(?:ctx\.backend\([^()]*\)|\bbackend)")
-    assert used, "the pattern found no calls: it no longer matches the code"
-    assert used <= declared(Backend), used - declared(Backend)
-
-
-def test_the_service_calls_only_what_the_store_protocol_declares():
-    # doctor (and its probe) and setup are use cases of gce alone: they work a GcsStore's
-    # bucket itself.
-    used = called_on(r"(?:ctx\.store\([^()]*\)|\bstore)", skip=("doctor", "probe", "setup"))
-    assert used <= declared(Store), used - declared(Store)
-
-
-@pytest.mark.parametrize("cls", [LocalBackend, GceBackend])
-def test_each_backend_implements_the_whole_protocol(cls):
-    instance_attributes = inspect.getsource(cls.__init__)
-    for name in declared(Backend):
-        assigned = re.search(rf"self\.{name}\b[^=\n]*=", instance_attributes)
-        assert hasattr(cls, name) or assigned, (cls, name)
+@pytest.mark.parametrize("name", registry.names())
+def test_each_registered_backend_implements_the_whole_protocol(name):
+    cls = registry.backend_class(name)
+    assert cls.name == name
+    assert isinstance(cls.capabilities, Capabilities)
+    init = inspect.getsource(cls.__init__)
+    for member in declared(Backend):
+        assert hasattr(cls, member) or f"self.{member}" in init, (name, member)
 
 
 @pytest.mark.parametrize("cls", [LocalStore, GcsStore])
 def test_each_store_implements_the_whole_protocol(cls):
     for name in declared(Store) - {"name"}:
         assert hasattr(cls, name), (cls, name)
+
+
+def test_a_backends_default_poll_is_its_declaration_and_the_setting_beats_it():
+    assert BenchConfig().poll_interval("gce") == registry.capabilities("gce").poll_seconds
+    assert BenchConfig().poll_interval("local") == registry.capabilities("local").poll_seconds
+    assert BenchConfig(poll_seconds=3).poll_interval("local") == 3
+
+
+def test_auto_picks_a_cloud_only_when_its_settings_name_one():
+    assert BenchConfig().resolved_backend()[0] == "local"
+    assert BenchConfig(project="my-project-1").resolved_backend() == (
+        "gce",
+        "GCP project my-project-1 is configured",
+    )
+    assert registry.searchable(BenchConfig()) == ["local"]
+    assert registry.unsearched(BenchConfig()) == {"GCE": "no project configured"}
+    assert registry.searchable(BenchConfig(project="my-project-1")) == ["local", "gce"]
+
+
+def test_doctor_and_setup_are_offered_only_where_a_backend_implements_them(tmp_path):
+    from orchestrator.service.context import Context
+    from orchestrator.service.doctor import run_doctor
+    from orchestrator.service.setup import plan_setup
+
+    ctx = Context(BenchConfig(state_dir=tmp_path))
+    with pytest.raises(UsageError, match="local backend has no project to check"):
+        list(run_doctor(ctx, backend="local"))
+    with pytest.raises(UsageError, match="local backend has nothing to set up"):
+        plan_setup(ctx, backend="local")
+    gce = registry.backend_class("gce")
+    assert issubclass(gce, ChecksProject) and issubclass(gce, SetsUpProject)
+
+
+def test_an_unknown_backend_is_a_usage_error_naming_the_choices(tmp_path):
+    from orchestrator.service.context import Context
+
+    with pytest.raises(UsageError, match="unknown backend 'azure'; choose one of local, gce"):
+        Context(BenchConfig(state_dir=tmp_path)).backend("azure")

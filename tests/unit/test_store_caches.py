@@ -7,11 +7,8 @@ and a corrupt object detected by its sha256 and rebuilt.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -168,90 +165,3 @@ def test_a_changed_pin_is_a_different_environment_key(cache_vm):
     )
     first, second, third = keys.stdout.split()
     assert len({first, second, third}) == 3 and first.startswith("env-")
-
-
-# A stand-in for kernels.flash_attention.build on a machine without nvcc: it "compiles" by
-# writing the library into BENCH_KERNEL_CACHE/<key>, counting compilations, and fails its
-# smoke test when the library there is not what it writes.
-FAKE_BUILD = textwrap.dedent(
-    """
-    import json, os, sys
-    from pathlib import Path
-
-    key, root = "src0123-nvcc12.9-sm_89", Path(os.environ["BENCH_KERNEL_CACHE"])
-    assert sys.argv[sys.argv.index("--arch") + 1] == "8.9"  # from nvidia-smi, not torch
-    if "--print-cache-key" in sys.argv:
-        print(key)
-        sys.exit(0)
-    library = root / key / "libflash_attention.so"
-    cached = library.is_file() and "--force" not in sys.argv
-    if not cached:
-        library.parent.mkdir(parents=True, exist_ok=True)
-        library.write_text("compiled")
-        with open(os.environ["COMPILES"], "a") as f:
-            f.write("compile\\n")
-    record = Path(sys.argv[sys.argv.index("--record") + 1])
-    record.write_text(json.dumps({"cached": cached}))
-    sys.exit(0 if library.read_text() == "compiled" else 1)
-    """
-)
-
-
-def fake_kernel_payload(tmp: Path, compute_cap: str) -> str:
-    """A payload whose kernel build is FAKE_BUILD (the support check is the real one), on a
-    GPU whose nvidia-smi reports `compute_cap`; returns the shell line running phase_build."""
-    package = tmp / "payload" / "kernels" / "flash_attention"
-    package.mkdir(parents=True, exist_ok=True)
-    (tmp / "payload" / "kernels" / "__init__.py").write_text("")
-    support = Path(__file__).parents[2] / "kernels" / "support.py"
-    (tmp / "payload" / "kernels" / "support.py").write_text(support.read_text())
-    (package / "__init__.py").write_text("")
-    (package / "build.py").write_text(FAKE_BUILD)
-    (tmp / "python.path").write_text(sys.executable)
-    nvidia_smi = tmp / "bin" / "nvidia-smi"  # the vm fixture's stubs are first on PATH
-    nvidia_smi.write_text(f'#!/bin/bash\n[[ "$*" == *compute_cap* ]] && echo {compute_cap}\n')
-    nvidia_smi.chmod(0o755)
-    return (
-        f"export COMPILES={tmp}/compiles; payload_python() {{ cat {tmp}/python.path; }}; "
-        "export -f payload_python; export BENCH_KERNEL_CACHE=$WORK_DIR/kernels-$RANDOM; "
-        "phase_build"
-    )
-
-
-def test_a_gpu_older_than_the_kernel_builds_nothing_and_is_not_an_error(cache_vm):
-    # A T4 (sm_75): the baselines still run; the build phase says why flash will not.
-    tmp = cache_vm.tmp_path
-    result = cache_vm(fake_kernel_payload(tmp, "7.5"))
-    assert result.returncode == 0, result.stderr + result.stdout
-    assert "build: flash: unsupported on sm_75" in result.stdout
-    assert not (tmp / "compiles").exists() and not (tmp / "build.json").exists()
-
-
-def test_kernel_build_cache_skips_the_build_and_rebuilds_a_corrupt_one(
-    cache_vm,
-    gcs_server,  # noqa: F811
-    gcs_bucket,  # noqa: F811
-):
-    tmp = cache_vm.tmp_path
-    build = fake_kernel_payload(tmp, "8.9")
-
-    def compiles() -> int:
-        path = tmp / "compiles"
-        return len(path.read_text().splitlines()) if path.exists() else 0
-
-    first = cache_vm(build)
-    assert first.returncode == 0, first.stderr + first.stdout
-    assert compiles() == 1 and "cache: saved kernels/src0123-nvcc12.9-sm_89" in first.stdout
-    promote(gcs_server, gcs_bucket)  # `bench fetch` of the trusted run
-    second = cache_vm(build)  # a new machine: an empty local kernel cache
-    assert second.returncode == 0, second.stderr
-    assert compiles() == 1, "the same sources on the same GPU type must not compile again"
-    assert json.loads((tmp / "build.json").read_text()) == {"cached": True}
-
-    corrupt(gcs_server, gcs_bucket, "kernels/src0123-nvcc12.9-sm_89")
-    third = cache_vm(build)
-    assert third.returncode == 0, third.stderr
-    assert "is corrupt" in third.stdout and compiles() == 2
-    promote(gcs_server, gcs_bucket)
-    fourth = cache_vm(build)  # the rebuilt library was uploaded again
-    assert fourth.returncode == 0 and compiles() == 2

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import registry, support
+from benches import registry
+from benches.user_kernel import declared_unavailable
+from kernels import support
 from orchestrator import budget
 from orchestrator.config import BenchConfig
 from orchestrator.errors import RefusedError, UsageError
@@ -116,12 +118,16 @@ def test_a_share_short_of_its_run_refuses_naming_that_gpu():
     ("capability", "reason"),
     [((7, 5), "unsupported on sm_75"), ((8, 0), None), ((8, 9), None), ((9, 0), None)],
 )
-def test_the_kernel_supports_sm80_and_newer(capability, reason, monkeypatch):
+def test_the_kernel_supports_sm80_and_newer(capability, reason, monkeypatch, tmp_path):
+    from orchestrator.own_kernel import own_kernel
+
     assert support.unsupported_reason(*capability) == reason
     assert support.main([f"{capability[0]}.{capability[1]}"]) == (1 if reason else 0)
-    # The registry says the same from torch's view of the device.
+    # Its contract says the same to the harness, from torch's view of the device.
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    assert registry.get("flash").available(torch.device("cuda")) == reason
+    (flash,) = own_kernel("flash", None).kernels
+    cuda = torch.device("cuda")
+    assert declared_unavailable(flash, tmp_path / flash.directory, cuda) == reason
     assert registry.get("sdpa-flash").available(torch.device("cuda")) is None
 
 

@@ -31,7 +31,7 @@ BUILD = (
 TREE_SHA = "ab" * 32
 
 
-def user_builds(command: str = BUILD, requirements: str = "") -> list[dict]:
+def user_builds(command: str = BUILD, requirements: str = "", env=()) -> list[dict]:
     return [
         {
             "directory": "user_kernel",
@@ -39,16 +39,16 @@ def user_builds(command: str = BUILD, requirements: str = "") -> list[dict]:
             "timeout": 60,
             "requirements": requirements,
             "command": command,
+            "env": list(env),
         }
     ]
 
 
-def render_build(command: str = BUILD, requirements: str = "") -> str:
-    context = {"build_kernel": False, "build_baseline": False, "plan_name": "p"}
+def render_build(command: str = BUILD, requirements: str = "", env=()) -> str:
     return (
         template_environment()
         .get_template("partials/build.sh.j2")
-        .render(**context, user_kernel_builds=user_builds(command, requirements))
+        .render(plan_name="p", user_kernel_builds=user_builds(command, requirements, env))
     )
 
 
@@ -62,7 +62,7 @@ class Machine:
         (root / "backend.sh").write_text(local.render(store_root=str(self.store_root)))
         (root / "cache.sh").write_text(env.get_template("partials/cache.sh.j2").render())
 
-    def run(self, command: str = BUILD, tree_sha: str = TREE_SHA, requirements: str = ""):
+    def run(self, command: str = BUILD, tree_sha: str = TREE_SHA, requirements: str = "", env=()):
         self.runs += 1
         work = self.root / f"machine{self.runs}"
         tree = work / "payload" / "user_kernel"
@@ -73,7 +73,7 @@ class Machine:
         kernel = {"directory": "user_kernel", "identity": "mine"}
         kernel |= {"contract": {"name": "mine"}, "source": {"tree_sha256": tree_sha}}
         (work / "plan.json").write_text(json.dumps({"user_kernels": [kernel]}))
-        (work / "build.sh").write_text(render_build(command, requirements))
+        (work / "build.sh").write_text(render_build(command, requirements, env))
         script = (
             "set -Eeuo pipefail\n"
             'log() { echo "[log] $*"; }\n'
@@ -220,3 +220,52 @@ def test_user_kernels_and_the_baseline_trees_candidates_are_promoted(tmp_path):
         store.put_bytes(f"{record.run_key}/cache/{name}", b"x")
     promote_cache_candidates(store, record)
     assert sorted(store.list("cache/")) == sorted(f"cache/{name}" for name in names)
+
+
+# Our kernel's contract (kernels/bench-kernel.toml) builds into BENCH_KERNEL_CACHE, which its
+# env points into the tree; this build writes there as build.py does, and records the path.
+ENV_BUILD = (
+    'echo run >> ../compiles; mkdir -p "$BENCH_KERNEL_CACHE/key1"'
+    ' && echo lib > "$BENCH_KERNEL_CACHE/key1/libflash_attention.so"'
+    ' && echo "$BENCH_KERNEL_CACHE" > ../cache_dir'
+)
+
+
+def test_a_build_into_its_contracts_env_is_cached_with_the_tree(machine):
+    """The env reaches the build with '{tree}' as this machine's tree, an output it puts in
+    the tree is saved and restored as any, and the key does not depend on where the tree
+    lies (each machine's differs)."""
+    env = ["BENCH_KERNEL_CACHE={tree}/.kernel-cache"]
+    first = machine.run(command=ENV_BUILD, env=env)
+    (built,) = first.builds
+    assert built.outcome == "built" and machine.compiles() == 1
+    cache_dir = (first.tree.parent / "cache_dir").read_text().strip()
+    assert cache_dir == f"{first.tree}/.kernel-cache"
+    machine.promote()
+
+    second = machine.run(command=ENV_BUILD, env=env)
+    assert second.tree != first.tree
+    assert second.builds[0].outcome == "cached" and machine.compiles() == 1
+    assert second.builds[0].cache_key == built.cache_key
+    library = second.tree / ".kernel-cache" / "key1" / "libflash_attention.so"
+    assert library.read_text() == "lib\n"
+
+    other = machine.run(command=ENV_BUILD, env=["BENCH_KERNEL_CACHE={tree}/.other"])
+    assert other.builds[0].cache_key != built.cache_key  # another env: another key
+
+
+def test_our_contract_renders_its_build_and_env():
+    from orchestrator.own_kernel import own_kernel
+    from orchestrator.render import user_kernel_builds
+    from results_schema import Plan
+
+    (flash,) = own_kernel("flash", None).kernels
+    from orchestrator.service.plans import plans_dir
+
+    default = json.loads((plans_dir() / "default.json").read_text())
+    plan = Plan.model_validate({**default, "user_kernels": [flash]})
+    (build,) = user_kernel_builds(plan)
+    assert build["env"] == ["BENCH_KERNEL_CACHE={tree}/.kernel-cache"]
+    assert build["command"] == "python3 -m kernels.flash_attention.build --check"
+    checked = shellcheck("#!/usr/bin/env bash\n" + render_build(build["command"], "", build["env"]))
+    assert checked.returncode == 0, checked.stdout

@@ -22,7 +22,7 @@ def test_a_user_kernel_with_a_build_command_is_estimated_as_one_build_of_ours(tm
     with_build = shape_plan(plan, PlanOptions(kernel=kernel_tree(tmp_path / "a", built))).plan
     figure = build_phase(with_build)
     assert figure.seconds == ours.seconds > 0
-    assert figure.source.startswith("1 user kernel tree, each: ")
+    assert figure.source.startswith("1 kernel tree, each: ")
 
     plain = GOOD.replace('devices = ["cpu"]', 'devices = ["cuda"]').replace("float32", "float16")
     without = shape_plan(plan, PlanOptions(kernel=kernel_tree(tmp_path / "b", plain))).plan

@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.backends.base import Machine, Placement
+from orchestrator.backends.base import (
+    BackendHost,
+    Capabilities,
+    Check,
+    Machine,
+    Placement,
+    SetupStep,
+)
+from orchestrator.backends.gce.adaptor import message_to_json
 from orchestrator.backends.gce.builder import (
     MANAGED_LABEL,
     RUN_LABEL,
@@ -34,6 +43,7 @@ if TYPE_CHECKING:
 
     from orchestrator.config import BenchConfig
     from orchestrator.spec import RunSpec
+    from orchestrator.stores.gcs import GcsStore
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +64,8 @@ _STATES = {
     "TERMINATED": "TERMINATED",
 }
 _FINAL_STATES = {"TERMINATED", "PREEMPTED", "GONE"}
+# What a powered-off instance's status reads (its disk still bills).
+_POWERED_OFF = ("TERMINATED", "STOPPED", "SUSPENDED")
 
 
 def template_vars(config: BenchConfig) -> dict:
@@ -74,6 +86,25 @@ def template_vars(config: BenchConfig) -> dict:
 
 class GceBackend:
     name = "gce"
+    capabilities = Capabilities(
+        title="GCE",
+        machine_noun="VM",
+        target_phrase="the gce target",
+        billed=True,
+        machine_from_catalog=True,
+        always_has_gpu=True,
+        sets_up_python=True,  # the image's python, or a venv at the payload's exact pins
+        keeps_files_here=False,
+        release_after_run=True,  # a VM that may not delete itself powers off, disk billing
+        script_partial="gce",
+        phase_model="gce",
+        phase_model_by_accelerator=True,
+        poll_seconds=10.0,  # a look costs API calls; the heartbeat moves every few seconds
+        heartbeat_seconds=20,
+        # GCE serves the serial console only while the VM runs: ≈ $0.01 at the spot L4 rate.
+        reason_window_seconds=180,
+        manifest_grace_seconds=60.0,
+    )
 
     def __init__(
         self,
@@ -81,12 +112,57 @@ class GceBackend:
         *,
         api: ComputeApi | None = None,
         poll_seconds: float | None = None,
+        store: GcsStore | None = None,
     ) -> None:
         self.config = config
         self.api = api or ComputeApi(config)
-        self.poll_seconds = config.poll_interval("gce") if poll_seconds is None else poll_seconds
+        self.poll_seconds = (
+            config.poll_interval(self.name) if poll_seconds is None else poll_seconds
+        )
         self.stop_failures: dict[str, str] = {}  # instance name -> why, from the last stop()
         self._boot_disk_gb: int | None = None  # read once: boot_disk_gb()
+        self._store = store  # doctor's and setup's bucket; made when first needed
+
+    # -- registration ------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, host: BackendHost) -> GceBackend:
+        cls.require_settings(host.config)
+        return cls(host.config, store=host.store(cls.name))
+
+    @classmethod
+    def create_store(cls, host: BackendHost) -> GcsStore:
+        from orchestrator.stores.gcs import GcsStore
+
+        cls.require_settings(host.config)
+        return GcsStore(host.config)
+
+    @classmethod
+    def require_settings(cls, config: BenchConfig) -> None:
+        missing = [key for key in ("project", "bucket") if getattr(config, key) is None]
+        if missing:
+            raise UsageError(
+                f"the gce backend needs {' and '.join(missing)}: set "
+                f"{'them' if len(missing) > 1 else 'it'} in bench.toml "
+                f'(e.g. project = "my-project", bucket = "my-bench-results") or as '
+                + " / ".join(f"BENCH_{k.upper()}" for k in missing)
+            )
+
+    @classmethod
+    def unsearched_reason(cls, config: BenchConfig) -> str | None:
+        return None if config.project else "no project configured"
+
+    @classmethod
+    def chosen_by_auto(cls, config: BenchConfig) -> str | None:
+        return f"GCP project {config.project} is configured" if config.project else None
+
+    @property
+    def store(self) -> GcsStore:
+        if self._store is None:
+            from orchestrator.stores.gcs import GcsStore
+
+            self._store = GcsStore(self.config)
+        return self._store
 
     def template_vars(self) -> dict:
         return template_vars(self.config)
@@ -213,8 +289,6 @@ class GceBackend:
         Serialized as the REST transport does (no empty defaults), except that the scripts,
         which `bench render` prints in full anyway, are replaced by their size.
         """
-        from google.protobuf import json_format
-
         zone = zone or self.config.zones[0]
         # The disk size launch read from the image, where it did: `bench render` sends nothing.
         instance = build_instance(
@@ -227,7 +301,7 @@ class GceBackend:
         for item in instance.metadata.items:
             if item.key in shown:
                 item.value = f"<{len(item.value.encode())} bytes: {shown[item.key]}>"
-        return json_format.MessageToJson(type(instance).pb(instance), indent=2)
+        return message_to_json(instance)
 
     # -- state and logs ----------------------------------------------------------------
 
@@ -339,6 +413,46 @@ class GceBackend:
     def _stop_failed(self, machine: Machine, error: BenchError) -> None:
         self.stop_failures[machine.name] = str(error)
         log.warning("could not delete %s in %s: %s", machine.name, machine.location, error)
+
+    def powered_off(self) -> list[Machine]:
+        """Every powered-off bench VM in the project: no VM charge, but its disk bills."""
+        return [m for m in self.list_machines() if m.state in _POWERED_OFF]
+
+    def delete_command(self, machine: Machine) -> str:
+        return (
+            f"gcloud compute instances delete {machine.name} "
+            f"--zone {machine.location} --project {self.config.project} --quiet"
+        )
+
+    def local_files(self, run_id: str, run_key: str) -> list[Path]:
+        return []  # everything of a gce run is in the bucket or on its VM
+
+    # -- doctor and setup --------------------------------------------------------------
+
+    def doctor_checks(self, gpu_keys: list[str] | None, probe: bool) -> Iterator[Check]:
+        from orchestrator.backends.gce.doctor import run_checks
+
+        return run_checks(self.config, self.api, self.store, gpu_keys, probe, self.poll_seconds)
+
+    def setup_steps(self) -> list[SetupStep]:
+        from orchestrator.backends.gce.setup import setup_steps_for
+
+        return setup_steps_for(self.config)
+
+    def apply_setup(
+        self,
+        steps: list[SetupStep],
+        on_done: Callable[[SetupStep, str], None],
+        on_wait: Callable[[SetupStep, float], None],
+    ) -> None:
+        from orchestrator.backends.gce.setup import apply_setup
+
+        apply_setup(self.config, self.store, steps, on_done, on_wait)
+
+    def setup_followups(self) -> list[str]:
+        from orchestrator.backends.gce.setup import setup_followups
+
+        return setup_followups(self.config)
 
     def _rate(self, zone: str, instance: Instance, catalog: dict) -> float:
         """What this instance bills per hour now, priced from what it is (it may come from

@@ -48,7 +48,13 @@ _RESOURCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 _MAX_LABELS = 64
-_MAX_METADATA_BYTES = 256 * 1024
+# Instance metadata: 256 KB a value, 512 KB for all entries together
+# (https://cloud.google.com/compute/docs/metadata/setting-custom-metadata#limitations). The
+# compute v1 discovery document (Metadata.items) says it in bytes: a value "less than or
+# equal to 262144 bytes (256 KiB)"; "The total size of all keys and values must be less
+# than 512 KB".
+METADATA_VALUE_MAX_BYTES = 256 * 1024
+METADATA_TOTAL_LIMIT_BYTES = 512 * 1024
 
 
 def is_valid_resource_name(name: str) -> bool:
@@ -99,10 +105,23 @@ def _require_name(kind: str, name: str) -> None:
         )
 
 
-def _check_script(key: str, script: str) -> None:
-    size = len(script.encode())
-    if size > _MAX_METADATA_BYTES:
-        raise UsageError(f"the rendered {key} is {size} bytes; GCE metadata allows 256 KiB")
+def check_metadata(items: Mapping[str, str]) -> None:
+    """UsageError, before anything is sent, for metadata GCE would refuse: a value over
+    256 KiB, or keys and values of 512 KiB or more in all. The message gives each size."""
+    sizes = {key: len(value.encode()) for key, value in items.items()}
+    total = sum(len(key.encode()) + size for key, size in sizes.items())
+    too_long = [key for key, size in sizes.items() if size > METADATA_VALUE_MAX_BYTES]
+    if not too_long and total < METADATA_TOTAL_LIMIT_BYTES:
+        return
+    each = ", ".join(f"{key} {size:,}" for key, size in sizes.items())
+    culprit = " and ".join(too_long) + " too long" if too_long else "too much in all"
+    raise UsageError(
+        f"the VM's metadata would be {total:,} bytes, keys included ({each}): {culprit} "
+        f"for GCE, which takes at most {METADATA_VALUE_MAX_BYTES:,} bytes (256 KiB) a value "
+        f"and less than {METADATA_TOTAL_LIMIT_BYTES:,} (512 KiB) in all. Shorten what the "
+        "startup script carries (a user kernel's build command or requirements). Nothing "
+        "was sent"
+    )
 
 
 def build_instance(
@@ -128,8 +147,8 @@ def build_instance(
     _require_name("machine type", config.machine_type)
     _require_name("accelerator type", config.accelerator_type)
     _require_name("image family", config.image_family)
-    _check_script("startup-script", startup_script)
-    _check_script("shutdown-script", shutdown_script)
+    metadata = {"startup-script": startup_script, "shutdown-script": shutdown_script}
+    check_metadata(metadata)
     labels = run_labels(spec.run_id, spec.owner, spec.sweep_id)
 
     scheduling = compute_v1.Scheduling(
@@ -177,10 +196,7 @@ def build_instance(
         scheduling=scheduling,
         labels=labels,
         metadata=compute_v1.Metadata(
-            items=[
-                compute_v1.Items(key="startup-script", value=startup_script),
-                compute_v1.Items(key="shutdown-script", value=shutdown_script),
-            ]
+            items=[compute_v1.Items(key=key, value=value) for key, value in metadata.items()]
         ),
         # "default" is the project's Compute Engine default service account.
         service_accounts=[

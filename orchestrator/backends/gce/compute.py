@@ -14,6 +14,14 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from orchestrator.backends.gce.adaptor import (
+    api_exceptions,
+    api_retry,
+    auth_credentials,
+    auth_exceptions,
+    client_options,
+    compute_v1,
+)
 from orchestrator.backends.gce.errors import (
     ComputeUnreachable,
     credentials_failed,
@@ -74,23 +82,18 @@ class ComputeApi:
 
     def _client_kwargs(self) -> dict[str, Any]:
         if self._endpoint:
-            from google.api_core.client_options import ClientOptions
-            from google.auth.credentials import AnonymousCredentials
-
             # A loopback stand-in: plain HTTP, no credentials.
             return {
                 "transport": "rest",
-                "client_options": ClientOptions(api_endpoint=self._endpoint),
-                "credentials": AnonymousCredentials(),
+                "client_options": client_options.ClientOptions(api_endpoint=self._endpoint),
+                "credentials": auth_credentials.AnonymousCredentials(),
             }
         return {"transport": "rest"}
 
     def _make(self, factory: Callable[..., T]) -> T:
-        from google.auth.exceptions import DefaultCredentialsError
-
         try:
             return factory(**self._client_kwargs())
-        except DefaultCredentialsError as e:
+        except auth_exceptions.DefaultCredentialsError as e:
             raise ConfigError(
                 # One message for every command that meets it (not all of them take
                 # --backend: stop-all and doctor do not).
@@ -99,23 +102,17 @@ class ComputeApi:
 
     @cached_property
     def instances(self):
-        from google.cloud import compute_v1
-
         return _widen_pool(self._make(compute_v1.InstancesClient))
 
     @cached_property
     def operations(self):
-        from google.cloud import compute_v1
-
         return _widen_pool(self._make(compute_v1.ZoneOperationsClient))
 
     @cached_property
     def _read_retry(self):
-        from google.api_core import retry
-
-        return retry.Retry(
+        return api_retry.Retry(
             # 429, 500, 503, connection errors and transport errors of the auth layer.
-            predicate=retry.if_transient_error,
+            predicate=api_retry.if_transient_error,
             initial=0.5,
             maximum=8.0,
             multiplier=2.0,
@@ -125,23 +122,21 @@ class ComputeApi:
     def _call(self, fn: Callable[[], T], zone: str | None = None) -> T:
         """Run one API call; whatever goes wrong leaves here as a bench error."""
         import requests
-        from google.api_core.exceptions import GoogleAPICallError, RetryError
-        from google.auth.exceptions import InvalidOperation, RefreshError, TransportError
 
         try:
             return fn()
-        except GoogleAPICallError as e:
+        except api_exceptions.GoogleAPICallError as e:
             raise translate(e, project=self.project, zone=zone) from e
-        except RetryError as e:
+        except api_exceptions.RetryError as e:
             # A read gave up retrying: report what it met last.
-            if isinstance(e.cause, GoogleAPICallError):
+            if isinstance(e.cause, api_exceptions.GoogleAPICallError):
                 raise translate(e.cause, project=self.project) from e.cause
             raise unreachable(e.cause or e, endpoint=self._endpoint_name) from e
-        except (RefreshError, InvalidOperation) as e:
+        except (auth_exceptions.RefreshError, auth_exceptions.InvalidOperation) as e:
             # A 401 makes the transport refresh the credentials; when that fails (or they
             # cannot be refreshed at all) the credentials are what is wrong.
             raise credentials_failed(e) from e
-        except (requests.RequestException, TransportError) as e:
+        except (requests.RequestException, auth_exceptions.TransportError) as e:
             raise unreachable(e, endpoint=self._endpoint_name) from e
 
     @property
@@ -158,8 +153,6 @@ class ComputeApi:
         """One read through any compute_v1 client (e.g. "RegionsClient", "get"), retried
         like every read; None when the API says 404."""
         if client_name not in self._clients:
-            from google.cloud import compute_v1
-
             self._clients[client_name] = self._make(getattr(compute_v1, client_name))
         call = getattr(self._clients[client_name], method)
         try:
@@ -174,10 +167,8 @@ class ComputeApi:
     def wait(self, zone: str, operation: Operation) -> None:
         """Block until the operation is DONE or the stated deadline passes; raise its error
         as a bench error."""
-        from google.cloud.compute_v1 import Operation as Op
-
         deadline = time.monotonic() + self._operation_timeout_seconds
-        while operation.status != Op.Status.DONE:
+        while operation.status != compute_v1.Operation.Status.DONE:
             if time.monotonic() > deadline:
                 raise CloudError(
                     f"operation {operation.name} in {zone} still not done after "
@@ -206,13 +197,11 @@ class ComputeApi:
             raise
 
     def _raise_if_failed(self, zone: str, operation: Operation) -> None:
-        from google.api_core import exceptions
-
         errors = list(operation.error.errors) if operation.error else []
         if not errors and not operation.http_error_status_code:
             return
         message = operation.http_error_message or "; ".join(e.message for e in errors)
-        exc = exceptions.from_http_status(
+        exc = api_exceptions.from_http_status(
             operation.http_error_status_code or 500, message, errors=errors
         )
         raise translate(exc, project=self.project, zone=zone) from exc
@@ -226,8 +215,6 @@ class ComputeApi:
     def _send_insert(self, zone: str, instance: Instance, request_id: str) -> Operation:
         """POST the insert; when no answer comes, send it again with the same requestId:
         GCE answers a repeat with the first operation, so there is never a second VM."""
-        from google.cloud import compute_v1
-
         for attempt in range(1, INSERT_ATTEMPTS + 1):
             try:
                 return self._call(
@@ -305,8 +292,6 @@ class ComputeApi:
 
     def list_instances(self, filter_: str) -> list[tuple[str, Instance]]:
         """(zone, instance) for every instance in every zone that matches the filter."""
-        from google.cloud import compute_v1
-
         request = compute_v1.AggregatedListInstancesRequest(
             project=self.project, filter=filter_, max_results=500
         )
@@ -369,16 +354,12 @@ def _never_connected(error: BaseException | None) -> bool:
 
 
 def _is_not_ready(error: BenchError) -> bool:
-    from google.api_core.exceptions import BadRequest
-
     cause = error.__cause__
-    return isinstance(cause, BadRequest) and (
+    return isinstance(cause, api_exceptions.BadRequest) and (
         "not ready" in str(cause).lower() or "RESOURCE_NOT_READY" in str(cause.errors)
     )
 
 
 def _is_not_found(error: BenchError) -> bool:
     """True when the API said 404: the instance (or its operation) no longer exists."""
-    from google.api_core.exceptions import NotFound
-
-    return isinstance(error.__cause__, NotFound)
+    return isinstance(error.__cause__, api_exceptions.NotFound)

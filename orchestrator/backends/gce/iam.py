@@ -1,6 +1,6 @@
 """The IAM that contains a run's VM: names, roles and conditions (pure; docs/security.md).
 
-`bench setup` grants them (service/setup.py) and `bench doctor` looks for them (readiness).
+`bench setup` grants them (setup.py) and `bench doctor` looks for them (readiness).
 """
 
 from __future__ import annotations

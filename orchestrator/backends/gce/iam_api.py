@@ -151,16 +151,12 @@ def _session(config: BenchConfig):
 
     if config.iam_endpoint or config.resourcemanager_endpoint:
         return requests.Session()
-    import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
-    from google.auth.transport.requests import AuthorizedSession
+    from orchestrator.backends.gce.adaptor import auth, auth_exceptions, auth_requests
 
     try:
-        credentials, _ = google.auth.default(
-            scopes=["https://www.googleapis.com/auth/cloud-platform"]
-        )
-    except DefaultCredentialsError as e:
+        credentials, _ = auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    except auth_exceptions.DefaultCredentialsError as e:
         raise PermissionDeniedError(
             f"no Google credentials found ({e}); run `gcloud auth application-default login`"
         ) from None
-    return AuthorizedSession(credentials)
+    return auth_requests.AuthorizedSession(credentials)

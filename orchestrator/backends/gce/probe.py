@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from orchestrator.backends.gce.adaptor import compute_v1
 from orchestrator.backends.gce.builder import run_labels, vm_scopes
 
 if TYPE_CHECKING:
@@ -71,8 +72,6 @@ def render_probe_script(config: BenchConfig, probe: ProbeRun) -> str:
 def build_probe_instance(
     config: BenchConfig, zone: str, probe: ProbeRun, script: str, owner: str
 ) -> Instance:
-    from google.cloud import compute_v1
-
     labels = run_labels(probe.run_id, owner)
     return compute_v1.Instance(
         name=probe.instance_name,

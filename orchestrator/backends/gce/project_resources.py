@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.backends.gce.adaptor import message_to_dict
 from orchestrator.backends.gce.compute import ComputeApi
 
 
 def _as_dict(message: Any) -> dict[str, Any] | None:
-    if message is None:
-        return None
-    from google.protobuf import json_format
-
-    return json_format.MessageToDict(type(message).pb(message))
+    return None if message is None else message_to_dict(message)
 
 
 class ProjectResources:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.backends.base import Check
 from orchestrator.backends.gce.iam import OBJECT_WRITER_ROLE_ID
 
 # Roles that let the VM read its payload and write results (predefined Cloud Storage roles:
@@ -17,14 +18,6 @@ from orchestrator.backends.gce.iam import OBJECT_WRITER_ROLE_ID
 OBJECT_ROLES = ("roles/storage.objectUser", "roles/storage.objectAdmin", "roles/storage.admin")
 GLOBAL_GPU_QUOTA = "GPUS_ALL_REGIONS"
 QUOTA_PAGE = "https://console.cloud.google.com/iam-admin/quotas"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,129 @@
+"""`bench report SWEEP`: the GPU types of one sweep side by side.
+
+Per GPU: the candidate's speedup over the plan's first baseline (the run's own overall
+speedup from its manifest: the geometric mean over configs of each config's paired speedup,
+with its 95% cluster-bootstrap interval), and the best 16-bit TFLOP/s as a share of that
+GPU's peak (gpus.toml). Each member is read through the same trust boundary as
+`bench report` (report.load.read_snapshot); its correctness rows say why a candidate never ran
+(`flash: unsupported on sm_75`). One PNG compares the GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator import boundary
+from orchestrator.errors import NotFoundError
+from orchestrator.gpus import load_gpu_catalog
+from orchestrator.registry import RunRecord
+from orchestrator.report.load import read_snapshot
+from orchestrator.report.plots import sweep_figure
+from orchestrator.report.service import REPORT_SUBDIR
+from results_schema import CorrectnessRow, Manifest
+
+SIXTEEN_BIT = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Speedup:
+    baseline: str
+    geomean: float
+    low: float
+    high: float
+    configs: int
+
+
+@dataclass(frozen=True)
+class GpuResult:
+    gpu: str
+    run_id: str
+    state: str
+    candidate: str = ""
+    speedup: Speedup | None = None
+    best_tflops: float | None = None
+    best_implementation: str = ""
+    peak_tflops: float | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def pct_of_peak(self) -> float | None:
+        if self.best_tflops is None or not self.peak_tflops:
+            return None
+        return 100.0 * self.best_tflops / self.peak_tflops
+
+
+@dataclass
+class SweepReport:
+    sweep_id: str
+    gpus: list[GpuResult]
+    plot: Path | None = None
+
+
+def make_sweep_report(sweep_id: str, members: list[RunRecord], dest: Path) -> SweepReport:
+    peaks = {key: gpu.peak_tflops for key, gpu in load_gpu_catalog().items()}
+    results = [_member(record, dest / record.run_id, peaks.get(record.gpu)) for record in members]
+    report = SweepReport(sweep_id, results)
+    out_dir = dest / sweep_id / REPORT_SUBDIR
+    if any(r.speedup or r.best_tflops for r in results):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        report.plot = sweep_figure(report, out_dir / "gpus.png")
+    return report
+
+
+def _member(record: RunRecord, run_dir: Path, peak: float | None) -> GpuResult:
+    gpu = record.gpu or record.backend
+    if not record.handle:
+        return GpuResult(gpu, record.run_id, record.state, notes=("did not start",))
+    try:
+        run, _ = read_snapshot(run_dir)  # one published copy, as `bench report` reads
+    except NotFoundError:
+        return GpuResult(
+            gpu, record.run_id, record.state, notes=("not fetched: bench fetch the sweep",)
+        )
+    plan = run.plan
+    if plan is None:
+        return GpuResult(gpu, run.run_id, run.status, notes=("no plan in the run",))
+    dtypes = {c.name: c.dtype for c in plan.configs}
+    sixteen = [s for s in run.summary if dtypes.get(s.config) in SIXTEEN_BIT]
+    best = max(sixteen, key=lambda s: s.tflops, default=None)
+    return GpuResult(
+        gpu,
+        run.run_id,
+        run.status,
+        candidate=plan.candidate,
+        speedup=_speedup(run.manifest, plan.candidate, plan.baselines[0]),
+        best_tflops=best.tflops if best else None,
+        best_implementation=best.implementation if best else "",
+        peak_tflops=peak,
+        notes=_candidate_notes(run_dir, run.run_id, plan.candidate),
+    )
+
+
+def _speedup(manifest: Manifest | None, candidate: str, baseline: str) -> Speedup | None:
+    """The candidate's overall speedup over `baseline` as the run computed it (the
+    manifest's comparison: a geometric mean over configs with its cluster-bootstrap
+    interval, benches.stats), or None when the run has none."""
+    overall = next(
+        (
+            o
+            for o in (manifest.comparison if manifest else None) or []
+            if o.identity == baseline and o.versus == candidate
+        ),
+        None,
+    )
+    if overall is None:
+        return None
+    return Speedup(baseline, overall.geomean, overall.ci_low, overall.ci_high, overall.configs)
+
+
+def _candidate_notes(run_dir: Path, run_id: str, candidate: str) -> tuple[str, ...]:
+    """Why the candidate did not run, from its correctness rows (one line per reason)."""
+    path = run_dir / "results" / "correctness.csv"
+    if not path.is_file():
+        return ()
+    rows: list[CorrectnessRow] = list(boundary.checked_rows(path, "correctness.csv", run_id))
+    reasons = dict.fromkeys(
+        r.message for r in rows if r.implementation == candidate and not r.passed and r.message
+    )
+    return tuple(f"{candidate}: {reason}" for reason in reasons)

@@ -1,0 +1,127 @@
+"""A VM's access scopes, enforced at the bucket (issue 32): a VM calls Cloud Storage with its
+service account's token, which carries no more than the instance's access scopes; without
+a scope that covers a method the call is refused whatever IAM grants
+(https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam; which scopes
+each storage method accepts: the storage v1 discovery document,
+https://cloud.google.com/storage/docs/oauth-scopes). The bucket stand-in is
+tests/fakes/gcs_proxy.py; the scopes bench asks for are builder.vm_scopes."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from orchestrator.backends.gce import builder
+from orchestrator.cli import main
+from results_schema import Manifest
+from tests.e2e.test_gce_cli import bucket_json, launched_run_id, plan_file, run_key_of
+from tests.fakes.compute_state import project_number
+from tests.fakes.gcs_proxy import GcsIamProxy, scope_allows
+from tests.fakes.metadata_server import VM_TOKEN_PREFIX, TokenIdentity
+
+pytestmark = pytest.mark.timeout(240)
+
+PROJECT = "bench-test-project"
+DEFAULT_ACCOUNT = f"{project_number(PROJECT)}-compute@developer.gserviceaccount.com"
+SCOPE = "https://www.googleapis.com/auth/"
+READ_ONLY = SCOPE + "devstorage.read_only"
+READ_WRITE = SCOPE + "devstorage.read_write"
+CLOUD_PLATFORM = SCOPE + "cloud-platform"
+COMPUTE = SCOPE + "compute"
+
+
+@pytest.mark.parametrize(
+    "scope, reads, writes",
+    [
+        (READ_ONLY, True, False),
+        (READ_WRITE, True, True),
+        (SCOPE + "devstorage.full_control", True, True),
+        (CLOUD_PLATFORM, True, True),
+        (SCOPE + "cloud-platform.read-only", True, False),
+        (COMPUTE, False, False),
+    ],
+)
+def test_which_scope_reaches_which_storage_method(scope, reads, writes):
+    assert [scope_allows(m, {scope}) for m in ("objects.get", "objects.list")] == [reads] * 2
+    assert [scope_allows(m, {scope}) for m in ("objects.insert", "objects.delete")] == [writes] * 2
+
+
+def _call(url: str, method: str = "GET", data: bytes | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Authorization", f"Bearer {VM_TOKEN_PREFIX}bench-x")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def test_a_read_only_token_reads_but_its_upload_is_refused_although_iam_allows_it(
+    gcs_server, gcs_bucket
+):
+    gcs_server.client().bucket(gcs_bucket).blob("bench/in.txt").upload_from_string(b"payload")
+    identity = TokenIdentity(DEFAULT_ACCOUNT, frozenset({READ_ONLY, COMPUTE}))
+    with GcsIamProxy(gcs_server.endpoint, lambda token: identity) as proxy:
+        proxy.grant(f"serviceAccount:{DEFAULT_ACCOUNT}")  # IAM grants reads and writes
+        objects = f"{proxy.endpoint}/storage/v1/b/{gcs_bucket}/o"
+        assert _call(f"{objects}/bench%2Fin.txt")[0] == 200
+        upload = f"{proxy.endpoint}/upload/storage/v1/b/{gcs_bucket}/o?uploadType=media"
+        status, body = _call(f"{upload}&name=bench%2Fout.txt", "POST", b"result")
+        assert status == 403
+        assert body["error"]["message"] == "Provided scope(s) are not authorized"
+        assert _call(f"{objects}/bench%2Fin.txt", "DELETE")[0] == 403
+        assert [path for _, _, path in proxy.denied_for_scope] == [
+            f"/upload/storage/v1/b/{gcs_bucket}/o",
+            f"/storage/v1/b/{gcs_bucket}/o/bench%2Fin.txt",
+        ]
+    names = [b.name for b in gcs_server.client().list_blobs(gcs_bucket)]
+    assert names == ["bench/in.txt"]
+
+
+@pytest.fixture
+def bucket_with_iam(gce, gcs_server, monkeypatch):
+    """The bucket behind the proxy, the default account granted object read and write."""
+    with GcsIamProxy(gcs_server.endpoint, gce.identity_of_token) as proxy:
+        proxy.grant(f"serviceAccount:{DEFAULT_ACCOUNT}")
+        monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
+        yield proxy
+
+
+def test_a_vm_inserted_with_a_read_only_storage_scope_reads_its_payload_but_uploads_nothing(
+    gce, gcs_server, gcs_bucket, bucket_with_iam, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(builder, "vm_scopes", lambda config: [READ_ONLY])
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+    assert main(args) == 0
+    run_id = launched_run_id(capsys)
+    (sent,) = gce.inserted
+    assert sent["serviceAccounts"][0]["scopes"] == [READ_ONLY]
+    (instance,) = gce.instances()
+    # Its last upload refused, the VM stays up a while so its console says why.
+    gce.wait_for(lambda: "no manifest reached the store" in instance.serial_text(), 180)
+    serial = instance.serial_text()
+    assert "may not read gs://" not in serial  # the payload came: the scope reads
+    assert "phase benchmark: done" in serial
+    assert f"run {run_id} finished: partial (phase upload failed with exit code 1: " in serial
+    refused = bucket_with_iam.denied_for_scope
+    assert refused and all(method == "POST" for _, method, _ in refused)
+    assert bucket_with_iam.denied == refused  # IAM itself refused nothing
+    run_key = run_key_of(run_id)
+    assert bucket_json(gcs_server, gcs_bucket, f"bench/{run_key}/manifest.json") is None
+    assert bucket_json(gcs_server, gcs_bucket, f"bench/{run_key}/status.json") is None
+
+
+def test_the_scopes_bench_asks_for_let_its_vm_upload_its_results(
+    gce, gcs_server, gcs_bucket, bucket_with_iam, tmp_path, capsys
+):
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+    assert main([*args, "--wait"]) == 0, capsys.readouterr()
+    run_id = launched_run_id(capsys)
+    (sent,) = gce.inserted
+    assert sent["serviceAccounts"][0]["scopes"] == [builder.STORAGE_SCOPE] == [READ_WRITE]
+    assert bucket_with_iam.denied == []
+    manifest = bucket_json(gcs_server, gcs_bucket, f"bench/{run_key_of(run_id)}/manifest.json")
+    assert Manifest.model_validate(manifest).status == "complete"
