@@ -7,7 +7,7 @@ from orchestrator.budget import format_duration
 
 
 def launch_and_print_sweep(ctx, out, request, gpus: str, backend: str, reason: str, wait: bool):
-    from orchestrator.cli.launch import print_launch
+    from orchestrator.cli.launch_output import print_launch
     from orchestrator.gpus import parse_gpu_list
     from orchestrator.service.sweep import launch_sweep
 
@@ -38,7 +38,7 @@ def launch_and_print_sweep(ctx, out, request, gpus: str, backend: str, reason: s
     )
     code = max((o.error.exit_code for o in sweep.failed), default=0)
     if wait and sweep.launched:
-        from orchestrator.cli.launch import how_it_ends, say_runs_go_on
+        from orchestrator.cli.launch_output import how_it_ends, say_runs_go_on
         from orchestrator.cli.progress import follow
 
         unfollowed = list(sweep.launched)

@@ -123,6 +123,31 @@ def test_two_versions_differing_in_a_constant_imported_at_call_time_are_told_apa
     assert not baseline.passed and baseline.message.startswith("max error")
 
 
+def test_a_tree_whose_package_is_named_kernels_runs_with_its_env(tmp_path, registered):
+    """Our kernel's package is `kernels`, and a user's may be too: the harness imports no
+    package of that name, so the worker finds the tree's. The contract's env is set in the
+    worker before the import, '{tree}' being the tree's path."""
+    tree = tmp_path / "named"
+    (tree / "kernels").mkdir(parents=True)
+    (tree / "kernels" / "__init__.py").write_text("")
+    body = (
+        "import os\n"
+        "assert os.environ['ATTN_HOME'] == os.path.dirname(os.path.dirname(__file__)) + '/x'\n"
+    )
+    (tree / "kernels" / "ops.py").write_text(
+        RIGHT + "\ndef attention(q, k, v, *, causal, scale):\n"
+        + textwrap.indent(body, "    ")
+        + "    return right(q, k, v, causal, scale)\n"
+    )
+    kernel = user_kernel("named", "named", env={"ATTN_HOME": "{tree}/x"})
+    kernel = kernel.model_copy(
+        update={"contract": kernel.contract.model_copy(update={"entry": "kernels.ops:attention"})}
+    )
+    plan = registered(cpu_plan([kernel], [config("d8", 8)]), tmp_path)
+    row = gate(plan)[("d8", "named")]
+    assert row.passed, row.message
+
+
 def test_a_kernel_that_segfaults_fails_that_config_only(tmp_path, registered):
     body = "if q.shape[-1] == 16:\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
     kernel_tree(tmp_path, "crashy", body)

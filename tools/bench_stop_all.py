@@ -4,7 +4,7 @@
 waits 200 ms (injected latency). Times GceBackend.list_machines() + stop() with the real
 google-cloud-compute client and checks only the labelled ones were deleted. Target: < 5 s.
 
-    python tests/e2e/bench_stop_all.py [--latency 0.2] [--instances 40] [--repeat 3]
+    python tools/bench_stop_all.py [--latency 0.2] [--instances 40] [--repeat 3]
 """
 
 from __future__ import annotations
