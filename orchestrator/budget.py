@@ -58,6 +58,8 @@ class HourlyRate:
     disk: float = 0.0  # the boot disk's share of total: all a powered-off VM still bills
     address: float = 0.0  # the external IPv4 address's share of total
     disk_gb: int = 0  # the boot disk's size, as priced
+    api_read_date: str = ""  # when the Cloud Billing Catalog API was read; "" for bundled
+    bundled_items: tuple[str, ...] = ()  # with api_read_date: the items it did not price
 
     @property
     def machine(self) -> float:
@@ -66,12 +68,29 @@ class HourlyRate:
 
     @property
     def price_source(self) -> str:
-        return f"bench's bundled price catalog, dated {self.catalog_date}"
+        bundled = f"bench's bundled price catalog, dated {self.catalog_date}"
+        if not self.api_read_date:
+            return bundled
+        api = f"Cloud Billing Catalog API, read {self.api_read_date}"
+        if not self.bundled_items:
+            return api
+        return f"{api}; {', '.join(self.bundled_items)} from {bundled}"
 
 
 def load_catalog() -> dict:
+    """bench's bundled catalog (orchestrator/data/prices.toml)."""
     text = resources.files("orchestrator.data").joinpath("prices.toml").read_text()
     return tomllib.loads(text)
+
+
+def price_catalog(config: BenchConfig) -> dict:
+    """The catalog launch and prices use: the bundled one with the items a Cloud Billing
+    Catalog API read priced (`bench prices --refresh`, younger than a week), else as bundled."""
+    from orchestrator.backends.gce.billing_catalog import fresh_cache, with_api_prices
+
+    bundled = load_catalog()
+    cached = fresh_cache(config)
+    return bundled if cached is None else with_api_prices(bundled, cached)
 
 
 def hourly_rate(
@@ -80,7 +99,7 @@ def hourly_rate(
     """Machine + GPUs + boot disk + external address, per hour: the dearest of the regions
     bench may land in. `disk_gb`: the boot disk's size as the insert asks for it (the
     image's, read from Compute), else `priced_disk_gb`."""
-    catalog = catalog or load_catalog()
+    catalog = catalog or price_catalog(config)
     check_zones(config.zones, catalog)
     regions = regions_of(config.zones)
     disk_gb = disk_gb or priced_disk_gb(config.disk_gb, catalog)
@@ -149,6 +168,16 @@ def machine_rate(
         raise ConfigError(f"no price for {missing} in {region} in {where}")
     disk_per_hour = disk_gb * prices["disks"]["pd-balanced"]["gb_month"] / HOURS_PER_MONTH
     address = catalog["external_ipv4"][kind]
+    bundled_items = [
+        name
+        for name, item in (
+            (machine_type, machine),
+            (accelerator_type, gpu if accelerator_count else None),
+            ("pd-balanced", prices["disks"]["pd-balanced"]),
+            ("external IPv4 address", catalog["external_ipv4"]),
+        )
+        if item is not None and not item.get("from_api")
+    ]
     items = [
         (machine_type, machine[kind]),
         (
@@ -167,6 +196,8 @@ def machine_rate(
         disk=disk_per_hour,
         address=address,
         disk_gb=disk_gb,
+        api_read_date=catalog.get("api_read_date", ""),
+        bundled_items=tuple(bundled_items),
     )
 
 

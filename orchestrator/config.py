@@ -204,8 +204,15 @@ class BenchConfig(BaseModel):
     storage_endpoint: str | None = Field(None, description="Cloud Storage endpoint override")
     metadata_endpoint: str | None = Field(None, description="VM metadata server override")
     iam_endpoint: str | None = Field(None, description="IAM API endpoint override (bench setup)")
+    batch_endpoint: str | None = Field(None, description="Cloud Batch API endpoint override")
+    batch_queue_minutes: float = Field(
+        60.0, gt=0, description="batch: a job still QUEUED this long is deleted, its share freed"
+    )
     resourcemanager_endpoint: str | None = Field(
         None, description="Resource Manager API endpoint override (bench setup)"
+    )
+    billing_endpoint: str | None = Field(
+        None, description="Cloud Billing Catalog API endpoint override (bench prices --refresh)"
     )
 
     @field_validator("backend")
@@ -299,7 +306,9 @@ class BenchConfig(BaseModel):
         "storage_endpoint",
         "metadata_endpoint",
         "iam_endpoint",
+        "batch_endpoint",
         "resourcemanager_endpoint",
+        "billing_endpoint",
     )
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:

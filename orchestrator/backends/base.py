@@ -64,6 +64,10 @@ class Capabilities:
     heartbeat_seconds: int
     reason_window_seconds: int
     manifest_grace_seconds: float
+    # Its log still says why a run ended once its machine has ended (Cloud Batch: the job's
+    # status events), so `status` reads the reason then too; False: only while it runs
+    # (GCE serves the serial console only then).
+    log_outlives_machine: bool = False
 
 
 @dataclass

@@ -111,6 +111,7 @@ class LocalBackend:
         heartbeat_seconds=2,
         reason_window_seconds=0,  # the log is a file here: nothing to wait for
         manifest_grace_seconds=5.0,
+        log_outlives_machine=False,  # as before: `status` reads the log while the run runs
     )
 
     def __init__(

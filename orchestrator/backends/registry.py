@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 BACKENDS = {
     "local": "orchestrator.backends.local:LocalBackend",
     "gce": "orchestrator.backends.gce.backend:GceBackend",
+    "batch": "orchestrator.backends.batch.backend:BatchBackend",
 }
 # `backend = "auto"` when no backend's settings select it (`chosen_by_auto`).
 AUTO_FALLBACK = "local"

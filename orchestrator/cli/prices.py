@@ -11,7 +11,13 @@ from orchestrator.cli.options import cloud_options, console, make_context
     "--plan", "plan_ref", default="default", show_default=True, help="plan name or .json file"
 )
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout, for scripts")
-def prices(plan_ref, as_json):
+@click.option(
+    "--refresh",
+    is_flag=True,
+    help="read Compute Engine's prices from the Cloud Billing Catalog API (your Google "
+    "credentials) and keep them a week",
+)
+def prices(plan_ref, as_json, refresh):
     """Show the price catalog and runtime model bench budgets with.
 
     The catalog: its date, sources and rates; the GPU types `launch --gpu`
@@ -20,25 +26,29 @@ def prices(plan_ref, as_json):
     (empty caches) and on later runs (environment and kernel build cached in the
     bucket), each figure with its source, and what each costs at the catalog rate.
 
+    Prices come from the last `--refresh` while it is under 7 days old (items it
+    did not find, and every item after a week, from bench's bundled catalog).
+
     \b
     Example:
       bench prices
+      bench prices --refresh
       bench prices --plan cpu-smoke
       bench prices --json | jq .rate_usd_per_hour
     """
-    from orchestrator.budget import format_duration, load_catalog, max_run_seconds_for
+    from orchestrator.budget import format_duration, max_run_seconds_for, price_catalog
     from orchestrator.cli.estimate_table import phase_table
     from orchestrator.service.estimate import gce_estimate
 
-    catalog = load_catalog()
     ctx = make_context()
+    out = console()
+    if refresh:  # what it read goes to stderr under --json, where stdout is one document
+        click.echo(_refresh(ctx.config), err=as_json)
+    catalog = price_catalog(ctx.config)
     estimate = gce_estimate(ctx, plan_ref)
     if as_json:
         return _print_json(catalog, estimate)
-    out = console()
-    out.print(
-        f"price catalog dated [bold]{catalog['catalog_date']}[/] ({catalog['currency']}/hour)"
-    )
+    out.print(f"{_catalog_heading(catalog)} ({catalog['currency']}/hour)")
     out.print(price_table(catalog))
     for name, source in catalog["sources"].items():
         out.print(f"  source ({name}): {source}")
@@ -66,6 +76,32 @@ def prices(plan_ref, as_json):
     return 0
 
 
+def _refresh(config) -> str:
+    """Read the Cloud Billing Catalog API into the cache; what it priced, in a line."""
+    from orchestrator.backends.gce import billing_catalog
+    from orchestrator.budget import load_catalog
+
+    document = billing_catalog.refresh(config, load_catalog()["regions"])
+    found = document["prices"]
+    count = sum(len(items) for r in found["regions"].values() for items in r.values())
+    count += "external_ipv4" in found
+    return (
+        f"read {document['skus_read']} SKUs from the {billing_catalog.SOURCE}: "
+        f"{count} items priced, saved to {billing_catalog.cache_path(config)}"
+    )
+
+
+def _catalog_heading(catalog) -> str:
+    """Which catalog, of which date; with an API read, which items it did not price (*)."""
+    bundled = f"bench's bundled catalog, dated {catalog['catalog_date']}"
+    if not catalog.get("api_read_date"):
+        return f"price catalog dated [bold]{catalog['catalog_date']}[/]"
+    return (
+        f"prices from the Cloud Billing Catalog API, read [bold]{catalog['api_read_date']}"
+        f"[/]; items marked * from {bundled}"
+    )
+
+
 def _print_json(catalog, estimate) -> int:
     import json
 
@@ -78,6 +114,7 @@ def _print_json(catalog, estimate) -> int:
     rate = estimate.rate
     document = {
         "catalog_date": catalog["catalog_date"],
+        "api_read_date": catalog.get("api_read_date"),
         "currency": catalog["currency"],
         "region": rate.region,
         "spot": rate.spot,
@@ -106,12 +143,18 @@ def price_table(catalog):
         for kind in ("machines", "gpus"):
             for item, price in prices.get(kind, {}).items():
                 cells = [f"{price['on_demand']:.5f}", f"{price['spot']:.5f}"]
-                group.rows.append(Row(item, cells))
+                group.rows.append(Row(_marked(item, price, catalog), cells))
         for disk, price in prices.get("disks", {}).items():
-            group.rows.append(Row(f"{disk} (per GB-month)", [f"{price['gb_month']:.3f}", "same"]))
+            name = _marked(f"{disk} (per GB-month)", price, catalog)
+            group.rows.append(Row(name, [f"{price['gb_month']:.3f}", "same"]))
         group.notes.append(f"zones with a GPU: {', '.join(prices.get('zones', [])) or 'none'}")
         groups.append(group)
     return GroupedTable("item", ["on-demand", "spot"], groups)
+
+
+def _marked(name: str, price: dict, catalog: dict) -> str:
+    """An item the API read did not price, where there was one: its name and a *."""
+    return f"{name}*" if catalog.get("api_read_date") and not price.get("from_api") else name
 
 
 def _gpu_types(out) -> None:

@@ -27,9 +27,10 @@ def gce_estimate(
     ctx: Context, plan_ref: str = "default", backend: str | None = None
 ) -> CloudEstimate:
     """The configured machine on `backend` (default: the first billed one registered) at
-    the configured provisioning model's rate, from the bundled catalog (no Cloud Billing
-    Catalog API read; `rate.price_source` names it and its date), the boot disk at its
-    configured size or the catalog's assumed image size: nothing here calls the cloud."""
+    the configured provisioning model's rate, from `budget.price_catalog` (the last Cloud
+    Billing Catalog API read under a week old, else the bundled catalog; `rate.price_source`
+    names which and its date), the boot disk at its configured size or the catalog's
+    assumed image size: nothing here calls the cloud."""
     config = ctx.config
     backend = backend or default_cloud()
     plan, _ = resolve_plan(plan_ref, backend)

@@ -54,7 +54,10 @@ def test_auto_picks_a_cloud_only_when_its_settings_name_one():
         "GCP project my-project-1 is configured",
     )
     assert registry.searchable(BenchConfig()) == ["local"]
-    assert registry.unsearched(BenchConfig()) == {"GCE": "no project configured"}
+    assert registry.unsearched(BenchConfig()) == {
+        "GCE": "no project configured",
+        "Cloud Batch": "no project configured",
+    }
     assert registry.searchable(BenchConfig(project="my-project-1")) == ["local", "gce"]
 
 

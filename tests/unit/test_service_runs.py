@@ -79,7 +79,10 @@ def test_stop_all_finds_and_ends_a_running_local_run(ctx, tmp_path):
     run_id = run_id.spec.run_id
     found = find_machines(ctx)
     assert [m.run_id for m in found.machines["local"]] == [run_id]
-    assert found.not_configured == {"GCE": "no project configured"}
+    assert found.not_configured == {
+        "GCE": "no project configured",
+        "Cloud Batch": "no project configured",
+    }
     stopped = stop_machines(ctx, found)
     assert stopped.count == 1 and stopped.failed == {}
     assert ctx.registry.get(run_id).state == "stopped"

@@ -104,6 +104,7 @@ class GceBackend:
         # GCE serves the serial console only while the VM runs: ≈ $0.01 at the spot L4 rate.
         reason_window_seconds=180,
         manifest_grace_seconds=60.0,
+        log_outlives_machine=False,
     )
 
     def __init__(

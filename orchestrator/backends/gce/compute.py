@@ -24,9 +24,8 @@ from orchestrator.backends.gce.adaptor import (
 )
 from orchestrator.backends.gce.errors import (
     ComputeUnreachable,
-    credentials_failed,
+    call_google,
     translate,
-    unreachable,
 )
 from orchestrator.errors import BenchError, CloudError, ConfigError
 
@@ -121,23 +120,12 @@ class ComputeApi:
 
     def _call(self, fn: Callable[[], T], zone: str | None = None) -> T:
         """Run one API call; whatever goes wrong leaves here as a bench error."""
-        import requests
-
-        try:
-            return fn()
-        except api_exceptions.GoogleAPICallError as e:
-            raise translate(e, project=self.project, zone=zone) from e
-        except api_exceptions.RetryError as e:
-            # A read gave up retrying: report what it met last.
-            if isinstance(e.cause, api_exceptions.GoogleAPICallError):
-                raise translate(e.cause, project=self.project) from e.cause
-            raise unreachable(e.cause or e, endpoint=self._endpoint_name) from e
-        except (auth_exceptions.RefreshError, auth_exceptions.InvalidOperation) as e:
-            # A 401 makes the transport refresh the credentials; when that fails (or they
-            # cannot be refreshed at all) the credentials are what is wrong.
-            raise credentials_failed(e) from e
-        except (requests.RequestException, auth_exceptions.TransportError) as e:
-            raise unreachable(e, endpoint=self._endpoint_name) from e
+        return call_google(
+            fn,
+            lambda e: translate(e, project=self.project, zone=zone),
+            retried_error=lambda e: translate(e, project=self.project),
+            endpoint=self._endpoint_name,
+        )
 
     @property
     def _endpoint_name(self) -> str:

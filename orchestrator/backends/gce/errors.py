@@ -9,6 +9,8 @@ our operation polling) for an operation that failed later, e.g. a spot stockout.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from orchestrator.config import region_of
 from orchestrator.errors import (
@@ -20,6 +22,8 @@ from orchestrator.errors import (
     QuotaError,
     network_reason,
 )
+
+T = TypeVar("T")
 
 # Codes that mean "this zone cannot give you the machine right now": try the next zone.
 STOCKOUT_CODES = frozenset(
@@ -149,3 +153,34 @@ def credentials_failed(exc: BaseException) -> PermissionDeniedError:
         f"the Google credentials could not be refreshed ({network_reason(exc)}); run "
         "`gcloud auth application-default login` and try again"
     )
+
+
+def call_google(
+    fn: Callable[[], T],
+    api_error: Callable[[BaseException], BenchError],
+    *,
+    endpoint: str,
+    retried_error: Callable[[BaseException], BenchError] | None = None,
+) -> T:
+    """One call of a google-cloud client; whatever goes wrong leaves as a bench error: the
+    API's answer through `api_error` (a retried call's last answer through `retried_error`,
+    default the same), credentials that cannot be refreshed, an endpoint not reached."""
+    import requests
+
+    from orchestrator.backends.gce.adaptor import api_exceptions, auth_exceptions
+
+    try:
+        return fn()
+    except api_exceptions.GoogleAPICallError as e:
+        raise api_error(e) from e
+    except api_exceptions.RetryError as e:
+        # A read gave up retrying: report what it met last.
+        if isinstance(e.cause, api_exceptions.GoogleAPICallError):
+            raise (retried_error or api_error)(e.cause) from e.cause
+        raise unreachable(e.cause or e, endpoint=endpoint) from e
+    except (auth_exceptions.RefreshError, auth_exceptions.InvalidOperation) as e:
+        # A 401 makes the transport refresh the credentials; when that fails (or they
+        # cannot be refreshed at all) the credentials are what is wrong.
+        raise credentials_failed(e) from e
+    except (requests.RequestException, auth_exceptions.TransportError) as e:
+        raise unreachable(e, endpoint=endpoint) from e

@@ -1,0 +1,79 @@
+"""What a Batch job may bill, and so how long each attempt may run and how often it may be
+retried: every attempt of every task must fit the run's budget at the catalog rate.
+
+maxRunDuration bounds one attempt of a task from the moment its runnables start
+(https://cloud.google.com/batch/docs/reference/rest/v1/projects.locations.jobs, TaskSpec);
+the VM Batch creates for it boots and installs the GPU driver before that, and a retry is a
+new attempt with its own maxRunDuration (https://cloud.google.com/batch/docs/automate-task-retries).
+So the worst case of a job is tasks × (1 + maxRetryCount) × the worst case of one attempt,
+which `budget.worst_case_usd` prices with the VM setup below added to its time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator import budget
+from orchestrator.errors import RefusedError
+
+# Booting Batch's VM and installing the GPU driver (installGpuDrivers) bill before the task's
+# maxRunDuration starts. Google documents no bound: an allowance of bench's, like the
+# operation deadlines budget.py holds back for GCE.
+VM_SETUP_SECONDS = 600
+# Batch takes 0 to 10 retries (https://cloud.google.com/batch/docs/automate-task-retries);
+# bench asks for at most this many, fewer when the budget cannot pay for them.
+WANTED_RETRIES = 3
+MAX_RETRY_COUNT = 10
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    attempt_seconds: int  # each task's maxRunDuration
+    retries: int  # its maxRetryCount
+    task_count: int
+    attempt_usd: float  # the worst case of one attempt
+    worst_case_usd: float  # of every attempt of every task
+
+    @property
+    def attempts(self) -> int:
+        return self.task_count * (1 + self.retries)
+
+
+def attempt_usd(rate: budget.HourlyRate, attempt_seconds: int) -> float:
+    """The worst case of one attempt: its maxRunDuration plus the VM setup before it."""
+    return budget.worst_case_usd(rate, attempt_seconds + VM_SETUP_SECONDS)
+
+
+def longest_attempt(share_usd: float, rate: budget.HourlyRate, cap_seconds: int) -> int:
+    """The longest maxRunDuration (at most `cap_seconds`) whose attempt fits `share_usd`."""
+    seconds = min(budget.max_run_seconds_for(share_usd, rate) - VM_SETUP_SECONDS, cap_seconds)
+    while seconds > 0 and attempt_usd(rate, seconds) > share_usd:  # float rounding
+        seconds -= 1
+    return max(seconds, 0)
+
+
+def plan_attempts(
+    budget_usd: float,
+    rate: budget.HourlyRate,
+    estimated_seconds: int,
+    cap_seconds: int,
+    task_count: int = 1,
+    wanted_retries: int = WANTED_RETRIES,
+) -> AttemptPlan:
+    """The most retries (up to `wanted_retries`) for which every attempt still covers the
+    plan's estimate and all of them together fit the budget; RefusedError with the figure
+    when not even one attempt of each task does (nothing is created)."""
+    for retries in range(min(wanted_retries, MAX_RETRY_COUNT), -1, -1):
+        attempts = task_count * (1 + retries)
+        seconds = longest_attempt(budget_usd / attempts, rate, cap_seconds)
+        if seconds > 0 and seconds >= estimated_seconds:
+            one = attempt_usd(rate, seconds)
+            return AttemptPlan(seconds, retries, task_count, one, attempts * one)
+    needed = task_count * attempt_usd(rate, estimated_seconds)
+    raise RefusedError(
+        f"budget ${budget_usd:.2f} cannot pay for one Batch attempt of the plan: about "
+        f"{budget.format_duration(estimated_seconds)} of task plus up to "
+        f"{budget.format_duration(VM_SETUP_SECONDS)} of VM setup that Batch bills outside "
+        f"maxRunDuration can cost ${needed:.2f} at ${rate.total:.4f}/h; raise --budget "
+        "(each retry on preemption costs as much again). Nothing was created"
+    )

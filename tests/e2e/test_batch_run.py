@@ -1,0 +1,157 @@
+"""`--backend batch` end to end: the real CLI and the real google-cloud-batch client (REST)
+against the Batch stand-in (tests/fakes/batch_server.py: every request and answer checked
+against the batch v1 discovery document), the real fake-gcs-server, and the same rendered
+startup script a gce VM runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator import budget
+from orchestrator.backends.batch.money import attempt_usd
+from orchestrator.cli import main
+from orchestrator.config import BenchConfig
+from results_schema import Manifest
+from tests.e2e.test_gce_cli import bucket_objects, launched_run_id, plan_file
+from tests.e2e.test_sweep import sweep_id_of
+from tests.fakes import batch_fixtures, discovery
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# The stand-in's fixtures (tests/fakes/batch_fixtures.py), for this module's tests.
+batch_server = batch_fixtures.batch_server
+batch = batch_fixtures.batch
+
+
+def job_id_of(batch, run_id: str) -> str:
+    (name,) = [n for n in batch.jobs if f"bench-{run_id}-" in n]
+    return name.rsplit("/", 1)[-1]
+
+
+def launch(*args: str) -> list[str]:
+    return ["launch", "--backend", "batch", *args]
+
+
+def test_a_batch_run_completes_fetches_and_its_job_fits_the_discovery_document(
+    batch, gcs_server, gcs_bucket, tmp_path, capsys
+):
+    plan = plan_file(tmp_path)
+    assert main(launch("--budget", "1.00", "--plan", plan, "--wait")) == 0, capsys.readouterr()
+    run_id = launched_run_id(capsys)
+    (body,) = batch.created
+    discovery.validate("batch", "v1", "Job", body)
+    spec = body["taskGroups"][0]["taskSpec"]
+    assert spec["lifecyclePolicies"] == [
+        {"action": "RETRY_TASK", "actionCondition": {"exitCodes": [50001, 50006]}}
+    ]
+    policy = body["allocationPolicy"]["instances"][0]
+    assert policy["installGpuDrivers"] is True
+    assert policy["policy"]["provisioningModel"] == "SPOT"
+    assert policy["policy"]["machineType"] == "g2-standard-4"
+    assert policy["policy"]["accelerators"] == [{"type": "nvidia-l4", "count": "1"}]
+    assert body["allocationPolicy"]["location"]["allowedLocations"] == [
+        "zones/us-central1-a",
+        "zones/us-central1-b",
+        "zones/us-central1-c",
+    ]
+    assert body["labels"]["bench-managed"] == "true" and body["labels"]["bench-run"] == run_id
+    assert body["logsPolicy"] == {"destination": "CLOUD_LOGGING"}
+    # The money: every attempt, retries included, priced at the catalog rate fits the budget.
+    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    seconds = int(spec["maxRunDuration"].rstrip("s"))
+    assert spec["maxRetryCount"] == 3
+    assert (1 + spec["maxRetryCount"]) * attempt_usd(rate, seconds) <= 1.00
+    assert main(["fetch", run_id, "--dest", str(tmp_path / "results")]) == 0
+    assert "every sha256 verified" in capsys.readouterr().out
+    manifest = Manifest.model_validate_json(
+        (tmp_path / "results" / run_id / "manifest.json").read_text()
+    )
+    assert manifest.status == "complete"
+    assert batch.job_by_id(job_id_of(batch, run_id)).state == "SUCCEEDED"
+    assert any(name.endswith("/manifest.json") for name in bucket_objects(gcs_server, gcs_bucket))
+
+
+def test_a_preempted_task_is_retried_and_the_run_completes_within_the_budget(
+    batch, tmp_path, capsys
+):
+    plan = plan_file(tmp_path)
+    real_create = batch.create
+
+    def create_and_preempt(project, region, query, body):
+        answer = real_create(project, region, query, body)
+        batch.preempt(query["jobId"], after_s=1.0)  # the first attempt's VM, 1 s in
+        return answer
+
+    batch.create = create_and_preempt
+    batch.preemption_grace_s = 5.0
+    assert main(launch("--budget", "1.00", "--plan", plan, "--wait")) == 0, capsys.readouterr()
+    run_id = launched_run_id(capsys)
+    job = batch.job_by_id(job_id_of(batch, run_id))
+    assert job.attempts_exit_codes == [50001, 0]
+    assert job.state == "SUCCEEDED"
+    assert main(["fetch", run_id, "--dest", str(tmp_path / "results")]) == 0
+    manifest = Manifest.model_validate_json(
+        (tmp_path / "results" / run_id / "manifest.json").read_text()
+    )
+    assert manifest.status == "complete"  # the retry's manifest, not the preempted attempt's
+    spec = batch.created[0]["taskGroups"][0]["taskSpec"]
+    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    worst = (1 + spec["maxRetryCount"]) * attempt_usd(rate, int(spec["maxRunDuration"][:-1]))
+    assert worst <= 1.00
+
+
+def test_a_task_that_fails_is_not_retried_and_status_gives_batchs_reason(batch, tmp_path, capsys):
+    batch.script_override = "exit 3"
+    assert main(launch("--budget", "1.00", "--plan", plan_file(tmp_path))) == 0
+    run_id = launched_run_id(capsys)
+    job_id = job_id_of(batch, run_id)
+    assert batch.wait_for_state(job_id, ("FAILED", "SUCCEEDED")) == "FAILED"
+    assert batch.job_by_id(job_id).attempts_exit_codes == [3]  # 3 is not 50001 nor 50006
+    capsys.readouterr()
+    assert main(["status", run_id, "--json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)["runs"]
+    assert shown["state"] == "failed"
+    assert "exit code 3" in shown["reason"]
+
+
+def test_retries_the_budget_cannot_pay_for_are_not_configured_and_too_little_is_refused(
+    batch, tmp_path, capsys
+):
+    plan = plan_file(tmp_path)
+    batch.run_scripts = False
+    assert main(launch("--budget", "0.20", "--plan", plan)) == 0, capsys.readouterr()
+    spec = batch.created[0]["taskGroups"][0]["taskSpec"]
+    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    seconds = int(spec["maxRunDuration"][:-1])
+    assert 0 < spec["maxRetryCount"] < 3
+    assert (1 + spec["maxRetryCount"]) * attempt_usd(rate, seconds) <= 0.20
+    # One more retry, even of the shortest attempt that covers the plan, would not fit.
+    assert (2 + spec["maxRetryCount"]) * attempt_usd(rate, 60) > 0.20
+    capsys.readouterr()
+    assert main(launch("--budget", "0.05", "--plan", plan)) == 3
+    err = capsys.readouterr().err
+    assert "cannot pay for one Batch attempt" in err and "$" in err
+    assert len(batch.created) == 1, "a refused launch creates nothing"
+
+
+def test_a_sweep_of_l4_and_t4_completes_fetches_and_reports(batch, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    plan = plan_file(tmp_path)
+    args = launch("--gpu", "l4,t4", "--budget", "2.00", "--plan", plan, "--wait")
+    assert main(args) == 0, capsys.readouterr()
+    sweep_id = sweep_id_of(capsys.readouterr().out)
+    machines = sorted(
+        b["allocationPolicy"]["instances"][0]["policy"]["machineType"] for b in batch.created
+    )
+    assert machines == ["g2-standard-4", "n1-standard-4"]
+    for body in batch.created:
+        discovery.validate("batch", "v1", "Job", body)
+        assert body["labels"]["bench-sweep"] == sweep_id
+    assert main(["fetch", sweep_id]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    assert main(["report", sweep_id]) == 0
+    out = capsys.readouterr().out
+    assert f"sweep {sweep_id}" in out and "l4" in out.lower() and "t4" in out.lower()
