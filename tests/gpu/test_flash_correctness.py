@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -146,6 +148,48 @@ def test_hopper_three_consumers_and_paired_tiles_everywhere():
     causal launches as a persistent grid over paired tiles at every length, in a fresh process:
     the shipped code takes each only over a range of lengths (sm90_plan)."""
     run_with_switches("FLASH_SM90_SHAPE_D64=2 FLASH_SM90_CAUSAL_SCHEDULE=2")
+
+
+def exponentials_under_pv(sass: str) -> dict[str, int]:
+    """Per Hopper kernel in cuobjdump's SASS: the MUFU.EX2 between the key loop's wait for
+    S_j (WARPGROUP.DEPBAR.LE gsb0, 0x1) and its wait for P_{j-1} V_{j-1} (0x0), that is,
+    the exponentials that run while P V is in flight."""
+    counts = {}
+    for func in re.split(r"\n\s+Function : ", sass)[1:]:
+        name = func.split("\n", 1)[0].strip()
+        if "Sm90Traits" not in name:
+            continue
+        waits = [m.start() for m in re.finditer(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1\b", func)]
+        if not waits:
+            counts[name] = 0
+            continue
+        rest = func[waits[0] :]
+        end = re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0\b", rest)
+        counts[name] = rest[: end.start() if end else len(rest)].count("MUFU.EX2")
+    return counts
+
+
+@pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="the Hopper path's SASS",
+)
+@pytest.mark.skipif(shutil.which("cuobjdump") is None, reason="needs cuobjdump")
+def test_hopper_softmax_runs_under_the_previous_pv():
+    """Every Hopper kernel's key loop exponentiates tile j while P_{j-1} V_{j-1} is in flight.
+    ptxas placed the wait for P V right after the wait for S until the kernel pinned it
+    (sm90::order_wait_after; NOTES.md, h10), which ran the softmax after P V had landed."""
+    from kernels.flash_attention import build
+
+    library = build.build()["library"]
+    sass = subprocess.run(
+        ["cuobjdump", "-sass", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    counts = exponentials_under_pv(sass)
+    assert counts, "no Hopper kernel in the library"
+    # 64 scores per thread and key tile at 128 keys (32 at D = 256's 64 keys).
+    late = {name[:100]: n for name, n in counts.items() if n < 32}
+    assert not late, f"softmax not under P V in: {late}"
 
 
 # Lengths on both sides of the Hopper path's plan boundaries (flash_fwd_launch_sm90.cuh,

@@ -35,6 +35,7 @@ struct Sm90Smem {
     uint8_t* generic;  // the same, as a generic pointer
     uint64_t* bars;    // full_q, empty_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
     static constexpr int kBarriers = 2 + 4 * T::kStages;
+    // bars[kBarriers]: a word no access ever reaches (sm90::order_wait_after's store target).
 
     __device__ __forceinline__ uint32_t q() const { return base; }
     __device__ __forceinline__ uint32_t o() const { return base + T::kQBytes; }
@@ -46,6 +47,7 @@ struct Sm90Smem {
         return base + T::kQOBytes + (T::kStages + s) * T::kTileBytes;
     }
     __device__ __forceinline__ uint32_t bar(int i) const { return smem_u32(bars + i); }
+    __device__ __forceinline__ uint32_t scratch() const { return bar(kBarriers); }
     __device__ __forceinline__ uint32_t full_q() const { return bar(0); }
     __device__ __forceinline__ uint32_t empty_q() const { return bar(1); }
     __device__ __forceinline__ uint32_t full_k(int s) const { return bar(2 + s); }
@@ -376,6 +378,9 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
             sm90::fence_registers(s[0]);
             release_k(j);
             const bool moved = score_tile(s, j, correction);
+            // Without this, ptxas hoists the wait below to just after wait<1>: the softmax
+            // then ran after P_{j-1} V_{j-1} had landed, not under it (NOTES.md, h10).
+            sm90::order_wait_after(softmax.row_sum[0][0] + softmax.row_sum[0][1], sm.scratch());
             sm90::wgmma_wait<0>();
             sm90::fence_registers(o_acc[0]);
             if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(prev));
@@ -459,7 +464,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                           const __grid_constant__ CUtensorMap tma_k,
                           const __grid_constant__ CUtensorMap tma_v, const bool paired_causal) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
-    __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers];
+    __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers + 1];
     Sm90Smem<T> sm;
     const uint32_t raw = smem_u32(smem_raw);
     sm.base = (raw + 1023) & ~1023u;

@@ -120,6 +120,17 @@ __device__ __forceinline__ void fence_registers(float (&d)[N][4]) {
         for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[i][c])::"memory");
 }
 
+// Keeps ptxas from hoisting the next wgmma_wait above the code that computes x: a shared
+// store that depends on x and never runs (x >= 0, or NaN), which ptxas keeps ordered with the
+// wait as it keeps any shared-memory access.
+__device__ __forceinline__ void order_wait_after(float x, uint32_t scratch) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.lt.f32 p, %1, 0f00000000;\n@p st.shared.u32 [%0], 0;\n}\n" ::"r"(
+            scratch),
+        "f"(x)
+        : "memory");
+}
+
 template <typename Elem>
 struct WgmmaType;
 template <>
