@@ -123,13 +123,18 @@ def effective_plan(plan, measurements: int | None, margin: float | None = None):
 
 
 def run_phases(args: argparse.Namespace) -> int:
+    # The kernels' workers first: their `import torch` overlaps the one below.
+    from benches.worker_start import prestart
+
+    resolved = resolve_plan(args.plan)
+    prestart(resolved, args.implementation or resolved.identities)
     # torch is imported here, not at the top: `plans` and `--help` stay instant.
     from benches import runner
     from benches.user_kernel import register
     from benches.writers import StatusWriter
 
     measurements = getattr(args, "measurements", None)
-    plan = effective_plan(resolve_plan(args.plan), None, getattr(args, "margin", None))
+    plan = effective_plan(resolved, None, getattr(args, "margin", None))
     selection = runner.Selection(
         frozenset(args.config) if args.config else None,
         frozenset(args.implementation) if args.implementation else None,

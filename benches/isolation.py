@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from benches import wire
+from benches import wire, worker_start
 from benches.user_kernel import UserImplementation, declared_unavailable, declared_unsupported
 from results_schema import AttentionConfig
 from results_schema.kernel_contract import UserKernel
@@ -71,25 +71,12 @@ class Worker:
         return reply, tensors
 
     def _start(self) -> None:
-        from benches import worker  # the child's module: imported there, named here
-
-        context = multiprocessing.get_context("spawn")  # fork would copy a CUDA context
-        parent, child = context.Pipe()
-        self._process = context.Process(
-            target=worker.serve,
-            args=(
-                child,
-                self.kernel.model_dump_json(),
-                str(self.tree),
-                str(self.device),
-                self.flush_l2,
-            ),
-            name=f"bench-worker-{self.kernel.identity}",
-            daemon=True,
+        """The child prestarted for this kernel (benches/worker_start.py), else a new one."""
+        args = (self.kernel.model_dump_json(), str(self.tree), str(self.device), self.flush_l2)
+        started = worker_start.adopt(args) or worker_start.start(
+            args, f"bench-worker-{self.kernel.identity}"
         )
-        self._process.start()
-        child.close()
-        self._conn = parent
+        self._process, self._conn = started
         self.generation += 1
         reply, _ = self._receive(START_TIMEOUT_SECONDS, "start")
         if reply.get("state") != wire.READY:

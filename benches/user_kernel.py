@@ -27,15 +27,9 @@ from types import SimpleNamespace
 import torch
 
 from benches import registry
+from benches.worker_start import BUILD_FAILED_SUFFIX, payload_root
 from results_schema import AttentionConfig, Plan
 from results_schema.kernel_contract import KernelSupports, UserKernel
-
-BUILD_FAILED_SUFFIX = ".build-failed"  # written by the startup script's build phase
-
-
-def payload_root() -> Path:
-    """The folder holding benches/ and the user kernel trees beside it."""
-    return Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""Workers started before the parent imports torch (benches/worker_start.py), and the
+collector kept off what outlives the timing loop (benches/runner.py): the first result's
+time, with nothing of what is checked or measured left out."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+import torch
+
+from benches import correctness, registry, runner, worker_start
+from benches.user_kernel import register
+from benches.writers import StatusWriter
+from results_schema import AttentionConfig, Plan
+from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
+
+pytestmark = pytest.mark.timeout(600)
+
+OPS = """\
+import torch.nn.functional as F
+
+def attention(q, k, v, *, causal, scale):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+"""
+
+
+def kernel(root: Path, identity: str, folder: str) -> UserKernel:
+    (root / folder / "pkg").mkdir(parents=True)
+    (root / folder / "pkg" / "__init__.py").write_text("")
+    (root / folder / "pkg" / "ops.py").write_text(OPS)
+    return UserKernel(
+        identity=identity,
+        directory=folder,
+        contract=KernelContract(
+            name=identity.split("@")[0],
+            entry="pkg.ops:attention",
+            supports={"devices": ["cpu"], "dtypes": ["float32"]},
+        ),
+        source=KernelIdentity(tree_sha256="0" * 64),
+    )
+
+
+def plan_of(kernels: list[UserKernel]) -> Plan:
+    return Plan(
+        name="prestart",
+        description="workers started early, on the CPU",
+        device="cpu",
+        candidate=kernels[0].identity,
+        baselines=[*(k.identity for k in kernels[1:]), "sdpa"],
+        reference="reference",
+        samples_per_config=4,
+        warmup_min=2,
+        warmup_max=4,
+        flush_l2=False,
+        configs=[
+            AttentionConfig(
+                name="d8", batch=1, heads=2, seq_len=33, head_dim=8, dtype="float32", causal=True
+            )
+        ],
+        user_kernels=kernels,
+    )
+
+
+@pytest.fixture
+def cleanup():
+    plans: list[Plan] = []
+    yield plans.append
+    for plan in plans:
+        for k in plan.user_kernels:
+            impl = registry.IMPLEMENTATIONS.pop(k.identity, None)
+            if getattr(impl, "worker", None) is not None:
+                impl.worker.close()
+    for process, conn in worker_start._started.values():
+        process.kill()
+        process.join(timeout=10)
+        conn.close()
+    worker_start._started.clear()
+
+
+def test_the_gate_adopts_the_workers_started_before_it_and_skips_failed_builds(tmp_path, cleanup):
+    mine, base, other = (
+        kernel(tmp_path, "mine", "one"),
+        kernel(tmp_path, "broken", "two"),
+        kernel(tmp_path, "other", "three"),
+    )
+    (tmp_path / "two.build-failed").write_text("nvcc: error\n")
+    plan = plan_of([mine, base, other])
+    cleanup(plan)
+
+    # `other` is not among the identities run (a repro's --implementation), `two` failed
+    # its build: only `one` gets a worker now.
+    assert worker_start.prestart(plan, ["mine", "broken", "sdpa"], tmp_path) == 1
+    ((process, _),) = worker_start._started.values()
+    register(plan, tmp_path)
+    rows = correctness.check_config("r", plan.configs[0], plan, 0, torch.device("cpu"))
+    by_name = {r.implementation: r for r in rows}
+    assert by_name["mine"].passed, by_name["mine"].message
+    assert by_name["broken"].message == "build failed: nvcc: error"
+    assert registry.get("mine").worker._process is process  # adopted, not started again
+    assert not worker_start._started
+
+    # A second worker for the same tree (a restart after a loss) is a fresh process.
+    registry.get("mine").worker.close()
+    again = correctness.check_config("r", plan.configs[0], plan, 0, torch.device("cpu"))
+    assert {r.implementation: r for r in again}["mine"].passed
+    assert registry.get("mine").worker._process.pid != process.pid
+
+
+def test_what_outlives_the_timing_loop_is_frozen_out_of_collections_during_it(
+    tmp_path, cleanup, monkeypatch
+):
+    plan = plan_of([kernel(tmp_path, "mine", "one")])
+    cleanup(plan)
+    register(plan, tmp_path)
+    frozen_during = []
+    prepare = runner.prepare_config
+
+    def noting(ctx, clock, index, names):
+        frozen_during.append(gc.get_freeze_count())
+        return prepare(ctx, clock, index, names)
+
+    monkeypatch.setattr(runner, "prepare_config", noting)
+    with runner.StopRequested() as stop:
+        ctx = runner.RunContext(plan, tmp_path / "run", "r", StatusWriter(None, "r"), stop)
+        gate = runner.run_correctness(ctx)
+        environment = runner.load_or_write_environment(ctx.run_dir)
+        measurements, _ = runner.run_benchmark(ctx, gate, None, environment)
+    assert len(measurements) == 4 * len(plan.identities)
+    assert frozen_during and frozen_during[0] > 1000  # torch's objects, at least
+    assert gc.get_freeze_count() == 0 and gc.isenabled()  # as it was, afterwards
