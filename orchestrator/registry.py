@@ -130,6 +130,10 @@ PAST_PHASES_SQL = (
     "SELECT phase_seconds FROM runs WHERE plan_sha256 = ? AND backend = ? AND gpu = ?"
     " AND state = 'complete' AND phase_seconds != '{}' ORDER BY run_id"
 )
+PAST_ESTIMATES_SQL = (
+    "SELECT estimated_seconds, phase_seconds FROM runs WHERE plan_sha256 = ? AND backend = ?"
+    " AND gpu = ? AND state = 'complete' AND phase_seconds != '{}' ORDER BY run_id"
+)
 SWEEP_SQL = f"{_SELECT_RECORD} WHERE sweep_id = ? ORDER BY run_id"
 
 
@@ -286,6 +290,17 @@ class RunRegistry:
         with closing(self._connect()) as db:
             rows = db.execute(PAST_PHASES_SQL, (plan_sha256, backend, gpu)).fetchall()
         return [json.loads(row[0]) for row in rows]
+
+    def past_estimates(
+        self, plan_sha256: str, backend: str, gpu: str = ""
+    ) -> list[tuple[int, float]]:
+        """(estimated seconds, seconds its phases took) of the same runs as
+        past_phase_seconds: how far launch's estimate was from what happened."""
+        if not plan_sha256 or not self.path.exists():
+            return []
+        with closing(self._connect()) as db:
+            rows = db.execute(PAST_ESTIMATES_SQL, (plan_sha256, backend, gpu)).fetchall()
+        return [(int(estimated), sum(json.loads(phases).values())) for estimated, phases in rows]
 
     def committed_this_month(self, now: datetime | None = None) -> float:
         if not self.path.exists():

@@ -53,6 +53,17 @@ class PhaseFigure:
 @dataclass(frozen=True)
 class RuntimeEstimate:
     phases: tuple[PhaseFigure, ...]
+    # Each past complete run of this plan here: the time its phases took over its estimate.
+    past_ratios: tuple[float, ...] = ()
+
+    def error_note(self) -> str:
+        """How far this estimate may be off, from what past estimates of it did."""
+        if not self.past_ratios:
+            return "no finished run of this plan here yet: the phase model alone, its error unknown"
+        low, high, runs = min(self.past_ratios), max(self.past_ratios), len(self.past_ratios)
+        took = f"{low:.2f}x" if runs == 1 else f"{low:.2f}x-{high:.2f}x"
+        plural = "s" * (runs > 1)
+        return f"{runs} past run{plural} of this plan here took {took} their estimate{plural}"
 
     @property
     def total_seconds(self) -> int:
@@ -177,6 +188,16 @@ def refine(model: RuntimeEstimate, past_runs: list[dict[str, float]]) -> Runtime
         source = f"median of {len(seen)} past run{'s' * (len(seen) > 1)} × {HISTORY_HEADROOM}"
         phases.append(PhaseFigure(figure.phase, median * HISTORY_HEADROOM, source))
     return RuntimeEstimate(tuple(phases))
+
+
+def with_past_error(estimate: RuntimeEstimate, past: list[tuple[int, float]]) -> RuntimeEstimate:
+    """`estimate` with the ratio (took / estimated) of each past run that had an estimate."""
+    ratios = tuple(
+        took / estimated
+        for estimated, took in past
+        if estimated > 0 and _possible_seconds(took) and took > 0
+    )
+    return RuntimeEstimate(estimate.phases, ratios)
 
 
 def _possible_seconds(value: object) -> bool:

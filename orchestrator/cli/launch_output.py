@@ -50,6 +50,7 @@ def print_launch(out, result) -> None:
             + ", ".join(f"{p.phase} {p.seconds:.0f}s" for p in result.estimate.phases)
             + " (bench's phase model, refined by past runs of this plan)"
         )
+        out.print(f"bench: estimate's error: {result.estimate.error_note()}")
     cost = f"≈ ${spec.estimated_cost_usd():.2f}" if spec.rate_usd_per_hour else "free"
     if result.rate is not None and result.rate.catalog_date:
         from orchestrator.boundary import markup_safe  # here: `--help` stays light

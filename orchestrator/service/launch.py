@@ -14,7 +14,7 @@ from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
 from orchestrator.registry import RunRecord
 from orchestrator.render import render_shutdown, render_startup
-from orchestrator.runtime_model import RuntimeEstimate, model_phases, refine
+from orchestrator.runtime_model import RuntimeEstimate, model_phases, refine, with_past_error
 from orchestrator.service.context import Context
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import refuse_unrunnable, resolve_plan
@@ -49,7 +49,9 @@ def runtime_estimate(ctx: Context, backend: str, plan: Plan, gpu: str = "") -> R
     """The phase model for this plan here, refined by past complete runs' phase times (of
     the same GPU type, for a sweep member)."""
     model = model_phases(plan, backend, ctx.config.accelerator_type, ctx.config.image_family)
-    return refine(model, ctx.registry.past_phase_seconds(plan.content_sha256(), backend, gpu))
+    key = plan.content_sha256()
+    refined = refine(model, ctx.registry.past_phase_seconds(key, backend, gpu))
+    return with_past_error(refined, ctx.registry.past_estimates(key, backend, gpu))
 
 
 def plan_spec(

@@ -182,3 +182,29 @@ def test_a_field_added_to_runrecord_becomes_a_column_with_its_default(tmp_path):
         db.execute("ALTER TABLE runs DROP COLUMN gpu")
         db.execute("PRAGMA user_version = 1")
     assert RunRegistry(path).get("a").gpu == ""
+
+
+def test_the_estimates_error_comes_from_past_runs_of_the_same_plan_here(tmp_path):
+    """Launch states how far its estimate may be off: each past complete run of the same
+    plan content on this backend and GPU type, the time its phases took over its estimate."""
+    from orchestrator.runtime_model import PhaseFigure, RuntimeEstimate, with_past_error
+
+    registry = RunRegistry(tmp_path / "runs.sqlite")
+    took = {"r1": {"build": 30.0, "benchmark": 20.0}, "r2": {"benchmark": 30.0}}
+    for index, (run_id, phases) in enumerate(took.items()):
+        registry.add(_record(f"20261123-06000{index}-aaaaa{index}", estimated_seconds=20))
+        registry.update(
+            f"20261123-06000{index}-aaaaa{index}",
+            state="complete",
+            phase_seconds=phases,
+            plan_sha256="p" * 64,
+        )
+    registry.add(_record("20261123-060009-bbbbbb", estimated_seconds=20))  # never fetched
+    past = registry.past_estimates("p" * 64, "gce")
+    assert past == [(20, 50.0), (20, 30.0)]
+    assert registry.past_estimates("p" * 64, "local") == []
+
+    model = RuntimeEstimate((PhaseFigure("benchmark", 20.0, "model"),))
+    note = with_past_error(model, past).error_note()
+    assert note == "2 past runs of this plan here took 1.50x-2.50x their estimates"
+    assert "error unknown" in with_past_error(model, []).error_note()
