@@ -5,7 +5,7 @@ it (the server logs every request, so a long session can fill the pipe and stall
 sets STORAGE_EMULATOR_HOST process-wide. This launcher uses the same bundled binary with an
 in-memory backend, warnings-only logging to a file, and leaves the environment alone.
 
-What works against it (checked by tests/unit/test_fake_gcs.py):
+What works against it (checked by tests/fakes/test_gcs_stand_in.py):
 - google-cloud-storage via `storage_client(endpoint)`: create bucket, upload, list with
   prefix, download.
 - the VM script's curl forms, with an `Authorization: Bearer ...` header (ignored):

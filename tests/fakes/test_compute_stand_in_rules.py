@@ -14,7 +14,7 @@ from google.cloud import compute_v1
 
 from tests.fakes.compute_server import FakeComputeServer
 from tests.fakes.fixtures import compute_client_options
-from tests.unit.test_fake_compute import PROJECT, ZONE, make_instance, wait_operation
+from tests.fakes.test_compute_stand_in import PROJECT, ZONE, make_instance, wait_operation
 
 IMAGE_FAMILY = "projects/deeplearning-platform-release/global/images/family/"
 FAMILY = "common-cu129-ubuntu-2204-nvidia-580"
