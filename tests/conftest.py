@@ -1,14 +1,32 @@
-"""Shared fixtures: an isolated bench environment, and the `gpu` marker's skip."""
+"""Shared fixtures: an isolated bench environment, one cpu-smoke run for the session, the
+`gpu` marker's skip, and one intra-op thread for torch."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from results_schema.names import new_run_id
+
 # The stand-ins' fixtures, for every test that names them.
 from tests.fakes.fixtures import compute_server, gcs_bucket, gcs_server  # noqa: F401
+from tests.limits import HANG_SECONDS
+
+REPO = Path(__file__).resolve().parents[1]
+
+# One intra-op thread for torch here and in every run the tests start (they inherit the
+# environment). The suite runs several workers on two shared cores: with a thread per core
+# in each, OpenMP's threads spin waiting for a core another worker holds, and a local run
+# of a two-config plan took 26 s instead of 13 s under load 5 (measured for issue 31).
+# Set before any test module imports torch, which reads it once.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
 
 
 def _cuda_available() -> bool:
@@ -39,3 +57,59 @@ def bench_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("BENCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def made_once(tmp_path_factory: pytest.TempPathFactory):
+    """made_once(name, make) -> what make(folder) returned, made once for all xdist workers:
+    the first to ask makes it in a folder of the workers' common temporary folder while the
+    others wait on a lock, then read it. For real runs that cost a minute of a loaded
+    two-core machine each; make returns something json can write, and tests read what it
+    made, never write into it (copy it first)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # every worker's basetemp sits in one folder
+
+    def made(name: str, make):
+        record = shared / f"{name}.json"
+        with open(shared / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not record.is_file():
+                folder = shared / name
+                if folder.exists():
+                    pytest.fail(f"{name}: making it failed once already (see that error)")
+                folder.mkdir()
+                record.write_text(json.dumps(make(folder)))
+            return json.loads(record.read_text())
+
+    return made
+
+
+@pytest.fixture(scope="session")
+def cpu_smoke_run(made_once) -> Path:
+    """One real cpu-smoke run for the whole session, as the startup script runs it
+    (correctness, then run, which reuses the gate), in a folder named by its run id as fetch
+    publishes it. Three tests' modules made a copy each before (issue 31)."""
+
+    def make(folder: Path) -> str:
+        run_id = new_run_id()
+        out = folder / run_id
+        common = ["--plan", "cpu-smoke", "--out", str(out), "--run-id", run_id]
+        gate = _benches("correctness", *common)
+        assert gate.returncode == 0, gate.stderr
+        run = _benches("run", *common, "--status-file", str(out / "status.json"))
+        assert run.returncode == 0, run.stderr
+        assert "correctness:" not in run.stderr  # the gate's rows of this run were reused
+        return str(out)
+
+    return Path(made_once("cpu-smoke-run", make))
+
+
+def _benches(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "benches", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+    )

@@ -143,9 +143,7 @@ def view(ctx: Context, record: RunRecord) -> RunView:
     # No heartbeat ever reached the store: the VM may not write it. Its console says why,
     # while it runs (GCE serves serial output only then; the VM waits a little for us).
     ended_log = ctx.capabilities(record.backend).log_outlives_machine and machine == "TERMINATED"
-    if manifest is None and (
-        (status is None and machine in ("RUNNING", "STOPPING")) or ended_log
-    ):
+    if manifest is None and ((status is None and machine in ("RUNNING", "STOPPING")) or ended_log):
         reason = console_reason(ctx, record)
     return RunView(
         record, status, manifest, machine, "; ".join(problems) or None, console_reason=reason

@@ -32,26 +32,10 @@ def benches(*args: str, **kwargs) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory) -> Path:
-    """The startup script's two phases: correctness, then run (which reuses the gate)."""
-    out = tmp_path_factory.mktemp("smoke")
-    gate = benches("correctness", "--plan", "cpu-smoke", "--out", str(out), "--run-id", "r1")
-    assert gate.returncode == 0, gate.stderr
-    run = benches(
-        "run",
-        "--plan",
-        "cpu-smoke",
-        "--out",
-        str(out),
-        "--run-id",
-        "r1",
-        "--status-file",
-        str(out / "status.json"),
-    )
-    assert run.returncode == 0, run.stderr
-    assert "correctness:" not in run.stderr  # the gate's rows of this run were reused
-    return out
+@pytest.fixture
+def smoke_run(cpu_smoke_run) -> Path:
+    """The session's cpu-smoke run (tests/conftest.py): correctness, then run."""
+    return cpu_smoke_run
 
 
 def test_every_csv_row_validates_with_model_columns(smoke_run):
@@ -94,7 +78,7 @@ def test_summary_has_one_row_per_config_and_implementation(smoke_run):
     summary = read_csv(smoke_run / "results" / "summary.csv", SummaryRow)
     assert len(summary) == len(plan.configs) * len(plan.identities)
     for row in summary:
-        assert row.run_id == "r1" and row.n == plan.samples_per_config
+        assert row.run_id == smoke_run.name and row.n == plan.samples_per_config
         assert row.placements == plan.placements
         baseline = row.implementation != plan.candidate
         assert (row.speedup is not None) == baseline
@@ -108,7 +92,7 @@ def test_summary_has_one_row_per_config_and_implementation(smoke_run):
 
 def test_manifest_and_status_claim_completion(smoke_run):
     manifest = Manifest.model_validate_json((smoke_run / "manifest.json").read_text())
-    assert manifest.status == "complete" and manifest.run_id == "r1"
+    assert manifest.status == "complete" and manifest.run_id == smoke_run.name
     assert manifest.plan.name == "cpu-smoke" and manifest.environment.python
     assert manifest.statistics.method == "placement-cluster-bootstrap"
     assert manifest.statistics.placements == 4 and manifest.statistics.control == "sdpa@aa"

@@ -135,7 +135,8 @@ def test_a_tree_whose_package_is_named_kernels_runs_with_its_env(tmp_path, regis
         "assert os.environ['ATTN_HOME'] == os.path.dirname(os.path.dirname(__file__)) + '/x'\n"
     )
     (tree / "kernels" / "ops.py").write_text(
-        RIGHT + "\ndef attention(q, k, v, *, causal, scale):\n"
+        RIGHT
+        + "\ndef attention(q, k, v, *, causal, scale):\n"
         + textwrap.indent(body, "    ")
         + "    return right(q, k, v, causal, scale)\n"
     )

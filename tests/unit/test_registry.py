@@ -190,11 +190,14 @@ def test_the_estimates_error_comes_from_past_runs_of_the_same_plan_here(tmp_path
     from orchestrator.runtime_model import PhaseFigure, RuntimeEstimate, with_past_error
 
     registry = RunRegistry(tmp_path / "runs.sqlite")
-    took = {"r1": {"build": 30.0, "benchmark": 20.0}, "r2": {"benchmark": 30.0}}
-    for index, (run_id, phases) in enumerate(took.items()):
-        registry.add(_record(f"20261123-06000{index}-aaaaa{index}", estimated_seconds=20))
+    took = {
+        "20261123-060000-aaaaa0": {"build": 30.0, "benchmark": 20.0},
+        "20261123-060001-aaaaa1": {"benchmark": 30.0},
+    }
+    for run_id, phases in took.items():
+        registry.add(_record(run_id, estimated_seconds=20))
         registry.update(
-            f"20261123-06000{index}-aaaaa{index}",
+            run_id,
             state="complete",
             phase_seconds=phases,
             plan_sha256="p" * 64,
