@@ -134,5 +134,5 @@ def _reason(noise: Noise, different: list[ControlInterval]) -> str:
     return (
         f"the A/A control {control} was judged different from its twin on "
         f"{len(different)} of {len(intervals)} simultaneous intervals (worst: {where}, "
-        f"{worst.speedup:.3f}x [{worst.ci_low:.3f}, {worst.ci_high:.3f}]){skipped}"
+        f"{worst.speedup:.3g}x [{worst.ci_low:.3g}, {worst.ci_high:.3g}]){skipped}"
     )

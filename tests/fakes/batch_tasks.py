@@ -214,13 +214,15 @@ class TaskRunner:
         vm.sandbox.start(script if server.run_scripts else "exit 0")
         started = time.monotonic()
         limit = seconds_of(spec.get("maxRunDuration", "604800s")) / server.time_scale
-        preempt_at = job.preempt_after_s
-        job.preempt_after_s = None  # one preemption per injection
         while not vm.sandbox.startup_finished():
             elapsed = time.monotonic() - started
             if self._stop.is_set():
                 return -1
+            # Read live, not when the attempt began: a test injects right after create,
+            # and on a loaded machine this attempt may already have started by then.
+            preempt_at = job.preempt_after_s
             if preempt_at is not None and elapsed >= preempt_at:
+                job.preempt_after_s = None  # one preemption per injection
                 vm.preempted = True  # the metadata server says so before SIGTERM
                 vm.sandbox.power_off(server.preemption_grace_s, None)
                 vm.sandbox.halted.wait(server.preemption_grace_s + 30)
