@@ -16,6 +16,7 @@ from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from tests.e2e.test_gce_cli import plan_file
 from tests.fakes.compute_state import MAX_RUN_LATENESS_LIMIT_S, FakeComputeConfig
+from tests.limits import HANG_SECONDS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,7 +42,7 @@ def test_a_run_terminated_30_s_late_after_its_cap_bills_within_the_budget(gce, t
     (sent,) = gce.inserted
     cap = int(sent["scheduling"]["maxRunDuration"]["seconds"])
     (instance,) = gce.instances()
-    gce.wait_for(lambda: instance.deleted, timeout=90)
+    gce.wait_for(lambda: instance.deleted, timeout=HANG_SECONDS)
 
     assert instance.going_down_because == "maxRunDuration"
     assert instance.went_down_after_sim_s >= cap + MAX_RUN_LATENESS_LIMIT_S  # late, in full

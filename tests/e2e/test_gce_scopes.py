@@ -21,6 +21,7 @@ from tests.e2e.test_gce_cli import bucket_json, launched_run_id, plan_file, run_
 from tests.fakes.compute_state import project_number
 from tests.fakes.gcs_proxy import GcsIamProxy, scope_allows
 from tests.fakes.metadata_server import VM_TOKEN_PREFIX, TokenIdentity
+from tests.limits import HANG_SECONDS
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -53,7 +54,7 @@ def _call(url: str, method: str = "GET", data: bytes | None = None) -> tuple[int
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("Authorization", f"Bearer {VM_TOKEN_PREFIX}bench-x")
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=HANG_SECONDS) as answer:
             return answer.status, json.loads(answer.read() or b"{}")
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"{}")

@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from orchestrator.backends.batch.adaptor import batch_v1
 from orchestrator.backends.gce.adaptor import (
     api_exceptions,
-    api_retry,
     auth_credentials,
     auth_exceptions,
     client_options,
 )
-from orchestrator.backends.gce.errors import call_google, translate
+from orchestrator.backends.gce.errors import call_google, transient_read_retry, translate
 from orchestrator.errors import BenchError, ConfigError
 
 if TYPE_CHECKING:
@@ -61,13 +60,7 @@ class BatchApi:
 
     @cached_property
     def _read_retry(self):
-        return api_retry.Retry(
-            predicate=api_retry.if_transient_error,
-            initial=0.5,
-            maximum=8.0,
-            multiplier=2.0,
-            timeout=READ_RETRY_SECONDS,
-        )
+        return transient_read_retry(READ_RETRY_SECONDS)
 
     def _call(self, fn: Callable[[], T]) -> T:
         return call_google(

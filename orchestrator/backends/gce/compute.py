@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.backends.gce.adaptor import (
     api_exceptions,
-    api_retry,
     auth_credentials,
     auth_exceptions,
     client_options,
@@ -25,6 +24,7 @@ from orchestrator.backends.gce.adaptor import (
 from orchestrator.backends.gce.errors import (
     ComputeUnreachable,
     call_google,
+    transient_read_retry,
     translate,
 )
 from orchestrator.errors import BenchError, CloudError, ConfigError
@@ -109,14 +109,7 @@ class ComputeApi:
 
     @cached_property
     def _read_retry(self):
-        return api_retry.Retry(
-            # 429, 500, 503, connection errors and transport errors of the auth layer.
-            predicate=api_retry.if_transient_error,
-            initial=0.5,
-            maximum=8.0,
-            multiplier=2.0,
-            timeout=self._read_retry_seconds,
-        )
+        return transient_read_retry(self._read_retry_seconds)
 
     def _call(self, fn: Callable[[], T], zone: str | None = None) -> T:
         """Run one API call; whatever goes wrong leaves here as a bench error."""

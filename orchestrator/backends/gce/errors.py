@@ -155,6 +155,20 @@ def credentials_failed(exc: BaseException) -> PermissionDeniedError:
     )
 
 
+def transient_read_retry(timeout_seconds: float):
+    """The retry of a read: transient answers (429, 500, 503, connection and the auth
+    layer's transport errors), backing off 0.5 s to 8 s, for at most `timeout_seconds`."""
+    from orchestrator.backends.gce.adaptor import api_retry
+
+    return api_retry.Retry(
+        predicate=api_retry.if_transient_error,
+        initial=0.5,
+        maximum=8.0,
+        multiplier=2.0,
+        timeout=timeout_seconds,
+    )
+
+
 def call_google(
     fn: Callable[[], T],
     api_error: Callable[[BaseException], BenchError],
