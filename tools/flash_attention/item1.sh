@@ -4,8 +4,9 @@
 # process (ab.py), table last. A candidate that fails its tail shapes is not timed.
 # Usage (repo root, GPU machine):
 #   [BUILDS="shipped= wg3=FLASH_SM90_SHAPE_D64=2 ..."] [STEPS=tails,memcheck,ab,test] \
-#   [TAILS="NAME ..."] [MEMCHECK="NAME ..."] [TEST_BUILD=NAME] bash tools/flash_attention/item1.sh [ab.py args]
-# Logs under $OUT.
+#   [TAILS="NAME ..."] [MEMCHECK="NAME ..."] [TEST_BUILD=NAME] [PEERS=sdpa-cudnn,sdpa-flash] \
+#   [AB_TIMEOUT=280] bash tools/flash_attention/item1.sh [ab.py args]
+# Logs under $OUT (the device returns at most 8 files: pack them, e.g. with tar, past 3 builds).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD BENCH_KERNEL_CACHE=/tmp/flash-cache-item1
 # The flag ab.py builds with (several builds in one process), set for every build here: the
@@ -18,6 +19,7 @@ BUILDS=${BUILDS:-shipped=}
 MEMCHECK=${MEMCHECK:-}
 TAILS=${TAILS-all}  # the builds whose tail shapes are checked ("all": every one)
 TEST_BUILD=${TEST_BUILD:-}
+PEERS=${PEERS:-sdpa-cudnn,sdpa-flash}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 switches_of() {  # NAME -> its switches, comma separated
   local pair
@@ -60,8 +62,8 @@ if has test && [[ -n $TEST_BUILD ]]; then
   echo "test [$TEST_BUILD]: rc=$? $(tail -1 "$OUT/pytest-$TEST_BUILD.log")"
 fi
 if has ab && ((${#kept[@]})); then
-  timeout 280 python3 tools/flash_attention/ab.py "${kept[@]}" --no-l4 \
-    --peers sdpa-cudnn,sdpa-flash --head-dims 64,128 --causal both \
+  timeout ${AB_TIMEOUT:-280} python3 tools/flash_attention/ab.py "${kept[@]}" --no-l4 \
+    --peers "$PEERS" --head-dims 64,128 --causal both \
     --seqlens 1024,2048,4096,8192,16384 --json "$OUT/ab.json" "$@" > "$OUT/ab.log" 2>&1
   echo "ab: rc=$?"
   grep -E "Error|error|off the reference" "$OUT/ab.log" | tail -5
@@ -74,10 +76,16 @@ cell = lambda r: f"{r['dtype'][0]}{r['D']}{'c' if r['causal'] else ''}/{r['S'] /
 print(f"{'vs_cudnn':>16}" + "".join(f"{cell(r):>10}" for r in rows))
 for n in names:
     print(f"{n:>16}" + "".join(f"{r[n]['vs_cudnn']:>10.3f}" for r in rows))
+print(f"{'vs_first':>16}" + "".join(f"{cell(r):>10}" for r in rows))
+for n in names[1:]:
+    print(f"{n:>16}" + "".join(f"{r[n]['vs_base']:>10.3f}" for r in rows))
 for n in names:
     grid = [r[n]["vs_cudnn"] for r in rows if r["D"] in (64, 128)]
     d64 = [r[n]["vs_cudnn"] for r in rows if r["D"] == 64]
+    nc = [r[n]["vs_cudnn"] for r in rows if r["D"] == 128 and not r["causal"] and r["S"] >= 4096]
     print(f"{n:>16}: D64+128 median {statistics.median(grid):.3f} min {min(grid):.3f}"
-          f" ({sum(v < 0.9 for v in grid)} < 0.90); D64 median {statistics.median(d64):.3f}")
+          f" ({sum(v < 0.9 for v in grid)} < 0.90); D64 median {statistics.median(d64):.3f};"
+          f" D128 nc S>=4096 " + " ".join(f"{v:.3f}" for v in nc)
+          + f"; vs first median {statistics.median(r[n]['vs_base'] for r in rows):.3f}")
 PYEOF
 fi

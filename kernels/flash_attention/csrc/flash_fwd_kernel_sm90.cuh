@@ -24,6 +24,7 @@
 #include "mask.h"
 #include "sm90_utils.h"
 #include "softmax.h"
+#include "switches.h"
 #include "utils.h"
 
 namespace flash {
@@ -111,6 +112,27 @@ struct TileSchedule {
     }
 };
 
+// Two choices per kernel, each shipped where it measured faster (NOTES.md, h12-h13; the
+// switches force either).
+// kDescriptorSteps: wgmma descriptors as a base per buffer plus compile-time steps, Q's kept
+// in uniform registers (qk_wgmma): 0.3-0.5 % at D = 128 and 2-5 % at D = 64 non-causal, 4-5 %
+// (with kOwnKeyBound) for three causal consumers; with two causal consumers it came with
+// 1-5 % losses (measured only together with kOwnKeyBound, whose code the two-consumer loops
+// grew by), and D = 256 was not measured.
+// kOwnKeyBound: causal, each consumer warpgroup stops at its own last visible key tile rather
+// than the block's (in a 192-row block the first 64 rows see up to 128 keys fewer than the
+// last; with two consumers and 128-key tiles the bounds coincide).
+template <typename T, bool Causal>
+struct Sm90Choices {
+    static constexpr bool kDescriptorSteps =
+        FLASH_SM90_DESC_STEPS == 0
+            ? T::kHeadDim <= 128 && (!Causal || T::kConsumerWarpgroups == 3)
+            : FLASH_SM90_DESC_STEPS == 2;
+    static constexpr bool kOwnKeyBound =
+        Causal && (FLASH_SM90_OWN_KEY_BOUND == 0 ? T::kConsumerWarpgroups == 3
+                                                 : FLASH_SM90_OWN_KEY_BOUND == 2);
+};
+
 // Position in the K/V ring, carried across tiles: stage and the parity of its use.
 struct RingPosition {
     int count = 0;
@@ -168,19 +190,39 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
     }
 }
 
-// S = Q K_j^T for this consumer warpgroup's 64 rows (scale_d = 0 on the first k-step).
+// Descriptor low words (sm90_utils.h) of this consumer warpgroup's Q rows and of the first K
+// and V buffers; a ring stage is a step of kTileBytes from them.
+struct Sm90Descriptors {
+    uint32_t q, k, v;
+};
 template <typename T>
+__device__ __forceinline__ Sm90Descriptors descriptors(const Sm90Smem<T>& sm, int consumer_wg) {
+    // MN-major V: the next 64 columns of the head dim are the next column block (leading offset).
+    constexpr uint32_t kColBlockBytes = T::kBlockN * T::kRowBytes;
+    return {sm90::descriptor_lo(sm.q() + consumer_wg * 64 * T::kRowBytes, 0),
+            sm90::descriptor_lo(sm.k(0), 0), sm90::descriptor_lo(sm.v(0), kColBlockBytes)};
+}
+// S = Q K_j^T for this consumer warpgroup's 64 rows (scale_d = 0 on the first k-step).
+template <typename T, bool Steps>
 __device__ __forceinline__ void qk_wgmma(float (&s)[T::kNTiles][4], const Sm90Smem<T>& sm,
-                                         int stage, int consumer_wg) {
+                                         int stage, int consumer_wg, const Sm90Descriptors& desc) {
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kKVBlockBytes = T::kBlockN * T::kRowBytes;
     const uint32_t q_rows = sm.q() + consumer_wg * 64 * T::kRowBytes;
+    const uint32_t k_lo = desc.k + stage * (T::kTileBytes >> 4);
 #pragma unroll
     for (int ks = 0; ks < T::kKSteps; ++ks) {
         // 16 columns = 32 bytes per k-step, four k-steps per 128-byte column block.
         const int cb = ks / 4, in_row = (ks % 4) * 32;
-        const uint64_t desc_q = sm90::smem_descriptor(q_rows + cb * kQBlockBytes + in_row, 0);
-        const uint64_t desc_k = sm90::smem_descriptor(sm.k(stage) + cb * kKVBlockBytes + in_row, 0);
-        sm90::wgmma_ss<typename T::Elem>(s, desc_q, desc_k, ks > 0);
+        if constexpr (Steps) {
+            const uint64_t desc_q = sm90::descriptor(desc.q + ((cb * kQBlockBytes + in_row) >> 4));
+            const uint64_t desc_k = sm90::descriptor(k_lo + ((cb * kKVBlockBytes + in_row) >> 4));
+            sm90::wgmma_ss<typename T::Elem>(s, desc_q, desc_k, ks > 0);
+        } else {
+            const uint64_t desc_q = sm90::smem_descriptor(q_rows + cb * kQBlockBytes + in_row, 0);
+            const uint64_t desc_k =
+                sm90::smem_descriptor(sm.k(stage) + cb * kKVBlockBytes + in_row, 0);
+            sm90::wgmma_ss<typename T::Elem>(s, desc_q, desc_k, ks > 0);
+        }
     }
 }
 
@@ -200,17 +242,21 @@ __device__ __forceinline__ void pack_probabilities(uint32_t (&pa)[T::kBlockN / 1
 
 // O += P V_j. P is packed before the wgmma fence: registers written between the fence and a
 // wgmma that reads them make ptxas insert a fence before every wgmma (warning C7519).
-template <typename T>
+template <typename T, bool Steps>
 __device__ __forceinline__ void pv_wgmma(float (&o_acc)[T::kDTiles][4],
                                          const uint32_t (&pa)[T::kBlockN / 16][4],
-                                         const Sm90Smem<T>& sm, int stage) {
+                                         const Sm90Smem<T>& sm, int stage,
+                                         const Sm90Descriptors& desc) {
     // MN-major V: 16 keys = 16 rows of 128 bytes per k-step; the next 64 columns of the head
     // dim are the next column block (the descriptor's leading offset).
     constexpr uint32_t kColBlockBytes = T::kBlockN * T::kRowBytes;
+    const uint32_t v_lo = desc.v + stage * (T::kTileBytes >> 4);
 #pragma unroll
     for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
         const uint64_t desc_v =
-            sm90::smem_descriptor(sm.v(stage) + kk * 16 * T::kRowBytes, kColBlockBytes);
+            Steps
+                ? sm90::descriptor(v_lo + ((kk * 16 * T::kRowBytes) >> 4))
+                : sm90::smem_descriptor(sm.v(stage) + kk * 16 * T::kRowBytes, kColBlockBytes);
         sm90::wgmma_rs<typename T::Elem>(o_acc, pa[kk], desc_v, 1);
     }
 }
@@ -297,6 +343,49 @@ struct Pingpong {
     }
 };
 
+// A consumer warpgroup whose 64 rows all lie past the sequence end (in the last query block of
+// a 192-row block), or, causal with kOwnKeyBound, see no key, takes its turns and releases
+// every buffer as consume_tile would, without the math. It waits for each buffer to fill
+// before releasing it: a refilled buffer's earlier use has been released by every warp, so the
+// arrival lands in this use's phase.
+template <typename T>
+__device__ __forceinline__ void pass_tile(const Sm90Smem<T>& sm, const Tile& tile,
+                                          const RingPosition& ring, uint32_t q_phase,
+                                          const Pingpong<T::kConsumerWarpgroups>& turns,
+                                          int lane) {
+    constexpr int S = T::kStages;
+    const int n_blocks = tile.n_blocks;
+    if (n_blocks == 0) return;
+    sm90::mbarrier_wait(sm.full_q(), q_phase);
+    // n_blocks + 1 turns, as consume_tile takes: S_0, then S_j with P_{j-1} V_{j-1}, then the
+    // last P V.
+    for (int j = 0; j <= n_blocks; ++j) {
+        if (j < n_blocks) sm90::mbarrier_wait(sm.full_k(ring.stage<S>(j)), ring.phase<S>(j));
+        if (j > 0) sm90::mbarrier_wait(sm.full_v(ring.stage<S>(j - 1)), ring.phase<S>(j - 1));
+        turns.take_turn();
+        turns.pass_turn();
+        if (lane == 0) {
+            if (j < n_blocks) sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
+            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q());
+            if (j > 0) sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j - 1)));
+        }
+    }
+}
+
+// Key tiles that some row of this consumer warpgroup's 64 sees: the tile's, or, with
+// kOwnKeyBound, those up to its own last row's diagonal.
+template <typename T, bool Causal>
+__device__ __forceinline__ int own_key_tiles(const FlashFwdParams& p, const Tile& tile,
+                                             int consumer_wg) {
+    if constexpr (!Sm90Choices<T, Causal>::kOwnKeyBound) {
+        return tile.n_blocks;
+    } else {
+        const int n_end = min(p.seqlen_k, tile.m_block * T::kBlockM + (consumer_wg + 1) * 64 +
+                                              p.seqlen_k - p.seqlen_q);
+        return min(tile.n_blocks, n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0);
+    }
+}
+
 // One consumer warpgroup, one tile: its 64 query rows against every K/V tile of the tile's
 // keys, from ring position `ring`, then the output.
 template <typename T, bool Causal>
@@ -306,10 +395,16 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
                                              const Pingpong<T::kConsumerWarpgroups>& turns,
                                              int consumer_warp, int lane) {
     using Elem = typename T::Elem;
+    using Choices = Sm90Choices<T, Causal>;
     constexpr int S = T::kStages;
-    const int consumer_wg = consumer_warp / 4, n_blocks = tile.n_blocks;
+    const int consumer_wg = consumer_warp / 4;
+    const int n_blocks = own_key_tiles<T, Causal>(p, tile, consumer_wg);
     const int m0 = tile.m_block * T::kBlockM, causal_offset = p.seqlen_k - p.seqlen_q;
     const float scale_log2 = score_scale_log2(p.scale);
+    // The warpgroup index through a shuffle from lane 0: ptxas then knows it is the same in every
+    // lane and keeps Q's descriptors in uniform registers (no R2UR per wgmma, no registers).
+    const Sm90Descriptors desc = descriptors(
+        sm, Choices::kDescriptorSteps ? __shfl_sync(0xffffffff, consumer_wg, 0) : consumer_wg);
     float o_acc[1][T::kDTiles][4];
 #pragma unroll
     for (int t = 0; t < T::kDTiles; ++t)
@@ -355,7 +450,7 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         sm90::mbarrier_wait(sm.full_k(ring.stage<S>(0)), ring.phase<S>(0));
         turns.take_turn();
         sm90::wgmma_fence();
-        qk_wgmma<T>(s[0], sm, ring.stage<S>(0), consumer_wg);
+        qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, ring.stage<S>(0), consumer_wg, desc);
         sm90::wgmma_commit();
         turns.pass_turn();
         sm90::wgmma_wait<0>();
@@ -369,9 +464,9 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
             sm90::mbarrier_wait(sm.full_v(prev), ring.phase<S>(j - 1));
             turns.take_turn();
             sm90::wgmma_fence();
-            qk_wgmma<T>(s[0], sm, stage, consumer_wg);
+            qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, stage, consumer_wg, desc);
             sm90::wgmma_commit();
-            pv_wgmma<T>(o_acc[0], pa, sm, prev);
+            pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], pa, sm, prev, desc);
             sm90::wgmma_commit();
             turns.pass_turn();
             sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
@@ -391,46 +486,38 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         sm90::mbarrier_wait(sm.full_v(last), ring.phase<S>(n_blocks - 1));
         turns.take_turn();
         sm90::wgmma_fence();
-        pv_wgmma<T>(o_acc[0], pa, sm, last);
+        pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], pa, sm, last, desc);
         sm90::wgmma_commit();
         turns.pass_turn();
         sm90::wgmma_wait<0>();
         sm90::fence_registers(o_acc[0]);
         if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(last));
     }
+    if constexpr (Choices::kOwnKeyBound) {
+        // The tile's key tiles past this warpgroup's last visible key: their turns (the math
+        // took n_blocks + 1, the tile has tile.n_blocks + 1) and releases, without math, each
+        // buffer waited for first (pass_tile says why). No visible key at all: the whole tile
+        // passed, and the rows written as zeros below.
+        if (n_blocks == 0) {
+            pass_tile<T>(sm, tile, ring, q_phase, turns, lane);
+        } else {
+            for (int j = n_blocks; j < tile.n_blocks; ++j) {
+                sm90::mbarrier_wait(sm.full_k(ring.stage<S>(j)), ring.phase<S>(j));
+                sm90::mbarrier_wait(sm.full_v(ring.stage<S>(j)), ring.phase<S>(j));
+                turns.take_turn();
+                turns.pass_turn();
+                if (lane == 0) {
+                    sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
+                    sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j)));
+                }
+            }
+        }
+    }
 
     Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
     float* lse = p.lse + ((int64_t)tile.batch * p.heads + tile.head) * p.seqlen_q;
     write_output_sm90<T>(o_acc[0], softmax, sm, o, p.o_row_stride, lse, m0, p.seqlen_q,
                          consumer_warp, lane);
-}
-
-// A consumer warpgroup whose 64 rows all lie past the sequence end (in the last query block of
-// a 192-row block) takes its turns and releases every buffer as consume_tile would, without
-// the math. It waits for each buffer to fill before releasing it: a refilled buffer's earlier
-// use has been released by every warp, so the arrival lands in this use's phase.
-template <typename T>
-__device__ __forceinline__ void pass_tile(const Sm90Smem<T>& sm, const Tile& tile,
-                                          const RingPosition& ring, uint32_t q_phase,
-                                          const Pingpong<T::kConsumerWarpgroups>& turns,
-                                          int lane) {
-    constexpr int S = T::kStages;
-    const int n_blocks = tile.n_blocks;
-    if (n_blocks == 0) return;
-    sm90::mbarrier_wait(sm.full_q(), q_phase);
-    // n_blocks + 1 turns, as consume_tile takes: S_0, then S_j with P_{j-1} V_{j-1}, then the
-    // last P V.
-    for (int j = 0; j <= n_blocks; ++j) {
-        if (j < n_blocks) sm90::mbarrier_wait(sm.full_k(ring.stage<S>(j)), ring.phase<S>(j));
-        if (j > 0) sm90::mbarrier_wait(sm.full_v(ring.stage<S>(j - 1)), ring.phase<S>(j - 1));
-        turns.take_turn();
-        turns.pass_turn();
-        if (lane == 0) {
-            if (j < n_blocks) sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
-            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q());
-            if (j > 0) sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j - 1)));
-        }
-    }
 }
 
 template <typename T, bool Causal>

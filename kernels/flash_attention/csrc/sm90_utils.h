@@ -100,6 +100,19 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr, uint32_t lead
            ((kStrideBytes >> 4) << 32) | (1ull << 62);
 }
 
+// The same descriptor as two words: the high one is the same for every buffer here (stride
+// offset 1024 B, 128-byte swizzle); the low one holds start >> 4 and the leading offset >> 4.
+// A step of `bytes` inside shared memory (a k-step, a ring stage) adds bytes >> 4 to the low
+// word: the 14-bit start field spans 256 KB, more than a block's shared memory, so no carry
+// leaves it. One integer add per descriptor instead of the mask, shift and or from an address.
+constexpr uint32_t kDescriptorHi = (1024 >> 4) | (1u << 30);
+__device__ __forceinline__ uint32_t descriptor_lo(uint32_t addr, uint32_t leading_bytes) {
+    return ((addr & 0x3FFFF) >> 4) | (((leading_bytes & 0x3FFFF) >> 4) << 16);
+}
+__device__ __forceinline__ uint64_t descriptor(uint32_t lo) {
+    return ((uint64_t)kDescriptorHi << 32) | lo;
+}
+
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

@@ -77,6 +77,20 @@
 #define FLASH_SM90_CAUSAL_SCHEDULE 0
 #endif
 
+// Causal Hopper launches: 0 the shipped choice (2 with three consumer warpgroups, else 1); 1
+// every consumer warpgroup computes the key tiles of its block's last row; 2 each stops at its
+// own last row's (flash_fwd_kernel_sm90.cuh, Sm90Choices).
+#ifndef FLASH_SM90_OWN_KEY_BOUND
+#define FLASH_SM90_OWN_KEY_BOUND 0
+#endif
+
+// Hopper wgmma descriptors: 0 the shipped choice (2 for non-causal D = 64 and 128 and three
+// causal consumers, else 1); 1 each from its shared address (mask, shift, or); 2 a base per
+// buffer plus compile-time steps (sm90_utils.h, descriptor_lo; Sm90Choices).
+#ifndef FLASH_SM90_DESC_STEPS
+#define FLASH_SM90_DESC_STEPS 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
@@ -89,3 +103,5 @@ static_assert(FLASH_SPLITD_NO_L2_PREFETCH == 0 || FLASH_SPLITD_NO_L2_PREFETCH ==
 static_assert(FLASH_PTXAS_REG_LEVEL >= 0 && FLASH_PTXAS_REG_LEVEL <= 10, "0..10");
 static_assert(FLASH_SM90_SHAPE_D64 >= 0 && FLASH_SM90_SHAPE_D64 <= 2, "0..2");
 static_assert(FLASH_SM90_CAUSAL_SCHEDULE >= 0 && FLASH_SM90_CAUSAL_SCHEDULE <= 2, "0..2");
+static_assert(FLASH_SM90_OWN_KEY_BOUND >= 0 && FLASH_SM90_OWN_KEY_BOUND <= 2, "0..2");
+static_assert(FLASH_SM90_DESC_STEPS >= 0 && FLASH_SM90_DESC_STEPS <= 2, "0..2");
