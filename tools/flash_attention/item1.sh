@@ -3,10 +3,17 @@
 # checked on tail shapes, then timed against the shipped code, sdpa-cudnn and sdpa-flash in one
 # process (ab.py), table last. A candidate that fails its tail shapes is not timed.
 # Usage (repo root, GPU machine):
-#   [BUILDS="shipped= wg3=FLASH_SM90_SHAPE_D64=2 ..."] [STEPS=tails,memcheck,ab,test] \
-#   [TAILS="NAME ..."] [MEMCHECK="NAME ..."] [TEST_BUILD=NAME] [PEERS=sdpa-cudnn,sdpa-flash] \
-#   [AB_TIMEOUT=280] bash tools/flash_attention/item1.sh [ab.py args]
-# Logs under $OUT (the device returns at most 8 files: pack them, e.g. with tar, past 3 builds).
+#   [BUILDS="shipped= wg3=FLASH_SM90_SHAPE_D64=2 ..."] \
+#   [STEPS=prebuild,tails,memcheck,ab,test,sass,ncu] [TAILS="NAME ..."] [MEMCHECK="NAME ..."] \
+#   [TEST_BUILD=NAME] [PEERS=sdpa-cudnn,sdpa-flash] [AB_TIMEOUT=280] \
+#   [NCU_CASES="d128nc:--head-dim 128 --seqlen 8192;..."] [PACK=1] \
+#   bash tools/flash_attention/item1.sh [ab.py args]
+# prebuild: every switch build compiled at once (several builds fill the cores better than one
+# after another). sass: sass_counts.py over the build cache. ncu: per case NAME:ARGS (ncu_one.py
+# arguments), one launch of ours under Nsight Compute with warp-state sampling per instruction
+# (no clock control: the card's clocks are left alone); the report and its SASS source page as
+# CSV under $OUT. Logs under $OUT; PACK=1 packs them into one archive (the device returns at
+# most 8 files), the table (table.txt) beside it and printed last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD BENCH_KERNEL_CACHE=/tmp/flash-cache-item1
 # The flag ab.py builds with (several builds in one process), set for every build here: the
@@ -32,6 +39,15 @@ define_args() {  # "A=1,B=2" -> --define A=1 --define B=2
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu \
   --format=csv,noheader | tee "$OUT/gpu.txt"
+if has prebuild; then
+  for pair in $BUILDS; do
+    [[ ${pair%%=*} == *@* ]] && continue
+    read -ra defs <<< "$(define_args "${pair#*=}")"
+    python3 -m kernels.flash_attention.build "${defs[@]}" > "$OUT/build-${pair%%=*}.log" 2>&1 &
+  done
+  wait
+  echo "prebuild: $(grep -l -i error "$OUT"/build-*.log | tr '\n' ' ')done"
+fi
 kept=()
 for pair in $BUILDS; do
   name=${pair%%=*}
@@ -62,13 +78,13 @@ if has test && [[ -n $TEST_BUILD ]]; then
   echo "test [$TEST_BUILD]: rc=$? $(tail -1 "$OUT/pytest-$TEST_BUILD.log")"
 fi
 if has ab && ((${#kept[@]})); then
-  timeout ${AB_TIMEOUT:-280} python3 tools/flash_attention/ab.py "${kept[@]}" --no-l4 \
+  timeout "${AB_TIMEOUT:-280}" python3 tools/flash_attention/ab.py "${kept[@]}" --no-l4 \
     --peers "$PEERS" --head-dims 64,128 --causal both \
     --seqlens 1024,2048,4096,8192,16384 --json "$OUT/ab.json" "$@" > "$OUT/ab.log" 2>&1
   echo "ab: rc=$?"
   grep -E "Error|error|off the reference" "$OUT/ab.log" | tail -5
   # Per build: ratio to cuDNN per cell (dtype, D, c = causal, S), then medians.
-  python3 - "$OUT/ab.json" <<'PYEOF'
+  python3 - "$OUT/ab.json" > "$OUT/table.txt" <<'PYEOF'
 import json, statistics, sys
 rows = json.load(open(sys.argv[1]))["rows"]
 names = [k for k, v in rows[0].items() if isinstance(v, dict)]
@@ -89,3 +105,29 @@ for n in names:
           + f"; vs first median {statistics.median(r[n]['vs_base'] for r in rows):.3f}")
 PYEOF
 fi
+if has sass; then
+  python3 tools/flash_attention/sass_counts.py "$BENCH_KERNEL_CACHE" > "$OUT/sass.log" 2>&1
+  echo "sass: rc=$?"
+fi
+if has ncu; then
+  IFS=';' read -ra cases <<< "${NCU_CASES:-d128nc:--head-dim 128 --seqlen 8192}"
+  for case in "${cases[@]}"; do
+    name=${case%%:*}
+    read -ra case_args <<< "${case#*:}"
+    timeout 180 ncu --clock-control none --import-source no --section SpeedOfLight \
+      --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis -k regex:flash_fwd_sm90 --launch-skip 2 \
+      --launch-count 1 -f -o "$OUT/ncu-$name" \
+      python3 tools/flash_attention/ncu_one.py "${case_args[@]}" > "$OUT/ncu-$name.log" 2>&1
+    echo "ncu [$name]: rc=$?"
+    ncu -i "$OUT/ncu-$name.ncu-rep" --page details --csv > "$OUT/ncu-$name-details.csv" 2>&1
+    ncu -i "$OUT/ncu-$name.ncu-rep" --page source --csv --print-source sass \
+      > "$OUT/ncu-$name-sass.csv" 2>&1
+    echo "ncu [$name]: details $(wc -l < "$OUT/ncu-$name-details.csv") lines, sass $(wc -l < "$OUT/ncu-$name-sass.csv") lines"
+  done
+fi
+if [[ ${PACK:-0} == 1 ]]; then
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name table.txt ! -name logs.tgz -printf '%P\n' \
+    | tar -czf logs.tgz -T - --remove-files)
+fi
+if [[ -f $OUT/table.txt ]]; then cat "$OUT/table.txt"; fi

@@ -112,25 +112,29 @@ struct TileSchedule {
     }
 };
 
-// Two choices per kernel, each shipped where it measured faster (NOTES.md, h12-h13; the
-// switches force either).
+// Choices per kernel, each shipped where it measured faster (NOTES.md, h12-h14; the switches
+// force either).
 // kDescriptorSteps: wgmma descriptors as a base per buffer plus compile-time steps, Q's kept
 // in uniform registers (qk_wgmma): 0.3-0.5 % at D = 128 and 2-5 % at D = 64 non-causal, 4-5 %
-// (with kOwnKeyBound) for three causal consumers; with two causal consumers it came with
-// 1-5 % losses (measured only together with kOwnKeyBound, whose code the two-consumer loops
-// grew by), and D = 256 was not measured.
+// (with kOwnKeyBound) for three causal consumers, 1-3 % for two causal consumers (without
+// kOwnKeyBound, whose code the two-consumer loops grew by); D = 256 was not measured.
 // kOwnKeyBound: causal, each consumer warpgroup stops at its own last visible key tile rather
 // than the block's (in a 192-row block the first 64 rows see up to 128 keys fewer than the
 // last; with two consumers and 128-key tiles the bounds coincide).
+// kTreeMax: each row half's maximum over a key tile as four partial maxima combined last, not
+// one chain of dependent maxima (the chain held a tenth of the D = 128 loop's stall samples);
+// the result is the same, a maximum being exact in any order. Measured 1.02-1.03x for three
+// causal consumers and within the same-code spread elsewhere (NOTES.md h14): not shipped yet,
+// the GPU tests have not run with it as the default.
 template <typename T, bool Causal>
 struct Sm90Choices {
     static constexpr bool kDescriptorSteps =
-        FLASH_SM90_DESC_STEPS == 0
-            ? T::kHeadDim <= 128 && (!Causal || T::kConsumerWarpgroups == 3)
-            : FLASH_SM90_DESC_STEPS == 2;
+        FLASH_SM90_DESC_STEPS == 0 ? T::kHeadDim <= 128 : FLASH_SM90_DESC_STEPS == 2;
     static constexpr bool kOwnKeyBound =
         Causal && (FLASH_SM90_OWN_KEY_BOUND == 0 ? T::kConsumerWarpgroups == 3
                                                  : FLASH_SM90_OWN_KEY_BOUND == 2);
+    static constexpr bool kTreeMax =
+        FLASH_SM90_TREE_MAX == 0 ? false : FLASH_SM90_TREE_MAX == 2;
 };
 
 // Position in the K/V ring, carried across tiles: stage and the parity of its use.
@@ -419,7 +423,7 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         const bool diagonal = Causal && n0 + T::kBlockN - 1 > m0 + causal_offset;
         if (tail || diagonal)
             mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, consumer_warp, lane);
-        return softmax.fold(s, correction, scale_log2);
+        return softmax.fold<Choices::kTreeMax>(s, correction, scale_log2);
     };
     // K_j is free once S_j landed; after the tile's last S, so is Q.
     auto release_k = [&](int j) {

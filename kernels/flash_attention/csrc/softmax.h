@@ -32,13 +32,27 @@ struct OnlineSoftmax {
             for (int h = 0; h < 2; ++h) row_max[mt][h] = -INFINITY, row_sum[mt][h] = 0.f;
     }
 
-    // Max raw score of row half h of m-tile mt over one tile (the quad shares a row).
-    template <int NTiles>
+    // Max raw score of row half h of m-tile mt over one tile (the quad shares a row). Tree:
+    // four partial maxima, each over every fourth n8 tile, combined last, so that the
+    // maxima's latency overlaps (ptxas keeps the order of fmaxf: as one chain, each waits on
+    // the one before). A maximum is exact in any order, so both give the same value.
+    template <bool Tree = false, int NTiles>
     static __device__ __forceinline__ float tile_max(const float (&s)[MTiles][NTiles][4], int mt,
                                                      int h) {
         float mx = -INFINITY;
+        if constexpr (Tree && NTiles % 4 == 0) {
+            float part[4];
 #pragma unroll
-        for (int t = 0; t < NTiles; ++t) mx = fmaxf(mx, fmaxf(s[mt][t][2 * h], s[mt][t][2 * h + 1]));
+            for (int t = 0; t < NTiles; ++t) {
+                const float pair = fmaxf(s[mt][t][2 * h], s[mt][t][2 * h + 1]);
+                part[t % 4] = t < 4 ? pair : fmaxf(part[t % 4], pair);
+            }
+            mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+        } else {
+#pragma unroll
+            for (int t = 0; t < NTiles; ++t)
+                mx = fmaxf(mx, fmaxf(s[mt][t][2 * h], s[mt][t][2 * h + 1]));
+        }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
         return fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
     }
@@ -46,10 +60,10 @@ struct OnlineSoftmax {
     // The running max of row half h of m-tile mt once tile s is in (over scaled scores, so
     // scale_log2 > 0 is needed), and the value its scores are shifted by: 0 while the row has
     // seen only masked keys (max -inf), so that no inf - inf occurs.
-    template <int NTiles>
+    template <bool TreeMax = false, int NTiles>
     __device__ __forceinline__ float2 next_max(const float (&s)[MTiles][NTiles][4], int mt, int h,
                                                float scale_log2) const {
-        const float mx = fmaxf(row_max[mt][h], tile_max(s, mt, h) * scale_log2);
+        const float mx = fmaxf(row_max[mt][h], tile_max<TreeMax>(s, mt, h) * scale_log2);
         return make_float2(mx, mx == -INFINITY ? 0.f : mx);
     }
 
@@ -134,8 +148,8 @@ struct OnlineSoftmax {
     // written by an asynchronous MMA (the Hopper kernel): fold() moves the maxima and sums
     // and exponentiates s, leaving in `correction` the factor o_acc owes each row, which
     // rescale_output() applies once the MMA has landed. Returns whether any row of the warp
-    // moved its max (warp-uniform): if none did, every factor is exactly 1.
-    template <int NTiles>
+    // moved its max (warp-uniform): if none did, every factor is exactly 1. TreeMax: tile_max's.
+    template <bool TreeMax = false, int NTiles>
     __device__ __forceinline__ bool fold(float (&s)[MTiles][NTiles][4],
                                          float (&correction)[MTiles][2], float scale_log2) {
         bool moved = false;
@@ -143,7 +157,7 @@ struct OnlineSoftmax {
         for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float2 m = next_max(s, mt, h, scale_log2);
+                const float2 m = next_max<TreeMax>(s, mt, h, scale_log2);
                 const float mx = m.x, m_use = m.y;
                 correction[mt][h] = fast_exp2(row_max[mt][h] - m_use);
                 row_sum[mt][h] *= correction[mt][h];

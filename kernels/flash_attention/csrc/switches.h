@@ -84,11 +84,18 @@
 #define FLASH_SM90_OWN_KEY_BOUND 0
 #endif
 
-// Hopper wgmma descriptors: 0 the shipped choice (2 for non-causal D = 64 and 128 and three
-// causal consumers, else 1); 1 each from its shared address (mask, shift, or); 2 a base per
-// buffer plus compile-time steps (sm90_utils.h, descriptor_lo; Sm90Choices).
+// Hopper wgmma descriptors: 0 the shipped choice (2 for D = 64 and 128, 1 for D = 256); 1 each
+// from its shared address (mask, shift, or); 2 a base per buffer plus compile-time steps
+// (sm90_utils.h, descriptor_lo; Sm90Choices).
 #ifndef FLASH_SM90_DESC_STEPS
 #define FLASH_SM90_DESC_STEPS 0
+#endif
+
+// Hopper softmax, each row half's maximum over a key tile (softmax.h, tile_max): 0 the shipped
+// choice (1 everywhere; Sm90Choices); 1 one dependent chain of maxima; 2 four partial maxima,
+// combined last.
+#ifndef FLASH_SM90_TREE_MAX
+#define FLASH_SM90_TREE_MAX 0
 #endif
 
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
@@ -105,3 +112,4 @@ static_assert(FLASH_SM90_SHAPE_D64 >= 0 && FLASH_SM90_SHAPE_D64 <= 2, "0..2");
 static_assert(FLASH_SM90_CAUSAL_SCHEDULE >= 0 && FLASH_SM90_CAUSAL_SCHEDULE <= 2, "0..2");
 static_assert(FLASH_SM90_OWN_KEY_BOUND >= 0 && FLASH_SM90_OWN_KEY_BOUND <= 2, "0..2");
 static_assert(FLASH_SM90_DESC_STEPS >= 0 && FLASH_SM90_DESC_STEPS <= 2, "0..2");
+static_assert(FLASH_SM90_TREE_MAX >= 0 && FLASH_SM90_TREE_MAX <= 2, "0..2");
