@@ -1,8 +1,9 @@
 """The Backend protocol the service layer talks to; it never imports a cloud SDK.
 
 A backend declares what sets its runs apart (`Capabilities`, as dstack's backends declare
-theirs) and the optional protocols it implements (`ChecksProject`, `SetsUpProject`): the
-service layer reads those, never a backend's name. backends/registry.py names them all.
+theirs) and the optional protocols it implements (`ChecksProject`, `SetsUpProject`,
+`SplitsBudget`, `ReportsBilledTime`): the service layer reads those, never a backend's name.
+backends/registry.py names them all.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 from orchestrator.spec import RunSpec
 
 if TYPE_CHECKING:
+    from orchestrator.budget import HourlyRate
     from orchestrator.config import BenchConfig
     from orchestrator.paths import StatePaths
     from orchestrator.registry import RunRegistry
@@ -195,7 +197,8 @@ class Backend(Protocol):
     def start(self, spec: RunSpec, startup_script: str, shutdown_script: str) -> Placement: ...
 
     def machine_state(self, run_id: str, placement: Placement) -> str:
-        """RUNNING, STOPPING, TERMINATED, PREEMPTED or GONE."""
+        """RUNNING, WAITING (the cloud holds the run until it has capacity for it: no
+        machine exists or bills yet), STOPPING, TERMINATED, PREEMPTED or GONE."""
         ...
 
     def log_lines(self, run_id: str, placement: Placement, follow: bool) -> Iterator[str]: ...
@@ -228,6 +231,48 @@ class Backend(Protocol):
 
     def local_files(self, run_id: str, run_key: str) -> list[Path]:
         """What a run keeps on this machine (`clean` removes it once the run ended)."""
+        ...
+
+
+@dataclass(frozen=True)
+class BudgetTerms:
+    """How a budget is spent where the cloud bounds each attempt of a run and retries it:
+    what `bench prices` shows and launch configures, in one line for both."""
+
+    attempt_seconds: int  # the cloud's cap of one attempt
+    attempts: int  # how many attempts the budget pays for, retries included
+    worst_case_usd: float  # every attempt at its worst, at the rate
+    setup_seconds: int  # billed before each attempt's cap starts (a VM's boot)
+    region: str  # the region whose rate priced it
+    summary: str
+
+
+@runtime_checkable
+class SplitsBudget(Protocol):
+    """A backend whose runs are retried by the cloud, each attempt under its own cap."""
+
+    @classmethod
+    def budget_terms(
+        cls,
+        config: BenchConfig,
+        budget_usd: float,
+        rate: HourlyRate,
+        estimated_seconds: int,
+        cap_seconds: int,
+    ) -> BudgetTerms:
+        """What `budget_usd` buys at `rate` for a plan of `estimated_seconds` whose time cap
+        is `cap_seconds`; RefusedError when not even one attempt fits."""
+        ...
+
+
+@runtime_checkable
+class ReportsBilledTime(Protocol):
+    """A backend whose cloud records how long each machine of a run existed (Cloud Batch: a
+    VM per attempt), so a run's cost is priced from that, not from its life since launch."""
+
+    def billed_seconds(self, run_id: str, placement: Placement) -> list[float] | None:
+        """Seconds each machine of the run has billed so far, one per machine; None when
+        the cloud no longer knows (the service then prices the run's life)."""
         ...
 
 

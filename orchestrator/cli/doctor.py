@@ -35,6 +35,12 @@ def doctor(gpus, probe):
     each GPU type's zones, machine and accelerator types and quota are
     checked (quota for all of them running at once).
 
+    With Cloud Batch in use (backend = "batch", or a batch run launched from
+    here) it then checks the Batch API answers in the job's region, that you
+    may create, read and delete jobs, and that the VM account holds
+    roles/batch.agentReporter and roles/logging.logWriter (what `bench setup`
+    grants it).
+
     With --probe it then starts one e2-micro spot VM (no GPU, a fraction of a
     cent) as the VM account, which writes one object under its run's key and
     deletes itself; each step is reported with its time, and whatever is
@@ -49,9 +55,9 @@ def doctor(gpus, probe):
     """
     from orchestrator.errors import CloudError
     from orchestrator.gpus import parse_gpu_list
-    from orchestrator.service.doctor import doctor_backend, run_doctor
+    from orchestrator.service.doctor import run_doctor
 
-    ctx = make_context(backend=doctor_backend())
+    ctx = make_context()
     keys = parse_gpu_list(gpus) if gpus is not None else None
     out = console()
     failed = 0

@@ -66,6 +66,14 @@ from orchestrator.errors import UsageError
     "machine, an L4); local: `local` or this machine's GPU type. One budget for all",
 )
 @click.option(
+    "--queue-minutes",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="batch: a job Batch still holds for lack of capacity after this many minutes is "
+    "deleted (it never ran, it cost nothing) and its share of the monthly cap freed "
+    "(default 60, bench.toml batch_queue_minutes)",
+)
+@click.option(
     "--trusted/--untrusted",
     "trusted",
     default=None,
@@ -85,6 +93,7 @@ def launch(
     on_demand_fallback,
     allow_leftover_disk,
     gpus,
+    queue_minutes,
     trusted,
     fail_on,
     margin,
@@ -140,6 +149,7 @@ def launch(
         backend=backend,
         on_demand_fallback=on_demand_fallback,
         allow_leftover_disk=allow_leftover_disk,
+        batch_queue_minutes=queue_minutes,
     )
     name, reason = ctx.config.resolved_backend()
     out = console()

@@ -25,6 +25,10 @@ def prices(plan_ref, as_json, refresh):
     gce run of the plan on the configured machine and image, on a first run
     (empty caches) and on later runs (environment and kernel build cached in the
     bucket), each figure with its source, and what each costs at the catalog rate.
+    Then, for each backend whose cloud retries a run (Cloud Batch), what $1.00
+    buys there: each attempt's maxRunDuration, how many attempts (retries on
+    preemption), and all of them at their worst, at the dearest allowed
+    region's rate: the figures `launch --backend batch` configures.
 
     Prices come from the last `--refresh` while it is under 7 days old (items it
     did not find, and every item after a week, from bench's bundled catalog).
@@ -46,8 +50,9 @@ def prices(plan_ref, as_json, refresh):
         click.echo(_refresh(ctx.config), err=as_json)
     catalog = price_catalog(ctx.config)
     estimate = gce_estimate(ctx, plan_ref)
+    split = split_budgets(ctx, plan_ref, 1.0)
     if as_json:
-        return _print_json(catalog, estimate)
+        return _print_json(catalog, estimate, split)
     out.print(f"{_catalog_heading(catalog)} ({catalog['currency']}/hour)")
     out.print(price_table(catalog))
     for name, source in catalog["sources"].items():
@@ -73,7 +78,38 @@ def prices(plan_ref, as_json, refresh):
         f" (the time cap, its worst-case bill within $1.00)",
         soft_wrap=False,
     )
+    for title, terms in split.values():
+        line = terms if isinstance(terms, str) else f"$1.00 buys {terms.summary}"
+        out.print(f"{title}: {line}", markup=False, highlight=False, soft_wrap=False)
     return 0
+
+
+def split_budgets(ctx, plan_ref: str, budget_usd: float) -> dict:
+    """Backend name -> (its title, what `budget_usd` buys there), for each backend whose
+    cloud retries a run (`SplitsBudget`), priced as its launch would price the plan: the
+    same rate, time cap and estimate; the refusal's text where not one attempt fits."""
+    from orchestrator.backends import registry
+    from orchestrator.backends.base import SplitsBudget
+    from orchestrator.budget import max_run_seconds_for
+    from orchestrator.errors import RefusedError
+    from orchestrator.service.estimate import gce_estimate
+
+    found = {}
+    for name in registry.names():
+        cls = registry.backend_class(name)
+        if not issubclass(cls, SplitsBudget):
+            continue
+        estimate = gce_estimate(ctx, plan_ref, backend=name)
+        rate = estimate.rate
+        cap = max_run_seconds_for(budget_usd, rate)
+        try:
+            terms = cls.budget_terms(
+                ctx.config, budget_usd, rate, estimate.launch.total_seconds, cap
+            )
+        except RefusedError as e:
+            terms = str(e)
+        found[name] = (registry.capabilities(name).title, terms)
+    return found
 
 
 def _refresh(config) -> str:
@@ -102,7 +138,8 @@ def _catalog_heading(catalog) -> str:
     )
 
 
-def _print_json(catalog, estimate) -> int:
+def _print_json(catalog, estimate, split) -> int:
+    import dataclasses
     import json
 
     from orchestrator.budget import max_run_seconds_for
@@ -127,6 +164,11 @@ def _print_json(catalog, estimate) -> int:
         "later_runs_seconds": phases(estimate.later_runs),
         "launch_estimate_seconds": estimate.launch.total_seconds,
         "launch_estimate_usd": round(billed_usd(rate.total, estimate.launch.total_seconds), 6),
+        # What $1.00 buys where the cloud retries a run, by backend; a string: refused.
+        "one_dollar_attempts": {
+            name: terms if isinstance(terms, str) else dataclasses.asdict(terms)
+            for name, (_, terms) in split.items()
+        },
     }
     click.echo(json.dumps(document, indent=2))
     return 0

@@ -15,7 +15,10 @@ def setup(apply_):
     that bucket only; a custom role holding only compute.instances.delete and
     compute.disks.delete, granted to that account on instances and disks named
     bench-* only. With `service_account` set to that account, each run's VM
-    deletes itself when it ends: nothing is left billing. Without --apply it only prints the gcloud
+    deletes itself when it ends: nothing is left billing. With Cloud Batch in use
+    (backend = "batch", or a batch run launched from here) it also grants that
+    account roles/batch.agentReporter and roles/logging.logWriter on the
+    project, what a Batch job's VMs need. Without --apply it only prints the gcloud
     commands, so you can check them line by line (or run them yourself).
     --apply runs the same steps through Google's APIs and is safe to repeat; it
     waits (up to about two minutes) for the new account to become usable.
@@ -25,9 +28,9 @@ def setup(apply_):
       bench setup                 # print the commands
       bench setup --apply         # do it (needs a project Owner or the IAM admin roles)
     """
-    from orchestrator.service.setup import apply_setup, plan_setup, setup_backend
+    from orchestrator.service.setup import apply_setup, plan_setup
 
-    ctx = make_context(backend=setup_backend())
+    ctx = make_context()
     out = console()
     plan = plan_setup(ctx)
     if not apply_:

@@ -13,7 +13,10 @@ def status(run_id, as_json):
     """Show runs: backend, phase and progress, elapsed time, cost so far, budget, state.
 
     A sweep id (from `launch --gpu a,b`) shows each of its runs; a run of a
-    sweep shows its GPU type next to its backend (gce:t4).
+    sweep shows its GPU type next to its backend (gce:t4). A run whose cloud
+    still holds it for lack of capacity (a Batch job QUEUED or SCHEDULED) is
+    "waiting for capacity", at no cost yet; a finished run's cost is what
+    `bench fetch` reckoned (on Batch: every attempt of its task).
 
     With a project configured it also lists every powered-off bench VM in the
     project: no VM charge, but its disk bills until it is deleted. Each line

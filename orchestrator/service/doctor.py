@@ -1,22 +1,32 @@
 """doctor: is this project ready for a launch? One line per check, ✓ or ✗ with its fix.
 
-The checks are the backend's own (`ChecksProject`: backends/gce/doctor.py on gce); this use
-case picks the backend and refuses one that has no project to check.
+The checks are each backend's own (`ChecksProject`: backends/gce/doctor.py,
+backends/batch/doctor.py); this use case picks the backends: the first billed one registered
+(the project itself: credentials, Compute, quota, bucket, IAM), then every other billed one
+these settings use (those `stop-all` searches: Cloud Batch once configured or used here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from orchestrator.backends import registry
 from orchestrator.backends.base import Check, ChecksProject
-from orchestrator.backends.registry import default_cloud
+from orchestrator.config import BenchConfig
 from orchestrator.errors import UsageError
 from orchestrator.service.context import Context
 
 
-def doctor_backend() -> str:
-    """The backend `bench doctor` checks: the first billed one registered."""
-    return default_cloud()
+def projects_in_use(config: BenchConfig) -> list[str]:
+    """The first billed backend, then every other billed backend these settings use (the
+    ones `stop-all` searches): what `bench doctor` checks and `bench setup` prepares."""
+    first = registry.default_cloud()
+    used = [
+        name
+        for name in registry.searchable(config)
+        if name != first and registry.capabilities(name).billed
+    ]
+    return [first, *used]
 
 
 def run_doctor(
@@ -25,12 +35,14 @@ def run_doctor(
     probe: bool = False,
     backend: str | None = None,
 ) -> Iterator[Check]:
-    """Every check of `backend`'s project, in order (UsageError first when its settings
-    lack what it needs). `gpu_keys` (launch --gpu): each GPU type's shape in its own zones,
-    and quota for all of them at once. `probe`: then a tiny machine proves the run's
-    account works, unless the checks it depends on failed."""
-    name = backend or doctor_backend()
-    checked = ctx.backend(name)
-    if not isinstance(checked, ChecksProject):
-        raise UsageError(f"the {name} backend has no project to check")
-    yield from checked.doctor_checks(gpu_keys, probe)
+    """Every check of each backend's project, in order (UsageError first when the settings
+    lack what the first needs). `gpu_keys` (launch --gpu): each GPU type's shape in its own
+    zones, and quota for all of them at once. `probe`: then a tiny machine proves the run's
+    account works, unless the checks it depends on failed. `backend`: that one alone."""
+    names = [backend] if backend else projects_in_use(ctx.config)
+    for name in names:
+        checked = ctx.backend(name)
+        if isinstance(checked, ChecksProject):
+            yield from checked.doctor_checks(gpu_keys, probe)
+        elif backend:
+            raise UsageError(f"the {name} backend has no project to check")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import boundary
+from orchestrator.backends.base import ReportsBilledTime
 from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.paths import ensure_writable_dest
 from orchestrator.registry import RunRecord
@@ -25,6 +26,7 @@ from orchestrator.service.context import Context
 from orchestrator.service.runs import latest_run_id, placement_of, records_for
 from orchestrator.spec import is_sweep_id
 from results_schema import Manifest, SummaryRow
+from results_schema.record import billed_usd
 
 
 @dataclass
@@ -88,6 +90,9 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
     with boundary.private_dir(dest, f"{boundary.STAGING_PREFIX}{record.run_id}-") as staging:
         summary = _download_and_verify(store, record, manifest, staging)
         _download_log(store, record.run_key, staging / "logs" / "startup.log")
+        # Priced before the release: a backend may forget a machine's times with it.
+        cost_usd = billed_cost(ctx, record, manifest)
+        manifest = _with_cost(manifest, cost_usd)
         (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2))
         _publish(staging, final)
     ctx.backend(record.backend).release(record.run_id, placement_of(record))
@@ -98,11 +103,32 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
         record.run_id,
         state=manifest.status,
         finished_at=manifest.finished_at.isoformat(),
-        cost_usd=boundary.billed_cost(manifest, record),
+        cost_usd=cost_usd,
         phase_seconds=recorded_phase_seconds(manifest, record.created, record.max_run_seconds),
         plan_sha256=plan.content_sha256() if plan else "",
     )
     return FetchResult(record.run_id, final, manifest, summary, released=True)
+
+
+def billed_cost(ctx: Context, record: RunRecord, manifest: Manifest) -> float:
+    """What the run cost as the controller reckons it, at the registry's rate: each machine
+    for as long as its cloud recorded it (`ReportsBilledTime`: every attempt of a Batch
+    task, not the queueing before it), each with the one-minute minimum; else the run's life
+    from launch to the manifest's finish (boundary.billed_cost)."""
+    backend = ctx.backend(record.backend)
+    if isinstance(backend, ReportsBilledTime):
+        seconds = backend.billed_seconds(record.run_id, placement_of(record))
+        if seconds is not None:
+            return round(sum(billed_usd(record.rate_usd_per_hour, s) for s in seconds), 6)
+    return boundary.billed_cost(manifest, record)
+
+
+def _with_cost(manifest: Manifest, cost_usd: float) -> Manifest:
+    """The fetched copy's manifest says the cost the registry records."""
+    if manifest.cost is None:
+        return manifest
+    cost = manifest.cost.model_copy(update={"estimated_usd": cost_usd})
+    return manifest.model_copy(update={"cost": cost})
 
 
 def _manifest(store, record: RunRecord) -> Manifest:

@@ -46,6 +46,8 @@ class RunView:
             return self.manifest.status
         if self.console_reason:
             return "failed"
+        if self.machine == "WAITING":  # the cloud holds it until it has capacity
+            return "waiting for capacity"
         if self.machine in ("RUNNING", "PROVISIONING", "STAGING"):
             return "running"
         if self.machine == "PREEMPTED":
@@ -54,10 +56,15 @@ class RunView:
 
     @property
     def cost_usd(self) -> float:
-        """What the run has cost so far: the manifest's estimate once it ended, else rate ×
-        elapsed with GCE's one-minute minimum."""
+        """What the run has cost so far: what the registry recorded once it ended there
+        (fetch's reckoning), else the manifest's estimate once it ended, else nothing while
+        it waits for capacity, else rate × elapsed with GCE's one-minute minimum."""
+        if self.record.finished and self.record.cost_usd is not None:
+            return self.record.cost_usd
         if self.manifest is not None and self.manifest.cost is not None:
             return self.manifest.cost.estimated_usd or 0.0
+        if self.machine == "WAITING":
+            return 0.0
         return billed_usd(self.record.rate_usd_per_hour, self.elapsed_seconds)
 
     @property

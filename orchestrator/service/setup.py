@@ -1,37 +1,55 @@
-"""setup: the least-privilege one-time setup of a backend's project.
+"""setup: the least-privilege one-time setup of a project, for each backend it serves.
 
-The steps are the backend's own (`SetsUpProject`: backends/gce/setup.py on gce, which says
-what each step grants and why); this use case picks the backend and refuses one that has
-nothing to set up.
+The steps are each backend's own (`SetsUpProject`: backends/gce/setup.py, then
+backends/batch/setup.py when Cloud Batch is in use; each says what a step grants and why);
+this use case picks the backends as `bench doctor` does and refuses one that has nothing to
+set up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from orchestrator.backends.base import SetsUpProject, SetupStep
-from orchestrator.backends.registry import default_cloud
 from orchestrator.errors import UsageError
 from orchestrator.service.context import Context
+from orchestrator.service.doctor import projects_in_use
 
 
 @dataclass(frozen=True)
-class SetupPlan:
+class BackendSetup:
     backend: str
     steps: list[SetupStep]
     followups: list[str]  # what the user does once the steps are done, one line each
 
 
-def setup_backend() -> str:
-    """The backend `bench setup` prepares: the first billed one registered."""
-    return default_cloud()
+@dataclass(frozen=True)
+class SetupPlan:
+    parts: list[BackendSetup]  # in order: a later backend's grants name an earlier's account
+
+    @property
+    def steps(self) -> list[SetupStep]:
+        return [step for part in self.parts for step in part.steps]
+
+    @property
+    def followups(self) -> list[str]:
+        return [line for part in self.parts for line in part.followups]
 
 
 def plan_setup(ctx: Context, backend: str | None = None) -> SetupPlan:
-    name = backend or setup_backend()
-    prepared = _sets_up(ctx, name)
-    return SetupPlan(name, prepared.setup_steps(), prepared.setup_followups())
+    """Every step, printed before anything is done; `backend`: that one alone (UsageError
+    when it has nothing to set up)."""
+    names = [backend] if backend else projects_in_use(ctx.config)
+    parts = []
+    for name in names:
+        prepared = ctx.backend(name)
+        if isinstance(prepared, SetsUpProject):
+            parts.append(BackendSetup(name, prepared.setup_steps(), prepared.setup_followups()))
+        elif backend:
+            raise UsageError(f"the {name} backend has nothing to set up")
+    return SetupPlan(parts)
 
 
 def apply_setup(
@@ -40,13 +58,8 @@ def apply_setup(
     on_done: Callable[[SetupStep, str], None],
     on_wait: Callable[[SetupStep, float], None] = lambda step, delay: None,
 ) -> None:
-    """Each step in order; `on_wait(step, seconds)` before a retry of a grant that a new
-    account is not visible to yet."""
-    _sets_up(ctx, plan.backend).apply_setup(plan.steps, on_done, on_wait)
-
-
-def _sets_up(ctx: Context, name: str) -> SetsUpProject:
-    backend = ctx.backend(name)
-    if not isinstance(backend, SetsUpProject):
-        raise UsageError(f"the {name} backend has nothing to set up")
-    return backend
+    """Each backend's steps in order; `on_wait(step, seconds)` before a retry of a grant
+    that a new account is not visible to yet."""
+    for part in plan.parts:
+        prepared = cast(SetsUpProject, ctx.backend(part.backend))  # plan_setup chose it so
+        prepared.apply_setup(part.steps, on_done, on_wait)

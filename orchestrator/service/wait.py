@@ -24,7 +24,7 @@ def wait_for_run(
         on_progress(current)
         if current.manifest is not None or current.console_reason:
             return current  # ended: with a manifest, or without one and its console says why
-        if current.machine not in ("RUNNING", "PROVISIONING", "STAGING", "STOPPING"):
+        if current.machine not in ("RUNNING", "WAITING", "PROVISIONING", "STAGING", "STOPPING"):
             ended_at = ended_at or time.monotonic()
             if time.monotonic() - ended_at > grace:
                 why = f" (its log says: {current.console_reason})" if current.console_reason else ""

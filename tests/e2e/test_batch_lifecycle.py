@@ -115,12 +115,31 @@ def test_doctor_says_whether_the_batch_api_answers_and_how_to_enable_it(batch):
     from orchestrator.config import BenchConfig
 
     backend = BatchBackend(BenchConfig(project=batch.project, batch_endpoint=batch.endpoint))
-    checks = list(backend.doctor_checks(None, probe=False))
-    assert [c.ok for c in checks] == [True, True]
-    assert "roles/batch.agentReporter" in checks[1].detail
+    first = next(iter(backend.doctor_checks(None, probe=False)))  # IAM's: test_batch_project
+    assert first.name == "Batch API" and first.ok
     batch.api_disabled = True
     (check,) = list(backend.doctor_checks(None, probe=False))
     assert not check.ok
     assert check.fix.startswith("gcloud services enable batch.googleapis.com")
     # An API never enabled holds no job: stop-all finds nothing there rather than failing.
     assert backend.list_machines() == []
+
+
+def test_the_launchs_queue_deadline_travels_with_its_job(batch, tmp_path, capsys, monkeypatch):
+    """--queue-minutes (issue 33 item 2): the job carries its deadline on a label, so a
+    later `bench status` whose settings say otherwise still deletes it on the launch's terms."""
+    batch.stockout("us-central1")
+    plan = plan_file(tmp_path)
+    args = launch("--budget", "1.00", "--plan", plan, "--queue-minutes", "2")
+    assert main(args) == 0, capsys.readouterr()
+    run_id = launched_run_id(capsys)
+    (job,) = batch.jobs.values()
+    assert job.body["labels"]["bench-queue-seconds"] == "120"
+    monkeypatch.setenv("BENCH_BATCH_QUEUE_MINUTES", str(1 / 60))  # this machine's: a second
+    time.sleep(1.5)
+    assert main(["status", run_id, "--json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)["runs"]
+    assert shown["state"] == "waiting for capacity" and len(batch.jobs) == 1
+    # A deadline below a minute is refused as a flag (bench.toml may still set one).
+    assert main(launch("--budget", "1.00", "--plan", plan, "--queue-minutes", "0.5")) == 2
+    assert "--queue-minutes" in capsys.readouterr().err

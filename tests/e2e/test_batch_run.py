@@ -13,7 +13,9 @@ from orchestrator import budget
 from orchestrator.backends.batch.money import attempt_usd
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
+from orchestrator.registry import RunRegistry
 from results_schema import Manifest
+from results_schema.record import billed_usd
 from tests.e2e.test_gce_cli import bucket_objects, launched_run_id, plan_file
 from tests.e2e.test_sweep import sweep_id_of
 from tests.fakes import batch_fixtures, discovery
@@ -70,6 +72,15 @@ def test_a_batch_run_completes_fetches_and_its_job_fits_the_discovery_document(
         (tmp_path / "results" / run_id / "manifest.json").read_text()
     )
     assert manifest.status == "complete"
+    # What the task's machine was, from its metadata server as on a gce VM (the GPU's UUID,
+    # driver and clocks come from NVML: tests/gpu/test_harness.py, on a GPU).
+    environment = manifest.environment
+    assert environment is not None
+    assert (environment.zone, environment.machine_type, environment.spot) == (
+        "us-central1-a",
+        "g2-standard-4",
+        True,
+    )
     assert batch.job_by_id(job_id_of(batch, run_id)).state == "SUCCEEDED"
     assert any(name.endswith("/manifest.json") for name in bucket_objects(gcs_server, gcs_bucket))
 
@@ -97,6 +108,19 @@ def test_a_preempted_task_is_retried_and_the_run_completes_within_the_budget(
         (tmp_path / "results" / run_id / "manifest.json").read_text()
     )
     assert manifest.status == "complete"  # the retry's manifest, not the preempted attempt's
+    # Every attempt is priced, each for its time on its VM with the one-minute minimum (the
+    # task's status events), not the run's life from launch; fetch records it, the fetched
+    # manifest and `status` say it.
+    record = RunRegistry(tmp_path / "state" / "runs.sqlite").get(run_id)
+    assert len(job.vm_seconds) == 2
+    every_attempt = sum(billed_usd(record.rate_usd_per_hour, s) for s in job.vm_seconds)
+    assert record.cost_usd == pytest.approx(every_attempt, abs=1e-5)
+    assert record.cost_usd >= 2 * billed_usd(record.rate_usd_per_hour, 60) - 1e-9
+    assert manifest.cost is not None and manifest.cost.estimated_usd == record.cost_usd
+    capsys.readouterr()
+    assert main(["status", run_id, "--json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)["runs"]
+    assert shown["cost_usd"] == pytest.approx(record.cost_usd, abs=1e-6)
     spec = batch.created[0]["taskGroups"][0]["taskSpec"]
     rate = budget.hourly_rate(BenchConfig(), spot=True)
     worst = (1 + spec["maxRetryCount"]) * attempt_usd(rate, int(spec["maxRunDuration"][:-1]))

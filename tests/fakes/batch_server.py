@@ -19,6 +19,7 @@ after_s)`, `fail_delete(job_id)`.
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
 import threading
 import uuid
@@ -213,6 +214,8 @@ class FakeBatchServer(LoopbackStandIn):
             runner.cancel()
         self.metadata.stop()
         super().stop()
+        # The tasks' work folders: a suite run used to leave one per server in /tmp.
+        shutil.rmtree(self.sandbox_root, ignore_errors=True)
 
     @property
     def metadata_url(self) -> str:

@@ -6,7 +6,13 @@ them. Each rule below is Google's, with the page that says it:
   stuck in the QUEUED state"): a stockout here keeps the job QUEUED until it is lifted.
 - States: QUEUED -> SCHEDULED -> RUNNING -> SUCCEEDED or FAILED (JobStatus.State,
   https://cloud.google.com/batch/docs/reference/rest/v1/projects.locations.jobs#State);
-  a task: PENDING -> ASSIGNED -> RUNNING -> SUCCEEDED or FAILED (TaskStatus.State).
+  a task: PENDING -> ASSIGNED ("assigned to at least one VM") -> RUNNING -> SUCCEEDED or
+  FAILED (TaskStatus.State,
+  https://cloud.google.com/dotnet/docs/reference/Google.Cloud.Batch.V1/latest/Google.Cloud.Batch.V1.TaskStatus.Types.State);
+  each attempt is on a new VM, so a retried task is PENDING, then ASSIGNED again
+  (https://cloud.google.com/batch/docs/automate-task-retries). Task events carry taskState,
+  and taskExecution.exitCode where the task fails
+  (https://cloud.google.com/batch/docs/reference/rest/v1/StatusEvent).
 - A task runs its runnables in order; a non-zero exit fails the attempt
   (https://cloud.google.com/batch/docs/reference/rest/v1/projects.locations.jobs#Runnable).
 - maxRunDuration bounds one attempt; past it the task fails with exit code 50005, a
@@ -86,6 +92,10 @@ class FakeJob:
     preempt_after_s: float | None = None  # the next attempt's VM is preempted this long in
     log: list[str] = field(default_factory=list)
     attempts_exit_codes: list[int] = field(default_factory=list)
+    # Each attempt's time on its VM, from its ASSIGNED event to the event that ended it (the
+    # events' own timestamps): what the VM billed, for tests to compare bench's cost with.
+    vm_seconds: list[float] = field(default_factory=list)
+    assigned_at: str = ""
 
     @property
     def name(self) -> str:
@@ -99,16 +109,26 @@ class FakeJob:
         self.events.append({"type": kind, "description": description, "eventTime": now_rfc3339()})
 
     def task_event(self, state: str, description: str, exit_code: int | None = None) -> None:
+        moment = now_rfc3339()
         entry: dict[str, Any] = {
             "type": "STATUS_CHANGED",
             "description": description,
-            "eventTime": now_rfc3339(),
+            "eventTime": moment,
             "taskState": state,
         }
         if exit_code is not None:
             entry["taskExecution"] = {"exitCode": exit_code}
         self.task_events.append(entry)
+        if state == "ASSIGNED":
+            self.assigned_at = moment
+        elif state in ("FAILED", "SUCCEEDED") and self.assigned_at:
+            self.vm_seconds.append((_parse(moment) - _parse(self.assigned_at)).total_seconds())
+            self.assigned_at = ""
         self.task_state = state
+
+
+def _parse(rfc3339: str) -> datetime:
+    return datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
 
 def retried(task_spec: dict[str, Any], exit_code: int, attempt: int) -> bool:
@@ -195,6 +215,8 @@ class TaskRunner:
                 "serviceAccounts": [job.body["allocationPolicy"].get("serviceAccount") or {}],
             },
         )
+        if job.task_state == "PENDING":  # a retry: a new VM is assigned
+            job.task_event("ASSIGNED", "Task state is updated from PENDING to ASSIGNED")
         job.task_event("RUNNING", f"Task state is updated from ASSIGNED to RUNNING on {zone}")
         env = dict(os.environ)
         env.update(server.vm_env)

@@ -11,17 +11,25 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import budget
-from orchestrator.backends.base import BackendHost, Capabilities, Check, Machine, Placement
+from orchestrator.backends.base import (
+    BackendHost,
+    BudgetTerms,
+    Capabilities,
+    Check,
+    Machine,
+    Placement,
+    SetupStep,
+)
 from orchestrator.backends.batch.api import BatchApi
-from orchestrator.backends.batch.builder import build_job, job_parent, job_region
-from orchestrator.backends.batch.money import AttemptPlan, plan_attempts
+from orchestrator.backends.batch.builder import build_job, job_parent, job_region, queue_minutes
+from orchestrator.backends.batch.money import AttemptPlan, attempt_seconds, plan_attempts
 from orchestrator.backends.gce.adaptor import message_to_dict
 from orchestrator.backends.gce.backend import GceBackend
 from orchestrator.backends.gce.backend import template_vars as gce_template_vars
@@ -37,11 +45,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Job states (JobStatus.state) -> the protocol's. A queued or scheduled job counts as
-# running for `--wait`: it will start when Batch finds capacity (or be cancelled below).
+# Job states (JobStatus.State) -> the protocol's. QUEUED: "admitted (validated and persisted)
+# and waiting for resources"; SCHEDULED: "scheduled to run as soon as resource allocation is
+# ready. The resource allocation may happen at a later time"; RUNNING: "Resource allocation
+# has been successful" (https://cloud.google.com/batch/docs/reference/rest/v1/projects.locations.jobs#State).
+# Until RUNNING the run waits for capacity: `status` says so, `--wait` goes on waiting, and
+# nothing bills (bench deletes a job still QUEUED past batch_queue_minutes, below).
 _STATES = {
-    "QUEUED": "PROVISIONING",
-    "SCHEDULED": "PROVISIONING",
+    "QUEUED": "WAITING",
+    "SCHEDULED": "WAITING",
     "RUNNING": "RUNNING",
     "SUCCEEDED": "TERMINATED",
     "FAILED": "TERMINATED",
@@ -130,11 +142,28 @@ class BatchBackend:
         catalog's assumed image size (Batch sizes nothing itself then: no read needed)."""
         return budget.priced_disk_gb(self.config.disk_gb, budget.load_catalog())
 
+    def hourly_rate(self, spot: bool) -> budget.HourlyRate:
+        """The dearest allowed region's rate, the boot disk at the size the job asks for."""
+        return budget.hourly_rate(self.config, spot=spot, disk_gb=self.boot_disk_gb())
+
     def attempt_plan(self, spec: RunSpec) -> AttemptPlan:
         """Each attempt's maxRunDuration and the retries the run's budget pays for, at the
         dearest allowed region's rate; RefusedError (exit 3) when not even one attempt fits."""
-        rate = budget.hourly_rate(self.config, spot=spec.spot, disk_gb=self.boot_disk_gb())
+        rate = self.hourly_rate(spec.spot)
         return plan_attempts(spec.budget_usd, rate, spec.estimated_seconds, spec.max_run_seconds)
+
+    @classmethod
+    def budget_terms(
+        cls,
+        config: BenchConfig,
+        budget_usd: float,
+        rate: budget.HourlyRate,
+        estimated_seconds: int,
+        cap_seconds: int,
+    ) -> BudgetTerms:
+        """What `bench prices` shows of a Batch run: the attempts the budget buys, as
+        `start` configures them (the same plan_attempts, the same words)."""
+        return plan_attempts(budget_usd, rate, estimated_seconds, cap_seconds).terms(rate)
 
     def job(self, spec: RunSpec, startup_script: str) -> Job:
         return build_job(
@@ -152,18 +181,17 @@ class BatchBackend:
         return json.dumps(body, indent=2)
 
     def start(self, spec: RunSpec, startup_script: str, shutdown_script: str) -> Placement:
-        attempts = self.attempt_plan(spec)
+        rate = self.hourly_rate(spec.spot)
+        attempts = plan_attempts(
+            spec.budget_usd, rate, spec.estimated_seconds, spec.max_run_seconds
+        )
         job = build_job(spec, self.config, startup_script, self.boot_disk_gb(), attempts)
         region = job_region(self.config)
         created = self.api.create(
             job_parent(self.api.project, region), spec.instance_name, job, str(uuid.uuid4())
         )
         log.info("created %s", created.name)
-        note = (
-            f"Batch job in {region}: each attempt ≤ "
-            f"{budget.format_duration(attempts.attempt_seconds)}, up to {attempts.retries} "
-            f"retries on preemption, ${attempts.worst_case_usd:.2f} at worst"
-        )
+        note = f"Batch job in {region}: {attempts.terms(rate).summary}"
         return Placement(
             location=region, handle=spec.instance_name, attempts=[note], spot=spec.spot
         )
@@ -189,19 +217,23 @@ class BatchBackend:
             return "TERMINATED"  # ended, and `status` reads why from job_events
         return _STATES.get(state, "RUNNING")
 
+    def _queue_minutes(self, job: Job) -> float:
+        """The job's own deadline (launch's --queue-minutes, on its label), else ours."""
+        return queue_minutes(job.labels, self.config.batch_queue_minutes)
+
     def _queued_too_long(self, job: Job) -> bool:
         created = job.create_time
         if not created:
             return False
-        deadline = timedelta(minutes=self.config.batch_queue_minutes)
+        deadline = timedelta(minutes=self._queue_minutes(job))
         return datetime.now(timezone.utc) - created > deadline
 
     def _give_up_waiting(self, run_id: str, job: Job) -> None:
         """A job Batch could not place in time: delete it, so a sold-out GPU type does not
         hold its share of the monthly cap; it never had a VM, so it cost nothing."""
-        minutes = self.config.batch_queue_minutes
+        minutes = self._queue_minutes(job)
         why = (
-            f"{WAITING_FOR_CAPACITY} for {minutes:g} min (batch_queue_minutes): bench deleted "
+            f"{WAITING_FOR_CAPACITY} for {minutes:g} min (--queue-minutes): bench deleted "
             "the queued job, which never had a VM and cost nothing"
         )
         self.api.delete(job.name, f"bench: still queued after {minutes:g} min")
@@ -216,6 +248,23 @@ class BatchBackend:
         log.warning(
             "run %s: %s for %g min; deleted its Batch job", run_id, WAITING_FOR_CAPACITY, minutes
         )
+
+    def billed_seconds(self, run_id: str, placement: Placement) -> list[float] | None:
+        """How long each attempt of the job's task held its VM, from the task's status
+        events (money.attempt_seconds); None once the job is gone."""
+        job = self.api.get(self._name(placement))
+        if job is None:
+            return None
+        spans: list[float] = []
+        now = datetime.now(timezone.utc)
+        for task in self.api.tasks(job.name):
+            events = [
+                (event.event_time, event.task_state.name)
+                for event in task.status.status_events
+                if event.task_state.name != "STATE_UNSPECIFIED" and event.event_time
+            ]
+            spans += attempt_seconds(events, now)
+        return spans
 
     def job_events(self, placement: Placement) -> list[str]:
         """The job's and its task's state and Batch's status events, one line each."""
@@ -325,12 +374,34 @@ class BatchBackend:
     def local_files(self, run_id: str, run_key: str) -> list[Path]:
         return []
 
-    # -- doctor ------------------------------------------------------------------------
+    # -- doctor and setup --------------------------------------------------------------
 
     def doctor_checks(self, gpu_keys: list[str] | None, probe: bool) -> Iterator[Check]:
+        """The Batch API, your rights on jobs, the job's VM account's roles (gce's checks,
+        which `bench doctor` runs first, cover the project, quota, bucket and actAs)."""
         from orchestrator.backends.batch.doctor import run_checks
 
         return run_checks(self.config, self.api)
+
+    def setup_steps(self) -> list[SetupStep]:
+        from orchestrator.backends.batch.setup import setup_steps_for
+
+        return setup_steps_for(self.config)
+
+    def apply_setup(
+        self,
+        steps: list[SetupStep],
+        on_done: Callable[[SetupStep, str], None],
+        on_wait: Callable[[SetupStep, float], None],
+    ) -> None:
+        from orchestrator.backends.batch.setup import apply_setup
+
+        apply_setup(self.config, steps, on_done, on_wait)
+
+    def setup_followups(self) -> list[str]:
+        from orchestrator.backends.batch.setup import setup_followups
+
+        return setup_followups(self.config)
 
 
 def _batch_runs_here(config: BenchConfig) -> bool:
@@ -349,7 +420,7 @@ def _run_id_of(job_id: str) -> str:
 
 
 def _state_phrase(state: str) -> str:
-    return f"{state} ({WAITING_FOR_CAPACITY})" if state == "QUEUED" else state
+    return f"{state} ({WAITING_FOR_CAPACITY})" if _STATES.get(state) == "WAITING" else state
 
 
 def _rate(region: str, job: Job) -> float:

@@ -9,6 +9,9 @@ through allocationPolicy.labels, on the VMs. Nothing here talks to the network.
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from orchestrator.backends.batch.adaptor import batch_v1
@@ -55,6 +58,24 @@ def job_parent(project: str, region: str) -> str:
     return f"projects/{project}/locations/{region}"
 
 
+# The job carries its own queue deadline, so whichever controller polls it later (a
+# `bench status` without the launch's --queue-minutes) deletes it on the launch's terms.
+QUEUE_SECONDS_LABEL = "bench-queue-seconds"
+
+
+def queue_label(config: BenchConfig) -> dict[str, str]:
+    """The job's label holding batch_queue_minutes, in whole seconds (a label value is
+    lowercase letters, digits, '-' and '_')."""
+    return {QUEUE_SECONDS_LABEL: str(max(1, math.ceil(config.batch_queue_minutes * 60)))}
+
+
+def queue_minutes(labels: Mapping[str, str], default: float) -> float:
+    """The deadline a job was launched with, read back from its labels (the cloud's answer:
+    anything but 1 to 8 digits means `default`)."""
+    value = labels.get(QUEUE_SECONDS_LABEL, "")
+    return int(value) / 60 if re.fullmatch(r"[0-9]{1,8}", value) and int(value) else default
+
+
 def build_job(
     spec: RunSpec,
     config: BenchConfig,
@@ -71,7 +92,7 @@ def build_job(
     _require_name("image family", config.image_family)
     if not startup_script:
         raise UsageError("the batch task has no script to run")
-    labels = run_labels(spec.run_id, spec.owner, spec.sweep_id)
+    labels = {**run_labels(spec.run_id, spec.owner, spec.sweep_id), **queue_label(config)}
     retry = []
     if attempts.retries:
         retry = [

@@ -1,48 +1,106 @@
-"""`bench doctor` for Cloud Batch: the API answers in the job's region, and which roles a run
-needs (https://cloud.google.com/batch/docs/get-started#project-prerequisites)."""
+"""`bench doctor` for Cloud Batch: the API answers in the job's region, you may create and
+delete jobs, and the job's VM account holds the roles a task needs
+(https://cloud.google.com/batch/docs/get-started#project-prerequisites). gce's checks run
+before these: credentials, quota, the bucket, acting as the VM account."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import Check
 from orchestrator.backends.batch.builder import job_region
+from orchestrator.backends.batch.iam import (
+    JOB_PERMISSIONS,
+    JOBS_EDITOR,
+    VM_ROLES,
+    grant_command,
+    job_account,
+    missing_vm_roles,
+)
 from orchestrator.errors import BenchError
 
 if TYPE_CHECKING:
     from orchestrator.backends.batch.api import BatchApi
     from orchestrator.config import BenchConfig
 
-# Who needs what to run a job (https://cloud.google.com/batch/docs/get-started): the user
-# creates and deletes jobs and acts as the job's service account; that account reports the
-# task's state to Batch and writes its logs.
-USER_ROLES = ("roles/batch.jobsEditor", "roles/iam.serviceAccountUser")
-VM_ROLES = ("roles/batch.agentReporter", "roles/logging.logWriter")
+SETUP_FIX = "run `bench setup --apply`"
 
 
 def run_checks(config: BenchConfig, api: BatchApi) -> Iterator[Check]:
+    from orchestrator.backends.gce.doctor import ask_iam
+    from orchestrator.backends.gce.iam_api import IamApi
+
+    api_check = batch_api_check(config, api)
+    yield api_check
+    if not api_check.ok:
+        return
+    iam, project = IamApi(config), config.project
+    yield ask_iam(
+        "Batch jobs", lambda: job_rights_check(project, iam.project_permissions(JOB_PERMISSIONS))
+    )
+    account = job_account(config)
+    if account is None:
+        yield default_account_check()
+        return
+    yield ask_iam("Batch VM roles", lambda: vm_roles_check(project, account, iam.project_policy()))
+
+
+def batch_api_check(config: BenchConfig, api: BatchApi) -> Check:
     region = job_region(config)
     try:
         api.jobs(region)
     except BenchError as e:
         text = str(e)
         disabled = "SERVICE_DISABLED" in text or "has not been used" in text
-        yield Check(
+        return Check(
             "Batch API",
             False,
             f"listing jobs in {region} failed: {text}",
             (
                 f"gcloud services enable batch.googleapis.com --project {config.project}"
                 if disabled
-                else f"grant yourself {' and '.join(USER_ROLES)} on project {config.project}"
+                else f"ask a project admin for {JOBS_EDITOR} on {config.project}"
             ),
         )
-        return
-    yield Check("Batch API", True, f"enabled: jobs in {region} can be listed")
-    account = config.service_account
-    yield Check(
-        "Batch roles",
+    return Check("Batch API", True, f"enabled: jobs in {region} can be listed")
+
+
+def job_rights_check(project: str, held: set[str]) -> Check:
+    """testIamPermissions on the project (https://cloud.google.com/iam/docs/testing-permissions):
+    what bench does with jobs."""
+    missing = [p for p in JOB_PERMISSIONS if p not in held]
+    if not missing:
+        return Check("Batch jobs", True, f"you may create, read and delete jobs in {project}")
+    return Check(
+        "Batch jobs",
+        False,
+        f"you lack {', '.join(missing)} in {project}",
+        f"ask a project admin for {JOBS_EDITOR} on {project}",
+    )
+
+
+def vm_roles_check(project: str, account: str, policy: dict[str, Any]) -> Check:
+    missing = missing_vm_roles(policy, account)
+    if not missing:
+        return Check("Batch VM roles", True, f"{account} holds {', '.join(VM_ROLES)} on {project}")
+    why = "; ".join(f"{role}: {VM_ROLES[role]}" for role in missing)
+    commands = "; ".join(
+        " ".join(grant_command(project, f"serviceAccount:{account}", role)) for role in missing
+    )
+    return Check(
+        "Batch VM roles",
+        False,
+        f"{account} lacks {', '.join(missing)} on {project} ({why})",
+        f"{SETUP_FIX} (for bench's own account), or: {commands}",
+    )
+
+
+def default_account_check() -> Check:
+    return Check(
+        "Batch VM roles",
         True,
-        f"a run's VM ({account}) needs {', '.join(VM_ROLES)}; you need {', '.join(USER_ROLES)}",
+        "the job's VMs run as the project's Compute Engine default account, whose roles bench "
+        f"does not check: it needs {' and '.join(VM_ROLES)} "
+        "(https://cloud.google.com/batch/docs/get-started#project-prerequisites)",
     )

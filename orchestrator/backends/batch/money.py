@@ -11,9 +11,12 @@ which `budget.worst_case_usd` prices with the VM setup below added to its time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from orchestrator import budget
+from orchestrator.backends.base import BudgetTerms
 from orchestrator.errors import RefusedError
 
 # Booting Batch's VM and installing the GPU driver (installGpuDrivers) bill before the task's
@@ -37,6 +40,25 @@ class AttemptPlan:
     @property
     def attempts(self) -> int:
         return self.task_count * (1 + self.retries)
+
+    def terms(self, rate: budget.HourlyRate) -> BudgetTerms:
+        """What launch configures and `bench prices` shows, in the same words."""
+        retries = f"{self.retries} {'retry' if self.retries == 1 else 'retries'} on preemption"
+        summary = (
+            f"{self.attempts} {'attempt' if self.attempts == 1 else 'attempts'} of ≤ "
+            f"{budget.format_duration(self.attempt_seconds)} each (maxRunDuration; {retries}), "
+            f"each after up to {budget.format_duration(VM_SETUP_SECONDS)} of VM setup: "
+            f"${self.worst_case_usd:.2f} at worst at ${rate.total:.4f}/h "
+            f"({rate.region}, the dearest allowed region)"
+        )
+        return BudgetTerms(
+            self.attempt_seconds,
+            self.attempts,
+            self.worst_case_usd,
+            VM_SETUP_SECONDS,
+            rate.region,
+            summary,
+        )
 
 
 def attempt_usd(rate: budget.HourlyRate, attempt_seconds: int) -> float:
@@ -77,3 +99,31 @@ def plan_attempts(
         f"maxRunDuration can cost ${needed:.2f} at ${rate.total:.4f}/h; raise --budget "
         "(each retry on preemption costs as much again). Nothing was created"
     )
+
+
+# A task holds a VM while it is ASSIGNED ("The Task is assigned to at least one VM") or
+# RUNNING, and none once it is PENDING ("created and waiting for resources") again, FAILED or
+# SUCCEEDED (TaskStatus.State, https://cloud.google.com/dotnet/docs/reference/Google.Cloud.Batch.V1/latest/Google.Cloud.Batch.V1.TaskStatus.Types.State).
+# Each stretch on a VM is one attempt: a retry is a new attempt on a new VM
+# (https://cloud.google.com/batch/docs/automate-task-retries).
+ON_A_VM = ("ASSIGNED", "RUNNING")
+
+
+def attempt_seconds(events: Iterable[tuple[datetime, str]], now: datetime) -> list[float]:
+    """How long each attempt of a task held its VM, from the task's status events as
+    (eventTime, taskState) pairs (StatusEvent.taskState: "only defined for task-level status
+    events", https://cloud.google.com/batch/docs/reference/rest/v1/StatusEvent); an attempt
+    still on its VM counts until `now`. Queueing (the job QUEUED or SCHEDULED, the task
+    PENDING) holds no VM and is not in it; the VM's boot before the task is assigned to it is
+    not in Batch's events either, and so not in it."""
+    spans: list[float] = []
+    since: datetime | None = None
+    for moment, state in sorted(events, key=lambda event: event[0]):
+        if state in ON_A_VM:
+            since = since or moment
+        elif since is not None:
+            spans.append(max((moment - since).total_seconds(), 0.0))
+            since = None
+    if since is not None:
+        spans.append(max((now - since).total_seconds(), 0.0))
+    return spans

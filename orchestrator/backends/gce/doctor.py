@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import Check
@@ -183,17 +183,17 @@ def _iam_checks(config: BenchConfig, info: dict[str, Any] | None) -> Iterator[Ch
 
     api, project = IamApi(config), config.project
     account = _vm_account(config, info)
-    yield _asking(
+    yield ask_iam(
         "create VMs", lambda: create_check(project, api.project_permissions([CREATE_PERMISSION]))
     )
-    yield _asking(
+    yield ask_iam(
         "act as the VM account",
         lambda: act_as_check(account, api.account_permissions(account, [ACT_AS_PERMISSION])),
     )
     if config.service_account == "default":
         yield default_account_check(config.allow_leftover_disk)
         return
-    yield _asking(
+    yield ask_iam(
         "VM self-delete",
         lambda: self_delete_check(
             project, account, api.project_policy(), api.role(SELF_DELETE_ROLE_ID)
@@ -201,8 +201,8 @@ def _iam_checks(config: BenchConfig, info: dict[str, Any] | None) -> Iterator[Ch
     )
 
 
-def _asking(name: str, check) -> Check:
-    """The check, or a ✗ saying IAM could not be asked."""
+def ask_iam(name: str, check: Callable[[], Check]) -> Check:
+    """The check, or a ✗ saying IAM could not be asked (the Batch doctor's too)."""
     try:
         return check()
     except BenchError as e:

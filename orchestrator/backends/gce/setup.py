@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import SetupStep
 from orchestrator.backends.gce.iam import (
@@ -226,10 +226,12 @@ def apply_setup(
     service account is not visible to yet."""
     client = SetupClient(config, store)
     for step in steps:
-        on_done(step, _apply(step, client, on_wait))
+        on_done(step, apply_step(step, client, on_wait))
 
 
-def _apply(step: SetupStep, client: SetupClient, on_wait) -> str:
+def apply_step(step: SetupStep, client: Any, on_wait) -> str:
+    """One step on `client` (what its `apply` calls): an IAM refusal names the roles setup
+    needs; a grant to an account Google cannot see yet is retried with backoff."""
     delays = list(PROPAGATION_DELAYS_S) if step.names_account else []
     while True:
         try:
