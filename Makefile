@@ -19,15 +19,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/bench launch --backend local --plan auto --budget 1.00 --wait --fetch
 
-# Three workers stealing work from each other on two cores: most tests wait on subprocesses
-# (scripts, stand-ins, fake-gcs-server; every fixture takes its own free port and temporary
-# directory), and stealing keeps one worker from ending with the slow end-to-end runs queued.
+# Four workers stealing work from each other on two cores: many tests wait on a subprocess
+# or a stand-in's clock (every fixture takes its own free port and temporary directory), and
+# four overlapped those waits better than three when measured on a loaded machine (issue 31);
+# stealing keeps one worker from ending with the slow end-to-end runs queued. Each worker,
+# and every run it starts, uses one torch thread (tests/conftest.py).
 # Bytecode is written (the suite starts a few hundred python processes of this tree) even
 # where the environment says not to; __pycache__ is git-ignored and never in the payload.
 test: export PYTHONDONTWRITEBYTECODE=
-# Four workers on two cores: many tests wait on a subprocess or a stand-in's clock, and
-# four overlapped those waits better than three when measured on a loaded machine (issue 31).
-# Each worker, and every run it starts, uses one torch thread (tests/conftest.py).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 4 --dist worksteal
 

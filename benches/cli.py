@@ -63,6 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="timed samples per implementation over the whole plan (spread over its configs)",
     )
     run.add_argument(
+        "--phases-file",
+        type=Path,
+        help="phases.tsv of the startup script: append the correctness and benchmark lines "
+        "(their seconds and exit code 0) as each ends",
+    )
+    run.add_argument(
+        "--phase-started",
+        type=float,
+        help="when the script's phase began (seconds since the epoch): the gate's line "
+        "counts from there (default: now)",
+    )
+    run.add_argument(
         "--margin",
         type=float,
         help="practical-equivalence margin δ, replacing the plan's: faster/slower need the "
@@ -131,7 +143,7 @@ def run_phases(args: argparse.Namespace) -> int:
     # torch is imported here, not at the top: `plans` and `--help` stay instant.
     from benches import runner
     from benches.user_kernel import register
-    from benches.writers import StatusWriter
+    from benches.writers import PhaseClock, StatusWriter
 
     measurements = getattr(args, "measurements", None)
     plan = effective_plan(resolved, None, getattr(args, "margin", None))
@@ -154,6 +166,7 @@ def run_phases(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     started_at = datetime.now(timezone.utc)
+    phases = PhaseClock(getattr(args, "phases_file", None), getattr(args, "phase_started", None))
     args.out.mkdir(parents=True, exist_ok=True)
     run_id = args.run_id or earlier_run_id(args.out) or new_run_id()
     with runner.StopRequested() as stop:
@@ -167,6 +180,7 @@ def run_phases(args: argparse.Namespace) -> int:
             gate = runner.run_correctness(ctx)
         if args.command == "correctness" or stop():
             return stop.exit_code
+        phases.ended("correctness")
         _, summary = runner.run_benchmark(ctx, gate, measurements, environment)
         if stop():
             return stop.exit_code
@@ -177,6 +191,7 @@ def run_phases(args: argparse.Namespace) -> int:
         write_manifest(args.out, run_id, started_at)
         print_summary(summary, plan.margin)
         print_comparison(args.out)
+        phases.ended("benchmark")
     return 0
 
 

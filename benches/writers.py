@@ -54,6 +54,25 @@ class StatusWriter:
         record.write_status(str(self.path), self.run_id, phase, state, done, total, message)
 
 
+class PhaseClock:
+    """The startup script's phases.tsv lines for the phases this process runs. The script
+    runs the gate and the timing in one process (one `import torch`, one start of each
+    kernel's worker, instead of two of each) and leaves their lines to it: `correctness`
+    from the script's phase start to the gate's end, `benchmark` from there to the end."""
+
+    def __init__(self, path: Path | None, started_epoch: float | None) -> None:
+        self.path = path
+        self.mark = started_epoch if started_epoch is not None else time.time()
+
+    def ended(self, phase: str) -> None:
+        if self.path is None:
+            return
+        now = time.time()
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(f"{phase}\t{round(now - self.mark)}\t0\n")
+        self.mark = now
+
+
 def write_manifest(run_dir: Path, run_id: str, started_at: datetime) -> Manifest:
     """manifest.json with status complete, built by the same code the startup script uses
     (sha256, bytes and rows of each results/*.csv; plan.json and environment.json beside).

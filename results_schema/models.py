@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from results_schema.kernel_contract import KernelIdentity, UserKernel, UserKernelBuild
 
@@ -121,7 +121,14 @@ class Plan(_Strict):
     description: str
     device: Device
     candidate: str = Field(description="the implementation under test, a benches.registry name")
-    baselines: list[str] = Field(min_length=1, description="implementations compared with it")
+    # Was `baselines` (still read from older plan files and manifests): "baseline" now means
+    # only the other side of an A/B (`--baseline REF`, `--baseline-impl`, comparison.baseline).
+    compared_with: list[str] = Field(
+        min_length=1,
+        validation_alias=AliasChoices("compared_with", "baselines"),
+        description="implementations compared with it: the A/B baseline first if any, then "
+        "the yardsticks (SDPA) and public peers",
+    )
     reference: str = Field(description="higher-precision implementation for the correctness gate")
     samples_per_config: int = Field(ge=1, description="timed samples per (config, implementation)")
     warmup_min: int = Field(default=3, ge=0, description="warmup calls before checking stability")
@@ -181,7 +188,7 @@ class Plan(_Strict):
         if len(set(names)) != len(names):
             raise ValueError("config names must be unique within a plan")
         if self.control is not None and self.control not in self.implementations:
-            raise ValueError("control must be the candidate or one of the baselines")
+            raise ValueError("control must be the candidate or one it is compared with")
         if self.comparison is not None:
             _check_comparison(self, self.comparison)
         if self.profile is not None and set(self.profile.configs) - set(names):
@@ -194,7 +201,7 @@ class Plan(_Strict):
 
     @property
     def implementations(self) -> list[str]:
-        return [self.candidate, *[b for b in self.baselines if b != self.candidate]]
+        return [self.candidate, *[b for b in self.compared_with if b != self.candidate]]
 
     @property
     def control_identity(self) -> str | None:
@@ -254,8 +261,8 @@ _PROVENANCE_FIELDS = ("candidate_source",)
 
 def _check_comparison(plan: Plan, comparison: Comparison) -> None:
     if comparison.source == "implementation":
-        if comparison.baseline not in plan.baselines or comparison.baseline == plan.candidate:
-            raise ValueError("comparison.baseline must be one of the plan's baselines")
+        if comparison.baseline not in plan.compared_with or comparison.baseline == plan.candidate:
+            raise ValueError("comparison.baseline must be one the plan compares the candidate with")
     elif comparison.baseline != plan.candidate + BASELINE_SUFFIX:
         raise ValueError(f"a kernel tree baseline is timed as '{plan.candidate}{BASELINE_SUFFIX}'")
 

@@ -61,7 +61,7 @@ def main() -> int:
         update={
             "name": "contract-overhead",
             "candidate": "flash-worker",
-            "baselines": ["flash"],
+            "compared_with": ["flash"],
             "control": None,
             "user_kernels": [kernel],
         }

@@ -32,6 +32,8 @@ for pass in ${PASSES:-cold warm}; do
 import json, sys
 m = json.load(open(sys.argv[1]))
 print("  ", m["status"], ", ".join(f"{p['name']} {p['seconds']:.0f}" for p in m["phases"]))
+noise = m.get("noise") or {}
+print(f"   A/A control: {noise.get('verdict')} ({noise.get('reason', '')[:120]})")
 for b in m.get("user_builds") or []:
     print(f"   build {b['identity']}: {b['outcome']} {b['seconds']} s")
 PHASES

@@ -45,7 +45,7 @@ import json, sys
 plan = json.load(open(sys.argv[1]))
 keep = ["fp16-b4h16s1024d64", "bf16-b4h16s1024d128-causal", "bf16-b2h32kv8s4096d128-causal"]
 configs = [c for c in plan["configs"] if c["name"] in keep]
-plan.update(name="peers-gpu", candidate="sdpa", baselines=["sdpa-flash", "sdpa-cudnn"],
+plan.update(name="peers-gpu", candidate="sdpa", compared_with=["sdpa-flash", "sdpa-cudnn"],
             control=None, configs=configs, samples_per_config=20, placements=4)
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 EOF

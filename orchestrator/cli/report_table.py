@@ -30,7 +30,9 @@ def significant(value: float, digits: int) -> str:
         return "0"
     if not 1e-3 <= magnitude < 1e6:
         return f"{value:.{digits - 1}e}"
-    decimals = max(digits - 1 - math.floor(math.log10(magnitude)), 0)
+    # The magnitude after rounding: 0.9996 at 3 digits is 1.00, not 1.000.
+    rounded = float(f"{magnitude:.{digits - 1}e}")
+    decimals = max(digits - 1 - math.floor(math.log10(rounded)), 0)
     return f"{value:.{decimals}f}"
 
 

@@ -92,7 +92,7 @@ def _member(record: RunRecord, run_dir: Path, peak: float | None) -> GpuResult:
         run.run_id,
         run.status,
         candidate=plan.candidate,
-        speedup=_speedup(run.manifest, plan.candidate, plan.baselines[0]),
+        speedup=_speedup(run.manifest, plan.candidate, plan.compared_with[0]),
         best_tflops=best.tflops if best else None,
         best_implementation=best.implementation if best else "",
         peak_tflops=peak,

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from orchestrator import budget
 from orchestrator.backends.base import Placement
 from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
+from orchestrator.gpus import LOCAL_GPU, key_for_name, load_gpu_catalog, local_gpu_name
 from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
 from orchestrator.registry import RunRecord
@@ -45,11 +46,26 @@ class LaunchResult:
     estimate: RuntimeEstimate | None = None
 
 
+def target_gpu(ctx: Context, backend: str, requested: str = "") -> str:
+    """The gpus.toml key of the GPU a run targets, under which the registry files its
+    history: `requested` (a sweep member's), else the configured machine's accelerator on
+    a backend of catalog machines, else this machine's GPU as `--gpu local` names it. One
+    key for one GPU, so a plain launch and a sweep member of the same plan share history."""
+    if requested:
+        return requested
+    catalog = load_gpu_catalog()
+    if ctx.capabilities(backend).machine_from_catalog:
+        accelerator = ctx.config.accelerator_type
+        return next((k for k, g in catalog.items() if g.accelerator_type == accelerator), "")
+    return key_for_name(local_gpu_name(), catalog) or LOCAL_GPU
+
+
 def runtime_estimate(ctx: Context, backend: str, plan: Plan, gpu: str = "") -> RuntimeEstimate:
-    """The phase model for this plan here, refined by past complete runs' phase times (of
-    the same GPU type, for a sweep member)."""
+    """The phase model for this plan here, refined by past complete runs' phase times on
+    the same GPU type (`target_gpu`)."""
     model = model_phases(plan, backend, ctx.config.accelerator_type, ctx.config.image_family)
     key = plan.content_sha256()
+    gpu = target_gpu(ctx, backend, gpu)
     refined = refine(model, ctx.registry.past_phase_seconds(key, backend, gpu))
     return with_past_error(refined, ctx.registry.past_estimates(key, backend, gpu))
 
@@ -148,7 +164,8 @@ def launch(
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.
     ctx.registry.reserve(
-        _launching_record(ctx, backend, spec, request.gpu), _spend_check(ctx, request, backend)
+        _launching_record(ctx, backend, spec, target_gpu(ctx, backend, request.gpu)),
+        _spend_check(ctx, request, backend),
     )
     if on_validated is not None:
         on_validated()

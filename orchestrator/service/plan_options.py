@@ -121,7 +121,7 @@ def with_user_kernels(
     baselines (SDPA, the reference), so the verdicts are against them."""
     candidate = kernels[0].identity
     ours = own_kernel_name()
-    kept = [n for n in [plan.candidate, *plan.baselines] if n not in (ours, candidate)]
+    kept = [n for n in [plan.candidate, *plan.compared_with] if n not in (ours, candidate)]
     dropped = [n for n in plan.implementations if n == ours]
     if dropped:
         notes.append(f"--kernel: our kernel ({', '.join(dropped)}) is not timed")
@@ -133,7 +133,7 @@ def with_user_kernels(
     return plan.model_copy(
         update={
             "candidate": candidate,
-            "baselines": list(dict.fromkeys(kept)),
+            "compared_with": list(dict.fromkeys(kept)),
             "control": control,
             "comparison": comparison,
             "user_kernels": list(kernels),
@@ -150,7 +150,7 @@ def with_implementations(
     if baseline == candidate:
         raise UsageError(f"--baseline-impl {baseline} is the candidate itself")
     first = [baseline] if baseline else []
-    others = [b for b in [plan.candidate, *plan.baselines] if b not in (candidate, baseline)]
+    others = [b for b in [plan.candidate, *plan.compared_with] if b not in (candidate, baseline)]
     baselines = list(dict.fromkeys([*first, *others]))
     if not baselines:
         raise UsageError(f"the plan has nothing to compare {candidate} with")
@@ -161,7 +161,7 @@ def with_implementations(
     return plan.model_copy(
         update={
             "candidate": candidate,
-            "baselines": baselines,
+            "compared_with": baselines,
             "control": control,
             "comparison": comparison,
         }
@@ -181,8 +181,8 @@ def with_peers(plan: Plan, peers: tuple[str, ...]) -> Plan:
         )
     if plan.device != "cuda":
         raise UsageError(f"--peers needs a GPU plan; {plan.name} runs on the {plan.device}")
-    baselines = [*plan.baselines, *(p for p in peers if p != plan.candidate)]
-    return plan.model_copy(update={"baselines": list(dict.fromkeys(baselines))})
+    baselines = [*plan.compared_with, *(p for p in peers if p != plan.candidate)]
+    return plan.model_copy(update={"compared_with": list(dict.fromkeys(baselines))})
 
 
 def representative_configs(plan: Plan, count: int = DEFAULT_PROFILE_CONFIGS) -> list[str]:

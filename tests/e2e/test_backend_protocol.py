@@ -4,16 +4,31 @@ declares, and against a backend registered under a new name."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from orchestrator import budget
 from orchestrator.backends import registry
 from orchestrator.backends.base import Backend
+from orchestrator.backends.gce import builder, compute
 from orchestrator.backends.gce.backend import GceBackend
 from orchestrator.backends.local import LocalBackend
 from orchestrator.cli import main
+from orchestrator.config import BenchConfig
 from orchestrator.registry import RunRegistry
 from orchestrator.stores.base import Store
-from tests.e2e.test_gce_cli import plan_file
+from results_schema import Manifest
+from tests.e2e.test_ab import AB_FLAGS, assert_compared_and_reported_first
+from tests.e2e.test_gce_cli import (
+    bucket_objects,
+    discovery_valid,
+    image_gb,
+    launched_run_id,
+    plan_file,
+    run_key_of,
+)
+from tests.e2e.test_gce_scopes import READ_WRITE, bucket_with_iam  # noqa: F401 - fixture
 from tests.e2e.test_local_run import small_plan
 from tests.unit.test_service_protocols import declared
 
@@ -34,16 +49,6 @@ class ProtocolOnly:
         return getattr(self._inner, name)
 
 
-class ProtocolOnlyLocal(LocalBackend):
-    @classmethod
-    def create(cls, host):
-        return ProtocolOnly(LocalBackend.create(host), Backend)
-
-    @classmethod
-    def create_store(cls, host):
-        return ProtocolOnly(LocalBackend.create_store(host), Store)
-
-
 class ProtocolOnlyGce(GceBackend):
     @classmethod
     def create(cls, host):
@@ -58,9 +63,18 @@ class ProtocolOnlyGce(GceBackend):
 
 
 class Sandbox(LocalBackend):
-    """The local backend under another name: what a new backend folder registers."""
+    """The local backend under another name (what a new backend folder registers), which
+    answers the service only what its protocols declare."""
 
     name = "sandbox"
+
+    @classmethod
+    def create(cls, host):
+        return ProtocolOnly(super().create(host), Backend)
+
+    @classmethod
+    def create_store(cls, host):
+        return ProtocolOnly(super().create_store(host), Store)
 
 
 @pytest.fixture
@@ -75,26 +89,56 @@ def registered(monkeypatch):
     registry.backend_class.cache_clear()
 
 
-def test_a_local_run_needs_only_what_the_protocols_declare(bench_env, tmp_path, capsys, registered):
-    registered("local", ProtocolOnlyLocal)
-    plan = str(small_plan(tmp_path))
-    assert main(["launch", "--backend", "local", "--plan", plan, "--budget", "1", "--wait"]) == 0
-    (record,) = RunRegistry(bench_env / "state" / "runs.sqlite").all()
-    for command in (
-        ["status"],
-        ["status", record.run_id, "--json"],
-        ["logs", record.run_id],
-        ["fetch", record.run_id, "--dest", str(tmp_path / "results")],
-        ["clean"],
-        ["stop-all", "--yes"],
-    ):
-        assert main(command) == 0, (command, capsys.readouterr())
-
-
-def test_a_gce_run_needs_only_what_the_protocols_declare(gce, tmp_path, capsys, registered):
+def test_a_gce_run_launched_waited_and_fetched_needs_only_what_the_protocols_declare(
+    gce,
+    gcs_server,
+    gcs_bucket,
+    bucket_with_iam,  # noqa: F811 - the fixture
+    tmp_path,
+    capsys,
+    monkeypatch,
+    registered,
+):
+    """The whole gce run of an A/B launch: launch --wait, fetch, report, nothing left,
+    through a backend and a store that answer only what their protocols declare, its VM
+    uploading through the bucket's IAM and scopes (tests/e2e/test_gce_scopes.py's stand-in)
+    with the scopes bench asks for. One run for the four (test_ab.py's gce half): a gce run
+    is ~7 s of CPU."""
     registered("gce", ProtocolOnlyGce)
+    # Scaled 1:60: the insert operation finishes after 90 s and each wait is held up to its
+    # 2 minutes; the client's read timeout is 150 s (a 60 s one made this fail before).
+    gce.config.time_scale = 60.0
+    gce.config.provisioning_s = 90 / 60
+    gce.config.operation_wait_s = 120 / 60
+    monkeypatch.setattr(compute, "OPERATION_WAIT_HTTP_TIMEOUT_SECONDS", 150 / 60)
     plan = plan_file(tmp_path)
-    assert main(["launch", "--backend", "gce", "--plan", plan, "--budget", "1", "--wait"]) == 0
+    started = time.monotonic()
+    launch = ["launch", "--backend", "gce", "--plan", plan, "--budget", "1.00", *AB_FLAGS]
+    assert main([*launch, "--wait"]) == 0, capsys.readouterr()
+    assert time.monotonic() - started >= 90 / 60
+    run_id = launched_run_id(capsys)
+    (insert,) = gce.calls("instances.insert")
+    assert insert.query["requestId"]
+    (sent,) = gce.inserted
+    assert sent["serviceAccounts"][0]["scopes"] == [builder.STORAGE_SCOPE] == [READ_WRITE]
+    assert bucket_with_iam.denied == []
+    assert main(["fetch", run_id, "--dest", str(tmp_path / "results")]) == 0
+    assert "every sha256 verified" in capsys.readouterr().out
+    manifest = Manifest.model_validate_json(
+        (tmp_path / "results" / run_id / "manifest.json").read_text()
+    )
+    assert manifest.status == "complete"
+    assert_compared_and_reported_first(run_id, tmp_path / "results", capsys, monkeypatch)
+    assert manifest.environment.zone == "us-central1-a"
+    assert manifest.cost.rate_usd_per_hour == pytest.approx(
+        budget.hourly_rate(BenchConfig(), True, disk_gb=image_gb(gce)).total
+    )
+    assert gce.instances() == [], "the end of --wait deletes the powered-off instance"
+    deletes = gce.calls("instances.delete")
+    assert [d.caller for d in deletes] == ["controller"]  # the default account may not
+    assert f"bench/{run_key_of(run_id)}/logs/startup.log" in bucket_objects(gcs_server, gcs_bucket)
+    assert all(discovery_valid(body) for body in gce.inserted)
+
     (record,) = RunRegistry(tmp_path / "state" / "runs.sqlite").all()
     for command in (
         ["status"],
@@ -106,14 +150,23 @@ def test_a_gce_run_needs_only_what_the_protocols_declare(gce, tmp_path, capsys, 
         assert main(command) == 0, (command, capsys.readouterr())
 
 
-def test_a_backend_registered_under_a_new_name_runs_a_plan_end_to_end(
+def test_a_backend_registered_under_a_new_name_runs_a_plan_end_to_end_through_its_protocols(
     bench_env, tmp_path, capsys, monkeypatch, registered
 ):
+    """The local backend as a new one: one run (a launch is ~6 s of CPU) shows both that the
+    service branches on no backend's name and that it calls only what the protocols declare."""
     registered("sandbox", Sandbox)
     monkeypatch.setenv("BENCH_BACKEND", "sandbox")
     plan = str(small_plan(tmp_path))
     assert main(["launch", "--plan", plan, "--budget", "1", "--wait"]) == 0, capsys.readouterr()
     (record,) = RunRegistry(bench_env / "state" / "runs.sqlite").all()
     assert record.backend == "sandbox"
-    assert main(["fetch", record.run_id, "--dest", str(tmp_path / "results")]) == 0
-    assert main(["clean"]) == 0
+    for command in (
+        ["status"],
+        ["status", record.run_id, "--json"],
+        ["logs", record.run_id],
+        ["fetch", record.run_id, "--dest", str(tmp_path / "results")],
+        ["clean"],
+        ["stop-all", "--yes"],
+    ):
+        assert main(command) == 0, (command, capsys.readouterr())

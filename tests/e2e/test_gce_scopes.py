@@ -16,7 +16,6 @@ import pytest
 
 from orchestrator.backends.gce import builder
 from orchestrator.cli import main
-from results_schema import Manifest
 from tests.e2e.test_gce_cli import bucket_json, launched_run_id, plan_file, run_key_of
 from tests.fakes.compute_state import project_number
 from tests.fakes.gcs_proxy import GcsIamProxy, scope_allows
@@ -102,10 +101,10 @@ def test_a_vm_inserted_with_a_read_only_storage_scope_reads_its_payload_but_uplo
     assert sent["serviceAccounts"][0]["scopes"] == [READ_ONLY]
     (instance,) = gce.instances()
     # Its last upload refused, the VM stays up a while so its console says why.
-    gce.wait_for(lambda: "no manifest reached the store" in instance.serial_text(), 180)
+    gce.wait_for(lambda: "no manifest reached the store" in instance.serial_text())
     serial = instance.serial_text()
     assert "may not read gs://" not in serial  # the payload came: the scope reads
-    assert "phase benchmark: done" in serial
+    assert "phase measure: done" in serial
     assert f"run {run_id} finished: partial (phase upload failed with exit code 1: " in serial
     refused = bucket_with_iam.denied_for_scope
     assert refused and all(method == "POST" for _, method, _ in refused)
@@ -115,14 +114,5 @@ def test_a_vm_inserted_with_a_read_only_storage_scope_reads_its_payload_but_uplo
     assert bucket_json(gcs_server, gcs_bucket, f"bench/{run_key}/status.json") is None
 
 
-def test_the_scopes_bench_asks_for_let_its_vm_upload_its_results(
-    gce, gcs_server, gcs_bucket, bucket_with_iam, tmp_path, capsys
-):
-    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
-    assert main([*args, "--wait"]) == 0, capsys.readouterr()
-    run_id = launched_run_id(capsys)
-    (sent,) = gce.inserted
-    assert sent["serviceAccounts"][0]["scopes"] == [builder.STORAGE_SCOPE] == [READ_WRITE]
-    assert bucket_with_iam.denied == []
-    manifest = bucket_json(gcs_server, gcs_bucket, f"bench/{run_key_of(run_id)}/manifest.json")
-    assert Manifest.model_validate(manifest).status == "complete"
+# The scopes bench asks for let its VM upload its results: the whole gce run of
+# tests/e2e/test_backend_protocol.py runs behind this proxy and asserts it (one run for both).

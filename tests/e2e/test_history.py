@@ -8,7 +8,6 @@ the commits of a small git repository made here, so commit order and launch orde
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,45 +15,20 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.registry import RunRegistry
 from orchestrator.report import MAX_FIGURE_INCHES, PLOT_DPI
 from orchestrator.service.history import HistoryPoint, HistoryRun, ordered_history
 from results_schema import Manifest
-from tests.e2e.test_gce_cli import plan_file
 
 HOSTILE_GPU = "[red]GPU[/red]\x1b[2J"
 # No "/": a folder name cannot hold one.
 HOSTILE_FOLDER = "[bold]not-a-run[blink]\x1b]0;owned\x07"
 
 
-@pytest.fixture(scope="module")
-def fetched_runs(made_once):
-    """(results folder, [run ids in launch order]) of two real local runs, launched and
-    fetched once for the session (tests/conftest.py) in an environment of their own, as
-    bench_env makes one."""
-
-    def make(root):
-        dest = root / "results"
-        registry = RunRegistry(root / "state" / "runs.sqlite")
-        with pytest.MonkeyPatch.context() as env:
-            for name in [name for name in os.environ if name.startswith("BENCH_")]:
-                env.delenv(name)
-            (root / "work").mkdir()
-            env.chdir(root / "work")
-            env.setenv("BENCH_STATE_DIR", str(root / "state"))
-            env.setenv("XDG_CONFIG_HOME", str(root / "config"))
-            plan = plan_file(root, 5)
-            run_ids = []
-            for _ in range(2):
-                args = ["launch", "--backend", "local", "--budget", "1", "--plan", plan]
-                assert main([*args, "--wait"]) == 0
-                (new,) = {r.run_id for r in registry.all()} - set(run_ids)
-                run_ids.append(new)
-                assert main(["fetch", new, "--dest", str(dest)]) == 0
-        return str(dest), run_ids
-
-    dest, run_ids = made_once("history-runs", make)
-    return Path(dest), run_ids
+@pytest.fixture
+def fetched_runs(two_local_runs):
+    """(results folder, [run ids in launch order]) of the session's two real local runs,
+    launched and fetched once (tests/e2e/conftest.py)."""
+    return Path(two_local_runs["dest"]), two_local_runs["run_ids"]
 
 
 @pytest.fixture

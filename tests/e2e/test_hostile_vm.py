@@ -21,6 +21,7 @@ from orchestrator.registry import RunRegistry
 from results_schema.names import new_run_id, new_run_secret
 from tests.e2e.test_gce_cli import plan_file
 from tests.e2e.test_gce_setup import ACCOUNT, PROJECT, iam  # noqa: F401 - fixture
+from tests.limits import HANG_SECONDS
 from tests.unit.test_gce_builder import make_spec
 from tests.unit.test_gce_compute import config_for
 
@@ -48,7 +49,7 @@ if mkdir "$ATTACK_DIR/started" 2>/dev/null; then
     zone="$instances/zones/$VICTIM_ZONE/instances"
     echo "get-victim $(code "$zone/$VICTIM_NAME")"
     echo "delete-guessed $(code -X DELETE "$zone/bench-$VICTIM_RUN")"
-  } > "$ATTACK_DIR/report.txt"
+  } > "$ATTACK_DIR/report.partial" && mv "$ATTACK_DIR/report.partial" "$ATTACK_DIR/report.txt"
 fi
 exec "$REAL_PYTHON" "$@"
 """
@@ -88,17 +89,34 @@ def _objects(gcs_server, bucket: str, prefix: str) -> dict[str, bytes]:
     return {b.name: b.download_as_bytes() for b in blobs}
 
 
-@pytest.mark.usefixtures("iam")
 def test_a_hostile_vm_touches_nothing_but_its_own_run(
-    gce, gcs_server, tmp_path, capsys, monkeypatch, bench_env
+    iam,  # noqa: F811 - the fixture
+    gce,
+    gcs_server,
+    tmp_path,
+    capsys,
+    monkeypatch,
+    bench_env,
 ):
     assert main(["setup", "--apply"]) == 0
     monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", ACCOUNT)
+    capsys.readouterr()
+    assert main(["doctor"]) == 0, capsys.readouterr()  # after setup, doctor is green
     bucket = os.environ["BENCH_BUCKET"]
     plan = plan_file(tmp_path)
 
-    # An honest run first: its results are what the attacker goes after.
-    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan, "--wait"]) == 0
+    # An honest run first: its results are what the attacker goes after. Run as setup's
+    # account, it deletes its own VM (the one run of test_gce_setup.py's story as well).
+    launch = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan, "--wait"]
+    assert main(launch) == 0, (capsys.readouterr(), iam.proxy.denied)
+    assert gce.instances() == []
+    assert "deleted itself" in capsys.readouterr().out
+    (delete,) = gce.calls("instances.delete")
+    assert delete.caller.startswith("vm:bench-")  # the VM itself, not the controller
+    (sent,) = gce.inserted
+    (account,) = sent["serviceAccounts"]
+    assert account["email"] == ACCOUNT
+    assert "https://www.googleapis.com/auth/compute" in account["scopes"]
     (victim,) = RunRegistry(bench_env / "state" / "runs.sqlite").all()
     before = _objects(gcs_server, bucket, f"bench/{victim.run_key}/")
     assert f"bench/{victim.run_key}/results/summary.csv" in before
@@ -108,7 +126,7 @@ def test_a_hostile_vm_touches_nothing_but_its_own_run(
     gce.config.vm_path = [path, *gce.config.vm_path]
     gce.config.vm_env = {**gce.config.vm_env, **env}
     capsys.readouterr()
-    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan, "--wait"]) == 0
+    assert main(launch) == 0
 
     report = dict(line.split() for line in (tmp_path / "report.txt").read_text().splitlines())
     assert report == {
@@ -156,7 +174,9 @@ def test_the_same_attack_succeeds_against_the_grants_bench_made_before(
     gce.config.vm_path = [path, *gce.config.vm_path]
     gce.config.vm_env = {**gce.config.vm_env, **env}
     plan = plan_file(tmp_path)
-    main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan, "--wait"])
+    # The attack is the VM's first python3: the rest of the run is not waited for.
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
+    gce.wait_for((tmp_path / "report.txt").exists, HANG_SECONDS)
     report = dict(line.split() for line in (tmp_path / "report.txt").read_text().splitlines())
     assert report["list-runs"] == "200" and report["list-all"] == "200"
     assert report["plant-cache-digest"] == "200" and report["plant-cache-tarball"] == "200"

@@ -20,6 +20,7 @@ from orchestrator.backends.local import RUN_MARK_ENV
 from orchestrator.cli import main
 from results_schema import Manifest, Measurement
 from tests.e2e.test_local_run import store_run_dir
+from tests.limits import HANG_SECONDS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,7 +57,8 @@ def stand_in(directory: Path, benchmark: str) -> Path:
 
 
 def only_run_id(state: Path) -> str:
-    (run_id,) = [p.name for p in (state / "sandboxes").iterdir()]
+    # (.harness: the folder every run's harness runs from, partials/common.sh.j2)
+    (run_id,) = [p.name for p in (state / "sandboxes").iterdir() if not p.name.startswith(".")]
     return run_id
 
 
@@ -75,7 +77,7 @@ def run_processes(run_id: str) -> list[int]:
     return found
 
 
-def wait_for(predicate, timeout: float = 60.0):
+def wait_for(predicate, timeout: float = HANG_SECONDS):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -104,7 +106,7 @@ def test_stop_all_ends_every_process_of_a_run_whose_bash_was_killed(bench_env, m
     assert run_processes(run_id), "its children outlive the bash: what stop-all must end"
     try:
         assert main(["stop-all", "--yes"]) == 0
-        wait_for(lambda: not run_processes(run_id), timeout=10)
+        wait_for(lambda: not run_processes(run_id))
     finally:
         for left in run_processes(run_id):
             os.kill(left, signal.SIGKILL)
@@ -205,3 +207,33 @@ def test_a_disk_full_mid_benchmark_leaves_a_valid_partial_manifest(
     assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 5
     fetched = bench_env / "results" / run_id / "results" / "measurements.csv"
     assert len(fetched.read_text().splitlines()) == measured.rows + 1
+
+
+@pytest.mark.parametrize(
+    ("gate_ended", "failed"), [(False, "correctness"), (True, "benchmark")], ids=["gate", "timing"]
+)
+def test_the_gate_and_the_timing_share_a_process_and_keep_their_phases(
+    bench_env, monkeypatch, gate_ended, failed
+):
+    """Issue 31 item 4: one harness process runs both phases and writes their phases.tsv
+    lines; a failure is its phase's: before the gate's line, correctness; after, benchmark."""
+    gate = 'printf "correctness\\t3\\t0\\n" >> "$phases"' if gate_ended else ":"
+    benchmark = f"""
+  local phases=""
+  while (( $# )); do [[ $1 == --phases-file ]] && phases=$2; shift; done
+  [[ -n $phases ]] || exit 9
+  {gate}
+  exit 1"""
+    monkeypatch.setenv("BENCH_PAYLOAD_PYTHON", str(stand_in(bench_env / "py", benchmark)))
+    assert launch_local("--wait") != 0
+    run_id = only_run_id(bench_env / "state")
+    stored = store_run_dir(bench_env / "state", run_id) / "manifest.json"
+    manifest = Manifest.model_validate(json.loads(stored.read_bytes()))
+    assert manifest.failed_phase == failed, manifest.reason
+    assert manifest.reason.startswith(f"phase {failed} failed with exit code 1")
+    measured = [
+        (p.name, p.exit_code) for p in manifest.phases if p.name in ("correctness", "benchmark")
+    ]
+    assert measured == (
+        [("correctness", 0), ("benchmark", 1)] if gate_ended else [("correctness", 1)]
+    )

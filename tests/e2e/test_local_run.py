@@ -15,6 +15,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.registry import RunRegistry
 from results_schema import PHASES, Manifest, Plan
+from tests.limits import HANG_SECONDS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -58,7 +59,7 @@ def leftover_processes(sandbox: Path) -> list[str]:
     return found
 
 
-def wait_for(predicate, timeout: float = 120.0, every: float = 0.2):
+def wait_for(predicate, timeout: float = HANG_SECONDS, every: float = 0.2):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -101,7 +102,8 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys, monkeypatch):
     from orchestrator.runtime_model import MODEL_PHASES
 
     key = manifest.plan.content_sha256()
-    (recorded,) = RunRegistry(state / "runs.sqlite").past_phase_seconds(key, "local")
+    registry = RunRegistry(state / "runs.sqlite")
+    (recorded,) = registry.past_phase_seconds(key, "local", registry.get(run_id).gpu)
     assert set(recorded) == set(MODEL_PHASES) - {"shutdown"}  # no manifest sees the shutdown
     assert recorded["benchmark"] == next(
         p.seconds for p in manifest.phases if p.name == "benchmark"
@@ -110,7 +112,7 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys, monkeypatch):
     capsys.readouterr()
     assert main(["logs", run_id]) == 0
     log = capsys.readouterr().out
-    assert "phase benchmark: done" in log and f"run {run_id} finished: complete" in log
+    assert "phase measure: done" in log and f"run {run_id} finished: complete" in log
 
     # Idempotent: fetching again gives the same verified copy.
     assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 0
@@ -171,7 +173,7 @@ def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, ca
     assert main(["stop-all", "--yes"]) == 0
     assert "stopped 1 machines" in capsys.readouterr().out
     manifest_file = store_run_dir(state, run_id) / "manifest.json"
-    wait_for(manifest_file.exists, timeout=30)
+    wait_for(manifest_file.exists)
     manifest = Manifest.model_validate_json(manifest_file.read_text())
     assert manifest.status == "partial"
     assert "SIGTERM" in manifest.reason and "benchmark" in manifest.reason

@@ -62,13 +62,15 @@ def _record_fields(ctx: Context, run_id: str, **fields) -> None:
 
 def _launched(ctx: Context, run, created: datetime | None = None) -> None:
     """The run as launch leaves it: its payload (holding its plan) in the store, that
-    payload's sha256 in its registry row."""
+    payload's sha256 and its GPU's key in its registry row."""
     from orchestrator.payload import build_payload
+    from orchestrator.service.launch import target_gpu
 
     publish(ctx, run, created or _now() - timedelta(minutes=5))
     payload = build_payload(Plan.model_validate(run.plan))
     ctx.store(run.backend).put_bytes(f"runs/{run.run_id}/payload.tar.gz", payload.data)
-    _record_fields(ctx, run.run_id, payload_sha256=payload.sha256)
+    gpu = target_gpu(ctx, run.backend)
+    _record_fields(ctx, run.run_id, payload_sha256=payload.sha256, gpu=gpu)
 
 
 def _hostile(bench_env: Path, backend: str = "local"):

@@ -85,7 +85,7 @@ def build_run(run_id: str, backend: str, outside: Path, names: str = "", samples
     if names:
         plan["description"] = names
         plan["candidate"] = f"cand{names}"
-        plan["baselines"] = [f"base{names}"]
+        plan["compared_with"] = [f"base{names}"]
         if plan.get("control"):
             plan["control"] = plan["candidate"]
         for index, config in enumerate(plan["configs"]):
@@ -774,7 +774,7 @@ def test_a_default_plan_sized_run_fetches_within_the_limits(bench, bench_env, ca
     rows = run.manifest["files"][0]["rows"]
     publish(ctx, run, datetime.now(timezone.utc) - timedelta(minutes=5))
     assert run_cli(capsys, "fetch", run.run_id, "--dest", str(bench_env / "results"))[0] == 0
-    full = len(plan["configs"]) * plan["samples_per_config"] * (1 + len(plan["baselines"]))
+    full = len(plan["configs"]) * plan["samples_per_config"] * (1 + len(plan["compared_with"]))
     assert rows * len(plan["configs"]) // 2 == full  # this run is 2 of its 12 configs
     # Every limit holds the whole default plan a hundred times over.
     assert LIMITS.rows_of("measurements.csv") >= 100 * full

@@ -85,14 +85,26 @@ def test_a_second_run_of_the_same_tree_restores_its_build_and_a_changed_tree_bui
     assert "compiling" in (third_dir / "logs" / "startup.log").read_text()
 
 
-def test_a_failed_build_is_one_line_in_status_and_report(bench_env, tmp_path, capsys):
+def test_a_failed_build_fails_that_kernel_alone_and_is_one_line_in_status_and_report(
+    bench_env, tmp_path, capsys
+):
+    """One run (a launch is ~10 s of CPU): the kernel's gate rows fail with its build's last
+    line, SDPA is still measured, and `bench status` and `bench report` say it in one line."""
     repo = example_repository(tmp_path)
     # Its last line carries rich markup and a terminal escape: printed as text, inert.
     with_build(repo, r"echo compiling; printf 'error: [bold]no nvcc\033[2J\n' >&2; exit 3")
-    manifest, _ = launch(bench_env, tmp_path, repo)
+    manifest, run_dir = launch(bench_env, tmp_path, repo)
     assert manifest.status == "complete"
+    assert manifest.plan.user_kernels[0].source.dirty  # the contract's edit was not committed
     (failed,) = manifest.user_builds
     assert (failed.outcome, failed.message) == ("failed", "error: [bold]no nvcc\x1b[2J")
+    gate = rows(run_dir, "correctness.csv", CorrectnessRow)
+    ours = [r for r in gate if r.implementation == NAME]
+    assert ours and all(not r.passed for r in ours)
+    assert {r.message for r in ours} == {"build failed: error: [bold]no nvcc\x1b[2J"}
+    measured = {r.implementation for r in rows(run_dir, "summary.csv", SummaryRow)}
+    assert "sdpa" in measured and NAME not in measured
+    assert "build failed: error: [bold]no nvcc" in (run_dir / "logs" / "startup.log").read_text()
     expected = f"{NAME}: build failed: error: [bold]no nvcc\\x1b[2J"
     run_id = run_ids(bench_env)[-1]
     capsys.readouterr()
@@ -119,7 +131,7 @@ def test_the_kernels_own_plan_runs_and_the_report_names_it_by_name_and_commit(
     contract's edit are not committed): the report and the plots say '+dirty'."""
     repo = example_repository(tmp_path)
     plan = json.loads(small_plan(tmp_path, name="my-shapes", samples=6).read_text())
-    plan.update(candidate=NAME, baselines=["sdpa", "reference"], control=None)
+    plan.update(candidate=NAME, compared_with=["sdpa", "reference"], control=None)
     (repo / "shapes.json").write_text(json.dumps(plan))
     contract = repo / "bench-kernel.toml"
     entry = 'entry = "simple_attention.ops:attention"'

@@ -58,6 +58,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tests.limits import HANG_SECONDS
+
 from . import discovery
 from .compute_catalog import FakeCatalog
 from .compute_state import (
@@ -379,7 +381,9 @@ class FakeComputeServer:
         inst = self.instance(zone, name, project)
         self.compute.preempt(zone, name, after_s, inst.project)
 
-    def wait_for(self, predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> None:
+    def wait_for(
+        self, predicate: Any, timeout: float = HANG_SECONDS, interval: float = 0.02
+    ) -> None:
         """Polls `predicate()` until true; raises TimeoutError after `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while not predicate():
@@ -388,7 +392,7 @@ class FakeComputeServer:
             time.sleep(interval)
 
     def wait_for_status(
-        self, zone: str, name: str, status: str, timeout: float = 10.0
+        self, zone: str, name: str, status: str, timeout: float = HANG_SECONDS
     ) -> FakeInstance:
         """Waits until the instance has `status` ("DELETED" waits for its removal)."""
 

@@ -14,6 +14,7 @@ from google.cloud import compute_v1
 from tests.fakes import fixtures
 from tests.fakes.compute_server import FakeComputeServer
 from tests.fakes.fixtures import compute_client_options
+from tests.limits import HANG_SECONDS
 
 # A plain fixture from tests/fakes/fixtures.py (a conftest may import it for every test).
 compute_server = fixtures.compute_server
@@ -75,7 +76,7 @@ def make_instance(
 def wait_operation(
     ops: compute_v1.ZoneOperationsClient, name: str, zone: str = ZONE
 ) -> compute_v1.Operation:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline:
         op = ops.wait(project=PROJECT, zone=zone, operation=name)
         if op.status == DONE:
@@ -86,7 +87,7 @@ def wait_operation(
 def wait_status(
     instances: compute_v1.InstancesClient, name: str, status: str, zone: str = ZONE
 ) -> compute_v1.Instance:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline:
         inst = instances.get(project=PROJECT, zone=zone, instance=name)
         if inst.status == status:
@@ -272,7 +273,7 @@ def test_max_run_duration_deletes(compute_server, clients):
     create(clients, "backstop", TERM_TRAP, max_run_s=60)
     wait_started(compute_server, "backstop")
     compute_server.config.time_scale = 600  # from now on 60 simulated seconds take 0.1 s
-    server_side = compute_server.wait_for_status(ZONE, "backstop", "DELETED", timeout=5)
+    server_side = compute_server.wait_for_status(ZONE, "backstop", "DELETED")
     assert server_side.going_down_because == "maxRunDuration"
     assert (server_side.workdir / "term.txt").read_text() == "TERM preempted=FALSE\n"
     with pytest.raises(exceptions.NotFound):
@@ -289,7 +290,7 @@ def test_preemption(compute_server, clients):
     create(clients, "spot", TERM_TRAP, shutdown_script="echo shutdown-ran > shutdown.txt")
     wait_started(compute_server, "spot")
     compute_server.preempt(ZONE, "spot")
-    gone = compute_server.wait_for_status(ZONE, "spot", "DELETED", timeout=5)
+    gone = compute_server.wait_for_status(ZONE, "spot", "DELETED")
     assert gone.preempted and gone.going_down_because == "preemption"
     assert (gone.workdir / "term.txt").read_text() == "TERM preempted=TRUE\n"
     assert (gone.workdir / "shutdown.txt").read_text() == "shutdown-ran\n"

@@ -99,7 +99,7 @@ def run_plan(tmp_path, candidate: str):
             "description": "a cheat against SDPA",
             "device": "cuda",
             "candidate": candidate,
-            "baselines": ["sdpa"],
+            "compared_with": ["sdpa"],
             "reference": "reference",
             "samples_per_config": 12,
             "placements": 3,

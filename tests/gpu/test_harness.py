@@ -41,7 +41,7 @@ def gpu_run(tmp_path_factory) -> Path:
         "description": "harness test",
         "device": "cuda",
         "candidate": "sdpa-efficient",
-        "baselines": ["sdpa", "sdpa-flash"],
+        "compared_with": ["sdpa", "sdpa-flash"],
         "reference": "reference",
         "samples_per_config": 20,
         "placements": 4,

@@ -130,7 +130,7 @@ def test_two_registry_implementations():
     shaped = shape_plan(plan, PlanOptions(candidate="sdpa-flash", baseline_impl="sdpa-cudnn"))
     p = shaped.plan
     assert p.candidate == "sdpa-flash"
-    assert p.baselines == ["sdpa-cudnn", "flash", "sdpa"]
+    assert p.compared_with == ["sdpa-cudnn", "flash", "sdpa"]
     assert p.comparison.baseline == "sdpa-cudnn" and p.comparison.source == "implementation"
     assert p.control == "sdpa" and p.baseline_identity is None
     with pytest.raises(UsageError, match="the candidate itself"):

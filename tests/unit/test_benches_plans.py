@@ -22,7 +22,7 @@ def test_default_plan_is_the_documented_650_measurement_comparison():
     assert plan.samples_per_implementation() == 650 and len(plan.configs) == 13
     (grouped,) = [c for c in plan.configs if c.kv_heads]  # every run shows one GQA shape
     assert (grouped.heads, grouped.kv_heads, grouped.head_dim) == (32, 8, 128)
-    assert plan.candidate == "flash" and plan.baselines == ["sdpa", "sdpa-flash"]
+    assert plan.candidate == "flash" and plan.compared_with == ["sdpa", "sdpa-flash"]
     shapes = {(c.batch, c.heads, c.seq_len, c.head_dim) for c in plan.configs}
     assert (1, 1, 128, 64) in shapes  # the predecessor's shape
     assert {c.seq_len for c in plan.configs} >= {128, 8192}
@@ -60,3 +60,16 @@ def test_measurements_spread_over_configs():
     assert sum(counts) == 100 and max(counts) - min(counts) == 1
     with pytest.raises(PlanError):
         samples_per_config(plan, 5)
+
+
+def test_a_plan_file_of_before_the_rename_still_loads_and_is_written_anew():
+    """Issue 31 item 5: `baselines` now means only the B of an A/B; the plan's list of what
+    the candidate is compared with is `compared_with`, and an older plan file (or a fetched
+    manifest's plan) that says `baselines` still validates."""
+    data = json.loads((PLANS_DIR / "default.json").read_text())
+    data["baselines"] = data.pop("compared_with")
+    old = Plan.model_validate(data)
+    assert old.compared_with == ["sdpa", "sdpa-flash"]
+    written = json.loads(old.model_dump_json())
+    assert "baselines" not in written and written["compared_with"] == ["sdpa", "sdpa-flash"]
+    assert Plan.model_validate(written) == old

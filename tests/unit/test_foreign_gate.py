@@ -25,7 +25,7 @@ def _plan(dtype: str = "float32", seq_len: int = 97) -> Plan:
         description="",
         device="cpu",
         candidate="sdpa",
-        baselines=["sdpa-math"],
+        compared_with=["sdpa-math"],
         reference="reference",
         samples_per_config=1,
         configs=[config],

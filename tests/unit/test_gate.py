@@ -58,7 +58,7 @@ def made_up_run(
         description="",
         device="cuda",
         candidate="flash",
-        baselines=["sdpa"],
+        compared_with=["sdpa"],
         reference="reference",
         samples_per_config=10,
         control="sdpa" if control else None,

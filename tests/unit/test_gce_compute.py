@@ -328,14 +328,13 @@ def test_backend_machine_state_after_guest_power_off(tmp_path):
         zone, name = placement.location, placement.handle
 
         def release_when_read():
-            server.wait_for(lambda: "no newline" in server.serial_output(zone, name), 60)
+            server.wait_for(lambda: "no newline" in server.serial_output(zone, name))
             end = len(server.serial_output(zone, name).encode())
             server.wait_for(
                 lambda: any(
                     int(r.query.get("start", 0)) >= end
                     for r in server.calls("instances.getSerialPortOutput")
-                ),
-                60,
+                )
             )
             seen.touch()
 

@@ -26,7 +26,7 @@ def own_plan(name: str = "my-shapes", **changes) -> dict:
     """cpu-smoke's first two configs, with the kernel itself named as the candidate."""
     plan = json.loads((plans_dir() / "cpu-smoke.json").read_text())
     plan.update(name=name, candidate="mine", configs=plan["configs"][:2])
-    plan.update({"baselines": ["sdpa", "reference"], "control": None, **changes})
+    plan.update({"compared_with": ["sdpa", "reference"], "control": None, **changes})
     return plan
 
 
@@ -48,7 +48,7 @@ def test_auto_takes_the_kernels_own_plan_and_an_explicit_plan_wins(tmp_path):
     assert plan.name == "my-shapes" and len(plan.configs) == 2
     assert "bench-plan.json" in note and "my-shapes" in note
     shaped = shape_plan(plan, PlanOptions(kernel=root)).plan
-    assert shaped.candidate == "mine" and "mine" not in shaped.baselines
+    assert shaped.candidate == "mine" and "mine" not in shaped.compared_with
     assert [k.identity for k in shaped.user_kernels] == ["mine"]
 
     named, _ = resolve_plan("cpu-smoke", "local", has_gpu=False, kernel=root)
@@ -114,7 +114,7 @@ def _ignored(root: Path) -> None:
         ),
         (
             lambda root: (root / "bench-plan.json").write_text(
-                json.dumps(own_plan(baselines=["mine"]))
+                json.dumps(own_plan(compared_with=["mine"]))
             ),
             "plan 'my-shapes' has nothing to compare mine with",
         ),

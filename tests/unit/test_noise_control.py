@@ -23,7 +23,7 @@ def _plan(configs: int = 6, placements: int = 4, rounds: int = 5) -> Plan:
         description="",
         device="cpu",
         candidate="sdpa",
-        baselines=["sdpa-math"],
+        compared_with=["sdpa-math"],
         reference="reference",
         samples_per_config=placements * rounds,
         placements=placements,

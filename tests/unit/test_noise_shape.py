@@ -73,7 +73,7 @@ def _plan(**extra) -> Plan:
         description="",
         device="cpu",
         candidate="a",
-        baselines=["b"],
+        compared_with=["b"],
         reference="reference",
         samples_per_config=20,
         placements=4,

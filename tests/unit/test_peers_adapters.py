@@ -167,7 +167,7 @@ def _plan(name: str, config: AttentionConfig) -> Plan:
         description="",
         device="cpu",
         candidate=name,
-        baselines=["sdpa-math"],
+        compared_with=["sdpa-math"],
         reference="reference",
         samples_per_config=1,
         configs=[config],

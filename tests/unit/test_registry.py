@@ -14,6 +14,7 @@ import pytest
 from orchestrator import registry as registry_module
 from orchestrator.errors import NotFoundError
 from orchestrator.registry import RunRecord, RunRegistry
+from tests.limits import HANG_SECONDS
 
 
 def _record(run_id: str, **overrides) -> RunRecord:
@@ -129,7 +130,7 @@ def test_concurrent_updates_of_different_fields_both_land(tmp_path):
     time.sleep(0.5)  # the update is now waiting on the lock (or has read, if it reads first)
     holder.execute("COMMIT")
     holder.close()
-    worker.join(timeout=20)
+    worker.join(timeout=HANG_SECONDS)
     record = registry.get("a")
     assert (record.state, record.cost_usd) == ("complete", 0.75)
 

@@ -68,7 +68,7 @@ def test_compare_warns_when_the_runs_time_different_candidates(run_dir, tmp_path
     other = tmp_path / "other"
     shutil.copytree(run_dir, other)
     manifest = json.loads((other / "manifest.json").read_text())
-    manifest["plan"].update(candidate="sdpa-math", baselines=["sdpa", "reference"])
+    manifest["plan"].update(candidate="sdpa-math", compared_with=["sdpa", "reference"])
     (other / "manifest.json").write_text(json.dumps(manifest))
     report = make_report(run_dir, compare_dir=other)
     assert report.compare_warning == (
@@ -285,3 +285,21 @@ def test_the_speedup_plot_shows_the_a_a_control_as_the_control(run_dir):
     control = [label for label in labels if "A/A control" in label]
     assert len(control) == 1 and "against itself" in control[0]
     assert not any(label.startswith("over") and "@aa" in label for label in labels)
+
+
+@pytest.mark.parametrize(
+    ("value", "digits", "shown"),
+    [
+        (0.9996, 3, "1.00"),
+        (0.99949, 3, "0.999"),
+        (9.996, 3, "10.0"),
+        (0.08044, 3, "0.0804"),
+        (111.84, 4, "111.8"),
+        (13170.2, 4, "13170"),
+        (-0.9996, 3, "-1.00"),
+    ],
+)
+def test_significant_digits_are_counted_after_rounding(value, digits, shown):
+    """A speedup of 0.9996 printed as 1.000 (four digits: a flake of the 80-column report
+    test whenever a ratio fell in [0.9995, 1))."""
+    assert significant(value, digits) == shown

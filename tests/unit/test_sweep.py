@@ -18,7 +18,7 @@ from orchestrator.gpus import (
     member_config,
     parse_gpu_list,
 )
-from orchestrator.runtime_model import PhaseFigure, RuntimeEstimate, model_phases
+from orchestrator.runtime_model import HISTORY_HEADROOM, PhaseFigure, RuntimeEstimate, model_phases
 from orchestrator.service.context import Context
 from orchestrator.service.launch import LaunchRequest
 from orchestrator.service.plans import resolve_plan
@@ -131,27 +131,28 @@ def test_the_kernel_supports_sm80_and_newer(capability, reason, monkeypatch, tmp
     assert registry.get("sdpa-flash").available(torch.device("cuda")) is None
 
 
+def _past_run(registry, index: int, gpu: str, backend: str, build: float, plan_sha256: str):
+    """A complete run of the default plan's content `plan_sha256` whose build took `build`."""
+    from tests.unit.test_registry import _record
+
+    registry.add(
+        _record(
+            f"20261127-07000{index}-abcdef",
+            backend=backend,
+            state="complete",
+            phase_seconds={"build": build},
+            plan_sha256=plan_sha256,
+            gpu=gpu,
+        )
+    )
+
+
 def test_history_refines_a_sweep_member_from_its_own_gpu_type_only(tmp_path):
-    from orchestrator.registry import RunRecord, RunRegistry
+    from orchestrator.registry import RunRegistry
 
     registry = RunRegistry(tmp_path / "runs.sqlite")
     for index, (gpu, build) in enumerate((("t4", 5.0), ("h100", 16.0), ("", 25.0))):
-        registry.add(
-            RunRecord(
-                run_id=f"20261123-06000{index}-abcdef",
-                backend="gce",
-                plan="default",
-                budget_usd=1.0,
-                rate_usd_per_hour=1.0,
-                max_run_seconds=600,
-                estimated_seconds=200,
-                created_at="2026-11-23T06:00:00+00:00",
-                state="complete",
-                phase_seconds={"build": build},
-                plan_sha256="f" * 64,
-                gpu=gpu,
-            )
-        )
+        _past_run(registry, index, gpu, "gce", build, "f" * 64)
     assert registry.past_phase_seconds("f" * 64, "gce", "t4") == [{"build": 5.0}]
     assert registry.past_phase_seconds("f" * 64, "gce") == [{"build": 25.0}]
 
@@ -162,3 +163,35 @@ def test_local_names_this_machines_gpu_and_is_no_gce_member(monkeypatch):
     config = BenchConfig(project="bench-test-project", bucket="bench-bucket")
     with pytest.raises(UsageError, match="use --backend local"):
         plan_members(Context(config), ["local"], "gce", LaunchRequest(budget_usd=1.0))
+
+
+def test_a_plain_launch_and_a_sweep_member_share_their_gpus_history(monkeypatch, tmp_path):
+    """Issue 31 item 3: one key for one GPU. A plain gce launch on the configured L4 and a
+    `--gpu l4` sweep member file their history under `l4`; a plain local launch and
+    `--gpu local` under this machine's GPU (the old plain launches filed it under "")."""
+    from orchestrator.service import launch as launch_service
+    from orchestrator.service.plans import resolve_plan
+    from orchestrator.service.sweep import plan_members
+
+    monkeypatch.setattr(launch_service, "local_gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(
+        "orchestrator.service.sweep.local_gpu_name", lambda: "NVIDIA H100 80GB HBM3"
+    )
+    config = BenchConfig(project="bench-test-project", bucket="bench-bucket", state_dir=tmp_path)
+    ctx = Context(config)
+    plan, _ = resolve_plan("default", "gce", has_gpu=True)
+    _past_run(ctx.registry, 1, "l4", "gce", 777.0, plan.content_sha256())
+    assert launch_service.target_gpu(ctx, "gce") == "l4"
+    plain = launch_service.runtime_estimate(ctx, "gce", plan)
+    (member,) = plan_members(ctx, ["l4"], "gce", LaunchRequest(budget_usd=5.0, plan="default"))
+    for estimate in (plain, member.estimate):
+        assert estimate.seconds_of("build") == pytest.approx(777.0 * HISTORY_HEADROOM)
+
+    _past_run(ctx.registry, 2, "h100", "local", 333.0, plan.content_sha256())
+    assert launch_service.target_gpu(ctx, "local") == "h100"
+    plain = launch_service.runtime_estimate(ctx, "local", plan)
+    monkeypatch.setattr("orchestrator.service.plans.local_gpu_present", lambda: True)
+    request = LaunchRequest(budget_usd=1.0, plan="default")
+    (member,) = plan_members(ctx, ["local"], "local", request)
+    for estimate in (plain, member.estimate):
+        assert estimate.seconds_of("build") == pytest.approx(333.0 * HISTORY_HEADROOM)

@@ -48,7 +48,7 @@ def plan_of(kernels: list[UserKernel]) -> Plan:
         description="workers started early, on the CPU",
         device="cpu",
         candidate=kernels[0].identity,
-        baselines=[*(k.identity for k in kernels[1:]), "sdpa"],
+        compared_with=[*(k.identity for k in kernels[1:]), "sdpa"],
         reference="reference",
         samples_per_config=4,
         warmup_min=2,
