@@ -76,7 +76,9 @@ def show_summary(out, result) -> None:
             )
     out.print(table)
     candidate = markup_safe(plan.candidate)
-    out.print(f"{candidate} speedup = median of per-round paired ratios baseline/{candidate}")
+    out.print(
+        f"{candidate} speedup = median of per-round paired ratios: the row's time / {candidate}'s"
+    )
     out.print(f"verdicts need the interval clear of [1-δ, 1+δ]; δ = {plan.margin:g}")
     if plan.control:
         out.print(

@@ -66,7 +66,7 @@ def status(run_id, as_json):
         record = view.record
         table.add_row(
             record.run_id,
-            f"{record.backend}:{record.gpu}" if record.gpu else record.backend,
+            f"{record.backend}:{record.gpu}" if record.gpu and record.sweep_id else record.backend,
             _phase_and_progress(view),
             format_duration(view.elapsed_seconds),
             f"${view.cost_usd:.2f}/{record.budget_usd:.2f}",

@@ -83,6 +83,11 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "every sha256 verified" in out and "speedup" in out
     assert_summary_readable_at_80_columns(out, Plan.model_validate_json(_cpu_smoke_text()))
+    # A plain run's backend stands alone in `status`; only a sweep member's names its GPU
+    # (its history is filed under the GPU either way: service/launch.target_gpu).
+    assert main(["status"]) == 0
+    (row,) = [line.split() for line in capsys.readouterr().out.splitlines() if run_id in line]
+    assert row[1] == "local"
 
     fetched = bench_env / "results" / run_id
     manifest = Manifest.model_validate_json((fetched / "manifest.json").read_text())
