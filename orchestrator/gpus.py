@@ -136,6 +136,11 @@ def key_for_name(gpu_name: str | None, catalog: dict[str, GpuType]) -> str | Non
     return next((k for k, g in catalog.items() if g.name_match.lower() in words), None)
 
 
+def key_for_accelerator(accelerator_type: str, catalog: dict[str, GpuType]) -> str | None:
+    """The catalog key of a GCE accelerator type ("nvidia-l4" is l4)."""
+    return next((k for k, g in catalog.items() if g.accelerator_type == accelerator_type), None)
+
+
 def local_member(keys: list[str], catalog: dict[str, GpuType], gpu_name: str | None) -> str:
     """The local backend runs on this machine's one GPU: `--gpu local`, or the key of that
     GPU. Returns the key recorded for the run (`local` when the GPU is not in the catalog)."""

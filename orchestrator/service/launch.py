@@ -4,13 +4,19 @@ reserve (cap) → store → render → start → record."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from orchestrator import budget
 from orchestrator.backends.base import Placement
 from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
-from orchestrator.gpus import LOCAL_GPU, key_for_name, load_gpu_catalog, local_gpu_name
+from orchestrator.gpus import (
+    LOCAL_GPU,
+    key_for_accelerator,
+    key_for_name,
+    load_gpu_catalog,
+    local_gpu_name,
+)
 from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
 from orchestrator.registry import RunRecord
@@ -55,8 +61,7 @@ def target_gpu(ctx: Context, backend: str, requested: str = "") -> str:
         return requested
     catalog = load_gpu_catalog()
     if ctx.capabilities(backend).machine_from_catalog:
-        accelerator = ctx.config.accelerator_type
-        return next((k for k, g in catalog.items() if g.accelerator_type == accelerator), "")
+        return key_for_accelerator(ctx.config.accelerator_type, catalog) or ""
     return key_for_name(local_gpu_name(), catalog) or LOCAL_GPU
 
 
@@ -132,6 +137,8 @@ def launch(
     """Validate everything, call `on_validated` (the CLI says what it is about to do: a
     refused launch prints only its error), then write, start and record the run."""
     ctx.require_settings(backend)
+    # Resolved once: on the local backend it asks nvidia-smi.
+    request = replace(request, gpu=target_gpu(ctx, backend, request.gpu))
     plan, plan_note = resolve_plan(request.plan, backend, kernel=request.options.kernel)
     shaped = shape_plan(plan, request.options)
     plan = shaped.plan
@@ -164,7 +171,7 @@ def launch(
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.
     ctx.registry.reserve(
-        _launching_record(ctx, backend, spec, target_gpu(ctx, backend, request.gpu)),
+        _launching_record(ctx, backend, spec, request.gpu),
         _spend_check(ctx, request, backend),
     )
     if on_validated is not None:
