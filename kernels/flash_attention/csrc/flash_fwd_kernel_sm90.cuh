@@ -34,13 +34,20 @@ template <typename T>
 struct Sm90Smem {
     uint32_t base;     // shared address of the 1024-aligned buffers
     uint8_t* generic;  // the same, as a generic pointer
-    uint64_t* bars;    // full_q, empty_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
-    static constexpr int kBarriers = 2 + 4 * T::kStages;
+    // full_q[QS], empty_q[QS], full_k[S], full_v[S], empty_k[S], empty_v[S]
+    uint64_t* bars;
+    static constexpr int kQBars = 2 * T::kQStages;
+    static constexpr int kBarriers = kQBars + 4 * T::kStages;
     // bars[kBarriers]: a word no access ever reaches (sm90::order_wait_after's store target).
 
-    __device__ __forceinline__ uint32_t q() const { return base; }
-    __device__ __forceinline__ uint32_t o() const { return base + T::kQBytes; }
-    __device__ __forceinline__ uint8_t* o_generic() const { return generic + T::kQBytes; }
+    // Q buffer qs (of kQStages), then O's staging buffer, then the K and V rings.
+    __device__ __forceinline__ uint32_t q(int qs) const { return base + qs * T::kQBytes; }
+    __device__ __forceinline__ uint8_t* q_generic(int qs) const {
+        return generic + qs * T::kQBytes;
+    }
+    __device__ __forceinline__ uint8_t* o_generic() const {
+        return generic + T::kQStages * T::kQBytes;
+    }
     __device__ __forceinline__ uint32_t k(int s) const {
         return base + T::kQOBytes + s * T::kTileBytes;
     }
@@ -49,12 +56,18 @@ struct Sm90Smem {
     }
     __device__ __forceinline__ uint32_t bar(int i) const { return smem_u32(bars + i); }
     __device__ __forceinline__ uint32_t scratch() const { return bar(kBarriers); }
-    __device__ __forceinline__ uint32_t full_q() const { return bar(0); }
-    __device__ __forceinline__ uint32_t empty_q() const { return bar(1); }
-    __device__ __forceinline__ uint32_t full_k(int s) const { return bar(2 + s); }
-    __device__ __forceinline__ uint32_t full_v(int s) const { return bar(2 + T::kStages + s); }
-    __device__ __forceinline__ uint32_t empty_k(int s) const { return bar(2 + 2 * T::kStages + s); }
-    __device__ __forceinline__ uint32_t empty_v(int s) const { return bar(2 + 3 * T::kStages + s); }
+    __device__ __forceinline__ uint32_t full_q(int qs) const { return bar(qs); }
+    __device__ __forceinline__ uint32_t empty_q(int qs) const { return bar(T::kQStages + qs); }
+    __device__ __forceinline__ uint32_t full_k(int s) const { return bar(kQBars + s); }
+    __device__ __forceinline__ uint32_t full_v(int s) const {
+        return bar(kQBars + T::kStages + s);
+    }
+    __device__ __forceinline__ uint32_t empty_k(int s) const {
+        return bar(kQBars + 2 * T::kStages + s);
+    }
+    __device__ __forceinline__ uint32_t empty_v(int s) const {
+        return bar(kQBars + 3 * T::kStages + s);
+    }
     // Byte offset of 16-byte chunk `chunk` (of 8 per 128-byte row) of row r in a column
     // block: the 128-byte swizzle TMA applies (chunk ^ (r % 8)).
     static __device__ __forceinline__ int swizzled_offset(int r, int chunk) {
@@ -124,8 +137,8 @@ struct TileSchedule {
 // kTreeMax: each row half's maximum over a key tile as four partial maxima combined last, not
 // one chain of dependent maxima (the chain held a tenth of the D = 128 loop's stall samples);
 // the result is the same, a maximum being exact in any order. Measured 1.02-1.03x for three
-// causal consumers and within the same-code spread elsewhere (NOTES.md h14): not shipped yet,
-// the GPU tests have not run with it as the default.
+// causal consumers and within the same-code spread elsewhere (NOTES.md h14): shipped for three
+// causal consumers (h15).
 template <typename T, bool Causal>
 struct Sm90Choices {
     static constexpr bool kDescriptorSteps =
@@ -134,7 +147,8 @@ struct Sm90Choices {
         Causal && (FLASH_SM90_OWN_KEY_BOUND == 0 ? T::kConsumerWarpgroups == 3
                                                  : FLASH_SM90_OWN_KEY_BOUND == 2);
     static constexpr bool kTreeMax =
-        FLASH_SM90_TREE_MAX == 0 ? false : FLASH_SM90_TREE_MAX == 2;
+        FLASH_SM90_TREE_MAX == 0 ? Causal && T::kConsumerWarpgroups == 3
+                                 : FLASH_SM90_TREE_MAX == 2;
 };
 
 // Position in the K/V ring, carried across tiles: stage and the parity of its use.
@@ -146,6 +160,15 @@ struct RingPosition {
     __device__ __forceinline__ uint32_t phase(int j) const {
         return uint32_t(((count + j) / Stages) & 1);
     }
+};
+// The Q buffer of a block's q_loads-th loaded tile (tiles without keys load none), and the
+// parity of that buffer's use.
+template <typename T>
+struct QPosition {
+    int stage;
+    uint32_t phase;
+    __device__ __forceinline__ explicit QPosition(int q_loads)
+        : stage(q_loads % T::kQStages), phase(uint32_t((q_loads / T::kQStages) & 1)) {}
 };
 
 // One thread streams each tile's Q, then its K_j and V_j into the ring; a buffer is refilled
@@ -165,12 +188,13 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
     for (int k = 0; k < schedule.tiles_in(u); ++k) {
         const Tile tile = schedule.tile(p, u, k);
         if (tile.n_blocks == 0) continue;
-        sm90::mbarrier_wait(sm.empty_q(), (q_loads & 1) ^ 1);
-        sm90::mbarrier_arrive_expect_tx(sm.full_q(), T::kQBytes);
+        const QPosition<T> qpos(q_loads);
+        sm90::mbarrier_wait(sm.empty_q(qpos.stage), qpos.phase ^ 1);
+        sm90::mbarrier_arrive_expect_tx(sm.full_q(qpos.stage), T::kQBytes);
 #pragma unroll
         for (int cb = 0; cb < T::kColBlocks; ++cb)
-            sm90::tma_load_4d(sm.q() + cb * kQBlockBytes, tma_q, sm.full_q(), cb * 64,
-                              tile.m_block * T::kBlockM, tile.head, tile.batch);
+            sm90::tma_load_4d(sm.q(qpos.stage) + cb * kQBlockBytes, tma_q, sm.full_q(qpos.stage),
+                              cb * 64, tile.m_block * T::kBlockM, tile.head, tile.batch);
         ++q_loads;
         // Grouped-query attention: the tile's k/v head (flash_api.h).
         const int kv_head = p.kv_heads.kv_head(tile.head);
@@ -194,8 +218,9 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
     }
 }
 
-// Descriptor low words (sm90_utils.h) of this consumer warpgroup's Q rows and of the first K
-// and V buffers; a ring stage is a step of kTileBytes from them.
+// Descriptor low words (sm90_utils.h) of this consumer warpgroup's Q rows (in Q buffer 0) and
+// of the first K and V buffers; a ring stage or Q buffer is a step of kTileBytes or kQBytes
+// from them.
 struct Sm90Descriptors {
     uint32_t q, k, v;
 };
@@ -203,22 +228,25 @@ template <typename T>
 __device__ __forceinline__ Sm90Descriptors descriptors(const Sm90Smem<T>& sm, int consumer_wg) {
     // MN-major V: the next 64 columns of the head dim are the next column block (leading offset).
     constexpr uint32_t kColBlockBytes = T::kBlockN * T::kRowBytes;
-    return {sm90::descriptor_lo(sm.q() + consumer_wg * 64 * T::kRowBytes, 0),
+    return {sm90::descriptor_lo(sm.q(0) + consumer_wg * 64 * T::kRowBytes, 0),
             sm90::descriptor_lo(sm.k(0), 0), sm90::descriptor_lo(sm.v(0), kColBlockBytes)};
 }
-// S = Q K_j^T for this consumer warpgroup's 64 rows (scale_d = 0 on the first k-step).
+// S = Q K_j^T for this consumer warpgroup's 64 rows of Q buffer q_stage (scale_d = 0 on the
+// first k-step).
 template <typename T, bool Steps>
 __device__ __forceinline__ void qk_wgmma(float (&s)[T::kNTiles][4], const Sm90Smem<T>& sm,
-                                         int stage, int consumer_wg, const Sm90Descriptors& desc) {
+                                         int q_stage, int stage, int consumer_wg,
+                                         const Sm90Descriptors& desc) {
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kKVBlockBytes = T::kBlockN * T::kRowBytes;
-    const uint32_t q_rows = sm.q() + consumer_wg * 64 * T::kRowBytes;
+    const uint32_t q_rows = sm.q(q_stage) + consumer_wg * 64 * T::kRowBytes;
+    const uint32_t q_lo = desc.q + q_stage * (T::kQBytes >> 4);
     const uint32_t k_lo = desc.k + stage * (T::kTileBytes >> 4);
 #pragma unroll
     for (int ks = 0; ks < T::kKSteps; ++ks) {
         // 16 columns = 32 bytes per k-step, four k-steps per 128-byte column block.
         const int cb = ks / 4, in_row = (ks % 4) * 32;
         if constexpr (Steps) {
-            const uint64_t desc_q = sm90::descriptor(desc.q + ((cb * kQBlockBytes + in_row) >> 4));
+            const uint64_t desc_q = sm90::descriptor(q_lo + ((cb * kQBlockBytes + in_row) >> 4));
             const uint64_t desc_k = sm90::descriptor(k_lo + ((cb * kKVBlockBytes + in_row) >> 4));
             sm90::wgmma_ss<typename T::Elem>(s, desc_q, desc_k, ks > 0);
         } else {
@@ -354,13 +382,13 @@ struct Pingpong {
 // arrival lands in this use's phase.
 template <typename T>
 __device__ __forceinline__ void pass_tile(const Sm90Smem<T>& sm, const Tile& tile,
-                                          const RingPosition& ring, uint32_t q_phase,
+                                          const RingPosition& ring, const QPosition<T>& q,
                                           const Pingpong<T::kConsumerWarpgroups>& turns,
                                           int lane) {
     constexpr int S = T::kStages;
     const int n_blocks = tile.n_blocks;
     if (n_blocks == 0) return;
-    sm90::mbarrier_wait(sm.full_q(), q_phase);
+    sm90::mbarrier_wait(sm.full_q(q.stage), q.phase);
     // n_blocks + 1 turns, as consume_tile takes: S_0, then S_j with P_{j-1} V_{j-1}, then the
     // last P V.
     for (int j = 0; j <= n_blocks; ++j) {
@@ -370,7 +398,7 @@ __device__ __forceinline__ void pass_tile(const Sm90Smem<T>& sm, const Tile& til
         turns.pass_turn();
         if (lane == 0) {
             if (j < n_blocks) sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
-            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q());
+            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q(q.stage));
             if (j > 0) sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j - 1)));
         }
     }
@@ -395,7 +423,7 @@ __device__ __forceinline__ int own_key_tiles(const FlashFwdParams& p, const Tile
 template <typename T, bool Causal>
 __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90Smem<T>& sm,
                                              const Tile& tile, const RingPosition& ring,
-                                             uint32_t q_phase,
+                                             const QPosition<T>& q,
                                              const Pingpong<T::kConsumerWarpgroups>& turns,
                                              int consumer_warp, int lane) {
     using Elem = typename T::Elem;
@@ -409,6 +437,10 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
     // lane and keeps Q's descriptors in uniform registers (no R2UR per wgmma, no registers).
     const Sm90Descriptors desc = descriptors(
         sm, Choices::kDescriptorSteps ? __shfl_sync(0xffffffff, consumer_wg, 0) : consumer_wg);
+    // The tile's Q buffer, known warp-uniform in the same way (Q's descriptors).
+    const int q_stage = T::kQStages == 1         ? 0
+                        : Choices::kDescriptorSteps ? __shfl_sync(0xffffffff, q.stage, 0)
+                                                    : q.stage;
     float o_acc[1][T::kDTiles][4];
 #pragma unroll
     for (int t = 0; t < T::kDTiles; ++t)
@@ -429,14 +461,14 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
     auto release_k = [&](int j) {
         if (lane == 0) {
             sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
-            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q());
+            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q(q.stage));
         }
     };
 
     // S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued together; the softmax of tile j + 1
     // runs while P_j V_j is in flight, and O is rescaled once it has landed (NOTES.md, h2).
     if (n_blocks > 0) {
-        sm90::mbarrier_wait(sm.full_q(), q_phase);
+        sm90::mbarrier_wait(sm.full_q(q.stage), q.phase);
         if (p.scale < 0.f) {
             // Fold the sign into this warpgroup's Q rows (softmax.h), then hand them to wgmma.
             constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kRowsBytes = 64 * T::kRowBytes;
@@ -444,7 +476,8 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
 #pragma unroll
             for (int cb = 0; cb < T::kColBlocks; ++cb)
                 negate_tile<kRowsBytes / 2, 128>(
-                    reinterpret_cast<Elem*>(sm.generic + cb * kQBlockBytes + consumer_wg * kRowsBytes),
+                    reinterpret_cast<Elem*>(sm.q_generic(q.stage) + cb * kQBlockBytes +
+                                            consumer_wg * kRowsBytes),
                     wg_tid);
             sm90::fence_proxy_async();
             sm90::named_barrier_sync(1 + consumer_wg, 128);
@@ -454,7 +487,8 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         sm90::mbarrier_wait(sm.full_k(ring.stage<S>(0)), ring.phase<S>(0));
         turns.take_turn();
         sm90::wgmma_fence();
-        qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, ring.stage<S>(0), consumer_wg, desc);
+        qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, q_stage, ring.stage<S>(0), consumer_wg,
+                                               desc);
         sm90::wgmma_commit();
         turns.pass_turn();
         sm90::wgmma_wait<0>();
@@ -468,7 +502,7 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
             sm90::mbarrier_wait(sm.full_v(prev), ring.phase<S>(j - 1));
             turns.take_turn();
             sm90::wgmma_fence();
-            qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, stage, consumer_wg, desc);
+            qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, q_stage, stage, consumer_wg, desc);
             sm90::wgmma_commit();
             pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], pa, sm, prev, desc);
             sm90::wgmma_commit();
@@ -503,7 +537,7 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         // buffer waited for first (pass_tile says why). No visible key at all: the whole tile
         // passed, and the rows written as zeros below.
         if (n_blocks == 0) {
-            pass_tile<T>(sm, tile, ring, q_phase, turns, lane);
+            pass_tile<T>(sm, tile, ring, q, turns, lane);
         } else {
             for (int j = n_blocks; j < tile.n_blocks; ++j) {
                 sm90::mbarrier_wait(sm.full_k(ring.stage<S>(j)), ring.phase<S>(j));
@@ -539,10 +573,11 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
         // Only a block of three consumers can have a warpgroup with no row before seqlen_q.
         const bool idle = T::kConsumerWarpgroups > 2 &&
                           tile.m_block * T::kBlockM + turns.consumer_wg * 64 >= p.seqlen_q;
+        const QPosition<T> q(q_loads);
         if (idle)
-            pass_tile<T>(sm, tile, ring, q_loads & 1, turns, lane);
+            pass_tile<T>(sm, tile, ring, q, turns, lane);
         else
-            consume_tile<T, Causal>(p, sm, tile, ring, q_loads & 1, turns, consumer_warp, lane);
+            consume_tile<T, Causal>(p, sm, tile, ring, q, turns, consumer_warp, lane);
         ring.count += tile.n_blocks;
         q_loads += tile.n_blocks > 0;
     }
@@ -566,8 +601,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, paired_causal);
 
     if (tid == 0) {
-        sm90::mbarrier_init(sm.full_q(), 1);
-        sm90::mbarrier_init(sm.empty_q(), T::kWarps);  // one arrival per consumer warp
+        for (int qs = 0; qs < T::kQStages; ++qs) {
+            sm90::mbarrier_init(sm.full_q(qs), 1);
+            sm90::mbarrier_init(sm.empty_q(qs), T::kWarps);  // one arrival per consumer warp
+        }
         for (int s = 0; s < T::kStages; ++s) {
             sm90::mbarrier_init(sm.full_k(s), 1);
             sm90::mbarrier_init(sm.full_v(s), 1);

@@ -15,16 +15,26 @@ namespace flash {
 
 constexpr int kMaxSm90Devices = 64;
 
-// Tile shapes: 128 keys per K/V tile, two stages (192 KB for D = 128, 96 KB for D = 64, with
-// the Q and O buffers); D = 256: 64 keys per tile, two stages, no O buffer (Q 64 KB + the
-// ring 128 KB: 193 KB of the 227 KB a block may have).
-template <typename Elem, int HeadDim>
+// Q buffers: two for the causal two-consumer kernels at D = 64 and 128, so that a persistent
+// block's next tile loads its Q while the current one still reads its own (h16: 1.01-1.02x at
+// D = 64 causal 1024-4096, where a paired unit's light tile has a few key tiles only); one
+// elsewhere (0.99x non-causal); D = 256 has no room for a second (64 KB).
+template <int HeadDim, bool Causal, int Consumers = 2>
+constexpr int kSm90QStages = HeadDim == 256               ? 1
+                             : FLASH_SM90_Q_STAGES != 0    ? FLASH_SM90_Q_STAGES
+                             : Causal && Consumers == 2    ? 2
+                                                           : 1;
+// Tile shapes: 128 keys per K/V tile, two stages (193 KB for D = 128, 97 KB for D = 64, with
+// the Q and O buffers; a second Q buffer 32 or 16 KB more); D = 256: 64 keys per tile, two
+// stages, no O buffer (Q 64 KB + the ring 128 KB: 193 KB of the 227 KB a block may have).
+template <typename Elem, int HeadDim, bool Causal>
 struct Sm90Config {
-    using type = Sm90Traits<Elem, HeadDim, HeadDim == 256 ? 64 : 128, 2>;
+    using type = Sm90Traits<Elem, HeadDim, HeadDim == 256 ? 64 : 128, 2, 2,
+                            kSm90QStages<HeadDim, Causal>>;
 };
 // D = 64 on long sequences: three consumer warpgroups, 192 query rows (113 KB).
-template <typename Elem>
-using Sm90ThreeConsumersD64 = Sm90Traits<Elem, 64, 128, 2, 3>;
+template <typename Elem, bool Causal>
+using Sm90ThreeConsumersD64 = Sm90Traits<Elem, 64, 128, 2, 3, kSm90QStages<64, Causal, 3>>;
 
 // A launch's shape and grid (NOTES.md, h4-h6 and "2026-11-27"; measured on the H100 over
 // B * S = 16k tokens). The switches force either choice (switches.h).
@@ -160,10 +170,10 @@ int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
     const Sm90Plan plan = sm90_plan<HeadDim, Causal>(p);
     if constexpr (HeadDim == 64 && FLASH_SM90_SHAPE_D64 != 1) {
         if (plan.three_consumers)
-            return launch_sm90_shape<Sm90ThreeConsumersD64<Elem>, Causal>(p, stream, device, sms,
-                                                                          plan.paired_causal);
+            return launch_sm90_shape<Sm90ThreeConsumersD64<Elem, Causal>, Causal>(
+                p, stream, device, sms, plan.paired_causal);
     }
-    using T = typename Sm90Config<Elem, HeadDim>::type;
+    using T = typename Sm90Config<Elem, HeadDim, Causal>::type;
     return launch_sm90_shape<T, Causal>(p, stream, device, sms, plan.paired_causal);
 }
 

@@ -74,8 +74,11 @@ struct FwdTraits {
 // (2 or 3) consumer warpgroups of 64 query rows each; K and V tiles of BlockN keys through a
 // ring of Stages buffers; Q (and, where it fits, O's staging buffer) beside them. Three
 // consumers (a 192-row block, FlashAttention-3's shape for D = 64) get 160 registers each
-// instead of 240: S (64) + P (32) + O (32) fit that at D = 64 (NOTES.md, h4).
-template <typename Elem_, int HeadDim, int BlockN, int Stages, int ConsumerWarpgroups = 2>
+// instead of 240: S (64) + P (32) + O (32) fit that at D = 64 (NOTES.md, h4). QStages Q
+// buffers (1 or 2): with two, the next tile's Q loads while the current tile still reads its
+// own (NOTES.md, h16).
+template <typename Elem_, int HeadDim, int BlockN, int Stages, int ConsumerWarpgroups = 2,
+          int QStages = 1>
 struct Sm90Traits {
     using Elem = Elem_;
     static constexpr int kHeadDim = HeadDim;
@@ -84,6 +87,7 @@ struct Sm90Traits {
     static constexpr int kBlockM = 64 * kConsumerWarpgroups;
     static constexpr int kBlockN = BlockN;
     static constexpr int kStages = Stages;
+    static constexpr int kQStages = QStages;
     // mask.h and softmax.h see each consumer warp as the owner of one m16 tile.
     static constexpr int kMTiles = 1;
     static constexpr int kWarps = 4 * kConsumerWarpgroups;  // consumer warps
@@ -100,8 +104,9 @@ struct Sm90Traits {
     // at D = 256 Q alone takes 64 KB and the two-stage ring 128 KB, so O is stored from
     // registers (write_output_sm90).
     static constexpr bool kStageO = HeadDim <= 128;
-    static constexpr int kQOBytes = (kStageO ? 2 : 1) * kQBytes;
-    // Q, O staging, the K and V rings, + 1 KB to align the buffers to the 1024-byte atom.
+    static constexpr int kQOBytes = (QStages + (kStageO ? 1 : 0)) * kQBytes;
+    // Q's buffers, O staging, the K and V rings, + 1 KB to align the buffers to the 1024-byte
+    // atom.
     static constexpr int kSmemBytes = kQOBytes + 2 * Stages * kTileBytes + 1024;
     // Two consumers: 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 registers; three:
     // 24 x 128 + 160 x 384 = 64,512.
@@ -110,6 +115,7 @@ struct Sm90Traits {
     static_assert(sizeof(Elem) == 2 && HeadDim % 64 == 0 && BlockN % 16 == 0);
     static_assert(BlockN <= 256 && HeadDim <= 256 && kBlockM <= 256, "wgmma N and TMA box limits");
     static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "2 or 3 consumers");
+    static_assert(QStages == 1 || QStages == 2, "one or two Q buffers");
     static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
     static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory");
 

@@ -92,10 +92,17 @@
 #endif
 
 // Hopper softmax, each row half's maximum over a key tile (softmax.h, tile_max): 0 the shipped
-// choice (1 everywhere; Sm90Choices); 1 one dependent chain of maxima; 2 four partial maxima,
-// combined last.
+// choice (2 for three causal consumers, else 1; Sm90Choices); 1 one dependent chain of maxima;
+// 2 four partial maxima, combined last.
 #ifndef FLASH_SM90_TREE_MAX
 #define FLASH_SM90_TREE_MAX 0
+#endif
+
+// Hopper Q buffers at D = 64 and 128 (flash_fwd_launch_sm90.cuh, kSm90QStages): 0 the shipped
+// choice (2 for the causal two-consumer kernels, else 1); 1 one, the next tile's Q loading once
+// the current tile's last S has landed; 2 two.
+#ifndef FLASH_SM90_Q_STAGES
+#define FLASH_SM90_Q_STAGES 0
 #endif
 
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
@@ -113,3 +120,4 @@ static_assert(FLASH_SM90_CAUSAL_SCHEDULE >= 0 && FLASH_SM90_CAUSAL_SCHEDULE <= 2
 static_assert(FLASH_SM90_OWN_KEY_BOUND >= 0 && FLASH_SM90_OWN_KEY_BOUND <= 2, "0..2");
 static_assert(FLASH_SM90_DESC_STEPS >= 0 && FLASH_SM90_DESC_STEPS <= 2, "0..2");
 static_assert(FLASH_SM90_TREE_MAX >= 0 && FLASH_SM90_TREE_MAX <= 2, "0..2");
+static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
