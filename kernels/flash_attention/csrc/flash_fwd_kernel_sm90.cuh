@@ -54,6 +54,14 @@ struct Sm90Smem {
     __device__ __forceinline__ uint32_t v(int s) const {
         return base + T::kQOBytes + (T::kStages + s) * T::kTileBytes;
     }
+    // The block of ones the tensor core sums the rows of P against (T::kRowSumMma), after the V
+    // ring, 1024-aligned.
+    __device__ __forceinline__ uint32_t ones() const {
+        return base + T::kQOBytes + 2 * T::kStages * T::kTileBytes;
+    }
+    __device__ __forceinline__ uint8_t* ones_generic() const {
+        return generic + T::kQOBytes + 2 * T::kStages * T::kTileBytes;
+    }
     __device__ __forceinline__ uint32_t bar(int i) const { return smem_u32(bars + i); }
     __device__ __forceinline__ uint32_t scratch() const { return bar(kBarriers); }
     __device__ __forceinline__ uint32_t full_q(int qs) const { return bar(qs); }
@@ -139,6 +147,7 @@ struct TileSchedule {
 // the result is the same, a maximum being exact in any order. Measured 1.02-1.03x for three
 // causal consumers and within the same-code spread elsewhere (NOTES.md h14): shipped for three
 // causal consumers (h15).
+// T::kRowSumMma (kernel_traits.h): the softmax's row sums by the tensor core (h18).
 template <typename T, bool Causal>
 struct Sm90Choices {
     static constexpr bool kDescriptorSteps =
@@ -227,9 +236,11 @@ struct Sm90Descriptors {
 template <typename T>
 __device__ __forceinline__ Sm90Descriptors descriptors(const Sm90Smem<T>& sm, int consumer_wg) {
     // MN-major V: the next 64 columns of the head dim are the next column block (leading offset).
+    // kRowSumMma: the leading offset leads from V's 64 columns to the ones instead (pv_wgmma).
     constexpr uint32_t kColBlockBytes = T::kBlockN * T::kRowBytes;
+    const uint32_t v_leading = T::kRowSumMma ? sm.ones() - sm.v(0) : kColBlockBytes;
     return {sm90::descriptor_lo(sm.q(0) + consumer_wg * 64 * T::kRowBytes, 0),
-            sm90::descriptor_lo(sm.k(0), 0), sm90::descriptor_lo(sm.v(0), kColBlockBytes)};
+            sm90::descriptor_lo(sm.k(0), 0), sm90::descriptor_lo(sm.v(0), v_leading)};
 }
 // S = Q K_j^T for this consumer warpgroup's 64 rows of Q buffer q_stage (scale_d = 0 on the
 // first k-step).
@@ -272,32 +283,56 @@ __device__ __forceinline__ void pack_probabilities(uint32_t (&pa)[T::kBlockN / 1
     }
 }
 
-// O += P V_j. P is packed before the wgmma fence: registers written between the fence and a
-// wgmma that reads them make ptxas insert a fence before every wgmma (warning C7519).
+// O += P V_j, and with T::kRowSumMma each row's sum of P into l_acc. P is packed before the
+// wgmma fence: registers written between the fence and a wgmma that reads them make ptxas
+// insert a fence before every wgmma (warning C7519).
 template <typename T, bool Steps>
-__device__ __forceinline__ void pv_wgmma(float (&o_acc)[T::kDTiles][4],
+__device__ __forceinline__ void pv_wgmma(float (&o_acc)[T::kDTiles][4], float (&l_acc)[1][4],
                                          const uint32_t (&pa)[T::kBlockN / 16][4],
                                          const Sm90Smem<T>& sm, int stage,
                                          const Sm90Descriptors& desc) {
+    using Elem = typename T::Elem;
     // MN-major V: 16 keys = 16 rows of 128 bytes per k-step; the next 64 columns of the head
-    // dim are the next column block (the descriptor's leading offset).
+    // dim are the next column block (the descriptor's leading offset). kRowSumMma (D = 64): the
+    // 8 columns past V's 64 are read at the leading offset, which points at the ones from every
+    // stage and k-step, so a step of `bytes` moves the start on and the offset back as much.
     constexpr uint32_t kColBlockBytes = T::kBlockN * T::kRowBytes;
-    const uint32_t v_lo = desc.v + stage * (T::kTileBytes >> 4);
+    constexpr auto step = [](uint32_t bytes) {
+        return T::kRowSumMma ? (bytes >> 4) - ((bytes >> 4) << 16) : bytes >> 4;
+    };
+    const uint32_t v_lo = desc.v + stage * step(T::kTileBytes);
 #pragma unroll
     for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+        const uint32_t v_addr = sm.v(stage) + kk * 16 * T::kRowBytes;
         const uint64_t desc_v =
-            Steps
-                ? sm90::descriptor(v_lo + ((kk * 16 * T::kRowBytes) >> 4))
-                : sm90::smem_descriptor(sm.v(stage) + kk * 16 * T::kRowBytes, kColBlockBytes);
-        sm90::wgmma_rs<typename T::Elem>(o_acc, pa[kk], desc_v, 1);
+            Steps ? sm90::descriptor(v_lo + step(kk * 16 * T::kRowBytes))
+                  : sm90::smem_descriptor(
+                        v_addr, T::kRowSumMma ? sm.ones() - v_addr : kColBlockBytes);
+        if constexpr (T::kRowSumMma)
+            sm90::wgmma_rs<Elem>(o_acc, l_acc, pa[kk], desc_v, 1);
+        else
+            sm90::wgmma_rs<Elem>(o_acc, pa[kk], desc_v, 1);
     }
 }
 
-// Normalizes O, writes lse, and stages O in this warpgroup's own rows of the O buffer (the
-// other warpgroup never touches them) for 16-byte coalesced global stores; without an O
-// buffer (traits: kStageO), each thread stores its own fragments, 4 bytes each.
+// The bits of every value of x or-ed together: of probabilities (>= 0), a float >= 0 or NaN.
+template <int N>
+__device__ __forceinline__ float or_bits(const float (&x)[N][4]) {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int t = 0; t < N; ++t)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) bits |= __float_as_uint(x[t][c]);
+    return __uint_as_float(bits);
+}
+
+// Normalizes O by its rows' sums of P (the softmax's, or with T::kRowSumMma the tensor core's
+// in l_acc), writes lse, and stages O in this warpgroup's own rows of the O buffer (the other
+// warpgroup never touches them) for 16-byte coalesced global stores; without an O buffer
+// (traits: kStageO), each thread stores its own fragments, 4 bytes each.
 template <typename T>
 __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
+                                                  const float (&l_acc)[1][4],
                                                   const OnlineSoftmax<1>& softmax,
                                                   const Sm90Smem<T>& sm, typename T::Elem* o,
                                                   int64_t o_row_stride, float* lse, int m0,
@@ -306,7 +341,7 @@ __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
     if constexpr (!T::kStageO) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const float sum = softmax.total(0, h);
+            const float sum = T::kRowSumMma ? l_acc[0][2 * h] : softmax.total(0, h);
             const float inv = sum > 0.f ? 1.f / sum : 0.f;
             const int r = consumer_warp * 16 + lane / 4 + h * 8;
             if (m0 + r >= seqlen_q) continue;
@@ -326,7 +361,7 @@ __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
     sm90::named_barrier_sync(1 + consumer_wg, 128);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const float sum = softmax.total(0, h);
+        const float sum = T::kRowSumMma ? l_acc[0][2 * h] : softmax.total(0, h);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int r = consumer_warp * 16 + lane / 4 + h * 8;
         if (lane % 4 == 0 && m0 + r < seqlen_q) lse[m0 + r] = softmax.lse(0, h, sum);
@@ -441,11 +476,14 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
     const int q_stage = T::kQStages == 1         ? 0
                         : Choices::kDescriptorSteps ? __shfl_sync(0xffffffff, q.stage, 0)
                                                     : q.stage;
-    float o_acc[1][T::kDTiles][4];
+    // l_acc: each row's sum of P from the tensor core (kRowSumMma; its 8 columns all hold it).
+    float o_acc[1][T::kDTiles][4], l_acc[1][1][4];
 #pragma unroll
     for (int t = 0; t < T::kDTiles; ++t)
 #pragma unroll
         for (int c = 0; c < 4; ++c) o_acc[0][t][c] = 0.f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) l_acc[0][0][c] = 0.f;
     OnlineSoftmax<1> softmax;
 
     // Masks tile j's raw scores where needed and folds them into the softmax state.
@@ -504,7 +542,7 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
             sm90::wgmma_fence();
             qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, q_stage, stage, consumer_wg, desc);
             sm90::wgmma_commit();
-            pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], pa, sm, prev, desc);
+            pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], pa, sm, prev, desc);
             sm90::wgmma_commit();
             turns.pass_turn();
             sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
@@ -512,23 +550,33 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
             release_k(j);
             const bool moved = score_tile(s, j, correction);
             // Without this, ptxas hoists the wait below to just after wait<1>: the softmax
-            // then ran after P_{j-1} V_{j-1} had landed, not under it (NOTES.md, h10).
-            sm90::order_wait_after(softmax.row_sum[0][0] + softmax.row_sum[0][1], sm.scratch());
+            // then ran after P_{j-1} V_{j-1} had landed, not under it (NOTES.md, h10). The
+            // pin depends on every exponential: through the row sums, or, where the tensor
+            // core sums the rows, through the probabilities' bits.
+            sm90::order_wait_after(T::kRowSumMma
+                                       ? or_bits(s[0])
+                                       : softmax.row_sum[0][0] + softmax.row_sum[0][1],
+                                   sm.scratch());
             sm90::wgmma_wait<0>();
             sm90::fence_registers(o_acc[0]);
+            if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
             if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(prev));
-            if (moved) OnlineSoftmax<1>::rescale_output(o_acc, correction);
+            if (moved) {
+                OnlineSoftmax<1>::rescale_output(o_acc, correction);
+                if constexpr (T::kRowSumMma) OnlineSoftmax<1>::rescale_output(l_acc, correction);
+            }
             pack_probabilities<T>(pa, s[0]);
         }
         const int last = ring.stage<S>(n_blocks - 1);
         sm90::mbarrier_wait(sm.full_v(last), ring.phase<S>(n_blocks - 1));
         turns.take_turn();
         sm90::wgmma_fence();
-        pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], pa, sm, last, desc);
+        pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], pa, sm, last, desc);
         sm90::wgmma_commit();
         turns.pass_turn();
         sm90::wgmma_wait<0>();
         sm90::fence_registers(o_acc[0]);
+        if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
         if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(last));
     }
     if constexpr (Choices::kOwnKeyBound) {
@@ -554,8 +602,8 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
 
     Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
     float* lse = p.lse + ((int64_t)tile.batch * p.heads + tile.head) * p.seqlen_q;
-    write_output_sm90<T>(o_acc[0], softmax, sm, o, p.o_row_stride, lse, m0, p.seqlen_q,
-                         consumer_warp, lane);
+    write_output_sm90<T>(o_acc[0], l_acc[0], softmax, sm, o, p.o_row_stride, lse, m0,
+                         p.seqlen_q, consumer_warp, lane);
 }
 
 template <typename T, bool Causal>
@@ -612,6 +660,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             sm90::mbarrier_init(sm.empty_v(s), T::kWarps);
         }
         sm90::fence_barrier_init();
+    }
+    if constexpr (T::kRowSumMma) {
+        // The ones the tensor core sums the rows of P against (fp16 1.0 = 0x3C00, two a word),
+        // written before any wgmma reads them (the async proxy's fence, then the block's
+        // barrier).
+        static_assert(__is_same(typename T::Elem, __half), "fp16 ones");
+        constexpr uint32_t pair = 0x3C003C00u;
+        for (int i = tid; i < T::kOnesBytes / 4; i += T::kThreads)
+            reinterpret_cast<uint32_t*>(sm.ones_generic())[i] = pair;
+        sm90::fence_proxy_async();
     }
     __syncthreads();
 

@@ -2,7 +2,10 @@
 // everything a tile needs to know.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "switches.h"
 
 namespace flash {
 
@@ -105,9 +108,18 @@ struct Sm90Traits {
     // registers (write_output_sm90).
     static constexpr bool kStageO = HeadDim <= 128;
     static constexpr int kQOBytes = (QStages + (kStageO ? 1 : 0)) * kQBytes;
-    // Q's buffers, O staging, the K and V rings, + 1 KB to align the buffers to the 1024-byte
-    // atom.
-    static constexpr int kSmemBytes = kQOBytes + 2 * Stages * kTileBytes + 1024;
+    // Each row's sum of probabilities: at D = 64 in fp16 by the tensor core, P V as m64n72k16
+    // whose 8 extra columns read a 2 KB block of ones (16 keys x 128 bytes, after the ring), the
+    // sums landing in accumulators rescaled with O: 64 FADDs fewer per key tile, 1.01-1.03x
+    // (NOTES.md, h18); elsewhere FADDs in registers (switch FLASH_SM90_ROW_SUM). Not bf16: a sum
+    // of P rounded to 8 significant bits moves lse by up to 1.3e-3, past the tests' 1e-3 (fp16:
+    // 2e-4); not D = 128: V's second 64 columns hold the leading offset the ones need.
+    static constexpr bool kRowSumMma =
+        HeadDim == 64 && __is_same(Elem_, __half) && FLASH_SM90_ROW_SUM != 1;
+    static constexpr int kOnesBytes = kRowSumMma ? 2048 : 0;
+    // Q's buffers, O staging, the K and V rings, the ones, + 1 KB to align the buffers to the
+    // 1024-byte atom.
+    static constexpr int kSmemBytes = kQOBytes + 2 * Stages * kTileBytes + kOnesBytes + 1024;
     // Two consumers: 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 registers; three:
     // 24 x 128 + 160 x 384 = 64,512.
     static constexpr int kProducerRegs = 24;

@@ -105,6 +105,13 @@
 #define FLASH_SM90_Q_STAGES 0
 #endif
 
+// Hopper softmax row sums at D = 64, fp16 (kernel_traits.h, Sm90Traits::kRowSumMma): 0 the
+// shipped choice (2); 1 FADDs in registers, as every other kernel; 2 the tensor core, P V as one
+// m64n72k16 whose 8 extra columns read a block of ones.
+#ifndef FLASH_SM90_ROW_SUM
+#define FLASH_SM90_ROW_SUM 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
@@ -121,3 +128,4 @@ static_assert(FLASH_SM90_OWN_KEY_BOUND >= 0 && FLASH_SM90_OWN_KEY_BOUND <= 2, "0
 static_assert(FLASH_SM90_DESC_STEPS >= 0 && FLASH_SM90_DESC_STEPS <= 2, "0..2");
 static_assert(FLASH_SM90_TREE_MAX >= 0 && FLASH_SM90_TREE_MAX <= 2, "0..2");
 static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
+static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 2, "0..2");
