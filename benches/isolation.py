@@ -32,6 +32,10 @@ from results_schema.kernel_contract import UserKernel
 # Importing torch and the kernel's package in a fresh interpreter; generous, since a busy
 # machine or a cold disk makes it slow, and a kernel that cannot even start is rare.
 START_TIMEOUT_SECONDS = 300.0
+# The requests whose replies carry tensors: the child writes them to files the parent
+# names (benches/wire.py, `Spill`), at most MAX_TENSORS_PER_REPLY of them.
+TENSOR_REQUESTS = ("gate", "probe", "output")
+MAX_TENSORS_PER_REPLY = 2
 
 
 class WorkerLost(Exception):
@@ -54,15 +58,39 @@ class Worker:
         self.call_timeout = float(kernel.contract.call_timeout_seconds)
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn = None
+        self._spill = wire.Spill()
+        self._in_flight: Pending | None = None
         self.generation = 0  # children started so far: placements of an older one are gone
 
     def request(self, op: str, **fields) -> tuple[dict, list[torch.Tensor]]:
         """The child's reply to one request and the tensors it sent, on the parent's device.
         A reply carrying an error is raised as RequestFailed."""
+        return self.send(op, **fields).reply()
+
+    def send(self, op: str, **fields) -> Pending:
+        """Sends one request and returns at once; its reply is read by `Pending.reply`, or
+        (kept for it) before the next request goes out: one request in flight at a time.
+        The parent goes on with its own work meanwhile (a placement of its own built while
+        the child builds this one)."""
+        self.settle()
         if self._process is None:
             self._start()
-        self._conn.send_bytes(json.dumps({"op": op, **fields}).encode())
-        reply, tensors = self._receive(self.call_timeout, op)
+        spill = self._spill.path() if op in TENSOR_REQUESTS else None
+        self._conn.send_bytes(json.dumps({"op": op, **fields, "spill": spill}).encode())
+        self._in_flight = Pending(self, op, spill, time.monotonic() + self.call_timeout)
+        return self._in_flight
+
+    def settle(self) -> None:
+        """Reads the reply of the request still in flight, if any, into its Pending."""
+        pending, self._in_flight = self._in_flight, None
+        if pending is not None:
+            try:
+                pending.outcome = self._reply(pending)
+            except (WorkerLost, RequestFailed) as exc:
+                pending.outcome = exc
+
+    def _reply(self, pending: Pending) -> tuple[dict, list[torch.Tensor]]:
+        reply, tensors = self._receive(pending.deadline, pending.op, pending.spill)
         if "error" in reply:
             if reply.get("lost"):
                 self._end()
@@ -78,25 +106,41 @@ class Worker:
         )
         self._process, self._conn = started
         self.generation += 1
-        reply, _ = self._receive(START_TIMEOUT_SECONDS, "start")
+        reply, _ = self._receive(time.monotonic() + START_TIMEOUT_SECONDS, "start")
         if reply.get("state") != wire.READY:
             self._end()
             raise WorkerLost(_text(reply.get("error", "worker did not start")), self)
 
-    def _receive(self, timeout: float, op: str) -> tuple[dict, list[torch.Tensor]]:
-        deadline = time.monotonic() + timeout
+    def _receive(
+        self, deadline: float, op: str, spill: str | None = None
+    ) -> tuple[dict, list[torch.Tensor]]:
         try:
             header = json.loads(self._frame(deadline, op))
             if not isinstance(header, dict) or not isinstance(header.get("tensors"), list):
                 raise ValueError("reply is not a JSON object with a tensor list")
-            tensors = [
-                wire.decode_tensor(d, self._frame(deadline, op), self.device)
-                for d in header["tensors"]
-            ]
+            if header.get("spilled") is True:
+                tensors = self._spilled(header["tensors"], spill)
+            else:
+                tensors = [
+                    wire.decode_tensor(d, self._frame(deadline, op), self.device)
+                    for d in header["tensors"]
+                ]
         except (ValueError, TypeError, AttributeError) as exc:
             self._end()
             raise WorkerLost(f"broke the protocol ({op}): {_text(exc)}", self) from None
         return header, tensors
+
+    def _spilled(self, descriptors: list, spill: str | None) -> list[torch.Tensor]:
+        """The tensors the child wrote to this request's files (only those names, only as
+        many as a reply may carry), the files removed once read."""
+        if spill is None or len(descriptors) > MAX_TENSORS_PER_REPLY:
+            raise ValueError(f"{len(descriptors)} tensors in files it was not asked for")
+        try:
+            return [
+                wire.read_spilled(f"{spill}.{i}", d, self.device) for i, d in enumerate(descriptors)
+            ]
+        finally:
+            wire.Spill.forget(spill, len(descriptors))
 
     def _frame(self, deadline: float, op: str) -> bytes:
         remaining = max(0.0, deadline - time.monotonic())
@@ -122,6 +166,9 @@ class Worker:
 
     def _end(self) -> None:
         """Kill the child (if alive) and forget it; the next request starts another."""
+        if self._in_flight is not None:
+            self._in_flight.outcome = WorkerLost("the worker was ended", self)
+            self._in_flight = None
         if self._process is not None:
             if self._process.is_alive():
                 self._process.kill()
@@ -132,10 +179,29 @@ class Worker:
 
     def close(self) -> None:
         self._end()
+        self._spill.close()
 
 
 class RequestFailed(Exception):
     """The child answered, with the kernel's error (an exception it raised)."""
+
+
+@dataclass
+class Pending:
+    """A request sent, its reply (or the exception reading it raised) not yet taken."""
+
+    worker: Worker
+    op: str
+    spill: str | None
+    deadline: float  # the request's time bound runs from its sending
+    outcome: tuple | Exception | None = None
+
+    def reply(self) -> tuple[dict, list[torch.Tensor]]:
+        if self.outcome is None:  # still in flight: every other request settled it
+            self.worker.settle()
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
 
 
 def _text(value) -> str:
@@ -161,7 +227,9 @@ class RemotePlacement:
         RemotePlacement._count += 1
         self._worker, self._config = remote.worker, config
         self._key = f"p{RemotePlacement._count}"
-        self._timed(
+        # Not waited for here: the child builds it while the parent builds its own
+        # (placement.build); the first use takes the reply (`_placed`).
+        self._placing: Pending | None = self._worker.send(
             "place",
             key=self._key,
             config=config.model_dump(mode="json"),
@@ -175,7 +243,8 @@ class RemotePlacement:
     def sample(self) -> float:
         """The child's time for one sample, which must be a positive number no larger than
         the wall time the parent saw it take (an upper bound the child cannot move)."""
-        self._alive()
+        self._ready()
+        self._worker.settle()  # a reply still in flight is not this sample's time
         started = time.perf_counter()
         reply = self._timed("sample", key=self._key)
         wall_ms = (time.perf_counter() - started) * 1e3
@@ -188,7 +257,7 @@ class RemotePlacement:
         return float(ms)
 
     def last_output(self):
-        self._alive()
+        self._ready()
         try:
             reply, tensors = self._worker.request("output", key=self._key)
         except RequestFailed as exc:
@@ -198,7 +267,7 @@ class RemotePlacement:
     def refill(self, values: tuple, seed: int) -> None:
         """Fresh inputs in the child's copies: made there from `seed` (`values` are the
         parent's, the same numbers)."""
-        self._alive()
+        self._ready()
         self._timed("refill", key=self._key, config=self._config.model_dump(mode="json"), seed=seed)
 
     def _timed(self, op: str, **fields) -> dict:
@@ -210,10 +279,19 @@ class RemotePlacement:
             raise WorkerLost(f"raised while timed: {exc}", self._worker) from None
 
     def drop(self) -> None:
+        """Not waited for: the child frees it while the parent frees its own."""
         if self._worker.generation == self._generation:
-            self._worker.request("drop", key=self._key)
+            self._worker.send("drop", key=self._key)
 
-    def _alive(self) -> None:
+    def _ready(self) -> None:
+        """The placement built (the child's reply to `place` is taken at the first use), in
+        the child that built it."""
+        placing, self._placing = self._placing, None
+        if placing is not None:
+            try:
+                placing.reply()
+            except RequestFailed as exc:
+                raise WorkerLost(f"raised while timed: {exc}", self._worker) from None
         if self._worker.generation != self._generation:
             raise WorkerLost("the worker holding this placement was restarted", self._worker)
 

@@ -8,10 +8,11 @@ error against its own reference and keeps the statistics; the worker makes the i
 from the seeds it is sent (the same generator, so the same values as the parent's) and
 times each sample with the same clock the parent uses for its own implementations.
 
-Messages are JSON frames, tensors raw frames after them (`send_reply`): nothing the child
-sends is unpickled by the parent. The child is no security boundary (same user, same
-machine: docs/security.md draws that line at the VM); it is a fault boundary. A crash, a
-hang or a CUDA context lost to an illegal address ends this process only.
+Messages are JSON frames, tensors raw frames after them or files the parent named
+(`send_reply`): nothing the child sends is unpickled by the parent. The child is no
+security boundary (same user, same machine: docs/security.md draws that line at the VM);
+it is a fault boundary. A crash, a hang or a CUDA context lost to an illegal address ends
+this process only.
 """
 
 from __future__ import annotations
@@ -200,4 +201,4 @@ def serve(conn, kernel_json: str, tree: str, device: str, flush_l2: bool) -> Non
             why = reply.get("problem") or "the kernel's call left no working CUDA context"
             send_reply(conn, {"error": why, "lost": True})
             return
-        send_reply(conn, reply, tensors)
+        send_reply(conn, reply, tensors, request.get("spill"))

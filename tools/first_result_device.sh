@@ -106,6 +106,13 @@ if __name__ == "__mp_main__":  # the worker
 
 
 def main():
+    # As `benches run` does: the workers start before this process imports torch.
+    from benches.cli import resolve_plan
+    from benches.worker_start import prestart
+
+    plan = resolve_plan(sys.argv[sys.argv.index("--plan") + 1])
+    prestart(plan, plan.identities)
+    mark("workers started")
     import torch
 
     mark("import torch")
@@ -158,6 +165,13 @@ def main():
         return original_check(run_id, config, plan, index, device, names)
 
     correctness.check_config = check_marked
+    original_ended = writers.PhaseClock.ended
+
+    def ended_marked(self, phase, *args, **kwargs):
+        mark(f"{phase} line written")
+        return original_ended(self, phase, *args, **kwargs)
+
+    writers.PhaseClock.ended = ended_marked
     code = cli.main(sys.argv[1:])
     mark(f"{sys.argv[1]} done (exit {code})")
     total = time.perf_counter() - T0
@@ -197,11 +211,15 @@ print(f"fresh interpreter: import torch {t1-t0:.2f} s, CUDA context {t2-t1:.2f} 
 FRESH
 tree=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['user_kernels'][0]['directory'])" "$sandbox/plan.json")
 rerun=$work/rerun
-for phase in correctness run; do
-  mkdir -p "$rerun"
-  (cd "$sandbox/payload" && PYTHONPATH="$sandbox/payload:$PYTHONPATH" \
+# The measure phase's one process (the gate, then the timing), from the shared harness
+# folder the script runs it from (cuDNN's compiled kernels are cached per folder).
+harness=$(dirname "$sandbox")/.harness
+for phase in run; do
+  mkdir -p "$rerun" "$harness"
+  (cd "$harness" && PYTHONPATH="$sandbox/payload:$PYTHONPATH" \
     python3 "$work/timeline.py" "$phase" --plan "$sandbox/plan.json" --out "$rerun" \
-    --status-file "$rerun/status.json") > "$out/timeline-$phase.log" 2>&1
+    --status-file "$rerun/status.json" --phases-file "$rerun/phases.tsv" \
+    --phase-started "$(date +%s)") > "$out/timeline-$phase.log" 2>&1
   grep -E '^(correctness|benchmark):' "$out/timeline-$phase.log"
   sed -n '/^--- timeline/,$p' "$out/timeline-$phase.log"
   echo "--- the worker's last totals"

@@ -5,13 +5,14 @@ of the run is still measured."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-from benches import correctness, registry, runner
+from benches import correctness, registry, runner, wire
 from benches.user_kernel import register
 from benches.writers import StatusWriter, read_csv
 from results_schema import AttentionConfig, CorrectnessRow, Plan, SummaryRow
@@ -107,20 +108,30 @@ def gate(plan: Plan) -> dict[tuple[str, str], CorrectnessRow]:
 
 
 def test_two_versions_differing_in_a_constant_imported_at_call_time_are_told_apart(
-    tmp_path, registered
+    tmp_path, registered, monkeypatch
 ):
     """The module-juggling isolation this replaces could not keep these apart: each version
-    imports pkg.constant only when called, by then the other's could be in sys.modules."""
+    imports pkg.constant only when called, by then the other's could be in sys.modules.
+    Their outputs come back through files the parent named (benches/wire.py), each removed
+    once read."""
     body = "from pkg.constant import SCALE\nreturn right(q, k, v, causal, scale) * SCALE\n"
     kernel_tree(tmp_path, "one", body, {"constant.py": "SCALE = 1.0\n"})
     kernel_tree(tmp_path, "two", body, {"constant.py": "SCALE = 2.0\n"})
     kernels = [user_kernel("mine", "one"), user_kernel("mine@baseline", "two")]
     plan = registered(cpu_plan(kernels, [config("d8", 8)]), tmp_path)
+    read, read_spilled = [], wire.read_spilled
+    monkeypatch.setattr(
+        wire, "read_spilled", lambda path, *args: read.append(path) or read_spilled(path, *args)
+    )
 
     rows = gate(plan)
     assert rows[("d8", "mine")].passed, rows[("d8", "mine")].message
     baseline = rows[("d8", "mine@baseline")]
     assert not baseline.passed and baseline.message.startswith("max error")
+    # The gate's two calls: at S = 33, 127 and 129 for the passing kernel, at S = 33 alone
+    # for the failing one (the CPU has no graph probe).
+    assert len(read) == 8, read
+    assert not [p for p in read if os.path.exists(p)]
 
 
 def test_a_tree_whose_package_is_named_kernels_runs_with_its_env(tmp_path, registered):
