@@ -8,20 +8,35 @@ imports torch, so the two imports overlap; the parent's `Worker` (benches/isolat
 adopts the process at its first request, or starts one then as before where none was
 started for it (a restarted worker, a worker of another caller).
 
+Workers are forked from one server process per parent (multiprocessing's forkserver), a
+fresh interpreter that imported torch once and never touches a device: each worker still
+has a CUDA context of its own, made after the fork, and imports its kernel tree alone;
+only the import of torch is shared. A restarted worker (after a crash or a hang), or a
+second kernel tree, is then a fork, not another interpreter importing torch (1.5-2 s of
+CPU each on a 2-core machine; the suite started ~30 a run, issue 31).
+
 This module imports no torch: it must run before the parent does.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 from results_schema import Plan
 
 BUILD_FAILED_SUFFIX = ".build-failed"  # written by the startup script's build phase
 
-# What a worker is started with: (kernel JSON, tree, device, flush_l2) -> (process, pipe).
-_started: dict[tuple[str, str, str, bool], tuple] = {}
+# What the fork server imports before it forks any worker: torch's import is most of a
+# worker's start. Nothing here may touch a device (no CUDA context to copy into a fork).
+SERVER_PRELOAD = ["torch", "numpy"]
+
+# What a worker is started with: (kernel JSON, tree, device, flush_l2) -> its (process,
+# pipe), once started (prestart starts them in the background).
+_started: dict[tuple[str, str, str, bool], Future] = {}
 
 
 def payload_root() -> Path:
@@ -29,28 +44,55 @@ def payload_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def serve(conn, kernel_json: str, tree: str, device: str, flush_l2: bool) -> None:
-    """The child's entry: the worker module (and torch with it) imported there only."""
+def serve(
+    conn, environ: dict[str, str], kernel_json: str, tree: str, device: str, flush_l2: bool
+) -> None:
+    """The child's entry: the worker module imported there only. multiprocessing gives the
+    child the parent's sys.path and folder at its start; the environment, the server's
+    (the parent's when the server started), is set here to the parent's at this start, as
+    a fresh interpreter would have it."""
+    os.environ.clear()
+    os.environ.update(environ)
     from benches import worker
 
     worker.serve(conn, kernel_json, tree, device, flush_l2)
 
 
-def start(args: tuple[str, str, str, bool], name: str):
-    """A new worker process started with `args`; returns (process, the parent's pipe end)."""
-    context = multiprocessing.get_context("spawn")  # fork would copy a CUDA context
+def start(args: tuple[str, str, str, bool], name: str, environ: dict[str, str] | None = None):
+    """A new worker process started with `args` and `environ` (this process's environment
+    now, by default); returns (process, the parent's pipe end). The first start of a
+    parent waits for the server's import of torch."""
+    # Never a fork of this process: it may hold a CUDA context.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(SERVER_PRELOAD)
     parent, child = context.Pipe()
-    process = context.Process(target=serve, args=(child, *args), name=name, daemon=True)
+    environ = dict(os.environ) if environ is None else environ
+    process = context.Process(target=serve, args=(child, environ, *args), name=name, daemon=True)
     process.start()
     child.close()
     return process, parent
+
+
+def _start_in_background(work: list[tuple[tuple[str, str, str, bool], str]]) -> None:
+    """Starts each (args, name) in one thread, so that the parent imports torch meanwhile
+    (the first start waits for the server's own import), with the environment of now."""
+    environ = dict(os.environ)
+
+    def run() -> None:
+        for args, name in work:
+            try:
+                _started[args].set_result(start(args, name, environ))
+            except BaseException as exc:  # adopt() says None; the caller starts its own
+                _started[args].set_exception(exc)
+
+    threading.Thread(target=run, name="bench-worker-prestart", daemon=True).start()
 
 
 def prestart(plan: Plan, identities: list[str], root: Path | None = None) -> int:
     """A worker started now for each kernel tree of `plan` among `identities` whose build
     did not fail; returns how many were started."""
     device = "cuda" if plan.device == "cuda" else "cpu"
-    count = 0
+    work = []
     for kernel in plan.user_kernels:
         tree = (root or payload_root()) / kernel.directory
         if (
@@ -60,18 +102,20 @@ def prestart(plan: Plan, identities: list[str], root: Path | None = None) -> int
             continue
         args = (kernel.model_dump_json(), str(tree), device, plan.flush_l2)
         if args not in _started:
-            _started[args] = start(args, f"bench-worker-{kernel.identity}")
-            count += 1
-    return count
+            _started[args] = Future()
+            work.append((args, f"bench-worker-{kernel.identity}"))
+    if work:
+        _start_in_background(work)
+    return len(work)
 
 
 def adopt(args: tuple[str, str, str, bool]):
     """The (process, pipe) prestarted with exactly `args` and still alive, taken (a second
     call gets None), or None."""
-    started = _started.pop(args, None)
-    if started is None:
+    starting = _started.pop(args, None)
+    if starting is None or starting.exception() is not None:
         return None
-    process, conn = started
+    process, conn = started = starting.result()
     if not process.is_alive() and not conn.poll():
         conn.close()  # died before saying anything: the caller starts another
         process.join(timeout=10)

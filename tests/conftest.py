@@ -1,11 +1,12 @@
 """Shared fixtures: an isolated bench environment, one cpu-smoke run for the session, the
-`gpu` marker's skip, and one intra-op thread for torch."""
+`gpu` marker's skip, one intra-op thread for torch, and python3 found without a shim."""
 
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,30 @@ REPO = Path(__file__).resolve().parents[1]
 # Set before any test module imports torch, which reads it once.
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
+
+
+def _python3_found_directly() -> None:
+    """Puts the folder of the interpreter that `python3` resolves to first on PATH.
+
+    Where `python3` is a version manager's shim (pyenv, asdf), every call starts a shell
+    and two more programs before python: 75 ms of a 2-core machine's CPU, and the startup
+    scripts of the suite's runs call python3 ~400 times (issue 31). The interpreter run is
+    the same one the shim would pick (pyenv puts this folder first on PATH itself)."""
+    found = shutil.which("python3")
+    if found is None:
+        return
+    resolved = subprocess.run(
+        [found, "-c", "import sys; print(sys.executable)"],
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+    ).stdout.strip()
+    folder = os.path.dirname(resolved)
+    if resolved and folder != os.path.dirname(found):
+        os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ['PATH']}"
+
+
+_python3_found_directly()
 
 
 def _cuda_available() -> bool:

@@ -15,9 +15,10 @@ def test_exported_json_schemas_are_in_sync():
 
 
 def run_record(*args: str) -> str:
+    """The tool as the startup script runs it: the standard library alone (-I -S)."""
     tool = Path(record.__file__)
     return subprocess.run(
-        [sys.executable, "-I", str(tool), *args], capture_output=True, text=True, check=True
+        [sys.executable, "-I", "-S", str(tool), *args], capture_output=True, text=True, check=True
     ).stdout
 
 

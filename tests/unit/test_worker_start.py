@@ -1,10 +1,12 @@
-"""Workers started before the parent imports torch (benches/worker_start.py), and the
-collector kept off what outlives the timing loop (benches/runner.py): the first result's
-time, with nothing of what is checked or measured left out."""
+"""Workers started before the parent imports torch and forked from a server that imported
+it once (benches/worker_start.py), and the collector kept off what outlives the timing loop
+(benches/runner.py): the first result's time, with nothing of what is checked or measured
+left out."""
 
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import pytest
@@ -26,10 +28,10 @@ def attention(q, k, v, *, causal, scale):
 """
 
 
-def kernel(root: Path, identity: str, folder: str) -> UserKernel:
+def kernel(root: Path, identity: str, folder: str, ops: str = OPS) -> UserKernel:
     (root / folder / "pkg").mkdir(parents=True)
     (root / folder / "pkg" / "__init__.py").write_text("")
-    (root / folder / "pkg" / "ops.py").write_text(OPS)
+    (root / folder / "pkg" / "ops.py").write_text(ops)
     return UserKernel(
         identity=identity,
         directory=folder,
@@ -72,7 +74,8 @@ def cleanup():
             impl = registry.IMPLEMENTATIONS.pop(k.identity, None)
             if getattr(impl, "worker", None) is not None:
                 impl.worker.close()
-    for process, conn in worker_start._started.values():
+    for starting in worker_start._started.values():
+        process, conn = starting.result()
         process.kill()
         process.join(timeout=10)
         conn.close()
@@ -92,7 +95,7 @@ def test_the_gate_adopts_the_workers_started_before_it_and_skips_failed_builds(t
     # `other` is not among the identities run (a repro's --implementation), `two` failed
     # its build: only `one` gets a worker now.
     assert worker_start.prestart(plan, ["mine", "broken", "sdpa"], tmp_path) == 1
-    ((process, _),) = worker_start._started.values()
+    ((process, _),) = [starting.result() for starting in worker_start._started.values()]
     register(plan, tmp_path)
     rows = correctness.check_config("r", plan.configs[0], plan, 0, torch.device("cpu"))
     by_name = {r.implementation: r for r in rows}
@@ -130,3 +133,46 @@ def test_what_outlives_the_timing_loop_is_frozen_out_of_collections_during_it(
     assert len(measurements) == 4 * len(plan.identities)
     assert frozen_during and frozen_during[0] > 1000  # torch's objects, at least
     assert gc.get_freeze_count() == 0 and gc.isenabled()  # as it was, afterwards
+
+
+# A kernel that answers only where it runs as a fresh interpreter started now would: in the
+# parent's folder and environment of this moment, and with none of the parent's torch state.
+CHECKS_WHERE_IT_RUNS = """\
+import os
+import torch
+import torch.nn.functional as F
+
+def attention(q, k, v, *, causal, scale):
+    seen = (os.getcwd(), os.environ.get("WORKER_START_MARK"), hasattr(torch, "_parent_mark"))
+    if seen != ({folder!r}, "set after the server started", False):
+        raise RuntimeError(f"the worker runs with {{seen}}")
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+"""
+
+
+def test_a_worker_takes_the_parents_folder_and_environment_at_its_start_and_no_torch_state(
+    tmp_path, cleanup, monkeypatch
+):
+    """The fork server started with the first worker keeps the folder and environment the
+    parent had then; a later worker still runs with the parent's as they are at its start,
+    and never with what the parent's own torch holds (a fork of the parent would: a CUDA
+    context, on a GPU)."""
+    first = plan_of([kernel(tmp_path, "first", "one")])
+    cleanup(first)
+    register(first, tmp_path)
+    device = torch.device("cpu")
+    rows = correctness.check_config("r", first.configs[0], first, 0, device)
+    assert {r.implementation: r for r in rows}["first"].passed
+
+    later = tmp_path / "later"
+    later.mkdir()
+    monkeypatch.chdir(later)
+    monkeypatch.setenv("WORKER_START_MARK", "set after the server started")
+    monkeypatch.setattr(torch, "_parent_mark", True, raising=False)
+    ops = CHECKS_WHERE_IT_RUNS.format(folder=os.path.realpath(later))
+    second = plan_of([kernel(tmp_path, "second", "two", ops)])
+    cleanup(second)
+    register(second, tmp_path)
+    rows = correctness.check_config("r", second.configs[0], second, 0, device)
+    row = {r.implementation: r for r in rows}["second"]
+    assert row.passed, row.message
