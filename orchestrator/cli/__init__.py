@@ -6,6 +6,7 @@ needed on the controller.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -121,4 +122,9 @@ def entry() -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         code = _reader_left()
+    # The interpreter's last act is a full collection over every object the command made:
+    # 0.1 s of `bench prices`' 0.58 s, 1.2 s where torch, matplotlib and the cloud clients
+    # were imported (2-core machine). Nothing needs a cycle collected then (finalizers run
+    # through atexit): frozen, they are left to the process's end.
+    gc.freeze()
     sys.exit(code)
