@@ -83,11 +83,11 @@ struct Sm90Smem {
     }
 };
 
-// The schedule: the tiles are grouped into work units, and block b takes units b, b + G,
-// b + 2G, ... for a grid of G blocks. The query block is the fastest index, so the blocks
-// running at once share a few heads' K and V in L2 (with the head fastest they would stream one
-// head each: 8x the DRAM traffic at S = 1024, measured 0.6x at D = 128). Not causal: a unit is
-// one tile. Causal, one block per tile (the launcher's choice for long sequences): a unit is
+// The schedule: the tiles are grouped into work units, and a grid of G blocks takes them in
+// rounds of G (UnitWalk), or, one block per tile, one each. The query block is the fastest
+// index, so the blocks running at once share a few heads' K and V in L2 (with the head fastest
+// they would stream one head each: 8x the DRAM traffic at S = 1024, measured 0.6x at D = 128).
+// Not causal: a unit is one tile. Causal, one block per tile (the launcher's choice for long sequences): a unit is
 // one tile, each head's heaviest query blocks (the last ones, which see the most keys) first.
 // Causal and paired (a persistent grid): a unit is a head's query blocks M-1-i and i (the
 // heaviest with the lightest, in that order), so that every unit costs about M + 1 key tiles
@@ -130,6 +130,39 @@ struct TileSchedule {
         if (Causal) n_end = min(n_end, (tile.m_block + 1) * T::kBlockM + p.seqlen_k - p.seqlen_q);
         tile.n_blocks = n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0;
         return tile;
+    }
+};
+
+// A block's walk over its work units, in rounds of G (the grid's blocks): in round r block b
+// takes unit r * G + b, or, rotated, r * G + (b + r) % G (the same units per round, each
+// block's place among them moving on by one a round). Rotated for the non-causal launches
+// (FLASH_SM90_ROTATE): a unit's cost is its rows' share of a block where a head's last query
+// block is partial (three consumers: 2048 rows are 10 2/3 blocks of 192, 4096 21 1/3), and with
+// G a multiple of the query blocks per head (132 = 6 x 22 = 12 x 11) block b met the same
+// query block of every head: 6 blocks (4096) or 12 (2048) took every partial unit and 44 took
+// 22 full ones; rotated, each takes about one partial in 22 (11) units: 1.01-1.02x there, the
+// same rounds elsewhere (NOTES.md, h20). Causal units cost the same (paired) or are one block
+// each: the plain walk, the tree before's code.
+template <typename T, bool Causal>
+struct UnitWalk {
+    static constexpr bool kRotate = !Causal && FLASH_SM90_ROTATE != 1;
+    int u, base, slot;
+    __device__ __forceinline__ explicit UnitWalk(const TileSchedule<T, Causal>& schedule)
+        : u(blockIdx.x), base(0), slot(blockIdx.x) {
+        if constexpr (kRotate) u = at(schedule);
+    }
+    __device__ __forceinline__ void next(const TileSchedule<T, Causal>& schedule) {
+        if constexpr (kRotate) {
+            base += gridDim.x;
+            slot = slot + 1 == (int)gridDim.x ? 0 : slot + 1;
+            u = base < schedule.units ? at(schedule) : schedule.units;
+        } else {
+            u += gridDim.x;
+        }
+    }
+    // The unit at this round's slot, or schedule.units (past the last) where there is none.
+    __device__ __forceinline__ int at(const TileSchedule<T, Causal>& schedule) const {
+        return slot < schedule.units - base ? base + slot : schedule.units;
     }
 };
 
@@ -190,11 +223,20 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
                                         const CUtensorMap* tma_v) {
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kKVBlockBytes = T::kBlockN * T::kRowBytes;
     constexpr int S = T::kStages;
+    // L2 hints (FLASH_SM90_CACHE_HINTS): K and V are read by every block of their head, Q once.
+    auto load = [](uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2,
+                   int c3, uint64_t policy) {
+        if constexpr (FLASH_SM90_CACHE_HINTS != 1)
+            sm90::tma_load_4d_hint(dst, map, bar, c0, c1, c2, c3, policy);
+        else
+            sm90::tma_load_4d(dst, map, bar, c0, c1, c2, c3);
+    };
     RingPosition ring;
     int q_loads = 0;
     // Each tile of each of this block's work units, in order (one loop body for both).
-    for (int u = blockIdx.x; u < schedule.units; u += gridDim.x)
-    for (int k = 0; k < schedule.tiles_in(u); ++k) {
+    for (UnitWalk<T, Causal> walk(schedule); walk.u < schedule.units; walk.next(schedule))
+    for (int k = 0; k < schedule.tiles_in(walk.u); ++k) {
+        const int u = walk.u;
         const Tile tile = schedule.tile(p, u, k);
         if (tile.n_blocks == 0) continue;
         const QPosition<T> qpos(q_loads);
@@ -202,8 +244,8 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
         sm90::mbarrier_arrive_expect_tx(sm.full_q(qpos.stage), T::kQBytes);
 #pragma unroll
         for (int cb = 0; cb < T::kColBlocks; ++cb)
-            sm90::tma_load_4d(sm.q(qpos.stage) + cb * kQBlockBytes, tma_q, sm.full_q(qpos.stage),
-                              cb * 64, tile.m_block * T::kBlockM, tile.head, tile.batch);
+            load(sm.q(qpos.stage) + cb * kQBlockBytes, tma_q, sm.full_q(qpos.stage), cb * 64,
+                 tile.m_block * T::kBlockM, tile.head, tile.batch, sm90::kEvictFirst);
         ++q_loads;
         // Grouped-query attention: the tile's k/v head (flash_api.h).
         const int kv_head = p.kv_heads.kv_head(tile.head);
@@ -214,8 +256,8 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
             sm90::mbarrier_arrive_expect_tx(full, T::kTileBytes);
 #pragma unroll
             for (int cb = 0; cb < T::kColBlocks; ++cb)
-                sm90::tma_load_4d(buffer + cb * kKVBlockBytes, map, full, cb * 64,
-                                  j * T::kBlockN, kv_head, tile.batch);
+                load(buffer + cb * kKVBlockBytes, map, full, cb * 64, j * T::kBlockN, kv_head,
+                     tile.batch, sm90::kEvictLast);
         };
         for (int j = 0; j < tile.n_blocks; ++j) {
             const int stage = ring.stage<S>(j);
@@ -615,8 +657,9 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
     RingPosition ring;
     int q_loads = 0;
     // Each tile of each of this block's work units, in order (one loop body for both).
-    for (int u = blockIdx.x; u < schedule.units; u += gridDim.x)
-    for (int k = 0; k < schedule.tiles_in(u); ++k) {
+    for (UnitWalk<T, Causal> walk(schedule); walk.u < schedule.units; walk.next(schedule))
+    for (int k = 0; k < schedule.tiles_in(walk.u); ++k) {
+        const int u = walk.u;
         const Tile tile = schedule.tile(p, u, k);
         // Only a block of three consumers can have a warpgroup with no row before seqlen_q.
         const bool idle = T::kConsumerWarpgroups > 2 &&
