@@ -86,6 +86,16 @@ def tree_library(tree: str, defines: dict[str, int]) -> _Library:
     return _Library(json.loads(record.read_text()))
 
 
+def launched_kernels(fn) -> list[str]:
+    """Names of the GPU kernels one call of fn launches."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.key for e in prof.key_averages() if e.device_type.name == "CUDA"})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", action="append", required=True, metavar="NAME=SWITCHES")
@@ -158,6 +168,9 @@ def main() -> None:
             fns[peer] = partial(IMPLS[peer], q, k, v, causal)
         times = paired_ms(fns, flush, args.reps)
         row = {"dtype": dtype_name, "S": seqlen, "D": head_dim, "causal": causal}
+        # The kernels each peer launched (cuDNN's engine is in its kernel's name: whether a
+        # process's cuDNN speed is another plan, NOTES.md "2026-11-28, later").
+        row["peer_kernels"] = {peer: launched_kernels(fns[peer]) for peer in peers}
         for n in names:
             to_base = [b / t for b, t in zip(times[names[0]], times[n], strict=True)]
             ms = statistics.median(times[n])

@@ -87,7 +87,7 @@ if has ab && ((${#kept[@]})); then
   python3 - "$OUT/ab.json" > "$OUT/table.txt" <<'PYEOF'
 import json, statistics, sys
 rows = json.load(open(sys.argv[1]))["rows"]
-names = [k for k, v in rows[0].items() if isinstance(v, dict)]
+names = [k for k, v in rows[0].items() if isinstance(v, dict) and k != "peer_kernels"]
 cell = lambda r: f"{r['dtype'][0]}{r['D']}{'c' if r['causal'] else ''}/{r['S'] // 1024}k"
 print(f"{'vs_cudnn':>16}" + "".join(f"{cell(r):>10}" for r in rows))
 for n in names:
