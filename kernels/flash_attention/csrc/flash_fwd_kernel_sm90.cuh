@@ -179,7 +179,9 @@ struct UnitWalk {
 // one chain of dependent maxima (the chain held a tenth of the D = 128 loop's stall samples);
 // the result is the same, a maximum being exact in any order. Measured 1.02-1.03x for three
 // causal consumers and within the same-code spread elsewhere (NOTES.md h14): shipped for three
-// causal consumers (h15).
+// causal consumers (h15), and for two causal consumers where the tensor core sums the rows
+// (fp16 D = 64: with the row sums' FADD chain gone, the maxima's chain is the softmax's
+// longest; 1.02-1.05x at causal 1024-4096, bf16 unmoved, NOTES.md h24).
 // T::kRowSumMma (kernel_traits.h): the softmax's row sums by the tensor core (h18).
 template <typename T, bool Causal>
 struct Sm90Choices {
@@ -189,7 +191,7 @@ struct Sm90Choices {
         Causal && (FLASH_SM90_OWN_KEY_BOUND == 0 ? T::kConsumerWarpgroups == 3
                                                  : FLASH_SM90_OWN_KEY_BOUND == 2);
     static constexpr bool kTreeMax =
-        FLASH_SM90_TREE_MAX == 0 ? Causal && T::kConsumerWarpgroups == 3
+        FLASH_SM90_TREE_MAX == 0 ? Causal && (T::kConsumerWarpgroups == 3 || T::kRowSumMma)
                                  : FLASH_SM90_TREE_MAX == 2;
 };
 
