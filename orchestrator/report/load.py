@@ -95,6 +95,9 @@ def _read_copy(run_dir: Path, results: str) -> RunResults | None:
     return run if results_of(run_dir) == results else None
 
 
+_FOLDER_RESULTS = "folder "  # results_of for a folder without a manifest: which folder
+
+
 def results_of(run_dir: Path) -> str | None:
     """Which results the folder holds now: its manifest's sha256 (the manifest holds every
     result file's), so a fetch that republished the same run changes nothing; for a folder
@@ -105,11 +108,17 @@ def results_of(run_dir: Path) -> str | None:
             return None
         manifest = run_dir / "manifest.json"
         if manifest.is_symlink() or not manifest.is_file():
-            return f"folder {st.st_dev}:{st.st_ino}"
+            return f"{_FOLDER_RESULTS}{st.st_dev}:{st.st_ino}"
         with open(manifest, "rb") as f:
             return hashlib.sha256(f.read(boundary.LIMITS.manifest_bytes + 1)).hexdigest()
     except OSError:
         return None
+
+
+def names_every_result_file(results: str) -> bool:
+    """Whether `results` (from results_of) is a manifest's sha256, which fixes every result
+    file's bytes, rather than which folder it was."""
+    return not results.startswith(_FOLDER_RESULTS)
 
 
 def _being_published(run_dir: Path) -> bool:

@@ -10,6 +10,9 @@ MAX_FIGURE_INCHES at PLOT_DPI. Names from a run are plot text (plot_label), neve
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import importlib.metadata
 import textwrap
 from collections import defaultdict
 from pathlib import Path
@@ -34,6 +37,21 @@ MAX_FIGURE_INCHES = (20.0, 30.0)  # width, height
 PLOT_DPI = 110
 
 
+# Every figure a run's report/ may hold, by name: what a report reuses is one of these.
+PLOT_NAMES = ("latency.png", "speedup.png", "tflops.png")
+
+
+@functools.cache
+def drawing_identity() -> str:
+    """What the figures of given results depend on besides them: this package's code (the
+    figures, the labels, how results load) and matplotlib's version. Figures drawn under
+    another identity are drawn again."""
+    digest = hashlib.sha256(importlib.metadata.version("matplotlib").encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()
+
+
 def load_pyplot():
     import matplotlib
 
@@ -51,11 +69,12 @@ def plot_all(run: RunResults, out_dir: Path) -> list[Path]:
         return []
     plt = load_pyplot()
     run = plotted_part(run)
-    plots = [save(plt, latency_figure(plt, run), out_dir / "latency.png")]
+    latency, speedup, tflops = (out_dir / name for name in PLOT_NAMES)
+    plots = [save(plt, latency_figure(plt, run), latency)]
     if any(s.speedup is not None for s in run.summary):
-        plots.append(save(plt, speedup_figure(plt, run), out_dir / "speedup.png"))
+        plots.append(save(plt, speedup_figure(plt, run), speedup))
     if run.plan is not None:
-        plots.append(save(plt, tflops_figure(plt, run), out_dir / "tflops.png"))
+        plots.append(save(plt, tflops_figure(plt, run), tflops))
     return plots
 
 

@@ -3,12 +3,16 @@ plots drawn into <run dir>/report/; optionally where another run disagrees.
 
 The plots are drawn in a private folder beside the run's and swapped in whole; a report
 starts over if the folder came to hold other results meanwhile, so the plots show the
-results beside them.
+results beside them. A report of results whose plots are already there, drawn by the same
+code, draws nothing (report/drawn.json says which results and code drew them).
 """
 
 from __future__ import annotations
 
 import errno
+import json
+import os
+import stat
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,15 +29,19 @@ from orchestrator.report.load import (
     SNAPSHOT_ATTEMPTS,
     RunResults,
     kept_changing,
+    names_every_result_file,
     read_snapshot,
     results_of,
 )
-from orchestrator.report.plots import plot_all, plot_note
+from orchestrator.report.plots import PLOT_NAMES, drawing_identity, plot_all, plot_note
 from results_schema import IntervalMethod, ProfileRow, SummaryRow
 from results_schema.kernel_contract import build_failure_lines
 from results_schema.models import Noise
 
 REPORT_SUBDIR = boundary.REPORT_SUBDIR
+# In report/: the results and the drawing code its plots were drawn from, and their names.
+DRAWN_STAMP = "drawn.json"
+MAX_STAMP_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -157,18 +165,73 @@ def _row(s: SummaryRow, medians: dict[tuple[str, str], float]) -> ReportRow:
 def _draw_and_publish(run: RunResults, run_dir: Path, results: str) -> list[Path] | None:
     """Draw the plots in a private folder beside the run's (a fetch replaces the run's
     folder whole), then swap them in as its report/; None when the folder no longer holds
-    the results drawn, or was between a fetch's renames when the plots went in."""
+    the results drawn, or was between a fetch's renames when the plots went in. Plots
+    already there from these results and this code are kept as they are."""
+    kept = _plots_drawn_already(run_dir, results)
+    if kept is not None:
+        return kept
     parent = run_dir.parent
     boundary.remove_abandoned(parent, boundary.DRAFT_REPORT_PREFIX)
     with boundary.private_dir(parent, f"{boundary.DRAFT_REPORT_PREFIX}{run_dir.name}-") as draft:
         drawn = draft / REPORT_SUBDIR
         drawn.mkdir()
         names = [plot.name for plot in plot_all(run, drawn)]
+        (drawn / DRAWN_STAMP).write_bytes(_stamp(results, names))
         if results_of(run_dir) != results or not _swap_in(drawn, run_dir / REPORT_SUBDIR, draft):
             return None
     if results_of(run_dir) != results:
         return None
     return [run_dir / REPORT_SUBDIR / name for name in names]
+
+
+def _stamp(results: str, names: list[str]) -> bytes:
+    return json.dumps({"results": results, "drawn_by": drawing_identity(), "plots": names}).encode()
+
+
+def _plots_drawn_already(run_dir: Path, results: str) -> list[Path] | None:
+    """report/'s plots when a report drew them from these results with this code (a report
+    of a run already reported: 1-5 s of CPU saved), else None. Only results a manifest
+    names file by file qualify. The stamp is read without following a link and only up to
+    a few KB; each plot it names must be one of ours and a regular file there."""
+    report = run_dir / REPORT_SUBDIR
+    if not names_every_result_file(results) or report.is_symlink() or not report.is_dir():
+        return None
+    try:
+        fd = os.open(report / DRAWN_STAMP, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        stamp = os.read(fd, MAX_STAMP_BYTES + 1)
+    finally:
+        os.close(fd)
+    names = _stamped_plots(stamp, results)
+    if names is None:
+        return None
+    plots = [report / name for name in names]
+    if any(plot.is_symlink() or not plot.is_file() for plot in plots):
+        return None
+    return plots
+
+
+def _stamped_plots(stamp: bytes, results: str) -> list[str] | None:
+    """The plot names a stamp lists when it is this results' and this code's, else None."""
+    if len(stamp) > MAX_STAMP_BYTES:
+        return None
+    try:
+        fields = json.loads(stamp)
+    except ValueError:
+        return None
+    if not isinstance(fields, dict) or fields.get("results") != results:
+        return None
+    names = fields.get("plots")
+    if fields.get("drawn_by") != drawing_identity() or not isinstance(names, list):
+        return None
+    # Names first: a set of what is not a known name could meet an unhashable JSON value.
+    if not all(name in PLOT_NAMES for name in names) or len(set(names)) != len(names):
+        return None
+    return names
 
 
 def _swap_in(drawn: Path, target: Path, draft: Path) -> bool:

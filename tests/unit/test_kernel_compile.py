@@ -150,59 +150,83 @@ def test_register_usage_level_reaches_the_tabled_units_alone_and_the_switch_over
             assert build.unit_flags(unit.name, {"FLASH_PTXAS_REG_LEVEL": 5}) == [], unit.name
 
 
-def comparable_object(path: Path) -> bytes:
-    """An object file's bytes, less the names nvcc gives its host-side temporaries after its
-    process id (the only bytes that differ between two compiles of the same code)."""
-    return re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft", path.read_bytes())
-
-
 # The unit both switch tests compile: the L4's non-causal D=128 unit, which holds the
-# split-D kernel the register-level table is for.
+# split-D kernel the register-level table is for. They compile it in nvcc's two device steps
+# as build.build's flags drive them, and compare each step's output: the PTX (what the
+# source and its switches make, before ptxas) and the cubin ptxas makes of it (what its
+# flags make). A unit's host side, the rest of a full compile, is the same for every switch.
 SWITCHED_ARCH, SWITCHED_UNIT = "sm_89", "fwd_hdim128_bf16"
 
 
-def switched_unit_object(folder: Path, defines: dict[str, int] | None) -> bytes:
-    """SWITCHED_UNIT compiled as build.build compiles it with these switches."""
-    flags = build.BASE_FLAGS + build.gencode_flags(SWITCHED_ARCH) + build.define_flags(defines)
-    nvcc = build.find_nvcc()
-    build.compile_units(
-        nvcc, folder / "src", folder / "obj", SWITCHED_ARCH, flags, 1, {SWITCHED_UNIT}, defines
+def unit_flags_of(defines: dict[str, int] | None) -> list[str]:
+    """nvcc's flags for SWITCHED_UNIT in a build with these switches, as build.build gives."""
+    return (
+        build.BASE_FLAGS
+        + build.gencode_flags(SWITCHED_ARCH)
+        + build.define_flags(defines)
+        + build.unit_flags(SWITCHED_UNIT, defines)
+        + [f"-I{build.CSRC_DIR}"]
     )
-    return comparable_object(folder / "obj" / f"{SWITCHED_UNIT}.o")
+
+
+def nvcc_step(step: str, source: Path, out: Path, defines: dict[str, int] | None) -> bytes:
+    compiled = subprocess.run(
+        [build.find_nvcc(), *unit_flags_of(defines), step, str(source), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    return out.read_bytes()
+
+
+def switched_unit_ptx(folder: Path, defines: dict[str, int] | None) -> bytes:
+    """SWITCHED_UNIT's PTX with these switches: the source as generated for its arch."""
+    src = folder / "src"
+    generate.write_sources(src, SWITCHED_ARCH)
+    return nvcc_step("-ptx", src / f"{SWITCHED_UNIT}.cu", folder / "unit.ptx", defines)
 
 
 @pytest.fixture(scope="module")
-def shipped_unit_object(made_once) -> bytes:
-    """SWITCHED_UNIT as the shipped build compiles it (no switch set), compiled once for the
-    session: both switch tests compare their builds with it (a compile is ~5 s of CPU)."""
+def shipped_unit_ptx(made_once) -> Path:
+    """SWITCHED_UNIT's PTX as the shipped build makes it (no switch set), made once for the
+    session: both switch tests compare theirs with it."""
 
     def make(folder: Path) -> str:
-        switched_unit_object(folder, None)
-        return str(folder / "obj" / f"{SWITCHED_UNIT}.o")
+        switched_unit_ptx(folder, None)
+        return str(folder / "unit.ptx")
 
-    return comparable_object(Path(made_once("shipped-fwd-hdim128-bf16-sm89", make)))
+    return Path(made_once("shipped-fwd-hdim128-bf16-sm89-ptx", make))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_register_usage_level_changes_the_code_ptxas_emits(tmp_path: Path, shipped_unit_object):
-    """The table's level reaches ptxas: the L4's non-causal D=128 unit compiles (as shipped:
-    the table's level) to the code of an explicit level 6, and to other code at ptxas's
-    default level (5)."""
-    level = {
-        n: switched_unit_object(tmp_path / str(n), {"FLASH_PTXAS_REG_LEVEL": n}) for n in (6, 5)
+def test_register_usage_level_changes_the_code_ptxas_emits(tmp_path: Path, shipped_unit_ptx):
+    """The table's level reaches ptxas: the L4's non-causal D=128 unit as shipped (the
+    table's level) is the code of an explicit level 6, and other code at ptxas's default
+    level (5). The switch changes nothing before ptxas: level 6's PTX is the shipped PTX."""
+    assert (
+        switched_unit_ptx(tmp_path, {"FLASH_PTXAS_REG_LEVEL": 6}) == shipped_unit_ptx.read_bytes()
+    )
+    cubin = {
+        name: nvcc_step("-cubin", shipped_unit_ptx, tmp_path / f"{name}.cubin", defines)
+        for name, defines in [
+            ("shipped", None),
+            ("level 6", {"FLASH_PTXAS_REG_LEVEL": 6}),
+            ("level 5", {"FLASH_PTXAS_REG_LEVEL": 5}),
+        ]
     }
-    assert shipped_unit_object == level[6]
-    assert shipped_unit_object != level[5]
+    assert cubin["shipped"] == cubin["level 6"]
+    assert cubin["shipped"] != cubin["level 5"]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_spread_group_switch_defaults_to_pairs(tmp_path: Path, shipped_unit_object):
+def test_spread_group_switch_defaults_to_pairs(tmp_path: Path, shipped_unit_ptx):
     """The shipped build (FLASH_SPREAD_GROUP unset: 0) keeps the shipped tile order, a head's
-    blocks starting in pairs: the L4's non-causal D=128 unit compiles to the code of an
-    explicit group of 2, and to other code with one block per start."""
-    group = {n: switched_unit_object(tmp_path / str(n), {"FLASH_SPREAD_GROUP": n}) for n in (2, 1)}
-    assert shipped_unit_object == group[2]
-    assert shipped_unit_object != group[1]
+    blocks starting in pairs: the L4's non-causal D=128 unit compiles to the PTX of an
+    explicit group of 2, and to other PTX with one block per start (ptxas's flags are the
+    same for both: equal PTX is equal code)."""
+    group = {n: switched_unit_ptx(tmp_path / str(n), {"FLASH_SPREAD_GROUP": n}) for n in (2, 1)}
+    assert shipped_unit_ptx.read_bytes() == group[2]
+    assert shipped_unit_ptx.read_bytes() != group[1]
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])

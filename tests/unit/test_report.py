@@ -55,6 +55,82 @@ def test_report_rows_and_pngs(run_dir):
         assert plot.read_bytes()[:8] == PNG_MAGIC
 
 
+def plot_files(folder: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Each file of report/ with its inode, modification time and bytes: a redraw swaps in
+    new files (another inode), a kept one is the very same."""
+    return {
+        p.name: (p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted((folder / "report").iterdir())
+    }
+
+
+def test_a_second_report_of_the_same_results_keeps_their_plots(run_dir, tmp_path, monkeypatch):
+    """Reporting a run again draws nothing (1-5 s of CPU a report): the plots of these
+    results by this code are kept, file for file. Other drawing code, or a report/ whose
+    stamp or plots are not what a report left there, is drawn again."""
+    from orchestrator.report import plots, service
+
+    run = tmp_path / run_dir.name
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("report"))
+    first = make_report(run)
+    drawn = plot_files(run)
+    assert set(drawn) == {p.name for p in first.plots} | {"drawn.json"}
+
+    again = make_report(run)
+    assert again.plots == first.plots
+    assert plot_files(run) == drawn
+
+    def redrawn() -> bool:
+        before = plot_files(run)
+        assert make_report(run).plots == first.plots
+        after = plot_files(run)
+        assert {n: f[2] for n, f in after.items() if n != "drawn.json"} == {
+            n: f[2] for n, f in drawn.items() if n != "drawn.json"
+        }  # the same figures, drawn again
+        return all(after[n][0] != before.get(n, (None,))[0] for n in after)
+
+    stamp = run / "report" / "drawn.json"
+    stamp.write_text(stamp.read_text().replace('"plots": [', '"plots": ["../plan.json", '))
+    assert redrawn()
+    (run / "report" / "latency.png").unlink()
+    (run / "report" / "latency.png").symlink_to(run / "plan.json")
+    assert redrawn()
+    assert not (run / "report" / "latency.png").is_symlink()
+    monkeypatch.setattr(plots, "drawing_identity", lambda: "other code")
+    monkeypatch.setattr(service, "drawing_identity", lambda: "other code")
+    assert redrawn()
+    assert plot_files(run) != drawn  # stamped with the other code's identity
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        b"\xff not json",
+        b"[]",
+        b'{"results": "RESULTS", "drawn_by": "CODE"}',
+        b'{"results": "RESULTS", "drawn_by": "CODE", "plots": [{}]}',
+        b'{"results": "RESULTS", "drawn_by": "CODE", "plots": ["latency.png", "latency.png"]}',
+        b'{"results": "RESULTS", "drawn_by": "CODE", "plots": ["../manifest.json"]}',
+        b'{"results": "other results", "drawn_by": "CODE", "plots": ["latency.png"]}',
+        b'{"results": "RESULTS", "drawn_by": "other code", "plots": ["latency.png"]}',
+        b'{"results": "RESULTS", "drawn_by": "CODE", "plots": ["latency.png"], "pad": "'
+        + b"x" * 5000
+        + b'"}',
+    ],
+)
+def test_a_stamp_that_is_not_ours_keeps_nothing(stamp):
+    """A report/drawn.json a report did not write for these results and this code (not
+    JSON, a field missing, a name of no figure of ours, another run's, too long) names no
+    plots to keep: they are drawn again."""
+    from orchestrator.report import plots, service
+
+    stamp = stamp.replace(b"CODE", plots.drawing_identity().encode())
+    assert service._stamped_plots(stamp, "RESULTS") is None
+    ours = stamp.replace(b'"other results"', b'"RESULTS"')
+    if b"pad" not in ours and b'"plots": ["latency.png"]' in ours and b"other code" not in ours:
+        assert service._stamped_plots(ours, "RESULTS") == ["latency.png"]
+
+
 def test_a_run_agrees_with_itself(run_dir):
     report = make_report(run_dir, compare_dir=run_dir)
     assert report.compared_with == report.run_id
