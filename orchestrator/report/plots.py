@@ -9,6 +9,7 @@ MAX_FIGURE_INCHES at PLOT_DPI. Names from a run are plot text (plot_label), neve
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -44,9 +45,11 @@ PLOT_NAMES = ("latency.png", "speedup.png", "tflops.png")
 @functools.cache
 def drawing_identity() -> str:
     """What the figures of given results depend on besides them: this package's code (the
-    figures, the labels, how results load) and matplotlib's version. Figures drawn under
-    another identity are drawn again."""
+    figures, the labels, how results load), bench's and matplotlib's versions. Figures
+    drawn under another identity are drawn again."""
     digest = hashlib.sha256(importlib.metadata.version("matplotlib").encode())
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):  # a source checkout
+        digest.update(importlib.metadata.version("bench").encode())
     for source in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return digest.hexdigest()
