@@ -182,6 +182,10 @@ struct UnitWalk {
 // causal consumers (h15), and for two causal consumers where the tensor core sums the rows
 // (fp16 D = 64: with the row sums' FADD chain gone, the maxima's chain is the softmax's
 // longest; 1.02-1.05x at causal 1024-4096, bf16 unmoved, NOTES.md h24).
+// kEpilogueBase: the epilogue's addresses from one base per thread, rebuilt in the epilogue
+// (write_output_staged_base), for the three-consumer kernels, whose 160 registers spilled the
+// addresses the compiler otherwise keeps live across the tile loop (30-41 LDL a tile); the
+// two-consumer kernels (240 registers) spill none and keep the old code (NOTES.md, h26).
 // T::kRowSumMma (kernel_traits.h): the softmax's row sums by the tensor core (h18).
 template <typename T, bool Causal>
 struct Sm90Choices {
@@ -193,6 +197,9 @@ struct Sm90Choices {
     static constexpr bool kTreeMax =
         FLASH_SM90_TREE_MAX == 0 ? Causal && (T::kConsumerWarpgroups == 3 || T::kRowSumMma)
                                  : FLASH_SM90_TREE_MAX == 2;
+    static constexpr bool kEpilogueBase =
+        T::kStageO && (FLASH_SM90_EPILOGUE_ADDR == 0 ? T::kConsumerWarpgroups == 3
+                                                     : FLASH_SM90_EPILOGUE_ADDR == 2);
 };
 
 // Position in the K/V ring, carried across tiles: stage and the parity of its use.
@@ -370,11 +377,73 @@ __device__ __forceinline__ float or_bits(const float (&x)[N][4]) {
     return __uint_as_float(bits);
 }
 
+// write_output_sm90's staged path with its addresses from a base per thread. Written as there
+// (a row and chunk per store), the 16 staging addresses and the copy-out's rows and read offsets
+// depend on the thread alone: the compiler computes them once before the tile loop and keeps
+// them live across it, and at 160 registers (three consumers) ptxas spills them, 30-41 LDL a
+// tile at D = 64 (NOTES.md, h26). Here:
+// - staging: rows r = warp * 16 + lane / 4 + 8h, so r % 8 = lane / 4 in both halves, and the
+//   swizzled chunk (t ^ r % 8) is the base's bits 4-6 (lane / 4; 128-byte rows) XOR t: one XOR
+//   and a constant per store, from one base the compiler may keep (one register);
+// - copy-out: step i's row is r0 + i * kRowsPerStep, a multiple of 8 rows on, so the same
+//   swizzle: a constant step in shared memory and one of o_row_stride * kRowsPerStep in O, from
+//   the thread's index passed through an empty asm, which nothing before the loop can compute.
+//   (The lane through it at the top removed every spill too, but moved bf16's key loop: its
+//   P V wgmmas lost their own uniform registers, 588 -> 598 instructions.)
+template <typename T>
+__device__ __forceinline__ void write_output_staged_base(float (&o_acc)[T::kDTiles][4],
+                                                         const float (&l_acc)[1][4],
+                                                         const OnlineSoftmax<1>& softmax,
+                                                         const Sm90Smem<T>& sm,
+                                                         typename T::Elem* o, int64_t o_row_stride,
+                                                         float* lse, int m0, int seqlen_q,
+                                                         int consumer_warp, int lane) {
+    using Elem = typename T::Elem;
+    constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kChunks = T::kHeadDim / 8;
+    constexpr int kRowsPerStep = 128 / kChunks;
+    static_assert(T::kRowBytes == 128 && kRowsPerStep % 8 == 0, "the swizzle repeats every 8 rows");
+    uint8_t* sq = sm.o_generic();
+    const int consumer_wg = consumer_warp / 4, wg_tid = (consumer_warp % 4) * 32 + lane;
+    // Every warp of the warpgroup is done reading the previous tile's staged rows.
+    sm90::named_barrier_sync(1 + consumer_wg, 128);
+    const int row = consumer_warp * 16 + lane / 4;
+    const int stage_base = row * T::kRowBytes + ((lane / 4) << 4) + (lane % 4) * 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float sum = T::kRowSumMma ? l_acc[0][2 * h] : softmax.total(0, h);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int r = row + h * 8;
+        if (lane % 4 == 0 && m0 + r < seqlen_q) lse[m0 + r] = softmax.lse(0, h, sum);
+#pragma unroll
+        for (int t = 0; t < T::kDTiles; ++t) {
+            const int offset =
+                (stage_base ^ ((t % 8) << 4)) + (t / 8) * kQBlockBytes + h * 8 * T::kRowBytes;
+            *reinterpret_cast<uint32_t*>(sq + offset) =
+                Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
+        }
+    }
+    sm90::named_barrier_sync(1 + consumer_wg, 128);
+    int thread = wg_tid;
+    asm volatile("" : "+r"(thread));  // opaque: rebuilt here every tile, not kept across the loop
+    const int r0 = consumer_wg * 64 + thread / kChunks, c = thread % kChunks;
+    const uint8_t* src = sq + (c / 8) * kQBlockBytes + Sm90Smem<T>::swizzled_offset(r0, c % 8);
+    Elem* dst = o + (int64_t)(m0 + r0) * o_row_stride + c * 8;
+    const int64_t dst_step = o_row_stride * kRowsPerStep;
+#pragma unroll
+    for (int i = 0; i < 64 / kRowsPerStep; ++i) {
+        if (m0 + r0 + i * kRowsPerStep < seqlen_q)
+            *reinterpret_cast<uint4*>(dst + i * dst_step) =
+                *reinterpret_cast<const uint4*>(src + i * kRowsPerStep * T::kRowBytes);
+    }
+}
+
 // Normalizes O by its rows' sums of P (the softmax's, or with T::kRowSumMma the tensor core's
 // in l_acc), writes lse, and stages O in this warpgroup's own rows of the O buffer (the other
 // warpgroup never touches them) for 16-byte coalesced global stores; without an O buffer
 // (traits: kStageO), each thread stores its own fragments, 4 bytes each.
-template <typename T>
+// BaseAddresses (Sm90Choices::kEpilogueBase): the staging buffer's and O's addresses from one
+// base each, rebuilt here (write_output_staged_base says why).
+template <typename T, bool BaseAddresses = false>
 __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
                                                   const float (&l_acc)[1][4],
                                                   const OnlineSoftmax<1>& softmax,
@@ -396,6 +465,11 @@ __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
                 *reinterpret_cast<uint32_t*>(row + t * 8) =
                     Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
         }
+        return;
+    }
+    if constexpr (BaseAddresses) {
+        write_output_staged_base<T>(o_acc, l_acc, softmax, sm, o, o_row_stride, lse, m0,
+                                    seqlen_q, consumer_warp, lane);
         return;
     }
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes;
@@ -646,8 +720,9 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
 
     Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
     float* lse = p.lse + ((int64_t)tile.batch * p.heads + tile.head) * p.seqlen_q;
-    write_output_sm90<T>(o_acc[0], l_acc[0], softmax, sm, o, p.o_row_stride, lse, m0,
-                         p.seqlen_q, consumer_warp, lane);
+    write_output_sm90<T, Choices::kEpilogueBase>(o_acc[0], l_acc[0], softmax, sm, o,
+                                                 p.o_row_stride, lse, m0, p.seqlen_q,
+                                                 consumer_warp, lane);
 }
 
 template <typename T, bool Causal>

@@ -128,6 +128,15 @@
 #define FLASH_SM90_CACHE_HINTS 0
 #endif
 
+// Hopper epilogue's shared and global addresses (flash_fwd_kernel_sm90.cuh, write_output_sm90):
+// 0 the shipped choice (2); 1 each store's address from its row and chunk, which the compiler
+// computes once per thread before the tile loop and keeps live across it (the three-consumer
+// kernels, at 160 registers, spill them: 34 LDL a tile at D = 64); 2 one base per thread rebuilt
+// in the epilogue, each store a constant step or XOR from it.
+#ifndef FLASH_SM90_EPILOGUE_ADDR
+#define FLASH_SM90_EPILOGUE_ADDR 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
@@ -147,3 +156,4 @@ static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
 static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 2, "0..2");
 static_assert(FLASH_SM90_ROTATE >= 0 && FLASH_SM90_ROTATE <= 2, "0..2");
 static_assert(FLASH_SM90_CACHE_HINTS >= 0 && FLASH_SM90_CACHE_HINTS <= 2, "0..2");
+static_assert(FLASH_SM90_EPILOGUE_ADDR >= 0 && FLASH_SM90_EPILOGUE_ADDR <= 2, "0..2");
