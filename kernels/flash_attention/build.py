@@ -160,6 +160,12 @@ def define_flags(defines: dict[str, int] | None) -> list[str]:
     return flags
 
 
+def build_flags(arch: str, defines: dict[str, int] | None = None) -> list[str]:
+    """nvcc's flags for every unit of an `arch` build with these switches (each unit adds its
+    own, `unit_flags`)."""
+    return BASE_FLAGS + gencode_flags(arch) + define_flags(defines)
+
+
 def cache_root() -> Path:
     env = os.environ.get("BENCH_KERNEL_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "bench" / "kernels"
@@ -179,9 +185,15 @@ def cache_key_for(arch: str | None = None) -> str:
     return cache_key(source_sha256(), nvcc_version(find_nvcc()), arch, define_flags(None))
 
 
+def unit_command(nvcc: str, src: Path, out: Path, flags: list[str], step: str = "-c") -> list[str]:
+    """nvcc's command for one unit: an object (`-c`, as a build compiles it), or one device
+    step alone (`-ptx`; `-cubin`, from a unit or its PTX) for comparing what a switch changes."""
+    return [nvcc, *flags, f"-I{CSRC_DIR}", f"-I{src.parent}", step, str(src), "-o", str(out)]
+
+
 def _compile_unit(nvcc: str, src: Path, out: Path, flags: list[str]) -> tuple[str, float]:
     start = time.perf_counter()
-    cmd = [nvcc, *flags, f"-I{CSRC_DIR}", f"-I{src.parent}", "-c", str(src), "-o", str(out)]
+    cmd = unit_command(nvcc, src, out, flags)
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(f"nvcc failed on {src.name}:\n{' '.join(cmd)}\n{proc.stderr}")
@@ -244,7 +256,7 @@ def build(
     nvcc = find_nvcc()
     version, sha = nvcc_version(nvcc), source_sha256()
     switch_flags = define_flags(defines)
-    flags = BASE_FLAGS + gencode_flags(arch) + switch_flags
+    flags = build_flags(arch, defines)
     final_dir = cache_root() / cache_key(sha, version, arch, switch_flags)
     library = final_dir / LIBRARY_NAME
     record = {
@@ -301,7 +313,7 @@ def compile_only(arch: str, jobs: int | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="flash-compile-") as scratch:
         work = Path(scratch)
         arch = normalize_arch(arch)
-        flags = BASE_FLAGS + gencode_flags(arch)
+        flags = build_flags(arch)
         return compile_units(nvcc, work / "src", work / "obj", arch, flags, jobs)
 
 

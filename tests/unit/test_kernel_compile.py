@@ -158,23 +158,12 @@ def test_register_usage_level_reaches_the_tabled_units_alone_and_the_switch_over
 SWITCHED_ARCH, SWITCHED_UNIT = "sm_89", "fwd_hdim128_bf16"
 
 
-def unit_flags_of(defines: dict[str, int] | None) -> list[str]:
-    """nvcc's flags for SWITCHED_UNIT in a build with these switches, as build.build gives."""
-    return (
-        build.BASE_FLAGS
-        + build.gencode_flags(SWITCHED_ARCH)
-        + build.define_flags(defines)
-        + build.unit_flags(SWITCHED_UNIT, defines)
-        + [f"-I{build.CSRC_DIR}"]
-    )
-
-
 def nvcc_step(step: str, source: Path, out: Path, defines: dict[str, int] | None) -> bytes:
-    compiled = subprocess.run(
-        [build.find_nvcc(), *unit_flags_of(defines), step, str(source), "-o", str(out)],
-        capture_output=True,
-        text=True,
-    )
+    """One device step of SWITCHED_UNIT's compile with these switches, by the build's own
+    command and flags (the unit's too: `unit_flags`)."""
+    flags = build.build_flags(SWITCHED_ARCH, defines) + build.unit_flags(SWITCHED_UNIT, defines)
+    command = build.unit_command(build.find_nvcc(), source, out, flags, step)
+    compiled = subprocess.run(command, capture_output=True, text=True)
     assert compiled.returncode == 0, compiled.stderr
     return out.read_bytes()
 
@@ -302,7 +291,7 @@ def test_representative_units_compile_for_l4_and_h100(tmp_path: Path):
                 tmp_path / arch / "src",
                 tmp_path / arch / "obj",
                 arch,
-                build.BASE_FLAGS + build.gencode_flags(arch),
+                build.build_flags(arch),
                 max(1, jobs // 2),
                 only,
             )

@@ -100,6 +100,16 @@ def test_a_second_report_of_the_same_results_keeps_their_plots(run_dir, tmp_path
     monkeypatch.setattr(service, "drawing_identity", lambda: "other code")
     assert redrawn()
     assert plot_files(run) != drawn  # stamped with the other code's identity
+    # A folder without a manifest (not a fetched run's): nothing fixes its result files'
+    # bytes, so its plots are drawn every time.
+    loose = tmp_path / "by-hand"
+    shutil.copytree(run, loose, ignore=shutil.ignore_patterns("report", "manifest.json"))
+    assert make_report(loose).plots
+    before = plot_files(loose)
+    assert "drawn.json" in before
+    make_report(loose)
+    after = plot_files(loose)
+    assert set(after) == set(before) and all(after[n][0] != before[n][0] for n in after)
 
 
 @pytest.mark.parametrize(
@@ -124,11 +134,10 @@ def test_a_stamp_that_is_not_ours_keeps_nothing(stamp):
     plots to keep: they are drawn again."""
     from orchestrator.report import plots, service
 
-    stamp = stamp.replace(b"CODE", plots.drawing_identity().encode())
-    assert service._stamped_plots(stamp, "RESULTS") is None
-    ours = stamp.replace(b'"other results"', b'"RESULTS"')
-    if b"pad" not in ours and b'"plots": ["latency.png"]' in ours and b"other code" not in ours:
-        assert service._stamped_plots(ours, "RESULTS") == ["latency.png"]
+    ours = b'{"results": "RESULTS", "drawn_by": "CODE", "plots": ["latency.png"]}'
+    code = plots.drawing_identity().encode()
+    assert service._stamped_plots(ours.replace(b"CODE", code), "RESULTS") == ["latency.png"]
+    assert service._stamped_plots(stamp.replace(b"CODE", code), "RESULTS") is None
 
 
 def test_a_run_agrees_with_itself(run_dir):

@@ -87,8 +87,9 @@ struct Sm90Smem {
 // rounds of G (UnitWalk), or, one block per tile, one each. The query block is the fastest
 // index, so the blocks running at once share a few heads' K and V in L2 (with the head fastest
 // they would stream one head each: 8x the DRAM traffic at S = 1024, measured 0.6x at D = 128).
-// Not causal: a unit is one tile. Causal, one block per tile (the launcher's choice for long sequences): a unit is
-// one tile, each head's heaviest query blocks (the last ones, which see the most keys) first.
+// Not causal: a unit is one tile. Causal, one block per tile (the launcher's choice for long
+// sequences): a unit is one tile, each head's heaviest query blocks (the last ones, which see
+// the most keys) first.
 // Causal and paired (a persistent grid): a unit is a head's query blocks M-1-i and i (the
 // heaviest with the lightest, in that order), so that every unit costs about M + 1 key tiles
 // and the round-robin gives each SM an even share (a round-robin over single causal tiles left
