@@ -126,6 +126,8 @@ SWITCHES = {
     "FLASH_SM90_ROTATE": range(0, 3),
     "FLASH_SM90_CACHE_HINTS": range(0, 3),
     "FLASH_SM90_EPILOGUE_ADDR": range(0, 3),
+    "FLASH_SM90_TMA_STORE": range(0, 3),
+    "FLASH_SM90_P_BUFFERS": range(0, 3),
 }
 # ptxas --register-usage-level (0-10, ptxas's default 5) per unit. The non-causal D=128 units
 # hold the split-D kernel that an L4 runs, at 255 registers: level 6 schedules its loop anew,

@@ -13,7 +13,8 @@
 // same m16n8 fragments, one m16 tile per warp), then O += P V with P from registers and V
 // transposed from shared memory. The producer gives its registers to the consumers
 // (setmaxnreg); each consumer overlaps its softmax with its own next S = Q K^T, and the
-// consumers take turns issuing MMAs so that one's softmax runs under the others' MMAs.
+// consumers take turns issuing MMAs so that one's softmax runs under the others' MMAs. O is
+// normalized in registers, staged in shared memory and stored by TMA, each warp its own rows.
 #pragma once
 
 #include <stdint.h>
@@ -48,6 +49,7 @@ struct Sm90Smem {
     __device__ __forceinline__ uint8_t* o_generic() const {
         return generic + T::kQStages * T::kQBytes;
     }
+    __device__ __forceinline__ uint32_t o() const { return base + T::kQStages * T::kQBytes; }
     __device__ __forceinline__ uint32_t k(int s) const {
         return base + T::kQOBytes + s * T::kTileBytes;
     }
@@ -187,6 +189,15 @@ struct UnitWalk {
 // (write_output_staged_base), for the three-consumer kernels, whose 160 registers spilled the
 // addresses the compiler otherwise keeps live across the tile loop (30-41 LDL a tile); the
 // two-consumer kernels (240 registers) spill none and keep the old code (NOTES.md, h26).
+// kTmaStore: where O is staged, each consumer warp stores its own 16 rows with TMA stores
+// (write_output_tma) instead of every thread copying 16-byte chunks after a barrier over its
+// warpgroup: no barrier in the epilogue, the copy off the consumers; 1.00-1.035x at D = 64,
+// but 0.96-0.99x at D = 128 without kTwoP (NOTES.md, h27).
+// kTwoP: two buffers of P's A fragments, so that P_j is packed as its exponentials come, under
+// the P_{j-1} V_{j-1} that reads the other, not after it has landed: with kTmaStore 1.01-1.02x
+// the tree before at D = 128; shipped there and for the non-causal two-consumer D = 64 kernel;
+// the causal D = 64 two-consumer kernels ran 1-4 % slower with it than without (NOTES.md,
+// h28). Two P buffers with the threads' copy-out spilled at D = 128 (11-24 LDL in the loop).
 // T::kRowSumMma (kernel_traits.h): the softmax's row sums by the tensor core (h18).
 template <typename T, bool Causal>
 struct Sm90Choices {
@@ -201,6 +212,11 @@ struct Sm90Choices {
     static constexpr bool kEpilogueBase =
         T::kStageO && (FLASH_SM90_EPILOGUE_ADDR == 0 ? T::kConsumerWarpgroups == 3
                                                      : FLASH_SM90_EPILOGUE_ADDR == 2);
+    static constexpr bool kTmaStore = T::kStageO && FLASH_SM90_TMA_STORE != 1;
+    static constexpr bool kTwoP =
+        T::kConsumerWarpgroups == 2 &&
+        (FLASH_SM90_P_BUFFERS == 0 ? T::kHeadDim == 128 || (T::kHeadDim == 64 && !Causal)
+                                   : FLASH_SM90_P_BUFFERS == 2 && T::kHeadDim <= 128);
 };
 
 // Position in the K/V ring, carried across tiles: stage and the parity of its use.
@@ -367,7 +383,8 @@ __device__ __forceinline__ void pv_wgmma(float (&o_acc)[T::kDTiles][4], float (&
     }
 }
 
-// The bits of every value of x or-ed together: of probabilities (>= 0), a float >= 0 or NaN.
+// The bits of every value of x or-ed together: of probabilities (>= 0), a float >= 0 or NaN;
+// of probabilities packed two to a word (16-bit halves >= 0), the same.
 template <int N>
 __device__ __forceinline__ float or_bits(const float (&x)[N][4]) {
     uint32_t bits = 0;
@@ -376,6 +393,45 @@ __device__ __forceinline__ float or_bits(const float (&x)[N][4]) {
 #pragma unroll
         for (int c = 0; c < 4; ++c) bits |= __float_as_uint(x[t][c]);
     return __uint_as_float(bits);
+}
+template <int N>
+__device__ __forceinline__ float or_bits(const uint32_t (&x)[N][4]) {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int t = 0; t < N; ++t)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) bits |= x[t][c];
+    return __uint_as_float(bits);
+}
+
+// The staging half of the epilogues below: this warp's 16 rows of O, normalized by their sums
+// of P (the softmax's, or with T::kRowSumMma the tensor core's in l_acc), packed into the O
+// buffer `sq` at addresses from one base per thread (write_output_staged_base says why), and
+// their lse written.
+template <typename T>
+__device__ __forceinline__ void stage_rows_base(float (&o_acc)[T::kDTiles][4],
+                                                const float (&l_acc)[1][4],
+                                                const OnlineSoftmax<1>& softmax, uint8_t* sq,
+                                                float* lse, int m0, int seqlen_q,
+                                                int consumer_warp, int lane) {
+    using Elem = typename T::Elem;
+    constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes;
+    const int row = consumer_warp * 16 + lane / 4;
+    const int stage_base = row * T::kRowBytes + ((lane / 4) << 4) + (lane % 4) * 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float sum = T::kRowSumMma ? l_acc[0][2 * h] : softmax.total(0, h);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int r = row + h * 8;
+        if (lane % 4 == 0 && m0 + r < seqlen_q) lse[m0 + r] = softmax.lse(0, h, sum);
+#pragma unroll
+        for (int t = 0; t < T::kDTiles; ++t) {
+            const int offset =
+                (stage_base ^ ((t % 8) << 4)) + (t / 8) * kQBlockBytes + h * 8 * T::kRowBytes;
+            *reinterpret_cast<uint32_t*>(sq + offset) =
+                Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
+        }
+    }
 }
 
 // write_output_sm90's staged path with its addresses from a base per thread. Written as there
@@ -407,22 +463,7 @@ __device__ __forceinline__ void write_output_staged_base(float (&o_acc)[T::kDTil
     const int consumer_wg = consumer_warp / 4, wg_tid = (consumer_warp % 4) * 32 + lane;
     // Every warp of the warpgroup is done reading the previous tile's staged rows.
     sm90::named_barrier_sync(1 + consumer_wg, 128);
-    const int row = consumer_warp * 16 + lane / 4;
-    const int stage_base = row * T::kRowBytes + ((lane / 4) << 4) + (lane % 4) * 4;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const float sum = T::kRowSumMma ? l_acc[0][2 * h] : softmax.total(0, h);
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        const int r = row + h * 8;
-        if (lane % 4 == 0 && m0 + r < seqlen_q) lse[m0 + r] = softmax.lse(0, h, sum);
-#pragma unroll
-        for (int t = 0; t < T::kDTiles; ++t) {
-            const int offset =
-                (stage_base ^ ((t % 8) << 4)) + (t / 8) * kQBlockBytes + h * 8 * T::kRowBytes;
-            *reinterpret_cast<uint32_t*>(sq + offset) =
-                Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
-        }
-    }
+    stage_rows_base<T>(o_acc, l_acc, softmax, sq, lse, m0, seqlen_q, consumer_warp, lane);
     sm90::named_barrier_sync(1 + consumer_wg, 128);
     int thread = wg_tid;
     asm volatile("" : "+r"(thread));  // opaque: rebuilt here every tile, not kept across the loop
@@ -435,6 +476,41 @@ __device__ __forceinline__ void write_output_staged_base(float (&o_acc)[T::kDTil
         if (m0 + r0 + i * kRowsPerStep < seqlen_q)
             *reinterpret_cast<uint4*>(dst + i * dst_step) =
                 *reinterpret_cast<const uint4*>(src + i * kRowsPerStep * T::kRowBytes);
+    }
+}
+
+// write_output_sm90's staged path with the copy to global memory left to the TMA unit: each
+// consumer warp stages its own 16 rows (at the staging addresses of write_output_staged_base:
+// one base per thread XOR a constant), and its lane 0 stores them with one TMA store per 64
+// columns (tma_o: boxes of 64 columns x 16 rows; rows past seqlen_q are not written). A warp
+// waits only for its own previous store to have read its rows: no barrier over the warpgroup,
+// and none of the 16-byte loads, stores and address arithmetic of the threads' copy
+// (NOTES.md, h27). consume() waits for the last store before the block exits.
+template <typename T>
+__device__ __forceinline__ void write_output_tma(float (&o_acc)[T::kDTiles][4],
+                                                 const float (&l_acc)[1][4],
+                                                 const OnlineSoftmax<1>& softmax,
+                                                 const Sm90Smem<T>& sm, const CUtensorMap* tma_o,
+                                                 const Tile& tile, float* lse, int m0,
+                                                 int seqlen_q, int consumer_warp, int lane) {
+    constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kWarpRowsBytes = 16 * T::kRowBytes;
+    static_assert(T::kRowBytes == 128 && kWarpRowsBytes % 1024 == 0,
+                  "a warp's rows are whole 128-byte swizzle atoms");
+    uint8_t* sq = sm.o_generic();
+    // This warp's previous tile's store has read its staged rows.
+    if (lane == 0) sm90::bulk_wait_group_read<0>();
+    __syncwarp();
+    stage_rows_base<T>(o_acc, l_acc, softmax, sq, lse, m0, seqlen_q, consumer_warp, lane);
+    // Each thread's stores before the TMA unit (the async proxy) reads them, then the warp's.
+    sm90::fence_proxy_async();
+    __syncwarp();
+    if (lane == 0) {
+        const uint32_t src = sm.o() + consumer_warp * kWarpRowsBytes;
+#pragma unroll
+        for (int cb = 0; cb < T::kColBlocks; ++cb)
+            sm90::tma_store_4d(tma_o, src + cb * kQBlockBytes, cb * 64, m0 + consumer_warp * 16,
+                               tile.head, tile.batch);
+        sm90::bulk_commit_group();
     }
 }
 
@@ -579,7 +655,8 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
                                              const Tile& tile, const RingPosition& ring,
                                              const QPosition<T>& q,
                                              const Pingpong<T::kConsumerWarpgroups>& turns,
-                                             int consumer_warp, int lane) {
+                                             const CUtensorMap* tma_o, int consumer_warp,
+                                             int lane) {
     using Elem = typename T::Elem;
     using Choices = Sm90Choices<T, Causal>;
     constexpr int S = T::kStages;
@@ -640,7 +717,9 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
             sm90::named_barrier_sync(1 + consumer_wg, 128);
         }
         float s[1][T::kNTiles][4], correction[1][2];
-        uint32_t pa[T::kBlockN / 16][4];
+        // P as P V's A fragments: one buffer, or two (Choices::kTwoP) taken in turns.
+        constexpr int kPBuffers = Choices::kTwoP ? 2 : 1;
+        uint32_t pa[kPBuffers][T::kBlockN / 16][4];
         sm90::mbarrier_wait(sm.full_k(ring.stage<S>(0)), ring.phase<S>(0));
         turns.take_turn();
         sm90::wgmma_fence();
@@ -652,8 +731,13 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         sm90::fence_registers(s[0]);
         release_k(0);
         score_tile(s, 0, correction);  // o_acc is still zero: nothing to rescale
-        pack_probabilities<T>(pa, s[0]);
-        for (int j = 1; j < n_blocks; ++j) {
+        pack_probabilities<T>(pa[0], s[0]);
+        // Key tile j: S_j with P_{j-1} V_{j-1} (P_{j-1} in p_prev), the softmax of S_j under
+        // P V, P_j into p_next. One buffer (p_prev is p_next): P_j is packed once P V has
+        // landed, after the softmax. Two: P_j is packed as the exponentials come, into the
+        // buffer the MMA in flight does not read (NOTES.md, h28).
+        auto key_tile = [&](int j, const uint32_t(&p_prev)[T::kBlockN / 16][4],
+                            uint32_t(&p_next)[T::kBlockN / 16][4]) {
             const int stage = ring.stage<S>(j), prev = ring.stage<S>(j - 1);
             sm90::mbarrier_wait(sm.full_k(stage), ring.phase<S>(j));
             sm90::mbarrier_wait(sm.full_v(prev), ring.phase<S>(j - 1));
@@ -661,21 +745,28 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
             sm90::wgmma_fence();
             qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, q_stage, stage, consumer_wg, desc);
             sm90::wgmma_commit();
-            pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], pa, sm, prev, desc);
+            pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], p_prev, sm, prev, desc);
             sm90::wgmma_commit();
             turns.pass_turn();
             sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
             sm90::fence_registers(s[0]);
             release_k(j);
             const bool moved = score_tile(s, j, correction);
+            if constexpr (Choices::kTwoP) pack_probabilities<T>(p_next, s[0]);
             // Without this, ptxas hoists the wait below to just after wait<1>: the softmax
             // then ran after P_{j-1} V_{j-1} had landed, not under it (NOTES.md, h10). The
             // pin depends on every exponential: through the row sums, or, where the tensor
-            // core sums the rows, through the probabilities' bits.
-            sm90::order_wait_after(T::kRowSumMma
-                                       ? or_bits(s[0])
-                                       : softmax.row_sum[0][0] + softmax.row_sum[0][1],
-                                   sm.scratch());
+            // core sums the rows, through the probabilities' bits; with two P buffers also
+            // through the packed P's bits, so that ptxas packs them before the wait too (it
+            // otherwise sinks the packs to the next tile's P V).
+            const float pinned = T::kRowSumMma
+                                     ? or_bits(s[0])
+                                     : softmax.row_sum[0][0] + softmax.row_sum[0][1];
+            sm90::order_wait_after(
+                Choices::kTwoP ? __uint_as_float(__float_as_uint(or_bits(p_next)) |
+                                                 __float_as_uint(pinned))
+                               : pinned,
+                sm.scratch());
             sm90::wgmma_wait<0>();
             sm90::fence_registers(o_acc[0]);
             if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
@@ -684,19 +775,39 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
                 OnlineSoftmax<1>::rescale_output(o_acc, correction);
                 if constexpr (T::kRowSumMma) OnlineSoftmax<1>::rescale_output(l_acc, correction);
             }
-            pack_probabilities<T>(pa, s[0]);
+            if constexpr (!Choices::kTwoP) pack_probabilities<T>(p_next, s[0]);
+        };
+        // The tile's last P V, from buffer `p`.
+        auto last_pv = [&](const uint32_t(&p)[T::kBlockN / 16][4]) {
+            const int last = ring.stage<S>(n_blocks - 1);
+            sm90::mbarrier_wait(sm.full_v(last), ring.phase<S>(n_blocks - 1));
+            turns.take_turn();
+            sm90::wgmma_fence();
+            pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], p, sm, last, desc);
+            sm90::wgmma_commit();
+            turns.pass_turn();
+            sm90::wgmma_wait<0>();
+            sm90::fence_registers(o_acc[0]);
+            if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
+            if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(last));
+        };
+        if constexpr (Choices::kTwoP) {
+            // Two key tiles an iteration, so that each buffer is a fixed set of registers.
+            int j = 1;
+            for (; j + 1 < n_blocks; j += 2) {
+                key_tile(j, pa[0], pa[kPBuffers - 1]);
+                key_tile(j + 1, pa[kPBuffers - 1], pa[0]);
+            }
+            if (j < n_blocks) {
+                key_tile(j, pa[0], pa[kPBuffers - 1]);
+                last_pv(pa[kPBuffers - 1]);
+            } else {
+                last_pv(pa[0]);
+            }
+        } else {
+            for (int j = 1; j < n_blocks; ++j) key_tile(j, pa[0], pa[0]);
+            last_pv(pa[0]);
         }
-        const int last = ring.stage<S>(n_blocks - 1);
-        sm90::mbarrier_wait(sm.full_v(last), ring.phase<S>(n_blocks - 1));
-        turns.take_turn();
-        sm90::wgmma_fence();
-        pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], pa, sm, last, desc);
-        sm90::wgmma_commit();
-        turns.pass_turn();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(o_acc[0]);
-        if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
-        if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(last));
     }
     if constexpr (Choices::kOwnKeyBound) {
         // The tile's key tiles past this warpgroup's last visible key: their turns (the math
@@ -719,17 +830,23 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         }
     }
 
-    Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
     float* lse = p.lse + ((int64_t)tile.batch * p.heads + tile.head) * p.seqlen_q;
-    write_output_sm90<T, Choices::kEpilogueBase>(o_acc[0], l_acc[0], softmax, sm, o,
-                                                 p.o_row_stride, lse, m0, p.seqlen_q,
-                                                 consumer_warp, lane);
+    if constexpr (Choices::kTmaStore) {
+        write_output_tma<T>(o_acc[0], l_acc[0], softmax, sm, tma_o, tile, lse, m0, p.seqlen_q,
+                            consumer_warp, lane);
+    } else {
+        Elem* o =
+            static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
+        write_output_sm90<T, Choices::kEpilogueBase>(o_acc[0], l_acc[0], softmax, sm, o,
+                                                     p.o_row_stride, lse, m0, p.seqlen_q,
+                                                     consumer_warp, lane);
+    }
 }
 
 template <typename T, bool Causal>
 __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<T>& sm,
                                         const TileSchedule<T, Causal>& schedule,
-                                        int consumer_warp, int lane) {
+                                        const CUtensorMap* tma_o, int consumer_warp, int lane) {
     const Pingpong<T::kConsumerWarpgroups> turns{consumer_warp / 4};
     turns.start();
     RingPosition ring;
@@ -746,18 +863,23 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
         if (idle)
             pass_tile<T>(sm, tile, ring, q, turns, lane);
         else
-            consume_tile<T, Causal>(p, sm, tile, ring, q, turns, consumer_warp, lane);
+            consume_tile<T, Causal>(p, sm, tile, ring, q, turns, tma_o, consumer_warp, lane);
         ring.count += tile.n_blocks;
         q_loads += tile.n_blocks > 0;
     }
     turns.finish();
+    // The block's shared memory must outlive the reads of this warp's last TMA store.
+    if constexpr (Sm90Choices<T, Causal>::kTmaStore) {
+        if (lane == 0) sm90::bulk_wait_group<0>();
+    }
 }
 
 template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_sm90_kernel(const FwdKernelParams p, const __grid_constant__ CUtensorMap tma_q,
                           const __grid_constant__ CUtensorMap tma_k,
-                          const __grid_constant__ CUtensorMap tma_v, const bool paired_causal) {
+                          const __grid_constant__ CUtensorMap tma_v,
+                          const __grid_constant__ CUtensorMap tma_o, const bool paired_causal) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers + 1];
     Sm90Smem<T> sm;
@@ -799,7 +921,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         if (warp == 0 && lane == 0) produce<T, Causal>(p, sm, schedule, &tma_q, &tma_k, &tma_v);
     } else {
         sm90::regs_claim<T::kConsumerRegs>();
-        consume<T, Causal>(p, sm, schedule, warp - 4, lane);
+        consume<T, Causal>(p, sm, schedule, &tma_o, warp - 4, lane);
     }
 }
 

@@ -124,7 +124,9 @@ int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, 
                       bool paired_causal) {
     using Elem = typename T::Elem;
     constexpr int HeadDim = T::kHeadDim;
-    CUtensorMap maps[3];
+    // q, k, v, and o where the kernel stores O with TMA (Sm90Choices::kTmaStore: boxes of one
+    // warp's 16 rows); else o's map is left unset and unread.
+    CUtensorMap maps[4] = {};
     const int kv_heads = p.heads / p.q_heads_per_kv_head;  // the dispatcher checked it divides
     const bool encoded =
         encode_tensor_map<Elem, HeadDim>(&maps[0], p.q, p.seqlen_q, p.heads, p.batch,
@@ -135,7 +137,10 @@ int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, 
                                          T::kBlockN) &&
         encode_tensor_map<Elem, HeadDim>(&maps[2], p.v, p.seqlen_k, kv_heads, p.batch,
                                          p.v_row_stride, p.v_head_stride, p.v_batch_stride,
-                                         T::kBlockN);
+                                         T::kBlockN) &&
+        (!Sm90Choices<T, Causal>::kTmaStore ||
+         encode_tensor_map<Elem, HeadDim>(&maps[3], p.o, p.seqlen_q, p.heads, p.batch,
+                                          p.o_row_stride, p.o_head_stride, p.o_batch_stride, 16));
     if (!encoded) return FLASH_ERR_UNSUPPORTED;
     auto kernel = flash_fwd_sm90_kernel<T, Causal>;
     static bool opted_in[kMaxSm90Devices] = {};
@@ -155,7 +160,7 @@ int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, 
     const bool per_tile = Causal && !schedule.paired;
     const int blocks = per_tile || units < sms ? (int)units : sms;
     kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0], maps[1],
-                                                            maps[2], schedule.paired);
+                                                            maps[2], maps[3], schedule.paired);
     return cudaGetLastError();
 }
 

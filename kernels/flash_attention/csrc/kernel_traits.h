@@ -103,9 +103,9 @@ struct Sm90Traits {
     static constexpr int kRowBytes = 128;
     static constexpr int kQBytes = kBlockM * HeadDim * 2;
     static constexpr int kTileBytes = BlockN * HeadDim * 2;  // one K or V tile
-    // O leaves through shared memory (16-byte coalesced stores) where a buffer for it fits:
-    // at D = 256 Q alone takes 64 KB and the two-stage ring 128 KB, so O is stored from
-    // registers (write_output_sm90).
+    // O leaves through shared memory (each warp's rows by TMA stores, write_output_tma) where a
+    // buffer for it fits: at D = 256 Q alone takes 64 KB and the two-stage ring 128 KB, so O is
+    // stored from registers (write_output_sm90).
     static constexpr bool kStageO = HeadDim <= 128;
     static constexpr int kQOBytes = (QStages + (kStageO ? 1 : 0)) * kQBytes;
     // Each row's sum of probabilities: at D = 64 in fp16 by the tensor core, P V as m64n72k16

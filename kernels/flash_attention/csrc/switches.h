@@ -136,6 +136,23 @@
 #define FLASH_SM90_EPILOGUE_ADDR 0
 #endif
 
+// Hopper epilogue's copy of the staged O to global memory (flash_fwd_kernel_sm90.cuh,
+// write_output_tma): 0 the shipped choice (2); 1 every consumer thread copies 16-byte chunks
+// after a barrier over its warpgroup; 2 each warp stores its own 16 staged rows with one TMA
+// store per 64 columns, no barrier over the warpgroup, the copy left to the TMA unit.
+#ifndef FLASH_SM90_TMA_STORE
+#define FLASH_SM90_TMA_STORE 0
+#endif
+
+// Hopper key loop, P's A fragments for P V (flash_fwd_kernel_sm90.cuh, consume_tile): 0 the
+// shipped choice (2 at D = 128 and at D = 64 non-causal, 1 at D = 64 causal); 1 one buffer,
+// P_j packed once P_{j-1} V_{j-1} has landed; 2 (two consumer warpgroups, D = 64 and 128) two
+// buffers taken in turns, the loop two key tiles an iteration, P_j packed under the P V in
+// flight.
+#ifndef FLASH_SM90_P_BUFFERS
+#define FLASH_SM90_P_BUFFERS 0
+#endif
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
@@ -156,3 +173,5 @@ static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 2, "0..2");
 static_assert(FLASH_SM90_ROTATE >= 0 && FLASH_SM90_ROTATE <= 2, "0..2");
 static_assert(FLASH_SM90_CACHE_HINTS >= 0 && FLASH_SM90_CACHE_HINTS <= 2, "0..2");
 static_assert(FLASH_SM90_EPILOGUE_ADDR >= 0 && FLASH_SM90_EPILOGUE_ADDR <= 2, "0..2");
+static_assert(FLASH_SM90_TMA_STORE >= 0 && FLASH_SM90_TMA_STORE <= 2, "0..2");
+static_assert(FLASH_SM90_P_BUFFERS >= 0 && FLASH_SM90_P_BUFFERS <= 2, "0..2");
