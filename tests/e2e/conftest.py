@@ -39,6 +39,20 @@ def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):
     return compute_server
 
 
+@contextlib.contextmanager
+def own_bench_env(root: Path):
+    """What the bench_env fixture makes, for a fixture made once for the session: a working
+    directory (root/work) and state of its own, no BENCH_* from outside; undone on exit."""
+    with pytest.MonkeyPatch.context() as env:
+        for name in [name for name in os.environ if name.startswith("BENCH_")]:
+            env.delenv(name)
+        (root / "work").mkdir()
+        env.chdir(root / "work")
+        env.setenv("BENCH_STATE_DIR", str(root / "state"))
+        env.setenv("XDG_CONFIG_HOME", str(root / "config"))
+        yield
+
+
 @pytest.fixture(scope="session")
 def two_local_runs(made_once) -> dict:
     """Two real local runs of a two-config plan, made once for the session (a launch is ~6 s
@@ -59,13 +73,7 @@ def two_local_runs(made_once) -> dict:
     def make(root: Path) -> dict:
         dest = root / "results"
         registry = RunRegistry(root / "state" / "runs.sqlite")
-        with pytest.MonkeyPatch.context() as env:
-            for name in [name for name in os.environ if name.startswith("BENCH_")]:
-                env.delenv(name)
-            (root / "work").mkdir()
-            env.chdir(root / "work")
-            env.setenv("BENCH_STATE_DIR", str(root / "state"))
-            env.setenv("XDG_CONFIG_HOME", str(root / "config"))
+        with own_bench_env(root):
             launch = ["launch", "--backend", "local", "--budget", "1", "--plan", plan_file(root, 5)]
             assert main([*launch, "--wait"]) == 0  # an earlier run, left unfetched
             (first,) = [r.run_id for r in registry.all()]
@@ -85,3 +93,41 @@ def two_local_runs(made_once) -> dict:
         }
 
     return made_once("two-local-runs", make)
+
+
+@pytest.fixture(scope="session")
+def built_kernel_runs(made_once) -> dict:
+    """Two local runs of the example kernel with a build step, made once for the session in
+    an environment of its own (a launch with a user's kernel is ~6 s of CPU; issue 31): the
+    first, of the commit that adds the build, launched --trusted and fetched, so its build
+    enters the cache; the second, after a commit that edits the kernel, an A/B against that
+    first commit (--baseline HEAD~1): the baseline's tree is the first run's, the
+    candidate's a new one. test_user_kernel_build reads the build cache of the two,
+    test_user_kernel the A/B. Returns the runs' folders in the store and the two commits."""
+    from orchestrator.cli import main
+    from tests.e2e.test_user_kernel import example_repository, git
+    from tests.e2e.test_user_kernel_build import BUILD_SCRIPT, launch, run_ids, with_build
+
+    def make(root: Path) -> dict:
+        with own_bench_env(root):
+            repo = example_repository(root)
+            (repo / "build_it.py").write_text(BUILD_SCRIPT)
+            (repo / ".gitignore").write_text("simple_attention/_built.py\n")
+            ops = repo / "simple_attention" / "ops.py"
+            built = "\nfrom simple_attention._built import BUILT  # noqa\n"
+            ops.write_text(ops.read_text() + built)
+            with_build(repo, "python build_it.py")
+            git(repo, "add", "-A")
+            git(repo, "commit", "-qm", "built in place")
+            _, first = launch(root, root, repo)
+            assert main(["fetch", run_ids(root)[-1]]) == 0  # a trusted run: its build is cached
+            ops.write_text(ops.read_text() + "# an edit: another tree\n")
+            git(repo, "commit", "-qam", "an edit")
+            _, second = launch(root, root, repo, "--baseline", "HEAD~1")
+            return {
+                "first": str(first),
+                "second": str(second),
+                "commits": [git(repo, "rev-parse", "HEAD~1"), git(repo, "rev-parse", "HEAD")],
+            }
+
+    return made_once("built-kernel-runs", make)

@@ -14,7 +14,8 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.registry import RunRegistry
-from results_schema import PHASES, Manifest, Plan
+from results_schema import PHASES, Manifest, Measurement, Plan, SummaryRow
+from results_schema.csvio import read_rows
 from tests.limits import HANG_SECONDS
 
 pytestmark = pytest.mark.timeout(300)
@@ -190,7 +191,10 @@ def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, ca
     out = capsys.readouterr().out
     assert "partial" in out and f"{measured.rows}/{total}" in out
     assert main(["fetch", run_id, "--dest", str(bench_env / "results")]) == 5
-    assert (bench_env / "results" / run_id / "results" / "measurements.csv").exists()
+    # What was measured before the signal is flushed, and summarised.
+    fetched = bench_env / "results" / run_id / "results"
+    assert 0 < len(read_rows(fetched / "measurements.csv", Measurement)) < total
+    assert read_rows(fetched / "summary.csv", SummaryRow)
 
 
 HOSTILE = ["$(touch {canary})", "'; touch {canary} #", "`touch {canary}`"]

@@ -1,7 +1,8 @@
 """A user's kernel repository end to end on the CPU (issue 29's acceptance): the plain-PyTorch
 example copied outside bench, made a git repository, launched with --kernel; then an A/B
-against its previous commit; then a kernel that writes into its input. A build that fails
-is in test_user_kernel_build.py."""
+against its previous commit (a run shared with test_user_kernel_build.py, made once:
+tests/e2e/conftest.py); then a kernel that writes into its input. A build that fails is in
+test_user_kernel_build.py."""
 
 from __future__ import annotations
 
@@ -82,17 +83,18 @@ def test_the_example_kernel_is_timed_against_sdpa_under_its_name_and_commit(benc
     assert Path(noted.read_text()) == sandboxes / ".harness"
 
 
-def test_baseline_head_1_compares_two_commits_of_the_users_repository(bench_env, tmp_path):
-    repo = example_repository(tmp_path)
-    ops = repo / "simple_attention" / "ops.py"
-    ops.write_text(ops.read_text() + "\n# a second commit\n")
-    git(repo, "commit", "-qam", "second")
-    manifest, run_dir = launch(bench_env, tmp_path, repo, "--baseline", "HEAD~1")
+def test_baseline_head_1_compares_two_commits_of_the_users_repository(built_kernel_runs):
+    """The shared A/B run (tests/e2e/conftest.py): the example, with a build step, against
+    its previous commit (--baseline HEAD~1)."""
+    run_dir = Path(built_kernel_runs["second"])
+    previous, head = built_kernel_runs["commits"]
+    manifest = Manifest.model_validate_json((run_dir / "manifest.json").read_text())
 
     assert manifest.status == "complete"
     comparison = manifest.plan.comparison
     assert (comparison.baseline, comparison.source) == (f"{NAME}@baseline", "git")
-    assert comparison.commit == git(repo, "rev-parse", "HEAD~1")
+    assert comparison.commit == previous
+    assert manifest.plan.user_kernel(NAME).source.commit == head
     baseline = manifest.plan.user_kernel(f"{NAME}@baseline")
     assert baseline.source.commit == comparison.commit
     summary = rows(run_dir, "summary.csv", SummaryRow)

@@ -1,5 +1,5 @@
 """A user's kernel end to end on the CPU, around its build and its names: the build cache
-(a second run of the same tree restores the build's outputs and skips the build, a changed
+(a later run of the same tree restores the build's outputs and skips the build, a changed
 tree builds again), a failed build named in one line by `bench status` and `bench report`,
 the plan of the kernel's own, and the report and plots naming the kernel by its declared
 name and commit, never as our kernel."""
@@ -51,38 +51,34 @@ def with_build(repo: Path, build: str) -> None:
     contract.write_text(contract.read_text().replace(entry, f"{entry}\nbuild = '''{build}'''"))
 
 
-def test_a_second_run_of_the_same_tree_restores_its_build_and_a_changed_tree_builds(
-    bench_env, tmp_path
-):
-    repo = example_repository(tmp_path)
-    (repo / "build_it.py").write_text(BUILD_SCRIPT)
-    (repo / ".gitignore").write_text("simple_attention/_built.py\n")
-    ops = repo / "simple_attention" / "ops.py"
-    ops.write_text(ops.read_text() + "\nfrom simple_attention._built import BUILT  # noqa\n")
-    with_build(repo, "python build_it.py")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "built in place")
+def manifest_of(run_dir: Path) -> Manifest:
+    return Manifest.model_validate_json((run_dir / "manifest.json").read_text())
 
-    first, first_dir = launch(bench_env, tmp_path, repo)
-    (built,) = first.user_builds
+
+def test_a_later_run_of_the_same_tree_restores_its_build_and_a_changed_tree_builds(
+    built_kernel_runs,
+):
+    """The first of the shared runs (tests/e2e/conftest.py) builds its tree, and its fetch
+    caches the build; the second, an A/B, meets that tree again as its baseline: restored
+    from the cache, its build command skipped, its gate passing on the module the cache put
+    back; its candidate, an edited tree, builds."""
+    first_dir, second_dir = Path(built_kernel_runs["first"]), Path(built_kernel_runs["second"])
+    (built,) = manifest_of(first_dir).user_builds
     assert (built.identity, built.outcome) == (NAME, "built") and built.cache_key
     assert "compiling" in (first_dir / "logs" / "startup.log").read_text()
-    assert main(["fetch", run_ids(bench_env)[-1]]) == 0  # a trusted run: its build is promoted
 
-    second, second_dir = launch(bench_env, tmp_path, repo)
+    second = {b.identity: b for b in manifest_of(second_dir).user_builds}
+    baseline, candidate = second[f"{NAME}@baseline"], second[NAME]
+    assert (baseline.outcome, baseline.cache_key) == ("cached", built.cache_key)
+    assert candidate.outcome == "built"
+    assert candidate.cache_key and candidate.cache_key != built.cache_key
     log = (second_dir / "logs" / "startup.log").read_text()
-    assert f"build: cache hit {built.cache_key} ({NAME})" in log
-    assert "compiling" not in log
-    assert second.user_builds[0].outcome == "cached"
+    assert f"build: cache hit {built.cache_key} ({NAME}@baseline)" in log
+    assert log.count("compiling") == 1  # the candidate's build alone ran
     gate = rows(second_dir, "correctness.csv", CorrectnessRow)
-    ours = [r for r in gate if r.implementation == NAME]
-    assert ours and all(r.passed for r in ours), [r.message for r in ours]
-
-    ops.write_text(ops.read_text() + "# an edit: another tree\n")
-    third, third_dir = launch(bench_env, tmp_path, repo)
-    assert third.user_builds[0].outcome == "built"
-    assert third.user_builds[0].cache_key != built.cache_key
-    assert "compiling" in (third_dir / "logs" / "startup.log").read_text()
+    for identity in second:
+        ours = [r for r in gate if r.implementation == identity]
+        assert ours and all(r.passed for r in ours), [r.message for r in ours]
 
 
 def test_a_failed_build_fails_that_kernel_alone_and_is_one_line_in_status_and_report(

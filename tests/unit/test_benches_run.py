@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -110,51 +108,6 @@ def test_environment_fingerprint_reads_bench_variables(tmp_path, monkeypatch):
     assert benches_here("environment", "--out", str(tmp_path / "env.json")) == 0
     data = json.loads((tmp_path / "env.json").read_text())
     assert data["zone"] == "us-central1-a" and data["spot"] is True and data["torch"]
-
-
-def test_sigterm_flushes_partial_measurements(tmp_path):
-    status_file = tmp_path / "status.json"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "benches",
-            "run",
-            "--plan",
-            "cpu-smoke",
-            "--out",
-            str(tmp_path),
-            "--measurements",
-            "600000",
-            "--status-file",
-            str(status_file),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + HANG_SECONDS
-        while time.monotonic() < deadline:
-            if status_file.is_file():
-                status = json.loads(status_file.read_text())
-                if status["phase"] == "benchmark" and status["done"] > 0:
-                    break
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"no benchmark progress within {HANG_SECONDS} s")
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=HANG_SECONDS)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, proc.stderr.read()
-    rows = read_csv(tmp_path / "results" / "measurements.csv", Measurement)
-    assert 0 < len(rows) < 600000 * 2
-    assert read_csv(tmp_path / "results" / "summary.csv", SummaryRow)
-    assert not (tmp_path / "manifest.json").exists()
-    assert json.loads(status_file.read_text())["state"] == "partial"
 
 
 def test_each_rows_repro_command_checks_that_row_again_with_the_same_inputs(smoke_run, tmp_path):
