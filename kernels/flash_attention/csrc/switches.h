@@ -145,7 +145,8 @@
 #endif
 
 // Hopper key loop, P's A fragments for P V (flash_fwd_kernel_sm90.cuh, consume_tile): 0 the
-// shipped choice (2 at D = 128 and at D = 64 non-causal, 1 at D = 64 causal); 1 one buffer,
+// shipped choice (2 at D = 128 and at bf16 D = 64 non-causal, 1 at D = 64 causal and at fp16
+// D = 64 non-causal, whose row sums the tensor core computes); 1 one buffer,
 // P_j packed once P_{j-1} V_{j-1} has landed; 2 (two consumer warpgroups, D = 64 and 128) two
 // buffers taken in turns, the loop two key tiles an iteration, P_j packed under the P V in
 // flight.
