@@ -86,8 +86,10 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys, monkeypatch):
     assert_summary_readable_at_80_columns(out, Plan.model_validate_json(_cpu_smoke_text()))
     # A plain run's backend stands alone in `status`; only a sweep member's names its GPU
     # (its history is filed under the GPU either way: service/launch.target_gpu).
+    # The table's row; a run whose A/A control judged the machine noisy (a busy machine's,
+    # issue 31) has a note line "<run id>: noisy: ..." under the table too.
     assert main(["status"]) == 0
-    (row,) = [line.split() for line in capsys.readouterr().out.splitlines() if run_id in line]
+    (row,) = [f for f in map(str.split, capsys.readouterr().out.splitlines()) if f[:1] == [run_id]]
     assert row[1] == "local"
 
     fetched = bench_env / "results" / run_id
