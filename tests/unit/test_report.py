@@ -70,7 +70,7 @@ def test_a_second_report_of_the_same_results_keeps_their_plots(run_dir, tmp_path
     stamp or plots are not what a report left there, is drawn again. Two whole draws: the
     first and one redraw (a plot replaced by a link); the other cases ask the rule that
     decides a redraw, each draw being 1-2 s of a 2-core machine's CPU (issue 31)."""
-    from orchestrator.report import load, plots, service
+    from orchestrator.report import load, service
 
     run = tmp_path / run_dir.name
     shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("report"))
@@ -102,7 +102,6 @@ def test_a_second_report_of_the_same_results_keeps_their_plots(run_dir, tmp_path
     assert not kept(run)
     stamp.write_text(original)
     assert kept(run)
-    monkeypatch.setattr(plots, "drawing_identity", lambda: "other code")
     monkeypatch.setattr(service, "drawing_identity", lambda: "other code")
     assert not kept(run)
     monkeypatch.undo()

@@ -387,22 +387,15 @@ __device__ __forceinline__ void pv_wgmma(float (&o_acc)[T::kDTiles][4], float (&
 
 // The bits of every value of x or-ed together: of probabilities (>= 0), a float >= 0 or NaN;
 // of probabilities packed two to a word (16-bit halves >= 0), the same.
-template <int N>
-__device__ __forceinline__ float or_bits(const float (&x)[N][4]) {
+__device__ __forceinline__ uint32_t bits_of(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ uint32_t bits_of(uint32_t x) { return x; }
+template <typename V, int N>
+__device__ __forceinline__ float or_bits(const V (&x)[N][4]) {
     uint32_t bits = 0;
 #pragma unroll
     for (int t = 0; t < N; ++t)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) bits |= __float_as_uint(x[t][c]);
-    return __uint_as_float(bits);
-}
-template <int N>
-__device__ __forceinline__ float or_bits(const uint32_t (&x)[N][4]) {
-    uint32_t bits = 0;
-#pragma unroll
-    for (int t = 0; t < N; ++t)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) bits |= x[t][c];
+        for (int c = 0; c < 4; ++c) bits |= bits_of(x[t][c]);
     return __uint_as_float(bits);
 }
 
