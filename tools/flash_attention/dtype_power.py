@@ -1,7 +1,8 @@
 """The SM clock and board power while one attention config runs back to back (developer tool).
 
     PYTHONPATH=.:tools/flash_attention python3 tools/flash_attention/dtype_power.py \
-        [--head-dim 128 --seqlen 8192] [--seconds 2] [--rounds 2]
+        [--head-dim 128 --seqlen 8192] [--seconds 2] [--rounds 2] [--define NAME=INT ...] \
+        [--impls flash,sdpa-cudnn] [--kinds fp16,bf16,fp16-bf16vals]
 
 Why (NOTES.md, "2026-11-29, later"): our fp16 D = 128 kernel ran 0-4 % below our bf16 one with
 the same SASS. Each case runs its calls back to back for --seconds (no L2 flush: the steady
@@ -10,7 +11,9 @@ power and the clock-event reasons (power cap, thermal). Cases: ours and sdpa-cud
 bf16 inputs from torch.randn, and on fp16 inputs holding bf16 values (randn rounded to bf16,
 then to fp16: the low 3 mantissa bits zero). Per case: ms per call (median of batches of 10),
 the median clock and power, and cycles per call (ms x clock): equal cycles at unequal speeds
-say the clock, not the code, sets the difference. Rounds take the cases in turns.
+say the clock, not the code, sets the difference. Rounds take the cases in turns. --define
+builds ours with measurement switches (csrc/switches.h): one process per build, to compare
+builds' clocks and cycles (NOTES.md, h31).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 import torch
 from bench import HIDDEN, IMPLS, TOKENS
 
-from kernels.flash_attention import load_library
+from kernels.flash_attention import build, load_library
 
 
 class Nvml:
@@ -97,8 +100,12 @@ def main() -> None:
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--define", action="append", default=[], metavar="NAME=INT")
+    parser.add_argument("--impls", default="flash,sdpa-cudnn")
+    parser.add_argument("--kinds", default="fp16,bf16,fp16-bf16vals")
     args = parser.parse_args()
-    load_library()
+    defines = build.parse_defines(args.define)
+    load_library(defines=defines)
     nvml = Nvml()
     batch, heads = TOKENS // args.seqlen, HIDDEN // args.head_dim
     shape = (batch, heads, args.seqlen, args.head_dim)
@@ -109,7 +116,8 @@ def main() -> None:
         "bf16": [t.bfloat16() for t in base],
         "fp16-bf16vals": [t.bfloat16().half() for t in base],
     }
-    cases = [(impl, kind) for impl in ("flash", "sdpa-cudnn") for kind in data]
+    kinds = args.kinds.split(",")
+    cases = [(impl, kind) for impl in args.impls.split(",") for kind in kinds]
     results: dict = {case: [] for case in cases}
     for _ in range(args.rounds):
         for impl, kind in cases:
@@ -118,7 +126,7 @@ def main() -> None:
             )
     flops = 4 * batch * heads * args.seqlen**2 * args.head_dim / (2 if args.causal else 1)
     print(
-        f"D={args.head_dim} S={args.seqlen} causal={args.causal}; per round: "
+        f"D={args.head_dim} S={args.seqlen} causal={args.causal} defines={defines}; per round: "
         "ms  TFLOP/s  SM MHz  W  Mcycles/call  clock-event reasons"
     )
     for (impl, kind), rows in results.items():

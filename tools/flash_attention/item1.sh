@@ -100,7 +100,8 @@ for n in names:
     d64 = [r[n]["vs_cudnn"] for r in rows if r["D"] == 64]
     nc = [r[n]["vs_cudnn"] for r in rows if r["D"] == 128 and not r["causal"] and r["S"] >= 4096]
     print(f"{n:>16}: D64+128 median {statistics.median(grid):.3f} min {min(grid):.3f}"
-          f" ({sum(v < 0.9 for v in grid)} < 0.90); D64 median {statistics.median(d64):.3f};"
+          f" ({sum(v < 0.9 for v in grid)} < 0.90); D64 median"
+          f" {statistics.median(d64) if d64 else float('nan'):.3f};"
           f" D128 nc S>=4096 " + " ".join(f"{v:.3f}" for v in nc)
           + f"; vs first median {statistics.median(r[n]['vs_base'] for r in rows):.3f}")
 PYEOF
