@@ -141,9 +141,12 @@ def run_phases(args: argparse.Namespace) -> int:
     resolved = resolve_plan(args.plan)
     prestart(resolved, args.implementation or resolved.identities)
     # torch is imported here, not at the top: `plans` and `--help` stay instant.
-    from benches import runner
-    from benches.user_kernel import register
-    from benches.writers import PhaseClock, StatusWriter
+    from benches.long_lived import imported_for_good
+
+    with imported_for_good():
+        from benches import runner
+        from benches.user_kernel import register
+        from benches.writers import PhaseClock, StatusWriter
 
     measurements = getattr(args, "measurements", None)
     plan = effective_plan(resolved, None, getattr(args, "margin", None))

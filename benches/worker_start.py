@@ -30,9 +30,8 @@ from results_schema import Plan
 
 BUILD_FAILED_SUFFIX = ".build-failed"  # written by the startup script's build phase
 
-# What the fork server imports before it forks any worker: torch's import is most of a
-# worker's start. Nothing here may touch a device (no CUDA context to copy into a fork).
-SERVER_PRELOAD = ["torch", "numpy"]
+# What the fork server imports before it forks any worker (torch and numpy, frozen).
+SERVER_PRELOAD = ["benches.server_preload"]
 
 # What a worker is started with: (kernel JSON, tree, device, flush_l2) -> its (process,
 # pipe), once started (prestart starts them in the background).

@@ -63,6 +63,14 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def pytest_collection_finish(session):
+    """What collection imported (torch, the cloud clients' generated types, pydantic's
+    models) lives to the process's end: out of the collector's way, each full collection
+    scans only what the tests make (~25 % of the suite's collection CPU, 3 s of it, issue
+    31)."""
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items):
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if gpu_items and not _cuda_available():

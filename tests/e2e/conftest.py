@@ -102,10 +102,12 @@ def built_kernel_runs(made_once) -> dict:
     first, of the commit that adds the build, launched --trusted and fetched, so its build
     enters the cache; the second, after a commit that edits the kernel, an A/B against that
     first commit (--baseline HEAD~1): the baseline's tree is the first run's, the
-    candidate's a new one. test_user_kernel_build reads the build cache of the two,
-    test_user_kernel the A/B. Returns the runs' folders in the store and the two commits."""
+    candidate's a new one. The kernel notes the folder its worker runs in (a file written
+    into its own tree). test_user_kernel reads the first run as the example's plain run and
+    the second as the A/B; test_user_kernel_build the build cache of the two. Returns the
+    runs' folders in the store and their sandboxes, and the two commits."""
     from orchestrator.cli import main
-    from tests.e2e.test_user_kernel import example_repository, git
+    from tests.e2e.test_user_kernel import WORKER_NOTES_ITS_FOLDER, example_repository, git
     from tests.e2e.test_user_kernel_build import BUILD_SCRIPT, launch, run_ids, with_build
 
     def make(root: Path) -> dict:
@@ -115,17 +117,21 @@ def built_kernel_runs(made_once) -> dict:
             (repo / ".gitignore").write_text("simple_attention/_built.py\n")
             ops = repo / "simple_attention" / "ops.py"
             built = "\nfrom simple_attention._built import BUILT  # noqa\n"
-            ops.write_text(ops.read_text() + built)
+            ops.write_text(ops.read_text() + built + WORKER_NOTES_ITS_FOLDER)
             with_build(repo, "python build_it.py")
             git(repo, "add", "-A")
             git(repo, "commit", "-qm", "built in place")
             _, first = launch(root, root, repo)
-            assert main(["fetch", run_ids(root)[-1]]) == 0  # a trusted run: its build is cached
+            first_id = run_ids(root)[-1]
+            assert main(["fetch", first_id]) == 0  # a trusted run: its build is cached
             ops.write_text(ops.read_text() + "# an edit: another tree\n")
             git(repo, "commit", "-qam", "an edit")
             _, second = launch(root, root, repo, "--baseline", "HEAD~1")
+            sandboxes = root / "state" / "sandboxes"
             return {
                 "first": str(first),
+                "first_sandbox": str(sandboxes / first_id),
+                "sandboxes": str(sandboxes),
                 "second": str(second),
                 "commits": [git(repo, "rev-parse", "HEAD~1"), git(repo, "rev-parse", "HEAD")],
             }

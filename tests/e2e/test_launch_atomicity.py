@@ -1,14 +1,20 @@
 """Launch as separate controller processes: the monthly cap holds under concurrent launches,
 and a controller killed at any step leaves a run that `bench status` lists.
 
-Each controller is a real `bench launch` in a child process; a step is "killed" by making
-the child SIGKILL itself right after that step returns (no hook in bench itself).
+Each controller is a real `bench launch` in a process of its own; a step is "killed" by
+making that process SIGKILL itself right after the step returns (no hook in bench itself).
+The controllers are forks of one process per test session that imported bench and Google's
+libraries once (about 3 s of CPU an interpreter; nine controllers started an interpreter
+each before, issue 31): each fork takes the test's environment and folder, as a fresh
+`bench` would, and the racers are as ready as before, when each imported everything
+before the start line.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -23,15 +29,26 @@ from tests.limits import HANG_SECONDS
 pytestmark = pytest.mark.timeout(180)
 REPO = Path(__file__).resolve().parents[2]
 
-CONTROLLER = r"""
-import os, signal, sys, time
+# One line of controller specs in, on stdin: it forks one controller each and answers with
+# their pids, then, once every one has ended, with their exit codes (-9: killed), a line
+# each. It forks nothing but controllers, and holds no thread: a fork copies one thread.
+CONTROLLERS = r"""
+import json, os, signal, sys, time
 
+import google.cloud.compute_v1, google.cloud.storage
 from orchestrator.cli import main
 from orchestrator.backends.gce.backend import GceBackend
 from orchestrator.backends.local import LocalBackend
 from orchestrator.registry import RunRegistry
 from orchestrator.stores.gcs import GcsStore
 from orchestrator.stores.local import LocalStore
+
+STEPS = {
+    "reserved": [(RunRegistry, "reserve")],
+    "payload-stored": [(LocalStore, "put_bytes"), (GcsStore, "put_bytes")],
+    "started": [(LocalBackend, "start"), (GceBackend, "start")],
+    "none": [],
+}
 
 def killed_after(owner, name):
     original = getattr(owner, name)
@@ -41,33 +58,87 @@ def killed_after(owner, name):
         return result
     setattr(owner, name, step)
 
-STEPS = {
-    "reserved": [(RunRegistry, "reserve")],
-    "payload-stored": [(LocalStore, "put_bytes"), (GcsStore, "put_bytes")],
-    "started": [(LocalBackend, "start"), (GceBackend, "start")],
-    "none": [],
-}
-step, start_line = sys.argv[1], sys.argv[2]
-for owner, name in STEPS[step]:
-    killed_after(owner, name)
-if start_line:  # the racers: Google's libraries (3 s of CPU) loaded before the start line
-    import google.cloud.compute_v1, google.cloud.storage
-    open(f"{start_line}.ready-{os.getpid()}", "w").close()
-while start_line and not os.path.exists(start_line):
-    time.sleep(0.001)
-sys.exit(main(sys.argv[3:]))
+def controller(spec):
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    os.chdir(spec["cwd"])
+    nothing = os.open(os.devnull, os.O_RDONLY)
+    output = os.open(spec["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(nothing, 0)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    for owner, name in STEPS[spec["step"]]:
+        killed_after(owner, name)
+    start_line = spec["start_line"]
+    if start_line:
+        open(f"{start_line}.ready-{os.getpid()}", "w").close()
+    while start_line and not os.path.exists(start_line):
+        time.sleep(0.001)
+    code = main(spec["args"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+for line in sys.stdin:
+    pids = []
+    for spec in json.loads(line):
+        pid = os.fork()
+        if pid == 0:
+            code = 70
+            try:
+                code = controller(spec)
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    print(json.dumps(pids), flush=True)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    print(json.dumps(codes), flush=True)
 """
 
 
-def controller(step: str, args: list[str], start_line: Path | None = None) -> subprocess.Popen:
+@pytest.fixture(scope="session")
+def controllers():
+    """The process that forks controllers (CONTROLLERS), started once a session."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, "-c", CONTROLLER, step, str(start_line or ""), *args],
+    process = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLERS],
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
         text=True,
     )
+    yield process
+    process.stdin.close()
+    process.wait(timeout=HANG_SECONDS)
+
+
+def answer(controllers: subprocess.Popen) -> list[int]:
+    """The next line the controllers' process writes, or a failure when it wrote nothing
+    for HANG_SECONDS."""
+    ready, _, _ = select.select([controllers.stdout], [], [], HANG_SECONDS)
+    assert ready, "the controllers' process said nothing"
+    line = controllers.stdout.readline()
+    assert line, f"the controllers' process ended: {controllers.wait()}"
+    return json.loads(line)
+
+
+def start_controllers(controllers, specs: list[tuple[str, list[str], Path, Path | None]]):
+    """Forks one `bench launch` per (step, args, output file, start line) in this test's
+    environment and folder; returns their pids."""
+    request = [
+        {
+            "step": step,
+            "args": args,
+            "output": str(output),
+            "start_line": str(start_line or ""),
+            "env": {**os.environ, "PYTHONPATH": str(REPO)},
+            "cwd": os.getcwd(),
+        }
+        for step, args, output, start_line in specs
+    ]
+    controllers.stdin.write(json.dumps(request) + "\n")
+    controllers.stdin.flush()
+    return answer(controllers)
 
 
 def small_plan(tmp_path: Path) -> str:
@@ -87,33 +158,32 @@ def gce(gce, monkeypatch):
 
 
 def test_three_concurrent_launches_under_a_cap_that_fits_one_start_one(
-    gce, bench_env, tmp_path, monkeypatch
+    gce, bench_env, tmp_path, monkeypatch, controllers
 ):
     monkeypatch.setenv("BENCH_MONTHLY_CAP", "1.50")
     gce.config.run_scripts = False  # what counts is the inserts, not what a VM then runs
     start_line = tmp_path / "go"
     args = ["launch", "--backend", "gce", "--budget", "1.00", "--plan", small_plan(tmp_path)]
-    children = [controller("none", args, start_line) for _ in range(3)]
-    # Every child imports everything and waits at the line (one that ended early: its output
-    # says why, below).
+    outputs = [tmp_path / f"controller-{n}.out" for n in range(3)]
+    start_controllers(controllers, [("none", args, out, start_line) for out in outputs])
+    # Every controller waits at the line once it is ready (a fork of a process that imported
+    # everything: ready at once).
     deadline = time.monotonic() + HANG_SECONDS
     while len(list(tmp_path.glob("go.ready-*"))) < 3 and time.monotonic() < deadline:
-        if any(child.poll() is not None for child in children):
-            break
         time.sleep(0.05)
     start_line.touch()
-    outputs = [child.communicate(timeout=HANG_SECONDS)[0] for child in children]
-    codes = sorted(child.returncode for child in children)
-    assert codes == [0, 3, 3], outputs
+    codes = sorted(answer(controllers))
+    printed = [out.read_text() for out in outputs]
+    assert codes == [0, 3, 3], printed
     assert len(gce.calls("instances.insert")) == 1
-    refused = [out for out in outputs if "monthly cap" in out]
-    assert len(refused) == 2, outputs
+    refused = [out for out in printed if "monthly cap" in out]
+    assert len(refused) == 2, printed
 
 
 @pytest.mark.parametrize("step", ["reserved", "payload-stored", "started"])
 @pytest.mark.parametrize("backend", ["local", "gce"])
 def test_a_controller_killed_at_any_launch_step_leaves_a_listed_run(
-    backend, step, bench_env, tmp_path, capsys, request, monkeypatch
+    backend, step, bench_env, tmp_path, capsys, request, monkeypatch, controllers
 ):
     if backend == "gce":
         request.getfixturevalue("gce")
@@ -124,9 +194,10 @@ def test_a_controller_killed_at_any_launch_step_leaves_a_listed_run(
         python.chmod(0o755)
         monkeypatch.setenv("BENCH_PAYLOAD_PYTHON", str(python))
     args = ["launch", "--backend", backend, "--budget", "1.00", "--plan", small_plan(tmp_path)]
-    child = controller(step, args)
-    output = child.communicate(timeout=HANG_SECONDS)[0]
-    assert child.returncode == -9, output
+    output = tmp_path / "controller.out"
+    start_controllers(controllers, [(step, args, output, None)])
+    (code,) = answer(controllers)
+    assert code == -9, output.read_text()
     runs = bench_env / "state" / "runs.sqlite"
     assert runs.exists()
     capsys.readouterr()

@@ -1,6 +1,6 @@
 """A user's kernel repository end to end on the CPU (issue 29's acceptance): the plain-PyTorch
-example copied outside bench, made a git repository, launched with --kernel; then an A/B
-against its previous commit (a run shared with test_user_kernel_build.py, made once:
+example copied outside bench, made a git repository, launched with --kernel, then an A/B
+against its previous commit (two runs shared with test_user_kernel_build.py, made once:
 tests/e2e/conftest.py); then a kernel that writes into its input. A build that fails is in
 test_user_kernel_build.py."""
 
@@ -21,6 +21,11 @@ pytestmark = pytest.mark.timeout(300)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torch-attention"
 NAME = "torch-attention"  # its bench-kernel.toml's name
+# Appended to the example's ops.py: the kernel notes the folder its worker runs in.
+WORKER_NOTES_ITS_FOLDER = (
+    "\nimport os as _os, pathlib as _pathlib\n"
+    "(_pathlib.Path(__file__).resolve().parents[1] / 'worker-cwd.txt').write_text(_os.getcwd())\n"
+)
 
 
 def git(repo: Path, *args: str) -> str:
@@ -53,22 +58,16 @@ def rows(run_dir: Path, name: str, model):
     return read_rows(run_dir / "results" / name, model)
 
 
-def test_the_example_kernel_is_timed_against_sdpa_under_its_name_and_commit(bench_env, tmp_path):
-    repo = example_repository(tmp_path)
-    # The kernel notes the folder its worker runs in (written into its own tree).
-    ops = repo / "simple_attention" / "ops.py"
-    ops.write_text(
-        ops.read_text() + "\nimport os as _os, pathlib as _pathlib\n"
-        "(_pathlib.Path(__file__).resolve().parents[1] / 'worker-cwd.txt')"
-        ".write_text(_os.getcwd())\n"
-    )
-    git(repo, "commit", "-qam", "note the worker's folder")
-    manifest, run_dir = launch(bench_env, tmp_path, repo)
+def test_the_example_kernel_is_timed_against_sdpa_under_its_name_and_commit(built_kernel_runs):
+    """The shared runs' first (tests/e2e/conftest.py): the example, with a build step."""
+    run_dir = Path(built_kernel_runs["first"])
+    commit = built_kernel_runs["commits"][0]
+    manifest = Manifest.model_validate_json((run_dir / "manifest.json").read_text())
 
     assert manifest.status == "complete"
     (kernel,) = manifest.plan.user_kernels
     assert (kernel.identity, manifest.plan.candidate) == (NAME, NAME)
-    assert kernel.source.commit == git(repo, "rev-parse", "HEAD") and not kernel.source.dirty
+    assert kernel.source.commit == commit and not kernel.source.dirty
     summary = rows(run_dir, "summary.csv", SummaryRow)
     against_sdpa = [r for r in summary if r.implementation == "sdpa" and r.versus == NAME]
     assert len(against_sdpa) == len(manifest.plan.configs)
@@ -78,9 +77,8 @@ def test_the_example_kernel_is_timed_against_sdpa_under_its_name_and_commit(benc
     assert "flash" not in manifest.plan.identities
     # The harness and its workers run from one folder shared by every run here, not the
     # run's own: cuDNN's runtime-compiled kernels are cached per working directory.
-    sandboxes = bench_env / "state" / "sandboxes"
-    (noted,) = (sandboxes / only_run_id(bench_env / "state")).glob("payload/*/worker-cwd.txt")
-    assert Path(noted.read_text()) == sandboxes / ".harness"
+    (noted,) = Path(built_kernel_runs["first_sandbox"]).glob("payload/*/worker-cwd.txt")
+    assert Path(noted.read_text()) == Path(built_kernel_runs["sandboxes"]) / ".harness"
 
 
 def test_baseline_head_1_compares_two_commits_of_the_users_repository(built_kernel_runs):

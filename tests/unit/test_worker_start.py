@@ -6,6 +6,7 @@ left out."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from benches.user_kernel import register
 from benches.writers import StatusWriter
 from results_schema import AttentionConfig, Plan
 from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
+from tests.limits import HANG_SECONDS
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -176,3 +178,46 @@ def test_a_worker_takes_the_parents_folder_and_environment_at_its_start_and_no_t
     rows = correctness.check_config("r", second.configs[0], second, 0, device)
     row = {r.implementation: r for r in rows}["second"]
     assert row.passed, row.message
+
+
+def test_the_fork_servers_preload_imports_torch_and_numpy_frozen():
+    """multiprocessing's fork server skips a preload name that does not import, silently:
+    every worker would then import torch itself. In a fresh interpreter, as the server
+    does it: each name imports, and torch and numpy are imported with what they made frozen
+    (torch alone leaves ~100,000 objects a collection would walk)."""
+    import subprocess
+    import sys
+
+    preload = (
+        "import gc, importlib, json, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps([sorted({'torch', 'numpy'} & set(sys.modules)), gc.get_freeze_count()]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", preload, *worker_start.SERVER_PRELOAD],
+        capture_output=True,
+        text=True,
+        cwd=Path(worker_start.__file__).parents[1],
+        timeout=HANG_SECONDS,
+    )
+    assert done.returncode == 0, done.stderr
+    imported, frozen = json.loads(done.stdout)
+    assert imported == ["numpy", "torch"] and frozen > 100_000
+
+
+def test_imports_for_good_run_without_the_collector_and_end_frozen():
+    from benches.long_lived import imported_for_good
+
+    kept = []  # alive to the end: a frozen object freed leaves the frozen count
+    for enabled_before in (True, False):
+        (gc.enable if enabled_before else gc.disable)()
+        frozen = gc.get_freeze_count()
+        try:
+            with imported_for_good():
+                assert not gc.isenabled()
+                kept.append([[] for _ in range(1000)])
+            assert gc.isenabled() == enabled_before
+            assert gc.get_freeze_count() >= frozen + 1000
+        finally:
+            gc.enable()
