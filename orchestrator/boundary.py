@@ -35,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
+from orchestrator.regular_file import NotRegularFileError, read_regular
 from results_schema import CSV_MODELS, Manifest, Plan, Status
 from results_schema.csvio import CsvSchemaError, iter_rows
 from results_schema.names import RUN_ID_PATTERN
@@ -643,10 +644,10 @@ def fetched_manifest(run_dir: Path, limits: Limits = LIMITS) -> Manifest | None:
     """The manifest in a fetched run's directory, or None: the same checks as at fetch
     (but for the registry's, which a copied or renamed folder may not match)."""
     path = run_dir / "manifest.json"
-    if not path.exists() and not path.is_symlink():
+    try:
+        raw = read_regular(path, limits.manifest_bytes)
+    except FileNotFoundError:
         return None
-    if path.is_symlink() or not path.is_file():
-        raise ResultsError(f"run {run_dir.name}: {path} is not a regular file")
-    with open(path, "rb") as f:
-        raw = f.read(limits.manifest_bytes + 1)
+    except NotRegularFileError:
+        raise ResultsError(f"run {run_dir.name}: {path} is not a regular file") from None
     return manifest_from(raw, None, None, limits)

@@ -45,6 +45,7 @@ from typing import IO
 
 from orchestrator.backends.registry import capabilities
 from orchestrator.errors import UsageError
+from orchestrator.regular_file import NotRegularFileError, read_regular
 from results_schema import Plan
 
 # The harness. Kernels travel as trees of their own (`kernel_trees`), ours too.
@@ -371,18 +372,17 @@ def _refused_link(label: str, name: str, target: str) -> UsageError:
 
 
 def _read_regular_file(root: Path, name: str, size: int, label: str) -> bytes:
-    """The file's bytes, opened without following a link (and without blocking, should a
-    FIFO have taken its place) and checked to be what lstat saw."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    """The file's bytes (orchestrator/regular_file.py: no link followed, no FIFO waited
+    on), checked to be what lstat saw."""
+    changed = UsageError(f"{label}: {name} changed while bench read it; try again")
     try:
-        descriptor = os.open(root / name, flags)
+        data = read_regular(root / name, size)
+    except NotRegularFileError:
+        raise changed from None
     except OSError as error:
         raise UsageError(f"{label}: cannot read {name}: {error.strerror}") from None
-    with os.fdopen(descriptor, "rb") as file:
-        status = os.fstat(file.fileno())
-        data = file.read(size + 1) if stat.S_ISREG(status.st_mode) else b""
-    if not stat.S_ISREG(status.st_mode) or len(data) != size:
-        raise UsageError(f"{label}: {name} changed while bench read it; try again")
+    if len(data) != size:
+        raise changed
     return data
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import errno
 import json
-import os
-import stat
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import boundary
+from orchestrator.regular_file import read_regular
 from orchestrator.report.ab import ABResults, ab_results
 from orchestrator.report.compare import (
     MIN_RELATIVE_DIFFERENCE,
@@ -197,15 +196,9 @@ def _plots_drawn_already(run_dir: Path, results: str) -> list[Path] | None:
     if not names_every_result_file(results) or report.is_symlink() or not report.is_dir():
         return None
     try:
-        fd = os.open(report / DRAWN_STAMP, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        stamp = read_regular(report / DRAWN_STAMP, MAX_STAMP_BYTES)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        stamp = os.read(fd, MAX_STAMP_BYTES + 1)
-    finally:
-        os.close(fd)
     names = _stamped_plots(stamp, results)
     if names is None:
         return None

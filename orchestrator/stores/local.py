@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from pathlib import Path
 
 from orchestrator.errors import NotFoundError, ResultsError, UsageError
+from orchestrator.regular_file import NotRegularFileError, open_regular
 from orchestrator.stores.base import key_problem
 
 
@@ -55,13 +55,11 @@ class LocalStore:
             if here.is_symlink():
                 raise ResultsError(f"{self.uri(key)} is a symbolic link; refused")
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            return open_regular(path)
         except FileNotFoundError:
             raise NotFoundError(f"{self.uri(key)} does not exist") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise ResultsError(f"{self.uri(key)} is not a regular file; refused")
-        return fd
+        except NotRegularFileError:
+            raise ResultsError(f"{self.uri(key)} is not a regular file; refused") from None
 
     def get_bytes(self, key: str, max_bytes: int | None = None) -> bytes:
         """The object's bytes; with max_bytes, a larger object is refused unread."""

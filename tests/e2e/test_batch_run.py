@@ -6,6 +6,7 @@ startup script a gce VM runs."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -18,7 +19,7 @@ from results_schema import Manifest
 from results_schema.record import billed_usd
 from tests.e2e.test_gce_cli import bucket_objects, launched_run_id, plan_file
 from tests.e2e.test_sweep import sweep_id_of
-from tests.fakes import batch_fixtures, discovery
+from tests.fakes import batch_fixtures, batch_tasks, discovery
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -81,15 +82,26 @@ def test_a_batch_run_completes_fetches_and_its_job_fits_the_discovery_document(
         "g2-standard-4",
         True,
     )
-    assert batch.job_by_id(job_id_of(batch, run_id)).state == "SUCCEEDED"
+    assert batch.wait_for_state(job_id_of(batch, run_id), ("FAILED", "SUCCEEDED")) == "SUCCEEDED"
     assert any(name.endswith("/manifest.json") for name in bucket_objects(gcs_server, gcs_bucket))
 
 
 def test_a_preempted_task_is_retried_and_the_run_completes_within_the_budget(
-    batch, tmp_path, capsys
+    batch, tmp_path, capsys, monkeypatch
 ):
     plan = plan_file(tmp_path)
     real_create = batch.create
+    # A task's exit is its job's news after its results are in the bucket (the script ends
+    # after its last upload): here a second later, as on a loaded machine, where `--wait`
+    # returned before the retry's exit was recorded and the test read one attempt.
+    real_attempt = batch_tasks.TaskRunner._attempt
+
+    def attempt_then_exit_late(runner, spec):
+        code = real_attempt(runner, spec)
+        time.sleep(1.0)
+        return code
+
+    monkeypatch.setattr(batch_tasks.TaskRunner, "_attempt", attempt_then_exit_late)
 
     def create_and_preempt(project, region, query, body):
         answer = real_create(project, region, query, body)
@@ -100,9 +112,10 @@ def test_a_preempted_task_is_retried_and_the_run_completes_within_the_budget(
     batch.preemption_grace_s = 5.0
     assert main(launch("--budget", "1.00", "--plan", plan, "--wait")) == 0, capsys.readouterr()
     run_id = launched_run_id(capsys)
-    job = batch.job_by_id(job_id_of(batch, run_id))
+    job_id = job_id_of(batch, run_id)
+    assert batch.wait_for_state(job_id, ("FAILED", "SUCCEEDED")) == "SUCCEEDED"
+    job = batch.job_by_id(job_id)
     assert job.attempts_exit_codes == [50001, 0]
-    assert job.state == "SUCCEEDED"
     assert main(["fetch", run_id, "--dest", str(tmp_path / "results")]) == 0
     manifest = Manifest.model_validate_json(
         (tmp_path / "results" / run_id / "manifest.json").read_text()

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from results_schema import Manifest, Plan
 from tests.e2e.conftest import ZONES
+from tests.limits import HANG_SECONDS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -224,10 +224,10 @@ def test_a_vm_account_without_bucket_access_fails_in_the_payload_phase_in_second
         run_id = launched_run_id(capsys)
         (instance,) = gce.instances()
         gce.wait_for_status(instance.zone, instance.name, "RUNNING")
-        booted = time.monotonic()
-        gce.wait_for(lambda: f"run {run_id} finished: failed" in instance.serial_text(), 30)
-        assert time.monotonic() - booted < 30  # no environment install first
-        assert "phase environment" not in instance.serial_text()
+        gce.wait_for(
+            lambda: f"run {run_id} finished: failed" in instance.serial_text(), HANG_SECONDS
+        )
+        assert "phase environment" not in instance.serial_text()  # no install first
         assert proxy.denied and all(
             account.endswith("-compute@developer.gserviceaccount.com")
             for account, _, _ in proxy.denied
@@ -248,12 +248,14 @@ def test_launch_wait_ends_at_once_when_the_vm_cannot_reach_the_bucket(
     with GcsIamProxy(gcs_server.endpoint, gce.identity_of_token) as proxy:  # no member: denied
         monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
         args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
-        started = time.monotonic()
         assert main([*args, "--wait"]) == 5
-        assert time.monotonic() - started < 60  # not the VM's 180 s reason window
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert "failed: phase payload failed" in line and "may not read gs://" in line
+        # The wait ended on the VM's serial output, not at the VM's own end after its 180 s
+        # reason window: bench deleted a VM still up.
         assert "its VM was deleted" in line
+        (gone,) = gce.compute.gone
+        assert gone.going_down_because == "delete"
         assert gce.instances() == []
 
 
@@ -274,10 +276,8 @@ def test_max_run_duration_deletes_the_vm_when_the_controller_is_gone(gce, tmp_pa
     ]
     assert main(args) == 0
     (instance,) = gce.instances()
-    started = time.monotonic()
-    gce.wait_for(lambda: gce.instances() == [], timeout=20)
+    gce.wait_for(lambda: gce.instances() == [], timeout=HANG_SECONDS)
     assert gce.instance(instance.zone, instance.name).going_down_because == "maxRunDuration"
-    assert time.monotonic() - started < 20
 
 
 def test_refusals_send_nothing(gce, gcs_server, gcs_bucket, tmp_path, monkeypatch, capsys):

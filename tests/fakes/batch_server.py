@@ -25,6 +25,7 @@ import threading
 import uuid
 from typing import Any
 
+from ..limits import HANG_SECONDS
 from . import discovery
 from .batch_tasks import FakeJob, TaskRunner, now_rfc3339
 from .http_base import JsonHandler, LoopbackStandIn
@@ -336,7 +337,9 @@ class FakeBatchServer(LoopbackStandIn):
                 "status": {"state": job.task_state, "statusEvents": list(job.task_events)},
             }
 
-    def wait_for_state(self, job_id: str, states: tuple[str, ...], timeout: float = 120.0) -> str:
+    def wait_for_state(
+        self, job_id: str, states: tuple[str, ...], timeout: float = HANG_SECONDS
+    ) -> str:
         import time
 
         deadline = time.monotonic() + timeout
