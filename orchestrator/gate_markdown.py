@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.boundary import printable
-from orchestrator.service.gate import MAX_NAME_CHARS, percent
+from orchestrator.service.gate import MAX_NAME_CHARS, config_count, percent
 from results_schema.gate_report import GateOverall, GateReport, GateSpeedup
 
 HEADLINES = {
@@ -81,7 +81,8 @@ def render_markdown(report: GateReport) -> str:
         if configs:
             lines.append(f"- {what} ({len(configs)}): {_names(configs)}")
     lines += ["", _row(TABLE_HEADER), _row(["---", "---:", "---:", "---", "---"])]
-    geomean = f"**geomean** ({report.overall.configs} configs)" if report.overall else "**geomean**"
+    overall = report.overall
+    geomean = f"**geomean** ({config_count(overall.configs)})" if overall else "**geomean**"
     lines.append(_overall_row(geomean, report.overall))
     if report.control is not None:
         label = f"A/A control {code(report.control.identity)}"

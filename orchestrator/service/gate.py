@@ -199,7 +199,7 @@ def _outcome(report: GateReport, has_control: bool, noise: Noise | None) -> tupl
     margin = percent(report.margin)
     if report.incorrect_configs:
         return "candidate-incorrect", [
-            f"the candidate failed correctness on {len(report.incorrect_configs)} configs"
+            f"the candidate failed correctness on {config_count(len(report.incorrect_configs))}"
         ]
     inconclusive = _inconclusive_reasons(report, has_control, margin, noise)
     if inconclusive:
@@ -209,7 +209,8 @@ def _outcome(report: GateReport, has_control: bool, noise: Noise | None) -> tupl
     if overall is not None and overall.verdict == "slower":
         reasons.append(f"the geometric mean is slower beyond the {margin} margin")
     if report.gate_on == "any" and slower:
-        reasons.append(f"{len(slower)} configs are slower beyond the {margin} margin")
+        are = "is" if len(slower) == 1 else "are"
+        reasons.append(f"{config_count(len(slower))} {are} slower beyond the {margin} margin")
     if reasons:
         return "regression", reasons
     word = overall.verdict if overall else "indistinguishable"
@@ -247,6 +248,11 @@ def _inconclusive_reasons(
 def percent(fraction: float) -> str:
     """0.02 -> '2%', 0.025 -> '2.5%'."""
     return f"{fraction * 100:g}%"
+
+
+def config_count(configs: int) -> str:
+    """1 -> '1 config', 2 -> '2 configs': the gate's words land in a pull request."""
+    return f"{configs} config" if configs == 1 else f"{configs} configs"
 
 
 def _source(comparison) -> str:

@@ -279,3 +279,15 @@ def test_a_gate_that_could_not_judge_is_refused_before_launch(bench_env, capsys,
     assert main(args) == 2
     assert expected in capsys.readouterr().err
     assert not (bench_env / "state" / "sandboxes").exists()  # nothing was launched
+
+
+def test_the_geometric_means_row_counts_its_configs_in_words():
+    """'(1 config)', never '(1 configs)': the gate's markdown lands in a pull request."""
+    both_slower = {"a": SLOWER_3PCT, "b": SLOWER_3PCT}
+    for speedups, words in (({"a": SLOWER_3PCT}, "(1 config)"), (both_slower, "(2 configs)")):
+        run = made_up_run(speedups, geomean=SLOWER_3PCT)
+        assert f"| **geomean** {words} |" in render_markdown(judge(run, [], GateOptions()))
+    one_slower = judge(
+        made_up_run({"a": SLOWER_3PCT, "b": SAME}, geomean=HOLDS), [], GateOptions(gate_on="any")
+    )
+    assert one_slower.reasons == ["1 config is slower beyond the 2% margin"]
