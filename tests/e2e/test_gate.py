@@ -49,7 +49,7 @@ PLAN_CONFIGS = ["fp32-b1h2s17d64", "fp32-b1h2s17d64-causal"]  # plan_file(tmp_pa
 def assert_a_regression_naming_its_slower_configs(markdown: str) -> list[str]:
     """The gate's markdown of sdpa-math against sdpa: a regression naming its slower configs,
     which it returns. A config whose samples a loaded machine split into groups is flagged
-    (no verdict, left out of the geometric mean: 1 in ~20 runs on a slow spell of a 2-core
+    (no verdict, left out of the geometric mean: seen once alone on a slow spell of a 2-core
     host); each other config is slower, and exactly those are named."""
     assert markdown.startswith("### bench gate: REGRESSION (exit 6)")
     header, separator, geomean, control, *per_config = table_rows(markdown)
