@@ -30,8 +30,11 @@ from results_schema import Plan
 
 BUILD_FAILED_SUFFIX = ".build-failed"  # written by the startup script's build phase
 
-# What the fork server imports before it forks any worker (torch and numpy, frozen).
-SERVER_PRELOAD = ["benches.server_preload"]
+# What the fork server imports before it forks any worker: torch and numpy, frozen. The
+# server skips a name that fails to import, silently, and finds `benches` through
+# PYTHONPATH or the install only (Python 3.11's server ignores the parent's sys.path):
+# torch and numpy by name after it, so that they are preloaded in any case.
+SERVER_PRELOAD = ["benches.server_preload", "torch", "numpy"]
 
 # What a worker is started with: (kernel JSON, tree, device, flush_l2) -> its (process,
 # pipe), once started (prestart starts them in the background).
