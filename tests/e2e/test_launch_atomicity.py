@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 # their pids, then, once every one has ended, with their exit codes (-9: killed), a line
 # each. It forks nothing but controllers, and holds no thread: a fork copies one thread.
 CONTROLLERS = r"""
-import json, os, signal, sys, time
+import json, os, signal, sys, time, traceback
 
 import google.cloud.compute_v1, google.cloud.storage
 from orchestrator.cli import main
@@ -89,6 +91,8 @@ for line in sys.stdin:
             code = 70
             try:
                 code = controller(spec)
+            except BaseException:
+                traceback.print_exc()  # into the controller's output file
             finally:
                 os._exit(code)
         pids.append(pid)
@@ -98,9 +102,19 @@ for line in sys.stdin:
 """
 
 
+@dataclass
+class Controllers:
+    """The process that forks controllers (CONTROLLERS) and the lines it has written, read
+    by a thread: a line read with another one behind it in the same chunk waits in the
+    reader's buffer, where a select on the pipe would not see it."""
+
+    process: subprocess.Popen
+    lines: queue.Queue
+
+
 @pytest.fixture(scope="session")
 def controllers():
-    """The process that forks controllers (CONTROLLERS), started once a session."""
+    """Controllers, started once a session."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
         [sys.executable, "-c", CONTROLLERS],
@@ -109,18 +123,27 @@ def controllers():
         stdout=subprocess.PIPE,
         text=True,
     )
-    yield process
+    lines: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        for line in process.stdout:
+            lines.put(line)
+        lines.put("")  # the process ended
+
+    threading.Thread(target=read, daemon=True).start()
+    yield Controllers(process, lines)
     process.stdin.close()
     process.wait(timeout=HANG_SECONDS)
 
 
-def answer(controllers: subprocess.Popen) -> list[int]:
+def answer(controllers: Controllers) -> list[int]:
     """The next line the controllers' process writes, or a failure when it wrote nothing
     for HANG_SECONDS."""
-    ready, _, _ = select.select([controllers.stdout], [], [], HANG_SECONDS)
-    assert ready, "the controllers' process said nothing"
-    line = controllers.stdout.readline()
-    assert line, f"the controllers' process ended: {controllers.wait()}"
+    try:
+        line = controllers.lines.get(timeout=HANG_SECONDS)
+    except queue.Empty:
+        pytest.fail("the controllers' process said nothing")
+    assert line, f"the controllers' process ended: {controllers.process.wait()}"
     return json.loads(line)
 
 
@@ -138,8 +161,8 @@ def start_controllers(controllers, specs: list[tuple[str, list[str], Path, Path 
         }
         for step, args, output, start_line in specs
     ]
-    controllers.stdin.write(json.dumps(request) + "\n")
-    controllers.stdin.flush()
+    controllers.process.stdin.write(json.dumps(request) + "\n")
+    controllers.process.stdin.flush()
     return answer(controllers)
 
 
