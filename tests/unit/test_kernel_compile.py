@@ -213,6 +213,41 @@ def test_spread_group_switch_defaults_to_pairs(tmp_path: Path, shipped_unit_ptx)
     assert shipped_unit_ptx.read_bytes() != group[1]
 
 
+def hopper_unit_ptx(folder: Path, unit: str, defines: dict[str, int] | None) -> bytes:
+    """A Hopper unit's PTX (sm_90a) with these switches, by the build's own command and flags."""
+    src = folder / "src"
+    generate.write_sources(src, "sm_90")
+    flags = build.build_flags("sm_90", defines) + build.unit_flags(unit, defines)
+    out = folder / f"{unit}.ptx"
+    command = build.unit_command(build.find_nvcc(), src / f"{unit}.cu", out, flags, "-ptx")
+    compiled = subprocess.run(command, capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stderr
+    return out.read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_hopper_d128_row_sums_are_two_partial_sums_as_planned(tmp_path: Path):
+    """The shipped Hopper D = 128 unit sums each row half of P in two partial sums
+    (Sm90Choices::kSumParts, FLASH_SM90_TREE_SUM 3), not one chain (1): the plan reaches the
+    softmax. A softmax step that drops the choice compiles the one chain silently (it did once,
+    between two measurements: NOTES.md h32), so the shipped PTX must be the two-part build's
+    and not the one-chain build's."""
+    unit = "fwd_hdim128_bf16_sm90"
+    switched = {
+        None: None,
+        "one chain": {"FLASH_SM90_TREE_SUM": 1},
+        "two": {"FLASH_SM90_TREE_SUM": 3},
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        ptx = {
+            name: pool.submit(hopper_unit_ptx, tmp_path / str(i), unit, defines)
+            for i, (name, defines) in enumerate(switched.items())
+        }
+        ptx = {name: future.result() for name, future in ptx.items()}
+    as_planned, as_one_chain = ptx[None] == ptx["two"], ptx[None] == ptx["one chain"]
+    assert as_planned and not as_one_chain, "the shipped D = 128 softmax sums in one chain"
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_compact_shape_switch_accepts_exactly_the_shapes_the_launcher_defines(head_dim):
     """build.py's range for FLASH_COMPACT_SHAPE_D<head_dim>, the bound switches.h asserts and

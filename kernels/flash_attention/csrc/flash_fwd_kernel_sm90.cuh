@@ -185,6 +185,10 @@ struct UnitWalk {
 // causal consumers (h15), and for two causal consumers where the tensor core sums the rows
 // (fp16 D = 64: with the row sums' FADD chain gone, the maxima's chain is the softmax's
 // longest; 1.02-1.05x at causal 1024-4096, bf16 unmoved, NOTES.md h24).
+// kSumParts: each row half's sum of P over a key tile (where the registers sum it) as that many
+// partial sums added last, not one chain of dependent additions (OnlineSoftmax::exponentiate):
+// two at D = 128 (1.02-1.03x one chain; four 0.99x two), four at D = 256 (1.00-1.03x two), one
+// at D = 64, where bf16 ran 2-5 % slower with two or four (NOTES.md, h32).
 // kEpilogueBase: the epilogue's addresses from one base per thread, rebuilt in the epilogue
 // (write_output_staged_base), for the three-consumer kernels, whose 160 registers spilled the
 // addresses the compiler otherwise keeps live across the tile loop (30-41 LDL a tile); the
@@ -210,6 +214,9 @@ struct Sm90Choices {
     static constexpr bool kTreeMax =
         FLASH_SM90_TREE_MAX == 0 ? Causal && (T::kConsumerWarpgroups == 3 || T::kRowSumMma)
                                  : FLASH_SM90_TREE_MAX == 2;
+    static constexpr int kSumParts =
+        FLASH_SM90_TREE_SUM == 0 ? (T::kHeadDim == 64 ? 1 : T::kHeadDim == 128 ? 2 : 4)
+                                 : (FLASH_SM90_TREE_SUM == 1 ? 1 : FLASH_SM90_TREE_SUM == 2 ? 4 : 2);
     static constexpr bool kEpilogueBase =
         T::kStageO && (FLASH_SM90_EPILOGUE_ADDR == 0 ? T::kConsumerWarpgroups == 3
                                                      : FLASH_SM90_EPILOGUE_ADDR == 2);
@@ -684,7 +691,7 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         const bool diagonal = Causal && n0 + T::kBlockN - 1 > m0 + causal_offset;
         if (tail || diagonal)
             mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, consumer_warp, lane);
-        return softmax.fold<Choices::kTreeMax>(s, correction, scale_log2);
+        return softmax.fold<Choices::kTreeMax, Choices::kSumParts>(s, correction, scale_log2);
     };
     // K_j is free once S_j landed; after the tile's last S, so is Q.
     auto release_k = [&](int j) {
@@ -900,11 +907,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         sm90::fence_barrier_init();
     }
     if constexpr (T::kRowSumMma) {
-        // The ones the tensor core sums the rows of P against (fp16 1.0 = 0x3C00, two a word),
-        // written before any wgmma reads them (the async proxy's fence, then the block's
-        // barrier).
-        static_assert(__is_same(typename T::Elem, __half), "fp16 ones");
-        constexpr uint32_t pair = 0x3C003C00u;
+        // The ones the tensor core sums the rows of P against (1.0 is 0x3C00 in fp16, 0x3F80 in
+        // bf16; two a word), written before any wgmma reads them (the async proxy's fence, then
+        // the block's barrier).
+        constexpr uint32_t pair = __is_same(typename T::Elem, __half) ? 0x3C003C00u : 0x3F803F80u;
         for (int i = tid; i < T::kOnesBytes / 4; i += T::kThreads)
             reinterpret_cast<uint32_t*>(sm.ones_generic())[i] = pair;
         sm90::fence_proxy_async();

@@ -68,15 +68,34 @@ struct OnlineSoftmax {
     }
 
     // s -> exp2(s * scale_log2 - m_use) for row half h of m-tile mt, summed into row_sum.
-    template <int NTiles>
+    // SumParts > 1: the tile's sum as that many partial sums (over every SumParts-th value),
+    // added to row_sum last, so that the additions' latency overlaps (ptxas keeps the order of
+    // float additions: as one chain, each waits on the one before). In fp32 the order moves
+    // the sum by rounding only. No default: a caller that forgets to pass its choice does not
+    // compile.
+    template <int SumParts, int NTiles>
     __device__ __forceinline__ void exponentiate(float (&s)[MTiles][NTiles][4], int mt, int h,
                                                  float m_use, float scale_log2) {
+        static_assert(SumParts == 1 || SumParts == 2 || SumParts == 4, "1, 2 or 4 parts");
+        if constexpr (SumParts > 1 && (2 * NTiles) % SumParts == 0) {
+            float part[SumParts];
 #pragma unroll
-        for (int t = 0; t < NTiles; ++t) {
+            for (int i = 0; i < 2 * NTiles; ++i) {
+                float& x = s[mt][i / 2][2 * h + i % 2];
+                x = fast_exp2(fmaf(x, scale_log2, -m_use));
+                part[i % SumParts] = i < SumParts ? x : part[i % SumParts] + x;
+            }
+            float tile_sum = part[0] + part[1];
+            if constexpr (SumParts == 4) tile_sum += part[2] + part[3];
+            row_sum[mt][h] += tile_sum;
+        } else {
 #pragma unroll
-            for (int c = 2 * h; c < 2 * h + 2; ++c) {
-                s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_use));
-                row_sum[mt][h] += s[mt][t][c];
+            for (int t = 0; t < NTiles; ++t) {
+#pragma unroll
+                for (int c = 2 * h; c < 2 * h + 2; ++c) {
+                    s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_use));
+                    row_sum[mt][h] += s[mt][t][c];
+                }
             }
         }
     }
@@ -110,7 +129,7 @@ struct OnlineSoftmax {
                 if (__any_sync(0xffffffff, mx != row_max[mt][h]))
                     rescale_row(o_acc, mt, h, fast_exp2(row_max[mt][h] - m_use));
                 row_max[mt][h] = mx;
-                exponentiate(s, mt, h, m_use, scale_log2);
+                exponentiate<1>(s, mt, h, m_use, scale_log2);
             }
         }
     }
@@ -138,8 +157,8 @@ struct OnlineSoftmax {
                     rescale_row(o_acc, mt, h, fast_exp2(row_max[mt][h] - m_use));
                     row_max[mt][h] = mx;
                 }
-                exponentiate(s, mt, h, row_max[mt][h] == -INFINITY ? 0.f : row_max[mt][h],
-                             scale_log2);
+                exponentiate<1>(s, mt, h, row_max[mt][h] == -INFINITY ? 0.f : row_max[mt][h],
+                                scale_log2);
             }
         }
     }
@@ -148,8 +167,9 @@ struct OnlineSoftmax {
     // written by an asynchronous MMA (the Hopper kernel): fold() moves the maxima and sums
     // and exponentiates s, leaving in `correction` the factor o_acc owes each row, which
     // rescale_output() applies once the MMA has landed. Returns whether any row of the warp
-    // moved its max (warp-uniform): if none did, every factor is exactly 1. TreeMax: tile_max's.
-    template <bool TreeMax = false, int NTiles>
+    // moved its max (warp-uniform): if none did, every factor is exactly 1. TreeMax: tile_max's;
+    // SumParts: exponentiate's.
+    template <bool TreeMax, int SumParts, int NTiles>
     __device__ __forceinline__ bool fold(float (&s)[MTiles][NTiles][4],
                                          float (&correction)[MTiles][2], float scale_log2) {
         bool moved = false;
@@ -163,7 +183,7 @@ struct OnlineSoftmax {
                 row_sum[mt][h] *= correction[mt][h];
                 moved |= mx != row_max[mt][h];
                 row_max[mt][h] = mx;
-                exponentiate(s, mt, h, m_use, scale_log2);
+                exponentiate<SumParts>(s, mt, h, m_use, scale_log2);
             }
         }
         return __any_sync(0xffffffff, moved);

@@ -98,6 +98,13 @@
 #define FLASH_SM90_TREE_MAX 0
 #endif
 
+// Hopper softmax, each row half's sum of P over a key tile where the registers sum it (softmax.h,
+// exponentiate): 0 the shipped choice (3 at D = 128, 2 at D = 256, else 1); 1 one dependent
+// chain of additions; 2 four partial sums, added last; 3 two.
+#ifndef FLASH_SM90_TREE_SUM
+#define FLASH_SM90_TREE_SUM 0
+#endif
+
 // Hopper Q buffers at D = 64 and 128 (flash_fwd_launch_sm90.cuh, kSm90QStages): 0 the shipped
 // choice (2 for the causal two-consumer kernels, else 1); 1 one, the next tile's Q loading once
 // the current tile's last S has landed; 2 two.
@@ -105,9 +112,10 @@
 #define FLASH_SM90_Q_STAGES 0
 #endif
 
-// Hopper softmax row sums at D = 64, fp16 (kernel_traits.h, Sm90Traits::kRowSumMma): 0 the
-// shipped choice (2); 1 FADDs in registers, as every other kernel; 2 the tensor core, P V as one
-// m64n72k16 whose 8 extra columns read a block of ones.
+// Hopper softmax row sums at D = 64 (kernel_traits.h, Sm90Traits::kRowSumMma): 0 the shipped
+// choice (2); 1 FADDs in registers, as every other kernel; 2 for fp16 the tensor core, P V as one
+// m64n72k16 whose 8 extra columns read a block of ones; 3 the tensor core for bf16 too (a sum of
+// P rounded to bf16: lse off by up to ~1.3e-3, NOTES.md h18).
 #ifndef FLASH_SM90_ROW_SUM
 #define FLASH_SM90_ROW_SUM 0
 #endif
@@ -169,8 +177,9 @@ static_assert(FLASH_SM90_CAUSAL_SCHEDULE >= 0 && FLASH_SM90_CAUSAL_SCHEDULE <= 2
 static_assert(FLASH_SM90_OWN_KEY_BOUND >= 0 && FLASH_SM90_OWN_KEY_BOUND <= 2, "0..2");
 static_assert(FLASH_SM90_DESC_STEPS >= 0 && FLASH_SM90_DESC_STEPS <= 2, "0..2");
 static_assert(FLASH_SM90_TREE_MAX >= 0 && FLASH_SM90_TREE_MAX <= 2, "0..2");
+static_assert(FLASH_SM90_TREE_SUM >= 0 && FLASH_SM90_TREE_SUM <= 3, "0..3");
 static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
-static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 2, "0..2");
+static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 3, "0..3");
 static_assert(FLASH_SM90_ROTATE >= 0 && FLASH_SM90_ROTATE <= 2, "0..2");
 static_assert(FLASH_SM90_CACHE_HINTS >= 0 && FLASH_SM90_CACHE_HINTS <= 2, "0..2");
 static_assert(FLASH_SM90_EPILOGUE_ADDR >= 0 && FLASH_SM90_EPILOGUE_ADDR <= 2, "0..2");
