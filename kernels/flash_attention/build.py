@@ -122,6 +122,7 @@ SWITCHES = {
     "FLASH_SM90_DESC_STEPS": range(0, 3),
     "FLASH_SM90_TREE_MAX": range(0, 3),
     "FLASH_SM90_TREE_SUM": range(0, 4),
+    "FLASH_SM90_LAZY_RESCALE": range(0, 3),
     "FLASH_SM90_Q_STAGES": range(0, 3),
     "FLASH_SM90_ROW_SUM": range(0, 4),
     "FLASH_SM90_ROTATE": range(0, 3),

@@ -324,12 +324,14 @@ def test_any_finite_scale(dtype, head_dim, causal, scale):
 
 @pytest.mark.parametrize("growth", [0.5, 4.0], ids=["slow", "fast"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128], ids=["d64", "d128"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_row_maxima_that_climb_along_the_keys(dtype, causal, growth):
+def test_row_maxima_that_climb_along_the_keys(dtype, head_dim, causal, growth):
     """Keys that grow along the sequence: each row's max climbs tile after tile, in all by
-    about 2 (slow) or 17 (fast) base-2 units, under and over the split-D kernel's lazy
-    rescale threshold (softmax.h). 2049 rows: the L4 build runs split-D for both settings."""
-    q, k, v = (torch.randn(2, 3, 2049, 128, device="cuda", dtype=dtype) for _ in range(3))
+    about 2 (slow) or 17 (fast) base-2 units at D = 128 (more at 64), under and over the lazy
+    rescale threshold (softmax.h: the sm_80 split-D loop's, and the Hopper path's with
+    FLASH_SM90_LAZY_RESCALE). 2049 rows: the L4 build runs split-D for both settings."""
+    q, k, v = (torch.randn(2, 3, 2049, head_dim, device="cuda", dtype=dtype) for _ in range(3))
     k = k * (1 + growth * torch.linspace(0, 1, 2049, device="cuda", dtype=dtype))[:, None]
     out, lse = run_poisoned(q, k, v, causal)
     assert_close_to_reference(q, k, v, causal, out, lse)
@@ -378,11 +380,14 @@ def test_under_torch_compile():
 
 
 def test_backend_name_names_the_unit():
-    from kernels.flash_attention import backend_name
+    from kernels.flash_attention import backend_name, build
 
     q = torch.empty(1, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
     major, minor = torch.cuda.get_device_capability()
-    hopper = (major, minor) == (9, 0) and not os.environ.get(SWITCHES_ENV)
+    # A switched build keeps the Hopper path unless a switch selects the sm_80 kernel.
+    switches = build.parse_defines(os.environ.get(SWITCHES_ENV, "").split())
+    sm80_only = any(switches.get(name) for name in build.SM80_SWITCHES)
+    hopper = (major, minor) == (9, 0) and not sm80_only
     path = "_sm90" if hopper else ""
     assert backend_name(q, True) == f"flash:fwd_hdim64_bf16_causal{path}:sm_{major}{minor}"
     assert backend_name(q, False) == f"flash:fwd_hdim64_bf16{path}:sm_{major}{minor}"

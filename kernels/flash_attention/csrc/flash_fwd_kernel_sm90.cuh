@@ -189,6 +189,10 @@ struct UnitWalk {
 // partial sums added last, not one chain of dependent additions (OnlineSoftmax::exponentiate):
 // two at D = 128 (1.02-1.03x one chain; four 0.99x two), four at D = 256 (1.00-1.03x two), one
 // at D = 64, where bf16 ran 2-5 % slower with two or four (NOTES.md, h32).
+// kLazyRescale: the softmax's reference max moves only when a tile passes it by more than 2^8
+// (OnlineSoftmax::fold_lazy), so O's rescale after the wait for P V is rare after the first
+// tile: D = 256 (1.02-1.08x from 2048) and the three-consumer D = 64 kernels (1.005-1.015x); the
+// two-consumer D = 64 kernels ran 2-5 % slower with it, D = 128 0.99-1.02x (NOTES.md, h35).
 // kEpilogueBase: the epilogue's addresses from one base per thread, rebuilt in the epilogue
 // (write_output_staged_base), for the three-consumer kernels, whose 160 registers spilled the
 // addresses the compiler otherwise keeps live across the tile loop (30-41 LDL a tile); the
@@ -217,6 +221,10 @@ struct Sm90Choices {
     static constexpr int kSumParts =
         FLASH_SM90_TREE_SUM == 0 ? (T::kHeadDim == 64 ? 1 : T::kHeadDim == 128 ? 2 : 4)
                                  : (FLASH_SM90_TREE_SUM == 1 ? 1 : FLASH_SM90_TREE_SUM == 2 ? 4 : 2);
+    static constexpr bool kLazyRescale =
+        FLASH_SM90_LAZY_RESCALE == 0
+            ? T::kHeadDim == 256 || (T::kHeadDim == 64 && T::kConsumerWarpgroups == 3)
+            : FLASH_SM90_LAZY_RESCALE == 2;
     static constexpr bool kEpilogueBase =
         T::kStageO && (FLASH_SM90_EPILOGUE_ADDR == 0 ? T::kConsumerWarpgroups == 3
                                                      : FLASH_SM90_EPILOGUE_ADDR == 2);
@@ -691,7 +699,11 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         const bool diagonal = Causal && n0 + T::kBlockN - 1 > m0 + causal_offset;
         if (tail || diagonal)
             mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, consumer_warp, lane);
-        return softmax.fold<Choices::kTreeMax, Choices::kSumParts>(s, correction, scale_log2);
+        if constexpr (Choices::kLazyRescale)
+            return softmax.fold_lazy<Choices::kTreeMax, Choices::kSumParts>(s, correction,
+                                                                            scale_log2);
+        else
+            return softmax.fold<Choices::kTreeMax, Choices::kSumParts>(s, correction, scale_log2);
     };
     // K_j is free once S_j landed; after the tile's last S, so is Q.
     auto release_k = [&](int j) {

@@ -189,6 +189,42 @@ struct OnlineSoftmax {
         return __any_sync(0xffffffff, moved);
     }
 
+    // fold() with update_lazy()'s rule: the reference max each row's exponentials are taken
+    // against moves only when a tile's scaled scores pass it by more than kLazyLog2 (and then,
+    // the vote being the warp's, every row of the warp takes its true max), so that after the
+    // first tiles `correction` is 1 and the caller's O rescale is skipped. The exponentials stay
+    // <= 2^kLazyLog2; row_sum and lse() are taken against the same reference.
+    template <bool TreeMax, int SumParts, int NTiles>
+    __device__ __forceinline__ bool fold_lazy(float (&s)[MTiles][NTiles][4],
+                                              float (&correction)[MTiles][2], float scale_log2) {
+        float tile[MTiles][2];
+        bool over = false;
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                tile[mt][h] = tile_max<TreeMax>(s, mt, h) * scale_log2;
+                // -inf + kLazyLog2 is -inf: a row's first visible key always moves it.
+                over |= tile[mt][h] > row_max[mt][h] + kLazyLog2;
+            }
+        const bool moved = __any_sync(0xffffffff, over);
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                correction[mt][h] = 1.f;
+                if (moved) {
+                    const float mx = fmaxf(row_max[mt][h], tile[mt][h]);
+                    correction[mt][h] = fast_exp2(row_max[mt][h] - (mx == -INFINITY ? 0.f : mx));
+                    row_sum[mt][h] *= correction[mt][h];
+                    row_max[mt][h] = mx;
+                }
+                exponentiate<SumParts>(s, mt, h, row_max[mt][h] == -INFINITY ? 0.f : row_max[mt][h],
+                                       scale_log2);
+            }
+        return moved;
+    }
+
     template <int DTiles>
     static __device__ __forceinline__ void rescale_output(float (&o_acc)[MTiles][DTiles][4],
                                                           const float (&correction)[MTiles][2]) {

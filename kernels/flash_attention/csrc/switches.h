@@ -105,6 +105,14 @@
 #define FLASH_SM90_TREE_SUM 0
 #endif
 
+// Hopper softmax's reference max (softmax.h, fold_lazy): 0 the shipped choice (2 at D = 256 and
+// for the three-consumer D = 64 kernels, else 1); 1 each row's true max every tile, O rescaled
+// whenever one of the warp's rows moves; 2 lazy, the reference moving only when a tile passes it
+// by more than 2^8 (the sm_80 split-D loop's rule).
+#ifndef FLASH_SM90_LAZY_RESCALE
+#define FLASH_SM90_LAZY_RESCALE 0
+#endif
+
 // Hopper Q buffers at D = 64 and 128 (flash_fwd_launch_sm90.cuh, kSm90QStages): 0 the shipped
 // choice (2 for the causal two-consumer kernels, else 1); 1 one, the next tile's Q loading once
 // the current tile's last S has landed; 2 two.
@@ -178,6 +186,7 @@ static_assert(FLASH_SM90_OWN_KEY_BOUND >= 0 && FLASH_SM90_OWN_KEY_BOUND <= 2, "0
 static_assert(FLASH_SM90_DESC_STEPS >= 0 && FLASH_SM90_DESC_STEPS <= 2, "0..2");
 static_assert(FLASH_SM90_TREE_MAX >= 0 && FLASH_SM90_TREE_MAX <= 2, "0..2");
 static_assert(FLASH_SM90_TREE_SUM >= 0 && FLASH_SM90_TREE_SUM <= 3, "0..3");
+static_assert(FLASH_SM90_LAZY_RESCALE >= 0 && FLASH_SM90_LAZY_RESCALE <= 2, "0..2");
 static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
 static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 3, "0..3");
 static_assert(FLASH_SM90_ROTATE >= 0 && FLASH_SM90_ROTATE <= 2, "0..2");
