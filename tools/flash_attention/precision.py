@@ -50,6 +50,8 @@ def main() -> int:
     builds = {}
     for spec in args.build:
         name, _, switches = spec.partition("=")
+        if "@" in name:  # ab.py's NAME@DIR: another tree's library, not load_library's
+            raise SystemExit(f"--build {spec!r}: builds of another tree are not supported here")
         builds[name] = build.parse_defines([s for s in switches.split(",") if s])
     worst = {name: {"lse": 0.0, "out_share": 0.0} for name in builds}
     grid = itertools.product(

@@ -15,7 +15,7 @@ OUT=$O BUILDS="$BUILDS" TAILS="${TAILS:-s4 s4m rs3}" PEERS=sdpa-cudnn \
   STEPS=prebuild,tails,ab AB_TIMEOUT=${AB_TIMEOUT:-300} bash tools/flash_attention/item1.sh \
   --reps "${REPS:-40}" "$@"
 builds=()
-for pair in $BUILDS; do builds+=(--build "$pair"); done
+for pair in $BUILDS; do [[ ${pair%%=*} == *@* ]] || builds+=(--build "$pair"); done
 timeout 120 python3 tools/flash_attention/precision.py "${builds[@]}" --dtypes bfloat16 \
   --head-dims 64 --draws 3 > "$O/precision.txt" 2>&1
 timeout 60 python3 tools/flash_attention/precision.py --build head= --dtypes float16 \
