@@ -31,10 +31,13 @@ key = lambda r: (r["dtype"], r["D"], r["causal"], r["S"])
 cells = [key(r) for r in runs[0]]
 by = [{key(r): r for r in rows} for rows in runs]
 med = lambda xs: statistics.median(list(xs)) if xs else float("nan")
+# cuDNN's own speed moves between machines by more than ours (NOTES.md, h35): its TFLOP/s
+# (ours / the ratio) beside ours lets two calls' tables be compared.
+cudnn_tflops = lambda r: r["new"]["tflops"] / r["new"]["vs_cudnn"]
 print(f"{len(runs)} processes; ours/cuDNN per process, per-cell median (min-max); new/before"
-      " median; A/A min-max; ours TFLOP/s median")
+      " median; A/A min-max; ours and cuDNN's TFLOP/s, medians")
 print("dtype D causal S | " + " ".join(f"p{i + 1:<5}" for i in range(len(runs)))
-      + " | median (min-max) | new/before | A/A | TFLOP/s")
+      + " | median (min-max) | new/before | A/A | TFLOP/s ours / cuDNN")
 medians = {}
 for c in cells:
     rows = [b[c] for b in by if c in b]
@@ -45,7 +48,8 @@ for c in cells:
     dt = "fp16" if c[0] == "float16" else "bf16"
     print(f"{dt} {c[1]} {'yes' if c[2] else 'no'} {c[3]} | " + " ".join(f"{x:.3f}" for x in v)
           + f" | {med(v):.3f} ({min(v):.3f}-{max(v):.3f}) | {med(nb):.3f} |"
-          f" {min(aa):.3f}-{max(aa):.3f} | {med([r['new']['tflops'] for r in rows]):.1f}")
+          f" {min(aa):.3f}-{max(aa):.3f} | {med([r['new']['tflops'] for r in rows]):.1f} /"
+          f" {med([cudnn_tflops(r) for r in rows]):.1f}")
 allv = list(medians.values())
 d64 = [v for c, v in medians.items() if c[1] == 64]
 nc = [(c, v) for c, v in medians.items() if c[1] == 128 and not c[2] and c[3] >= 4096]
@@ -58,8 +62,10 @@ print("D=128 non-causal S>=4096 (median, min-max over processes): " + "; ".join(
 for i, b in enumerate(by):
     v = [r["new"]["vs_cudnn"] for r in b.values()]
     w = [r["new"]["vs_cudnn"] for c, r in b.items() if c[1] == 64]
+    long = [cudnn_tflops(r) for c, r in b.items() if c[3] >= 8192]
     print(f"process {i + 1}: median {med(v):.3f}, min {min(v):.3f}, D=64 median {med(w):.3f},"
-          f" new/before median {med([1 / r['before']['vs_base'] for r in b.values()]):.3f}")
+          f" new/before median {med([1 / r['before']['vs_base'] for r in b.values()]):.3f},"
+          f" cuDNN TFLOP/s median at S >= 8192 {med(long):.1f}")
 PYEOF
 (cd "$WORK" && tar -czf "$O/logs.tgz" .)
 cat "$O/table_n.txt"
