@@ -18,6 +18,18 @@ def expand_kv_heads(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
     return kv.repeat_interleave(h // h_kv, dim=-3)
 
 
+def _reference_scores(q, k, causal: bool, scale: float | None) -> torch.Tensor:
+    """Q K^T * scale in float64, keys a query may not see at -inf."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    k = expand_kv_heads(q, k)
+    scores = torch.matmul(q.to(torch.float64), k.to(torch.float64).transpose(-1, -2)) * scale
+    if causal:
+        s_q, s_k = q.shape[-2], k.shape[-2]
+        mask = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(diagonal=s_k - s_q)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores
+
+
 def reference_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None = None
 ) -> torch.Tensor:
@@ -27,12 +39,13 @@ def reference_attention(
     expand_kv_heads). Causal masking aligns the last query with the last key, as
     FlashAttention and SDPA do for square inputs.
     """
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    k, v = expand_kv_heads(q, k), expand_kv_heads(q, v)
-    q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))
-    scores = torch.matmul(q64, k64.transpose(-1, -2)) * scale
-    if causal:
-        s_q, s_k = q.shape[-2], k.shape[-2]
-        mask = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(diagonal=s_k - s_q)
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v64)
+    scores = _reference_scores(q, k, causal, scale)
+    return torch.matmul(torch.softmax(scores, dim=-1), expand_kv_heads(q, v).to(torch.float64))
+
+
+def reference_lse(
+    q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float | None = None
+) -> torch.Tensor:
+    """Each query row's natural-log log-sum-exp of its scaled scores, in float64 (the lse a
+    FlashAttention forward returns beside its output)."""
+    return torch.logsumexp(_reference_scores(q, k, causal, scale), dim=-1)

@@ -158,21 +158,34 @@ def test_register_usage_level_reaches_the_tabled_units_alone_and_the_switch_over
 SWITCHED_ARCH, SWITCHED_UNIT = "sm_89", "fwd_hdim128_bf16"
 
 
-def nvcc_step(step: str, source: Path, out: Path, defines: dict[str, int] | None) -> bytes:
-    """One device step of SWITCHED_UNIT's compile with these switches, by the build's own
-    command and flags (the unit's too: `unit_flags`)."""
-    flags = build.build_flags(SWITCHED_ARCH, defines) + build.unit_flags(SWITCHED_UNIT, defines)
+def nvcc_step(
+    step: str,
+    source: Path,
+    out: Path,
+    defines: dict[str, int] | None,
+    arch: str = SWITCHED_ARCH,
+    unit: str = SWITCHED_UNIT,
+) -> bytes:
+    """One device step of a unit's compile (SWITCHED_UNIT's unless told) with these switches,
+    by the build's own command and flags (the unit's too: `unit_flags`)."""
+    flags = build.build_flags(arch, defines) + build.unit_flags(unit, defines)
     command = build.unit_command(build.find_nvcc(), source, out, flags, step)
     compiled = subprocess.run(command, capture_output=True, text=True)
     assert compiled.returncode == 0, compiled.stderr
     return out.read_bytes()
 
 
-def switched_unit_ptx(folder: Path, defines: dict[str, int] | None) -> bytes:
-    """SWITCHED_UNIT's PTX with these switches: the source as generated for its arch."""
+def switched_unit_ptx(
+    folder: Path,
+    defines: dict[str, int] | None,
+    arch: str = SWITCHED_ARCH,
+    unit: str = SWITCHED_UNIT,
+) -> bytes:
+    """A unit's PTX (SWITCHED_UNIT's unless told) with these switches: the source as generated
+    for its arch."""
     src = folder / "src"
-    generate.write_sources(src, SWITCHED_ARCH)
-    return nvcc_step("-ptx", src / f"{SWITCHED_UNIT}.cu", folder / "unit.ptx", defines)
+    generate.write_sources(src, arch)
+    return nvcc_step("-ptx", src / f"{unit}.cu", folder / "unit.ptx", defines, arch, unit)
 
 
 @pytest.fixture(scope="module")
@@ -213,25 +226,13 @@ def test_spread_group_switch_defaults_to_pairs(tmp_path: Path, shipped_unit_ptx)
     assert shipped_unit_ptx.read_bytes() != group[1]
 
 
-def hopper_unit_ptx(folder: Path, unit: str, defines: dict[str, int] | None) -> bytes:
-    """A Hopper unit's PTX (sm_90a) with these switches, by the build's own command and flags."""
-    src = folder / "src"
-    generate.write_sources(src, "sm_90")
-    flags = build.build_flags("sm_90", defines) + build.unit_flags(unit, defines)
-    out = folder / f"{unit}.ptx"
-    command = build.unit_command(build.find_nvcc(), src / f"{unit}.cu", out, flags, "-ptx")
-    compiled = subprocess.run(command, capture_output=True, text=True)
-    assert compiled.returncode == 0, compiled.stderr
-    return out.read_bytes()
-
-
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_hopper_d128_row_sums_are_two_partial_sums_as_planned(tmp_path: Path):
     """The shipped Hopper D = 128 unit sums each row half of P in two partial sums
     (Sm90Choices::kSumParts, FLASH_SM90_TREE_SUM 3), not one chain (1): the plan reaches the
-    softmax. A softmax step that drops the choice compiles the one chain silently (it did once,
-    between two measurements: NOTES.md h32), so the shipped PTX must be the two-part build's
-    and not the one-chain build's."""
+    softmax. A softmax step that dropped the choice compiled the one chain silently once,
+    between two measurements (NOTES.md h32; the choice has no default since), so the shipped
+    PTX must be the two-part build's and not the one-chain build's."""
     unit = "fwd_hdim128_bf16_sm90"
     switched = {
         None: None,
@@ -240,7 +241,7 @@ def test_hopper_d128_row_sums_are_two_partial_sums_as_planned(tmp_path: Path):
     }
     with ThreadPoolExecutor(max_workers=2) as pool:
         ptx = {
-            name: pool.submit(hopper_unit_ptx, tmp_path / str(i), unit, defines)
+            name: pool.submit(switched_unit_ptx, tmp_path / str(i), defines, "sm_90", unit)
             for i, (name, defines) in enumerate(switched.items())
         }
         ptx = {name: future.result() for name, future in ptx.items()}

@@ -83,18 +83,13 @@ if has ab && ((${#kept[@]})); then
     --seqlens 1024,2048,4096,8192,16384 --json "$OUT/ab.json" "$@" > "$OUT/ab.log" 2>&1
   echo "ab: rc=$?"
   grep -E "Error|error|off the reference" "$OUT/ab.log" | tail -5
-  # Per build: ratio to cuDNN per cell (dtype, D, c = causal, S), then medians.
-  python3 - "$OUT/ab.json" > "$OUT/table.txt" <<'PYEOF'
+  # Per build: ratio to cuDNN and to the first build per cell (dtype, D, c = causal, S), then
+  # the acceptance's figures, last.
+  python3 tools/flash_attention/ab_table.py "$OUT/ab.json" vs_cudnn > "$OUT/table.txt"
+  python3 - "$OUT/ab.json" >> "$OUT/table.txt" <<'PYEOF'
 import json, statistics, sys
 rows = json.load(open(sys.argv[1]))["rows"]
 names = [k for k, v in rows[0].items() if isinstance(v, dict) and k != "peer_kernels"]
-cell = lambda r: f"{r['dtype'][0]}{r['D']}{'c' if r['causal'] else ''}/{r['S'] // 1024}k"
-print(f"{'vs_cudnn':>16}" + "".join(f"{cell(r):>10}" for r in rows))
-for n in names:
-    print(f"{n:>16}" + "".join(f"{r[n]['vs_cudnn']:>10.3f}" for r in rows))
-print(f"{'vs_first':>16}" + "".join(f"{cell(r):>10}" for r in rows))
-for n in names[1:]:
-    print(f"{n:>16}" + "".join(f"{r[n]['vs_base']:>10.3f}" for r in rows))
 for n in names:
     grid = [r[n]["vs_cudnn"] for r in rows if r["D"] in (64, 128)]
     d64 = [r[n]["vs_cudnn"] for r in rows if r["D"] == 64]

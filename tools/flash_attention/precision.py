@@ -14,26 +14,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 
 import torch
 import torch.nn.functional as F
 
-from benches.reference import expand_kv_heads, reference_attention
+from benches.reference import reference_attention, reference_lse
 from kernels.flash_attention import build, flash_attention_with_lse, load_library
 
 SEQLENS = (1, 17, 97, 128, 1000, 1025, 4096)
 BATCH_HEADS = ((1, 2), (2, 3))
-
-
-def reference_lse(q, k, causal) -> torch.Tensor:
-    k = expand_kv_heads(q, k)
-    scores = torch.matmul(q.double(), k.double().transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if causal:
-        s_q, s_k = q.shape[-2], k.shape[-2]
-        keep = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(s_k - s_q)
-        scores = scores.masked_fill(~keep, float("-inf"))
-    return torch.logsumexp(scores, dim=-1)
 
 
 def rel_l2(out, ref) -> float:

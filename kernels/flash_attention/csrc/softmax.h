@@ -77,7 +77,8 @@ struct OnlineSoftmax {
     __device__ __forceinline__ void exponentiate(float (&s)[MTiles][NTiles][4], int mt, int h,
                                                  float m_use, float scale_log2) {
         static_assert(SumParts == 1 || SumParts == 2 || SumParts == 4, "1, 2 or 4 parts");
-        if constexpr (SumParts > 1 && (2 * NTiles) % SumParts == 0) {
+        static_assert((2 * NTiles) % SumParts == 0, "the parts divide a row half's values");
+        if constexpr (SumParts > 1) {
             float part[SumParts];
 #pragma unroll
             for (int i = 0; i < 2 * NTiles; ++i) {
