@@ -36,6 +36,13 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
+def lse_bound(dtype: torch.dtype) -> float:
+    """The lse contract (flash_attention_with_lse): within the input dtype's unit roundoff of
+    the exact log-sum-exp, where the Hopper D = 64 kernels sum P as rounded for P V (bf16 2^-8,
+    fp16 2^-11), plus 1e-5 for the float32 sums (the FADD paths measure 2e-6)."""
+    return torch.finfo(dtype).eps / 2 + 1e-5
+
+
 def run_poisoned(q, k, v, causal, scale=None):
     """Runs the kernel after filling the allocator's next blocks with NaN.
 
@@ -61,7 +68,7 @@ def assert_close_to_reference(q, k, v, causal, out, lse):
     err_ours, err_sdpa = rel_l2(out, ref), rel_l2(sdpa, ref)
     assert err_ours <= 2 * err_sdpa + 1e-5, f"rel L2 {err_ours:.3e} vs SDPA {err_sdpa:.3e}"
     lse_err = (lse.double() - reference_lse(q, k, causal)).abs().max().item()
-    assert lse_err <= 1e-3, f"lse max abs error {lse_err:.3e}"
+    assert lse_err <= lse_bound(q.dtype), f"lse max abs error {lse_err:.3e}"
 
 
 @pytest.mark.parametrize("batch_heads", BATCH_HEADS, ids=lambda bh: f"b{bh[0]}h{bh[1]}")
@@ -221,7 +228,7 @@ def test_fewer_queries_than_keys(causal):
     ref = reference_attention(q, k, v, causal)
     assert torch.isfinite(out).all()
     assert rel_l2(out, ref) <= 1.6e-2
-    assert (lse.double() - reference_lse(q, k, causal)).abs().max().item() <= 1e-3
+    assert (lse.double() - reference_lse(q, k, causal)).abs().max().item() <= lse_bound(q.dtype)
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
@@ -308,7 +315,7 @@ def test_any_finite_scale(dtype, head_dim, causal, scale):
     bound = 2 * err_sdpa + 1e-5 if math.isfinite(err_sdpa) else SCALE_TOLERANCE[dtype]
     assert err_ours <= bound, f"rel L2 {err_ours:.3e} vs SDPA {err_sdpa:.3e}"
     lse_err = (lse.double() - reference_lse(q, k, causal, scale=scale)).abs().max().item()
-    assert lse_err <= 1e-3, f"lse max abs error {lse_err:.3e}"
+    assert lse_err <= lse_bound(dtype), f"lse max abs error {lse_err:.3e}"
 
 
 @pytest.mark.parametrize("growth", [0.5, 4.0], ids=["slow", "fast"])

@@ -226,27 +226,34 @@ def test_spread_group_switch_defaults_to_pairs(tmp_path: Path, shipped_unit_ptx)
     assert shipped_unit_ptx.read_bytes() != group[1]
 
 
+# Softmax choices of the Hopper plan that a refactor could drop silently: (unit, switch, the
+# value the plan must compile to, the value it must not).
+PLANNED_SOFTMAX = [
+    # Two partial sums per row half at D = 128 (Sm90Choices::kSumParts, NOTES.md h32), not one
+    # chain: a softmax step that dropped the choice compiled the one chain silently once.
+    pytest.param("fwd_hdim128_bf16_sm90", "FLASH_SM90_TREE_SUM", 3, 1, id="d128-two-sums"),
+    # bf16 row sums on the tensor core at D = 64 (Sm90Traits::kRowSumMma, NOTES.md h36), not in
+    # FADDs as before h36 (2: the tensor core for fp16 alone).
+    pytest.param("fwd_hdim64_bf16_sm90", "FLASH_SM90_ROW_SUM", 3, 2, id="bf16-d64-mma-sums"),
+]
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_hopper_d128_row_sums_are_two_partial_sums_as_planned(tmp_path: Path):
-    """The shipped Hopper D = 128 unit sums each row half of P in two partial sums
-    (Sm90Choices::kSumParts, FLASH_SM90_TREE_SUM 3), not one chain (1): the plan reaches the
-    softmax. A softmax step that dropped the choice compiled the one chain silently once,
-    between two measurements (NOTES.md h32; the choice has no default since), so the shipped
-    PTX must be the two-part build's and not the one-chain build's."""
-    unit = "fwd_hdim128_bf16_sm90"
-    switched = {
-        None: None,
-        "one chain": {"FLASH_SM90_TREE_SUM": 1},
-        "two": {"FLASH_SM90_TREE_SUM": 3},
-    }
+@pytest.mark.parametrize(("unit", "switch", "planned", "other"), PLANNED_SOFTMAX)
+def test_hopper_softmax_choices_reach_the_shipped_unit(
+    tmp_path: Path, unit: str, switch: str, planned: int, other: int
+):
+    """The shipped unit's PTX is the build that sets the plan's choice explicitly, and not
+    the build with the other choice: the plan reaches the softmax."""
+    builds = {"shipped": None, "planned": {switch: planned}, "other": {switch: other}}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        ptx = {
-            name: pool.submit(switched_unit_ptx, tmp_path / str(i), defines, "sm_90", unit)
-            for i, (name, defines) in enumerate(switched.items())
+        futures = {
+            name: pool.submit(switched_unit_ptx, tmp_path / name, defines, "sm_90", unit)
+            for name, defines in builds.items()
         }
-        ptx = {name: future.result() for name, future in ptx.items()}
-    as_planned, as_one_chain = ptx[None] == ptx["two"], ptx[None] == ptx["one chain"]
-    assert as_planned and not as_one_chain, "the shipped D = 128 softmax sums in one chain"
+        ptx = {name: future.result() for name, future in futures.items()}
+    assert ptx["shipped"] == ptx["planned"], f"{unit} is not built as {switch}={planned}"
+    assert ptx["shipped"] != ptx["other"], f"{unit} is built as {switch}={other}"
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])

@@ -108,16 +108,19 @@ struct Sm90Traits {
     // stored from registers (write_output_sm90).
     static constexpr bool kStageO = HeadDim <= 128;
     static constexpr int kQOBytes = (QStages + (kStageO ? 1 : 0)) * kQBytes;
-    // Each row's sum of probabilities: at D = 64 in fp16 by the tensor core, P V as m64n72k16
-    // whose 8 extra columns read a 2 KB block of ones (16 keys x 128 bytes, after the ring), the
-    // sums landing in accumulators rescaled with O: 64 FADDs fewer per key tile, 1.01-1.03x
-    // (NOTES.md, h18); elsewhere FADDs in registers (switch FLASH_SM90_ROW_SUM). Not bf16: a sum
-    // of P rounded to 8 significant bits moves lse by up to 1.4e-3, past the tests' 1e-3 (fp16:
-    // 2e-4), for 3-6 % at causal 1024-4096 (switch value 3, NOTES.md h33); not D = 128: V's
-    // second 64 columns hold the leading offset the ones need.
+    // Each row's sum of probabilities: at D = 64 by the tensor core, P V as m64n72k16 whose 8
+    // extra columns read a 2 KB block of ones (16 keys x 128 bytes, after the ring), the sums
+    // landing in accumulators rescaled with O: 64 FADDs fewer per key tile, fp16 1.01-1.03x
+    // (NOTES.md, h18), bf16 1.01-1.06x (h33, h36); elsewhere FADDs in registers (switch
+    // FLASH_SM90_ROW_SUM). The sum is of P as rounded for P V, so O is normalised by exactly
+    // the weights it holds, and lse is within the dtype's unit roundoff of the exact sum's
+    // (bf16 2^-8, measured 1.4e-3; fp16 2^-11, measured 2e-4; the FADD path's 2e-6): the
+    // kernel's documented lse contract. Not D = 128: V's second 64 columns hold the leading
+    // offset the ones need.
     static constexpr bool kRowSumMma =
-        HeadDim == 64 && (__is_same(Elem_, __half) ? FLASH_SM90_ROW_SUM != 1
-                                                   : FLASH_SM90_ROW_SUM == 3);
+        HeadDim == 64 && (FLASH_SM90_ROW_SUM == 1   ? false
+                          : FLASH_SM90_ROW_SUM == 2 ? __is_same(Elem_, __half)
+                                                    : true);
     static constexpr int kOnesBytes = kRowSumMma ? 2048 : 0;
     // Q's buffers, O staging, the K and V rings, the ones, + 1 KB to align the buffers to the
     // 1024-byte atom.

@@ -121,9 +121,9 @@
 #endif
 
 // Hopper softmax row sums at D = 64 (kernel_traits.h, Sm90Traits::kRowSumMma): 0 the shipped
-// choice (2); 1 FADDs in registers, as every other kernel; 2 for fp16 the tensor core, P V as one
-// m64n72k16 whose 8 extra columns read a block of ones; 3 the tensor core for bf16 too (a sum of
-// P rounded to bf16: lse off by up to 1.4e-3, NOTES.md h33).
+// choice (3); 1 FADDs in registers, as every other kernel; 2 the tensor core for fp16 alone (P V
+// as one m64n72k16 whose 8 extra columns read a block of ones; the plan before h36); 3 the
+// tensor core for both dtypes (bf16: lse within 2^-8, NOTES.md h33, h36).
 #ifndef FLASH_SM90_ROW_SUM
 #define FLASH_SM90_ROW_SUM 0
 #endif
