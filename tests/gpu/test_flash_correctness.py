@@ -189,11 +189,11 @@ def test_hopper_softmax_runs_under_the_previous_pv():
 
 
 # Lengths on both sides of the Hopper path's plan boundaries (flash_fwd_launch_sm90.cuh,
-# sm90_plan): D = 64 takes three consumer warpgroups (192-row blocks) from 2048 query rows, or
-# 8192 causal; 2113 and 8257 leave the last block's second and third warpgroups without a row.
+# sm90_plan): D = 64 takes three consumer warpgroups (192-row blocks) from 1024 query rows, or
+# 8192 causal; 1153 and 8257 leave the last block's second and third warpgroups without a row.
 # Causal takes paired tiles up to 64 query blocks of 128 rows (8192) and one block per tile
 # beyond.
-PLAN_BOUNDARIES = [(64, False, 2047), (64, False, 2113), (64, True, 8191), (64, True, 8257)]
+PLAN_BOUNDARIES = [(64, False, 1023), (64, False, 1153), (64, True, 8191), (64, True, 8257)]
 PLAN_BOUNDARIES += [(128, True, 8192), (128, True, 8193)]
 
 

@@ -57,8 +57,18 @@ from kernels.flash_attention.generate import DTYPES, HEAD_DIMS
 # and a later build's kernel launches without its shared-memory opt-in ("invalid argument").
 OWN_STATICS_FLAG = "-Xcompiler=-fno-gnu-unique"
 
-# Largest |ours - SDPA| accepted before timing (the builds measured in v16: 0.004 at most).
+# Largest |ours - SDPA| accepted before timing (the builds measured in v16: 0.004 at most), or
+# two ulps of the largest output in the inputs' dtype where that is more: each of the two may
+# round it once away from the other. bf16 outputs of 4-8 (a causal row's first few keys) have an
+# ulp of 0.03125, and a kernel that sums P as rounded for P V (NOTES.md h36) differs from SDPA by
+# one ulp there while as far from the float64 result (0.0083 against 0.0076, simulated).
 MAX_ABS_ERROR = 0.02
+
+
+def max_abs_error_allowed(reference: torch.Tensor, dtype: torch.dtype) -> float:
+    largest = reference.abs().max().item()
+    ulp = 2.0 ** math.floor(math.log2(largest)) * torch.finfo(dtype).eps if largest > 0 else 0.0
+    return max(MAX_ABS_ERROR, 2 * ulp)
 
 
 def parse_build(spec: str, l4: bool) -> tuple[str, str | None, dict[str, int]]:
@@ -161,7 +171,8 @@ def main() -> None:
         reference = F.scaled_dot_product_attention(q, k, v, is_causal=causal).float()
         # A build that computes the wrong thing must not be timed as a candidate.
         errors = {n: (fns[n]()[0].float() - reference).abs().max().item() for n in names}
-        wrong = {n: e for n, e in errors.items() if not e <= MAX_ABS_ERROR}
+        allowed = max_abs_error_allowed(reference, dtype)
+        wrong = {n: e for n, e in errors.items() if not e <= allowed}
         if wrong:
             raise SystemExit(f"{dtype_name} D={head_dim} S={seqlen}: off the reference: {wrong}")
         for peer in peers:

@@ -182,9 +182,10 @@ struct UnitWalk {
 // one chain of dependent maxima (the chain held a tenth of the D = 128 loop's stall samples);
 // the result is the same, a maximum being exact in any order. Measured 1.02-1.03x for three
 // causal consumers and within the same-code spread elsewhere (NOTES.md h14): shipped for three
-// causal consumers (h15), and for two causal consumers where the tensor core sums the rows
-// (fp16 D = 64: with the row sums' FADD chain gone, the maxima's chain is the softmax's
-// longest; 1.02-1.05x at causal 1024-4096, bf16 unmoved, NOTES.md h24).
+// causal consumers (h15), for two causal consumers where the tensor core sums the rows (fp16
+// D = 64: with the row sums' FADD chain gone, the maxima's chain is the softmax's longest;
+// 1.02-1.05x at causal 1024-4096, NOTES.md h24), and since the tensor core sums every D = 64
+// kernel's rows (h36), for all of D = 64 (non-causal 1.005-1.015x, NOTES.md h37).
 // kSumParts: each row half's sum of P over a key tile (where the registers sum it) as that many
 // partial sums added last, not one chain of dependent additions (OnlineSoftmax::exponentiate):
 // two at D = 128 (1.02-1.03x one chain; four 0.99x two), four at D = 256 (1.00-1.03x two), one
@@ -216,8 +217,7 @@ struct Sm90Choices {
         Causal && (FLASH_SM90_OWN_KEY_BOUND == 0 ? T::kConsumerWarpgroups == 3
                                                  : FLASH_SM90_OWN_KEY_BOUND == 2);
     static constexpr bool kTreeMax =
-        FLASH_SM90_TREE_MAX == 0 ? Causal && (T::kConsumerWarpgroups == 3 || T::kRowSumMma)
-                                 : FLASH_SM90_TREE_MAX == 2;
+        FLASH_SM90_TREE_MAX == 0 ? T::kHeadDim == 64 : FLASH_SM90_TREE_MAX == 2;
     static constexpr int kSumParts =
         FLASH_SM90_TREE_SUM == 0 ? (T::kHeadDim == 64 ? 1 : T::kHeadDim == 128 ? 2 : 4)
                                  : (FLASH_SM90_TREE_SUM == 1 ? 1 : FLASH_SM90_TREE_SUM == 2 ? 4 : 2);

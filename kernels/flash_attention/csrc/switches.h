@@ -92,8 +92,8 @@
 #endif
 
 // Hopper softmax, each row half's maximum over a key tile (softmax.h, tile_max): 0 the shipped
-// choice (2 for three causal consumers and for causal fp16 D = 64, else 1; Sm90Choices); 1 one
-// dependent chain of maxima; 2 four partial maxima, combined last.
+// choice (2 at D = 64, else 1; Sm90Choices); 1 one dependent chain of maxima; 2 four partial
+// maxima, combined last.
 #ifndef FLASH_SM90_TREE_MAX
 #define FLASH_SM90_TREE_MAX 0
 #endif
