@@ -111,10 +111,10 @@ struct Sm90Traits {
     // Each row's sum of probabilities: at D = 64 by the tensor core, P V as m64n72k16 whose 8
     // extra columns read a 2 KB block of ones (16 keys x 128 bytes, after the ring), the sums
     // landing in accumulators rescaled with O: 64 FADDs fewer per key tile, fp16 1.01-1.03x
-    // (NOTES.md, h18), bf16 1.01-1.06x (h33, h36); elsewhere FADDs in registers (switch
+    // (NOTES.md, h18), bf16 1.00-1.06x (h33, h36); elsewhere FADDs in registers (switch
     // FLASH_SM90_ROW_SUM). The sum is of P as rounded for P V, so O is normalised by exactly
     // the weights it holds, and lse is within the dtype's unit roundoff of the exact sum's
-    // (bf16 2^-8, measured 1.4e-3; fp16 2^-11, measured 2e-4; the FADD path's 2e-6): the
+    // (bf16 2^-8, measured up to 1.55e-3; fp16 2^-11, 2e-4; the FADD path's 2e-6): the
     // kernel's documented lse contract. Not D = 128: V's second 64 columns hold the leading
     // offset the ones need.
     static constexpr bool kRowSumMma =
