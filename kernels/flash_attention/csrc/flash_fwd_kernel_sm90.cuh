@@ -204,9 +204,11 @@ struct UnitWalk {
 // but 0.96-0.99x at D = 128 without kTwoP (NOTES.md, h27).
 // kTwoP: two buffers of P's A fragments, so that P_j is packed as its exponentials come, under
 // the P_{j-1} V_{j-1} that reads the other, not after it has landed: with kTmaStore 1.01-1.02x
-// the tree before at D = 128; shipped there and for the non-causal two-consumer D = 64 kernel
-// in bf16; the causal D = 64 two-consumer kernels ran 1-4 % slower with it than without
-// (NOTES.md, h28), the fp16 non-causal one (row sums by the tensor core) 1 % slower (h29).
+// the tree before at D = 128; shipped there, and at D = 64 where the registers sum the rows
+// (the non-causal two-consumer kernel in bf16 until h36 moved its sums to the tensor core; the
+// switch FLASH_SM90_ROW_SUM=1 or 2 brings it back); the causal D = 64 two-consumer kernels ran
+// 1-4 % slower with it than without (NOTES.md, h28), the fp16 non-causal one (row sums by the
+// tensor core) 1 % slower (h29).
 // Two P buffers with the threads' copy-out spilled at D = 128 (11-24 LDL in the loop).
 // T::kRowSumMma (kernel_traits.h): the softmax's row sums by the tensor core (h18).
 template <typename T, bool Causal>

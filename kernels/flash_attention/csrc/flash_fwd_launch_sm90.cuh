@@ -46,9 +46,10 @@ template <int HeadDim, bool Causal>
 Sm90Plan sm90_plan(const FlashFwdParams& p) {
     Sm90Plan plan;
     // D = 64: three consumers ran 1.05-1.20x two from 2048 query rows non-causal and 1.10x
-    // from 8192 causal; at non-causal 1024 0.89x once, 1.09-1.11x since the three-consumer
-    // kernels' epilogue (h26) and lazy rescaling (h35) (NOTES.md, h37); causal below 8192 the
-    // partial last 192-row block and the per-tile costs still outweigh the faster loop.
+    // from 8192 causal; at non-causal 1024 0.89x when this plan was set, 1.09-1.11x in h37's
+    // screen (the three-consumer kernels have changed since, h26, h35, h36; which change moved
+    // it was not measured; NOTES.md, h37); causal below 8192 the partial last 192-row block and
+    // the per-tile costs still outweigh the faster loop.
     plan.three_consumers = HeadDim == 64 && p.seqlen_q >= (Causal ? 8192 : 1024);
     if (FLASH_SM90_SHAPE_D64 != 0)
         plan.three_consumers = HeadDim == 64 && FLASH_SM90_SHAPE_D64 == 2;
