@@ -189,11 +189,13 @@ def test_hopper_softmax_runs_under_the_previous_pv():
 
 
 # Lengths on both sides of the Hopper path's plan boundaries (flash_fwd_launch_sm90.cuh,
-# sm90_plan): D = 64 takes three consumer warpgroups (192-row blocks) from 1024 query rows, or
-# 8192 causal; 1153 and 8257 leave the last block's second and third warpgroups without a row.
+# sm90_plan): D = 64 takes three consumer warpgroups (192-row blocks) from 257 query rows (257:
+# the last block's second warpgroup has one row, its third none), or 8192 causal; 1153 and 8257
+# leave the last block's second and third warpgroups without a row.
 # Causal takes paired tiles up to 64 query blocks of 128 rows (8192) and one block per tile
 # beyond.
-PLAN_BOUNDARIES = [(64, False, 1023), (64, False, 1153), (64, True, 8191), (64, True, 8257)]
+PLAN_BOUNDARIES = [(64, False, 256), (64, False, 257), (64, False, 1153), (64, True, 8191)]
+PLAN_BOUNDARIES += [(64, True, 8257)]
 PLAN_BOUNDARIES += [(128, True, 8192), (128, True, 8193)]
 
 
@@ -207,6 +209,37 @@ def test_plan_boundaries(dtype, head_dim, causal, seqlen):
     q, k, v = (torch.randn(1, 2, seqlen, head_dim, device="cuda", dtype=dtype) for _ in range(3))
     out, lse = run_poisoned(q, k, v, causal)
     assert_close_to_reference(q, k, v, causal, out, lse)
+
+
+def consumer_warpgroups_launched(q, k, v, causal) -> list[int]:
+    """The consumer warpgroups of each Hopper kernel one call launches, read from the kernel's
+    name (Sm90Traits<Elem, HeadDim, BlockN, Stages, ConsumerWarpgroups, ...>) in the profiler."""
+    from kernels.flash_attention import flash_attention_with_lse
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        flash_attention_with_lse(q, k, v, causal=causal)
+        torch.cuda.synchronize()
+    names = [event.name for event in prof.events() if "flash_fwd_sm90_kernel" in event.name]
+    shape = re.compile(
+        r"Sm90Traits<[^,]+, \d+, \d+, \d+, (\d+)|Sm90TraitsI\w+?Li\d+ELi\d+ELi\d+ELi(\d+)E"
+    )
+    return [int(next(g for g in shape.search(name).groups() if g)) for name in names]
+
+
+# Which block the plan picks at D = 64 (sm90_plan): three consumer warpgroups non-causal from
+# 257 query rows (NOTES.md, h40: 0.93x two at 256, 1.01-1.20x from 320), causal from 8192.
+PLAN_SHAPES = [(False, 256, 2), (False, 257, 3), (False, 1024, 3), (True, 4096, 2), (True, 8192, 3)]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="the Hopper path's plan",
+)
+@pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
+@pytest.mark.parametrize(("causal", "seqlen", "consumers"), PLAN_SHAPES)
+def test_hopper_plan_picks_the_measured_block(causal, seqlen, consumers):
+    q, k, v = (torch.randn(1, 2, seqlen, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    assert consumer_warpgroups_launched(q, k, v, causal) == [consumers]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -48,9 +48,11 @@ Sm90Plan sm90_plan(const FlashFwdParams& p) {
     // D = 64: three consumers ran 1.05-1.20x two from 2048 query rows non-causal and 1.10x
     // from 8192 causal; at non-causal 1024 0.89x when this plan was set, 1.09-1.11x in h37's
     // screen (the three-consumer kernels have changed since, h26, h35, h36; which change moved
-    // it was not measured; NOTES.md, h37); causal below 8192 the partial last 192-row block and
-    // the per-tile costs still outweigh the faster loop.
-    plan.three_consumers = HeadDim == 64 && p.seqlen_q >= (Causal ? 8192 : 1024);
+    // it was not measured; NOTES.md, h37), and 1.01-1.20x at every length measured from 320 to
+    // 896 rows, 0.93x at 256 (two full 128-row blocks against a 192-row one and a third of
+    // one; NOTES.md, h40); causal below 8192 the partial last 192-row block and the per-tile
+    // costs still outweigh the faster loop.
+    plan.three_consumers = HeadDim == 64 && (Causal ? p.seqlen_q >= 8192 : p.seqlen_q > 256);
     if (FLASH_SM90_SHAPE_D64 != 0)
         plan.three_consumers = HeadDim == 64 && FLASH_SM90_SHAPE_D64 == 2;
     // Causal: paired tiles on a persistent grid up to 64 query blocks of 128 rows per head
