@@ -189,9 +189,11 @@ def test_hopper_softmax_runs_under_the_previous_pv():
 
 
 # Lengths on both sides of the Hopper path's plan boundaries (flash_fwd_launch_sm90.cuh,
-# sm90_plan): D = 64 takes three consumer warpgroups (192-row blocks) from 257 query rows (257:
-# the last block's second warpgroup has one row, its third none), or 8192 causal; 1153 and 8257
-# leave the last block's second and third warpgroups without a row.
+# sm90_plan): D = 64 non-causal takes three consumer warpgroups (192-row blocks) from 257 query
+# rows (257: the last block's second warpgroup has one row, its third none; 1153: the last
+# block's second and third none); causal D = 64 runs solo blocks (64 rows) at every length, so
+# 8191 and 8257 are odd lengths for them (and the three-consumer boundary under the switch
+# FLASH_SM90_SHAPE_D64=2).
 # Causal takes paired tiles up to 64 query blocks of 128 rows (8192) and one block per tile
 # beyond.
 PLAN_BOUNDARIES = [(64, False, 256), (64, False, 257), (64, False, 1153), (64, True, 8191)]
@@ -211,24 +213,30 @@ def test_plan_boundaries(dtype, head_dim, causal, seqlen):
     assert_close_to_reference(q, k, v, causal, out, lse)
 
 
-def consumer_warpgroups_launched(q, k, v, causal) -> list[int]:
-    """The consumer warpgroups of each Hopper kernel one call launches, read from the kernel's
-    name (Sm90Traits<Elem, HeadDim, BlockN, Stages, ConsumerWarpgroups, ...>) in the profiler."""
+def hopper_blocks_launched(q, k, v, causal) -> list[str]:
+    """The block of each Hopper kernel one call launches, from the kernel's name in the
+    profiler: "solo" (flash_fwd_sm90_solo_kernel) or its consumer warpgroups, "2" or "3"
+    (Sm90Traits<Elem, HeadDim, BlockN, Stages, ConsumerWarpgroups, ...>)."""
     from kernels.flash_attention import flash_attention_with_lse
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         flash_attention_with_lse(q, k, v, causal=causal)
         torch.cuda.synchronize()
-    names = [event.name for event in prof.events() if "flash_fwd_sm90_kernel" in event.name]
-    shape = re.compile(
+    consumers = re.compile(
         r"Sm90Traits<[^,]+, \d+, \d+, \d+, (\d+)|Sm90TraitsI\w+?Li\d+ELi\d+ELi\d+ELi(\d+)E"
     )
-    return [int(next(g for g in shape.search(name).groups() if g)) for name in names]
+    names = [event.name for event in prof.events() if "flash_fwd_sm90" in event.name]
+    return [
+        "solo" if "solo" in name else next(g for g in consumers.search(name).groups() if g)
+        for name in names
+    ]
 
 
-# Which block the plan picks at D = 64 (sm90_plan): three consumer warpgroups non-causal from
-# 257 query rows (NOTES.md, h40: 0.93x two at 256, 1.01-1.20x from 320), causal from 8192.
-PLAN_SHAPES = [(False, 256, 2), (False, 257, 3), (False, 1024, 3), (True, 4096, 2), (True, 8192, 3)]
+# Which block the plan picks at D = 64 (kSm90Solo, sm90_plan): non-causal three consumer
+# warpgroups from 257 query rows (NOTES.md, h40: 0.93x two at 256, 1.01-1.20x from 320), causal
+# solo blocks at every length (h43).
+PLAN_SHAPES = [(False, 256, "2"), (False, 257, "3"), (False, 1024, "3")]
+PLAN_SHAPES += [(True, 256, "solo"), (True, 1024, "solo"), (True, 8192, "solo")]
 
 
 @pytest.mark.skipif(
@@ -236,10 +244,10 @@ PLAN_SHAPES = [(False, 256, 2), (False, 257, 3), (False, 1024, 3), (True, 4096, 
     reason="the Hopper path's plan",
 )
 @pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
-@pytest.mark.parametrize(("causal", "seqlen", "consumers"), PLAN_SHAPES)
-def test_hopper_plan_picks_the_measured_block(causal, seqlen, consumers):
+@pytest.mark.parametrize(("causal", "seqlen", "block"), PLAN_SHAPES)
+def test_hopper_plan_picks_the_measured_block(causal, seqlen, block):
     q, k, v = (torch.randn(1, 2, seqlen, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    assert consumer_warpgroups_launched(q, k, v, causal) == [consumers]
+    assert hopper_blocks_launched(q, k, v, causal) == [block]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

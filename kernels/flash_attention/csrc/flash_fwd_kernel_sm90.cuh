@@ -2,7 +2,9 @@
 //
 // Blocks walk the (query block, head, batch) tiles: a persistent grid of one block per SM, or,
 // for long causal launches, one block per tile (TileSchedule and the launcher's sm90_plan say
-// why). A block is a producer warpgroup and two or three consumer warpgroups (Sm90Traits).
+// why). A block is a producer warpgroup and two or three consumer warpgroups (Sm90Traits); a
+// solo block (D = 64 causal, flash_fwd_sm90_solo_kernel) is one warpgroup that issues its own
+// loads, one tile, three blocks an SM.
 // Warpgroup 0 is the producer: one of its threads streams each tile's Q and its K, V tiles of
 // kBlockN keys into a ring of kStages shared-memory buffers with TMA, each buffer guarded by
 // a "full" mbarrier (TMA bytes landed) and an "empty" one (every consumer warp is done with
@@ -46,10 +48,9 @@ struct Sm90Smem {
     __device__ __forceinline__ uint8_t* q_generic(int qs) const {
         return generic + qs * T::kQBytes;
     }
-    __device__ __forceinline__ uint8_t* o_generic() const {
-        return generic + T::kQStages * T::kQBytes;
-    }
-    __device__ __forceinline__ uint32_t o() const { return base + T::kQStages * T::kQBytes; }
+    static constexpr int kOOffset = T::kSolo ? 0 : T::kQStages * T::kQBytes;
+    __device__ __forceinline__ uint8_t* o_generic() const { return generic + kOOffset; }
+    __device__ __forceinline__ uint32_t o() const { return base + kOOffset; }
     __device__ __forceinline__ uint32_t k(int s) const {
         return base + T::kQOBytes + s * T::kTileBytes;
     }
@@ -603,17 +604,19 @@ template <int Consumers>
 struct Pingpong {
     static constexpr int kFirstBarrier = 1 + Consumers;
     int consumer_wg;
+    // One consumer: no turns.
+    static constexpr bool kTurns = Consumers > 1;
     __device__ __forceinline__ void start() const {
-        if (consumer_wg == Consumers - 1) sm90::named_barrier_arrive(kFirstBarrier, 256);
+        if (kTurns && consumer_wg == Consumers - 1) sm90::named_barrier_arrive(kFirstBarrier, 256);
     }
     __device__ __forceinline__ void take_turn() const {
-        sm90::named_barrier_sync(kFirstBarrier + consumer_wg, 256);
+        if (kTurns) sm90::named_barrier_sync(kFirstBarrier + consumer_wg, 256);
     }
     __device__ __forceinline__ void pass_turn() const {
-        sm90::named_barrier_arrive(kFirstBarrier + (consumer_wg + 1) % Consumers, 256);
+        if (kTurns) sm90::named_barrier_arrive(kFirstBarrier + (consumer_wg + 1) % Consumers, 256);
     }
     __device__ __forceinline__ void finish() const {
-        if (consumer_wg == 0) sm90::named_barrier_sync(kFirstBarrier, 256);
+        if (kTurns && consumer_wg == 0) sm90::named_barrier_sync(kFirstBarrier, 256);
     }
 };
 
@@ -660,15 +663,22 @@ __device__ __forceinline__ int own_key_tiles(const FlashFwdParams& p, const Tile
     }
 }
 
+// What a released K or V buffer becomes: with a producer, an arrival on its empty barrier from
+// each consumer warp (consume_tile); solo, its next load, issued by thread 0 (SoloLoads).
+struct ProducerRefill {
+    __device__ __forceinline__ void k_done(int) const {}
+    __device__ __forceinline__ void v_done(int) const {}
+};
+
 // One consumer warpgroup, one tile: its 64 query rows against every K/V tile of the tile's
 // keys, from ring position `ring`, then the output.
-template <typename T, bool Causal>
+template <typename T, bool Causal, typename Refill = ProducerRefill>
 __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90Smem<T>& sm,
                                              const Tile& tile, const RingPosition& ring,
                                              const QPosition<T>& q,
                                              const Pingpong<T::kConsumerWarpgroups>& turns,
                                              const CUtensorMap* tma_o, int consumer_warp,
-                                             int lane) {
+                                             int lane, const Refill& refill = Refill()) {
     using Elem = typename T::Elem;
     using Choices = Sm90Choices<T, Causal>;
     constexpr int S = T::kStages;
@@ -709,10 +719,18 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
     };
     // K_j is free once S_j landed; after the tile's last S, so is Q.
     auto release_k = [&](int j) {
-        if (lane == 0) {
+        if constexpr (T::kSolo) {
+            refill.k_done(j);
+        } else if (lane == 0) {
             sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
             if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q(q.stage));
         }
+    };
+    auto release_v = [&](int j) {
+        if constexpr (T::kSolo)
+            refill.v_done(j);
+        else if (lane == 0)
+            sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j)));
     };
 
     // S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued together; the softmax of tile j + 1
@@ -786,7 +804,7 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
             sm90::wgmma_wait<0>();
             sm90::fence_registers(o_acc[0]);
             if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
-            if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(prev));
+            release_v(j - 1);
             if (moved) {
                 OnlineSoftmax<1>::rescale_output(o_acc, correction);
                 if constexpr (T::kRowSumMma) OnlineSoftmax<1>::rescale_output(l_acc, correction);
@@ -805,7 +823,7 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
             sm90::wgmma_wait<0>();
             sm90::fence_registers(o_acc[0]);
             if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
-            if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(last));
+            release_v(n_blocks - 1);
         };
         if constexpr (Choices::kTwoP) {
             // Two key tiles an iteration, so that each buffer is a fixed set of registers.
@@ -888,6 +906,89 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
     if constexpr (Sm90Choices<T, Causal>::kTmaStore) {
         if (lane == 0) sm90::bulk_wait_group<0>();
     }
+}
+
+// The solo block's loads (Sm90Traits::kSolo): thread 0 issues Q and the first kStages K and V
+// tiles, then each tile j + kStages into the buffer tile j leaves, once the warpgroup's MMA that
+// read it has been waited for (a wgmma completes for its whole warpgroup).
+template <typename T>
+struct SoloLoads {
+    const Sm90Smem<T>* sm;
+    const CUtensorMap *tma_q, *tma_k, *tma_v;
+    Tile tile;
+    int kv_head;
+    __device__ __forceinline__ void load(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                         int bytes, int rows, int row0, int head,
+                                         uint64_t policy) const {
+        sm90::mbarrier_arrive_expect_tx(bar, bytes);
+#pragma unroll
+        for (int cb = 0; cb < T::kColBlocks; ++cb)
+            sm90::tma_load_4d_hint(dst + cb * rows * T::kRowBytes, map, bar, cb * 64, row0, head,
+                                   tile.batch, policy);
+    }
+    __device__ __forceinline__ void q() const {
+        load(sm->q(0), tma_q, sm->full_q(0), T::kQBytes, T::kBlockM, tile.m_block * T::kBlockM,
+             tile.head, sm90::kEvictFirst);
+    }
+    __device__ __forceinline__ void k(int j) const {
+        const int s = j % T::kStages;
+        load(sm->k(s), tma_k, sm->full_k(s), T::kTileBytes, T::kBlockN, j * T::kBlockN, kv_head,
+             sm90::kEvictLast);
+    }
+    __device__ __forceinline__ void v(int j) const {
+        const int s = j % T::kStages;
+        load(sm->v(s), tma_v, sm->full_v(s), T::kTileBytes, T::kBlockN, j * T::kBlockN, kv_head,
+             sm90::kEvictLast);
+    }
+    __device__ __forceinline__ void k_done(int j) const {
+        if (threadIdx.x == 0 && j + T::kStages < tile.n_blocks) k(j + T::kStages);
+    }
+    __device__ __forceinline__ void v_done(int j) const {
+        if (threadIdx.x == 0 && j + T::kStages < tile.n_blocks) v(j + T::kStages);
+    }
+};
+
+// One warpgroup, one tile, no producer warpgroup (Sm90Traits::kSolo): three blocks share an SM
+// and the hardware overlaps one's tile boundaries with the others' key loops, as cuDNN's
+// 64 x 128 one-warpgroup kernels do (NOTES.md, h43).
+template <typename T, bool Causal>
+__global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
+    flash_fwd_sm90_solo_kernel(const FwdKernelParams p, const __grid_constant__ CUtensorMap tma_q,
+                               const __grid_constant__ CUtensorMap tma_k,
+                               const __grid_constant__ CUtensorMap tma_v,
+                               const __grid_constant__ CUtensorMap tma_o) {
+    static_assert(T::kSolo && T::kThreads == 128 && !T::kRowSumMma);
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers + 1];
+    Sm90Smem<T> sm;
+    const uint32_t raw = smem_u32(smem_raw);
+    sm.base = (raw + 1023) & ~1023u;
+    sm.generic = smem_raw + (sm.base - raw);
+    sm.bars = bars;
+    const int tid = threadIdx.x;
+    const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, false);
+    const Tile tile = schedule.tile(p, blockIdx.x, 0);
+    const SoloLoads<T> loads{&sm, &tma_q, &tma_k, &tma_v, tile, p.kv_heads.kv_head(tile.head)};
+    if (tid == 0) {
+        sm90::mbarrier_init(sm.full_q(0), 1);
+        for (int s = 0; s < T::kStages; ++s) {
+            sm90::mbarrier_init(sm.full_k(s), 1);
+            sm90::mbarrier_init(sm.full_v(s), 1);
+        }
+        sm90::fence_barrier_init();
+        if (tile.n_blocks > 0) {
+            loads.q();
+            for (int j = 0; j < T::kStages && j < tile.n_blocks; ++j) {
+                loads.k(j);
+                loads.v(j);
+            }
+        }
+    }
+    __syncthreads();
+    const Pingpong<1> turns{0};
+    consume_tile<T, Causal>(p, sm, tile, RingPosition{}, QPosition<T>(0), turns, &tma_o, tid / 32,
+                            tid % 32, loads);
+    if (tid % 32 == 0) sm90::bulk_wait_group<0>();
 }
 
 template <typename T, bool Causal>

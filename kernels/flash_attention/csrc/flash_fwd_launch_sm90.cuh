@@ -35,9 +35,20 @@ struct Sm90Config {
 // D = 64 on long sequences: three consumer warpgroups, 192 query rows (113 KB).
 template <typename Elem, bool Causal>
 using Sm90ThreeConsumersD64 = Sm90Traits<Elem, 64, 128, 2, 3, kSm90QStages<64, Causal, 3>>;
+// D = 64 causal: solo blocks (one warpgroup, no producer warpgroup, 73 KB), three an SM, one per
+// tile (flash_fwd_sm90_solo_kernel).
+template <typename Elem>
+using Sm90SoloD64 = Sm90Traits<Elem, 64, 128, 2, 1, 1, true>;
+// D = 64 causal runs solo blocks at every length: 1.06-1.07x the two-consumer paired kernel at
+// 1024-4096, 1.03x the three-consumer one at 8192, 1.00x at 16384, 1.01-1.09x at 256-768
+// (NOTES.md, h43); FLASH_SM90_SHAPE_D64 forces another shape (3: solo non-causal too, 0.94-1.01x
+// three consumers there). The shapes a launch cannot take are not built.
+template <int HeadDim, bool Causal>
+constexpr bool kSm90Solo =
+    HeadDim == 64 && (FLASH_SM90_SHAPE_D64 == 3 || (Causal && FLASH_SM90_SHAPE_D64 == 0));
 
-// A launch's shape and grid (NOTES.md, h4-h6 and "2026-11-27"; measured on the H100 over
-// B * S = 16k tokens). The switches force either choice (switches.h).
+// A launch's shape and grid where it is not solo (NOTES.md, h4-h6 and "2026-11-27"; measured on
+// the H100 over B * S = 16k tokens). The switches force either choice (switches.h).
 struct Sm90Plan {
     bool three_consumers;  // D = 64 only: Sm90ThreeConsumersD64
     bool paired_causal;    // causal: a persistent grid over paired tiles (TileSchedule)
@@ -50,8 +61,8 @@ Sm90Plan sm90_plan(const FlashFwdParams& p) {
     // screen (the three-consumer kernels have changed since, h26, h35, h36; which change moved
     // it was not measured; NOTES.md, h37), and 1.01-1.20x at every length measured from 320 to
     // 896 rows, 0.93x at 256 (two full 128-row blocks against a 192-row one and a third of
-    // one; NOTES.md, h40); causal below 8192 the partial last 192-row block and the per-tile
-    // costs still outweigh the faster loop.
+    // one; NOTES.md, h40). Causal D = 64 is solo (kSm90Solo); forced to consumer warpgroups
+    // (the switch), three from 8192 rows, where they ran 1.10x two.
     plan.three_consumers = HeadDim == 64 && (Causal ? p.seqlen_q >= 8192 : p.seqlen_q > 256);
     if (FLASH_SM90_SHAPE_D64 != 0)
         plan.three_consumers = HeadDim == 64 && FLASH_SM90_SHAPE_D64 == 2;
@@ -122,6 +133,22 @@ inline int sm90_multiprocessors(int device) {
     return known[device] > 0 ? known[device] : 0;
 }
 
+// Lets Kernel (of shape T) take T::kSmemBytes of dynamic shared memory, once per device and
+// kernel; where several blocks share an SM, with the largest shared-memory carveout (three solo
+// blocks need all 228 KB).
+template <typename T, auto Kernel>
+cudaError_t opt_in_shared_memory(int device) {
+    static bool opted_in[kMaxSm90Devices] = {};
+    if (opted_in[device]) return cudaSuccess;
+    cudaError_t err =
+        cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+    if (err == cudaSuccess && T::kBlocksPerSm > 1)
+        err = cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared);
+    opted_in[device] = err == cudaSuccess;
+    return err;
+}
+
 // Encodes the tensor maps for shape T and launches its kernel.
 template <typename T, bool Causal>
 int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, int sms,
@@ -146,26 +173,35 @@ int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, 
          encode_tensor_map<Elem, HeadDim>(&maps[3], p.o, p.seqlen_q, p.heads, p.batch,
                                           p.o_row_stride, p.o_head_stride, p.o_batch_stride, 16));
     if (!encoded) return FLASH_ERR_UNSUPPORTED;
-    auto kernel = flash_fwd_sm90_kernel<T, Causal>;
-    static bool opted_in[kMaxSm90Devices] = {};
-    if (!opted_in[device]) {
-        const cudaError_t err = cudaFuncSetAttribute(
-            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+    if constexpr (T::kSolo) {
+        // One block per tile (causal: each head's heaviest first), the hardware's scheduler
+        // keeping three on each SM.
+        constexpr auto kernel = flash_fwd_sm90_solo_kernel<T, Causal>;
+        const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
         if (err != cudaSuccess) return err;
-        opted_in[device] = true;
+        const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, false);
+        const int64_t tiles = (int64_t)schedule.units_per_head * p.heads * p.batch;
+        if (tiles > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
+        kernel<<<(int)tiles, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0],
+                                                                    maps[1], maps[2], maps[3]);
+        return cudaGetLastError();
+    } else {
+        constexpr auto kernel = flash_fwd_sm90_kernel<T, Causal>;
+        const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
+        if (err != cudaSuccess) return err;
+        // Persistent (non-causal, and causal with paired tiles): one block per SM walks the work
+        // units, the next tile's Q and K/V loading under the current one's last MMAs and output.
+        // Causal otherwise: one block per tile, heaviest first, the hardware's block scheduler
+        // balancing the uneven tiles (NOTES.md, h3 and h4).
+        const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, paired_causal);
+        const int64_t units = (int64_t)schedule.units_per_head * p.heads * p.batch;
+        if (units > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
+        const bool per_tile = Causal && !schedule.paired;
+        const int blocks = per_tile || units < sms ? (int)units : sms;
+        kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0], maps[1],
+                                                                maps[2], maps[3], schedule.paired);
+        return cudaGetLastError();
     }
-    // Persistent (non-causal, and causal with paired tiles): one block per SM walks the work
-    // units, the next tile's Q and K/V loading under the current one's last MMAs and output.
-    // Causal otherwise: one block per tile, heaviest first, the hardware's block scheduler
-    // balancing the uneven tiles (NOTES.md, h3 and h4).
-    const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, paired_causal);
-    const int64_t units = (int64_t)schedule.units_per_head * p.heads * p.batch;
-    if (units > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
-    const bool per_tile = Causal && !schedule.paired;
-    const int blocks = per_tile || units < sms ? (int)units : sms;
-    kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0], maps[1],
-                                                            maps[2], maps[3], schedule.paired);
-    return cudaGetLastError();
 }
 
 template <typename Elem, int HeadDim, bool Causal>
@@ -176,14 +212,18 @@ int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     const int sms = sm90_multiprocessors(device);
     if (sms == 0) return FLASH_ERR_UNSUPPORTED;
-    const Sm90Plan plan = sm90_plan<HeadDim, Causal>(p);
-    if constexpr (HeadDim == 64 && FLASH_SM90_SHAPE_D64 != 1) {
-        if (plan.three_consumers)
-            return launch_sm90_shape<Sm90ThreeConsumersD64<Elem, Causal>, Causal>(
-                p, stream, device, sms, plan.paired_causal);
+    if constexpr (kSm90Solo<HeadDim, Causal>) {
+        return launch_sm90_shape<Sm90SoloD64<Elem>, Causal>(p, stream, device, sms, false);
+    } else {
+        const Sm90Plan plan = sm90_plan<HeadDim, Causal>(p);
+        if constexpr (HeadDim == 64 && FLASH_SM90_SHAPE_D64 != 1) {
+            if (plan.three_consumers)
+                return launch_sm90_shape<Sm90ThreeConsumersD64<Elem, Causal>, Causal>(
+                    p, stream, device, sms, plan.paired_causal);
+        }
+        using T = typename Sm90Config<Elem, HeadDim, Causal>::type;
+        return launch_sm90_shape<T, Causal>(p, stream, device, sms, plan.paired_causal);
     }
-    using T = typename Sm90Config<Elem, HeadDim, Causal>::type;
-    return launch_sm90_shape<T, Causal>(p, stream, device, sms, plan.paired_causal);
 }
 
 }  // namespace flash

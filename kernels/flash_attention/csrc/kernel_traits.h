@@ -80,13 +80,18 @@ struct FwdTraits {
 // instead of 240: S (64) + P (32) + O (32) fit that at D = 64 (NOTES.md, h4). QStages Q
 // buffers (1 or 2): with two, the next tile's Q loads while the current tile still reads its
 // own (NOTES.md, h16).
+// Solo: one warpgroup and no producer warpgroup (its thread 0 issues the loads), one tile per
+// block, O staged in Q's buffer: 73 KB and 155 registers, three blocks an SM, as cuDNN's
+// 64 x 128 one-warpgroup kernels (flash_fwd_sm90_solo_kernel; NOTES.md, h43).
 template <typename Elem_, int HeadDim, int BlockN, int Stages, int ConsumerWarpgroups = 2,
-          int QStages = 1>
+          int QStages = 1, bool Solo = false>
 struct Sm90Traits {
     using Elem = Elem_;
     static constexpr int kHeadDim = HeadDim;
-    static constexpr int kConsumerWarpgroups = ConsumerWarpgroups;
-    static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);  // + the producer
+    static constexpr bool kSolo = Solo;
+    static constexpr int kConsumerWarpgroups = Solo ? 1 : ConsumerWarpgroups;
+    static constexpr int kThreads = 128 * (kConsumerWarpgroups + (Solo ? 0 : 1));  // + producer
+    static constexpr int kBlocksPerSm = Solo ? 3 : 1;
     static constexpr int kBlockM = 64 * kConsumerWarpgroups;
     static constexpr int kBlockN = BlockN;
     static constexpr int kStages = Stages;
@@ -107,7 +112,7 @@ struct Sm90Traits {
     // buffer for it fits: at D = 256 Q alone takes 64 KB and the two-stage ring 128 KB, so O is
     // stored from registers (write_output_sm90).
     static constexpr bool kStageO = HeadDim <= 128;
-    static constexpr int kQOBytes = (QStages + (kStageO ? 1 : 0)) * kQBytes;
+    static constexpr int kQOBytes = Solo ? kQBytes : (QStages + (kStageO ? 1 : 0)) * kQBytes;
     // Each row's sum of probabilities: at D = 64 by the tensor core, P V as m64n72k16 whose 8
     // extra columns read a 2 KB block of ones (16 keys x 128 bytes, after the ring), the sums
     // landing in accumulators rescaled with O: 64 FADDs fewer per key tile, fp16 1.01-1.03x
@@ -116,11 +121,12 @@ struct Sm90Traits {
     // the weights it holds, and lse is within the dtype's unit roundoff of the exact sum's
     // (bf16 2^-8, measured up to 1.55e-3; fp16 2^-11, 2e-4; the FADD path's 2e-6): the
     // kernel's documented lse contract. Not D = 128: V's second 64 columns hold the leading
-    // offset the ones need.
+    // offset the ones need; nor solo, whose three blocks an SM leave no room for the ones.
     static constexpr bool kRowSumMma =
-        HeadDim == 64 && (FLASH_SM90_ROW_SUM == 1   ? false
-                          : FLASH_SM90_ROW_SUM == 2 ? __is_same(Elem_, __half)
-                                                    : true);
+        HeadDim == 64 && !Solo &&
+        (FLASH_SM90_ROW_SUM == 1   ? false
+         : FLASH_SM90_ROW_SUM == 2 ? __is_same(Elem_, __half)
+                                   : true);
     static constexpr int kOnesBytes = kRowSumMma ? 2048 : 0;
     // Q's buffers, O staging, the K and V rings, the ones, + 1 KB to align the buffers to the
     // 1024-byte atom.
@@ -131,10 +137,11 @@ struct Sm90Traits {
     static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 240 : 160;
     static_assert(sizeof(Elem) == 2 && HeadDim % 64 == 0 && BlockN % 16 == 0);
     static_assert(BlockN <= 256 && HeadDim <= 256 && kBlockM <= 256, "wgmma N and TMA box limits");
-    static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "2 or 3 consumers");
+    static_assert(Solo || kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "2 or 3 consumers");
     static_assert(QStages == 1 || QStages == 2, "one or two Q buffers");
-    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
-    static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory");
+    static_assert(!Solo || QStages == 1, "solo: one tile, one Q");
+    static_assert(Solo || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
+    static_assert((kSmemBytes + 1024) * kBlocksPerSm <= 228 * 1024, "shared memory an SM");
 
     static __device__ __forceinline__ int tile_row(int mt, int warp) {
         return (mt * kWarps + warp) * 16;

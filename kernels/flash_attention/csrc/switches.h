@@ -64,9 +64,10 @@
 #define FLASH_PTXAS_REG_LEVEL 0
 #endif
 
-// Hopper kernel shape at D = 64 (flash_fwd_launch_sm90.cuh, sm90_plan): 0 the shipped choice
-// by sequence length; 1 two consumer warpgroups (128 query rows) always; 2 three (192 rows)
-// always.
+// Hopper kernel shape at D = 64 (flash_fwd_launch_sm90.cuh, kSm90Solo and sm90_plan): 0 the
+// shipped choice (causal solo, non-causal by sequence length); 1 two consumer warpgroups (128
+// query rows) always; 2 three (192 rows) always; 3 solo blocks (one warpgroup, 64 rows, three
+// an SM) always.
 #ifndef FLASH_SM90_SHAPE_D64
 #define FLASH_SM90_SHAPE_D64 0
 #endif
@@ -180,7 +181,7 @@ static_assert(FLASH_SPREAD_GROUP >= 0 && FLASH_SPREAD_GROUP <= 8, "0..8");
 static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");
 static_assert(FLASH_SPLITD_NO_L2_PREFETCH == 0 || FLASH_SPLITD_NO_L2_PREFETCH == 1, "0 or 1");
 static_assert(FLASH_PTXAS_REG_LEVEL >= 0 && FLASH_PTXAS_REG_LEVEL <= 10, "0..10");
-static_assert(FLASH_SM90_SHAPE_D64 >= 0 && FLASH_SM90_SHAPE_D64 <= 2, "0..2");
+static_assert(FLASH_SM90_SHAPE_D64 >= 0 && FLASH_SM90_SHAPE_D64 <= 3, "0..3");
 static_assert(FLASH_SM90_CAUSAL_SCHEDULE >= 0 && FLASH_SM90_CAUSAL_SCHEDULE <= 2, "0..2");
 static_assert(FLASH_SM90_OWN_KEY_BOUND >= 0 && FLASH_SM90_OWN_KEY_BOUND <= 2, "0..2");
 static_assert(FLASH_SM90_DESC_STEPS >= 0 && FLASH_SM90_DESC_STEPS <= 2, "0..2");
