@@ -43,6 +43,15 @@ struct Sm90Smem {
     static constexpr int kBarriers = kQBars + 4 * T::kStages;
     // bars[kBarriers]: a word no access ever reaches (sm90::order_wait_after's store target).
 
+    // The block's buffers in its dynamic shared memory `raw`, from its first 1024-byte boundary
+    // (the 128-byte swizzle's atom), and its barriers.
+    __device__ __forceinline__ void place(uint8_t* raw, uint64_t* block_bars) {
+        const uint32_t address = smem_u32(raw);
+        base = (address + 1023) & ~1023u;
+        generic = raw + (base - address);
+        bars = block_bars;
+    }
+
     // Q buffer qs (of kQStages), then O's staging buffer, then the K and V rings.
     __device__ __forceinline__ uint32_t q(int qs) const { return base + qs * T::kQBytes; }
     __device__ __forceinline__ uint8_t* q_generic(int qs) const {
@@ -961,10 +970,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers + 1];
     Sm90Smem<T> sm;
-    const uint32_t raw = smem_u32(smem_raw);
-    sm.base = (raw + 1023) & ~1023u;
-    sm.generic = smem_raw + (sm.base - raw);
-    sm.bars = bars;
+    sm.place(smem_raw, bars);
     const int tid = threadIdx.x;
     const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, false);
     const Tile tile = schedule.tile(p, blockIdx.x, 0);
@@ -1000,10 +1006,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers + 1];
     Sm90Smem<T> sm;
-    const uint32_t raw = smem_u32(smem_raw);
-    sm.base = (raw + 1023) & ~1023u;
-    sm.generic = smem_raw + (sm.base - raw);
-    sm.bars = bars;
+    sm.place(smem_raw, bars);
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, paired_causal);

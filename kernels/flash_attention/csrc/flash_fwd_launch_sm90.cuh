@@ -173,35 +173,32 @@ int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, 
          encode_tensor_map<Elem, HeadDim>(&maps[3], p.o, p.seqlen_q, p.heads, p.batch,
                                           p.o_row_stride, p.o_head_stride, p.o_batch_stride, 16));
     if (!encoded) return FLASH_ERR_UNSUPPORTED;
+    const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch,
+                                           !T::kSolo && paired_causal);
+    const int64_t units = (int64_t)schedule.units_per_head * p.heads * p.batch;
+    if (units > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
     if constexpr (T::kSolo) {
         // One block per tile (causal: each head's heaviest first), the hardware's scheduler
         // keeping three on each SM.
         constexpr auto kernel = flash_fwd_sm90_solo_kernel<T, Causal>;
         const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
         if (err != cudaSuccess) return err;
-        const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, false);
-        const int64_t tiles = (int64_t)schedule.units_per_head * p.heads * p.batch;
-        if (tiles > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
-        kernel<<<(int)tiles, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0],
+        kernel<<<(int)units, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0],
                                                                     maps[1], maps[2], maps[3]);
-        return cudaGetLastError();
     } else {
+        // Persistent (non-causal, and causal with paired tiles): one block per SM walks the
+        // work units, the next tile's Q and K/V loading under the current one's last MMAs and
+        // output. Causal otherwise: one block per tile, heaviest first, the hardware's block
+        // scheduler balancing the uneven tiles (NOTES.md, h3 and h4).
         constexpr auto kernel = flash_fwd_sm90_kernel<T, Causal>;
         const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
         if (err != cudaSuccess) return err;
-        // Persistent (non-causal, and causal with paired tiles): one block per SM walks the work
-        // units, the next tile's Q and K/V loading under the current one's last MMAs and output.
-        // Causal otherwise: one block per tile, heaviest first, the hardware's block scheduler
-        // balancing the uneven tiles (NOTES.md, h3 and h4).
-        const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, paired_causal);
-        const int64_t units = (int64_t)schedule.units_per_head * p.heads * p.batch;
-        if (units > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
         const bool per_tile = Causal && !schedule.paired;
         const int blocks = per_tile || units < sms ? (int)units : sms;
         kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0], maps[1],
                                                                 maps[2], maps[3], schedule.paired);
-        return cudaGetLastError();
     }
+    return cudaGetLastError();
 }
 
 template <typename Elem, int HeadDim, bool Causal>
