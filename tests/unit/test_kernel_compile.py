@@ -256,6 +256,16 @@ def test_hopper_softmax_choices_reach_the_shipped_unit(
     assert ptx["shipped"] != ptx["other"], f"{unit} is built as {switch}={other}"
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_hopper_causal_d64_unit_builds_the_solo_kernel_alone(tmp_path: Path):
+    """The shipped causal D = 64 Hopper unit holds the solo kernel and no producer/consumer
+    kernel (kSm90Solo: causal D = 64 runs solo blocks at every length, NOTES.md h43)."""
+    unit = "fwd_hdim64_bf16_causal_sm90"
+    ptx = switched_unit_ptx(tmp_path, None, "sm_90", unit).decode()
+    kernels = re.findall(r"\.entry\s+(\w+)", ptx)
+    assert kernels and all("flash_fwd_sm90_solo_kernel" in name for name in kernels), kernels
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_compact_shape_switch_accepts_exactly_the_shapes_the_launcher_defines(head_dim):
     """build.py's range for FLASH_COMPACT_SHAPE_D<head_dim>, the bound switches.h asserts and
