@@ -249,9 +249,9 @@ def flash_attention_with_lse(
     Causal masking aligns the last query with the last key (bottom-right), the
     same as SDPA for S_q == S_k; a query row with no visible key gets O = 0 and lse = -inf.
     lse is within the input dtype's unit roundoff of the exact value (bf16 2^-8, fp16 2^-11):
-    the Hopper kernels at D = 64 add each row's probabilities as rounded for P V (on the tensor
-    core), so O is divided by exactly the weights it holds; the other kernels add them in
-    float32 (about 2e-6).
+    the Hopper kernels at D = 64 non-causal add each row's probabilities as rounded for P V (on
+    the tensor core), so O is divided by exactly the weights it holds; the other kernels add
+    them in float32 (about 2e-6).
     """
     if scale is not None:
         scale = float(scale)

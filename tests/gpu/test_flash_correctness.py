@@ -38,8 +38,8 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def lse_bound(dtype: torch.dtype) -> float:
     """The lse contract (flash_attention_with_lse): within the input dtype's unit roundoff of
-    the exact log-sum-exp, where the Hopper D = 64 kernels sum P as rounded for P V (bf16 2^-8,
-    fp16 2^-11), plus 1e-5 for the float32 sums (the FADD paths measure 2e-6)."""
+    the exact log-sum-exp, where the Hopper D = 64 non-causal kernels sum P as rounded for P V
+    (bf16 2^-8, fp16 2^-11), plus 1e-5 for the float32 sums (the FADD paths measure 2e-6)."""
     return torch.finfo(dtype).eps / 2 + 1e-5
 
 
@@ -191,9 +191,8 @@ def test_hopper_softmax_runs_under_the_previous_pv():
 # Lengths on both sides of the Hopper path's plan boundaries (flash_fwd_launch_sm90.cuh,
 # sm90_plan): D = 64 non-causal takes three consumer warpgroups (192-row blocks) from 257 query
 # rows (257: the last block's second warpgroup has one row, its third none; 1153: the last
-# block's second and third none); causal D = 64 runs solo blocks (64 rows) at every length, so
-# 8191 and 8257 are odd lengths for them (and the three-consumer boundary under the switch
-# FLASH_SM90_SHAPE_D64=2).
+# block's second and third none); causal D = 64 runs solo blocks (64 rows) at every length, and
+# 8191 and 8257 are odd lengths for them.
 # Causal takes paired tiles up to 64 query blocks of 128 rows (8192) and one block per tile
 # beyond.
 PLAN_BOUNDARIES = [(64, False, 256), (64, False, 257), (64, False, 1153), (64, True, 8191)]

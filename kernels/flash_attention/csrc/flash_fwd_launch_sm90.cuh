@@ -61,9 +61,9 @@ Sm90Plan sm90_plan(const FlashFwdParams& p) {
     // screen (the three-consumer kernels have changed since, h26, h35, h36; which change moved
     // it was not measured; NOTES.md, h37), and 1.01-1.20x at every length measured from 320 to
     // 896 rows, 0.93x at 256 (two full 128-row blocks against a 192-row one and a third of
-    // one; NOTES.md, h40). Causal D = 64 is solo (kSm90Solo); forced to consumer warpgroups
-    // (the switch), three from 8192 rows, where they ran 1.10x two.
-    plan.three_consumers = HeadDim == 64 && (Causal ? p.seqlen_q >= 8192 : p.seqlen_q > 256);
+    // one; NOTES.md, h40). Causal D = 64 is solo (kSm90Solo) unless the switch forces two or
+    // three consumers.
+    plan.three_consumers = HeadDim == 64 && !Causal && p.seqlen_q > 256;
     if (FLASH_SM90_SHAPE_D64 != 0)
         plan.three_consumers = HeadDim == 64 && FLASH_SM90_SHAPE_D64 == 2;
     // Causal: paired tiles on a persistent grid up to 64 query blocks of 128 rows per head
