@@ -203,7 +203,8 @@ struct UnitWalk {
 // kLazyRescale: the softmax's reference max moves only when a tile passes it by more than 2^8
 // (OnlineSoftmax::fold_lazy), so O's rescale after the wait for P V is rare after the first
 // tile: D = 256 (1.02-1.08x from 2048) and the three-consumer D = 64 kernels (1.005-1.015x); the
-// two-consumer D = 64 kernels ran 2-5 % slower with it, D = 128 0.99-1.02x (NOTES.md, h35).
+// two-consumer D = 64 kernels ran 2-5 % slower with it; D = 128 0.99-1.02x (NOTES.md, h35), and
+// within the A/A on a clean screen, 0.99x at 16k (h44): its rescale is off the critical path.
 // kEpilogueBase: the epilogue's addresses from one base per thread, rebuilt in the epilogue
 // (write_output_staged_base), for the three-consumer kernels, whose 160 registers spilled the
 // addresses the compiler otherwise keeps live across the tile loop (30-41 LDL a tile); the
