@@ -7,16 +7,15 @@
 # non-causal 1024-2048 sit at 0.99-1.03 of it, and one process decides nothing there.
 # Usage (repo root, GPU machine): [N=5] [REPS=40] bash tools/flash_attention/l4_n.sh
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD
 O=${OUT:-/tmp/flash-out}
 N=${N:-5}
 WORK=$(mktemp -d)
 mkdir -p "$O"
 for i in $(seq 1 "$N"); do
   start=$SECONDS
-  python3 tools/flash_attention/bench.py --reps "${REPS:-40}" --json "$WORK/p$i.json" --l4 \
-    --seqlens 1024,2048,4096,8192,16384 --impls flash,sdpa-flash > "$WORK/p$i.log" 2>&1
+  OUT="$WORK/p$i" STEPS=l4 bash tools/flash_attention/acceptance.sh > "$WORK/p$i.log" 2>&1
   echo "process $i: rc=$? $((SECONDS - start)) s"
+  tar -xzf "$WORK/p$i/logs.tgz" -C "$WORK" --transform "s|^l4.json$|p$i.json|" l4.json
 done
 python3 - "$WORK" "$N" > "$O/l4_n.txt" <<'PYEOF'
 import json, statistics, sys
