@@ -235,7 +235,7 @@ def _graph_probes(run_id, config, plan, index, device, rows) -> list[Correctness
         if row.passed:
             impl = registry.get(implementation_of(row.implementation))
             if hasattr(impl, "probe"):  # a user's kernel: probed in its worker process
-                out = impl.probe(config, *seeds)
+                out = impl.probe(config, capture_inputs, replay_inputs)
             else:
                 out = _local_probe(impl, capture_inputs, replay_inputs, config.causal)
             checked = check_output(run_id, config, row, out, ref, "graph-probe")
@@ -287,6 +287,25 @@ def check_output(
         gate_row.tolerance,
     )
     return row.model_copy(update={"stage": stage, "message": _staged(stage, row.message)})
+
+
+def checked_row(
+    run_id: str, config: AttentionConfig, gate_row: CorrectnessRow, calls: int, worst, stage: str
+) -> CorrectnessRow:
+    """The row of a worker's placement at `stage`: every one of its `calls` timed calls was
+    checked where the harness read it (benches/row_checks.py), `worst` their largest
+    error; a failure had ended its part already."""
+    return CorrectnessRow(
+        run_id=run_id,
+        config=config.name,
+        implementation=gate_row.implementation,
+        backend=gate_row.backend,
+        tolerance=gate_row.tolerance,
+        passed=True,
+        max_abs_error=worst,
+        stage=stage,
+        message=f"{calls} timed calls checked, rows read where the harness lent the output",
+    )
 
 
 def _staged(stage: str, message: str) -> str:
@@ -346,13 +365,13 @@ def two_calls(impl, inputs: tuple, causal: bool, dtype) -> TwoCalls | CallProble
 def _measure(name, inputs, seed, config, ref, reference_name):
     """(backend, errors, message) of `two_calls` on the seed's inputs, the errors taken
     here against the reference. A user's kernel makes those calls in its worker process
-    (benches/isolation.py), from the same seed."""
+    (benches/isolation.py), on copies of the inputs lent to it."""
     impl = registry.get(implementation_of(name))
     reason = _unavailable(impl, config, ref.device)
     if reason is not None:
         return "unavailable", None, reason
     if hasattr(impl, "gate"):  # a user's kernel in its worker process
-        outcome = impl.gate(config, seed)
+        outcome = impl.gate(config, inputs)
     else:
         # The reference answers in float64: that is what it is for.
         dtype = ref.dtype if implementation_of(name) == reference_name else inputs[0].dtype

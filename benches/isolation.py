@@ -1,15 +1,18 @@
-"""Users' kernels each in a child process (benches/worker.py): the parent's side.
+"""Kernels with a contract each in a child process (benches/worker.py): the parent's side.
 
-A `RemoteImplementation` stands in the registry for a user's kernel. The gate and the timing
-loop talk to it as to any implementation, through the two seams that need it: gate calls
-(`correctness.two_calls` runs in the child, the errors against the reference are computed
-here) and placements (`RemotePlacement`: the child builds and samples it, the parent
-orders the samples and keeps them).
+A `RemoteImplementation` stands in the registry for a user's kernel (and ours). The gate
+and the timing loop use it through the seams that need it: gate calls (`gate`, `probe`:
+the parent lends the inputs and output slots, the worker calls, the parent reads the slots
+and judges) and placements (`MeasuredPlacement`: the parent lends the inputs, brackets each
+call with its own clock and checks every call's output where it lies: benches/bracket.py,
+benches/row_checks.py). What the worker says of itself is never a result.
 
 Every request has a time bound (the contract's `call_timeout`). A child that answers
 nothing in time is killed; one that dies (a segfault, an abort, a CUDA context lost to an
 illegal address) is noted. Either way `WorkerLost` says so in one line, that config's row
-fails with it, and the next request starts a fresh child: the run goes on without it.
+fails with it, and the next request starts a fresh child: the run goes on without it. A
+worker whose answer the harness refuses (a wrong output, a time of its own far from the
+harness's) is `Refused` the same way.
 """
 
 from __future__ import annotations
@@ -18,24 +21,37 @@ import json
 import math
 import multiprocessing
 import signal
+import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from benches import wire, worker_start
+from benches import bracket as brackets
+from benches import cuda_ipc, row_checks, wire, worker_start
+from benches.correctness import CallProblem, TwoCalls, modified_input
+from benches.shared_buffers import Lender
 from benches.user_kernel import UserImplementation, declared_unavailable, declared_unsupported
 from results_schema import AttentionConfig
-from results_schema.kernel_contract import UserKernel
+from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
 
 # Importing torch and the kernel's package in a fresh interpreter; generous, since a busy
 # machine or a cold disk makes it slow, and a kernel that cannot even start is rare.
 START_TIMEOUT_SECONDS = 300.0
-# The requests whose replies carry tensors: the child writes them to files the parent
-# names (benches/wire.py, `Spill`), at most MAX_TENSORS_PER_REPLY of them.
-TENSOR_REQUESTS = ("gate", "probe", "output")
-MAX_TENSORS_PER_REPLY = 2
+# A kernel's own time for its calls may stray this far (fraction, and ms on each device)
+# outside the middle half of the harness's times before the harness calls it a lie: on an
+# H200 the worker's own events read 0.2-2.4 % off the bracket's (2026-11-29); on a loaded
+# 2-core CPU the bracket's samples of a 2 ms call ran 2.2-10 ms around the worker's own
+# 1.9 ms (its pipe and scheduling), which is why the harness's quartiles, not its median.
+OWN_TIME_TOLERANCE = 0.25
+OWN_TIME_FLOOR_MS = {"cuda": 0.01, "cpu": 0.25}
+OWN_TIME_MIN_SAMPLES = 3
+# A sample the null call's bracket leaves nothing of (noise) is taken again this many times.
+NONPOSITIVE_RETAKES = 3
+GRAPH_OUTPUTS_CHECKED = 3  # in graph mode: the last call's output and this many more
 
 
 class WorkerLost(Exception):
@@ -45,6 +61,24 @@ class WorkerLost(Exception):
     def __init__(self, message: str, worker: Worker) -> None:
         super().__init__(message)
         self.worker = worker
+
+
+class Refused(WorkerLost):
+    """The harness refused what a worker answered: an output that fails its check where
+    the harness read it, or a time of its own far from the harness's."""
+
+
+class RequestFailed(Exception):
+    """The child answered, with the kernel's error (an exception it raised)."""
+
+
+@dataclass
+class Link:
+    """A GPU worker's link to the parent's clock: the parent's GO event, the worker's DONE."""
+
+    go: torch.cuda.Event
+    done: torch.cuda.Event
+    generation: int
 
 
 class Worker:
@@ -58,13 +92,15 @@ class Worker:
         self.call_timeout = float(kernel.contract.call_timeout_seconds)
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn = None
-        self._spill = wire.Spill()
         self._in_flight: Pending | None = None
+        self._link: Link | None = None
+        self._to_free: list = []  # lent buffers the child may map until its next reply
+        self.lender = Lender(device)
         self.generation = 0  # children started so far: placements of an older one are gone
 
-    def request(self, op: str, **fields) -> tuple[dict, list[torch.Tensor]]:
-        """The child's reply to one request and the tensors it sent, on the parent's device.
-        A reply carrying an error is raised as RequestFailed."""
+    def request(self, op: str, **fields) -> dict:
+        """The child's reply to one request. A reply carrying an error is raised as
+        RequestFailed."""
         return self.send(op, **fields).reply()
 
     def send(self, op: str, **fields) -> Pending:
@@ -75,28 +111,72 @@ class Worker:
         self.settle()
         if self._process is None:
             self._start()
-        spill = self._spill.path() if op in TENSOR_REQUESTS else None
-        self._conn.send_bytes(json.dumps({"op": op, **fields, "spill": spill}).encode())
-        self._in_flight = Pending(self, op, spill, time.monotonic() + self.call_timeout)
+        self._conn.send_bytes(json.dumps({"op": op, **fields}).encode())
+        self._in_flight = Pending(self, op, time.monotonic() + self.call_timeout)
         return self._in_flight
 
     def settle(self) -> None:
-        """Reads the reply of the request still in flight, if any, into its Pending."""
+        """Reads the reply of the request still in flight, if any, into its Pending; then
+        frees what the child was lent and has given up."""
         pending, self._in_flight = self._in_flight, None
         if pending is not None:
             try:
                 pending.outcome = self._reply(pending)
             except (WorkerLost, RequestFailed) as exc:
                 pending.outcome = exc
+        self._free_returned()
 
-    def _reply(self, pending: Pending) -> tuple[dict, list[torch.Tensor]]:
-        reply, tensors = self._receive(pending.deadline, pending.op, pending.spill)
+    def free_later(self, lent: list) -> None:
+        """Frees `lent` once the child has answered its next request (the `drop` just sent),
+        so that no buffer is freed while the child still maps it."""
+        self._to_free.extend(lent)
+        if self._in_flight is None:
+            self._free_returned()
+
+    def _free_returned(self) -> None:
+        for buffer in self._to_free:
+            buffer.free()
+        self._to_free.clear()
+
+    def _reply(self, pending: Pending) -> dict:
+        reply = self._receive(pending.deadline, pending.op)
         if "error" in reply:
             if reply.get("lost"):
                 self._end()
                 raise WorkerLost(f"CUDA context lost: {_text(reply['error'])}", self)
             raise RequestFailed(_text(reply["error"]))
-        return reply, tensors
+        return reply
+
+    def link(self) -> Link:
+        """The GPU worker's link to the parent's clock, made at its first use by this child."""
+        self.settle()
+        if self._process is None:
+            self._start()
+        if self._link is None or self._link.generation != self.generation:
+            go = torch.cuda.Event(interprocess=True)
+            reply = self.request("bind", go=go.ipc_handle().hex())
+            try:
+                done = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(reply["done"]))
+            except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+                self._end()
+                raise WorkerLost(f"broke the protocol (bind): {_text(exc)}", self) from None
+            self._link = Link(go, done, self.generation)
+        return self._link
+
+    def finished(self, deadline: float) -> dict:
+        """The second frame of a GPU call: the child's word that its call's work ended (and
+        its own time for it)."""
+        reply = self._receive(deadline, "call")
+        if "error" in reply:
+            self._end()
+            raise WorkerLost(f"CUDA context lost: {_text(reply['error'])}", self)
+        return reply
+
+    def failed_early(self) -> None:
+        """Raises at once if the child already said its GPU call failed (polled while the
+        parent waits for the call on the GPU)."""
+        if self._conn is not None and self._conn.poll(0):
+            self.finished(time.monotonic())
 
     def _start(self) -> None:
         """The child prestarted for this kernel (benches/worker_start.py), else a new one."""
@@ -106,50 +186,21 @@ class Worker:
         )
         self._process, self._conn = started
         self.generation += 1
-        reply, _ = self._receive(time.monotonic() + START_TIMEOUT_SECONDS, "start")
+        reply = self._receive(time.monotonic() + START_TIMEOUT_SECONDS, "start")
         if reply.get("state") != wire.READY:
             self._end()
             raise WorkerLost(_text(reply.get("error", "worker did not start")), self)
 
-    def _receive(
-        self, deadline: float, op: str, spill: str | None = None
-    ) -> tuple[dict, list[torch.Tensor]]:
-        try:
-            header = json.loads(self._frame(deadline, op))
-            if not isinstance(header, dict) or not isinstance(header.get("tensors"), list):
-                raise ValueError("reply is not a JSON object with a tensor list")
-            if header.get("spilled") is True:
-                tensors = self._spilled(header["tensors"], spill)
-            else:
-                tensors = [
-                    wire.decode_tensor(d, self._frame(deadline, op), self.device)
-                    for d in header["tensors"]
-                ]
-        except (ValueError, TypeError, AttributeError) as exc:
-            self._end()
-            raise WorkerLost(f"broke the protocol ({op}): {_text(exc)}", self) from None
-        return header, tensors
-
-    def _spilled(self, descriptors: list, spill: str | None) -> list[torch.Tensor]:
-        """The tensors the child wrote to this request's files (only those names, only as
-        many as a reply may carry), the files removed once read."""
-        if spill is None or len(descriptors) > MAX_TENSORS_PER_REPLY:
-            raise ValueError(f"{len(descriptors)} tensors in files it was not asked for")
-        try:
-            return [
-                wire.read_spilled(f"{spill}.{i}", d, self.device) for i, d in enumerate(descriptors)
-            ]
-        finally:
-            wire.Spill.forget(spill, len(descriptors))
-
-    def _frame(self, deadline: float, op: str) -> bytes:
+    def _receive(self, deadline: float, op: str) -> dict:
         remaining = max(0.0, deadline - time.monotonic())
         try:
-            ready = self._conn.poll(remaining)
-            if ready:
-                return self._conn.recv_bytes()
+            if self._conn.poll(remaining):
+                return wire.read_reply(self._conn)
         except (EOFError, OSError):
             raise WorkerLost(self._death(op), self) from None
+        except ValueError as exc:
+            self._end()
+            raise WorkerLost(f"broke the protocol ({op}): {_text(exc)}", self) from None
         if not self._process.is_alive():
             raise WorkerLost(self._death(op), self)
         self._end()
@@ -164,6 +215,13 @@ class Worker:
             return f"crashed: killed by {signal.Signals(-code).name} during '{op}'"
         return f"crashed: exited with code {code} during '{op}'"
 
+    def hung(self, op: str) -> WorkerLost:
+        """Ends a child whose call outlasted its bound, and says so."""
+        self._end()
+        return WorkerLost(
+            f"hung: '{op}' did not finish in {self.call_timeout:g} s (call_timeout)", self
+        )
+
     def _end(self) -> None:
         """Kill the child (if alive) and forget it; the next request starts another."""
         if self._in_flight is not None:
@@ -175,15 +233,14 @@ class Worker:
             self._process.join(timeout=10)
         if self._conn is not None:
             self._conn.close()
-        self._process, self._conn = None, None
+        self._process, self._conn, self._link = None, None, None
+        if self.lender.outputs is not None:
+            self.lender.outputs.close()  # the dead child's memory
+        self._free_returned()
 
     def close(self) -> None:
         self._end()
-        self._spill.close()
-
-
-class RequestFailed(Exception):
-    """The child answered, with the kernel's error (an exception it raised)."""
+        self.lender.close()
 
 
 @dataclass
@@ -192,11 +249,10 @@ class Pending:
 
     worker: Worker
     op: str
-    spill: str | None
     deadline: float  # the request's time bound runs from its sending
-    outcome: tuple | Exception | None = None
+    outcome: dict | Exception | None = None
 
-    def reply(self) -> tuple[dict, list[torch.Tensor]]:
+    def reply(self) -> dict:
         if self.outcome is None:  # still in flight: every other request settled it
             self.worker.settle()
         if isinstance(self.outcome, Exception):
@@ -209,9 +265,33 @@ def _text(value) -> str:
     return " ".join(str(value).split())[:300]
 
 
-class RemotePlacement:
-    """A placement living in the child: the Placement interface the timing loop uses
-    (sample, last_output, refill), each a request with the time bound."""
+@dataclass
+class Measuring:
+    """What a worker's placement needs of the timing loop: the parent's bracket, what a
+    bracket adds (the null call's median), the gate's tolerance for the rows it reads
+    (None: the null call itself, unchecked) and the run's secret, mixed into the fresh
+    queries' seeds so that no file of the run predicts them."""
+
+    bracket: object
+    overhead_ms: Callable[[], float]
+    tolerance: float | None
+    secret: int
+
+
+@dataclass
+class _Figures:
+    """The harness's times of a placement's calls and the worker's own, as they came."""
+
+    measured: list[float] = field(default_factory=list)
+    own: list[float] = field(default_factory=list)
+
+
+class MeasuredPlacement:
+    """A placement of a worker's kernel, timed by the parent: the inputs are the parent's,
+    lent; each `sample` writes fresh queries, brackets one call (graph mode: one replay of
+    `calls` calls) and checks rows of its output where it lies. The Placement interface
+    the timing loop uses: sample, drop; `checked` stands in for last_output (every call was
+    checked already)."""
 
     _count = 0
 
@@ -219,69 +299,196 @@ class RemotePlacement:
         self,
         remote: RemoteImplementation,
         config: AttentionConfig,
-        seed: int,
+        inputs: tuple,
         mode: str,
         calls: int,
         rng_seed: int,
+        measuring: Measuring,
+        copies: int | None = None,
     ) -> None:
-        RemotePlacement._count += 1
-        self._worker, self._config = remote.worker, config
-        self._key = f"p{RemotePlacement._count}"
+        MeasuredPlacement._count += 1
+        worker = self._worker = remote.worker
+        self._config, self._mode, self._calls, self._measuring = config, mode, calls, measuring
+        self._key = f"p{MeasuredPlacement._count}"
+        self._rng = np.random.default_rng(rng_seed ^ measuring.secret)
+        q, self._k, self._v = inputs  # the parent's own: the reference reads these
+        if copies is None:  # a query buffer per call: no call can reuse another's answer
+            copies = calls if mode != "single" else 1
+        lend = worker.lender.lend
+        self._queries = [lend(q) for _ in range(copies)]
+        self._lent_kv = [lend(self._k), lend(self._v)]
+        cpu = worker.device.type != "cuda"
+        self._slots = [lend(torch.full_like(q, float("nan"))) for _ in range(copies)] if cpu else []
+        self._fresh = [torch.empty_like(q) for _ in range(copies)]
+        self._generator = torch.Generator(device=worker.device)
+        self._outputs: list[cuda_ipc.Descriptor] | None = None
+        self._figures = _Figures()
+        self.worst_error: float | None = None
+        self.samples = 0
+        self.reported: float | None = None  # the worker's own time for the latest call
         # Not waited for here: the child builds it while the parent builds its own
-        # (placement.build); the first use takes the reply (`_placed`).
-        self._placing: Pending | None = self._worker.send(
+        # (placement.build); the first use takes the reply (`_ready`).
+        self._placing: Pending | None = worker.send(
             "place",
             key=self._key,
             config=config.model_dump(mode="json"),
-            seed=seed,
             mode=mode,
             calls=calls,
-            rng_seed=rng_seed,
+            queries=[lent.descriptor for lent in self._queries],
+            k=self._lent_kv[0].descriptor,
+            v=self._lent_kv[1].descriptor,
+            slots=[lent.descriptor for lent in self._slots],
         )
-        self._generation = self._worker.generation
+        self._generation = worker.generation
 
     def sample(self) -> float:
-        """The child's time for one sample, which must be a positive number no larger than
-        the wall time the parent saw it take (an upper bound the child cannot move)."""
+        """The harness's time for one call (ms), its output checked; a sample whose
+        bracket, less the null call's, leaves no time (noise) is taken again."""
+        for _ in range(NONPOSITIVE_RETAKES + 1):
+            ms, self.reported = self._take()
+            if ms > 0:
+                self._compare(ms, self.reported)
+                return ms
+        raise Refused(
+            f"its calls took no time by the harness's clock ({ms:.4g} ms less a null call's "
+            "bracket): too short to time this way, on this machine",
+            self._worker,
+        )
+
+    def _take(self) -> tuple[float, float | None]:
+        """(ms, the worker's own ms or None) of one bracketed, checked call."""
         self._ready()
-        self._worker.settle()  # a reply still in flight is not this sample's time
-        started = time.perf_counter()
-        reply = self._timed("sample", key=self._key)
-        wall_ms = (time.perf_counter() - started) * 1e3
-        ms = reply.get("ms")
-        if not isinstance(ms, (int, float)) or not math.isfinite(ms) or not 0 < ms <= wall_ms:
-            self._worker.close()
-            raise WorkerLost(
-                f"reported {_text(ms)} ms for a sample that took {wall_ms:.3f} ms", self._worker
+        worker = self._worker
+        worker.settle()  # a reply still in flight is not this call's
+        link = worker.link() if worker.device.type == "cuda" else None
+        self._fresh_queries()
+        picks = self._picks()
+        for slot in self._slots:
+            slot.tensor.fill_(float("nan"))
+
+        def refresh() -> None:
+            for lent, fresh in zip(self._queries, self._fresh, strict=True):
+                lent.tensor.copy_(fresh)
+
+        def call() -> dict:
+            try:
+                return worker.request("call", key=self._key)
+            except RequestFailed as exc:
+                raise WorkerLost(f"raised while timed: {exc}", worker) from None
+
+        def deadline() -> float:
+            return time.monotonic() + worker.call_timeout
+
+        try:
+            taken = self._measuring.bracket.sample(
+                link, refresh, call, lambda reply: self._read(reply, picks), deadline
             )
-        return float(ms)
+        except brackets.Hung:
+            raise worker.hung("call") from None
+        if link is not None:
+            finished = worker.finished(time.monotonic() + worker.call_timeout)
+        self.samples += 1
+        self._check(picks, taken.rows)
+        ms = (taken.ms - self._measuring.overhead_ms()) / self._calls
+        own = (finished if link is not None else taken.reply).get("own_ms")
+        valid = isinstance(own, (int, float)) and math.isfinite(own) and own > 0
+        return ms, float(own) if valid else None
 
-    def last_output(self):
-        self._ready()
+    def _fresh_queries(self) -> None:
+        """New random queries for every call of the sample, in the parent's own memory:
+        the worker sees them only once the bracket has started."""
+        self._generator.manual_seed(int(self._rng.integers(2**63)))
+        for fresh in self._fresh:
+            fresh.copy_(
+                torch.randn(
+                    fresh.shape, generator=self._generator, device=fresh.device, dtype=torch.float32
+                )
+            )
+
+    def _picks(self) -> list[tuple[int, row_checks.Rows]]:
+        """(call, rows) to check: in graph mode the last call and GRAPH_OUTPUTS_CHECKED
+        others drawn now (as many reads whatever the calls, so that the null call's
+        bracket reads as much)."""
+        shape = tuple(self._fresh[0].shape)
+        device = self._worker.device
+        calls = [self._calls - 1]
+        if self._mode != "single":
+            calls += [int(i) for i in self._rng.integers(0, self._calls, GRAPH_OUTPUTS_CHECKED)]
+        return [(i, row_checks.pick(shape, self._rng, device)) for i in calls]
+
+    def _read(self, reply: dict, picks) -> list[torch.Tensor]:
+        """The picked rows of each picked call's output, read where it lies."""
+        return [row_checks.gather(self._output(reply, i), rows) for i, rows in picks]
+
+    def _output(self, reply: dict, call: int) -> torch.Tensor:
+        if self._slots:
+            return self._slots[call].tensor
+        if self._mode == "graph":
+            descriptor = self._outputs[call]
+        else:
+            try:
+                descriptor = cuda_ipc.Descriptor.from_json(reply["outputs"][0])
+            except (KeyError, IndexError, TypeError, cuda_ipc.IpcError) as exc:
+                raise Refused(f"said nothing of its output: {_text(exc)}", self._worker) from None
+        return self._view(descriptor)
+
+    def _view(self, descriptor: cuda_ipc.Descriptor) -> torch.Tensor:
+        expected = tuple(self._fresh[0].shape)
+        if descriptor.shape != expected or descriptor.dtype != self._fresh[0].dtype:
+            raise Refused(
+                f"returned {descriptor.dtype} of shape {list(descriptor.shape)}, "
+                f"expected {self._fresh[0].dtype} of {list(expected)}",
+                self._worker,
+            )
         try:
-            reply, tensors = self._worker.request("output", key=self._key)
-        except RequestFailed as exc:
-            return str(exc)
-        return reply["problem"] if "problem" in reply else tensors[0]
+            return self._worker.lender.outputs.tensor(descriptor)
+        except cuda_ipc.IpcError as exc:
+            raise Refused(f"its output could not be read: {_text(exc)}", self._worker) from None
 
-    def refill(self, values: tuple, seed: int) -> None:
-        """Fresh inputs in the child's copies: made there from `seed` (`values` are the
-        parent's, the same numbers)."""
-        self._ready()
-        self._timed("refill", key=self._key, config=self._config.model_dump(mode="json"), seed=seed)
+    def _check(self, picks, gathered: list[torch.Tensor]) -> None:
+        tolerance = self._measuring.tolerance
+        if tolerance is None:
+            return
+        for (call, rows), got in zip(picks, gathered, strict=True):
+            expected = row_checks.reference(
+                self._fresh[call], self._k, self._v, rows, self._config.causal
+            )
+            problem, error = row_checks.problem(got, expected, tolerance)
+            self.worst_error = error if self.worst_error is None else max(self.worst_error, error)
+            if problem:
+                changed = modified_input(
+                    (self._fresh[call], *(lent.tensor for lent in self._lent_kv)),
+                    (self._fresh[call], self._k, self._v),
+                )
+                raise Refused(f"sample {self.samples}: {changed or problem}", self._worker)
 
-    def _timed(self, op: str, **fields) -> dict:
-        """A request of the timing loop: the kernel raising there (out of memory, say)
-        ends its part in this config like a crash does, with its error as the reason."""
-        try:
-            return self._worker.request(op, **fields)[0]
-        except RequestFailed as exc:
-            raise WorkerLost(f"raised while timed: {exc}", self._worker) from None
+    def _compare(self, measured: float, own: float | None) -> None:
+        """The worker's own time against the harness's, once there are enough of both."""
+        figures = self._figures
+        figures.measured.append(measured)
+        if own is not None:
+            figures.own.append(own)
+        if (
+            self._measuring.tolerance is None
+            or min(map(len, (figures.measured, figures.own))) < OWN_TIME_MIN_SAMPLES
+        ):
+            return
+        theirs = statistics.median(figures.own)
+        low, ours, high = statistics.quantiles(figures.measured, n=4)
+        floor = OWN_TIME_FLOOR_MS[self._worker.device.type]
+        below = theirs < low * (1 - OWN_TIME_TOLERANCE) - floor
+        above = theirs > high * (1 + OWN_TIME_TOLERANCE) + floor
+        if below or above:
+            raise Refused(
+                f"its process reported {theirs:.4g} ms a call where the harness measured "
+                f"{ours:.4g} ms (middle half {low:.4g}-{high:.4g} ms, tolerance "
+                f"{OWN_TIME_TOLERANCE:.0%})",
+                self._worker,
+            )
 
-    def drop(self) -> None:
-        """Not waited for: the child frees it while the parent frees its own."""
-        if self._worker.generation == self._generation:
-            self._worker.send("drop", key=self._key)
+    def checked(self) -> tuple[int, float | None]:
+        """(samples checked, the worst max error among their rows)."""
+        return self.samples, self.worst_error
 
     def _ready(self) -> None:
         """The placement built (the child's reply to `place` is taken at the first use), in
@@ -289,11 +496,37 @@ class RemotePlacement:
         placing, self._placing = self._placing, None
         if placing is not None:
             try:
-                placing.reply()
+                reply = placing.reply()
             except RequestFailed as exc:
                 raise WorkerLost(f"raised while timed: {exc}", self._worker) from None
+            if self._mode == "graph":
+                self._outputs = self._graph_outputs(reply)
         if self._worker.generation != self._generation:
             raise WorkerLost("the worker holding this placement was restarted", self._worker)
+
+    def _graph_outputs(self, reply: dict) -> list[cuda_ipc.Descriptor]:
+        try:
+            outputs = [cuda_ipc.Descriptor.from_json(d) for d in reply["outputs"]]
+        except (KeyError, TypeError, cuda_ipc.IpcError) as exc:
+            raise Refused(f"said nothing of its outputs: {_text(exc)}", self._worker) from None
+        if len(outputs) != self._calls:
+            raise Refused(f"described {len(outputs)} outputs of {self._calls} calls", self._worker)
+        for descriptor in outputs:
+            self._view(descriptor)  # refused now if it lies about one
+        return outputs
+
+    def drop(self) -> None:
+        """Not waited for: the child frees it while the parent frees its own; the lent
+        buffers are freed once the child has answered."""
+        lent = [*self._queries, *self._lent_kv, *self._slots]
+        self._queries, self._lent_kv, self._slots = [], [], []
+        if self._worker.generation == self._generation:
+            self._worker.send("drop", key=self._key)
+        if self._worker.lender.outputs is not None:
+            # The child empties its cache at the drop: the next placement's outputs lie in
+            # new allocations, and these mappings would keep the old ones alive.
+            self._worker.lender.outputs.close()
+        self._worker.free_later(lent)
 
 
 @dataclass(frozen=True)
@@ -303,36 +536,55 @@ class RemoteImplementation(UserImplementation):
 
     worker: Worker | None = None
 
-    def gate(self, config: AttentionConfig, seed: int):
-        """correctness.TwoCalls or CallProblem of two calls on the seed's inputs."""
-        from benches.correctness import CallProblem, TwoCalls
-
+    def gate(self, config: AttentionConfig, inputs: tuple):
+        """correctness.TwoCalls or CallProblem of two calls on `inputs`, lent to the worker:
+        the outputs are read from slots of the parent's, the inputs compared with the
+        parent's own afterwards."""
+        worker = self.worker
+        lend = worker.lender.lend
+        lent = [lend(t) for t in inputs]
+        slots = [lend(torch.full_like(inputs[0], float("nan"))) for _ in range(2)]
         try:
-            reply, outputs = self.worker.request(
-                "gate", config=config.model_dump(mode="json"), seed=seed
+            reply = worker.request(
+                "gate",
+                config=config.model_dump(mode="json"),
+                inputs=[x.descriptor for x in lent],
+                slots=[x.descriptor for x in slots],
             )
+            backend = _text(reply.get("backend", "unknown"))
+            if "problem" in reply:
+                return CallProblem(backend, _text(reply["problem"]))
+            changed = modified_input(tuple(x.tensor for x in lent), inputs)
+            if changed:
+                return CallProblem(backend, changed)
+            return TwoCalls(backend, *(x.tensor.clone() for x in slots))
         except (WorkerLost, RequestFailed) as exc:
             return CallProblem("error", str(exc))
-        backend = _text(reply.get("backend", "unknown"))
-        if "problem" in reply or len(outputs) != 2:
-            return CallProblem(backend, _text(reply.get("problem", "sent no outputs")))
-        return TwoCalls(backend, *outputs)
+        finally:
+            worker.free_later([*lent, *slots])
 
-    def probe(self, config: AttentionConfig, capture_seed: int, replay_seed: int):
-        """The graph probe's output, or why there is none."""
+    def probe(self, config: AttentionConfig, capture_inputs: tuple, replay_inputs: tuple):
+        """The graph probe's output (replayed on `replay_inputs`), or why there is none."""
+        worker = self.worker
+        lend = worker.lender.lend
+        capture, replay = [lend(t) for t in capture_inputs], [lend(t) for t in replay_inputs]
+        slot = lend(torch.full_like(replay_inputs[0], float("nan")))
         try:
-            reply, outputs = self.worker.request(
+            reply = worker.request(
                 "probe",
                 config=config.model_dump(mode="json"),
-                seed=capture_seed,
-                replay_seed=replay_seed,
+                capture=[x.descriptor for x in capture],
+                replay=[x.descriptor for x in replay],
+                slot=slot.descriptor,
             )
+            return _text(reply["problem"]) if "problem" in reply else slot.tensor.clone()
         except (WorkerLost, RequestFailed) as exc:
             return str(exc)
-        return _text(reply["problem"]) if "problem" in reply or not outputs else outputs[0]
+        finally:
+            worker.free_later([*capture, *replay, slot])
 
-    def place(self, config, seed, mode, calls, rng_seed) -> RemotePlacement:
-        return RemotePlacement(self, config, seed, mode, calls, rng_seed)
+    def place(self, config, inputs, mode, calls, rng_seed, measuring) -> MeasuredPlacement:
+        return MeasuredPlacement(self, config, inputs, mode, calls, rng_seed, measuring)
 
 
 def remote_implementation(
@@ -345,7 +597,7 @@ def remote_implementation(
 
     def ask(op: str, **fields) -> str | None:
         try:
-            reply, _ = child.request(op, **fields)
+            reply = child.request(op, **fields)
         except (WorkerLost, RequestFailed) as exc:
             return str(exc)
         reason = reply.get("reason")
@@ -370,3 +622,49 @@ def remote_implementation(
 
 def _runs_in_worker(*args):
     raise TypeError("a user's kernel runs in its worker process only")
+
+
+# The null call's kernel, in a worker of the harness's own (benches/null_kernel.py).
+NULL_KERNEL = UserKernel(
+    identity="bench-null",
+    directory="benches",  # unused: the null worker is given the payload root itself
+    contract=KernelContract(
+        name="bench-null",
+        entry="benches.null_kernel:attention",
+        supports={
+            "devices": ["cpu", "cuda"],
+            "dtypes": ["float16", "bfloat16", "float32", "float64"],
+        },
+    ),
+    source=KernelIdentity(tree_sha256="0" * 64),
+)
+
+
+def null_worker(device: torch.device, flush_l2: bool) -> Worker:
+    """A worker of the harness's own running the null call: what `brackets.Calibration`
+    measures a bracket with."""
+    return Worker(NULL_KERNEL, worker_start.payload_root(), device, flush_l2)
+
+
+def null_samples(worker: Worker, bracket, secret: int):
+    """The function `brackets.Calibration` calls: (config, mode, copies) -> the null call's
+    bracketed samples, on a fresh placement of `copies` lent query buffers (one call)."""
+    from benches.correctness import make_inputs
+
+    def measure(config: AttentionConfig, mode: str, copies: int) -> list[float]:
+        inputs = make_inputs(config, worker.device, secret % 2**63)
+        remote = RemoteImplementation(
+            "bench-null", _runs_in_worker, lambda *a: "null", lambda d: None, worker=worker
+        )
+        measuring = Measuring(bracket, lambda: 0.0, None, secret)
+        # On the GPU one null call whatever the copies (a null call launches a kernel: what
+        # is measured is the bracket, not calls); on the CPU as many as the real calls, each
+        # copying its output out as theirs do.
+        calls = copies if worker.device.type == "cpu" else 1
+        held = MeasuredPlacement(remote, config, inputs, mode, calls, secret, measuring, copies)
+        try:
+            return [held.sample() * calls for _ in range(brackets.CALIBRATION_SAMPLES)]
+        finally:
+            held.drop()
+
+    return measure

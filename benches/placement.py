@@ -49,6 +49,11 @@ class Placement:
             batch = clock.graph_batch(fns, calls)
             self.sample = lambda: clock.time_call(batch) / calls
             written = batch.last_output
+        elif mode == "batch":
+            ring = timing.OutputRing()
+            each = timing.cycling([ring.keep(f) for f in fns])
+            self.sample = lambda: clock.time_call(lambda: [each() for _ in range(calls)]) / calls
+            written = ring.last_output
         else:
             ring = timing.OutputRing()
             self.sample = timing.cycling([partial(clock.time_call, ring.keep(f)) for f in fns])
@@ -75,8 +80,7 @@ def _spacer(like, rng: np.random.Generator):
 
 @dataclass(frozen=True)
 class SeededInputs:
-    """A config's inputs and the seed they were made from: a user's kernel, in its worker
-    process, makes the same values from the seed (benches/isolation.py)."""
+    """A config's inputs and the seed they were made from (a repro makes the same)."""
 
     config: AttentionConfig
     seed: int
@@ -90,9 +94,11 @@ def build(
     mode: str,
     calls: int,
     rng: np.random.Generator,
+    measuring: Callable[[str], object] | None = None,
 ) -> dict:
-    """A fresh placement for every identity (a Placement here, or a worker's), built in a
-    random order, returned in `runs`' order."""
+    """A fresh placement for every identity (a Placement here, or a worker's, timed by the
+    parent as `measuring(identity)` says: benches/isolation.py), built in a random order,
+    returned in `runs`' order."""
     names = list(runs)
     built = {}
     causal = inputs.config.causal
@@ -100,7 +106,9 @@ def build(
         name, run = names[position], runs[names[position]]
         if hasattr(run, "place"):  # a user's kernel, placed in its worker process
             seed = int(rng.integers(2**63))
-            built[name] = run.place(inputs.config, inputs.seed, mode, calls, seed)
+            built[name] = run.place(
+                inputs.config, inputs.tensors, mode, calls, seed, measuring(name)
+            )
         else:
             built[name] = Placement(clock, run, inputs.tensors, causal, mode, calls, rng)
     return {name: built[name] for name in names}

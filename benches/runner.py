@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import secrets
 import shlex
 import signal
 import sys
@@ -22,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benches import bracket as brackets
 from benches import correctness, placement, registry, timing
 from benches.environment import fingerprint
-from benches.isolation import WorkerLost
+from benches.isolation import Measuring, WorkerLost, null_samples, null_worker
 from benches.plan import samples_per_config
 from benches.stats import interval_method, overall_speedups, summarize
 from benches.telemetry import EMPTY, Telemetry
@@ -187,18 +189,57 @@ def _free_device_memory(device: torch.device) -> None:
 # --- benchmark ---------------------------------------------------------------------------
 
 
+class WorkerTiming:
+    """How the parent times the kernels in worker processes (benches/bracket.py): one
+    bracket for the run, the null call's calibration (a worker of the harness's own,
+    started at the first config that needs it), the gate's tolerance for the rows each
+    sample checks, and a secret of this run's for the fresh queries."""
+
+    def __init__(self, ctx: RunContext, clock, gate: list[CorrectnessRow]) -> None:
+        self._ctx = ctx
+        self.secret = secrets.randbits(62)
+        self.bracket = brackets.bracket_for(clock)
+        self.calibration = brackets.Calibration(self.bracket, self._null_samples)
+        self._null = None
+        self._tolerance = {(r.config, r.implementation): r.tolerance for r in gate}
+
+    def _null_samples(self, config, mode: str, copies: int) -> list[float]:
+        if self._null is None:
+            self._null = null_worker(self._ctx.device, self._ctx.plan.flush_l2)
+        return null_samples(self._null, self.bracket, self.secret)(config, mode, copies)
+
+    def measuring(self, config, mode: str, calls: int):
+        """identity -> its Measuring, for the placements of `config` in `mode`."""
+        copies = calls if mode != "single" else 1
+
+        def overhead() -> float:
+            return self.calibration.overhead_ms(config, mode, copies)
+
+        return lambda name: Measuring(
+            self.bracket, overhead, self._tolerance.get((config.name, name)), self.secret
+        )
+
+    def close(self) -> None:
+        if self._null is not None:
+            self._null.close()
+
+
 @dataclass
 class ConfigTiming:
-    """How one config is timed: who runs, in which mode, how many calls per sample."""
+    """How one config is timed: who runs, in which mode, how many calls per sample, and
+    how the workers among them are measured."""
 
     runs: dict[str, registry.Implementation]
     inputs: placement.SeededInputs
     mode: str
     calls: int
+    measuring: object = None
     lost: dict[str, str] = field(default_factory=dict)  # identity -> why its worker is gone
 
 
-def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> ConfigTiming:
+def prepare_config(
+    ctx: RunContext, clock, index: int, names: list[str], workers: WorkerTiming
+) -> ConfigTiming:
     """Warm every identity up on a throwaway placement and choose the config's mode. A
     user's kernel whose worker is lost here is left out of the config (`lost`)."""
     plan, config = ctx.plan, ctx.plan.configs[index]
@@ -210,7 +251,8 @@ def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> Conf
     while True:
         trial: dict = {}
         try:
-            trial = placement.build(clock, runs, inputs, "single", 1, rng)
+            measuring = workers.measuring(config, "single", 1)
+            trial = placement.build(clock, runs, inputs, "single", 1, rng, measuring)
             settled = {
                 n: timing.settled_median_ms(
                     timing.warm_up(p.sample, plan.warmup_min, plan.warmup_max)
@@ -223,14 +265,17 @@ def prepare_config(ctx: RunContext, clock, index: int, names: list[str]) -> Conf
             lost[name] = str(exc)
             del runs[name]
             if not runs:
-                return ConfigTiming(runs, inputs, "single", 1, lost)
+                return ConfigTiming(runs, inputs, "single", 1, None, lost)
         finally:
             placement.release(trial)
     fastest_us = min(settled.values()) * 1e3
     # One mode per config for every implementation: graph and single timings don't compare.
+    mode, calls = "single", 1
     if clock.supports_graphs and fastest_us < plan.graph_below_us:
-        return ConfigTiming(runs, inputs, "graph", timing.graph_calls_for(fastest_us), lost)
-    return ConfigTiming(runs, inputs, "single", 1, lost)
+        mode, calls = "graph", timing.graph_calls_for(fastest_us)
+    elif not clock.supports_graphs and timing.batch_calls_for(fastest_us) > 1:
+        mode, calls = "batch", timing.batch_calls_for(fastest_us)
+    return ConfigTiming(runs, inputs, mode, calls, workers.measuring(config, mode, calls), lost)
 
 
 def _lost_worker(runs: dict, exc: WorkerLost) -> str:
@@ -259,19 +304,26 @@ class TimedChecks:
         self.wrong: set[tuple[str, str]] = set()
 
     def check(self, config, placements: dict, inputs: tuple, stage: str) -> list[str]:
-        """Check each placement's latest output; returns the identities whose worker was
-        lost on the way (their rows say so)."""
-        ref = correctness.reference_output(self._ctx.plan, config, inputs)
+        """Check each placement's latest output (a worker's placement had every call
+        checked already: its row says how many, and their worst error); returns the
+        identities whose worker was lost on the way (their rows say so)."""
+        ref = None
         rows, lost = [], []
         for name, p in placements.items():
+            gate_row = self._gate[(config.name, name)]
+            if hasattr(p, "checked"):
+                rows.append(
+                    correctness.checked_row(self._ctx.run_id, config, gate_row, *p.checked(), stage)
+                )
+                continue
+            if ref is None:
+                ref = correctness.reference_output(self._ctx.plan, config, inputs)
             try:
                 out = p.last_output()
             except WorkerLost as exc:
                 out = str(exc)
                 lost.append(name)
-            row = correctness.check_output(
-                self._ctx.run_id, config, self._gate[(config.name, name)], out, ref, stage
-            )
+            row = correctness.check_output(self._ctx.run_id, config, gate_row, out, ref, stage)
             correctness.poison(out)
             rows.append(row)
             if not row.passed:
@@ -304,6 +356,7 @@ def run_benchmark(
     timed = [[n for n in chosen if (c.name, n) in passed] for c in plan.configs]
     total = sum(count * len(names) for count, names in zip(counts, timed, strict=True))
     clock, telemetry = make_clock(ctx), Telemetry() if ctx.device.type == "cuda" else None
+    workers = WorkerTiming(ctx, clock, gate)
     measurements: list[Measurement] = []
     started = time.monotonic()
     gc.collect()
@@ -329,8 +382,11 @@ def run_benchmark(
                     f"warming up {config.name}",
                     force=True,
                 )
-                setup = prepare_config(ctx, clock, index, timed[index])
-                for row in time_config(ctx, clock, index, setup, counts[index], checks, telemetry):
+                setup = prepare_config(ctx, clock, index, timed[index], workers)
+                rows = time_config(
+                    ctx, clock, index, setup, counts[index], checks, telemetry, workers
+                )
+                for row in rows:
                     writer.write([row])
                     measurements.append(row)
                     ctx.status.update(
@@ -341,9 +397,10 @@ def run_benchmark(
     finally:
         gc.unfreeze()
         gc.enable()
+        workers.close()
         if telemetry:
             telemetry.close()
-    retaken = getattr(clock, "retaken", 0)
+    retaken = getattr(clock, "retaken", 0) + workers.bracket.retaken
     print(
         f"benchmark: {len(measurements)}/{total} samples in {time.monotonic() - started:.1f} s"
         + (f" ({retaken} taken again after a host stall)" if retaken else ""),
@@ -379,7 +436,7 @@ def run_benchmark(
 
 
 def time_config(
-    ctx, clock, index, setup: ConfigTiming, rounds: int, checks: TimedChecks, telemetry
+    ctx, clock, index, setup: ConfigTiming, rounds: int, checks: TimedChecks, telemetry, workers
 ) -> Iterator[Measurement]:
     """The config's rounds, block by block, each block on fresh placements of every
     identity; the first round's and the last round's outputs are checked. A user's kernel
@@ -398,17 +455,18 @@ def time_config(
         if ctx.device.type == "cuda":
             seconds = timing.SETTLE_SECONDS if block == 0 else 0.0
             block_set.settle(seconds)
+        workers.calibration.forget()  # each block's own, taken at its first worker sample
         for r in range(block_rounds):
             last = block == len(blocks) - 1 and r == block_rounds - 1
             if last:
                 seed = correctness.config_seed(plan.seed, index, "timed-last")
                 fresh = correctness.make_inputs(config, ctx.device, seed)
                 block_set.refill(fresh, seed)
-            for name, ms in block_set.round(ctx.stop):
+            for name, ms, reported in block_set.round(ctx.stop):
                 reading = telemetry.read() if telemetry else EMPTY
                 yield _measurement(
                     ctx.run_id, config.name, name, setup, block, round_index, ms, reading
-                )
+                ).model_copy(update={"reported_ms": reported})
             if ctx.stop():
                 block_set.release()
                 return
@@ -429,7 +487,7 @@ class _Block:
         while True:
             try:
                 self.placements = placement.build(
-                    clock, setup.runs, setup.inputs, setup.mode, setup.calls, rng
+                    clock, setup.runs, setup.inputs, setup.mode, setup.calls, rng, setup.measuring
                 )
                 return
             except WorkerLost as exc:
@@ -453,9 +511,10 @@ class _Block:
             except WorkerLost as exc:
                 self._lose(_lost_worker(self._setup.runs, exc), exc)
 
-    def round(self, should_stop) -> Iterator[tuple[str, float]]:
-        """(identity, ms) for one sample of each identity, in a fresh random order (the
-        order timing.interleaved_rounds draws: the same generator, the same draws)."""
+    def round(self, should_stop) -> Iterator[tuple[str, float, float | None]]:
+        """(identity, ms, the time its worker reported or None) for one sample of each
+        identity, in a fresh random order (the order timing.interleaved_rounds draws: the
+        same generator, the same draws)."""
         names = list(self.placements)
         for position in self._rng.permutation(len(names)):
             if should_stop():
@@ -466,10 +525,14 @@ class _Block:
             except WorkerLost as exc:
                 self._lose(name, exc)
                 continue
-            yield name, ms
+            yield name, ms, getattr(self.placements[name], "reported", None)
 
     def refill(self, values: tuple, seed: int) -> None:
+        """Fresh inputs in every placement of the parent's (a worker's gets fresh queries
+        at every call already)."""
         for name, held in list(self.placements.items()):
+            if not hasattr(held, "refill"):
+                continue
             try:
                 held.refill(values, seed)
             except WorkerLost as exc:

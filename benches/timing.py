@@ -122,6 +122,11 @@ class CudaClock:
         self._host_us: collections.deque[float] = collections.deque(maxlen=HOST_HISTORY)
         self.retaken = 0  # samples taken again after a host stall, for the run's log
 
+    def flush(self) -> None:
+        """Evict the L2 (the next buffer in turn zeroed), where the plan asks for it."""
+        if self._flush_buffers:
+            next(self._flush_turns).zero_()
+
     def cover_us(self) -> float:
         recent = statistics.median(self._host_us) if self._host_us else COVER_MAX_US / 4
         return min(max(COVER_FACTOR * recent, COVER_MIN_US), COVER_MAX_US)
@@ -140,8 +145,7 @@ class CudaClock:
         kernel was queued before the GPU reached the start event."""
         cover_us = self.cover_us()
         self._torch.cuda._sleep(int(cover_us * COVER_CYCLES_PER_US))
-        if self._flush_buffers:
-            next(self._flush_turns).zero_()
+        self.flush()
         enqueue_start = time.perf_counter()
         self._start.record()
         fn()
@@ -182,23 +186,28 @@ def capture(fn: Call, calls: int) -> tuple:
     """(graph, output of its last call): a CUDA graph of `calls` back-to-back calls, warmed
     first as capture needs. The outputs stay alive until capture ends (one buffer each);
     the last one stays for the timed-loop check."""
+    graph, outputs = capture_each([fn] * calls)
+    return graph, outputs[-1]
+
+
+def capture_each(fns: list[Call]) -> tuple:
+    """(graph, every call's output): a CUDA graph calling each of `fns` once, in order,
+    warmed first as capture needs (each output its own buffer of the graph's pool)."""
     import torch
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # capture needs lazy initialisation done off-graph
         for _ in range(3):
-            fn()
+            fns[0]()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outputs = [fn() for _ in range(calls)]
-    last = outputs[-1]
-    del outputs
+        outputs = [fn() for fn in fns]
     for _ in range(2):
         graph.replay()
     torch.cuda.synchronize()
-    return graph, last
+    return graph, outputs
 
 
 def input_copies(inputs: tuple, copies: int = INPUT_PLACEMENTS) -> list[tuple]:
@@ -217,7 +226,10 @@ class OutputRing:
         self._outputs: collections.deque = collections.deque(maxlen=OUTPUT_PLACEMENTS)
 
     def keep(self, call: Call) -> Call:
-        return lambda: self._outputs.append(call())
+        return lambda: self.hold(call())
+
+    def hold(self, out) -> None:
+        self._outputs.append(out)
 
     def last_output(self):
         return self._outputs[-1] if self._outputs else None
@@ -255,6 +267,14 @@ def graph_calls_for(median_us: float) -> int:
     """Enough calls per graph replay that one sample lasts about GRAPH_BATCH_TARGET_US."""
     calls = math.ceil(GRAPH_BATCH_TARGET_US / max(median_us, 0.1))
     return min(max(calls, GRAPH_CALLS_MIN), GRAPH_CALLS_MAX)
+
+
+def batch_calls_for(median_us: float) -> int:
+    """On the CPU, enough back-to-back calls per sample that one lasts about
+    GRAPH_BATCH_TARGET_US: a worker's call is timed through a pipe whose noise (tens to
+    hundreds of microseconds on a loaded machine) would otherwise bury a short call."""
+    calls = math.ceil(GRAPH_BATCH_TARGET_US / max(median_us, 0.1))
+    return min(max(calls, 1), GRAPH_CALLS_MAX)
 
 
 def settle(

@@ -1,18 +1,18 @@
-"""The child process a user's kernel runs in (the parent's side is benches/isolation.py).
+"""The child process a kernel runs in (the parent's side is benches/isolation.py).
 
 One worker per kernel tree: it imports the tree's entry point (so two versions of one
 package, two builds of one extension, two torch.ops namespaces never meet), and answers the
-parent's requests one at a time: gate calls, graph probes, placements and their samples.
-The parent decides what runs when (the interleaved order, the counts), computes every
-error against its own reference and keeps the statistics; the worker makes the inputs
-from the seeds it is sent (the same generator, so the same values as the parent's) and
-times each sample with the same clock the parent uses for its own implementations.
+parent's requests one at a time. It only calls: the parent lends it the inputs
+(benches/shared_buffers.py), decides what runs when, times every call with its own clock
+(benches/bracket.py), reads the outputs where they lie and judges them against its own
+reference (benches/row_checks.py, benches/correctness.py). Nothing this process computes
+decides a verdict: a kernel that patches the timers, the checks or this module changes
+only what this process says, and the parent believes none of it. The worker may still
+report its own time for a call (`own_ms`); the parent fails a kernel whose report is far
+from what it measured (a harness that lies is a cheat), and otherwise only logs it.
 
-Messages are JSON frames, tensors raw frames after them or files the parent named
-(`send_reply`): nothing the child sends is unpickled by the parent. The child is no
-security boundary (same user, same machine: docs/security.md draws that line at the VM);
-it is a fault boundary. A crash, a hang or a CUDA context lost to an illegal address ends
-this process only.
+Messages are JSON frames both ways (benches/wire.py); no tensor crosses the pipe. A crash,
+a hang or a CUDA context lost to an illegal address ends this process only.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import gc
 import json
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from benches import correctness, placement, timing
+from benches import correctness, cuda_ipc, timing
+from benches.shared_buffers import Borrowed
 from benches.user_kernel import user_implementation
 from benches.wire import READY, send_reply
 from results_schema import AttentionConfig
@@ -34,117 +35,210 @@ from results_schema.kernel_contract import UserKernel
 
 
 class WorkerState:
-    """What one child holds: the kernel, the device, the clock and its live placements."""
+    """What one child holds: the kernel, the device, its link to the parent's clock (GPU:
+    the parent's GO event and its own DONE), and its live placements."""
 
-    def __init__(self, kernel: UserKernel, tree: Path, device: str, flush_l2: bool) -> None:
+    def __init__(self, kernel: UserKernel, tree: Path, device: str) -> None:
         self.impl = user_implementation(kernel, tree)
         self.device = torch.device(device)
         if self.device.type == "cuda":
             if self.device.index is None:  # the parent's "cuda": the current device, named
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
-            self.clock = timing.CudaClock(self.device, flush_l2)
-        else:
-            self.clock = timing.CpuClock()
-        self.placements: dict[str, placement.Placement] = {}
+        self.go: torch.cuda.Event | None = None
+        self.done: torch.cuda.Event | None = None
+        self.placements: dict[str, Placement] = {}
 
-    def inputs(self, request: dict) -> tuple[AttentionConfig, tuple]:
-        config = AttentionConfig.model_validate(request["config"])
-        return config, correctness.make_inputs(config, self.device, int(request["seed"]))
+    def config(self, request: dict) -> AttentionConfig:
+        return AttentionConfig.model_validate(request["config"])
+
+
+class Placement:
+    """A placement's buffers as the worker sees them, and the call the parent brackets.
+    Single mode: one call on the lent inputs, each output kept a while (timing.OutputRing)
+    so that calls write to different buffers. Graph mode: one CUDA graph of `calls` calls,
+    the i-th on the i-th lent query buffer, each output kept."""
+
+    def __init__(self, state: WorkerState, request: dict) -> None:
+        self.state = state
+        self.borrowed = Borrowed(state.device)
+        queries = [self.borrowed.tensor(d) for d in request["queries"]]
+        k, v = self.borrowed.tensor(request["k"]), self.borrowed.tensor(request["v"])
+        self.slots = [self.borrowed.tensor(d) for d in request.get("slots", [])]
+        causal = state.config(request).causal
+        self.fns = [partial(state.impl.run, q, k, v, causal) for q in queries]
+        self.graph = None
+        self.calls = int(request["calls"])
+        self.described: dict[int, bytes] = {}
+        if request["mode"] == "graph":
+            self.graph, self.outputs = timing.capture_each(self.fns[: self.calls])
+        else:
+            self.ring = timing.OutputRing()
+        cuda = state.device.type == "cuda"
+        self.own = (
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            if cuda
+            else None
+        )
+        self.own_pending = False
+        self.cpu_clock = None if cuda else timing.CpuClock()
+
+    def placed(self) -> dict:
+        """The reply to `place`: in graph mode, where each captured call's output lies."""
+        if self.graph is None:
+            return {}
+        return {"outputs": [self._describe(out) for out in self.outputs]}
+
+    def call(self) -> dict:
+        return self._gpu_call() if self.own is not None else self._cpu_call()
+
+    def _gpu_call(self) -> dict:
+        reply = {}
+        stream = torch.cuda.current_stream(self.state.device)
+        stream.wait_event(self.state.go)
+        self.own[0].record(stream)
+        if self.graph is not None:
+            self.graph.replay()
+            out = None
+        else:
+            out = self.fns[0]()
+            self.ring.hold(out)
+        self.own[1].record(stream)
+        self.state.done.record(stream)
+        self.own_pending = True
+        if out is not None:
+            if not isinstance(out, torch.Tensor) or not out.is_cuda:
+                raise TypeError(f"returned {type(out).__name__}, not a CUDA tensor")
+            reply["outputs"] = [self._describe(out)]
+        return reply
+
+    def own_ms(self) -> dict:
+        """The worker's own time of its last GPU call (per call), once its work is over."""
+        if self.own is None or not self.own_pending or not self.own[1].query():
+            return {}
+        self.own_pending = False
+        return {"own_ms": self.own[0].elapsed_time(self.own[1]) / self.calls}
+
+    def _cpu_call(self) -> dict:
+        """Every call of the sample (one, or a batch: each on its own query buffer), then
+        each output copied into its slot of the parent's."""
+        outputs = []
+        own = self.cpu_clock.time_call(
+            lambda: outputs.extend(fn() for fn in self.fns[: self.calls])
+        )
+        for out, slot in zip(outputs, self.slots, strict=False):
+            problem = correctness.output_problem(out, slot.shape, slot.dtype, slot.device)
+            if problem:
+                raise TypeError(problem)
+            slot.copy_(out)
+        return {"own_ms": own / self.calls}
+
+    def _describe(self, out: torch.Tensor) -> dict:
+        return cuda_ipc.describe(out, self.described).to_json()
+
+    def close(self) -> None:
+        self.fns, self.graph, self.slots = [], None, []
+        self.borrowed.close()
 
 
 # --- requests --------------------------------------------------------------------------
-# Each takes the state and the request and returns (reply, tensors).
+# Each takes the state and the request and returns the reply.
 
 
-def _available(state: WorkerState, request: dict):
-    return {"reason": state.impl.available(state.device)}, ()
+def _bind(state: WorkerState, request: dict) -> dict:
+    """The GPU link to the parent's clock: its GO event opened, this worker's DONE made."""
+    state.go = torch.cuda.Event.from_ipc_handle(state.device, bytes.fromhex(request["go"]))
+    state.done = torch.cuda.Event(interprocess=True)
+    return {"done": state.done.ipc_handle().hex()}
 
 
-def _unsupported(state: WorkerState, request: dict):
-    config = AttentionConfig.model_validate(request["config"])
-    return {"reason": state.impl.unsupported(config)}, ()
+def _available(state: WorkerState, request: dict) -> dict:
+    return {"reason": state.impl.available(state.device)}
 
 
-def _gate(state: WorkerState, request: dict):
-    """Two calls on the seed's inputs, checked here where their memory is (shape, dtype,
-    device, aliasing, inputs unchanged); the outputs go back for the parent's errors."""
-    config, inputs = state.inputs(request)
-    outcome = correctness.two_calls(state.impl, inputs, config.causal, inputs[0].dtype)
-    if isinstance(outcome, correctness.CallProblem):
-        return {"backend": outcome.backend, "problem": outcome.message}, ()
-    return {"backend": outcome.backend}, (outcome.first, outcome.second)
+def _unsupported(state: WorkerState, request: dict) -> dict:
+    return {"reason": state.impl.unsupported(state.config(request))}
 
 
-def _probe(state: WorkerState, request: dict):
-    config, capture_inputs = state.inputs(request)
-    replay = correctness.make_inputs(config, state.device, int(request["replay_seed"]))
+def _gate(state: WorkerState, request: dict) -> dict:
+    """Two calls on the lent inputs (benches/correctness.two_calls: shape, dtype, device,
+    aliasing, inputs unchanged, as this process sees them); their outputs copied into the
+    lent slots, where the parent reads and judges them."""
+    config = state.config(request)
+    borrowed = Borrowed(state.device)
     try:
-        out = correctness.graph_probe(state.impl, capture_inputs, replay, config.causal)
-    except Exception as exc:  # capture refused the work: it left the calling stream
-        return {"problem": f"graph capture failed: {correctness.one_line(exc)}"}, ()
-    return {}, (out,)
+        inputs = tuple(borrowed.tensor(d) for d in request["inputs"])
+        outcome = correctness.two_calls(state.impl, inputs, config.causal, inputs[0].dtype)
+        if isinstance(outcome, correctness.CallProblem):
+            return {"backend": outcome.backend, "problem": outcome.message}
+        for slot, out in zip(request["slots"], (outcome.first, outcome.second), strict=True):
+            borrowed.tensor(slot).copy_(out)
+        _synchronize(state.device)
+        return {"backend": outcome.backend}
+    finally:
+        borrowed.close()
 
 
-def _place(state: WorkerState, request: dict):
-    config, inputs = state.inputs(request)
-    rng = np.random.default_rng(int(request["rng_seed"]))
-    state.placements[request["key"]] = placement.Placement(
-        state.clock,
-        state.impl,
-        inputs,
-        config.causal,
-        request["mode"],
-        int(request["calls"]),
-        rng,
-    )
-    return {}, ()
+def _probe(state: WorkerState, request: dict) -> dict:
+    config = state.config(request)
+    borrowed = Borrowed(state.device)
+    try:
+        capture = tuple(borrowed.tensor(d) for d in request["capture"])
+        replay = tuple(borrowed.tensor(d) for d in request["replay"])
+        try:
+            out = correctness.graph_probe(state.impl, capture, replay, config.causal)
+        except Exception as exc:  # capture refused the work: it left the calling stream
+            return {"problem": f"graph capture failed: {correctness.one_line(exc)}"}
+        problem = correctness.output_problem(out, capture[0].shape, None, state.device)
+        if problem:
+            return {"problem": problem}
+        borrowed.tensor(request["slot"]).copy_(out)
+        _synchronize(state.device)
+        return {}
+    finally:
+        borrowed.close()
 
 
-def _sample(state: WorkerState, request: dict):
-    return {"ms": state.placements[request["key"]].sample()}, ()
+def _place(state: WorkerState, request: dict) -> dict:
+    placement = Placement(state, request)
+    state.placements[request["key"]] = placement
+    return placement.placed()
 
 
-def _output(state: WorkerState, request: dict):
-    """The placement's latest output, then poisoned (NaN) where it lies: returned again
-    unwritten, it fails the next check."""
-    out = state.placements[request["key"]].last_output()
-    if not isinstance(out, torch.Tensor):
-        return {"problem": f"returned {type(out).__name__}, not a tensor"}, ()
-    sent = out.clone()
-    correctness.poison(out)
-    return {}, (sent,)
+def _call(state: WorkerState, request: dict) -> dict:
+    return state.placements[request["key"]].call()
 
 
-def _refill(state: WorkerState, request: dict):
-    _, fresh = state.inputs(request)
-    state.placements[request["key"]].refill(fresh, None)
-    return {}, ()
-
-
-def _drop(state: WorkerState, request: dict):
-    state.placements.pop(request["key"], None)
+def _drop(state: WorkerState, request: dict) -> dict:
+    placement = state.placements.pop(request["key"], None)
+    if placement is not None:
+        _synchronize(state.device)
+        placement.close()
     gc.collect()  # here, never during a capture (see serve)
     if state.device.type == "cuda":
         torch.cuda.empty_cache()
-    return {}, ()
+    return {}
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 REQUESTS = {
+    "bind": _bind,
     "available": _available,
     "unsupported": _unsupported,
     "gate": _gate,
     "probe": _probe,
     "place": _place,
-    "sample": _sample,
-    "output": _output,
-    "refill": _refill,
+    "call": _call,
     "drop": _drop,
 }
 
 
 # Requests that call the kernel and catch its errors as results: after them, the context is
-# checked (a sample's failure raises, and is checked in the handler's except branch).
+# checked (a failed call raises, and is checked in the handler's except branch).
 USER_CODE_REQUESTS = ("gate", "probe", "place")
 
 
@@ -162,16 +256,15 @@ def context_lost(device: torch.device) -> bool:
 
 
 def serve(conn, kernel_json: str, tree: str, device: str, flush_l2: bool) -> None:
-    """The child's loop: one reply per request until the parent closes the pipe."""
+    """The child's loop: one reply per request until the parent closes the pipe. (The
+    parent flushes the L2 itself now; `flush_l2` is kept in the start arguments.)"""
     try:
-        state = WorkerState(
-            UserKernel.model_validate_json(kernel_json), Path(tree), device, flush_l2
-        )
+        state = WorkerState(UserKernel.model_validate_json(kernel_json), Path(tree), device)
     except Exception as exc:
         send_reply(conn, {"error": f"worker could not start: {correctness.one_line(exc)}"})
         return
-    # As in the parent's timing loop: no collection inside a timed call, and none inside a
-    # graph capture, where freeing an earlier placement's graph invalidates the capture.
+    # No collection inside a call, and none inside a graph capture, where freeing an
+    # earlier placement's graph invalidates the capture.
     gc.disable()
     # The imports (torch, the kernel) live as long as this process: frozen, the collection
     # at each `drop` walks only what the requests made (unfrozen, 100 ms a drop on an H100:
@@ -188,7 +281,7 @@ def serve(conn, kernel_json: str, tree: str, device: str, flush_l2: bool) -> Non
         try:
             if handler is None:
                 raise ValueError(f"unknown request {request.get('op')!r}")
-            reply, tensors = handler(state, request)
+            reply = handler(state, request)
         except Exception as exc:  # the kernel's failure, or its output's: the parent's row
             traceback.print_exc(file=sys.stderr)
             lost = context_lost(state.device)
@@ -201,4 +294,12 @@ def serve(conn, kernel_json: str, tree: str, device: str, flush_l2: bool) -> Non
             why = reply.get("problem") or "the kernel's call left no working CUDA context"
             send_reply(conn, {"error": why, "lost": True})
             return
-        send_reply(conn, reply, tensors, request.get("spill"))
+        send_reply(conn, reply)
+        if request["op"] == "call" and state.device.type == "cuda":
+            # A second frame once the call's work is over: the parent waits for the call on
+            # the GPU, and hears here at once when it failed there (an illegal address).
+            if context_lost(state.device):
+                why = "the kernel's call left no working CUDA context"
+                send_reply(conn, {"error": why, "lost": True})
+                return
+            send_reply(conn, {"finished": True, **state.placements[request["key"]].own_ms()})

@@ -17,7 +17,9 @@ from results_schema.verdicts import DIFFERENT, verdict
 Dtype = Literal["float16", "bfloat16", "float32", "float64"]
 Device = Literal["cuda", "cpu"]
 RunState = Literal["running", "complete", "partial", "failed"]
-TimingMode = Literal["single", "graph"]
+# single: one call a sample; graph: a CUDA graph of back-to-back calls a sample; batch: on
+# the CPU, back-to-back calls a sample (each mode's time is per call).
+TimingMode = Literal["single", "graph", "batch"]
 # faster/slower: the whole interval lies beyond the margin; equivalent: inside it;
 # indistinguishable: it straddles a margin's edge.
 Verdict = Literal["faster", "slower", "equivalent", "indistinguishable"]
@@ -279,7 +281,14 @@ class Measurement(_Strict):
         default=0, ge=0, description="which of the config's placements the round belongs to"
     )
     calls: int = Field(ge=1, description="calls inside the timed region (graph mode batches)")
-    latency_ms: float = Field(gt=0, description="time per call")
+    latency_ms: float = Field(gt=0, description="time per call, by the harness's clock")
+    reported_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="time per call as the kernel's own process reported it (a kernel in a "
+        "worker process only): untrusted and never a result; a kernel whose reports stray far "
+        "from the harness's times fails its row",
+    )
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
     temperature_c: int | None = None

@@ -187,11 +187,11 @@ def test_a_disk_full_mid_benchmark_leaves_a_valid_partial_manifest(
   mkdir -p "$out/results"
   echo '{MEASUREMENT_HEADER}' > "$out/results/measurements.csv"
   for ((i = 0; i < {rows}; i++)); do
-    echo "$run,fp32-b1h2s17d64,sdpa,single,$i,0,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00"
+    echo "$run,fp32-b1h2s17d64,sdpa,single,$i,0,1,1.5,,,,,,,false,2026-11-23T05:00:00+00:00"
   done >> "$out/results/measurements.csv"
   cat /dev/zero > "$out/fill" 2>/dev/null     # the disk fills up...
   for ((; i < 100000; i++)); do               # ...while the benchmark still writes
-    echo "$run,fp32-b1h2s17d64,sdpa,single,$i,0,1,1.5,,,,,,false,2026-11-23T05:00:00+00:00" \\
+    echo "$run,fp32-b1h2s17d64,sdpa,single,$i,0,1,1.5,,,,,,,false,2026-11-23T05:00:00+00:00" \\
       >> "$out/results/measurements.csv" 2>/dev/null || exit 1
   done"""
     monkeypatch.setenv("BENCH_PAYLOAD_PYTHON", str(stand_in(bench_env / "py", benchmark)))

@@ -122,9 +122,9 @@ def test_what_outlives_the_timing_loop_is_frozen_out_of_collections_during_it(
     frozen_during = []
     prepare = runner.prepare_config
 
-    def noting(ctx, clock, index, names):
+    def noting(*args):
         frozen_during.append(gc.get_freeze_count())
-        return prepare(ctx, clock, index, names)
+        return prepare(*args)
 
     monkeypatch.setattr(runner, "prepare_config", noting)
     with runner.StopRequested() as stop:

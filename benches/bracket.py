@@ -1,0 +1,169 @@
+"""The harness's own clock around a call made in a kernel's worker process.
+
+The code under test may patch anything in its own process, timers included, so no time
+read there becomes a sample. The parent brackets each call instead:
+
+GPU. The parent's stream: a spin long enough to cover the handshake below, its start
+event, fresh queries written into the worker's input buffer, the L2 flush, then an
+interprocess event GO. The worker's stream waits for GO, makes the call and records its
+interprocess event DONE; the worker replies where its output lies. The parent polls DONE
+from the host (its stream never waits on an event of the worker's: a worker that dies
+with such a wait pending leaves the parent's stream blocked for good, measured on an
+H200, 2026-11-29), reads the sampled rows of the output on its own stream, then records
+its end event. The rows are read after the call's work is done or they are wrong: the
+end event cannot come before the work (benches/row_checks.py).
+
+CPU. The parent's wall clock from writing the fresh queries to reading the rows of the
+output the worker copied into the parent's shared buffer.
+
+Either way the bracket holds more than the call: the context switch to the worker and
+back (about 0.33 ms on an H200), the refresh, the flush, the poll, the row reads, the
+pipe. A trusted worker running a null call (`benches/null_kernel.py`) is bracketed the
+same way, and its median is subtracted (`Calibration`): what is left is the call.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from benches import timing
+
+# The spin before each sample covers the handshake (GO recorded, the worker's enqueue
+# and its reply) this many times over its recent median, within these bounds.
+COVER_FACTOR = 2.5
+COVER_MIN_US, COVER_MAX_US = 200.0, 20000.0
+HOST_HISTORY = 32
+RETAKES_MAX = 3  # a sample whose handshake outlasted the cover is taken again
+
+
+class Hung(Exception):
+    """The worker's call did not finish by the request's deadline."""
+
+
+@dataclass(frozen=True)
+class Bracketed:
+    """One bracketed call: the parent's time (ms, overhead included), the rows it read,
+    the worker's reply, and whether the handshake outlasted the cover (then the time also
+    holds the worker's host enqueue)."""
+
+    ms: float
+    rows: torch.Tensor
+    reply: dict
+    late: bool
+
+
+class CudaBracket:
+    """The parent's events around a worker's call; one per parent, used for every worker
+    (`link`: the worker's GO and DONE)."""
+
+    def __init__(self, clock: timing.CudaClock) -> None:
+        self._clock = clock
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+        self._host_us: collections.deque[float] = collections.deque(maxlen=HOST_HISTORY)
+        self.retaken = 0
+
+    @staticmethod
+    def overhead_of(null_samples: list[float]) -> float:
+        """The null call's median bracket: on the GPU its spread is about 1 us either side
+        (interquartile range 0.8-1.4 us on an H200, 2026-11-29)."""
+        return statistics.median(null_samples)
+
+    def cover_us(self) -> float:
+        recent = statistics.median(self._host_us) if self._host_us else COVER_MAX_US / 8
+        return min(max(COVER_FACTOR * recent, COVER_MIN_US), COVER_MAX_US)
+
+    def sample(
+        self,
+        link,
+        refresh: Callable[[], None],
+        call: Callable[[], dict],
+        read: Callable[[dict], torch.Tensor],
+        deadline: Callable[[], float],
+    ) -> Bracketed:
+        """`refresh` writes the call's fresh inputs, `call` asks the worker for the call and
+        returns its reply, `read` reads the rows from where that reply says the output is;
+        `deadline()` is when the worker must have finished (monotonic seconds)."""
+        for _ in range(RETAKES_MAX):
+            taken = self._once(link, refresh, call, read, deadline)
+            if not taken.late:
+                return taken
+            self.retaken += 1
+        return self._once(link, refresh, call, read, deadline)
+
+    def _once(self, link, refresh, call, read, deadline) -> Bracketed:
+        cover_us = self.cover_us()
+        torch.cuda._sleep(int(cover_us * timing.COVER_CYCLES_PER_US))
+        self._start.record()
+        refresh()
+        self._clock.flush()
+        link.go.record()
+        host_start = time.perf_counter()
+        reply = call()
+        self._host_us.append((time.perf_counter() - host_start) * 1e6)
+        late = link.go.query()
+        limit = deadline()
+        while not link.done.query():
+            if time.monotonic() > limit:
+                raise Hung("the call did not finish")
+        rows = read(reply)
+        self._end.record()
+        self._end.synchronize()
+        return Bracketed(self._start.elapsed_time(self._end), rows, reply, late)
+
+
+class CpuBracket:
+    """The parent's wall clock around a worker's call."""
+
+    retaken = 0
+
+    @staticmethod
+    def overhead_of(null_samples: list[float]) -> float:
+        """The null call's fastest bracket: on the CPU the bracket's spread is the host's
+        scheduling, one-sided, which the parent's own samples carry too (subtracting the
+        median would take typical noise off a worker's samples alone, and leave a noisy
+        one below zero: seen on a loaded 2-core machine, 2026-11-29)."""
+        return min(null_samples)
+
+    def sample(self, link, refresh, call, read, deadline) -> Bracketed:
+        start = time.perf_counter()
+        refresh()
+        reply = call()
+        rows = read(reply)
+        return Bracketed((time.perf_counter() - start) * 1e3, rows, reply, False)
+
+
+def bracket_for(clock):
+    return CudaBracket(clock) if isinstance(clock, timing.CudaClock) else CpuBracket()
+
+
+# Samples of the null call per calibration; the first few warm the null worker's path.
+CALIBRATION_SAMPLES = 12
+CALIBRATION_WARMUP = 3
+
+
+class Calibration:
+    """What a bracket adds to a call, per (config, mode, inputs refreshed): from a null
+    call's bracketed samples (`benches/null_kernel.py`, in a worker of the harness's own),
+    as the bracket reads them (`overhead_of`), taken at the first use after each `forget`."""
+
+    def __init__(self, bracket, measure: Callable[[object, str, int], list[float]]) -> None:
+        self._bracket = bracket
+        self._measure = measure  # (config, mode, copies) -> the null's samples
+        self._known: dict[tuple, float] = {}
+
+    def overhead_ms(self, config, mode: str, copies: int) -> float:
+        key = (config.name, mode, copies)
+        if key not in self._known:
+            samples = self._measure(config, mode, copies)[CALIBRATION_WARMUP:]
+            self._known[key] = self._bracket.overhead_of(samples)
+        return self._known[key]
+
+    def forget(self) -> None:
+        self._known.clear()

@@ -1,0 +1,84 @@
+"""Every timed call of a worker's kernel checked where the harness reads it.
+
+A kernel that runs in its own process could tell a timed call from a checked one and
+answer garbage only while timed (a frame lookup does it). So the harness checks every
+sample it times: before the call it writes fresh random queries into the worker's input
+buffer, after it reads back rows of the output that it picks then — ROW_HEADS random
+(batch, head) pairs, ROWS_PER_HEAD random positions in each — from where the output lies
+(benches/bracket.py), and compares them with the float64 reference computed here from its
+own copy of the inputs. A kernel does not know which rows will be read, nor the queries
+before the call starts: a cached, stale, partial or lazy answer fails, as does one written
+after the call reported done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from benches.correctness import errors
+from benches.reference import reference_rows
+
+ROW_HEADS = 4
+ROWS_PER_HEAD = 8
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Which output rows a sample's check reads: index tensors of one length."""
+
+    batch: torch.Tensor
+    head: torch.Tensor
+    position: torch.Tensor
+
+
+def pick(shape: tuple[int, ...], rng: np.random.Generator, device: torch.device) -> Rows:
+    """ROW_HEADS (batch, head) pairs of a [B, H, S, D] output and ROWS_PER_HEAD positions
+    in each, drawn from `rng` (the harness's, never the worker's)."""
+    batches, heads, seq = shape[0], shape[1], shape[2]
+    pairs = rng.integers(0, batches * heads, ROW_HEADS)
+    positions = rng.integers(0, seq, (ROW_HEADS, ROWS_PER_HEAD))
+
+    def long(values) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(values).reshape(-1), dtype=torch.long, device=device)
+
+    return Rows(
+        long(np.repeat(pairs // heads, ROWS_PER_HEAD)),
+        long(np.repeat(pairs % heads, ROWS_PER_HEAD)),
+        long(positions),
+    )
+
+
+def gather(out: torch.Tensor, rows: Rows) -> torch.Tensor:
+    """The picked rows of `out` ([B, H, S, D]), (R, D), copied where the harness keeps them."""
+    return out[rows.batch, rows.head, rows.position]
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, causal: bool):
+    """The float64 reference of the picked rows, from the harness's own q, k and v."""
+    group = q.shape[1] // k.shape[1]
+    parts = []
+    for start in range(0, rows.batch.numel(), ROWS_PER_HEAD):
+        b, h = int(rows.batch[start]), int(rows.head[start])
+        position = rows.position[start : start + ROWS_PER_HEAD]
+        parts.append(
+            reference_rows(q[b, h, position], k[b, h // group], v[b, h // group], position, causal)
+        )
+    return torch.cat(parts)
+
+
+def problem(
+    gathered: torch.Tensor, expected: torch.Tensor, tolerance: float
+) -> tuple[str | None, float]:
+    """(why the rows fail the gate's tolerance or None, their max error)."""
+    _, max_error, nonfinite = errors(gathered, expected)
+    if nonfinite:
+        return f"{nonfinite} non-finite elements in the rows checked", max_error
+    if not max_error <= tolerance:
+        return (
+            f"max error {max_error:.3g} over tolerance {tolerance:.3g} in the rows checked",
+            max_error,
+        )
+    return None, max_error

@@ -1,0 +1,115 @@
+"""Buffers the harness owns and lends a kernel's worker: the inputs it calls on and, on the
+CPU, the output slots it copies its answers into. The harness keeps its own copy of every
+input, so whatever the worker writes into a lent buffer changes nothing it judges by.
+
+GPU: a driver allocation of the parent's (benches/cuda_ipc.py), named to the worker by
+its IPC handle. CPU: a file in the parent's private folder on tmpfs, mapped by both.
+A descriptor (JSON) is how the worker finds a buffer; the worker trusts the parent's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import weakref
+
+import torch
+
+from benches import cuda_ipc
+
+DTYPES = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+
+
+class Lender:
+    """The parent's side for one worker: makes buffers to lend (`lend`), and reads the
+    worker's GPU outputs where they lie (`outputs`). `close` frees what is left."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._folder: str | None = None
+        self._count = 0
+        self.outputs = cuda_ipc.Mappings(device) if device.type == "cuda" else None
+
+    def lend(self, like: torch.Tensor) -> Lent:
+        """A new buffer of `like`'s shape and dtype, holding a copy of `like`."""
+        if self.device.type == "cuda":
+            buffer = cuda_ipc.DeviceBuffer(tuple(like.shape), like.dtype, self.device)
+            lent = Lent(buffer.tensor, buffer.descriptor.to_json(), buffer.free)
+        else:
+            lent = self._file(like)
+        lent.tensor.copy_(like)
+        return lent
+
+    def _file(self, like: torch.Tensor) -> Lent:
+        if self._folder is None:
+            root = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None
+            self._folder = tempfile.mkdtemp(prefix="bench-lent-", dir=root)
+            weakref.finalize(self, shutil.rmtree, self._folder, True)
+        self._count += 1
+        path = os.path.join(self._folder, f"b{self._count}")
+        size = max(1, like.numel())
+        with open(path, "wb") as f:
+            f.truncate(size * like.element_size())
+        flat = torch.from_file(path, shared=True, size=size, dtype=like.dtype)
+        tensor = flat[: like.numel()].view(like.shape)
+        descriptor = {"path": path, "shape": list(like.shape), "dtype": _name(like.dtype)}
+        return Lent(tensor, descriptor, lambda: _unlink(path))
+
+    def close(self) -> None:
+        if self.outputs is not None:
+            self.outputs.close()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+
+class Lent:
+    """A lent buffer: the parent's view, its descriptor for the worker, and how to free it."""
+
+    def __init__(self, tensor: torch.Tensor, descriptor: dict, free) -> None:
+        self.tensor, self.descriptor, self._free = tensor, descriptor, free
+
+    def free(self) -> None:
+        if self._free is not None:
+            self.tensor = None
+            self._free()
+            self._free = None
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class Borrowed:
+    """The worker's side: the parent's buffers it was lent for one placement or request,
+    opened from their descriptors and closed together."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._mappings = cuda_ipc.Mappings(device) if device.type == "cuda" else None
+
+    def tensor(self, descriptor: dict) -> torch.Tensor:
+        if self._mappings is not None:
+            return self._mappings.tensor(cuda_ipc.Descriptor.from_json(descriptor))
+        shape, dtype = [int(n) for n in descriptor["shape"]], DTYPES[descriptor["dtype"]]
+        count = 1
+        for n in shape:
+            count *= n
+        flat = torch.from_file(descriptor["path"], shared=True, size=max(1, count), dtype=dtype)
+        return flat[:count].view(shape)
+
+    def close(self) -> None:
+        if self._mappings is not None:
+            self._mappings.close()
