@@ -28,18 +28,46 @@ TIMEOUT_LIMITS = {
     "call_timeout": MAX_CALL_TIMEOUT_SECONDS,
 }
 
-# Variables a contract's env may not set: the build's and the worker's own plumbing (the
-# payload's python first on PATH, the harness's imports, the GPU it was given) and what the
-# startup script tells the harness.
-RESERVED_ENV = frozenset(
-    {"PATH", "HOME", "PWD", "SHELL", "PYTHONPATH", "PYTHONHOME", "CUDA_VISIBLE_DEVICES"}
-)
-RESERVED_ENV_PREFIXES = ("BENCH_ENV_", "BENCH_IMAGE", "BENCH_MACHINE", "BENCH_SPOT", "BENCH_ZONE")
+# What a contract's env may not set, and why (docs/kernel-contract.md holds the same list):
+# bench's own settings, whatever makes a program load or run code before its own (the
+# dynamic loader's, the interpreter's, the shells' startup), and the GPU the run was given.
+# The env reaches bench's own processes too: the requirements' pip, the build's bash, the
+# worker's python before it imports the kernel.
+REFUSED_ENV_PREFIXES = {
+    "BENCH_": "BENCH_* are bench's own settings (the startup script's and the harness's)",
+    "LD_": "LD_* are the dynamic loader's: they load or swap shared libraries before a "
+    "program's own code",
+    "PYTHON": "PYTHON* are the interpreter's: they change what python imports and runs before "
+    "the kernel's import (bench's pip and worker are python)",
+}
+REFUSED_ENV = {
+    "PATH": "it decides which programs run (the payload's python comes first)",
+    "HOME": "tools read their configuration from it (pip.conf, .bashrc)",
+    "PWD": "it is the working directory bench starts each step in",
+    "SHELL": "programs start the shell it names",
+    "BASH_ENV": "bash sources the file it names before the build's script",
+    "ENV": "sh and bash source the file it names when they start interactive",
+    "SHELLOPTS": "every bash started takes these options (xtrace runs PS4)",
+    "BASHOPTS": "every bash started takes these options",
+    "PS4": "bash expands it, command substitutions included, before each traced command",
+    "PROMPT_COMMAND": "bash runs it before each prompt",
+    "GCONV_PATH": "glibc's character-set conversion loads the shared objects it names",
+    "CUDA_INJECTION64_PATH": "the CUDA driver loads the library it names into every process "
+    "that starts CUDA",
+    "CUDA_VISIBLE_DEVICES": "it picks the GPU, which bench gave the run",
+    "CUDA_DEVICE_ORDER": "it renumbers the GPUs, which bench gave the run",
+}
 ENV_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,63}$"
 TREE_PLACEHOLDER = "{tree}"
 
 ContractDtype = Literal["float16", "bfloat16", "float32", "float64"]
 ContractDevice = Literal["cpu", "cuda"]
+
+
+def refused_env_reason(name: str) -> str | None:
+    """Why a contract's env may not set `name`, if it may not."""
+    prefix = next((p for p in REFUSED_ENV_PREFIXES if name.startswith(p)), None)
+    return REFUSED_ENV.get(name) or (REFUSED_ENV_PREFIXES[prefix] if prefix else None)
 
 
 class _Contract(BaseModel):
@@ -175,8 +203,9 @@ class KernelContract(_Contract):
         for name, value in env.items():
             if not re.fullmatch(ENV_NAME_PATTERN, name):
                 raise ValueError(f"{name!r} is no variable name (A-Z, 0-9 and _)")
-            if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
-                raise ValueError(f"{name} is set by bench itself, not by a contract")
+            why = refused_env_reason(name)
+            if why:
+                raise ValueError(f"{name} is refused: {why}")
             if len(value) > 1000 or not value.isprintable():
                 raise ValueError(f"{name}: a value is one printable line of <= 1000 characters")
         return env

@@ -222,12 +222,12 @@ def test_user_kernels_and_the_baseline_trees_candidates_are_promoted(tmp_path):
     assert sorted(store.list("cache/")) == sorted(f"cache/{name}" for name in names)
 
 
-# Our kernel's contract (kernels/bench-kernel.toml) builds into BENCH_KERNEL_CACHE, which its
+# Our kernel's contract (kernels/bench-kernel.toml) builds into FLASH_KERNEL_CACHE, which its
 # env points into the tree; this build writes there as build.py does, and records the path.
 ENV_BUILD = (
-    'echo run >> ../compiles; mkdir -p "$BENCH_KERNEL_CACHE/key1"'
-    ' && echo lib > "$BENCH_KERNEL_CACHE/key1/libflash_attention.so"'
-    ' && echo "$BENCH_KERNEL_CACHE" > ../cache_dir'
+    'echo run >> ../compiles; mkdir -p "$FLASH_KERNEL_CACHE/key1"'
+    ' && echo lib > "$FLASH_KERNEL_CACHE/key1/libflash_attention.so"'
+    ' && echo "$FLASH_KERNEL_CACHE" > ../cache_dir'
 )
 
 
@@ -235,7 +235,7 @@ def test_a_build_into_its_contracts_env_is_cached_with_the_tree(machine):
     """The env reaches the build with '{tree}' as this machine's tree, an output it puts in
     the tree is saved and restored as any, and the key does not depend on where the tree
     lies (each machine's differs)."""
-    env = ["BENCH_KERNEL_CACHE={tree}/.kernel-cache"]
+    env = ["FLASH_KERNEL_CACHE={tree}/.kernel-cache"]
     first = machine.run(command=ENV_BUILD, env=env)
     (built,) = first.builds
     assert built.outcome == "built" and machine.compiles() == 1
@@ -250,7 +250,7 @@ def test_a_build_into_its_contracts_env_is_cached_with_the_tree(machine):
     library = second.tree / ".kernel-cache" / "key1" / "libflash_attention.so"
     assert library.read_text() == "lib\n"
 
-    other = machine.run(command=ENV_BUILD, env=["BENCH_KERNEL_CACHE={tree}/.other"])
+    other = machine.run(command=ENV_BUILD, env=["FLASH_KERNEL_CACHE={tree}/.other"])
     assert other.builds[0].cache_key != built.cache_key  # another env: another key
 
 
@@ -265,7 +265,7 @@ def test_our_contract_renders_its_build_and_env():
     default = json.loads((plans_dir() / "default.json").read_text())
     plan = Plan.model_validate({**default, "user_kernels": [flash]})
     (build,) = user_kernel_builds(plan)
-    assert build["env"] == ["BENCH_KERNEL_CACHE={tree}/.kernel-cache"]
+    assert build["env"] == ["FLASH_KERNEL_CACHE={tree}/.kernel-cache"]
     assert build["command"] == "python3 -m kernels.flash_attention.build"
     checked = shellcheck("#!/usr/bin/env bash\n" + render_build(build["command"], "", build["env"]))
     assert checked.returncode == 0, checked.stdout
