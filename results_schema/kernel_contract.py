@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from results_schema.implementations import BASELINE_SUFFIX, builtin_name_refusal
+
 CONTRACT_FILE = "bench-kernel.toml"
 # package.module:function, each part a Python identifier
 ENTRY_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$"
@@ -176,6 +178,14 @@ class KernelContract(_Contract):
         "uses it unless --plan names another",
     )
 
+    @field_validator("name")
+    @classmethod
+    def _not_builtin(cls, name: str) -> str:
+        refusal = builtin_name_refusal(name)
+        if refusal:
+            raise ValueError(refusal)
+        return name
+
     @field_validator("plan")
     @classmethod
     def _inside_the_tree(cls, path: str | None) -> str | None:
@@ -282,6 +292,15 @@ class UserKernel(_Contract):
     )
     contract: KernelContract = Field(description="the tree's bench-kernel.toml")
     source: KernelIdentity = Field(description="which tree this is")
+
+    @field_validator("identity")
+    @classmethod
+    def _not_builtin(cls, identity: str) -> str:
+        # The registry holds a user kernel under its identity: never in a built-in's place.
+        refusal = builtin_name_refusal(identity.removesuffix(BASELINE_SUFFIX))
+        if refusal:
+            raise ValueError(refusal)
+        return identity
 
 
 # The longest build message kept: the build's last line, as `<tree>.build-failed` holds it.

@@ -106,6 +106,14 @@ def refused(bench_env: Path, kernel: Path) -> None:
             ),
             "kernel.env: Value error, LD_PRELOAD is refused: LD_* are the dynamic loader's",
         ),
+        (
+            lambda root: (root / CONTRACT_FILE).write_text(GOOD.replace('"mine"', '"sdpa"')),
+            "kernel.name: Value error, 'sdpa' is a built-in implementation's name",
+        ),
+        (
+            lambda root: (root / CONTRACT_FILE).write_text(GOOD.replace('"mine"', '"flash"')),
+            "names the kernel 'flash', the name of bench's own kernel",
+        ),
     ],
     ids=[
         "no-contract",
@@ -118,6 +126,8 @@ def refused(bench_env: Path, kernel: Path) -> None:
         "link-out",
         "not-toml",
         "env-preload",
+        "builtin-name",
+        "our-name",
     ],
 )
 def test_a_bad_kernel_repository_is_refused_with_one_line(bench_env, capsys, change, expected):
@@ -175,6 +185,31 @@ def test_a_contracts_env_refuses_what_runs_code_before_the_kernel(name):
 @pytest.mark.parametrize("name", ALLOWED_ENV_NAMES)
 def test_a_contracts_env_takes_build_and_kernel_settings(name):
     assert KernelContract(name="x", entry="a:b", env={name: "8"}).env == {name: "8"}
+
+
+BUILTIN_NAMES = [
+    *("sdpa", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "reference"),
+    *("xformers", "fa4", "flashinfer", "sdpa-extra16", "sdpa-extra7", "SDPA", "Reference"),
+]
+
+
+@pytest.mark.parametrize("name", BUILTIN_NAMES)
+def test_a_kernel_may_not_take_a_builtin_implementations_name(name):
+    """Not as its declared name, nor as a plan's identity for it (the registry holds a user
+    kernel under its identity: in a built-in's place, it would be timed as that one)."""
+    with pytest.raises(ValueError, match="is a built-in implementation's name"):
+        KernelContract(name=name, entry="a:b")
+    ours = KernelContract(name="mine", entry="a:b")
+    tree = KernelIdentity(tree_sha256="0" * 64)
+    for identity in (name, f"{name}@baseline"):
+        with pytest.raises(ValueError, match="is a built-in implementation's name"):
+            UserKernel(identity=identity, directory="user_kernel", contract=ours, source=tree)
+
+
+@pytest.mark.parametrize("name", ["mine@aa", "mine@baseline", "flash@baseline"])
+def test_a_declared_name_takes_no_suffix_of_a_timed_identity(name):
+    with pytest.raises(ValueError, match="should match pattern"):
+        KernelContract(name=name, entry="a:b")
 
 
 def test_a_kernel_whose_devices_exclude_the_plans_is_refused(tmp_path):
