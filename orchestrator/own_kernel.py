@@ -239,6 +239,14 @@ def declaring_own_kernel(plan: Plan) -> Plan:
     return with_own_kernel(plan)[0]
 
 
+def is_our_tree(kernel: UserKernel) -> bool:
+    """Whether a plan's kernel tree is ours as this module declares it (its folder, our
+    kernel's name), not a user's `--kernel` tree."""
+    return kernel.directory in (CANDIDATE_DIR, BASELINE_DIR) and (
+        kernel.contract.name == own_kernel_name()
+    )
+
+
 def own_kernel_name() -> str:
     """The name our contract declares: what plans call our kernel ('flash')."""
     path = package_dir(KERNEL_PACKAGE) / CONTRACT_FILE

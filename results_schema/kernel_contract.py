@@ -8,6 +8,7 @@ contract's content, where the tree lies in the payload, and the tree's identity.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Literal
 
@@ -220,6 +221,16 @@ class KernelContract(_Contract):
                 raise ValueError(f"{name}: a value is one printable line of <= 1000 characters")
         return env
 
+    def build_words(self) -> dict:
+        """The requirements, the build command and the env's NAME=VALUE words (sorted,
+        '{tree}' left in) as the build phase gets them (build.sh.j2): its cache key hashes
+        them as they are here."""
+        return {
+            "requirements": " ".join(self.requirements),
+            "command": self.build or "",
+            "env": [f"{name}={value}" for name, value in sorted(self.env.items())],
+        }
+
     def env_for(self, tree: str) -> dict[str, str]:
         """The env with '{tree}' replaced by the tree's path on the target."""
         return {name: value.replace(TREE_PLACEHOLDER, tree) for name, value in self.env.items()}
@@ -292,6 +303,17 @@ class UserKernel(_Contract):
     )
     contract: KernelContract = Field(description="the tree's bench-kernel.toml")
     source: KernelIdentity = Field(description="which tree this is")
+
+    def build_cache_prefix(self) -> str:
+        """'user-kernels/<name>-<24 hex>': the hash of what the controller knows of the
+        tree's build (its content, requirements, command and env, as the build phase gets
+        them and user_build.sh.j2's user_build_cache_key hashes them), to which the target
+        appends its toolchain's. The cache takes a tree's build under this prefix only."""
+        words = self.contract.build_words()
+        parts = [self.source.tree_sha256, words["requirements"], words["command"]]
+        parts.append(" ".join(words["env"]))  # "${*:6}": the words joined by spaces
+        digest = hashlib.sha256("".join(f"{part}\n" for part in parts).encode()).hexdigest()
+        return f"user-kernels/{self.contract.name}-{digest[:24]}"
 
     @field_validator("identity")
     @classmethod
