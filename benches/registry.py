@@ -15,9 +15,10 @@
                     one wave of the main one whatever N is (measured on an H100: 13-40%
                     slower for every N), a large slowdown of known direction
 
-Kernels with a contract (bench-kernel.toml: a user's, and ours, `flash` from kernels/) are
-not listed here: each run adds them from its plan (benches/user_kernel.py), each in a
-worker process of its own.
+Their names are results_schema/implementations.py's, which the controller checks plans
+against without torch and no kernel's contract may take. Kernels with a contract
+(bench-kernel.toml: a user's, and ours, `flash` from kernels/) are not listed here: each run
+adds them from its plan (benches/user_kernel.py), each in a worker process of its own.
 
 Each implementation says which backend actually ran (`backend_for`), so a CSV row never
 claims a kernel that did not run. k and v may have fewer heads than q (grouped-query
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 
 from benches.implementation import AttentionFn, Implementation, as_implementation
 from benches.reference import reference_attention
+from results_schema.implementations import CALIBRATION_FRACTIONS, SDPA_BACKENDS
 
 __all__ = ["AttentionFn", "Implementation", "as_implementation", "get", "IMPLEMENTATIONS", "NAMES"]
 
@@ -71,9 +73,6 @@ def _pinned_sdpa(name: str) -> AttentionFn:
 
 def _default_sdpa(q, k, v, causal):
     return _sdpa(q, k, v, causal)
-
-
-CALIBRATION_FRACTIONS = (16, 32, 64, 128)
 
 
 def _sdpa_plus_extra(fraction: int) -> AttentionFn:
@@ -126,7 +125,7 @@ def _registry() -> dict[str, Implementation]:
         impls[name] = Implementation(
             name, _sdpa_plus_extra(fraction), default_sdpa_backend, _always
         )
-    for name in ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math"):
+    for name in SDPA_BACKENDS:
         impls[name] = Implementation(
             name,
             _pinned_sdpa(name),

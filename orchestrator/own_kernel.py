@@ -10,7 +10,8 @@ directory (a kernels/ tree, or a checkout holding one), then resolved by git in 
 repository the controller runs from: its kernels/ at that commit comes from `git archive`,
 so neither the working tree nor the index is touched. Either way the tree is read by the
 payload's `collect_tree` (as git sees it, no link, bounded: orchestrator/payload.py). A
-revision older than the contract file is timed under the working tree's contract.
+revision older than the contract file, or whose contract this bench refuses, is timed under
+the working tree's contract.
 """
 
 from __future__ import annotations
@@ -192,12 +193,18 @@ def _declared(
     label: str,
     candidate: UserKernel | None,
 ) -> UserKernel:
-    """The tree as a plan carries it, under its own contract, or (a revision from before
-    the contract) the candidate's."""
-    if candidate is not None and CONTRACT_FILE not in dict(tree):
+    """The tree as a plan carries it, under its own contract; a baseline revision from
+    before the contract file, or whose contract this bench refuses (one from before BENCH_*
+    was reserved set BENCH_KERNEL_CACHE), under the candidate's."""
+    if candidate is None:
+        contract = parse_contract(tree, label)
+    elif CONTRACT_FILE not in dict(tree):
         contract = candidate.contract
     else:
-        contract = parse_contract(tree, label)
+        try:
+            contract = parse_contract(tree, label)
+        except UsageError:
+            contract = candidate.contract
     return UserKernel(identity=identity, directory=directory, contract=contract, source=source)
 
 
@@ -230,6 +237,14 @@ def declaring_own_kernel(plan: Plan) -> Plan:
     if own_kernel_name() not in plan.implementations:
         return plan
     return with_own_kernel(plan)[0]
+
+
+def is_our_tree(kernel: UserKernel) -> bool:
+    """Whether a plan's kernel tree is ours as this module declares it (its folder, our
+    kernel's name), not a user's `--kernel` tree."""
+    return kernel.directory in (CANDIDATE_DIR, BASELINE_DIR) and (
+        kernel.contract.name == own_kernel_name()
+    )
 
 
 def own_kernel_name() -> str:

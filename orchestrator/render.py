@@ -99,10 +99,8 @@ def user_kernel_builds(plan) -> list[dict]:
             "directory": kernel.directory,
             "identity": kernel.identity,
             "timeout": kernel.contract.build_timeout_seconds,
-            "requirements": " ".join(kernel.contract.requirements),
-            "command": kernel.contract.build or "",
-            # NAME=VALUE words; '{tree}' is replaced by the tree's path on the target
-            "env": [f"{name}={value}" for name, value in sorted(kernel.contract.env.items())],
+            # requirements, command, env: '{tree}' is replaced by the tree's path on the target
+            **kernel.contract.build_words(),
         }
         for kernel in plan.user_kernels
     ]

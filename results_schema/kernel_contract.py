@@ -8,10 +8,13 @@ contract's content, where the tree lies in the payload, and the tree's identity.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from results_schema.implementations import BASELINE_SUFFIX, builtin_name_refusal
 
 CONTRACT_FILE = "bench-kernel.toml"
 # package.module:function, each part a Python identifier
@@ -28,18 +31,46 @@ TIMEOUT_LIMITS = {
     "call_timeout": MAX_CALL_TIMEOUT_SECONDS,
 }
 
-# Variables a contract's env may not set: the build's and the worker's own plumbing (the
-# payload's python first on PATH, the harness's imports, the GPU it was given) and what the
-# startup script tells the harness.
-RESERVED_ENV = frozenset(
-    {"PATH", "HOME", "PWD", "SHELL", "PYTHONPATH", "PYTHONHOME", "CUDA_VISIBLE_DEVICES"}
-)
-RESERVED_ENV_PREFIXES = ("BENCH_ENV_", "BENCH_IMAGE", "BENCH_MACHINE", "BENCH_SPOT", "BENCH_ZONE")
+# What a contract's env may not set, and why (docs/kernel-contract.md holds the same list):
+# bench's own settings, whatever makes a program load or run code before its own (the
+# dynamic loader's, the interpreter's, the shells' startup), and the GPU the run was given.
+# The env reaches bench's own processes too: the requirements' pip, the build's bash, the
+# worker's python before it imports the kernel.
+REFUSED_ENV_PREFIXES = {
+    "BENCH_": "BENCH_* are bench's own settings (the startup script's and the harness's)",
+    "LD_": "LD_* are the dynamic loader's: they load or swap shared libraries before a "
+    "program's own code",
+    "PYTHON": "PYTHON* are the interpreter's: they change what python imports and runs before "
+    "the kernel's import (bench's pip and worker are python)",
+}
+REFUSED_ENV = {
+    "PATH": "it decides which programs run (the payload's python comes first)",
+    "HOME": "tools read their configuration from it (pip.conf, .bashrc)",
+    "PWD": "it is the working directory bench starts each step in",
+    "SHELL": "programs start the shell it names",
+    "BASH_ENV": "bash sources the file it names before the build's script",
+    "ENV": "sh and bash source the file it names when they start interactive",
+    "SHELLOPTS": "every bash started takes these options (xtrace runs PS4)",
+    "BASHOPTS": "every bash started takes these options",
+    "PS4": "bash expands it, command substitutions included, before each traced command",
+    "PROMPT_COMMAND": "bash runs it before each prompt",
+    "GCONV_PATH": "glibc's character-set conversion loads the shared objects it names",
+    "CUDA_INJECTION64_PATH": "the CUDA driver loads the library it names into every process "
+    "that starts CUDA",
+    "CUDA_VISIBLE_DEVICES": "it picks the GPU, which bench gave the run",
+    "CUDA_DEVICE_ORDER": "it renumbers the GPUs, which bench gave the run",
+}
 ENV_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,63}$"
 TREE_PLACEHOLDER = "{tree}"
 
 ContractDtype = Literal["float16", "bfloat16", "float32", "float64"]
 ContractDevice = Literal["cpu", "cuda"]
+
+
+def refused_env_reason(name: str) -> str | None:
+    """Why a contract's env may not set `name`, if it may not."""
+    prefix = next((p for p in REFUSED_ENV_PREFIXES if name.startswith(p)), None)
+    return REFUSED_ENV.get(name) or (REFUSED_ENV_PREFIXES[prefix] if prefix else None)
 
 
 class _Contract(BaseModel):
@@ -148,6 +179,14 @@ class KernelContract(_Contract):
         "uses it unless --plan names another",
     )
 
+    @field_validator("name")
+    @classmethod
+    def _not_builtin(cls, name: str) -> str:
+        refusal = builtin_name_refusal(name)
+        if refusal:
+            raise ValueError(refusal)
+        return name
+
     @field_validator("plan")
     @classmethod
     def _inside_the_tree(cls, path: str | None) -> str | None:
@@ -175,11 +214,22 @@ class KernelContract(_Contract):
         for name, value in env.items():
             if not re.fullmatch(ENV_NAME_PATTERN, name):
                 raise ValueError(f"{name!r} is no variable name (A-Z, 0-9 and _)")
-            if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
-                raise ValueError(f"{name} is set by bench itself, not by a contract")
+            why = refused_env_reason(name)
+            if why:
+                raise ValueError(f"{name} is refused: {why}")
             if len(value) > 1000 or not value.isprintable():
                 raise ValueError(f"{name}: a value is one printable line of <= 1000 characters")
         return env
+
+    def build_words(self) -> dict:
+        """The requirements, the build command and the env's NAME=VALUE words (sorted,
+        '{tree}' left in) as the build phase gets them (build.sh.j2): its cache key hashes
+        them as they are here."""
+        return {
+            "requirements": " ".join(self.requirements),
+            "command": self.build or "",
+            "env": [f"{name}={value}" for name, value in sorted(self.env.items())],
+        }
 
     def env_for(self, tree: str) -> dict[str, str]:
         """The env with '{tree}' replaced by the tree's path on the target."""
@@ -253,6 +303,26 @@ class UserKernel(_Contract):
     )
     contract: KernelContract = Field(description="the tree's bench-kernel.toml")
     source: KernelIdentity = Field(description="which tree this is")
+
+    def build_cache_prefix(self) -> str:
+        """'user-kernels/<name>-<24 hex>': the hash of what the controller knows of the
+        tree's build (its content, requirements, command and env, as the build phase gets
+        them and user_build.sh.j2's user_build_cache_key hashes them), to which the target
+        appends its toolchain's. The cache takes a tree's build under this prefix only."""
+        words = self.contract.build_words()
+        parts = [self.source.tree_sha256, words["requirements"], words["command"]]
+        parts.append(" ".join(words["env"]))  # "${*:6}": the words joined by spaces
+        digest = hashlib.sha256("".join(f"{part}\n" for part in parts).encode()).hexdigest()
+        return f"user-kernels/{self.contract.name}-{digest[:24]}"
+
+    @field_validator("identity")
+    @classmethod
+    def _not_builtin(cls, identity: str) -> str:
+        # The registry holds a user kernel under its identity: never in a built-in's place.
+        refusal = builtin_name_refusal(identity.removesuffix(BASELINE_SUFFIX))
+        if refusal:
+            raise ValueError(refusal)
+        return identity
 
 
 # The longest build message kept: the build's last line, as `<tree>.build-failed` holds it.

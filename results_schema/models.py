@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from results_schema.implementations import BASELINE_SUFFIX, CONTROL_SUFFIX
 from results_schema.kernel_contract import KernelIdentity, UserKernel, UserKernelBuild
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
@@ -30,10 +31,6 @@ Flag = Literal["impossible", "wrong-timed-output", "quantised", "bimodal"]
 # The A/A control's one decision for a whole run (benches.noise).
 NoiseVerdict = Literal["quiet", "noisy"]
 CheckStage = Literal["gate", "graph-probe", "timed-first", "timed-last", "timing"]
-# The A/A control: the plan's `control` implementation timed again under this identity.
-CONTROL_SUFFIX = "@aa"
-# Our kernel built from the A/B baseline's kernels/ tree (`bench launch --baseline REF`).
-BASELINE_SUFFIX = "@baseline"
 # From A/A controls on an H100 (2026-11-23, 3 CLI runs of the default plan's 12 configs):
 # point estimates strayed up to 1.4% from 1 in graph mode (S=128), up to 0.4% elsewhere;
 # 0 of 36 verdicts said faster/slower at δ = 1% or 0.5%, 3 of 36 (8%) at δ = 0.

@@ -1,25 +1,12 @@
 """What a run's target can run, known without torch: the controller checks a plan against it
 before anything is created, and the payload's registry must agree (a test holds them equal:
-benches.registry.NAMES, kernels.flash_attention's SUPPORTED_DTYPES and SUPPORTED_HEAD_DIMS)."""
+benches.registry.NAMES and results_schema/implementations.py, kernels.flash_attention's
+SUPPORTED_DTYPES and SUPPORTED_HEAD_DIMS)."""
 
 from __future__ import annotations
 
+from results_schema.implementations import CUDA_ONLY, IMPLEMENTATIONS
 from results_schema.models import Plan
-from results_schema.peers import PEER_NAMES
-
-CALIBRATION_FRACTIONS = (16, 32, 64, 128)
-IMPLEMENTATIONS = (
-    "sdpa",
-    "reference",
-    *(f"sdpa-extra{n}" for n in CALIBRATION_FRACTIONS),
-    "sdpa-flash",
-    "sdpa-cudnn",
-    "sdpa-efficient",
-    "sdpa-math",
-    *PEER_NAMES,  # public libraries (results_schema/peers.py), timed with --peers
-)
-# Implementations that refuse a CPU device.
-CUDA_ONLY = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", *PEER_NAMES)
 
 
 def plan_problems(plan: Plan, has_gpu: bool) -> list[str]:

@@ -225,7 +225,7 @@ for phase in run; do
   echo "--- the worker's last totals"
   tac "$out/timeline-$phase.log" | sed -n '1,/^--- timers of the worker/p' | tac | head -30
 done
-(cd "$sandbox/payload" && BENCH_KERNEL_CACHE="$sandbox/payload/$tree/.kernel-cache" \
+(cd "$sandbox/payload" && FLASH_KERNEL_CACHE="$sandbox/payload/$tree/.kernel-cache" \
   PYTHONPATH="$sandbox/payload:$PYTHONPATH" python3 "$work/fresh.py" "$sandbox/payload/$tree")
 # The environment and build phases' own commands, warm (the launches above ran them once).
 seconds() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N); python3 -c "print(round($t1 - $t0, 2))"; }
@@ -233,4 +233,4 @@ seconds() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.
 echo "python -c 'import torch': $(seconds python3 -c 'import torch') s"
 echo "nvidia-smi compute_cap: $(seconds nvidia-smi --query-gpu=compute_cap --format=csv,noheader) s"
 echo "nvcc --version: $(seconds "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" --version) s"
-(cd "$sandbox/payload/$tree" && echo "build.py --check (library cached): $(seconds env BENCH_KERNEL_CACHE="$sandbox/payload/$tree/.kernel-cache" python3 -m kernels.flash_attention.build --check) s")
+(cd "$sandbox/payload/$tree" && echo "build.py --check (library cached): $(seconds env FLASH_KERNEL_CACHE="$sandbox/payload/$tree/.kernel-cache" python3 -m kernels.flash_attention.build --check) s")

@@ -2,7 +2,7 @@
 
 The units come from generate.py and compile in parallel (one nvcc process per unit), then
 link into one shared library. The result is cached under
-    $BENCH_KERNEL_CACHE or ~/.cache/bench/kernels / <key> / libflash_attention.so
+    $FLASH_KERNEL_CACHE or ~/.cache/bench/kernels / <key> / libflash_attention.so
 with key = sha256(csrc + generator + this file) + nvcc version + arch, so a changed source,
 compiler or GPU never reuses a stale build.
 
@@ -171,7 +171,7 @@ def build_flags(arch: str, defines: dict[str, int] | None = None) -> list[str]:
 
 
 def cache_root() -> Path:
-    env = os.environ.get("BENCH_KERNEL_CACHE")
+    env = os.environ.get("FLASH_KERNEL_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "bench" / "kernels"
 
 

@@ -56,6 +56,7 @@ def show_summary(out, result) -> None:
         f"bench: run [bold]{result.run_id}[/] {manifest.status} → {markup_safe(result.directory)} "
         f"({samples} samples, every sha256 verified)"
     )
+    show_cache(out, result)
     if not result.summary or manifest.plan is None:
         return
     plan = manifest.plan
@@ -85,6 +86,14 @@ def show_summary(out, result) -> None:
             f"{markup_safe(plan.control_identity)}: A/A control, "
             f"{markup_safe(plan.control)} against itself"
         )
+
+
+def show_cache(out, result) -> None:
+    """One line per candidate entry of the run's build cache: promoted, or refused and why."""
+    from orchestrator.boundary import markup_safe
+
+    for decision in result.cache:
+        out.print(f"bench: {markup_safe(decision.line())}")
 
 
 def _speedup_cell(plan, implementation: str, row) -> str:

@@ -102,11 +102,13 @@ def launch_gate(fail_on, margin, gate_on, dest, *, wait, gpus, comparison) -> Ga
 
 def gate_finished_run(ctx, out, run_id: str, gate: GateRequest) -> int:
     """Fetch the complete run, judge it, write the report files; the outcome's exit code."""
+    from orchestrator.cli.fetch import show_cache
     from orchestrator.gate_markdown import render_json, render_markdown
     from orchestrator.service.fetch import fetch
     from orchestrator.service.gate import judge_run_dir
 
     fetched = fetch(ctx, ctx.registry.get(run_id), gate.dest)
+    show_cache(out, fetched)
     report = judge_run_dir(fetched.directory, gate.options())
     markdown = render_markdown(report)
     (fetched.directory / GATE_FILES[0]).write_text(markdown, encoding="utf-8")

@@ -21,7 +21,7 @@ from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.paths import ensure_writable_dest
 from orchestrator.registry import RunRecord
 from orchestrator.runtime_model import recorded_phase_seconds
-from orchestrator.service.cache import promote_cache_candidates
+from orchestrator.service.cache import CacheDecision, promote_cache_candidates
 from orchestrator.service.context import Context
 from orchestrator.service.runs import latest_run_id, placement_of, records_for
 from orchestrator.spec import is_sweep_id
@@ -36,6 +36,7 @@ class FetchResult:
     manifest: Manifest
     summary: list[SummaryRow] = field(default_factory=list)
     released: bool = False
+    cache: list[CacheDecision] = field(default_factory=list)  # one per candidate entry
 
 
 @dataclass
@@ -96,7 +97,7 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
         (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2))
         _publish(staging, final)
     ctx.backend(record.backend).release(record.run_id, placement_of(record))
-    promote_cache_candidates(store, record)
+    cache = promote_cache_candidates(store, record, plan)
     # The manifest passed the boundary: its state and times are checked values, the cost is
     # the controller's own reckoning, the phase times are history for this plan's content.
     ctx.registry.update(
@@ -107,7 +108,7 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
         phase_seconds=recorded_phase_seconds(manifest, record.created, record.max_run_seconds),
         plan_sha256=plan.content_sha256() if plan else "",
     )
-    return FetchResult(record.run_id, final, manifest, summary, released=True)
+    return FetchResult(record.run_id, final, manifest, summary, released=True, cache=cache)
 
 
 def billed_cost(ctx: Context, record: RunRecord, manifest: Manifest) -> float:

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UsageError
-from orchestrator.kernel_repo import read_baseline, read_candidate
+from orchestrator.kernel_repo import KernelTree, read_baseline, read_candidate
 from orchestrator.own_kernel import own_kernel_name, own_source, with_own_kernel
 from orchestrator.payload import TreeFiles
 from results_schema import Comparison, Plan, ProfileRequest
+from results_schema.kernel_contract import CONTRACT_FILE
 from results_schema.peers import PEER_NAMES, PEERS
 from results_schema.targets import plan_problems
 
@@ -90,10 +91,12 @@ def _shape_user_kernel_plan(plan: Plan, options: PlanOptions) -> ShapedPlan:
     if options.candidate or options.baseline_impl:
         raise UsageError("--kernel names the candidate: leave out --candidate and --baseline-impl")
     candidate = read_candidate(options.kernel)
+    _refuse_our_name(candidate, f"--kernel {options.kernel}")
     trees = [candidate]
     comparison = None
     if options.baseline:
         baseline, source = read_baseline(options.kernel, options.baseline, candidate.kernel)
+        _refuse_our_name(baseline, f"--baseline {options.baseline}")
         trees.append(baseline)
         comparison = Comparison(
             baseline=baseline.kernel.identity,
@@ -112,6 +115,18 @@ def _shape_user_kernel_plan(plan: Plan, options: PlanOptions) -> ShapedPlan:
         raise UsageError(f"--kernel {options.kernel}: " + "; ".join(problems))
     folders = tuple((t.kernel.directory, t.files) for t in trees)
     return ShapedPlan(shaped, notes=tuple(notes), kernel_trees=folders)
+
+
+def _refuse_our_name(tree: KernelTree, label: str) -> None:
+    """Our kernel's name is ours alone: a user's tree under it would be reported, plotted
+    and cached as bench's own kernel (each tree's rows say `user:<name>@<commit>`, but the
+    reports' headings, the history and the build cache go by the name)."""
+    ours = own_kernel_name()
+    if tree.kernel.contract.name.lower() == ours.lower():
+        raise UsageError(
+            f"{label}: its {CONTRACT_FILE} names the kernel {tree.kernel.contract.name!r}, the "
+            f"name of bench's own kernel (kernels/{CONTRACT_FILE}); name yours otherwise"
+        )
 
 
 def with_user_kernels(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,59 @@ def test_the_kernels_own_plan_runs_and_the_report_names_it_by_name_and_commit(
     assert not [text for text in [*legend, title] if "flash" in text and "sdpa" not in text]
     csv_rows = rows(Path("results") / run_id, "summary.csv", SummaryRow)
     assert {r.implementation for r in csv_rows} == {NAME, "sdpa", "reference"}
+
+
+# A build that also saves candidates under its own run's key, as any code on the machine
+# can (store_put and RUN_KEY are the startup script's): the environment every later run
+# restores, our kernel's build, another tree's build under this kernel's name, an old kind.
+PLANTED = (
+    "env/env-0123456789abcdef01234567",
+    f"user-kernels/flash-{'1' * 24}-{'2' * 24}",
+    f"user-kernels/{NAME}-{'3' * 24}-{'4' * 24}",
+    "kernels/k-sm_89",
+)
+PLANT = "printf x > ../planted && for key in {}; do {}; done".format(
+    " ".join(PLANTED),
+    'store_put ../planted "$RUN_KEY/cache/$key.tar.tar"'
+    ' && store_put ../planted "$RUN_KEY/cache/$key.sha256"',
+)
+
+
+def test_a_kernel_runs_fetch_promotes_its_own_build_alone_and_says_what_it_did(
+    bench_env, tmp_path, capsys
+):
+    """A trusted --kernel run's build plants candidates beside its own build's: `bench
+    fetch` promotes the build under the key the controller derives for the tree, refuses
+    every other entry, and prints one line for each."""
+    repo = example_repository(tmp_path)
+    (repo / "build_it.py").write_text(BUILD_SCRIPT)
+    with_build(repo, f"python build_it.py && {PLANT}")
+    manifest, run_dir = launch(bench_env, tmp_path, repo)
+    (built,) = manifest.user_builds
+    assert built.outcome == "built" and built.cache_key
+    capsys.readouterr()
+    assert main(["fetch", run_ids(bench_env)[-1]]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if "cache:" in line]
+
+    cache = run_dir.parents[1] / "cache"
+    assert sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*.*")) == sorted(
+        f"{built.cache_key}{suffix}" for suffix in (".sha256", ".tar.zst" if zstd() else ".tar.tar")
+    )
+    only_ours = (
+        f"comes only from runs that build nothing but bench's own kernel; this run built {NAME}"
+    )
+    no_key = f"no key bench derives for this run's trees ({NAME})"
+    assert sorted(printed) == sorted(
+        f"bench: cache: {line}"
+        for line in (
+            f"promoted {built.cache_key}: {NAME}'s build",
+            f"refused {PLANTED[0]}: the environment {only_ours}",
+            f"refused {PLANTED[1]}: {no_key}",
+            f"refused {PLANTED[2]}: {no_key}",
+            f"refused {PLANTED[3]}: no cache entry's name (env/KEY or user-kernels/KEY)",
+        )
+    )
+
+
+def zstd() -> bool:
+    return shutil.which("zstd") is not None

@@ -176,3 +176,20 @@ def test_each_side_of_an_ab_ships_and_runs_its_own_python(repo, tmp_path):
     baseline = next(k for k in shaped.plan.user_kernels if k.identity == "flash@baseline")
     assert baseline.directory == "baseline"
     assert baseline.contract.entry == "kernels.flash_attention.api:flash_attention"
+
+
+def test_a_revision_whose_contract_is_refused_now_is_timed_under_the_working_trees(repo):
+    """Before BENCH_* was refused, our contract's env set BENCH_KERNEL_CACHE: such a
+    revision is still a baseline, under the working tree's contract (as one from before the
+    contract file), never under the refused one."""
+    contract = repo / "kernels" / "bench-kernel.toml"
+    current = contract.read_text()
+    contract.write_text(current.replace("FLASH_KERNEL_CACHE", "BENCH_KERNEL_CACHE"))
+    git(repo, "commit", "-qam", "the contract as it was")
+    contract.write_text(current)
+    git(repo, "commit", "-qam", "the contract as it is")
+    plan, files, _ = ab_payload(repo, "HEAD~1")
+    candidate, baseline = plan.user_kernels
+    assert b"BENCH_KERNEL_CACHE" in files["baseline/bench-kernel.toml"]  # its tree, as it was
+    assert baseline.contract == candidate.contract
+    assert baseline.contract.env == {"FLASH_KERNEL_CACHE": "{tree}/.kernel-cache"}

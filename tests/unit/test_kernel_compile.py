@@ -315,7 +315,7 @@ def test_old_arch_is_refused():
 
 
 def test_cache_dir_follows_env(monkeypatch, tmp_path: Path):
-    monkeypatch.setenv("BENCH_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("FLASH_KERNEL_CACHE", str(tmp_path))
     assert build.cache_root() == tmp_path
 
 

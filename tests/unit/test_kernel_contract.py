@@ -98,6 +98,22 @@ def refused(bench_env: Path, kernel: Path) -> None:
             lambda root: (root / CONTRACT_FILE).write_text(GOOD + "[kernel\n"),
             f"{CONTRACT_FILE} is not valid TOML",
         ),
+        (
+            lambda root: (root / CONTRACT_FILE).write_text(
+                GOOD.replace(
+                    "[kernel.supports]", 'env = { LD_PRELOAD = "x.so" }\n[kernel.supports]'
+                )
+            ),
+            "kernel.env: Value error, LD_PRELOAD is refused: LD_* are the dynamic loader's",
+        ),
+        (
+            lambda root: (root / CONTRACT_FILE).write_text(GOOD.replace('"mine"', '"sdpa"')),
+            "kernel.name: Value error, 'sdpa' is a built-in implementation's name",
+        ),
+        (
+            lambda root: (root / CONTRACT_FILE).write_text(GOOD.replace('"mine"', '"flash"')),
+            "names the kernel 'flash', the name of bench's own kernel",
+        ),
     ],
     ids=[
         "no-contract",
@@ -109,6 +125,9 @@ def refused(bench_env: Path, kernel: Path) -> None:
         "timeout-no-unit",
         "link-out",
         "not-toml",
+        "env-preload",
+        "builtin-name",
+        "our-name",
     ],
 )
 def test_a_bad_kernel_repository_is_refused_with_one_line(bench_env, capsys, change, expected):
@@ -139,6 +158,58 @@ def test_contract_values_are_checked():
     assert duration_seconds("1h30m") == 5400 and duration_seconds("90s") == 90
     with pytest.raises(ValueError):
         duration_seconds("15")
+
+
+REFUSED_ENV_NAMES = [
+    *("BENCH_KERNEL_CACHE", "BENCH_ANYTHING", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"),
+    *("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PYTHONWARNINGS"),
+    *("PATH", "HOME", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND"),
+    *("GCONV_PATH", "CUDA_INJECTION64_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"),
+]
+ALLOWED_ENV_NAMES = [
+    *("CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "BLOCK_M", "TORCH_EXTENSIONS_DIR"),
+    *("TRITON_CACHE_DIR", "FLASH_KERNEL_CACHE", "IFS", "MALLOC_ARENA_MAX", "NVIDIA_TF32_OVERRIDE"),
+]
+
+
+@pytest.mark.parametrize("name", REFUSED_ENV_NAMES)
+def test_a_contracts_env_refuses_what_runs_code_before_the_kernel(name):
+    """bench's settings, the loader's, the interpreter's and the shells' startup variables,
+    and the GPU's: one line naming the variable and why."""
+    with pytest.raises(ValueError, match=rf"{name} is refused: \S") as refused:
+        KernelContract(name="x", entry="a:b", env={name: "{tree}/x"})
+    (error,) = refused.value.errors()
+    assert len(error["msg"].splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ALLOWED_ENV_NAMES)
+def test_a_contracts_env_takes_build_and_kernel_settings(name):
+    assert KernelContract(name="x", entry="a:b", env={name: "8"}).env == {name: "8"}
+
+
+BUILTIN_NAMES = [
+    *("sdpa", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "reference"),
+    *("xformers", "fa4", "flashinfer", "sdpa-extra16", "sdpa-extra7", "SDPA", "Reference"),
+]
+
+
+@pytest.mark.parametrize("name", BUILTIN_NAMES)
+def test_a_kernel_may_not_take_a_builtin_implementations_name(name):
+    """Not as its declared name, nor as a plan's identity for it (the registry holds a user
+    kernel under its identity: in a built-in's place, it would be timed as that one)."""
+    with pytest.raises(ValueError, match="is a built-in implementation's name"):
+        KernelContract(name=name, entry="a:b")
+    ours = KernelContract(name="mine", entry="a:b")
+    tree = KernelIdentity(tree_sha256="0" * 64)
+    for identity in (name, f"{name}@baseline"):
+        with pytest.raises(ValueError, match="is a built-in implementation's name"):
+            UserKernel(identity=identity, directory="user_kernel", contract=ours, source=tree)
+
+
+@pytest.mark.parametrize("name", ["mine@aa", "mine@baseline", "flash@baseline"])
+def test_a_declared_name_takes_no_suffix_of_a_timed_identity(name):
+    with pytest.raises(ValueError, match="should match pattern"):
+        KernelContract(name=name, entry="a:b")
 
 
 def test_a_kernel_whose_devices_exclude_the_plans_is_refused(tmp_path):

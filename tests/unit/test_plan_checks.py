@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.service.plans import local_gpu_present, plans_dir
-from results_schema import targets
+from results_schema import implementations, targets
 
 
 def write_plan(tmp_path, **changes):
@@ -78,11 +78,10 @@ def test_the_controllers_view_of_the_target_matches_the_payloads_registry():
 
     from benches import registry
 
-    assert set(targets.IMPLEMENTATIONS) == set(registry.NAMES)
+    assert set(implementations.IMPLEMENTATIONS) == set(registry.NAMES)
     cpu = torch.device("cpu")
     needs_cuda = {name for name in registry.NAMES if registry.get(name).available(cpu)}
-    assert needs_cuda == set(targets.CUDA_ONLY)
-    assert targets.CALIBRATION_FRACTIONS == registry.CALIBRATION_FRACTIONS
+    assert needs_cuda == set(implementations.CUDA_ONLY)
 
 
 def test_our_kernels_contract_says_what_its_code_supports():

@@ -110,7 +110,7 @@ def test_ab_script_builds_both_trees_by_their_contract_and_gives_the_profile_tim
     assert "build_user_kernel flash_kernel flash " in plain_script
     assert "build_user_kernel baseline" not in plain_script
     assert "'python3 -m kernels.flash_attention.build'" in plain_script
-    assert "'BENCH_KERNEL_CACHE={tree}/.kernel-cache'" in plain_script
+    assert "'FLASH_KERNEL_CACHE={tree}/.kernel-cache'" in plain_script
     assert benchmark_timeout_seconds(ab) == (
         benchmark_timeout_seconds(plain) + ab.plan.profile.timeout_seconds
     )

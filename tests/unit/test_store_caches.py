@@ -1,6 +1,7 @@
 """The environment and kernel-build caches in the bucket, run by bash against the real
 fake-gcs-server through the gce partial's store_put/store_get: saved once as the run's own
-candidate, promoted into cache/ by the controller for a trusted run only, restored later,
+candidate, promoted into cache/ by the controller for a trusted run only (one line saying
+so), restored later,
 and a corrupt object detected by its sha256 and rebuilt.
 """
 
@@ -15,6 +16,7 @@ import pytest
 from orchestrator.config import BenchConfig
 from orchestrator.render import APT_LOCK_TIMEOUT_SECONDS, template_environment
 from orchestrator.service.cache import promote_cache_candidates
+from orchestrator.service.plans import resolve_plan
 from orchestrator.stores.gcs import GcsStore
 from tests.fakes.fixtures import gcs_bucket, gcs_server  # noqa: F401 - fixtures
 from tests.unit.test_gce_startup_partial import vm  # noqa: F401 - fixture
@@ -63,7 +65,8 @@ def blob(gcs_server, bucket: str, key: str):  # noqa: F811
 
 
 def promote(gcs_server, bucket: str, trusted: bool = True) -> list[str]:  # noqa: F811
-    """What `bench fetch` does with run r1's candidates (service/cache.py)."""
+    """What `bench fetch` does with run r1's candidates (service/cache.py), run r1 a plan
+    that builds no user's tree: one line per entry."""
     config = BenchConfig(
         project="bench-test-project",
         bucket=bucket,
@@ -71,7 +74,8 @@ def promote(gcs_server, bucket: str, trusted: bool = True) -> list[str]:  # noqa
         storage_endpoint=gcs_server.endpoint,
     )
     record = cache_record(trusted, run_id="r1", secret="")
-    return promote_cache_candidates(GcsStore(config), record)
+    plan, _ = resolve_plan("cpu-smoke", "local", has_gpu=False)
+    return [d.line() for d in promote_cache_candidates(GcsStore(config), record, plan)]
 
 
 def corrupt(gcs_server, bucket: str, key: str) -> None:  # noqa: F811
@@ -93,28 +97,30 @@ def test_a_saved_tree_comes_back_and_a_corrupt_one_is_refused(
     tmp = cache_vm.tmp_path
     (tmp / "tree" / "sub").mkdir(parents=True)
     (tmp / "tree" / "sub" / "file.txt").write_text("cached bytes\n")
-    saved = cache_vm(f'cache_format() {{ echo {fmt}; }}; cache_save tree "kernels/k1"')
+    saved = cache_vm(f'cache_format() {{ echo {fmt}; }}; cache_save tree "env/k1"')
     assert saved.returncode == 0, saved.stderr + saved.stdout
-    assert blob(gcs_server, gcs_bucket, "kernels/k1.sha256") is None  # a candidate only
-    assert promote(gcs_server, gcs_bucket, trusted=False) == []
-    missing = cache_vm('cache_restore "kernels/k1" back || echo "exit $?"')
-    assert "no kernels/k1 yet" in missing.stdout and "exit 1" in missing.stdout
-    promoted = promote(gcs_server, gcs_bucket)
-    assert promoted == [f"cache/kernels/k1.tar.{fmt}", "cache/kernels/k1.sha256"]
-    restored = cache_vm('cache_restore "kernels/k1" back')
+    assert blob(gcs_server, gcs_bucket, "env/k1.sha256") is None  # a candidate only
+    assert promote(gcs_server, gcs_bucket, trusted=False) == [
+        "cache: refused env/k1: the run was launched --untrusted (or under CI): it gives the "
+        "cache nothing"
+    ]
+    missing = cache_vm('cache_restore "env/k1" back || echo "exit $?"')
+    assert "no env/k1 yet" in missing.stdout and "exit 1" in missing.stdout
+    assert promote(gcs_server, gcs_bucket) == ["cache: promoted env/k1: the environment"]
+    restored = cache_vm('cache_restore "env/k1" back')
     assert restored.returncode == 0, restored.stderr + restored.stdout
     assert (tmp / "back" / "sub" / "file.txt").read_text() == "cached bytes\n"
-    digest, stored = blob(gcs_server, gcs_bucket, "kernels/k1.sha256").download_as_text().split()
-    data = blob(gcs_server, gcs_bucket, f"kernels/k1.tar.{fmt}").download_as_bytes()
+    digest, stored = blob(gcs_server, gcs_bucket, "env/k1.sha256").download_as_text().split()
+    data = blob(gcs_server, gcs_bucket, f"env/k1.tar.{fmt}").download_as_bytes()
     assert stored == fmt and hashlib.sha256(data).hexdigest() == digest
 
-    corrupt(gcs_server, gcs_bucket, "kernels/k1")
-    refused = cache_vm('cache_restore "kernels/k1" back2 || echo "exit $?"')
+    corrupt(gcs_server, gcs_bucket, "env/k1")
+    refused = cache_vm('cache_restore "env/k1" back2 || echo "exit $?"')
     assert refused.returncode == 0, refused.stderr
-    assert "kernels/k1 is corrupt" in refused.stdout and "exit 1" in refused.stdout
+    assert "env/k1 is corrupt" in refused.stdout and "exit 1" in refused.stdout
     assert not (tmp / "back2").exists()
-    missing = cache_vm('cache_restore "kernels/none" back3 || echo "exit $?"')
-    assert "no kernels/none yet" in missing.stdout and "exit 1" in missing.stdout
+    missing = cache_vm('cache_restore "env/none" back3 || echo "exit $?"')
+    assert "no env/none yet" in missing.stdout and "exit 1" in missing.stdout
 
 
 def test_environment_cache_built_restored_and_rebuilt_when_corrupt(
@@ -133,7 +139,8 @@ def test_environment_cache_built_restored_and_rebuilt_when_corrupt(
     first = cache_vm(provide)
     assert first.returncode == 0, first.stderr + first.stdout
     assert first.stdout.splitlines()[-2:] == ["built", str(cache_vm.tmp_path / "venv")]
-    assert len(promote(gcs_server, gcs_bucket)) == 2
+    (promoted,) = promote(gcs_server, gcs_bucket)
+    assert promoted.startswith("cache: promoted env/env-") and promoted.endswith("environment")
     keys = [
         b.name for b in gcs_server.client().list_blobs(gcs_bucket, prefix=f"{PREFIX}/cache/env/")
     ]

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.render import template_environment
+from orchestrator.render import template_environment, user_kernel_builds
 from orchestrator.service.cache import promote_cache_candidates
 from orchestrator.stores.local import LocalStore
 from results_schema.kernel_contract import UserKernelBuild
 from tests.limits import HANG_SECONDS
 from tests.unit.test_render import shellcheck
-from tests.unit.test_run_containment import cache_record
+from tests.unit.test_run_containment import cache_record, kernel_run_plan, user_kernel
 
 # Builds in place, as `python setup.py build_ext --inplace` does: an output file in the
 # package, a build/ folder, an edited file; and counts how often it ran, outside the tree.
@@ -63,6 +63,7 @@ class Machine:
         (root / "cache.sh").write_text(env.get_template("partials/cache.sh.j2").render())
 
     def run(self, command: str = BUILD, tree_sha: str = TREE_SHA, requirements: str = "", env=()):
+        """A launch of tree `tree_sha` whose contract has this build, requirements and env."""
         self.runs += 1
         work = self.root / f"machine{self.runs}"
         tree = work / "payload" / "user_kernel"
@@ -70,10 +71,13 @@ class Machine:
         (tree / "pkg" / "ops.py").write_text("def attention(q, k, v, *, causal, scale):\n")
         (tree / "pkg" / "__init__.py").write_text("")
         (work / "python.path").write_text(sys.executable)
-        kernel = {"directory": "user_kernel", "identity": "mine"}
-        kernel |= {"contract": {"name": "mine"}, "source": {"tree_sha256": tree_sha}}
-        (work / "plan.json").write_text(json.dumps({"user_kernels": [kernel]}))
-        (work / "build.sh").write_text(render_build(command, requirements, env))
+        contract = {"build": command, "requirements": requirements.split()}
+        contract["env"] = dict(assignment.split("=", 1) for assignment in env)
+        self.plan = kernel_run_plan(user_kernel(tree=tree_sha, **contract))
+        (work / "plan.json").write_text(self.plan.model_dump_json())
+        builds = user_kernel_builds(self.plan)
+        script = template_environment().get_template("partials/build.sh.j2")
+        (work / "build.sh").write_text(script.render(plan_name="p", user_kernel_builds=builds))
         script = (
             "set -Eeuo pipefail\n"
             'log() { echo "[log] $*"; }\n'
@@ -100,10 +104,11 @@ class Machine:
         return sum(len(p.read_text().splitlines()) for p in counts)
 
     def promote(self) -> list[str]:
-        """What `bench fetch` of trusted run r1 does with its candidates (service/cache.py)."""
-        return promote_cache_candidates(
-            LocalStore(self.store_root), cache_record(True, run_id="r1", secret="")
-        )
+        """What `bench fetch` of trusted run r1, launched as the last run, does with its
+        candidates (service/cache.py): the entries it promoted."""
+        record = cache_record(True, run_id="r1", secret="")
+        decisions = promote_cache_candidates(LocalStore(self.store_root), record, self.plan)
+        return [decision.entry for decision in decisions if decision.promoted]
 
     def entries(self, suffix: str) -> list[Path]:
         return sorted((self.store_root / "cache" / "user-kernels").glob(f"*{suffix}"))
@@ -122,7 +127,9 @@ def test_the_same_tree_hits_the_cache_and_another_tree_misses(machine):
     assert built.cache_key.startswith("user-kernels/mine-")
     assert f"cache: saved {built.cache_key} as this run's candidate" in first.stdout
     assert machine.entries(".sha256") == []  # only a candidate until a trusted fetch
-    assert len(machine.promote()) == 2
+    assert machine.promote() == [built.cache_key]
+    # The target's key: the prefix the controller derives for the tree, then the toolchain's.
+    assert built.cache_key.startswith(machine.plan.user_kernels[0].build_cache_prefix() + "-")
 
     second = machine.run()
     assert machine.compiles() == 1, "the same tree must not build again"
@@ -141,6 +148,7 @@ def test_the_same_tree_hits_the_cache_and_another_tree_misses(machine):
     assert machine.compiles() == 3 and changed.builds[0].cache_key != built.cache_key
     pinned = machine.run(requirements="pip==" + pip_version())  # other requirements
     assert machine.compiles() == 4 and pinned.builds[0].cache_key != built.cache_key
+    assert machine.promote() == [pinned.builds[0].cache_key]  # the controller's key too
 
 
 def pip_version() -> str:
@@ -207,27 +215,12 @@ def test_the_rendered_build_is_shellcheck_clean():
     assert result.returncode == 0, result.stdout
 
 
-def test_user_kernels_and_the_baseline_trees_candidates_are_promoted(tmp_path):
-    store = LocalStore(tmp_path / "store")
-    record = cache_record(True)
-    names = [
-        "kernels-baseline/src0123-sm_89.tar.zst",
-        "kernels-baseline/src0123-sm_89.sha256",
-        "user-kernels/mine-0123abcd.tar.tar",
-        "user-kernels/mine-0123abcd.sha256",
-    ]
-    for name in [*names, "user-kernels/mine/nested.sha256"]:
-        store.put_bytes(f"{record.run_key}/cache/{name}", b"x")
-    promote_cache_candidates(store, record)
-    assert sorted(store.list("cache/")) == sorted(f"cache/{name}" for name in names)
-
-
-# Our kernel's contract (kernels/bench-kernel.toml) builds into BENCH_KERNEL_CACHE, which its
+# Our kernel's contract (kernels/bench-kernel.toml) builds into FLASH_KERNEL_CACHE, which its
 # env points into the tree; this build writes there as build.py does, and records the path.
 ENV_BUILD = (
-    'echo run >> ../compiles; mkdir -p "$BENCH_KERNEL_CACHE/key1"'
-    ' && echo lib > "$BENCH_KERNEL_CACHE/key1/libflash_attention.so"'
-    ' && echo "$BENCH_KERNEL_CACHE" > ../cache_dir'
+    'echo run >> ../compiles; mkdir -p "$FLASH_KERNEL_CACHE/key1"'
+    ' && echo lib > "$FLASH_KERNEL_CACHE/key1/libflash_attention.so"'
+    ' && echo "$FLASH_KERNEL_CACHE" > ../cache_dir'
 )
 
 
@@ -235,7 +228,7 @@ def test_a_build_into_its_contracts_env_is_cached_with_the_tree(machine):
     """The env reaches the build with '{tree}' as this machine's tree, an output it puts in
     the tree is saved and restored as any, and the key does not depend on where the tree
     lies (each machine's differs)."""
-    env = ["BENCH_KERNEL_CACHE={tree}/.kernel-cache"]
+    env = ["FLASH_KERNEL_CACHE={tree}/.kernel-cache"]
     first = machine.run(command=ENV_BUILD, env=env)
     (built,) = first.builds
     assert built.outcome == "built" and machine.compiles() == 1
@@ -250,7 +243,7 @@ def test_a_build_into_its_contracts_env_is_cached_with_the_tree(machine):
     library = second.tree / ".kernel-cache" / "key1" / "libflash_attention.so"
     assert library.read_text() == "lib\n"
 
-    other = machine.run(command=ENV_BUILD, env=["BENCH_KERNEL_CACHE={tree}/.other"])
+    other = machine.run(command=ENV_BUILD, env=["FLASH_KERNEL_CACHE={tree}/.other"])
     assert other.builds[0].cache_key != built.cache_key  # another env: another key
 
 
@@ -265,7 +258,7 @@ def test_our_contract_renders_its_build_and_env():
     default = json.loads((plans_dir() / "default.json").read_text())
     plan = Plan.model_validate({**default, "user_kernels": [flash]})
     (build,) = user_kernel_builds(plan)
-    assert build["env"] == ["BENCH_KERNEL_CACHE={tree}/.kernel-cache"]
+    assert build["env"] == ["FLASH_KERNEL_CACHE={tree}/.kernel-cache"]
     assert build["command"] == "python3 -m kernels.flash_attention.build"
     checked = shellcheck("#!/usr/bin/env bash\n" + render_build(build["command"], "", build["env"]))
     assert checked.returncode == 0, checked.stdout

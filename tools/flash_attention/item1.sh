@@ -15,7 +15,7 @@
 # CSV under $OUT. Logs under $OUT; PACK=1 packs them into one archive (the device returns at
 # most 8 files), the table (table.txt) beside it and printed last.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD BENCH_KERNEL_CACHE=/tmp/flash-cache-item1
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD FLASH_KERNEL_CACHE=/tmp/flash-cache-item1
 # The flag ab.py builds with (several builds in one process), set for every build here: the
 # cache key does not see it, and ab.py reuses the libraries the tail checks built.
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} -Xcompiler=-fno-gnu-unique"
@@ -102,7 +102,7 @@ for n in names:
 PYEOF
 fi
 if has sass; then
-  python3 tools/flash_attention/sass_counts.py "$BENCH_KERNEL_CACHE" > "$OUT/sass.log" 2>&1
+  python3 tools/flash_attention/sass_counts.py "$FLASH_KERNEL_CACHE" > "$OUT/sass.log" 2>&1
   echo "sass: rc=$?"
 fi
 if has ncu; then

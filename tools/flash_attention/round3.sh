@@ -10,7 +10,7 @@
 # BASE: a directory holding the old kernels/ (git archive HEAD kernels | tar -x -C DIR).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD:$PWD/tools/flash_attention
-export BENCH_KERNEL_CACHE=${BENCH_KERNEL_CACHE:-/tmp/flash-cache}
+export FLASH_KERNEL_CACHE=${FLASH_KERNEL_CACHE:-/tmp/flash-cache}
 OUT=${OUT:-/tmp/flash-out}
 BASE=${BASE:-.ab_base}
 STEPS=${STEPS:-test,ab,sass,gqa,d256}

@@ -10,17 +10,17 @@ OUT=${OUT:-/tmp/flash-out}
 mkdir -p "$OUT"
 STEPS=${STEPS:-build,smoke,test,sanitize,sass,bench}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
-export BENCH_KERNEL_CACHE=/tmp/flash-cache
+export FLASH_KERNEL_CACHE=/tmp/flash-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu \
   --format=csv,noheader | tee "$OUT/gpu.txt"
 if has build; then
   rm -rf /tmp/flash-cache /tmp/flash-cache4
   python3 -m kernels.flash_attention.build --record "$OUT/build_cold.json" >/dev/null || exit 1
-  BENCH_KERNEL_CACHE=/tmp/flash-cache4 taskset -c 0-3 python3 -m kernels.flash_attention.build \
+  FLASH_KERNEL_CACHE=/tmp/flash-cache4 taskset -c 0-3 python3 -m kernels.flash_attention.build \
     --record "$OUT/build_4core.json" >/dev/null
   # Warm: the same 4-core build again, a cache hit (build()'s seconds; the process's wall too).
   start=$EPOCHREALTIME
-  BENCH_KERNEL_CACHE=/tmp/flash-cache4 taskset -c 0-3 python3 -m kernels.flash_attention.build \
+  FLASH_KERNEL_CACHE=/tmp/flash-cache4 taskset -c 0-3 python3 -m kernels.flash_attention.build \
     --record "$OUT/build_warm.json" >/dev/null
   awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "build_warm: process wall %.2f s\n", b - a }'
   python3 - "$OUT" <<'PYEOF'

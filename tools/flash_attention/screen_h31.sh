@@ -9,7 +9,7 @@
 # with tools/flash_attention/wip/h31-cluster-kv-multicast.patch applied (git apply).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD:$PWD/tools/flash_attention
-export BENCH_KERNEL_CACHE=/tmp/flash-cache-item1
+export FLASH_KERNEL_CACHE=/tmp/flash-cache-item1
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} -Xcompiler=-fno-gnu-unique"
 O=${OUT:-/tmp/flash-out}
 BASE=${BASE:?the tree before}

@@ -6,7 +6,7 @@
 # errors over the GPU tests' shapes (precision.py).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD:$PWD/tools/flash_attention
-export BENCH_KERNEL_CACHE=/tmp/flash-cache-item1
+export FLASH_KERNEL_CACHE=/tmp/flash-cache-item1
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} -Xcompiler=-fno-gnu-unique"
 O=${OUT:-/tmp/flash-out}
 mkdir -p "$O"

@@ -5,7 +5,7 @@
 # switch was removed after it. BASE: the tree before (default: the one of that call).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD:$PWD/tools/flash_attention
-export BENCH_KERNEL_CACHE=/tmp/flash-cache-item1
+export FLASH_KERNEL_CACHE=/tmp/flash-cache-item1
 O=${OUT:-/tmp/flash-out}
 BASE=${BASE:-.ab_base/r3s7b}
 B="head@$BASE= p1=FLASH_SM90_P_BUFFERS=1"
