@@ -108,6 +108,12 @@ def user_kernel_builds(plan) -> list[dict]:
     ]
 
 
+def tree_sha256s(spec: RunSpec) -> str:
+    """TREE=SHA256 words: each tree's digest as launch packed it, which the script checks
+    just before the tree is used."""
+    return " ".join(f"{tree}={sha}" for tree, sha in sorted(spec.tree_sha256s.items()))
+
+
 def peer_installs(plan, backend: str) -> list[dict]:
     """What the peers partial installs before the gate: each public peer the plan times,
     with its pins, preferred first (results_schema/peers.py). Only on gce: on the local
@@ -170,6 +176,8 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
             "measure": correctness_timeout_seconds(spec) + benchmark_timeout_seconds(spec),
         },
         "user_kernel_builds": user_kernel_builds(plan),
+        "kernel_folders": [k.directory for k in plan.user_kernels],
+        "tree_sha256s": tree_sha256s(spec),
         "peer_installs": peer_installs(plan, spec.backend),
         "peer_install_seconds": PEER_INSTALL_SECONDS,
         "needs_gpu": on_gpu,

@@ -114,3 +114,16 @@ def test_ab_script_builds_both_trees_by_their_contract_and_gives_the_profile_tim
     assert benchmark_timeout_seconds(ab) == (
         benchmark_timeout_seconds(plain) + ab.plan.profile.timeout_seconds
     )
+
+
+def test_the_script_checks_each_tree_against_the_digest_launch_packed(tmp_path):
+    from orchestrator.payload import build_payload
+
+    spec = spec_for("cpu-smoke", "local")
+    payload = build_payload(spec.plan)
+    script = render_startup(
+        spec.with_payload(payload), "/var/lib/bench/run", backend_vars("local", tmp_path)
+    )
+    digests = shquote(f"harness={payload.tree_sha256s['harness']}")
+    assert f"readonly TREE_SHA256S={digests}\n" in script
+    assert "  check_tree harness measure\n" in script
