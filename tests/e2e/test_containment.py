@@ -68,6 +68,8 @@ def test_what_a_build_and_a_worker_leave_running_is_ended_and_named(bench_env, t
     log = (run_dir / "logs" / "startup.log").read_text()
     assert f"leftovers: build of user_kernel left 1 running; ended {left.pid} (" in log
     assert f"leftovers: measure left {measure.ended} running; ended " in log
+    assert manifest.containment.kernel_users == {}  # the local backend drops no privileges
+    assert "user who launched the run" in manifest.containment.note
 
 
 def test_a_build_that_edits_the_baseline_fails_the_run_before_the_baseline_builds(
