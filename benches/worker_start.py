@@ -26,6 +26,7 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
+from benches import confinement
 from results_schema import Plan
 
 BUILD_FAILED_SUFFIX = ".build-failed"  # written by the startup script's build phase
@@ -55,6 +56,8 @@ def serve(
     a fresh interpreter would have it."""
     os.environ.clear()
     os.environ.update(environ)
+    # Where the run confines kernels, the tree's own unprivileged user from here on.
+    confinement.enter_kernel_account(tree)
     from benches import worker
 
     worker.serve(conn, kernel_json, tree, device, flush_l2)

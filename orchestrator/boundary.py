@@ -40,11 +40,13 @@ from results_schema import CSV_MODELS, Manifest, Plan, Status
 from results_schema.csvio import CsvSchemaError, iter_rows
 from results_schema.names import RUN_ID_PATTERN
 from results_schema.record import (
+    HARNESS_TREE,
     MAX_PROFILE_REPORTS,
     PROFILE_FILES,
     PROFILE_REPORT_NAME,
     RESULT_FILES,
     billed_usd,
+    payload_tree_digests,
 )
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -384,10 +386,19 @@ def _with_billed_cost(manifest: Manifest, record: RunRecord, limits: Limits) -> 
 UNKNOWN_PAYLOADS = ("", "0" * 64)
 
 
-def launched_plan(store, record: RunRecord, limits: Limits = LIMITS) -> Plan | None:
-    """The plan launch put in the run's payload, read back from the store and held to the
-    sha256 the registry recorded at launch, so a VM that rewrote its payload is caught;
-    None for a run whose payload the registry does not know."""
+@dataclass(frozen=True)
+class LaunchedPayload:
+    """What launch packed, read back: the plan, and each tree's digest (the harness's, each
+    kernel tree's folder's), which the run's manifest says it checked its trees against."""
+
+    plan: Plan
+    tree_sha256s: dict[str, str]
+
+
+def launched_payload(store, record: RunRecord, limits: Limits = LIMITS) -> LaunchedPayload | None:
+    """The run's payload read back from the store and held to the sha256 the registry
+    recorded at launch, so a VM that rewrote its payload is caught; None for a run whose
+    payload the registry does not know."""
     if record.payload_sha256 in UNKNOWN_PAYLOADS:
         return None
     where = f"run {record.run_id}: payload.tar.gz"
@@ -400,33 +411,71 @@ def launched_plan(store, record: RunRecord, limits: Limits = LIMITS) -> Plan | N
     if hashlib.sha256(raw).hexdigest() != record.payload_sha256:
         raise ResultsError(f"{where} is not the one launch built (its sha256 differs)")
     try:
-        data = parse_json(_plan_json(raw, limits), limits.manifest_bytes, limits)
-        return _model(data, Plan)
+        plan_json, digests = read_payload(raw, limits)
+        return LaunchedPayload(
+            _model(parse_json(plan_json, limits.manifest_bytes, limits), Plan), digests
+        )
     except (ValueError, KeyError, OSError, EOFError, tarfile.TarError) as e:
         raise ResultsError(f"{where} holds no valid plan.json: {printable(e, 200)}") from None
 
 
-def _plan_json(payload: bytes, limits: Limits) -> bytes:
+def read_payload(payload: bytes, limits: Limits = LIMITS) -> tuple[bytes, dict[str, str]]:
+    """A payload tarball's plan.json and its trees' digests (results_schema.record)."""
+    plan_json, members = None, []
     with tarfile.open(fileobj=io.BytesIO(payload), mode="r|gz") as tar:
         for member in tar:
-            if member.name == "plan.json" and member.isfile():
-                if member.size > limits.manifest_bytes:
-                    raise ValueError(f"plan.json has {member.size} bytes")
-                return tar.extractfile(member).read()
-    raise ValueError("it holds no plan.json")
+            if not member.isfile():
+                continue
+            if member.name == "plan.json" and member.size > limits.manifest_bytes:
+                raise ValueError(f"plan.json has {member.size} bytes")
+            data = tar.extractfile(member).read()
+            plan_json = data if member.name == "plan.json" else plan_json
+            members.append((member.name, hashlib.sha256(data).hexdigest()))
+    if plan_json is None:
+        raise ValueError("it holds no plan.json")
+    return plan_json, payload_tree_digests(members)
 
 
-def with_launched_plan(manifest: Manifest, plan: Plan | None, run_id: str) -> Manifest:
+def with_launched_payload(
+    manifest: Manifest, launched: LaunchedPayload | None, run_id: str
+) -> Manifest:
     """The manifest carrying the plan launch built. The payload writes that plan back
-    unchanged, so a manifest naming another is refused; one that names none gets it."""
-    if plan is None:
+    unchanged, so a manifest naming another is refused; one that names none gets it. Its
+    tree checks must name launch's trees and digests (`_check_trees`)."""
+    if launched is None:
         return manifest
+    plan = launched.plan
     if manifest.plan is not None and manifest.plan.content_sha256() != plan.content_sha256():
         raise ResultsError(
             f"run {run_id}: manifest.json names a plan other than the one launched "
             f"({printable(manifest.plan.name, 60)!r}, not {printable(plan.name, 60)!r})"
         )
+    try:
+        _check_trees(manifest, launched.tree_sha256s)
+    except ValueError as e:
+        raise ResultsError(f"run {run_id}: manifest.json is invalid: {printable(e)}") from None
     return manifest.model_copy(update={"plan": plan})
+
+
+def _check_trees(manifest: Manifest, launched: dict[str, str]) -> None:
+    """The manifest's trees, leftovers and kernel users name only trees launch packed; each
+    check against launch's digest names that digest; a complete run failed none."""
+    named = [c.tree for c in manifest.trees or []]
+    named += [s.tree for s in manifest.leftovers or [] if s.tree is not None]
+    named += list(manifest.containment.kernel_users) if manifest.containment else []
+    strangers = sorted(set(named) - set(launched))
+    if strangers:
+        raise ValueError(f"it names trees launch did not pack: {', '.join(strangers)}")
+    for check in manifest.trees or []:
+        against_launch = check.stage == "build" or (
+            check.stage == "measure" and check.tree == HARNESS_TREE
+        )
+        if against_launch and check.expected_sha256 != launched[check.tree]:
+            raise ValueError(
+                f"it checked {check.tree} ({check.stage}) against a digest launch did not pack"
+            )
+        if manifest.status == "complete" and not check.passed:
+            raise ValueError(f"a complete run failed its check of {check.tree} ({check.stage})")
 
 
 # --- fetched files -----------------------------------------------------------------------

@@ -28,6 +28,7 @@ from results_schema.kernel_contract import (
     UserKernel,
 )
 from results_schema.models import BASELINE_SUFFIX, Plan
+from results_schema.record import tree_digest
 
 try:
     import tomllib
@@ -176,11 +177,9 @@ def _require_entry_module(files: TreeFiles, contract: KernelContract, label: str
 
 
 def tree_sha256(files: TreeFiles) -> str:
-    """The tree's content hash: sha256 over its sorted '<name>\\0<sha256 of contents>\\n'."""
-    digest = hashlib.sha256()
-    for name, data in sorted(files):
-        digest.update(f"{name}\0{hashlib.sha256(data).hexdigest()}\n".encode())
-    return digest.hexdigest()
+    """The tree's content hash (results_schema.record.tree_digest, which the target
+    computes from its disk)."""
+    return tree_digest((name, hashlib.sha256(data).hexdigest()) for name, data in files)
 
 
 def working_state(root: Path) -> dict:

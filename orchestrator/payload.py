@@ -47,9 +47,10 @@ from orchestrator.backends.registry import capabilities
 from orchestrator.errors import UsageError
 from orchestrator.regular_file import NotRegularFileError, read_regular
 from results_schema import Plan
+from results_schema.record import PAYLOAD_PACKAGES, payload_tree_digests
 
-# The harness. Kernels travel as trees of their own (`kernel_trees`), ours too.
-PAYLOAD_PACKAGES = ("benches", "results_schema")
+# PAYLOAD_PACKAGES are the harness (the target checks them by that name, results_schema.
+# record); kernels travel as trees of their own (`kernel_trees`), ours too.
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache", "build", ".mypy_cache"}
 SKIPPED_SUFFIXES = {".pyc", ".pyo", ".so", ".o", ".md"}
 # Controller-side parts of the shared package: the JSON Schema export and its output.
@@ -109,6 +110,9 @@ PAYLOAD_PIP_INDEX_ARGS = {
 class Payload:
     data: bytes
     sha256: str
+    # Each tree's digest (the harness's, each kernel tree's folder's: results_schema.record
+    # tree_digest), which the target checks just before it uses the tree.
+    tree_sha256s: dict[str, str]
 
     @property
     def size(self) -> int:
@@ -170,14 +174,16 @@ def build_payload(
     entries = list(payload_files(source_root))
     for folder, files in kernel_trees:
         entries += [(f"{folder}/{name}", data) for name, data in files]
+    plan_json = ("plan.json", plan.model_dump_json(indent=2).encode())
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for name, data in sorted(entries):
+            for name, data in [*sorted(entries), plan_json]:
                 _add_bytes(tar, name, data)
-            _add_bytes(tar, "plan.json", plan.model_dump_json(indent=2).encode())
     data = buffer.getvalue()
-    return Payload(data=data, sha256=hashlib.sha256(data).hexdigest())
+    entries.append(plan_json)
+    digests = payload_tree_digests((n, hashlib.sha256(d).hexdigest()) for n, d in entries)
+    return Payload(data=data, sha256=hashlib.sha256(data).hexdigest(), tree_sha256s=digests)
 
 
 # ---- A source tree, as git sees it (the module docstring gives the rules) ----------------

@@ -106,6 +106,26 @@ def user_kernel_builds(plan) -> list[dict]:
     ]
 
 
+def kernel_user_name(directory: str) -> str:
+    """The unprivileged user a kernel tree is built and run as where the run confines
+    kernels: one per tree folder, so no tree's processes or files are another's."""
+    return "bench-" + directory.replace("_", "-")
+
+
+def kernel_users(plan, backend: str) -> str:
+    """FOLDER=USER words, one per kernel tree, where the backend's machine confines kernels
+    (the startup script's KERNEL_USERS, the workers' BENCH_KERNEL_USERS); else empty."""
+    if not capabilities(backend).confines_kernels:
+        return ""
+    return " ".join(f"{k.directory}={kernel_user_name(k.directory)}" for k in plan.user_kernels)
+
+
+def tree_sha256s(spec: RunSpec) -> str:
+    """TREE=SHA256 words: each tree's digest as launch packed it, which the script checks
+    just before the tree is used."""
+    return " ".join(f"{tree}={sha}" for tree, sha in sorted(spec.tree_sha256s.items()))
+
+
 def peer_installs(plan, backend: str) -> list[dict]:
     """What the peers partial installs before the gate: each public peer the plan times,
     with its pins, preferred first (results_schema/peers.py). Only on gce: on the local
@@ -168,6 +188,9 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
             "measure": correctness_timeout_seconds(spec) + benchmark_timeout_seconds(spec),
         },
         "user_kernel_builds": user_kernel_builds(plan),
+        "kernel_folders": [k.directory for k in plan.user_kernels],
+        "kernel_users": kernel_users(plan, spec.backend),
+        "tree_sha256s": tree_sha256s(spec),
         "peer_installs": peer_installs(plan, spec.backend),
         "peer_install_seconds": PEER_INSTALL_SECONDS,
         "needs_gpu": on_gpu,

@@ -39,6 +39,11 @@ class RunSpec(BaseModel):
     max_run_seconds: int = Field(gt=0, description="the hard time cap (cloud-enforced on gce)")
     estimated_seconds: int = Field(ge=0)
     payload_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    tree_sha256s: dict[str, str] = Field(
+        default_factory=dict,
+        description="each tree of the payload by its digest (Payload.tree_sha256s): the "
+        "startup script checks each just before it is used",
+    )
     spot: bool = True
     sweep_id: str | None = Field(None, pattern=r"^sweep-\d{8}-\d{6}-[0-9a-f]{6}$")
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
@@ -60,6 +65,12 @@ class RunSpec(BaseModel):
     def run_prefix(self) -> str:
         """Key prefix of this run inside the store (the store adds its own bucket prefix)."""
         return run_key(self.run_id, self.run_secret)
+
+    def with_payload(self, payload) -> RunSpec:
+        """This spec carrying the payload's sha256 and its trees' digests."""
+        return self.model_copy(
+            update={"payload_sha256": payload.sha256, "tree_sha256s": payload.tree_sha256s}
+        )
 
     def estimated_cost_usd(self) -> float:
         return billed_usd(self.rate_usd_per_hour, self.estimated_seconds)

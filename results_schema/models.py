@@ -8,11 +8,12 @@ from typing import Literal
 
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from results_schema.containment import Containment, LeftoverSweep, TreeCheck
 from results_schema.implementations import BASELINE_SUFFIX, CONTROL_SUFFIX
 from results_schema.kernel_contract import KernelIdentity, UserKernel, UserKernelBuild
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
-from results_schema.record import PHASES
+from results_schema.record import MAX_LEFTOVER_SWEEPS, PHASES
 from results_schema.verdicts import DIFFERENT, verdict
 
 Dtype = Literal["float16", "bfloat16", "float32", "float64"]
@@ -588,6 +589,19 @@ class Manifest(_Strict):
     )
     noise: Noise | None = Field(
         default=None, description="the A/A control's decision on the run (noise.json)"
+    )
+    trees: list[TreeCheck] | None = Field(
+        default=None,
+        max_length=64,
+        description="each tree's files checked just before use (the harness, kernel trees)",
+    )
+    containment: Containment | None = Field(
+        default=None, description="how the kernel trees were held apart (containment.json)"
+    )
+    leftovers: list[LeftoverSweep] | None = Field(
+        default=None,
+        max_length=MAX_LEFTOVER_SWEEPS,
+        description="processes a build or the measure phase left running, ended",
     )
     files: list[FileEntry] = []
 

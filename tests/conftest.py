@@ -19,6 +19,7 @@ from results_schema.names import new_run_id
 # The stand-ins' fixtures, for every test that names them.
 from tests.fakes.fixtures import compute_server, gcs_bucket, gcs_server  # noqa: F401
 from tests.limits import HANG_SECONDS
+from tests.processes import shared_folder, sleep_marker, temporary_user
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -154,3 +155,24 @@ def _benches(*args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=HANG_SECONDS,
     )
+
+
+@pytest.fixture
+def marker():
+    """A `sleep` argument only the test's processes carry (tests/processes.py)."""
+    with sleep_marker() as value:
+        yield value
+
+
+@pytest.fixture
+def shared_dir():
+    """A folder every user may reach."""
+    with shared_folder() as folder:
+        yield folder
+
+
+@pytest.fixture
+def kernel_user():
+    """A user of the test's own, for tests that drop privileges (they need root)."""
+    with temporary_user() as name:
+        yield name

@@ -70,6 +70,10 @@ class Capabilities:
     # status events), so `status` reads the reason then too; False: only while it runs
     # (GCE serves the serial console only then).
     log_outlives_machine: bool = False
+    # Its machine is the run's own and its startup script runs as root there: each kernel
+    # tree is built and run as an unprivileged user of its own (docs/security.md). False:
+    # the script runs as whoever launched it, and so does every kernel.
+    confines_kernels: bool = False
 
 
 @dataclass

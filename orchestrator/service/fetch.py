@@ -84,8 +84,9 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
     ensure_writable_dest(dest)
     store = ctx.store(record.backend)
     manifest = _manifest(store, record)
-    plan = boundary.launched_plan(store, record)
-    manifest = boundary.with_launched_plan(manifest, plan, record.run_id)
+    launched = boundary.launched_payload(store, record)
+    manifest = boundary.with_launched_payload(manifest, launched, record.run_id)
+    plan = launched.plan if launched else None
     boundary.remove_abandoned(dest, boundary.STAGING_PREFIX)
     final = dest / record.run_id
     with boundary.private_dir(dest, f"{boundary.STAGING_PREFIX}{record.run_id}-") as staging:

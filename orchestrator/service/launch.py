@@ -156,7 +156,7 @@ def launch(
     machines.refuse_leftovers()
     # The request start will send, built now: one the cloud would refuse (gce: metadata
     # over its limits) is a usage error with nothing recorded, written or sent (issue 32).
-    built = spec.model_copy(update={"payload_sha256": payload.sha256})
+    built = spec.with_payload(payload)
     machines.instance_request_json(built, *_render_for(ctx, machines, built))
     # Priced again with the boot disk at the size the start will ask for (on gce the
     # image's, read from Compute now: the checks above sent nothing; 0: nothing billed).
@@ -178,7 +178,7 @@ def launch(
         on_validated()
     machine_requested = False  # until Backend.start is called, no machine can exist
     try:
-        spec = spec.model_copy(update={"payload_sha256": payload.sha256})
+        spec = spec.with_payload(payload)
         ctx.store(backend).put_bytes(f"{spec.run_prefix}/payload.tar.gz", payload.data)
         machine_requested = True
         placement, spec, rate = _start(ctx, request, backend, spec, rate, notes)
@@ -267,7 +267,11 @@ def _start(ctx: Context, request: LaunchRequest, backend_name: str, spec: RunSpe
             check_minimum=False,
         )
         on_demand = on_demand.model_copy(
-            update={"run_id": spec.run_id, "payload_sha256": spec.payload_sha256}
+            update={
+                "run_id": spec.run_id,
+                "payload_sha256": spec.payload_sha256,
+                "tree_sha256s": spec.tree_sha256s,
+            }
         )
         notes.append(f"no spot capacity ({spot_error}); retrying on-demand at ${rate.total:.4f}/h")
         return _start_once(ctx, backend, on_demand), on_demand, rate

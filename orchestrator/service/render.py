@@ -38,7 +38,7 @@ def render_scripts(
     request = LaunchRequest(budget_usd=budget_usd, plan=plan_ref)
     spec, _, estimate = plan_spec(ctx, request, backend_name, plan, spot=ctx.config.spot)
     payload = build_payload(plan, kernel_trees=shaped.kernel_trees)
-    spec = spec.model_copy(update={"payload_sha256": payload.sha256})
+    spec = spec.with_payload(payload)
     backend = ctx.backend(backend_name)
     startup, shutdown = _render_for(ctx, backend, spec)
     instance_json = backend.instance_request_json(spec, startup, shutdown)

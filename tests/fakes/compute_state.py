@@ -410,7 +410,8 @@ class FakeCompute:
             if self.config.vm_path:
                 env["PATH"] = ":".join([*self.config.vm_path, env.get("PATH", "")])
             env["BENCH_METADATA_ENDPOINT"] = self._metadata_endpoint_for(inst)
-            root = self._sandbox_root / f"{inst.zone}-{inst.name}-{inst.id[-6:]}"
+            # Short: a socket's path under its TMPDIR (a fork server's) has 108 bytes at most.
+            root = self._sandbox_root / f"{inst.zone}-{inst.id[-6:]}"
             inst.sandbox = VmSandbox(
                 root, inst.name, self._poweroff_url_for(inst), env, inst.write_serial
             )

@@ -114,3 +114,31 @@ def test_ab_script_builds_both_trees_by_their_contract_and_gives_the_profile_tim
     assert benchmark_timeout_seconds(ab) == (
         benchmark_timeout_seconds(plain) + ab.plan.profile.timeout_seconds
     )
+
+
+def test_only_a_machine_the_run_owns_confines_kernel_trees(tmp_path):
+    """gce (and batch, whose script is gce's) builds and runs each kernel tree as an
+    unprivileged user of its own and tells the workers who (docs/security.md); the local
+    backend runs them as whoever launched the run."""
+    from orchestrator.backends.registry import capabilities
+
+    users = {"gce": "flash_kernel=bench-flash-kernel baseline=bench-baseline", "local": ""}
+    for backend, expected in users.items():
+        spec = spec_for("default+ab", backend)
+        script = render_startup(spec, "/var/lib/bench/run", backend_vars(backend, tmp_path))
+        assert f"readonly KERNEL_USERS={shquote(expected)}\n" in script
+        assert "export BENCH_KERNEL_USERS=$KERNEL_USERS" in script
+    assert capabilities("batch").confines_kernels and not capabilities("local").confines_kernels
+
+
+def test_the_script_checks_each_tree_against_the_digest_launch_packed(tmp_path):
+    from orchestrator.payload import build_payload
+
+    spec = spec_for("cpu-smoke", "local")
+    payload = build_payload(spec.plan)
+    script = render_startup(
+        spec.with_payload(payload), "/var/lib/bench/run", backend_vars("local", tmp_path)
+    )
+    digests = shquote(f"harness={payload.tree_sha256s['harness']}")
+    assert f"readonly TREE_SHA256S={digests}\n" in script
+    assert "  check_tree harness measure\n" in script

@@ -8,12 +8,14 @@ key, is rebuilt, never used."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from benches import confinement
 from orchestrator.render import template_environment, user_kernel_builds
 from orchestrator.service.cache import promote_cache_candidates
 from orchestrator.stores.local import LocalStore
@@ -61,6 +63,10 @@ class Machine:
         local = env.get_template("partials/backend/local.sh.j2")
         (root / "backend.sh").write_text(local.render(store_root=str(self.store_root)))
         (root / "cache.sh").write_text(env.get_template("partials/cache.sh.j2").render())
+        partial = env.get_template("partials/confinement.sh.j2")
+        (root / "confinement.sh").write_text(
+            partial.render(tree_sha256s="", kernel_folders=["user_kernel"], kernel_users="")
+        )
 
     def run(self, command: str = BUILD, tree_sha: str = TREE_SHA, requirements: str = "", env=()):
         """A launch of tree `tree_sha` whose contract has this build, requirements and env."""
@@ -71,6 +77,9 @@ class Machine:
         (tree / "pkg" / "ops.py").write_text("def attention(q, k, v, *, causal, scale):\n")
         (tree / "pkg" / "__init__.py").write_text("")
         (work / "python.path").write_text(sys.executable)
+        # What runs each build (benches/confinement.py), as the payload carries it.
+        (work / "payload" / "benches").mkdir()
+        shutil.copy(confinement.__file__, work / "payload" / "benches")
         contract = {"build": command, "requirements": requirements.split()}
         contract["env"] = dict(assignment.split("=", 1) for assignment in env)
         self.plan = kernel_run_plan(user_kernel(tree=tree_sha, **contract))
@@ -85,7 +94,10 @@ class Machine:
             f"export WORK_DIR={work} RUN_KEY=runs/r1 PLAN_NAME=p\n"
             f"payload_python() {{ cat {work}/python.path; }}\n"
             f"source {self.root}/backend.sh; source {self.root}/cache.sh; source {work}/build.sh\n"
-            "export -f log fail payload_python store_put store_get phase_build\n"
+            f"source {self.root}/confinement.sh\n"
+            # The trees' checks are tests/unit/test_tree_checks.py's: here, the cache alone.
+            "check_tree() { :; }\n"
+            "export -f log fail payload_python store_put store_get phase_build check_tree\n"
             "bash -Eeuo pipefail -c phase_build\n"
         )
         done = subprocess.run(

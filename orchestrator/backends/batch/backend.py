@@ -88,6 +88,7 @@ class BatchBackend:
         reason_window_seconds=0,
         manifest_grace_seconds=60.0,
         log_outlives_machine=True,  # Batch keeps a finished job's events
+        confines_kernels=True,  # the VM's startup script runs as root
     )
 
     def __init__(

@@ -105,6 +105,7 @@ class GceBackend:
         reason_window_seconds=180,
         manifest_grace_seconds=60.0,
         log_outlives_machine=False,
+        confines_kernels=True,  # the VM's startup script runs as root
     )
 
     def __init__(
