@@ -46,6 +46,9 @@ from pathlib import Path
 KERNEL_USERS_ENV = "BENCH_KERNEL_USERS"
 # Set by `run` for its command: the report `end_kernel_processes` appends to.
 LEFTOVERS_ENV = "BENCH_LEFTOVERS_FILE"
+# What a worker is told of confinement, all of it: a worker of the harness's own (the null
+# call's) is started without them, and runs as the harness does.
+WORKER_SETTINGS = (KERNEL_USERS_ENV, LEFTOVERS_ENV)
 # A tree's private home (HOME and TMPDIR: caches such as Triton's, pip's) and its own
 # python environment (what its requirements and its build install), beside its folder.
 HOME_SUFFIX = ".home"
@@ -186,24 +189,26 @@ def _descendants(table: dict, root: int) -> set[int]:
     return found
 
 
-def _left_over(uids: frozenset[int]) -> list[int]:
-    """This process's live descendants and every live process of `uids`, but this one."""
+def _left_over(uids: frozenset[int], descendants: bool = True) -> list[int]:
+    """Every live process of `uids` and (with `descendants`) this process's live
+    descendants, but this one."""
     table = _processes()
     me = os.getpid()
-    chosen = _descendants(table, me) | {
-        pid for pid, (_, _, real, effective) in table.items() if {real, effective} & uids
-    }
+    chosen = {pid for pid, (_, _, real, effective) in table.items() if {real, effective} & uids}
+    if descendants:
+        chosen |= _descendants(table, me)
     return [pid for pid in chosen if pid != me and table[pid][1] not in ("Z", "X")]
 
 
 def end_left_over(uids: frozenset[int] = frozenset(), reap: bool = True) -> dict[int, str]:
     """Stops every process `_left_over` finds, round after round until a round finds none
     new (a stopped process forks no more), then kills them all; pid -> command line. With
-    `reap`, collects every child's exit: only where every child is a leftover (the
-    program), never in the harness, whose own children's exits are its to collect."""
+    `reap` (the program, where every child is a leftover) this process's descendants too,
+    and every child's exit is collected; without it (the harness, whose other children, its
+    fork server and the other workers, are its own) only the processes of `uids`."""
     stopped: dict[int, str] = {}
     for _ in range(_SWEEP_ROUNDS):
-        new = [pid for pid in _left_over(uids) if pid not in stopped]
+        new = [pid for pid in _left_over(uids, descendants=reap) if pid not in stopped]
         if not new:
             break
         for pid in new:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import signal
 import statistics
 import time
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 from benches import bracket as brackets
-from benches import cuda_ipc, row_checks, wire, worker_start
+from benches import confinement, cuda_ipc, row_checks, wire, worker_start
 from benches.correctness import CallProblem, TwoCalls, modified_input
 from benches.shared_buffers import Lender
 from benches.user_kernel import UserImplementation, declared_unavailable, declared_unsupported
@@ -86,9 +87,17 @@ class Worker:
     the first request after a loss)."""
 
     def __init__(
-        self, kernel: UserKernel, tree: Path, device: torch.device, flush_l2: bool
+        self,
+        kernel: UserKernel,
+        tree: Path,
+        device: torch.device,
+        flush_l2: bool,
+        confined: bool = True,
     ) -> None:
         self.kernel, self.tree, self.device, self.flush_l2 = kernel, tree, device, flush_l2
+        # A kernel's worker runs as its tree's user where the run confines kernels
+        # (benches/confinement.py); the harness's own null worker runs no kernel's code.
+        self.confined = confined
         self.call_timeout = float(kernel.contract.call_timeout_seconds)
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn = None
@@ -181,9 +190,14 @@ class Worker:
     def _start(self) -> None:
         """The child prestarted for this kernel (benches/worker_start.py), else a new one."""
         args = (self.kernel.model_dump_json(), str(self.tree), str(self.device), self.flush_l2)
-        started = worker_start.adopt(args) or worker_start.start(
-            args, f"bench-worker-{self.kernel.identity}"
-        )
+        name = f"bench-worker-{self.kernel.identity}"
+        if self.confined:
+            started = worker_start.adopt(args) or worker_start.start(args, name)
+        else:
+            unconfined = {
+                k: v for k, v in os.environ.items() if k not in confinement.WORKER_SETTINGS
+            }
+            started = worker_start.start(args, name, unconfined)
         self._process, self._conn = started
         self.generation += 1
         reply = self._receive(time.monotonic() + START_TIMEOUT_SECONDS, "start")
@@ -231,6 +245,8 @@ class Worker:
             if self._process.is_alive():
                 self._process.kill()
             self._process.join(timeout=10)
+            if self.confined:  # what the worker left running as its tree's user
+                confinement.end_kernel_processes(str(self.tree))
         if self._conn is not None:
             self._conn.close()
         self._process, self._conn, self._link = None, None, None
@@ -643,7 +659,7 @@ NULL_KERNEL = UserKernel(
 def null_worker(device: torch.device, flush_l2: bool) -> Worker:
     """A worker of the harness's own running the null call: what `brackets.Calibration`
     measures a bracket with."""
-    return Worker(NULL_KERNEL, worker_start.payload_root(), device, flush_l2)
+    return Worker(NULL_KERNEL, worker_start.payload_root(), device, flush_l2, confined=False)
 
 
 def null_samples(worker: Worker, bracket, secret: int):

@@ -1,12 +1,23 @@
-"""Users' kernels in worker processes on a real GPU: the CUDA clock and graph mode in the
-child, and a kernel that makes an illegal memory access (its CUDA context is lost for
-good) costs that config alone."""
+"""Users' kernels in worker processes on a real GPU: the harness's bracket around their
+calls in graph and single mode, and a kernel that makes an illegal memory access (its CUDA
+context is lost for good) or never finishes costs that config alone."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import stat
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 
+from benches import confinement
+from benches.writers import read_csv
+from results_schema import Measurement
 from tests.unit import test_isolation
 from tests.unit.test_isolation import config, cpu_plan, gate, kernel_tree, run_whole, user_kernel
 
@@ -87,3 +98,86 @@ def test_a_kernel_in_its_worker_is_timed_in_graph_and_single_mode(tmp_path, regi
     modes = {r.config: r.mode for r in summary if r.implementation == "fine"}
     assert modes == {"small": "graph", "large": "single"}
     assert all(r.n == plan.samples_per_config for r in summary)
+
+
+def test_the_harness_times_a_worker_within_a_few_percent_of_its_own_clock(tmp_path, registered):
+    """On a config of ~0.2 ms the harness's bracket, less the null call's, and the
+    worker's own events around the call agree: the bracket adds nothing measurable; and
+    every timed call was checked where the harness read it."""
+    kernel_tree(tmp_path, "fine", "")
+    large = config("large", 128).model_copy(update={"batch": 4, "heads": 16, "seq_len": 2048})
+    plan = gpu_plan([gpu_kernel("fine", "fine")], [large], samples=30)
+    plan = plan.model_copy(
+        update={"configs": [large.model_copy(update={"dtype": "float16", "causal": False})]}
+    )
+    registered(plan, tmp_path)
+
+    checks, summary = run_whole(plan, tmp_path / "run")
+    assert all(r.passed for r in checks), [r.message for r in checks if not r.passed]
+    assert any(r.implementation == "fine" and "timed calls checked" in r.message for r in checks)
+    rows = read_csv(tmp_path / "run" / "results" / "measurements.csv", Measurement)
+    harness = statistics.median(r.latency_ms for r in rows if r.implementation == "fine")
+    own = statistics.median(r.reported_ms for r in rows if r.implementation == "fine")
+    sdpa = statistics.median(r.latency_ms for r in rows if r.implementation == "sdpa")
+    assert abs(harness / own - 1) < 0.03, (harness, own)
+    assert abs(harness / sdpa - 1) < 0.05, (harness, sdpa)  # the same SDPA, in the parent
+
+
+def test_a_kernel_that_never_finishes_on_the_gpu_is_ended_and_the_run_goes_on(tmp_path, registered):
+    """A worker whose call never finishes on the GPU: the parent only polls its DONE event
+    from the host (a wait on it in the parent's stream could never be released), ends the
+    worker at the call's bound, and times the next config with a fresh one."""
+    marker = tmp_path / "timing-started"
+    body = (
+        f"if q.shape[-1] == 16 and os.path.exists({str(marker)!r}):\n"
+        "    import torch\n"
+        "    torch.cuda._sleep(1 << 42)  # hours of spinning on the GPU\n"
+    )
+    kernel_tree(tmp_path, "spins", body)
+    kernel = gpu_kernel("spins", "spins", call_timeout="20s")
+    plan = gpu_plan([kernel], [config("d16", 16), config("d64", 64)], samples=8)
+    registered(plan, tmp_path)
+
+    checks, summary = run_whole(plan, tmp_path / "run", between=marker.touch)
+    lost = [r for r in checks if r.stage == "timing"]
+    assert [(r.config, r.implementation) for r in lost] == [("d16", "spins")], lost
+    assert "hung" in lost[0].message, lost[0].message
+    counts = {(r.config, r.implementation): r.n for r in summary}
+    assert counts[("d64", "spins")] == plan.samples_per_config
+    assert counts[("d16", "sdpa")] == plan.samples_per_config
+
+
+def _world_readable(path: Path) -> bool:
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"), reason="needs root")
+def test_a_worker_dropped_to_its_trees_user_is_timed_and_checked_as_before(registered):
+    """On a run that confines kernels (benches/confinement.py) the worker is another user
+    than the harness: the lent buffers, the GO and DONE events and its outputs still cross
+    (CUDA IPC between users), and its calls are timed and checked as any worker's."""
+    payload = Path(__file__).resolve().parents[2]
+    if not _world_readable(payload):
+        pytest.skip(f"the payload {payload} is not readable by another user here")
+    user = "bench-gputest"
+    if subprocess.run(["id", user], capture_output=True).returncode:
+        subprocess.run(["useradd", "--system", "--no-create-home", user], check=True)
+    root = Path(tempfile.mkdtemp(prefix="bench-confined-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    try:
+        kernel_tree(root, "fine", "")
+        (root / "fine.home").mkdir()
+        shutil.chown(root / "fine.home", user)
+        subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
+        large = config("large", 128).model_copy(update={"batch": 2, "heads": 16, "seq_len": 2048})
+        plan = gpu_plan([gpu_kernel("fine", "fine")], [large], samples=10)
+        os.environ[confinement.KERNEL_USERS_ENV] = f"fine={user}"
+        try:
+            registered(plan, root)
+            checks, summary = run_whole(plan, root / "run")
+        finally:
+            os.environ.pop(confinement.KERNEL_USERS_ENV, None)
+        assert all(r.passed for r in checks), [r.message for r in checks if not r.passed]
+        assert {r.implementation: r.n for r in summary}["fine"] == plan.samples_per_config
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

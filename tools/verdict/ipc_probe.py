@@ -98,7 +98,7 @@ def main() -> None:
     for b, h, s, d, causal in CONFIGS:
         shape = (b, h, s, d)
         shared = {}
-        for name, (proc, conn, done) in children.items():
+        for name, (_proc, conn, _done) in children.items():
             q, k, v = (torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(3))
             slot = torch.empty_like(q)
             go = torch.cuda.Event(interprocess=True)
@@ -180,8 +180,10 @@ def main() -> None:
     with open(out_path, "w") as f:
         json.dump(results, f, indent=1)
     print()
-    print(f"{'config':26} {'inproc ms':>10} {'real-null':>10} {'ratio':>7} {'own/in':>7} "
-          f"{'iqr in':>7} {'iqr real':>8} {'switch':>7} early")
+    print(
+        f"{'config':26} {'inproc ms':>10} {'real-null':>10} {'ratio':>7} {'own/in':>7} "
+        f"{'iqr in':>7} {'iqr real':>8} {'switch':>7} early"
+    )
     for row in results:
         print(
             f"{row['config']:26} {row['inproc'][0]:10.4f} {row['real_minus_null']:10.4f} "

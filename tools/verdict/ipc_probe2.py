@@ -9,7 +9,6 @@ import ctypes
 import os
 import signal
 import statistics
-import sys
 import time
 
 import torch
@@ -35,7 +34,11 @@ class Handle(ctypes.Structure):
 
 def driver():
     lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuMemGetAddressRange_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
+    lib.cuMemGetAddressRange_v2.argtypes = [
+        ctypes.POINTER(ctypes.c_uint64),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.c_uint64,
+    ]
     lib.cuIpcGetMemHandle.argtypes = [ctypes.POINTER(Handle), ctypes.c_uint64]
     lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), Handle, ctypes.c_uint]
     return lib
@@ -52,7 +55,13 @@ def export(lib, ptr):
 
 class Mapped:
     def __init__(self, ptr, shape, strides_bytes):
-        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": "<i2", "data": (ptr, False), "version": 3, "strides": tuple(strides_bytes)}
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape),
+            "typestr": "<i2",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": tuple(strides_bytes),
+        }
 
 
 def child_main(conn, mode):
@@ -77,7 +86,11 @@ def child_main(conn, mode):
         elif op == "arm":
             with torch.cuda.stream(stream):
                 stream.wait_event(go)
-                out = kept if mode == "null" else F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                out = (
+                    kept
+                    if mode == "null"
+                    else F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                )
                 done.record(stream)
             ring.append(out)
             del ring[:-3]
@@ -114,11 +127,13 @@ def main():
     opened = {}
     t0 = torch.cuda.Event(enable_timing=True)
     t1 = torch.cuda.Event(enable_timing=True)
-    print(f"{'config':24} {'inproc':>8} {'real-null':>9} {'ratio':>7} {'null':>7} {'iqr':>6} {'late':>4} {'bad':>3}")
+    print(
+        f"{'config':24} {'inproc':>8} {'real-null':>9} {'ratio':>7} {'null':>7} {'iqr':>6} {'late':>4} {'bad':>3}"  # noqa: E501 (a table's row)
+    )
     for b, h, s, d, causal in CONFIGS:
         shape = (b, h, s, d)
         shared = {}
-        for name, (p, conn, done) in kids.items():
+        for name, (_p, conn, _done) in kids.items():
             q, k, v = (torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(3))
             go = torch.cuda.Event(interprocess=True)
             conn.send(("setup", q, k, v, go, causal))
@@ -159,7 +174,9 @@ def main():
                             assert rc == 0, rc
                             opened[hbytes] = (ptr.value, size)
                         base, _ = opened[hbytes]
-                        view = torch.as_tensor(Mapped(base + offset, (b * h * s, d), (d * 2, 2)), device=dev).view(torch.bfloat16)
+                        view = torch.as_tensor(
+                            Mapped(base + offset, (b * h * s, d), (d * 2, 2)), device=dev
+                        ).view(torch.bfloat16)
                         bracket.wait_event(done)
                         rows = torch.randint(0, b * h * s, (64,), device=dev)
                         gathered = view.index_select(0, rows)
@@ -168,15 +185,23 @@ def main():
                             late += 1
                         t1.synchronize()
                     if key == "real" and r % 10 == 0:
-                        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal).view(-1, d).index_select(0, rows)
+                        ref = (
+                            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            .view(-1, d)
+                            .index_select(0, rows)
+                        )
                         if not torch.allclose(gathered.float(), ref.float(), atol=2e-2):
                             bad += 1
                 if r >= 5:
                     got[key].append(t0.elapsed_time(t1))
         med = {k2: statistics.median(v2) for k2, v2 in got.items()}
-        xs = sorted(got["real"]); iqr = xs[3 * len(xs) // 4] - xs[len(xs) // 4]
+        xs = sorted(got["real"])
+        iqr = xs[3 * len(xs) // 4] - xs[len(xs) // 4]
         diff = med["real"] - med["null"]
-        print(f"b{b}h{h}s{s}d{d}{'c' if causal else ' ':1}          {med['inproc']:8.4f} {diff:9.4f} {diff / med['inproc']:7.4f} {med['null']:7.4f} {iqr:6.4f} {late:4d} {bad:3d}", flush=True)
+        print(
+            f"b{b}h{h}s{s}d{d}{'c' if causal else ' ':1}          {med['inproc']:8.4f} {diff:9.4f} {diff / med['inproc']:7.4f} {med['null']:7.4f} {iqr:6.4f} {late:4d} {bad:3d}",  # noqa: E501 (a table's row)
+            flush=True,
+        )
     # (b) a child that hangs with the parent waiting on it, then killed
     p, conn, done = kids["real"]
     with torch.cuda.stream(bracket):

@@ -64,7 +64,13 @@ def export(lib, ptr):
 
 class Mapped:
     def __init__(self, ptr, shape, strides_bytes):
-        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": "<i2", "data": (ptr, False), "version": 3, "strides": tuple(strides_bytes)}
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape),
+            "typestr": "<i2",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": tuple(strides_bytes),
+        }
 
 
 def child_main(conn, mode):
@@ -127,15 +133,15 @@ def main():
     opened = {}
     t0 = torch.cuda.Event(enable_timing=True)
     t1 = torch.cuda.Event(enable_timing=True)
-    counter = 0
-    print(f"{'config':20} {'inproc':>8} {'r-null':>8} {'ratio':>7} {'r-null1':>8} {'ratio1':>7} {'null':>7} {'null1':>7} {'iqr':>6} {'late':>4} {'bad':>3}")
+    print(
+        f"{'config':20} {'inproc':>8} {'r-null':>8} {'ratio':>7} {'r-null1':>8} {'ratio1':>7} {'null':>7} {'null1':>7} {'iqr':>6} {'late':>4} {'bad':>3}"  # noqa: E501 (a table's row)
+    )
     for b, h, s, d, causal in CONFIGS:
         shape = (b, h, s, d)
         shared = {}
-        for name, (p, conn) in kids.items():
+        for name, (_p, conn) in kids.items():
             q, k, v = (torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(3))
             flags = torch.zeros(2, dtype=torch.int32, device=dev)
-            counter = 0
             conn.send(("setup", q, k, v, flags, causal))
             assert conn.recv() == "ok"
             shared[name] = [q, k, v, flags, 0]
@@ -172,9 +178,16 @@ def main():
                         _, hbytes, offset, size = conn.recv()
                         if hbytes not in opened:
                             ptr = U64()
-                            assert lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), Handle.from_buffer_copy(hbytes), 1) == 0
+                            assert (
+                                lib.cuIpcOpenMemHandle_v2(
+                                    ctypes.byref(ptr), Handle.from_buffer_copy(hbytes), 1
+                                )
+                                == 0
+                            )
                             opened[hbytes] = ptr.value
-                        view = torch.as_tensor(Mapped(opened[hbytes] + offset, (b * h * s, d), (d * 2, 2)), device=dev).view(torch.bfloat16)
+                        view = torch.as_tensor(
+                            Mapped(opened[hbytes] + offset, (b * h * s, d), (d * 2, 2)), device=dev
+                        ).view(torch.bfloat16)
                         wait_value(lib, bracket, flags.data_ptr() + 4, n)
                         rows = torch.randint(0, b * h * s, (64,), device=dev)
                         gathered = view.index_select(0, rows)
@@ -184,15 +197,24 @@ def main():
                     if was_late:
                         late += 1
                     if key == "real" and r % 10 == 0:
-                        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal).view(-1, d).index_select(0, rows)
+                        ref = (
+                            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            .view(-1, d)
+                            .index_select(0, rows)
+                        )
                         if not torch.allclose(gathered.float(), ref.float(), atol=2e-2):
                             bad += 1
                 if r >= 5:
                     got[key].append(t0.elapsed_time(t1))
         med = {k2: statistics.median(v2) for k2, v2 in got.items()}
-        xs = sorted(got["real"]); iqr = xs[3 * len(xs) // 4] - xs[len(xs) // 4]
-        d0 = med["real"] - med["null"]; d1 = med["real"] - med["null1"]
-        print(f"b{b}h{h}s{s}d{d}{'c' if causal else ' '}  {med['inproc']:8.4f} {d0:8.4f} {d0 / med['inproc']:7.4f} {d1:8.4f} {d1 / med['inproc']:7.4f} {med['null']:7.4f} {med['null1']:7.4f} {iqr:6.4f} {late:4d} {bad:3d}", flush=True)
+        xs = sorted(got["real"])
+        iqr = xs[3 * len(xs) // 4] - xs[len(xs) // 4]
+        d0 = med["real"] - med["null"]
+        d1 = med["real"] - med["null1"]
+        print(
+            f"b{b}h{h}s{s}d{d}{'c' if causal else ' '}  {med['inproc']:8.4f} {d0:8.4f} {d0 / med['inproc']:7.4f} {d1:8.4f} {d1 / med['inproc']:7.4f} {med['null']:7.4f} {med['null1']:7.4f} {iqr:6.4f} {late:4d} {bad:3d}",  # noqa: E501 (a table's row)
+            flush=True,
+        )
     p, conn = kids["real"]
     q, k, v, flags, n = shared["real"]
     n += 1

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 
 U64, SZ = ctypes.c_uint64, ctypes.c_size_t
 
@@ -32,6 +31,7 @@ def child(read_fd, write_fd, uid):
     os.setgid(uid)
     os.setuid(uid)
     import torch
+
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
     lib = driver()
     r, w = os.fdopen(read_fd, "rb", 0), os.fdopen(write_fd, "wb", 0)
@@ -66,18 +66,22 @@ def child(read_fd, write_fd, uid):
 
 
 def main():
-    import torch
     import pwd
+
+    import torch
+
     uid = pwd.getpwnam("nobody").pw_uid
     p2c, c2p = os.pipe(), os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(p2c[1]); os.close(c2p[0])
+        os.close(p2c[1])
+        os.close(c2p[0])
         try:
             child(p2c[0], c2p[1], uid)
         finally:
             os._exit(0)
-    os.close(p2c[0]); os.close(c2p[1])
+    os.close(p2c[0])
+    os.close(c2p[1])
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
     lib = driver()
     buf = U64()
@@ -90,22 +94,57 @@ def main():
     while True:
         line = r.readline().decode().strip()
         print(line, flush=True)
-        if not line or line.startswith("export") or "rc=" in line and not line.startswith("step") and not line.startswith("open"):
+        if (
+            not line
+            or line.startswith("export")
+            or "rc=" in line
+            and not line.startswith("step")
+            and not line.startswith("open")
+        ):
             break
     if "rc=" not in line:
         return
     data = r.read(72)
-    flags = torch.as_tensor(type("M", (), {"__cuda_array_interface__": {"shape": (2,), "typestr": "<i4", "data": (buf.value, False), "version": 3}})(), device="cuda")
+    flags = torch.as_tensor(
+        type(
+            "M",
+            (),
+            {
+                "__cuda_array_interface__": {
+                    "shape": (2,),
+                    "typestr": "<i4",
+                    "data": (buf.value, False),
+                    "version": 3,
+                }
+            },
+        )(),
+        device="cuda",
+    )
     flags[0] = 1  # go
     torch.cuda.synchronize()
     import time
+
     time.sleep(0.5)
     print("child's done flag:", int(flags[1].item()))
     ptr = U64()
     rc = lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), Handle.from_buffer_copy(data[:64]), 1)
     off = int.from_bytes(data[64:], "little")
     if rc == 0:
-        seen = torch.as_tensor(type("M", (), {"__cuda_array_interface__": {"shape": (1024,), "typestr": "<f4", "data": (ptr.value + off, False), "version": 3}})(), device="cuda")
+        seen = torch.as_tensor(
+            type(
+                "M",
+                (),
+                {
+                    "__cuda_array_interface__": {
+                        "shape": (1024,),
+                        "typestr": "<f4",
+                        "data": (ptr.value + off, False),
+                        "version": 3,
+                    }
+                },
+            )(),
+            device="cuda",
+        )
         print("parent reads child's output:", float(seen.sum().item()), "(expect 8192)")
     else:
         print("parent open of child's handle rc=", rc)

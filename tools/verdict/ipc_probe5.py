@@ -57,11 +57,13 @@ def timed_launch(torch, lib, stream, wait_addr, x):
 
 def main():
     import torch
+
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
-        os.close(w1); os.close(r2)
+        os.close(w1)
+        os.close(r2)
         rd, wr = os.fdopen(r1, "rb", 0), os.fdopen(w2, "wb", 0)
         torch.zeros(1, device="cuda")
         lib = driver()
@@ -76,11 +78,14 @@ def main():
         stream.synchronize()
         # (c) wait on its own memory, which the parent writes through its mapping
         ms_c = timed_launch(torch, lib, stream, own, x)
-        wr.write(f"(c) child waits on own memory written by the parent: launch took {ms_c:.1f} ms\n".encode())
+        wr.write(
+            f"(c) child waits on own memory written by the parent: launch took {ms_c:.1f} ms\n".encode()  # noqa: E501 (a table's row)
+        )
         stream.synchronize()
         wr.write(f"child done, x[0]={x[0].item()}\n".encode())
         os._exit(0)
-    os.close(r1); os.close(w2)
+    os.close(r1)
+    os.close(w2)
     wr, rd = os.fdopen(w1, "wb", 0), os.fdopen(r2, "rb", 0)
     torch.zeros(1, device="cuda")
     lib = driver()
@@ -97,7 +102,10 @@ def main():
         x.add_(1)
     ms_a = (time.perf_counter() - start) * 1e3
     time.sleep(0.2)
-    print(f"(a) parent waits on own memory: launch took {ms_a:.1f} ms; done before release? {s.query()}", flush=True)
+    print(
+        f"(a) parent waits on own memory: launch took {ms_a:.1f} ms; done before release? {s.query()}",  # noqa: E501 (a table's row)
+        flush=True,
+    )
     assert lib.cuStreamWriteValue32_v2(other.cuda_stream, own + 64, 1, 0) == 0
     s.synchronize()
     print("(a) released by a write from another stream", flush=True)

@@ -46,7 +46,10 @@ def main():
     start = time.monotonic()
     while not t1.query() and time.monotonic() - start < 10:
         time.sleep(0.01)
-    print(f"after the parent's own record: {t1.query()} after {time.monotonic() - start:.3f} s", flush=True)
+    print(
+        f"after the parent's own record: {t1.query()} after {time.monotonic() - start:.3f} s",
+        flush=True,
+    )
     if t1.query():
         torch.cuda.synchronize()
         print("parent's context works:", torch.ones(3, device="cuda").sum().item(), flush=True)

@@ -1,0 +1,83 @@
+"""Tables the runs tools/verdict/agreement_device.sh made (developer tool): each launch's
+phase times, and per config our kernel's median by the harness's clock, its own reported
+median (the old path's method: events in its own process) and the old tree's median.
+
+    python3 tools/verdict/agreement.py WORK_DIR
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+
+def run_dir(work: str, label: str) -> str | None:
+    found = sorted(glob.glob(os.path.join(work, f"{label}-results", "*", "manifest.json")))
+    return os.path.dirname(found[-1]) if found else None
+
+
+def medians(run: str, identity: str) -> dict[str, tuple[float, float | None, int, str]]:
+    latency, reported, mode = defaultdict(list), defaultdict(list), {}
+    with open(os.path.join(run, "results", "measurements.csv"), newline="") as f:
+        for row in csv.DictReader(f):
+            if row["implementation"] != identity:
+                continue
+            latency[row["config"]].append(float(row["latency_ms"]))
+            if row.get("reported_ms"):
+                reported[row["config"]].append(float(row["reported_ms"]))
+            mode[row["config"]] = row["mode"]
+    return {
+        c: (
+            statistics.median(xs),
+            statistics.median(reported[c]) if reported[c] else None,
+            len(xs),
+            mode[c],
+        )
+        for c, xs in latency.items()
+    }
+
+
+def phases(run: str) -> str:
+    manifest = json.load(open(os.path.join(run, "manifest.json")))
+    return ", ".join(f"{p['name']} {p.get('seconds', 0):.1f}" for p in manifest.get("phases", []))
+
+
+def main() -> None:
+    work = sys.argv[1]
+    runs = {label: run_dir(work, label) for label in ("new", "old")}
+    for label, run in runs.items():
+        print(f"{label}: {run}\n  phases (s): {phases(run) if run else 'no run'}")
+    if not runs["new"]:
+        return
+    new = medians(runs["new"], "flash")
+    old = medians(runs["old"], "flash") if runs["old"] else {}
+    print(
+        f"\n{'config':32} {'mode':6} {'harness ms':>10} {'own ms':>9} {'h/own':>6} {'old ms':>9} {'new/old':>7}"  # noqa: E501 (a table's row)
+    )
+    ratios_own, ratios_old = [], []
+    for config, (ms, own, _n, mode) in new.items():
+        old_ms = old.get(config, (None,))[0]
+        r_own = ms / own if own else None
+        r_old = ms / old_ms if old_ms else None
+        if ms >= 0.1:
+            ratios_own += [r_own] if r_own else []
+            ratios_old += [r_old] if r_old else []
+        print(
+            f"{config:32} {mode:6} {ms:10.4f} {own or float('nan'):9.4f} {r_own or float('nan'):6.3f} "  # noqa: E501 (a table's row)
+            f"{old_ms or float('nan'):9.4f} {r_old or float('nan'):7.3f}"
+        )
+    for name, xs in (("harness/own", ratios_own), ("new/old", ratios_old)):
+        if xs:
+            print(
+                f"configs of 0.1 ms or more, {name}: median {statistics.median(xs):.4f}, "
+                f"range {min(xs):.4f}-{max(xs):.4f} ({len(xs)} configs)"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One device call (issue 48, item 6), from the repository root: the default plan on the
+# local backend for this tree and for the tree before the harness change (.old/, made here
+# with `git archive BEFORE | tar -x -C .old` and carried), one after the other; then the
+# GPU tests of the worker path (TESTS=0 skips them). Prints launch wall times, phase times
+# and, per config, our kernel's median by the harness beside its own reported median and
+# beside the old tree's median (tools/verdict/agreement.py); the run folders come back
+# packed in $OUT/runs.tgz. Needs the wheels of .whl/ (pydantic & co.).
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONUNBUFFERED=1
+repo=$PWD
+out=${OUT:-/tmp/agreement}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/agreement.XXXXXX)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+
+launch() {  # tree label
+  local tree=$1 label=$2 start end
+  start=$(date +%s.%N)
+  (cd "$tree" && BENCH_STATE_DIR="$work/$label-state" PYTHONPATH="/tmp/site:$tree" \
+    python3 -m orchestrator launch --backend local --plan "${PLAN:-default}" --budget 1.00 --wait) \
+    > "$work/$label-launch.log" 2>&1
+  local code=$?
+  end=$(date +%s.%N)
+  echo "$label: launch exit $code in $(python3 -c "print(round($end - $start, 1))") s" | tee -a "$work/walls.txt"
+  (cd "$tree" && BENCH_STATE_DIR="$work/$label-state" PYTHONPATH="/tmp/site:$tree" \
+    python3 -m orchestrator fetch --all --dest "$work/$label-results") > "$work/$label-fetch.log" 2>&1
+  tail -n 5 "$work/$label-launch.log"
+}
+
+for label in ${ORDER:-new old}; do
+  if [ "$label" = old ]; then launch "$repo/.old" old; else launch "$repo" new; fi
+done
+python3 "$repo/tools/verdict/agreement.py" "$work" | tee "$out/agreement.txt"
+if [ "${TESTS:-1}" = 1 ]; then
+  PYTHONPATH="/tmp/site:$repo" timeout 420 python3 -m pytest -q -p no:cacheprovider -m gpu \
+    tests/gpu/test_worker_gpu.py tests/gpu/test_cheats.py ${EXTRA_TESTS:-} 2>&1 \
+    | tee "$out/pytest.txt" | tail -n 25
+fi
+tar -czf "$out/runs.tgz" -C "$work" . 2>/dev/null
+cat "$work/walls.txt"
