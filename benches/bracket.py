@@ -86,18 +86,21 @@ class CudaBracket:
         call: Callable[[], dict],
         read: Callable[[dict], torch.Tensor],
         deadline: Callable[[], float],
+        finish: Callable[[dict], dict],
     ) -> Bracketed:
         """`refresh` writes the call's fresh inputs, `call` asks the worker for the call and
         returns its reply, `read` reads the rows from where that reply says the output is;
-        `deadline()` is when the worker must have finished (monotonic seconds)."""
+        `deadline()` is when the worker must have finished (monotonic seconds); `finish`
+        takes the worker's last word on the call once the bracket is closed (every call's,
+        a retaken one's too), and its answer stands as the sample's reply."""
         for _ in range(RETAKES_MAX):
-            taken = self._once(link, refresh, call, read, deadline)
+            taken = self._once(link, refresh, call, read, deadline, finish)
             if not taken.late:
                 return taken
             self.retaken += 1
-        return self._once(link, refresh, call, read, deadline)
+        return self._once(link, refresh, call, read, deadline, finish)
 
-    def _once(self, link, refresh, call, read, deadline) -> Bracketed:
+    def _once(self, link, refresh, call, read, deadline, finish) -> Bracketed:
         cover_us = self.cover_us()
         torch.cuda._sleep(int(cover_us * timing.COVER_CYCLES_PER_US))
         self._start.record()
@@ -115,7 +118,7 @@ class CudaBracket:
         rows = read(reply)
         self._end.record()
         self._end.synchronize()
-        return Bracketed(self._start.elapsed_time(self._end), rows, reply, late)
+        return Bracketed(self._start.elapsed_time(self._end), rows, finish(reply), late)
 
 
 class CpuBracket:
@@ -131,12 +134,12 @@ class CpuBracket:
         one below zero: seen on a loaded 2-core machine, 2026-11-29)."""
         return min(null_samples)
 
-    def sample(self, link, refresh, call, read, deadline) -> Bracketed:
+    def sample(self, link, refresh, call, read, deadline, finish) -> Bracketed:
         start = time.perf_counter()
         refresh()
         reply = call()
         rows = read(reply)
-        return Bracketed((time.perf_counter() - start) * 1e3, rows, reply, False)
+        return Bracketed((time.perf_counter() - start) * 1e3, rows, finish(reply), False)
 
 
 def bracket_for(clock):

@@ -162,30 +162,26 @@ class Worker:
         if self._process is None:
             self._start()
         if self._link is None or self._link.generation != self.generation:
-            go = torch.cuda.Event(interprocess=True)
-            reply = self.request("bind", go=go.ipc_handle().hex())
+            reply = self.request("bind")
             try:
-                done = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(reply["done"]))
+                go, done = (
+                    torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(reply[name]))
+                    for name in ("go", "done")
+                )
             except (KeyError, TypeError, ValueError, RuntimeError) as exc:
                 self._end()
                 raise WorkerLost(f"broke the protocol (bind): {_text(exc)}", self) from None
             self._link = Link(go, done, self.generation)
         return self._link
 
-    def finished(self, deadline: float) -> dict:
+    def finished(self) -> dict:
         """The second frame of a GPU call: the child's word that its call's work ended (and
         its own time for it)."""
-        reply = self._receive(deadline, "call")
+        reply = self._receive(time.monotonic() + self.call_timeout, "call")
         if "error" in reply:
             self._end()
             raise WorkerLost(f"CUDA context lost: {_text(reply['error'])}", self)
         return reply
-
-    def failed_early(self) -> None:
-        """Raises at once if the child already said its GPU call failed (polled while the
-        parent waits for the call on the GPU)."""
-        if self._conn is not None and self._conn.poll(0):
-            self.finished(time.monotonic())
 
     def _start(self) -> None:
         """The child prestarted for this kernel (benches/worker_start.py), else a new one."""
@@ -228,6 +224,11 @@ class Worker:
         if code is not None and code < 0:
             return f"crashed: killed by {signal.Signals(-code).name} during '{op}'"
         return f"crashed: exited with code {code} during '{op}'"
+
+    def close_after_refusal(self) -> None:
+        """Ends a child whose answer mid-call was refused: whatever it still has to say of
+        that call is not read, and must not be taken for the next request's reply."""
+        self._end()
 
     def hung(self, op: str) -> WorkerLost:
         """Ends a child whose call outlasted its bound, and says so."""
@@ -395,18 +396,23 @@ class MeasuredPlacement:
         def deadline() -> float:
             return time.monotonic() + worker.call_timeout
 
+        def finish(reply: dict) -> dict:
+            """The call's last word: on the GPU its second frame, read once its work ended."""
+            return worker.finished() if link is not None else reply
+
         try:
             taken = self._measuring.bracket.sample(
-                link, refresh, call, lambda reply: self._read(reply, picks), deadline
+                link, refresh, call, lambda reply: self._read(reply, picks), deadline, finish
             )
         except brackets.Hung:
             raise worker.hung("call") from None
-        if link is not None:
-            finished = worker.finished(time.monotonic() + worker.call_timeout)
+        except Refused:
+            worker.close_after_refusal()
+            raise
         self.samples += 1
         self._check(picks, taken.rows)
         ms = (taken.ms - self._measuring.overhead_ms()) / self._calls
-        own = (finished if link is not None else taken.reply).get("own_ms")
+        own = taken.reply.get("own_ms")
         valid = isinstance(own, (int, float)) and math.isfinite(own) and own > 0
         return ms, float(own) if valid else None
 

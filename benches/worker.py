@@ -146,10 +146,14 @@ class Placement:
 
 
 def _bind(state: WorkerState, request: dict) -> dict:
-    """The GPU link to the parent's clock: its GO event opened, this worker's DONE made."""
-    state.go = torch.cuda.Event.from_ipc_handle(state.device, bytes.fromhex(request["go"]))
+    """The GPU link to the parent's clock: two interprocess events this worker makes and
+    the parent opens, GO (the parent records it, this worker's stream waits for it) and
+    DONE (recorded here after each call). Made here, not by the parent: a worker running as
+    another user than the harness cannot open the harness's events (cudaErrorMapBuffer-
+    ObjectFailed on an H200, 2026-11-29), while the harness opens the worker's."""
+    state.go = torch.cuda.Event(interprocess=True)
     state.done = torch.cuda.Event(interprocess=True)
-    return {"done": state.done.ipc_handle().hex()}
+    return {"go": state.go.ipc_handle().hex(), "done": state.done.ipc_handle().hex()}
 
 
 def _available(state: WorkerState, request: dict) -> dict:
@@ -242,14 +246,18 @@ REQUESTS = {
 USER_CODE_REQUESTS = ("gate", "probe", "place")
 
 
-def context_lost(device: torch.device) -> bool:
+def context_lost(device: torch.device, probe: bool = True) -> bool:
     """Whether the CUDA context is gone (an illegal address is sticky: every later call
-    fails): then this worker must end and the parent starts a fresh one."""
+    fails): then this worker must end and the parent starts a fresh one. Without `probe`
+    only a synchronize, which launches nothing: after a timed call the GPU must have no
+    work of this worker's left to switch to while the parent reads the output (one more
+    switch of contexts costs ~0.27 ms, seen inside the parent's brackets on an H200)."""
     if device.type != "cuda":
         return False
     try:
         torch.cuda.synchronize(device)
-        torch.ones(1, device=device).add_(1).item()
+        if probe:
+            torch.ones(1, device=device).add_(1).item()
         return False
     except Exception:
         return True
@@ -298,7 +306,7 @@ def serve(conn, kernel_json: str, tree: str, device: str, flush_l2: bool) -> Non
         if request["op"] == "call" and state.device.type == "cuda":
             # A second frame once the call's work is over: the parent waits for the call on
             # the GPU, and hears here at once when it failed there (an illegal address).
-            if context_lost(state.device):
+            if context_lost(state.device, probe=False):
                 why = "the kernel's call left no working CUDA context"
                 send_reply(conn, {"error": why, "lost": True})
                 return
