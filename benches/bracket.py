@@ -13,8 +13,12 @@ H200, 2026-11-29), reads the sampled rows of the output on its own stream, then 
 its end event. The rows are read after the call's work is done or they are wrong: the
 end event cannot come before the work (benches/row_checks.py).
 
-CPU. The parent's wall clock from writing the fresh queries to reading the rows of the
-output the worker copied into the parent's shared buffer.
+CPU, and a GPU worker that runs as another user than the harness (the driver shares no
+interprocess event between users): gated from the host. The parent starts its clock (GPU:
+its start event, then the flush, waited for), then asks for the call, which brings a seed:
+the worker makes the sample's fresh queries from it in the lent buffers (the parent makes
+the same numbers for its reference), so nothing can start before the call is asked for;
+then the worker's word that the work is over, the rows read, the end of the clock.
 
 Either way the bracket holds more than the call: the context switch to the worker and
 back (about 0.33 ms on an H200), the refresh, the flush, the poll, the row reads, the
@@ -101,6 +105,8 @@ class CudaBracket:
         return self._once(link, refresh, call, read, deadline, finish)
 
     def _once(self, link, refresh, call, read, deadline, finish) -> Bracketed:
+        if link is None:
+            return self._gated(call, read, finish)
         cover_us = self.cover_us()
         torch.cuda._sleep(int(cover_us * timing.COVER_CYCLES_PER_US))
         self._start.record()
@@ -120,6 +126,22 @@ class CudaBracket:
         self._end.synchronize()
         return Bracketed(self._start.elapsed_time(self._end), rows, finish(reply), late)
 
+    def _gated(self, call, read, finish) -> Bracketed:
+        """Gated from the host (a worker running as another user: no event in common): the
+        parent's start event, the flush, and only once the GPU has reached them the call
+        (whose fresh queries the worker makes from the seed it brings); the worker's word
+        that its work is over, then the rows read and the end event. The host's handshake
+        lies inside this bracket: the null call's, gated the same way, takes it out."""
+        self._start.record()
+        self._clock.flush()
+        torch.cuda.current_stream().synchronize()
+        reply = call()
+        last = finish(reply)
+        rows = read(reply)
+        self._end.record()
+        self._end.synchronize()
+        return Bracketed(self._start.elapsed_time(self._end), rows, last, False)
+
 
 class CpuBracket:
     """The parent's wall clock around a worker's call."""
@@ -135,8 +157,8 @@ class CpuBracket:
         return min(null_samples)
 
     def sample(self, link, refresh, call, read, deadline, finish) -> Bracketed:
+        """The worker makes the fresh queries itself, from the seed its call brings."""
         start = time.perf_counter()
-        refresh()
         reply = call()
         rows = read(reply)
         return Bracketed((time.perf_counter() - start) * 1e3, rows, finish(reply), False)
@@ -156,15 +178,15 @@ class Calibration:
     call's bracketed samples (`benches/null_kernel.py`, in a worker of the harness's own),
     as the bracket reads them (`overhead_of`), taken at the first use after each `forget`."""
 
-    def __init__(self, bracket, measure: Callable[[object, str, int], list[float]]) -> None:
+    def __init__(self, bracket, measure: Callable[[object, str, int, bool], list[float]]) -> None:
         self._bracket = bracket
-        self._measure = measure  # (config, mode, copies) -> the null's samples
+        self._measure = measure  # (config, mode, copies, gated) -> the null's samples
         self._known: dict[tuple, float] = {}
 
-    def overhead_ms(self, config, mode: str, copies: int) -> float:
-        key = (config.name, mode, copies)
+    def overhead_ms(self, config, mode: str, copies: int, gated: bool) -> float:
+        key = (config.name, mode, copies, gated)
         if key not in self._known:
-            samples = self._measure(config, mode, copies)[CALIBRATION_WARMUP:]
+            samples = self._measure(config, mode, copies, gated)[CALIBRATION_WARMUP:]
             self._known[key] = self._bracket.overhead_of(samples)
         return self._known[key]
 

@@ -34,7 +34,7 @@ import torch
 from benches import bracket as brackets
 from benches import confinement, cuda_ipc, row_checks, wire, worker_start
 from benches.correctness import CallProblem, TwoCalls, modified_input
-from benches.shared_buffers import Lender
+from benches.shared_buffers import Lender, fill_fresh
 from benches.user_kernel import UserImplementation, declared_unavailable, declared_unsupported
 from results_schema import AttentionConfig
 from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
@@ -93,11 +93,13 @@ class Worker:
         device: torch.device,
         flush_l2: bool,
         confined: bool = True,
+        gated: bool = False,
     ) -> None:
         self.kernel, self.tree, self.device, self.flush_l2 = kernel, tree, device, flush_l2
         # A kernel's worker runs as its tree's user where the run confines kernels
         # (benches/confinement.py); the harness's own null worker runs no kernel's code.
         self.confined = confined
+        self._gated = gated  # a null worker calibrating gated brackets
         self.call_timeout = float(kernel.contract.call_timeout_seconds)
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn = None
@@ -156,27 +158,38 @@ class Worker:
             raise RequestFailed(_text(reply["error"]))
         return reply
 
-    def link(self) -> Link:
-        """The GPU worker's link to the parent's clock, made at its first use by this child."""
+    def link(self) -> Link | None:
+        """The GPU worker's link to the parent's clock (made at its first use by this child),
+        or None where the bracket is gated from the host: on the CPU, and for a worker that
+        runs as another user than the harness (benches/confinement.py), with which the
+        driver shares no interprocess event (cudaErrorMapBufferObjectFailed either way on
+        an H200, 2026-11-29; memory is shared across users)."""
+        if self.device.type != "cuda" or self.gated():
+            return None
         self.settle()
         if self._process is None:
             self._start()
         if self._link is None or self._link.generation != self.generation:
-            reply = self.request("bind")
+            go = torch.cuda.Event(interprocess=True)
+            reply = self.request("bind", go=go.ipc_handle().hex())
             try:
-                go, done = (
-                    torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(reply[name]))
-                    for name in ("go", "done")
-                )
+                done = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(reply["done"]))
             except (KeyError, TypeError, ValueError, RuntimeError) as exc:
                 self._end()
                 raise WorkerLost(f"broke the protocol (bind): {_text(exc)}", self) from None
             self._link = Link(go, done, self.generation)
         return self._link
 
+    def gated(self) -> bool:
+        """Whether this worker's calls are bracketed from the host (see `link`)."""
+        if self.device.type != "cuda" or self._gated:
+            return True
+        users = confinement.kernel_users(os.environ.get(confinement.KERNEL_USERS_ENV))
+        return self.confined and self.tree.name in users
+
     def finished(self) -> dict:
         """The second frame of a GPU call: the child's word that its call's work ended (and
-        its own time for it)."""
+        its own time for it); on the GPU the child sends it once it synchronized."""
         reply = self._receive(time.monotonic() + self.call_timeout, "call")
         if "error" in reply:
             self._end()
@@ -290,7 +303,7 @@ class Measuring:
     queries' seeds so that no file of the run predicts them."""
 
     bracket: object
-    overhead_ms: Callable[[], float]
+    overhead_ms: Callable[[bool], float]  # (gated from the host) -> ms
     tolerance: float | None
     secret: int
 
@@ -337,7 +350,6 @@ class MeasuredPlacement:
         cpu = worker.device.type != "cuda"
         self._slots = [lend(torch.full_like(q, float("nan"))) for _ in range(copies)] if cpu else []
         self._fresh = [torch.empty_like(q) for _ in range(copies)]
-        self._generator = torch.Generator(device=worker.device)
         self._outputs: list[cuda_ipc.Descriptor] | None = None
         self._figures = _Figures()
         self.worst_error: float | None = None
@@ -377,19 +389,25 @@ class MeasuredPlacement:
         self._ready()
         worker = self._worker
         worker.settle()  # a reply still in flight is not this call's
-        link = worker.link() if worker.device.type == "cuda" else None
-        self._fresh_queries()
+        link = worker.link()
+        seed = int(self._rng.integers(2**63))
+        fill_fresh(self._fresh, seed)  # the sample's queries, in the parent's own memory
         picks = self._picks()
         for slot in self._slots:
             slot.tensor.fill_(float("nan"))
 
         def refresh() -> None:
-            for lent, fresh in zip(self._queries, self._fresh, strict=True):
-                lent.tensor.copy_(fresh)
+            """Linked: the parent writes the queries into the lent buffers inside the
+            bracket, before GO; gated from the host: the worker makes them from the seed
+            the call brings, so that nothing can start before the call is asked for."""
+            if link is not None:
+                for lent, fresh in zip(self._queries, self._fresh, strict=True):
+                    lent.tensor.copy_(fresh)
 
         def call() -> dict:
+            fields = {"key": self._key} if link is not None else {"key": self._key, "seed": seed}
             try:
-                return worker.request("call", key=self._key)
+                return worker.request("call", **fields)
             except RequestFailed as exc:
                 raise WorkerLost(f"raised while timed: {exc}", worker) from None
 
@@ -398,7 +416,7 @@ class MeasuredPlacement:
 
         def finish(reply: dict) -> dict:
             """The call's last word: on the GPU its second frame, read once its work ended."""
-            return worker.finished() if link is not None else reply
+            return worker.finished() if worker.device.type == "cuda" else reply
 
         try:
             taken = self._measuring.bracket.sample(
@@ -411,21 +429,10 @@ class MeasuredPlacement:
             raise
         self.samples += 1
         self._check(picks, taken.rows)
-        ms = (taken.ms - self._measuring.overhead_ms()) / self._calls
+        ms = (taken.ms - self._measuring.overhead_ms(link is None)) / self._calls
         own = taken.reply.get("own_ms")
         valid = isinstance(own, (int, float)) and math.isfinite(own) and own > 0
         return ms, float(own) if valid else None
-
-    def _fresh_queries(self) -> None:
-        """New random queries for every call of the sample, in the parent's own memory:
-        the worker sees them only once the bracket has started."""
-        self._generator.manual_seed(int(self._rng.integers(2**63)))
-        for fresh in self._fresh:
-            fresh.copy_(
-                torch.randn(
-                    fresh.shape, generator=self._generator, device=fresh.device, dtype=torch.float32
-                )
-            )
 
     def _picks(self) -> list[tuple[int, row_checks.Rows]]:
         """(call, rows) to check: in graph mode the last call and GRAPH_OUTPUTS_CHECKED
@@ -662,10 +669,11 @@ NULL_KERNEL = UserKernel(
 )
 
 
-def null_worker(device: torch.device, flush_l2: bool) -> Worker:
+def null_worker(device: torch.device, flush_l2: bool, gated: bool) -> Worker:
     """A worker of the harness's own running the null call: what `brackets.Calibration`
-    measures a bracket with."""
-    return Worker(NULL_KERNEL, worker_start.payload_root(), device, flush_l2, confined=False)
+    measures a bracket with (`gated`: brackets gated from the host)."""
+    root = worker_start.payload_root()
+    return Worker(NULL_KERNEL, root, device, flush_l2, confined=False, gated=gated)
 
 
 def null_samples(worker: Worker, bracket, secret: int):
@@ -678,7 +686,7 @@ def null_samples(worker: Worker, bracket, secret: int):
         remote = RemoteImplementation(
             "bench-null", _runs_in_worker, lambda *a: "null", lambda d: None, worker=worker
         )
-        measuring = Measuring(bracket, lambda: 0.0, None, secret)
+        measuring = Measuring(bracket, lambda gated: 0.0, None, secret)
         # On the GPU one null call whatever the copies (a null call launches a kernel: what
         # is measured is the bracket, not calls); on the CPU as many as the real calls, each
         # copying its output out as theirs do.

@@ -200,28 +200,29 @@ class WorkerTiming:
         self.secret = secrets.randbits(62)
         self.bracket = brackets.bracket_for(clock)
         self.calibration = brackets.Calibration(self.bracket, self._null_samples)
-        self._null = None
+        self._nulls: dict[bool, object] = {}  # gated -> the null call's worker
         self._tolerance = {(r.config, r.implementation): r.tolerance for r in gate}
 
-    def _null_samples(self, config, mode: str, copies: int) -> list[float]:
-        if self._null is None:
-            self._null = null_worker(self._ctx.device, self._ctx.plan.flush_l2)
-        return null_samples(self._null, self.bracket, self.secret)(config, mode, copies)
+    def _null_samples(self, config, mode: str, copies: int, gated: bool) -> list[float]:
+        if gated not in self._nulls:
+            self._nulls[gated] = null_worker(self._ctx.device, self._ctx.plan.flush_l2, gated)
+        worker = self._nulls[gated]
+        return null_samples(worker, self.bracket, self.secret)(config, mode, copies)
 
     def measuring(self, config, mode: str, calls: int):
         """identity -> its Measuring, for the placements of `config` in `mode`."""
         copies = calls if mode != "single" else 1
 
-        def overhead() -> float:
-            return self.calibration.overhead_ms(config, mode, copies)
+        def overhead(gated: bool) -> float:
+            return self.calibration.overhead_ms(config, mode, copies, gated)
 
         return lambda name: Measuring(
             self.bracket, overhead, self._tolerance.get((config.name, name)), self.secret
         )
 
     def close(self) -> None:
-        if self._null is not None:
-            self._null.close()
+        for worker in self._nulls.values():
+            worker.close()
 
 
 @dataclass

@@ -92,6 +92,19 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def fill_fresh(tensors: list[torch.Tensor], seed: int) -> None:
+    """Standard normal values from `seed` in each of `tensors`, in turn: the same numbers in
+    the parent and in a worker (one generator algorithm, one device), so that a worker can
+    make a sample's queries from the seed it is sent with the call, and the parent the same
+    for its reference."""
+    generator = torch.Generator(device=tensors[0].device).manual_seed(seed)
+    for tensor in tensors:
+        values = torch.randn(
+            tensor.shape, generator=generator, device=tensor.device, dtype=torch.float32
+        )
+        tensor.copy_(values)
+
+
 class Borrowed:
     """The worker's side: the parent's buffers it was lent for one placement or request,
     opened from their descriptors and closed together."""

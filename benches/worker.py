@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from benches import correctness, cuda_ipc, timing
-from benches.shared_buffers import Borrowed
+from benches.shared_buffers import Borrowed, fill_fresh
 from benches.user_kernel import user_implementation
 from benches.wire import READY, send_reply
 from results_schema import AttentionConfig
@@ -62,7 +62,7 @@ class Placement:
     def __init__(self, state: WorkerState, request: dict) -> None:
         self.state = state
         self.borrowed = Borrowed(state.device)
-        queries = [self.borrowed.tensor(d) for d in request["queries"]]
+        self.queries = queries = [self.borrowed.tensor(d) for d in request["queries"]]
         k, v = self.borrowed.tensor(request["k"]), self.borrowed.tensor(request["v"])
         self.slots = [self.borrowed.tensor(d) for d in request.get("slots", [])]
         causal = state.config(request).causal
@@ -89,13 +89,20 @@ class Placement:
             return {}
         return {"outputs": [self._describe(out) for out in self.outputs]}
 
-    def call(self) -> dict:
+    def call(self, seed: int | None) -> dict:
+        """One sample's call(s). With a `seed` (a bracket gated from the host: the CPU, or a
+        worker running as another user than the harness, with which no interprocess event
+        can be shared) the sample's fresh queries are made here first, from the seed the
+        call brings, so that no work can start before the call is asked for."""
+        if seed is not None:
+            fill_fresh(self.queries, seed)
         return self._gpu_call() if self.own is not None else self._cpu_call()
 
     def _gpu_call(self) -> dict:
         reply = {}
         stream = torch.cuda.current_stream(self.state.device)
-        stream.wait_event(self.state.go)
+        if self.state.go is not None:
+            stream.wait_event(self.state.go)
         self.own[0].record(stream)
         if self.graph is not None:
             self.graph.replay()
@@ -104,7 +111,8 @@ class Placement:
             out = self.fns[0]()
             self.ring.hold(out)
         self.own[1].record(stream)
-        self.state.done.record(stream)
+        if self.state.done is not None:
+            self.state.done.record(stream)
         self.own_pending = True
         if out is not None:
             if not isinstance(out, torch.Tensor) or not out.is_cuda:
@@ -146,14 +154,11 @@ class Placement:
 
 
 def _bind(state: WorkerState, request: dict) -> dict:
-    """The GPU link to the parent's clock: two interprocess events this worker makes and
-    the parent opens, GO (the parent records it, this worker's stream waits for it) and
-    DONE (recorded here after each call). Made here, not by the parent: a worker running as
-    another user than the harness cannot open the harness's events (cudaErrorMapBuffer-
-    ObjectFailed on an H200, 2026-11-29), while the harness opens the worker's."""
-    state.go = torch.cuda.Event(interprocess=True)
+    """The GPU link to the parent's clock: the parent's GO event opened (this worker's
+    stream waits for it before each call), this worker's DONE made (recorded after each)."""
+    state.go = torch.cuda.Event.from_ipc_handle(state.device, bytes.fromhex(request["go"]))
     state.done = torch.cuda.Event(interprocess=True)
-    return {"go": state.go.ipc_handle().hex(), "done": state.done.ipc_handle().hex()}
+    return {"done": state.done.ipc_handle().hex()}
 
 
 def _available(state: WorkerState, request: dict) -> dict:
@@ -210,7 +215,8 @@ def _place(state: WorkerState, request: dict) -> dict:
 
 
 def _call(state: WorkerState, request: dict) -> dict:
-    return state.placements[request["key"]].call()
+    seed = request.get("seed")
+    return state.placements[request["key"]].call(None if seed is None else int(seed))
 
 
 def _drop(state: WorkerState, request: dict) -> dict:
