@@ -22,13 +22,14 @@ then the worker's word that the work is over, the rows read, the end of the cloc
 
 Either way the bracket holds more than the call: the context switch to the worker and
 back (about 0.33 ms on an H200), the refresh, the flush, the poll, the row reads, the
-pipe. A trusted worker running a null call (`benches/null_kernel.py`) is bracketed the
-same way, and its median is subtracted (`Calibration`): what is left is the call.
+pipe. A worker of the harness's own runs a known call (`benches/calibration_kernel.py`),
+bracketed the same way: on the GPU, SDPA, whose time the parent also takes in its own
+process, the two medians' difference being what a bracket adds; on the CPU a call that does
+nothing, whose fastest bracket is. What is left, less that, is the call.
 """
 
 from __future__ import annotations
 
-import collections
 import statistics
 import time
 from collections.abc import Callable
@@ -67,20 +68,20 @@ class CudaBracket:
     (`link`: the worker's GO and DONE)."""
 
     def __init__(self, clock: timing.CudaClock) -> None:
-        self._clock = clock
+        self.clock = clock
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
-        self._host_us: collections.deque[float] = collections.deque(maxlen=HOST_HISTORY)
         self.retaken = 0
 
     @staticmethod
-    def overhead_of(null_samples: list[float]) -> float:
-        """The null call's median bracket: on the GPU its spread is about 1 us either side
-        (interquartile range 0.8-1.4 us on an H200, 2026-11-29)."""
-        return statistics.median(null_samples)
+    def overhead_of(bracketed: list[float], in_process: list[float]) -> float:
+        """The known call's median bracket less its median time in the parent's own
+        process (each spreads about 1 us either side on an H200, 2026-11-29)."""
+        return statistics.median(bracketed) - statistics.median(in_process)
 
-    def cover_us(self) -> float:
-        recent = statistics.median(self._host_us) if self._host_us else COVER_MAX_US / 8
+    @staticmethod
+    def cover_us(host_us) -> float:
+        recent = statistics.median(host_us) if host_us else COVER_MAX_US / 8
         return min(max(COVER_FACTOR * recent, COVER_MIN_US), COVER_MAX_US)
 
     def sample(
@@ -107,15 +108,15 @@ class CudaBracket:
     def _once(self, link, refresh, call, read, deadline, finish) -> Bracketed:
         if link is None:
             return self._gated(call, read, finish)
-        cover_us = self.cover_us()
+        cover_us = self.cover_us(link.host_us)
         torch.cuda._sleep(int(cover_us * timing.COVER_CYCLES_PER_US))
         self._start.record()
         refresh()
-        self._clock.flush()
+        self.clock.flush()
         link.go.record()
         host_start = time.perf_counter()
         reply = call()
-        self._host_us.append((time.perf_counter() - host_start) * 1e6)
+        link.host_us.append((time.perf_counter() - host_start) * 1e6)
         late = link.go.query()
         limit = deadline()
         while not link.done.query():
@@ -131,9 +132,9 @@ class CudaBracket:
         parent's start event, the flush, and only once the GPU has reached them the call
         (whose fresh queries the worker makes from the seed it brings); the worker's word
         that its work is over, then the rows read and the end event. The host's handshake
-        lies inside this bracket: the null call's, gated the same way, takes it out."""
+        lies inside this bracket: the known call's, gated the same way, takes it out."""
         self._start.record()
-        self._clock.flush()
+        self.clock.flush()
         torch.cuda.current_stream().synchronize()
         reply = call()
         last = finish(reply)
@@ -149,12 +150,13 @@ class CpuBracket:
     retaken = 0
 
     @staticmethod
-    def overhead_of(null_samples: list[float]) -> float:
-        """The null call's fastest bracket: on the CPU the bracket's spread is the host's
-        scheduling, one-sided, which the parent's own samples carry too (subtracting the
-        median would take typical noise off a worker's samples alone, and leave a noisy
-        one below zero: seen on a loaded 2-core machine, 2026-11-29)."""
-        return min(null_samples)
+    def overhead_of(bracketed: list[float], in_process: list[float]) -> float:
+        """The calibration call's fastest bracket (it does nothing): on the CPU the
+        bracket's spread is the host's scheduling, one-sided, which the parent's own
+        samples carry too (subtracting the median would take typical noise off a worker's
+        samples alone, and leave a noisy one below zero: seen on a loaded 2-core machine,
+        2026-11-29)."""
+        return min(bracketed)
 
     def sample(self, link, refresh, call, read, deadline, finish) -> Bracketed:
         """The worker makes the fresh queries itself, from the seed its call brings."""
@@ -168,26 +170,31 @@ def bracket_for(clock):
     return CudaBracket(clock) if isinstance(clock, timing.CudaClock) else CpuBracket()
 
 
-# Samples of the null call per calibration; the first few warm the null worker's path.
+# Samples of the calibration call per calibration; the first few warm its worker's path.
 CALIBRATION_SAMPLES = 12
 CALIBRATION_WARMUP = 3
 
 
 class Calibration:
-    """What a bracket adds to a call, per (config, mode, inputs refreshed): from a null
-    call's bracketed samples (`benches/null_kernel.py`, in a worker of the harness's own),
-    as the bracket reads them (`overhead_of`), taken at the first use after each `forget`."""
+    """What a bracket adds to a call, per (config, mode, inputs refreshed, gated): from a
+    known call's bracketed samples (`benches/calibration_kernel.py`, in a worker of the harness's
+    own) and, on the GPU, the same call's samples in the parent's own process, as the
+    bracket reads them (`overhead_of`), taken at the first use after each `forget`."""
 
-    def __init__(self, bracket, measure: Callable[[object, str, int, bool], list[float]]) -> None:
+    def __init__(self, bracket, measure: Callable[[object, str, int, bool], tuple]) -> None:
         self._bracket = bracket
-        self._measure = measure  # (config, mode, copies, gated) -> the null's samples
+        # (config, mode, copies, gated) -> (the known call's bracketed samples, its samples
+        # in the parent's own process: none on the CPU)
+        self._measure = measure
         self._known: dict[tuple, float] = {}
 
     def overhead_ms(self, config, mode: str, copies: int, gated: bool) -> float:
         key = (config.name, mode, copies, gated)
         if key not in self._known:
-            samples = self._measure(config, mode, copies, gated)[CALIBRATION_WARMUP:]
-            self._known[key] = self._bracket.overhead_of(samples)
+            bracketed, in_process = self._measure(config, mode, copies, gated)
+            self._known[key] = self._bracket.overhead_of(
+                bracketed[CALIBRATION_WARMUP:], in_process[CALIBRATION_WARMUP:]
+            )
         return self._known[key]
 
     def forget(self) -> None:

@@ -46,8 +46,8 @@ from pathlib import Path
 KERNEL_USERS_ENV = "BENCH_KERNEL_USERS"
 # Set by `run` for its command: the report `end_kernel_processes` appends to.
 LEFTOVERS_ENV = "BENCH_LEFTOVERS_FILE"
-# What a worker is told of confinement, all of it: a worker of the harness's own (the null
-# call's) is started without them, and runs as the harness does.
+# What a worker is told of confinement, all of it: a worker of the harness's own (the
+# calibration call's) is started without them, and runs as the harness does.
 WORKER_SETTINGS = (KERNEL_USERS_ENV, LEFTOVERS_ENV)
 # A tree's private home (HOME and TMPDIR: caches such as Triton's, pip's) and its own
 # python environment (what its requirements and its build install), beside its folder.

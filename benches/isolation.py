@@ -17,6 +17,7 @@ harness's) is `Refused` the same way.
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import multiprocessing
@@ -50,7 +51,7 @@ START_TIMEOUT_SECONDS = 300.0
 OWN_TIME_TOLERANCE = 0.25
 OWN_TIME_FLOOR_MS = {"cuda": 0.01, "cpu": 0.25}
 OWN_TIME_MIN_SAMPLES = 3
-# A sample the null call's bracket leaves nothing of (noise) is taken again this many times.
+# A sample the calibration leaves nothing of (noise) is taken again this many times.
 NONPOSITIVE_RETAKES = 3
 GRAPH_OUTPUTS_CHECKED = 3  # in graph mode: the last call's output and this many more
 
@@ -75,11 +76,16 @@ class RequestFailed(Exception):
 
 @dataclass
 class Link:
-    """A GPU worker's link to the parent's clock: the parent's GO event, the worker's DONE."""
+    """A GPU worker's link to the parent's clock: the parent's GO event, the worker's DONE,
+    and how long this worker's handshakes took lately (its bracket's cover follows them:
+    one worker's kernel may take longer to enqueue than another's)."""
 
     go: torch.cuda.Event
     done: torch.cuda.Event
     generation: int
+    host_us: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=brackets.HOST_HISTORY)
+    )
 
 
 class Worker:
@@ -97,9 +103,9 @@ class Worker:
     ) -> None:
         self.kernel, self.tree, self.device, self.flush_l2 = kernel, tree, device, flush_l2
         # A kernel's worker runs as its tree's user where the run confines kernels
-        # (benches/confinement.py); the harness's own null worker runs no kernel's code.
+        # (benches/confinement.py); the harness's own calibration worker runs no kernel's code.
         self.confined = confined
-        self._gated = gated  # a null worker calibrating gated brackets
+        self._gated = gated  # a calibration worker for brackets gated from the host
         self.call_timeout = float(kernel.contract.call_timeout_seconds)
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn = None
@@ -298,9 +304,10 @@ def _text(value) -> str:
 @dataclass
 class Measuring:
     """What a worker's placement needs of the timing loop: the parent's bracket, what a
-    bracket adds (the null call's median), the gate's tolerance for the rows it reads
-    (None: the null call itself, unchecked) and the run's secret, mixed into the fresh
-    queries' seeds so that no file of the run predicts them."""
+    bracket adds (`brackets.Calibration`; by whether it is gated from the host), the
+    gate's tolerance for the rows it reads (None: the calibration call itself, unchecked)
+    and the run's secret, mixed into the fresh queries' seeds so that no file of the run
+    predicts them."""
 
     bracket: object
     overhead_ms: Callable[[bool], float]  # (gated from the host) -> ms
@@ -372,14 +379,14 @@ class MeasuredPlacement:
 
     def sample(self) -> float:
         """The harness's time for one call (ms), its output checked; a sample whose
-        bracket, less the null call's, leaves no time (noise) is taken again."""
+        bracket, less what a bracket adds, leaves no time (noise) is taken again."""
         for _ in range(NONPOSITIVE_RETAKES + 1):
             ms, self.reported = self._take()
             if ms > 0:
                 self._compare(ms, self.reported)
                 return ms
         raise Refused(
-            f"its calls took no time by the harness's clock ({ms:.4g} ms less a null call's "
+            f"its calls took no time by the harness's clock ({ms:.4g} ms less what a bracket adds"
             "bracket): too short to time this way, on this machine",
             self._worker,
         )
@@ -436,7 +443,7 @@ class MeasuredPlacement:
 
     def _picks(self) -> list[tuple[int, row_checks.Rows]]:
         """(call, rows) to check: in graph mode the last call and GRAPH_OUTPUTS_CHECKED
-        others drawn now (as many reads whatever the calls, so that the null call's
+        others drawn now (as many reads whatever the calls, so that the calibration's
         bracket reads as much)."""
         shape = tuple(self._fresh[0].shape)
         device = self._worker.device
@@ -653,13 +660,13 @@ def _runs_in_worker(*args):
     raise TypeError("a user's kernel runs in its worker process only")
 
 
-# The null call's kernel, in a worker of the harness's own (benches/null_kernel.py).
-NULL_KERNEL = UserKernel(
-    identity="bench-null",
-    directory="benches",  # unused: the null worker is given the payload root itself
+# The calibration call's kernel, in a worker of the harness's own (benches/calibration_kernel.py).
+CALIBRATION_KERNEL = UserKernel(
+    identity="bench-calibration",
+    directory="benches",  # unused: its worker is given the payload root itself
     contract=KernelContract(
-        name="bench-null",
-        entry="benches.null_kernel:attention",
+        name="bench-calibration",
+        entry="benches.calibration_kernel:attention",
         supports={
             "devices": ["cpu", "cuda"],
             "dtypes": ["float16", "bfloat16", "float32", "float64"],
@@ -669,32 +676,44 @@ NULL_KERNEL = UserKernel(
 )
 
 
-def null_worker(device: torch.device, flush_l2: bool, gated: bool) -> Worker:
-    """A worker of the harness's own running the null call: what `brackets.Calibration`
+def calibration_worker(device: torch.device, flush_l2: bool, gated: bool) -> Worker:
+    """A worker of the harness's own running the calibration call: what `brackets.Calibration`
     measures a bracket with (`gated`: brackets gated from the host)."""
     root = worker_start.payload_root()
-    return Worker(NULL_KERNEL, root, device, flush_l2, confined=False, gated=gated)
+    return Worker(CALIBRATION_KERNEL, root, device, flush_l2, confined=False, gated=gated)
 
 
-def null_samples(worker: Worker, bracket, secret: int):
-    """The function `brackets.Calibration` calls: (config, mode, copies) -> the null call's
-    bracketed samples, on a fresh placement of `copies` lent query buffers (one call)."""
+def calibration_samples(worker: Worker, bracket, secret: int):
+    """The function `brackets.Calibration` calls: (config, mode, copies) -> (the known
+    call's bracketed samples, on a fresh placement of `copies` lent query buffers; the same
+    call's samples in this process by the parent's clock: GPU only)."""
+    from benches.calibration_kernel import attention as known
     from benches.correctness import make_inputs
 
-    def measure(config: AttentionConfig, mode: str, copies: int) -> list[float]:
+    def measure(config: AttentionConfig, mode: str, copies: int) -> tuple:
         inputs = make_inputs(config, worker.device, secret % 2**63)
         remote = RemoteImplementation(
-            "bench-null", _runs_in_worker, lambda *a: "null", lambda d: None, worker=worker
+            "bench-calibration", _runs_in_worker, lambda *a: "known", lambda d: None, worker=worker
         )
         measuring = Measuring(bracket, lambda gated: 0.0, None, secret)
-        # On the GPU one null call whatever the copies (a null call launches a kernel: what
-        # is measured is the bracket, not calls); on the CPU as many as the real calls, each
-        # copying its output out as theirs do.
+        # On the GPU one known call whatever the copies (what is measured is the bracket, not
+        # calls); on the CPU as many calls (each doing nothing) as the real ones, each copying
+        # its output out as theirs do.
         calls = copies if worker.device.type == "cpu" else 1
         held = MeasuredPlacement(remote, config, inputs, mode, calls, secret, measuring, copies)
         try:
-            return [held.sample() * calls for _ in range(brackets.CALIBRATION_SAMPLES)]
+            bracketed = [held.sample() * calls for _ in range(brackets.CALIBRATION_SAMPLES)]
         finally:
             held.drop()
+        if worker.device.type != "cuda":
+            return bracketed, []
+        q, k, v = inputs
+        scale = q.shape[-1] ** -0.5
+
+        def call():
+            return known(q, k, v, causal=config.causal, scale=scale)
+
+        clock = bracket.clock
+        return bracketed, [clock.time_call(call) for _ in range(brackets.CALIBRATION_SAMPLES)]
 
     return measure

@@ -26,7 +26,7 @@ import torch
 from benches import bracket as brackets
 from benches import correctness, placement, registry, timing
 from benches.environment import fingerprint
-from benches.isolation import Measuring, WorkerLost, null_samples, null_worker
+from benches.isolation import Measuring, WorkerLost, calibration_samples, calibration_worker
 from benches.plan import samples_per_config
 from benches.stats import interval_method, overall_speedups, summarize
 from benches.telemetry import EMPTY, Telemetry
@@ -191,7 +191,7 @@ def _free_device_memory(device: torch.device) -> None:
 
 class WorkerTiming:
     """How the parent times the kernels in worker processes (benches/bracket.py): one
-    bracket for the run, the null call's calibration (a worker of the harness's own,
+    bracket for the run, its calibration (a worker of the harness's own,
     started at the first config that needs it), the gate's tolerance for the rows each
     sample checks, and a secret of this run's for the fresh queries."""
 
@@ -199,15 +199,16 @@ class WorkerTiming:
         self._ctx = ctx
         self.secret = secrets.randbits(62)
         self.bracket = brackets.bracket_for(clock)
-        self.calibration = brackets.Calibration(self.bracket, self._null_samples)
-        self._nulls: dict[bool, object] = {}  # gated -> the null call's worker
+        self.calibration = brackets.Calibration(self.bracket, self._calibration_samples)
+        self._calibrating: dict[bool, object] = {}  # gated -> the calibration's worker
         self._tolerance = {(r.config, r.implementation): r.tolerance for r in gate}
 
-    def _null_samples(self, config, mode: str, copies: int, gated: bool) -> list[float]:
-        if gated not in self._nulls:
-            self._nulls[gated] = null_worker(self._ctx.device, self._ctx.plan.flush_l2, gated)
-        worker = self._nulls[gated]
-        return null_samples(worker, self.bracket, self.secret)(config, mode, copies)
+    def _calibration_samples(self, config, mode: str, copies: int, gated: bool) -> tuple:
+        if gated not in self._calibrating:
+            device, flush = self._ctx.device, self._ctx.plan.flush_l2
+            self._calibrating[gated] = calibration_worker(device, flush, gated)
+        worker = self._calibrating[gated]
+        return calibration_samples(worker, self.bracket, self.secret)(config, mode, copies)
 
     def measuring(self, config, mode: str, calls: int):
         """identity -> its Measuring, for the placements of `config` in `mode`."""
@@ -221,7 +222,7 @@ class WorkerTiming:
         )
 
     def close(self) -> None:
-        for worker in self._nulls.values():
+        for worker in self._calibrating.values():
             worker.close()
 
 
