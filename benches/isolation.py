@@ -17,7 +17,6 @@ harness's) is `Refused` the same way.
 
 from __future__ import annotations
 
-import collections
 import json
 import math
 import multiprocessing
@@ -76,16 +75,11 @@ class RequestFailed(Exception):
 
 @dataclass
 class Link:
-    """A GPU worker's link to the parent's clock: the parent's GO event, the worker's DONE,
-    and how long this worker's handshakes took lately (its bracket's cover follows them:
-    one worker's kernel may take longer to enqueue than another's)."""
+    """A GPU worker's link to the parent's clock: the parent's GO event, the worker's DONE."""
 
     go: torch.cuda.Event
     done: torch.cuda.Event
     generation: int
-    host_us: collections.deque = field(
-        default_factory=lambda: collections.deque(maxlen=brackets.HOST_HISTORY)
-    )
 
 
 class Worker:
