@@ -44,11 +44,22 @@ from results_schema.kernel_contract import KernelContract, KernelIdentity, UserK
 START_TIMEOUT_SECONDS = 300.0
 # A kernel's own time for its calls may stray this far (fraction, and ms on each device)
 # outside the middle half of the harness's times before the harness calls it a lie: on an
-# H200 the worker's own events read 0.2-2.4 % off the bracket's (2026-11-29); on a loaded
-# 2-core CPU the bracket's samples of a 2 ms call ran 2.2-10 ms around the worker's own
-# 1.9 ms (its pipe and scheduling), which is why the harness's quartiles, not its median.
+# H200 the worker's own events read 0.2-2.4 % off the bracket's in standalone probes
+# (2026-11-29); on a loaded 2-core CPU a worker's calls of 0.1 ms read 0.5-11 ms by the
+# harness's wall clock (the pipe and the scheduler: four test processes on two cores),
+# which is why the harness's quartiles, not its median, and on the CPU only a report
+# under a quarter of them (less 0.25 ms) is taken for a lie.
 OWN_TIME_TOLERANCE = 0.25
 OWN_TIME_FLOOR_MS = {"cuda": 0.01, "cpu": 0.25}
+CPU_OWN_FRACTION = 0.25
+# On the GPU a worker's sample is still its own events' time (bounded above by the harness's
+# whole bracket, below by the check of `_compare`): in the harness, a kernel's bracket less
+# the calibration read 0.26-0.34 ms over its own events on every config of the default plan
+# (three H200 runs, 2026-11-29), where standalone probes of the same bracket had agreed
+# with in-process events within 1 % from 0.2 ms (tools/verdict/README.md). Until that gap
+# is explained the bracket bounds and checks the report rather than replacing it: a report
+# more than this far under the harness's lower quartile (and 25 % more) is refused.
+GPU_BRACKET_SLACK_MS = 0.4
 OWN_TIME_MIN_SAMPLES = 3
 # A sample the calibration leaves nothing of (noise) is taken again this many times.
 NONPOSITIVE_RETAKES = 3
@@ -307,6 +318,8 @@ class Measuring:
     overhead_ms: Callable[[bool], float]  # (gated from the host) -> ms
     tolerance: float | None
     secret: int
+    mode: str | None = None  # the placement's own mode and calls (a CPU batch), if any
+    calls: int | None = None
 
 
 @dataclass
@@ -338,6 +351,9 @@ class MeasuredPlacement:
         copies: int | None = None,
     ) -> None:
         MeasuredPlacement._count += 1
+        if measuring.mode is not None:
+            mode, calls = measuring.mode, measuring.calls
+        self.mode, self.calls = mode, calls
         worker = self._worker = remote.worker
         self._config, self._mode, self._calls, self._measuring = config, mode, calls, measuring
         self._key = f"p{MeasuredPlacement._count}"
@@ -356,6 +372,7 @@ class MeasuredPlacement:
         self.worst_error: float | None = None
         self.samples = 0
         self.reported: float | None = None  # the worker's own time for the latest call
+        self.harness: float | None = None  # the harness's, less what a bracket adds
         # Not waited for here: the child builds it while the parent builds its own
         # (placement.build); the first use takes the reply (`_ready`).
         self._placing: Pending | None = worker.send(
@@ -372,21 +389,45 @@ class MeasuredPlacement:
         self._generation = worker.generation
 
     def sample(self) -> float:
-        """The harness's time for one call (ms), its output checked; a sample whose
-        bracket, less what a bracket adds, leaves no time (noise) is taken again."""
+        """The time of one call (ms), its output checked where the harness read it. On
+        the CPU the harness's bracket less what a bracket adds (a sample that leaves no
+        time, noise, is taken again); on the GPU the worker's own events, bounded by the
+        harness's whole bracket and checked against it (GPU_BRACKET_SLACK_MS says why)."""
         for _ in range(NONPOSITIVE_RETAKES + 1):
-            ms, self.reported = self._take()
-            if ms > 0:
-                self._compare(ms, self.reported)
-                return ms
+            whole, self.harness, self.reported = self._take()
+            value = self._reported_within(whole) if self._on_gpu() else self.harness
+            if value > 0:
+                self._compare(self.harness, self.reported)
+                return value
         raise Refused(
-            f"its calls took no time by the harness's clock ({ms:.4g} ms less what a bracket adds"
-            "bracket): too short to time this way, on this machine",
+            f"its calls took no time by the harness's clock ({self.harness:.4g} ms less what "
+            "a bracket adds): too short to time this way, on this machine",
             self._worker,
         )
 
-    def _take(self) -> tuple[float, float | None]:
-        """(ms, the worker's own ms or None) of one bracketed, checked call."""
+    def bracketed(self) -> float:
+        """The harness's whole bracket of one call, nothing subtracted (the calibration's)."""
+        return self._take()[0] * self._calls
+
+    def _on_gpu(self) -> bool:
+        return self._worker.device.type == "cuda"
+
+    def _reported_within(self, whole: float) -> float:
+        """The worker's own time for the call, which its bracket must hold."""
+        own = self.reported
+        if own is None:
+            raise Refused("reported no time of its own for a GPU call", self._worker)
+        if own > whole:
+            raise Refused(
+                f"its process reported {own:.4g} ms a call, more than the harness's whole "
+                f"bracket of {whole:.4g} ms",
+                self._worker,
+            )
+        return own
+
+    def _take(self) -> tuple[float, float, float | None]:
+        """(the whole bracket per call, the harness's time per call less what a bracket
+        adds, the worker's own time per call or None) of one bracketed, checked call."""
         self._ready()
         worker = self._worker
         worker.settle()  # a reply still in flight is not this call's
@@ -433,7 +474,7 @@ class MeasuredPlacement:
         ms = (taken.ms - self._measuring.overhead_ms(link is None)) / self._calls
         own = taken.reply.get("own_ms")
         valid = isinstance(own, (int, float)) and math.isfinite(own) and own > 0
-        return ms, float(own) if valid else None
+        return taken.ms / self._calls, ms, float(own) if valid else None
 
     def _picks(self) -> list[tuple[int, row_checks.Rows]]:
         """(call, rows) to check: in graph mode the last call and GRAPH_OUTPUTS_CHECKED
@@ -506,8 +547,12 @@ class MeasuredPlacement:
         theirs = statistics.median(figures.own)
         low, ours, high = statistics.quantiles(figures.measured, n=4)
         floor = OWN_TIME_FLOOR_MS[self._worker.device.type]
-        below = theirs < low * (1 - OWN_TIME_TOLERANCE) - floor
-        above = theirs > high * (1 + OWN_TIME_TOLERANCE) + floor
+        if self._on_gpu():  # the report is the sample, its bracket bounds it from above
+            below = theirs < (low - GPU_BRACKET_SLACK_MS) * (1 - OWN_TIME_TOLERANCE)
+            above = False
+        else:
+            below = theirs < low * CPU_OWN_FRACTION - floor
+            above = theirs > high * (1 + OWN_TIME_TOLERANCE) + floor
         if below or above:
             raise Refused(
                 f"its process reported {theirs:.4g} ms a call where the harness measured "
@@ -515,6 +560,10 @@ class MeasuredPlacement:
                 f"{OWN_TIME_TOLERANCE:.0%})",
                 self._worker,
             )
+
+    def own_median_ms(self) -> float | None:
+        """The median of the worker's own times so far (what sizes its CPU batches)."""
+        return statistics.median(self._figures.own) if self._figures.own else None
 
     def checked(self) -> tuple[int, float | None]:
         """(samples checked, the worst max error among their rows)."""
@@ -696,7 +745,7 @@ def calibration_samples(worker: Worker, bracket, secret: int):
         calls = copies if worker.device.type == "cpu" else 1
         held = MeasuredPlacement(remote, config, inputs, mode, calls, secret, measuring, copies)
         try:
-            bracketed = [held.sample() * calls for _ in range(brackets.CALIBRATION_SAMPLES)]
+            bracketed = [held.bracketed() for _ in range(brackets.CALIBRATION_SAMPLES)]
         finally:
             held.drop()
         if worker.device.type != "cuda":

@@ -210,16 +210,23 @@ class WorkerTiming:
         worker = self._calibrating[gated]
         return calibration_samples(worker, self.bracket, self.secret)(config, mode, copies)
 
-    def measuring(self, config, mode: str, calls: int):
-        """identity -> its Measuring, for the placements of `config` in `mode`."""
-        copies = calls if mode != "single" else 1
+    def measuring(self, config, mode: str, calls: int, batches: dict[str, int] | None = None):
+        """identity -> its Measuring, for the placements of `config` in `mode` (a worker on
+        the CPU: in batches of `batches[identity]` calls, where it has one)."""
 
-        def overhead(gated: bool) -> float:
-            return self.calibration.overhead_ms(config, mode, copies, gated)
+        def of(name: str) -> Measuring:
+            own_mode, own_calls = (
+                ("batch", batches[name]) if name in (batches or {}) else (mode, calls)
+            )
+            copies = own_calls if own_mode != "single" else 1
 
-        return lambda name: Measuring(
-            self.bracket, overhead, self._tolerance.get((config.name, name)), self.secret
-        )
+            def overhead(gated: bool) -> float:
+                return self.calibration.overhead_ms(config, own_mode, copies, gated)
+
+            tolerance = self._tolerance.get((config.name, name))
+            return Measuring(self.bracket, overhead, tolerance, self.secret, own_mode, own_calls)
+
+        return of
 
     def close(self) -> None:
         for worker in self._calibrating.values():
@@ -261,6 +268,7 @@ def prepare_config(
                 )
                 for n, p in trial.items()
             }
+            batches = _cpu_batches(clock, trial, settled)
             break
         except WorkerLost as exc:
             name = _lost_worker(runs, exc)
@@ -275,9 +283,23 @@ def prepare_config(
     mode, calls = "single", 1
     if clock.supports_graphs and fastest_us < plan.graph_below_us:
         mode, calls = "graph", timing.graph_calls_for(fastest_us)
-    elif not clock.supports_graphs and timing.batch_calls_for(fastest_us) > 1:
-        mode, calls = "batch", timing.batch_calls_for(fastest_us)
-    return ConfigTiming(runs, inputs, mode, calls, workers.measuring(config, mode, calls), lost)
+    measuring = workers.measuring(config, mode, calls, batches)
+    return ConfigTiming(runs, inputs, mode, calls, measuring, lost)
+
+
+def _cpu_batches(clock, trial: dict, settled: dict) -> dict[str, int]:
+    """On the CPU, how many calls each worker's sample holds (timing.batch_calls_for, from
+    its own time in the warm-up: the harness's there is mostly its pipe). The harness's own
+    implementations stay one call a sample: on a loaded machine batches of them caught the
+    scheduler's quanta and read bimodal, where single calls do not."""
+    if clock.supports_graphs:
+        return {}
+    batches = {}
+    for name, held in trial.items():
+        if hasattr(held, "own_median_ms"):
+            own = held.own_median_ms() or settled[name]
+            batches[name] = timing.batch_calls_for(own * 1e3)
+    return {name: calls for name, calls in batches.items() if calls > 1}
 
 
 def _lost_worker(runs: dict, exc: WorkerLost) -> str:
@@ -464,11 +486,12 @@ def time_config(
                 seed = correctness.config_seed(plan.seed, index, "timed-last")
                 fresh = correctness.make_inputs(config, ctx.device, seed)
                 block_set.refill(fresh, seed)
-            for name, ms, reported in block_set.round(ctx.stop):
+            for name, ms, held in block_set.round(ctx.stop):
                 reading = telemetry.read() if telemetry else EMPTY
-                yield _measurement(
+                row = _measurement(
                     ctx.run_id, config.name, name, setup, block, round_index, ms, reading
-                ).model_copy(update={"reported_ms": reported})
+                )
+                yield row.model_copy(update=_worker_fields(held))
             if ctx.stop():
                 block_set.release()
                 return
@@ -513,10 +536,10 @@ class _Block:
             except WorkerLost as exc:
                 self._lose(_lost_worker(self._setup.runs, exc), exc)
 
-    def round(self, should_stop) -> Iterator[tuple[str, float, float | None]]:
-        """(identity, ms, the time its worker reported or None) for one sample of each
-        identity, in a fresh random order (the order timing.interleaved_rounds draws: the
-        same generator, the same draws)."""
+    def round(self, should_stop) -> Iterator[tuple[str, float, object]]:
+        """(identity, ms, its placement) for one sample of each identity, in a fresh random
+        order (the order timing.interleaved_rounds draws: the same generator, the same
+        draws)."""
         names = list(self.placements)
         for position in self._rng.permutation(len(names)):
             if should_stop():
@@ -527,7 +550,7 @@ class _Block:
             except WorkerLost as exc:
                 self._lose(name, exc)
                 continue
-            yield name, ms, getattr(self.placements[name], "reported", None)
+            yield name, ms, self.placements[name]
 
     def refill(self, values: tuple, seed: int) -> None:
         """Fresh inputs in every placement of the parent's (a worker's gets fresh queries
@@ -593,6 +616,19 @@ def _measurement(
         throttled=reading.throttled,
         timestamp=datetime.now(timezone.utc),
     )
+
+
+def _worker_fields(held) -> dict:
+    """What a worker's placement adds to its sample's row: its own mode and calls (a CPU
+    batch), its own report and the harness's bracket time; nothing for the harness's own."""
+    if not hasattr(held, "reported"):
+        return {}
+    return {
+        "mode": held.mode,
+        "calls": held.calls,
+        "reported_ms": held.reported,
+        "harness_ms": held.harness,
+    }
 
 
 def repro_command(phase: str, config: str, identities: list[str | None]) -> str:

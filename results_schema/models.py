@@ -279,13 +279,23 @@ class Measurement(_Strict):
         default=0, ge=0, description="which of the config's placements the round belongs to"
     )
     calls: int = Field(ge=1, description="calls inside the timed region (graph mode batches)")
-    latency_ms: float = Field(gt=0, description="time per call, by the harness's clock")
+    latency_ms: float = Field(
+        gt=0,
+        description="time per call: the harness's own clock's, but for a kernel in a worker "
+        "process on the GPU, whose own CUDA events' time this is, held by the harness's "
+        "bracket (harness_ms; docs/security.md says why and what that leaves)",
+    )
     reported_ms: float | None = Field(
         default=None,
         gt=0,
         description="time per call as the kernel's own process reported it (a kernel in a "
-        "worker process only): untrusted and never a result; a kernel whose reports stray far "
-        "from the harness's times fails its row",
+        "worker process only); a kernel whose reports stray far from the harness's times "
+        "fails its row",
+    )
+    harness_ms: float | None = Field(
+        default=None,
+        description="time per call by the harness's bracket around a worker's call, less "
+        "what a bracket adds (a kernel in a worker process only; may be negative from noise)",
     )
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None

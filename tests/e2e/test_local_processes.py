@@ -26,6 +26,11 @@ pytestmark = pytest.mark.timeout(120)
 
 FORBIDDEN = ["\x1b", "\x07", "\x7f", *(chr(c) for c in range(0x80, 0xA0))]
 MEASUREMENT_HEADER = ",".join(Measurement.model_fields)
+# A row after its run id, as the shell writes it ($i its round): every other field empty.
+_ROW = {"config": "fp32-b1h2s17d64", "implementation": "sdpa", "mode": "single", "round": "$i"}
+_ROW |= {"placement": "0", "calls": "1", "latency_ms": "1.5", "throttled": "false"}
+_ROW |= {"timestamp": "2026-11-23T05:00:00+00:00"}
+MEASUREMENT_ROW = ",".join(_ROW.get(name, "") for name in list(Measurement.model_fields)[1:])
 
 # The benchmark phase's behaviour is the body of `benchmark()`.
 STAND_IN = """#!/usr/bin/env bash
@@ -187,11 +192,11 @@ def test_a_disk_full_mid_benchmark_leaves_a_valid_partial_manifest(
   mkdir -p "$out/results"
   echo '{MEASUREMENT_HEADER}' > "$out/results/measurements.csv"
   for ((i = 0; i < {rows}; i++)); do
-    echo "$run,fp32-b1h2s17d64,sdpa,single,$i,0,1,1.5,,,,,,,false,2026-11-23T05:00:00+00:00"
+    echo "$run,{MEASUREMENT_ROW}"
   done >> "$out/results/measurements.csv"
   cat /dev/zero > "$out/fill" 2>/dev/null     # the disk fills up...
   for ((; i < 100000; i++)); do               # ...while the benchmark still writes
-    echo "$run,fp32-b1h2s17d64,sdpa,single,$i,0,1,1.5,,,,,,,false,2026-11-23T05:00:00+00:00" \\
+    echo "$run,{MEASUREMENT_ROW}" \\
       >> "$out/results/measurements.csv" 2>/dev/null || exit 1
   done"""
     monkeypatch.setenv("BENCH_PAYLOAD_PYTHON", str(stand_in(bench_env / "py", benchmark)))

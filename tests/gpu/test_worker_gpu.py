@@ -105,10 +105,12 @@ def test_a_kernel_in_its_worker_is_timed_in_graph_and_single_mode(tmp_path, regi
     assert all(r.n == plan.samples_per_config for r in summary)
 
 
-def test_the_harness_times_a_worker_within_a_few_percent_of_its_own_clock(tmp_path, registered):
-    """On a config of ~0.2 ms the harness's bracket, less the null call's, and the
-    worker's own events around the call agree: the bracket adds nothing measurable; and
-    every timed call was checked where the harness read it."""
+def test_a_gpu_workers_sample_is_its_own_time_held_by_the_harnesss_bracket(tmp_path, registered):
+    """On the GPU a worker's sample is its own events' time, which the harness's bracket
+    holds (isolation.GPU_BRACKET_SLACK_MS says why not yet the bracket's): for SDPA called
+    in a worker, that time agrees with the same SDPA timed in the harness's process, every
+    row records the harness's figure beside it, and every timed call was checked where the
+    harness read it."""
     kernel_tree(tmp_path, "fine", NATIVE_SDPA)
     large = config("large", 128).model_copy(update={"batch": 4, "heads": 16, "seq_len": 2048})
     plan = gpu_plan([gpu_kernel("fine", "fine")], [large], samples=30)
@@ -121,11 +123,11 @@ def test_the_harness_times_a_worker_within_a_few_percent_of_its_own_clock(tmp_pa
     assert all(r.passed for r in checks), [r.message for r in checks if not r.passed]
     assert any(r.implementation == "fine" and "timed calls checked" in r.message for r in checks)
     rows = read_csv(tmp_path / "run" / "results" / "measurements.csv", Measurement)
-    harness = statistics.median(r.latency_ms for r in rows if r.implementation == "fine")
-    own = statistics.median(r.reported_ms for r in rows if r.implementation == "fine")
+    fine = [r for r in rows if r.implementation == "fine"]
+    assert fine and all(r.latency_ms == r.reported_ms and r.harness_ms is not None for r in fine)
+    worker = statistics.median(r.latency_ms for r in fine)
     sdpa = statistics.median(r.latency_ms for r in rows if r.implementation == "sdpa")
-    assert abs(harness / own - 1) < 0.03, (harness, own)
-    assert abs(harness / sdpa - 1) < 0.05, (harness, sdpa)  # the same SDPA, in the parent
+    assert abs(worker / sdpa - 1) < 0.05, (worker, sdpa)  # the same SDPA, in the parent
 
 
 def test_a_kernel_that_never_finishes_on_the_gpu_is_ended_and_the_run_goes_on(tmp_path, registered):
@@ -159,8 +161,9 @@ def _world_readable(path: Path) -> bool:
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"), reason="needs root")
 def test_a_worker_dropped_to_its_trees_user_is_timed_and_checked_as_before(registered):
     """On a run that confines kernels (benches/confinement.py) the worker is another user
-    than the harness: the lent buffers, the GO and DONE events and its outputs still cross
-    (CUDA IPC between users), and its calls are timed and checked as any worker's."""
+    than the harness: the lent buffers and its outputs still cross (CUDA IPC memory between
+    users; no event does, so its calls are bracketed from the host, its fresh queries made
+    from the seed each call brings), and its calls are timed and checked as any worker's."""
     payload = Path(__file__).resolve().parents[2]
     if not _world_readable(payload):
         pytest.skip(f"the payload {payload} is not readable by another user here")
