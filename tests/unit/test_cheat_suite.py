@@ -6,9 +6,10 @@ the honest kernels (the torch example, a kernel that only calls SDPA) pass uncha
 
 Most cheats share one run (`cheat_run`): every kernel runs in a worker of its own, so one
 cheat costs its own rows and nothing of the others'; the candidate is the honest SDPA
-kernel. The CI gate on the timer patch and on garbage-while-timed is
-tests/e2e/test_cheat_gate.py; cache planting is tests/e2e/test_user_kernel_build.py's
-(a build that plants cache entries: only its own tree's build is promoted).
+kernel. A forged results file fails its whole run, so that cheat runs alone. The CI gate on
+the timer patch and on garbage-while-timed is tests/e2e/test_cheat_gate.py; cache planting
+is tests/e2e/test_user_kernel_build.py's (a build that plants cache entries: only its own
+tree's build is promoted).
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from benches import registry, runner
+from benches import registry, runner, writers
 from benches.user_kernel import register
 from benches.writers import StatusWriter, read_csv
 from orchestrator.kernel_repo import read_contract
 from results_schema import AttentionConfig, CorrectnessRow, Plan, SummaryRow
 from results_schema.kernel_contract import KernelIdentity, UserKernel
+from tests.limits import HANG_SECONDS
 from tests.unit.test_isolation import cpu_plan
 
 pytestmark = pytest.mark.timeout(900)
@@ -228,3 +232,33 @@ def test_a_shape_driven_to_nothing_leaves_the_geometric_mean(cheat_run):
         assert summary["d16"].flag == "wrong-timed-output" and summary["d16"].verdict is None
     overall = json.loads((cheat_run / "comparison.json").read_text())
     assert all(o["configs"] <= 1 for o in overall if o["identity"] == identity), overall
+
+
+def test_results_rewritten_while_timed_fail_the_run_naming_the_file(tmp_path):
+    """forged_results rewrites its rows of results/measurements.csv in place from its worker,
+    smaller, at every call: the writer's check on closing the file refuses the run."""
+    plan = cheat_plan([cheat_kernel(tmp_path, "forged_results")], CONFIGS[:1], samples=4)
+    with pytest.raises(writers.ResultsChanged, match=r"results/measurements\.csv") as refused:
+        run_plan(plan, tmp_path, tmp_path / "run")
+    assert "\n" not in str(refused.value)
+
+
+def test_results_rewritten_after_they_were_closed_are_refused_before_the_manifest(tmp_path):
+    """forged_results' `after_close` leaves a thread in its worker that appends a row to
+    results/summary.csv once the harness has written and closed it: the manifest, which
+    vouches for the files, is refused naming the file."""
+    kernel = cheat_kernel(tmp_path, "forged_results", "forged-after", "cheat.ops:after_close")
+    plan = cheat_plan([kernel], CONFIGS[:1], samples=4)
+    run_dir = tmp_path / "run"
+    summary = run_dir / "results" / "summary.csv"
+
+    def manifest_once_the_row_is_in() -> None:
+        rows = len(results(run_dir, "summary.csv", SummaryRow))
+        deadline = time.monotonic() + HANG_SECONDS
+        while len(summary.read_bytes().splitlines()) <= rows + 1:
+            assert time.monotonic() < deadline, "the worker's thread never wrote"
+            time.sleep(0.05)
+        writers.write_manifest(run_dir, "r", datetime.now(timezone.utc))
+
+    with pytest.raises(writers.ResultsChanged, match=r"results/summary\.csv"):
+        run_plan(plan, tmp_path, run_dir, after=manifest_once_the_row_is_in)
