@@ -69,6 +69,7 @@ def gate(tmp_path: Path, capsys, monkeypatch, repo: Path) -> tuple[int, Path]:
         ("timer_patch", "its process reported"),
         ("garbage_while_timed", "in the rows checked"),
     ],
+    ids=["timer_patch", "garbage_while_timed"],
 )
 def test_the_ci_gate_fails_a_cheating_pull_request(
     bench_env, tmp_path, capsys, monkeypatch, cheat, seen

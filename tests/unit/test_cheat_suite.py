@@ -9,7 +9,8 @@ cheat costs its own rows and nothing of the others'; the candidate is the honest
 kernel. A forged results file fails its whole run, so that cheat runs alone. The CI gate on
 the timer patch and on garbage-while-timed is tests/e2e/test_cheat_gate.py; cache planting
 is tests/e2e/test_user_kernel_build.py's (a build that plants cache entries: only its own
-tree's build is promoted).
+tree's build is promoted); the GPU-only cheats are tests/gpu/test_cheat_suite_gpu.py.
+docs/security.md ("The code under test") tables every cheat with what holds against it.
 """
 
 from __future__ import annotations
