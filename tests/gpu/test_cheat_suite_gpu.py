@@ -159,3 +159,28 @@ def test_an_l2_persistence_window_gains_nothing_over_its_twin(tmp_path):
     assert twin.versus == "l2-window"
     # The window kernel's speedup over its twin: a few percent of noise at most.
     assert twin.speedup < 1.03, (twin.speedup, twin.speedup_ci_low, twin.speedup_ci_high)
+
+
+def with_env(kernel, **env):
+    """`kernel` with its contract's env set to `env`."""
+    return kernel.model_copy(update={"contract": kernel.contract.model_copy(update={"env": env})})
+
+
+def test_a_mild_lie_of_its_own_events_changes_no_verdict(tmp_path):
+    """event_patch's events reading 1/1.25 of the time they span, a lie within any
+    tolerance for a report, against the same code whose events read true: the sample is
+    the harness's figure, so the two are timed alike, in graph mode and single launches.
+    (A harness that took the worker's events for the sample would read it 1.25x faster.)"""
+    mild = with_env(cheat_kernel(tmp_path, "event_patch", "events-mild"), ELAPSED_DIVISOR="1.25")
+    true = with_env(cheat_kernel(tmp_path, "event_patch", "events-true"), ELAPSED_DIVISOR="1")
+    run_plan(gpu_plan([mild, true], samples=30, placements=3), tmp_path, tmp_path / "run")
+    run_dir = tmp_path / "run"
+    summary = results(run_dir, "summary.csv", SummaryRow)
+    for config in CONFIGS:
+        assert where_caught(run_dir, "events-mild", config.name) == []  # within tolerance
+        (row,) = [
+            r for r in summary if (r.config, r.implementation) == (config.name, "events-true")
+        ]
+        assert row.versus == "events-mild"
+        # The mild liar's speedup over its truthful twin: a few percent of noise at most.
+        assert row.speedup < 1.05, (config.name, row.speedup_ci_low, row.speedup_ci_high)
