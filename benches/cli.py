@@ -18,9 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benches.plan import PlanError, load_plan_file, plan_names, resolve_plan
+from benches.writers import ResultsChanged
 from results_schema.names import new_run_id
 
 EXIT_USAGE = 2
+EXIT_RESULTS_CHANGED = 1  # the run failed: its results are not what the harness wrote
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ResultsChanged as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_RESULTS_CHANGED
 
 
 def list_plans() -> int:

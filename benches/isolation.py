@@ -42,27 +42,30 @@ from results_schema.kernel_contract import KernelContract, KernelIdentity, UserK
 # Importing torch and the kernel's package in a fresh interpreter; generous, since a busy
 # machine or a cold disk makes it slow, and a kernel that cannot even start is rare.
 START_TIMEOUT_SECONDS = 300.0
-# A kernel's own time for its calls may stray this far (fraction, and ms on each device)
-# outside the middle half of the harness's times before the harness calls it a lie: on an
-# H200 the worker's own events read 0.2-2.4 % off the bracket's in standalone probes
-# (2026-11-29); on a loaded 2-core CPU a worker's calls of 0.1 ms read 0.5-11 ms by the
-# harness's wall clock (the pipe and the scheduler: four test processes on two cores),
-# which is why the harness's quartiles, not its median, and on the CPU only a report
-# under a quarter of them (less 0.25 ms) is taken for a lie.
-OWN_TIME_TOLERANCE = 0.25
+# A kernel's own time for a call may stray this far (fraction, and ms on each device) from
+# the harness's for the same sample; the harness calls it a lie when its first
+# OWN_TIME_MIN_SAMPLES samples all stray that far on the same side, and every later one too.
+# On an H200 the worker's own events read 0.2-2.4 % off the bracket's in standalone probes
+# (2026-11-29). On a loaded 2-core CPU the bracket holds two wake-ups more than the call (the
+# request, the reply): an SDPA call of 0.02 ms read 4.5-19.5 ms in its own process and 8-25
+# ms in the harness's, four samples running, and honest reports sat 4-12 ms under the
+# harness's lower quartile (2026-11-29, 3 and 6 runs at once on 2 cores, 21 runs). A rule on
+# the median report against the middle half of the harness's samples at 25 %, from the third,
+# called 12 of those 252 honest placements liars; this one none, and caught a clock divided
+# by 20 on every config of every run.
+OWN_TIME_TOLERANCE = 0.5
 OWN_TIME_FLOOR_MS = {"cuda": 0.01, "cpu": 0.25}
-CPU_OWN_FRACTION = 0.25
+OWN_TIME_MIN_SAMPLES = 5
 # On the GPU a worker's sample is still its own events' time (bounded above by the harness's
-# whole bracket, below by the check of `_compare`): in the harness, a kernel's bracket less
-# the calibration read 0.26-0.34 ms over its own events on every config of the default plan
-# (three H200 runs, 2026-11-29), where standalone probes of the same bracket had agreed
-# with in-process events within 1 % from 0.2 ms (tools/verdict/README.md). Until that gap
-# is explained the bracket bounds and checks the report rather than replacing it: a report
-# more than this far under the harness's lower quartile (and 25 % more) is refused. Gated
-# from the host (a worker of another user) the bracket holds the handshake too: its lower
-# quartile read 0.79 ms around a 0.21 ms call (one H200 run).
+# whole bracket, below by `_compare`): in the harness, a kernel's bracket less the
+# calibration read 0.26-0.34 ms over its own events on every config of the default plan
+# (three H200 runs, 2026-11-29), where standalone probes of the same bracket had agreed with
+# in-process events within 1 % from 0.2 ms (tools/verdict/README.md). Until that gap is
+# explained the bracket bounds and checks the report rather than replacing it: a report
+# counts as under the harness's only below its figure less this much a sample (a graph
+# replay's calls share it). Gated from the host (a worker of another user) the bracket
+# holds the handshake too: its lower quartile read 0.79 ms around a 0.21 ms call (one run).
 GPU_BRACKET_SLACK_MS = {"linked": 0.4, "gated": 1.5}
-OWN_TIME_MIN_SAMPLES = 3
 # A sample the calibration leaves nothing of (noise) is taken again this many times.
 NONPOSITIVE_RETAKES = 3
 GRAPH_OUTPUTS_CHECKED = 3  # in graph mode: the last call's output and this many more
@@ -326,10 +329,13 @@ class Measuring:
 
 @dataclass
 class _Figures:
-    """The harness's times of a placement's calls and the worker's own, as they came."""
+    """The harness's times of a placement's calls and the worker's own, as they came, and
+    how many of the samples with both had the worker's below or above the tolerance."""
 
     measured: list[float] = field(default_factory=list)
     own: list[float] = field(default_factory=list)
+    below: int = 0
+    above: int = 0
 
 
 class MeasuredPlacement:
@@ -536,30 +542,29 @@ class MeasuredPlacement:
                 raise Refused(f"sample {self.samples}: {changed or problem}", self._worker)
 
     def _compare(self, measured: float, own: float | None) -> None:
-        """The worker's own time against the harness's, once there are enough of both."""
+        """The worker's own time against the harness's, sample by sample: a lie when every
+        sample with both so far, OWN_TIME_MIN_SAMPLES at least, strays beyond the tolerance
+        on the same side. A loaded machine inflates the harness's figure of some samples
+        more than the worker's, and one sample that agrees clears the kernel; a clock that
+        lies does so in every sample."""
         figures = self._figures
         figures.measured.append(measured)
-        if own is not None:
-            figures.own.append(own)
-        if (
-            self._measuring.tolerance is None
-            or min(map(len, (figures.measured, figures.own))) < OWN_TIME_MIN_SAMPLES
-        ):
+        if own is None or self._measuring.tolerance is None:
             return
-        theirs = statistics.median(figures.own)
-        low, ours, high = statistics.quantiles(figures.measured, n=4)
+        figures.own.append(own)
         floor = OWN_TIME_FLOOR_MS[self._worker.device.type]
         if self._on_gpu():  # the report is the sample, its bracket bounds it from above
             slack = GPU_BRACKET_SLACK_MS["gated" if self._worker.gated() else "linked"]
-            below = theirs < (low - slack) * (1 - OWN_TIME_TOLERANCE)
-            above = False
+            figures.below += own < (measured - slack / self._calls) * (1 - OWN_TIME_TOLERANCE)
         else:
-            below = theirs < low * CPU_OWN_FRACTION - floor
-            above = theirs > high * (1 + OWN_TIME_TOLERANCE) + floor
-        if below or above:
+            figures.below += own < measured * (1 - OWN_TIME_TOLERANCE) - floor
+            figures.above += own > measured * (1 + OWN_TIME_TOLERANCE) + floor
+        paired = len(figures.own)
+        if paired >= OWN_TIME_MIN_SAMPLES and paired in (figures.below, figures.above):
+            theirs, ours = statistics.median(figures.own), statistics.median(figures.measured)
             raise Refused(
                 f"its process reported {theirs:.4g} ms a call where the harness measured "
-                f"{ours:.4g} ms (middle half {low:.4g}-{high:.4g} ms, tolerance "
+                f"{ours:.4g} ms (each of {paired} samples off by more than "
                 f"{OWN_TIME_TOLERANCE:.0%})",
                 self._worker,
             )

@@ -36,6 +36,7 @@ from benches.writers import (
     StatusWriter,
     read_csv,
     write_csv,
+    write_text,
 )
 from results_schema import (
     CorrectnessRow,
@@ -587,13 +588,13 @@ def run_profile(ctx: RunContext, gate: list[CorrectnessRow]) -> None:
 def write_statistics(run_dir: Path, plan: Plan) -> None:
     """statistics.json: how intervals and verdicts were made; the manifest carries it."""
     method = interval_method(plan)
-    (run_dir / "statistics.json").write_text(method.model_dump_json(indent=2) + "\n")
+    write_text(run_dir / "statistics.json", method.model_dump_json(indent=2) + "\n")
 
 
 def write_comparison(run_dir: Path, overall: list[OverallSpeedup]) -> None:
     """comparison.json: each compared identity across all configs; the manifest carries it."""
     text = json.dumps([o.model_dump(mode="json") for o in overall], indent=2)
-    (run_dir / "comparison.json").write_text(text + "\n", encoding="utf-8")
+    write_text(run_dir / "comparison.json", text + "\n")
 
 
 def _measurement(

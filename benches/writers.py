@@ -2,23 +2,120 @@
 
 CSV columns are the row model's fields in order; None is written as an empty cell, booleans
 as true/false, datetimes in ISO 8601 with their UTC offset.
+
+The code under test can reach the run's folder (on the local backend it runs as the same
+user; a worker finds the files its harness holds open in /proc), so every results file this
+process writes (the CSVs, statistics.json, comparison.json, noise.json) keeps the sha256 of
+the bytes written to it, is checked against it when closed, and all of them once more just
+before the manifest vouches for them: a file that holds anything else fails the run,
+naming it (`ResultsChanged`). A write after that last check (by a process the kernel left
+behind) is not seen here: keeping the results out of the kernel's reach is containment's.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO
 
-from results_schema import Manifest, Measurement, Plan, Status, SummaryRow, record
-from results_schema.csvio import CsvWriter, cell, columns, write_csv
+from pydantic import BaseModel
+
+from results_schema import Manifest, Measurement, Plan, Status, SummaryRow, csvio, record
+from results_schema.csvio import cell, columns
 from results_schema.csvio import read_rows as read_csv
 from results_schema.models import Noise
 
-__all__ = ["CsvWriter", "cell", "columns", "read_csv", "write_csv"]
+__all__ = ["CsvWriter", "ResultsChanged", "cell", "columns", "read_csv", "write_csv"]
 
 RESULTS_SUBDIR = "results"  # DESIGN.md's run layout: <run dir>/results/*.csv, manifest beside it
+
+
+class ResultsChanged(RuntimeError):
+    """A results file that no longer holds what the harness wrote to it."""
+
+
+# Every results file this process wrote (resolved path) -> the sha256 of what it wrote.
+_WRITTEN: dict[Path, str] = {}
+
+
+def _vouch(path: Path, sha256: str) -> None:
+    """Records what the harness wrote to `path` and checks the file holds exactly that."""
+    _WRITTEN[path.resolve()] = sha256
+    _verify(path.resolve(), sha256)
+
+
+def _verify(path: Path, sha256: str) -> None:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        found = digest.hexdigest()
+    except OSError as exc:
+        found = f"unreadable ({exc.strerror})"
+    if found != sha256:
+        name = f"{RESULTS_SUBDIR}/{path.name}" if path.parent.name == RESULTS_SUBDIR else path.name
+        raise ResultsChanged(
+            f"{name} changed after the harness wrote it (sha256 {found[:16]}, the harness "
+            f"wrote {sha256[:16]}): something else writes into the run's results"
+        )
+
+
+def verify_written(run_dir: Path) -> None:
+    """Every results file this process wrote under `run_dir` checked once more."""
+    root = run_dir.resolve()
+    for path, sha256 in _WRITTEN.items():
+        if path.is_relative_to(root):
+            _verify(path, sha256)
+
+
+def write_text(path: Path, text: str) -> None:
+    """A results file written whole (statistics.json, comparison.json, noise.json), vouched
+    for as CsvWriter's are."""
+    data = text.encode("utf-8")
+    path.write_bytes(data)
+    _vouch(path, hashlib.sha256(data).hexdigest())
+
+
+class _Digesting:
+    """A text file that keeps the sha256 of everything written through it (newline="":
+    the text is the bytes, UTF-8)."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = open(path, "w", newline="", encoding="utf-8")
+        self.sha256 = hashlib.sha256()
+
+    def write(self, text: str) -> int:
+        self.sha256.update(text.encode("utf-8"))
+        return self._file.write(text)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class CsvWriter(csvio.CsvWriter):
+    """results_schema's CSV writer, vouching for its file: on closing, the file must hold
+    exactly the bytes written through it (ResultsChanged otherwise)."""
+
+    def _open(self, path: Path) -> IO[str]:
+        self._digesting = _Digesting(path)
+        return self._digesting
+
+    def close(self) -> None:
+        super().close()
+        _vouch(self.path, self._digesting.sha256.hexdigest())
+
+
+def write_csv(path: Path, model: type[BaseModel], rows) -> int:
+    with CsvWriter(path, model) as writer:
+        writer.write(rows)
+        return writer.rows
 
 
 class StatusWriter:
@@ -77,8 +174,10 @@ def write_manifest(run_dir: Path, run_id: str, started_at: datetime) -> Manifest
     """manifest.json with status complete, built by the same code the startup script uses
     (sha256, bytes and rows of each results/*.csv; plan.json and environment.json beside).
     noise.json, the A/A control's decision on the run, is written first, so that both
-    this manifest and the startup script's final one carry it."""
+    this manifest and the startup script's final one carry it. Every results file this
+    process wrote is checked first (ResultsChanged)."""
     write_noise(run_dir)
+    verify_written(run_dir)
     args = argparse.Namespace(
         dir=str(run_dir),
         run_id=run_id,
@@ -112,6 +211,7 @@ def write_noise(run_dir: Path) -> Noise | None:
     path = run_dir / "noise.json"
     if noise is None:
         path.unlink(missing_ok=True)  # a stale one from an earlier plan would be believed
+        _WRITTEN.pop(path.resolve(), None)
     else:
-        path.write_text(noise.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        write_text(path, noise.model_dump_json(indent=2) + "\n")
     return noise

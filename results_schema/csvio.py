@@ -39,9 +39,13 @@ class CsvWriter:
         self.path = path
         self.model = model
         self.rows = 0
-        self._file: IO[str] = open(path, "w", newline="", encoding="utf-8")
+        self._file: IO[str] = self._open(path)
         self._writer = csv.writer(self._file)
         self._writer.writerow(columns(model))
+
+    def _open(self, path: Path) -> IO[str]:
+        """The file rows go to (a subclass may watch what is written through it)."""
+        return open(path, "w", newline="", encoding="utf-8")
 
     def write(self, rows: Iterable[BaseModel]) -> None:
         fields = columns(self.model)
