@@ -89,7 +89,8 @@ class CudaBracket:
         finish: Callable[[dict], dict],
     ) -> Bracketed:
         """`refresh` writes the call's fresh inputs, `call` asks the worker for the call and
-        returns its reply, `read` reads the rows from where that reply says the output is;
+        returns its reply, `read` finds where that reply says the output is and returns
+        what reads the rows there, once the call is done;
         `deadline()` is when the worker must have finished (monotonic seconds); `finish`
         takes the worker's last word on the call once the bracket is closed (every call's,
         a retaken one's too), and its answer stands as the sample's reply."""
@@ -110,11 +111,15 @@ class CudaBracket:
         link.go.record()
         reply = call()
         late = link.go.query()
+        # Where the output lies is found (an allocation seen for the first time is mapped:
+        # the driver's IPC open takes a while) while the call runs, not inside what follows
+        # its end; the rows themselves are read once it is done.
+        rows_of = read(reply)
         limit = deadline()
         while not link.done.query():
             if time.monotonic() > limit:
                 raise Hung("the call did not finish")
-        rows = read(reply)
+        rows = rows_of()
         self._end.record()
         self._end.synchronize()
         return Bracketed(self._start.elapsed_time(self._end), rows, finish(reply), late)
@@ -129,8 +134,9 @@ class CudaBracket:
         self.clock.flush()
         torch.cuda.current_stream().synchronize()
         reply = call()
+        rows_of = read(reply)
         last = finish(reply)
-        rows = read(reply)
+        rows = rows_of()
         self._end.record()
         self._end.synchronize()
         return Bracketed(self._start.elapsed_time(self._end), rows, last, False)
@@ -154,7 +160,7 @@ class CpuBracket:
         """The worker makes the fresh queries itself, from the seed its call brings."""
         start = time.perf_counter()
         reply = call()
-        rows = read(reply)
+        rows = read(reply)()
         return Bracketed((time.perf_counter() - start) * 1e3, rows, finish(reply), False)
 
 

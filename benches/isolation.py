@@ -495,9 +495,11 @@ class MeasuredPlacement:
             calls += [int(i) for i in self._rng.integers(0, self._calls, GRAPH_OUTPUTS_CHECKED)]
         return [(i, row_checks.pick(shape, self._rng, device)) for i in calls]
 
-    def _read(self, reply: dict, picks) -> list[torch.Tensor]:
-        """The picked rows of each picked call's output, read where it lies."""
-        return [row_checks.gather(self._output(reply, i), rows) for i, rows in picks]
+    def _read(self, reply: dict, picks) -> Callable[[], list[torch.Tensor]]:
+        """What reads the picked rows of each picked call's output where it lies (its
+        memory found, and mapped if new, now)."""
+        outputs = [(self._output(reply, i), rows) for i, rows in picks]
+        return lambda: [row_checks.gather(out, rows) for out, rows in outputs]
 
     def _output(self, reply: dict, call: int) -> torch.Tensor:
         if self._slots:
@@ -609,10 +611,6 @@ class MeasuredPlacement:
         self._queries, self._lent_kv, self._slots = [], [], []
         if self._worker.generation == self._generation:
             self._worker.send("drop", key=self._key)
-        if self._worker.lender.outputs is not None:
-            # The child empties its cache at the drop: the next placement's outputs lie in
-            # new allocations, and these mappings would keep the old ones alive.
-            self._worker.lender.outputs.close()
         self._worker.free_later(lent)
 
 
