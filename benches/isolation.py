@@ -122,6 +122,7 @@ class Worker:
         self._in_flight: Pending | None = None
         self._link: Link | None = None
         self._to_free: list = []  # lent buffers the child may map until its next reply
+        self._figures: dict[tuple[str, str], _Figures] = {}
         self.lender = Lender(device)
         self.generation = 0  # children started so far: placements of an older one are gone
 
@@ -152,6 +153,11 @@ class Worker:
             except (WorkerLost, RequestFailed) as exc:
                 pending.outcome = exc
         self._free_returned()
+
+    def figures(self, config: str, mode: str) -> _Figures:
+        """The harness's and this kernel's own times of its calls on `config` in `mode`,
+        as they came (`MeasuredPlacement._compare`), for as long as this Worker lives."""
+        return self._figures.setdefault((config, mode), _Figures())
 
     def free_later(self, lent: list) -> None:
         """Frees `lent` once the child has answered its next request (the `drop` just sent),
@@ -376,7 +382,9 @@ class MeasuredPlacement:
         self._slots = [lend(torch.full_like(q, float("nan"))) for _ in range(copies)] if cpu else []
         self._fresh = [torch.empty_like(q) for _ in range(copies)]
         self._outputs: list[cuda_ipc.Descriptor] | None = None
-        self._figures = _Figures()
+        # A config's figures run across its placements, the warm-up's and its blocks' (a
+        # block may hold fewer samples than the check needs).
+        self._figures = worker.figures(config.name, measuring.mode or mode)
         self.worst_error: float | None = None
         self.samples = 0
         self.reported: float | None = None  # the worker's own time for the latest call

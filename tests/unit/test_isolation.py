@@ -258,7 +258,11 @@ def test_a_worker_whose_clock_lies_changes_only_its_own_report_and_fails_for_it(
         "from benches import timing\ntiming.CpuClock.time_call = lambda self, fn: (fn(), 1e6)[1]\n"
     )
     kernel_tree(tmp_path, "liar", "", {"__init__.py": lying})
-    plan = registered(cpu_plan([user_kernel("liar", "liar")], [config("d8", 8)]), tmp_path)
+    # Three placements of two samples each: the check counts a config's samples across them.
+    plan = cpu_plan([user_kernel("liar", "liar")], [config("d8", 8)]).model_copy(
+        update={"placements": 3, "warmup_min": 1, "warmup_max": 2}
+    )
+    registered(plan, tmp_path)
 
     checks, summary = run_whole(plan, tmp_path / "run")
     (lost,) = [r for r in checks if r.stage == "timing"]
