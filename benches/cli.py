@@ -79,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--margin",
         type=float,
-        help="practical-equivalence margin δ, replacing the plan's: faster/slower need the "
-        "speedup interval outside [1-δ, 1+δ] (e.g. 0.01)",
+        help="the margin δ of every verdict, replacing the plan's: slower needs the speedup "
+        "interval below 1-δ, not-slower its low end at or above 1-δ (e.g. 0.02)",
     )
     return parser
 
@@ -229,7 +229,10 @@ def print_comparison(run_dir: Path) -> None:
 
 
 def print_summary(summary, margin: float) -> None:
-    print(f"verdicts need the speedup interval clear of [1-δ, 1+δ], δ = {margin:g}")
+    print(
+        f"verdicts read the speedup interval against [1-δ, 1+δ], δ = {margin:g}: slower below, "
+        "not-slower from 1-δ up, undecided across 1-δ (results_schema/verdicts.py)"
+    )
     for row in summary:
         speedup = (
             f"  {row.speedup:.3f}x over {row.versus} "

@@ -21,8 +21,9 @@ at all (benches.timing_shape). With few placements the round bootstrap is no rem
 297 unflagged A/A rows of 60 loaded 2-core CPU runs (4 placements) it called 6.1% different
 at δ = 1%, the cluster bootstrap 2.4%.
 
-A verdict needs the interval clear of the practical-equivalence margin δ: `faster` above
-1+δ, `slower` below 1-δ, `equivalent` inside [1-δ, 1+δ], otherwise `indistinguishable`.
+A verdict reads the interval against the margin δ (results_schema/verdicts.py): `slower`
+wholly below 1-δ, `faster` wholly above 1+δ, `equivalent` inside [1-δ, 1+δ], `not-slower`
+from at or above 1-δ to beyond 1+δ, otherwise `undecided`.
 A row faster than the GPU's peak compute or memory bandwidth permits is flagged `impossible`,
 one whose samples are quantised or bimodal (benches.timing_shape) is flagged so, and neither
 it nor a comparison with it gets a verdict.
@@ -91,11 +92,11 @@ def interval_method(plan: Plan) -> IntervalMethod:
         f"{CONFIDENCE:.0%} interval of the median paired ratio: cluster bootstrap over "
         f"{plan.placements} placements per config (fresh buffers and graph captures each), "
         f"percentile interval widened on the log scale by t(P-1)/z*sqrt(P/(P-1)) and kept "
-        f"within the observed paired ratios; verdicts need it clear of [1-δ, 1+δ], "
+        f"within the observed paired ratios; verdicts read it against [1-δ, 1+δ], "
         f"δ={plan.margin:g}; bimodal or quantised rows get none"
         if clustered
         else f"{CONFIDENCE:.0%} percentile bootstrap over rounds of one placement (placement "
-        f"variance not included); verdicts need it clear of [1-δ, 1+δ], δ={plan.margin:g}; "
+        f"variance not included); verdicts read it against [1-δ, 1+δ], δ={plan.margin:g}; "
         "bimodal or quantised rows get none"
     )
     return IntervalMethod(

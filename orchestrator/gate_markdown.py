@@ -22,7 +22,13 @@ HEADLINES = {
     "inconclusive": "inconclusive",
     "candidate-incorrect": "candidate INCORRECT",
 }
-TABLE_HEADER = ("config", "baseline ms", "candidate ms", "speedup [95% CI]", "verdict")
+TABLE_COLUMNS = ("config", "baseline ms", "candidate ms", "speedup [{level} CI]", "verdict")
+
+
+def table_header(confidence: float) -> tuple[str, ...]:
+    """The table's header: its interval column names the intervals' confidence level."""
+    level = f"{confidence * 100:.4g}%"
+    return tuple(column.format(level=level) for column in TABLE_COLUMNS)
 
 
 def code(value: object, max_chars: int = MAX_NAME_CHARS) -> str:
@@ -75,20 +81,29 @@ def render_markdown(report: GateReport) -> str:
     lines += [f"- {printable(reason, 1200)}" for reason in report.reasons]
     for what, configs in (
         ("slower configs", report.slower_configs),
-        ("configs where the candidate failed correctness", report.incorrect_configs),
+        ("undecided configs", report.undecided_configs),
         ("configs where the A/A control was judged different", report.control_configs_different),
     ):
         if configs:
             lines.append(f"- {what} ({len(configs)}): {_names(configs)}")
-    lines += ["", _row(TABLE_HEADER), _row(["---", "---:", "---:", "---", "---"])]
+    lines += _failures(report)
+    lines += [f"- to decide: {printable(way, 400)}" for way in report.to_decide]
+    lines += [
+        "",
+        _row(table_header(report.confidence)),
+        _row(["---", "---:", "---:", "---", "---"]),
+    ]
     overall = report.overall
     geomean = f"**geomean** ({config_count(overall.configs)})" if overall else "**geomean**"
     lines.append(_overall_row(geomean, report.overall))
     if report.control is not None:
         label = f"A/A control {code(report.control.identity)}"
         lines.append(_overall_row(label, report.control))
+    reasons = {failure.config: failure.reason for failure in report.failures}
     for row in report.configs:
         verdict = row.comparison.verdict if row.comparison else printable(row.note, 120)
+        if row.comparison is None and row.config in reasons:
+            verdict += ": " + code(reasons[row.config], 120)
         lines.append(
             _row(
                 [
@@ -107,12 +122,29 @@ def render_markdown(report: GateReport) -> str:
             "65,536 characters); the run's results/summary.csv has every row."
         )
     lines.append(_run_line(report))
+    floor = f"1 - {percent(report.margin)}"
     lines.append(
         f"speedup = baseline time / candidate time (> 1: the candidate is faster); verdicts at "
-        f"the gate's ±{percent(report.margin)} margin. A/A control: one implementation timed "
-        "twice under two names, the run's noise floor. Indistinguishable never fails."
+        f"the ±{percent(report.margin)} margin: slower, the whole interval below {floor}; "
+        f"not slower (faster, equivalent, not-slower), its lower bound at or above {floor}; "
+        "else undecided. A pass needs every gated statistic shown not slower and the A/A "
+        "control (one implementation timed twice under two names, the run's noise floor) "
+        "equivalent."
     )
     return "\n".join(lines) + "\n"
+
+
+def _failures(report: GateReport, most: int = 20) -> list[str]:
+    """Each config where the candidate failed a check, with the check's reason: bounded
+    like every list here (at most `most` lines, reasons of bounded length)."""
+    if not report.failures:
+        return []
+    lines = [f"- configs where the candidate failed correctness ({len(report.failures)}):"]
+    for failure in report.failures[:most]:
+        lines.append(f"  - {code(failure.config)} ({failure.stage}): {code(failure.reason, 300)}")
+    if len(report.failures) > most:
+        lines.append(f"  - and {len(report.failures) - most} more")
+    return lines
 
 
 def _run_line(report: GateReport) -> str:

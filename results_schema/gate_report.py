@@ -11,9 +11,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from results_schema.models import Verdict
+from results_schema.models import CheckStage, GateOn, Verdict
 
-GATE_SCHEMA_VERSION = "1"
+# 2: a pass means shown not slower (non-inferiority), verdicts not-slower and undecided,
+# what would decide an undecided run, each failed check's reason (issue 49).
+GATE_SCHEMA_VERSION = "2"
 GateOutcome = Literal["pass", "regression", "inconclusive", "candidate-incorrect"]
 # The exit code of each outcome: after bench's own codes (0-5, 130), never one of them.
 GATE_EXIT_CODES: dict[str, int] = {
@@ -22,7 +24,6 @@ GATE_EXIT_CODES: dict[str, int] = {
     "inconclusive": 7,
     "candidate-incorrect": 8,
 }
-GateOn = Literal["geomean", "any"]
 
 
 class _Strict(BaseModel):
@@ -30,14 +31,16 @@ class _Strict(BaseModel):
 
 
 class GateSpeedup(_Strict):
-    """A speedup of the candidate (> 1: faster) with its 95% interval, judged at the gate's
-    margin; `plan_verdict` is the run's own verdict at the plan's margin."""
+    """A speedup of the candidate (> 1: faster) with its interval (at the report's
+    `confidence`), judged at the gate's margin by results_schema/verdicts.py."""
 
     speedup: float = Field(gt=0)
     ci_low: float = Field(gt=0)
     ci_high: float = Field(gt=0)
-    verdict: Verdict = Field(description="at the gate's margin")
-    plan_verdict: Verdict | None = Field(default=None, description="at the plan's margin δ")
+    verdict: Verdict = Field(
+        description="at the gate's margin: slower, or shown not slower (faster, equivalent, "
+        "not-slower), or undecided"
+    )
 
 
 class GateOverall(GateSpeedup):
@@ -59,6 +62,17 @@ class GateConfigRow(_Strict):
     note: str = Field(default="", description="why the config was not compared")
 
 
+class GateFailure(_Strict):
+    """A check the candidate failed on a config (correctness.csv, timed_checks.csv): the
+    first one, with its reason in one line and its error against the tolerance."""
+
+    config: str
+    stage: CheckStage
+    reason: str
+    max_abs_error: float | None = Field(default=None, ge=0)
+    tolerance: float | None = Field(default=None, ge=0)
+
+
 class GateRun(_Strict):
     """Where and for how much the run was measured."""
 
@@ -72,7 +86,7 @@ class GateRun(_Strict):
 class GateReport(_Strict):
     """The gate's outcome, the geometric mean, the A/A control, and every config."""
 
-    schema_version: Literal["1"] = GATE_SCHEMA_VERSION
+    schema_version: Literal["2"] = GATE_SCHEMA_VERSION
     run_id: str
     run_status: str
     outcome: GateOutcome
@@ -81,8 +95,14 @@ class GateReport(_Strict):
     candidate: str
     baseline: str
     baseline_source: str = Field(description="git, tree or implementation, and the ref")
-    margin: float = Field(ge=0, lt=1, description="a regression is slower beyond 1 - margin")
+    margin: float = Field(
+        ge=0,
+        lt=1,
+        description="a regression's interval lies below 1 - margin, a pass's lower bound at "
+        "or above it; the run's own margin unless the report was asked for another",
+    )
     gate_on: GateOn
+    confidence: float = Field(gt=0, lt=1, description="the intervals' confidence level")
     overall: GateOverall | None = None
     control: GateOverall | None = Field(
         default=None, description="the A/A control over its twin: the run's noise floor"
@@ -91,8 +111,19 @@ class GateReport(_Strict):
         default_factory=list, description="configs where the A/A control was judged different"
     )
     slower_configs: list[str] = Field(default_factory=list)
+    undecided_configs: list[str] = Field(
+        default_factory=list,
+        description="gate_on any: configs neither shown slower nor shown not slower (the "
+        "geometric mean's own verdict is in `overall`)",
+    )
+    to_decide: list[str] = Field(
+        default_factory=list, description="inconclusive: what would decide the run, one each"
+    )
     incorrect_configs: list[str] = Field(
         default_factory=list, description="configs where the candidate failed correctness"
+    )
+    failures: list[GateFailure] = Field(
+        default_factory=list, description="each config's first failed check of the candidate"
     )
     configs_total: int = Field(ge=0)
     configs_compared: int = Field(ge=0)

@@ -14,7 +14,7 @@ from results_schema.kernel_contract import KernelIdentity, UserKernel, UserKerne
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
 from results_schema.record import MAX_LEFTOVER_SWEEPS, PHASES
-from results_schema.verdicts import DIFFERENT, verdict
+from results_schema.verdicts import DEFAULT_MARGIN, DIFFERENT, verdict
 
 Dtype = Literal["float16", "bfloat16", "float32", "float64"]
 Device = Literal["cuda", "cpu"]
@@ -22,9 +22,12 @@ RunState = Literal["running", "complete", "partial", "failed"]
 # single: one call a sample; graph: a CUDA graph of back-to-back calls a sample; batch: on
 # the CPU, back-to-back calls a sample (each mode's time is per call).
 TimingMode = Literal["single", "graph", "batch"]
-# faster/slower: the whole interval lies beyond the margin; equivalent: inside it;
-# indistinguishable: it straddles a margin's edge.
-Verdict = Literal["faster", "slower", "equivalent", "indistinguishable"]
+# results_schema/verdicts.py says what each means; `indistinguishable` is what runs made
+# before non-inferiority wrote for both not-slower and undecided (read, never written now).
+Verdict = Literal["faster", "slower", "equivalent", "not-slower", "undecided", "indistinguishable"]
+# Which statistics a gate judges (results_schema/gate_rule.py): the geometric mean over
+# configs, or that and every config.
+GateOn = Literal["geomean", "any"]
 # Why a row gets no verdict: faster than the GPU's physical peak allows, an output taken
 # from inside the timed loop was wrong, or samples a median cannot summarise: quantised (few
 # distinct values, a timer's resolution) or bimodal (two groups apart, e.g. scheduler quanta).
@@ -32,10 +35,6 @@ Flag = Literal["impossible", "wrong-timed-output", "quantised", "bimodal"]
 # The A/A control's one decision for a whole run (benches.noise).
 NoiseVerdict = Literal["quiet", "noisy"]
 CheckStage = Literal["gate", "graph-probe", "timed-first", "timed-last", "timing"]
-# From A/A controls on an H100 (2026-11-23, 3 CLI runs of the default plan's 12 configs):
-# point estimates strayed up to 1.4% from 1 in graph mode (S=128), up to 0.4% elsewhere;
-# 0 of 36 verdicts said faster/slower at δ = 1% or 0.5%, 3 of 36 (8%) at δ = 0.
-DEFAULT_MARGIN = 0.01
 
 
 def implementation_of(identity: str) -> str:
@@ -154,8 +153,9 @@ class Plan(_Strict):
         default=DEFAULT_MARGIN,
         ge=0,
         lt=1,
-        description="practical-equivalence margin δ: faster/slower need the whole interval "
-        "outside [1-δ, 1+δ], equivalent needs it inside",
+        description="the margin δ of every verdict of the run and of its gate: slower needs "
+        "the whole interval below 1-δ, not slower its lower bound at or above 1-δ, faster "
+        "above 1+δ, equivalent inside [1-δ, 1+δ] (results_schema/verdicts.py)",
     )
     control: str | None = Field(
         default=None,
@@ -349,6 +349,14 @@ class SummaryRow(_Strict):
         _check_interval(self.speedup, self.speedup_ci_low, self.speedup_ci_high)
         return self
 
+    def judged_at(self, margin: float) -> SummaryRow:
+        """The row with its verdict made again from its interval by the one rule at
+        `margin` (a row without a verdict, flagged, stays without)."""
+        if self.verdict is None or self.speedup_ci_low is None:
+            return self
+        word = verdict(self.speedup_ci_low, self.speedup_ci_high, margin)
+        return self.model_copy(update={"verdict": word})
+
 
 def _check_interval(point: float | None, low: float | None, high: float | None) -> None:
     """A speedup comes with its interval or not at all, and the interval is ordered. The
@@ -386,6 +394,18 @@ class CorrectnessRow(_Strict):
         "directory (docs/kernel-contract.md: Reproducing a row)",
     )
 
+    def reason(self) -> str:
+        """Why the row failed, in one line: its message (an exception, a check's finding),
+        with its error against the tolerance where the message lacks them."""
+        text = " ".join(self.message.split()) or "failed, no reason recorded"
+        if (
+            self.max_abs_error is not None
+            and self.tolerance is not None
+            and ("tolerance" not in text)
+        ):
+            text += f" (max error {self.max_abs_error:.3g}, tolerance {self.tolerance:.3g})"
+        return text
+
 
 class IntervalMethod(_Strict):
     """How summary.csv's speedup intervals and verdicts were computed (statistics.json)."""
@@ -416,6 +436,10 @@ class OverallSpeedup(_Strict):
     def _ordered_interval(self) -> OverallSpeedup:
         _check_interval(self.geomean, self.ci_low, self.ci_high)
         return self
+
+    def judged_at(self, margin: float) -> OverallSpeedup:
+        """The line with its verdict made again by the one rule at `margin`."""
+        return self.model_copy(update={"verdict": verdict(self.ci_low, self.ci_high, margin)})
 
 
 class ControlInterval(_Strict):
@@ -454,6 +478,11 @@ class Noise(_Strict):
         """The intervals that call two identical implementations different at `margin`
         (the gate re-judges them at its own)."""
         return [i for i in self.intervals if verdict(i.ci_low, i.ci_high, margin) in DIFFERENT]
+
+    def noisy_at(self, margin: float) -> bool:
+        """The decision at `margin`: noisy when the control could not vouch for the run or
+        called its twin different there."""
+        return not self.vouches() or bool(self.different(margin))
 
     def vouches(self) -> bool:
         """Whether the control judged at least half the run's configs: where most of its
@@ -617,3 +646,14 @@ class Manifest(_Strict):
 
     def file(self, path: str) -> FileEntry | None:
         return next((f for f in self.files if f.path == path), None)
+
+    def ab_overall(self) -> OverallSpeedup | None:
+        """An A/B run's geometric mean over configs (its comparison line for the baseline),
+        its verdict made by the one rule at the run's margin, as the gate judges it; None
+        without an A/B comparison or a compared config."""
+        plan = self.plan
+        if plan is None or plan.comparison is None:
+            return None
+        baseline = plan.comparison.baseline
+        line = next((o for o in self.comparison or [] if o.identity == baseline), None)
+        return line.judged_at(plan.margin) if line else None

@@ -60,7 +60,15 @@ def show_summary(out, result) -> None:
     if not result.summary or manifest.plan is None:
         return
     plan = manifest.plan
-    by_key = {(row.config, row.implementation): row for row in result.summary}
+    from orchestrator.cli.report_sections import noise_banner
+
+    banner = noise_banner(manifest.noise, plan.margin)
+    if banner:
+        out.print(banner, soft_wrap=False)
+    # Every verdict by the one rule at the run's margin, as report and gate show it.
+    by_key = {
+        (row.config, row.implementation): row.judged_at(plan.margin) for row in result.summary
+    }
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     table.add_column("config", no_wrap=True)
     table.add_column("impl", no_wrap=True)
@@ -80,12 +88,36 @@ def show_summary(out, result) -> None:
     out.print(
         f"{candidate} speedup = median of per-round paired ratios: the row's time / {candidate}'s"
     )
-    out.print(f"verdicts need the interval clear of [1-δ, 1+δ]; δ = {plan.margin:g}")
+    margin = f"{plan.margin * 100:g}%"
+    out.print(
+        f"verdicts at the run's ±{margin} margin: slower, all of the interval below 1 - {margin};"
+    )
+    out.print("not-slower (or equivalent, faster): its low end at or above it; else undecided")
+    _show_ab(out, manifest)
     if plan.control:
         out.print(
             f"{markup_safe(plan.control_identity)}: A/A control, "
             f"{markup_safe(plan.control)} against itself"
         )
+
+
+def _show_ab(out, manifest) -> None:
+    """An A/B run's geometric mean over configs, judged as the gate judges it."""
+    from orchestrator.boundary import markup_safe
+
+    plan = manifest.plan
+    if plan.comparison is None:
+        return
+    line = manifest.ab_overall()
+    if line is None:
+        out.print("A/B: no config compared, so no geometric mean")
+        return
+    out.print(
+        f"A/B: {markup_safe(plan.candidate)} over {markup_safe(line.identity)}: geometric mean "
+        f"{line.geomean:.3g}x \\[{line.ci_low:.3g}, {line.ci_high:.3g}] [bold]{line.verdict}[/] "
+        f"({line.configs} configs)",
+        soft_wrap=False,
+    )
 
 
 def show_cache(out, result) -> None:

@@ -38,24 +38,26 @@ class Percent(click.ParamType):
 
 def gate_options(command):
     """--fail-on, --margin, --gate-on: the performance gate of an A/B run."""
-    from orchestrator.gate_policy import DEFAULT_GATE_ON, DEFAULT_MARGIN
+    from orchestrator.gate_policy import DEFAULT_GATE_ON
 
     options = [
         click.option(
             "--fail-on",
             type=click.Choice(["slower"]),
             default=None,
-            help="the performance gate: exit 6 when the candidate is slower beyond --margin, "
-            "7 when the run cannot tell (the A/A control judged identical implementations "
-            "different, or too few configs compared), 8 when the candidate failed "
-            "correctness; 0 otherwise (indistinguishable never fails)",
+            help="the performance gate: exit 0 only when the candidate is shown not slower "
+            "(the interval's lower bound at or above 1 - margin, the A/A control equivalent "
+            "within it), 6 when it is slower (the whole interval below 1 - margin), 7 when "
+            "the run cannot tell (undecided, the control judged identical implementations "
+            "different, too few configs compared), 8 when the candidate failed correctness",
         ),
         click.option(
             "--margin",
             type=Percent(),
-            default=f"{DEFAULT_MARGIN:.0%}",
-            show_default=True,
-            help="the gate's margin: slower means the whole interval lies below 1 - margin",
+            default=None,
+            help="the margin of every verdict: slower means the whole interval lies below "
+            "1 - margin, not slower its lower bound at or above it (default: the plan's, "
+            "2% in the shipped plans; `launch` sets the run's, `report` judges again at it)",
         ),
         click.option(
             "--gate-on",
@@ -145,3 +147,13 @@ def show_outcome(out, report) -> None:
         out.print(f"bench: gate: {markup_safe(reason, 1200)}", soft_wrap=True)
     for config in report.slower_configs[:20]:
         out.print(f"bench: gate: slower: {markup_safe(config, 80)}")
+    for config in report.undecided_configs[:20]:
+        out.print(f"bench: gate: undecided: {markup_safe(config, 80)}")
+    for failure in report.failures[:20]:
+        out.print(
+            f"bench: gate: failed: {markup_safe(failure.config, 80)} ({failure.stage}): "
+            f"{markup_safe(failure.reason, 300)}",
+            soft_wrap=True,
+        )
+    for way in report.to_decide:
+        out.print(f"bench: gate: to decide: {markup_safe(way, 400)}", soft_wrap=True)

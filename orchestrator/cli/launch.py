@@ -122,11 +122,15 @@ def launch(
     --profile adds Nsight Compute counters, taken after the timing.
 
     The performance gate (CI): --fail-on slower with --wait fetches the run
-    when it ends and exits 6 on a regression (the candidate slower beyond
-    --margin, on the geometric mean or with --gate-on any on any config), 7
-    when the run cannot tell, 8 when the candidate failed correctness, else
-    0; it writes gate.md and gate.json into DEST/<run id>/ and appends the
-    markdown to $GITHUB_STEP_SUMMARY when that is set (docs/ci/).
+    when it ends and exits 0 only when the candidate is shown not slower
+    (its interval's lower bound at or above 1 - --margin, on the geometric
+    mean or with --gate-on any on every config too, and the A/A control
+    equivalent), 6 on a regression (the whole interval below 1 - margin), 7
+    when the run cannot tell (undecided: it names what would decide it), 8
+    when the candidate failed correctness; it writes gate.md and gate.json
+    into DEST/<run id>/ and appends the markdown to $GITHUB_STEP_SUMMARY
+    when that is set (docs/ci/). --margin sets the margin of every verdict
+    of the run (default: the plan's, 2%).
 
     \b
     Examples:
@@ -160,7 +164,7 @@ def launch(
         budget_usd=budget,
         plan=plan_ref,
         max_runtime_seconds=max_runtime,
-        options=plan_options(**comparison),
+        options=plan_options(**comparison, margin=margin),
         cache_trusted=cache_trusted(trusted),
     )
     if gpus is not None:

@@ -253,7 +253,7 @@ def comparison_options(command):
     return command
 
 
-def plan_options(kernel, candidate, baseline, baseline_impl, profile, peers=None):
+def plan_options(kernel, candidate, baseline, baseline_impl, profile, peers=None, margin=None):
     from orchestrator.kernel_repo import default_kernel_dir
     from orchestrator.service.plan_options import PlanOptions
 
@@ -265,4 +265,5 @@ def plan_options(kernel, candidate, baseline, baseline_impl, profile, peers=None
         baseline_impl=baseline_impl,
         profile=None if configs is None else tuple(n.strip() for n in configs),
         peers=tuple(dict.fromkeys(n.strip() for n in (peers or "").split(",") if n.strip())),
+        margin=margin,
     )

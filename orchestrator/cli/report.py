@@ -77,7 +77,7 @@ def report(run_id, compare_id, dest, output_format, fail_on, margin, gate_on):
             raise UsageError("--compare makes a text report: leave out --format and --fail-on")
         return show_gate(console(), run_dir, output_format, margin, gate_on, fail_on)
     compare_dir = published_run_dir(dest, compare_id) if compare_id else None
-    show_report(console(), make_report(run_dir, compare_dir))
+    show_report(console(), make_report(run_dir, compare_dir, margin=margin))
     return 0
 
 
@@ -102,13 +102,13 @@ def show_report(out, report) -> None:
     from orchestrator.cli.report_sections import noise_banner, show_comparison, show_profile
     from orchestrator.cli.report_table import legend, results_table
 
-    if noise_banner(report.noise):
-        out.print(noise_banner(report.noise), soft_wrap=False)
+    banner = noise_banner(report.noise, report.margin)
+    if banner:
+        out.print(banner, soft_wrap=False)
     for line in report.build_failures:
         out.print(markup_safe(line), soft_wrap=False)
     if report.ab is not None:
-        margin = report.statistics.margin if report.statistics else None
-        show_comparison(out, report.ab, margin)
+        show_comparison(out, report.ab, report.margin)
     out.print(results_table(report))
     for line in legend(report):
         out.print(markup_safe(line), soft_wrap=False)

@@ -14,10 +14,13 @@ from orchestrator.cli.report_table import (
 )
 
 
-def noise_banner(noise) -> str | None:
-    """The report's first line when the run's A/A control says the machine was too noisy
-    for its verdicts (manifest.noise, benches.noise); None for a quiet run or none known."""
-    if noise is None or noise.verdict != "noisy":
+def noise_banner(noise, margin: float | None = None) -> str | None:
+    """The first line of a report or a summary when the run's A/A control says the machine
+    was too noisy for its verdicts (manifest.noise, benches.noise; at `margin`, else as the
+    run decided); None for a quiet run or none known."""
+    if noise is None:
+        return None
+    if not (noise.noisy_at(margin) if margin is not None else noise.verdict == "noisy"):
         return None
     return (
         "[bold red]noisy: verdicts not reliable[/] (the A/A control, judged once for the "

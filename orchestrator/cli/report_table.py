@@ -41,13 +41,17 @@ _FIGURE_HEADERS = ("median\nms", "TFLOP/s", "%peak", "speedup", "95% CI", "verdi
 CANDIDATE_MARK = "cand."
 CANDIDATE_LEGEND = f"{CANDIDATE_MARK}: the candidate, the row the others are compared with"
 RATIO_OF_MEDIANS = "ratio of medians"
-VERDICTS = frozenset({"faster", "slower", "equivalent", "indistinguishable"})
+VERDICTS = frozenset(
+    {"faster", "slower", "equivalent", "not-slower", "undecided", "indistinguishable"}
+)
 # What each verdict and flag says (results_schema/verdicts.py, benches/stats.py).
 MEANINGS = {
     "faster": "all of it above 1+δ",
     "slower": "all of it below 1-δ",
     "equivalent": "all of it inside",
-    "indistinguishable": "across 1-δ or 1+δ",
+    "not-slower": "its low end at or above 1-δ (shown not slower)",
+    "undecided": "its low end below 1-δ, its high end not",
+    "indistinguishable": "across 1-δ or 1+δ (a run from before not-slower and undecided)",
     "impossible": "faster than the GPU's peak allows: no verdict",
     "wrong-timed-output": "an output taken in the timed loop was wrong: no verdict",
     "quantised": "few distinct timings (the timer's resolution): no verdict",
@@ -113,8 +117,7 @@ def legend(report: Report) -> list[str]:
     if _marks_candidate(report):
         lines.append(CANDIDATE_LEGEND)
     words = [row.verdict or row.flag for row in report.rows if row.verdict or row.flag]
-    margin = report.statistics.margin if report.statistics else None
-    return lines + verdict_legend(words, margin)
+    return lines + verdict_legend(words, report.margin)
 
 
 def verdict_legend(words, margin: float | None) -> list[str]:

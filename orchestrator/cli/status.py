@@ -86,6 +86,14 @@ def status(run_id, as_json):
             reasons.append(
                 f"{record.run_id}: noisy: verdicts not reliable ({markup_safe(noise.reason, 200)})"
             )
+        overall = view.ab_overall
+        if overall is not None:
+            margin = view.manifest.plan.margin
+            reasons.append(
+                f"{record.run_id}: A/B geometric mean {overall.geomean:.3g}x "
+                f"\\[{overall.ci_low:.3g}, {overall.ci_high:.3g}]: {overall.verdict} at "
+                f"±{margin * 100:g}%"
+            )
     if rows:
         out.print(table)
     for reason in reasons:

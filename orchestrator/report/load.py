@@ -9,6 +9,7 @@ other results meanwhile.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -22,9 +23,11 @@ import numpy as np
 
 from orchestrator import boundary
 from orchestrator.errors import NotFoundError, ResultsError, UsageError
-from results_schema import IntervalMethod, Manifest, Plan, ProfileRow, SummaryRow
+from results_schema import CorrectnessRow, IntervalMethod, Manifest, Plan, ProfileRow, SummaryRow
 from results_schema.names import RUN_ID_PATTERN
 
+# The files of checks: the correctness gate's and those on outputs of the timed loop.
+CHECK_FILES = ("correctness.csv", "timed_checks.csv")
 # fetch swaps a run's folder in by two renames: a read that meets the instant between, or
 # that spans a swap, is made again after a pause growing by this much, this many times.
 SNAPSHOT_ATTEMPTS = 8
@@ -42,6 +45,28 @@ class RunResults:
     manifest: Manifest | None = None
     profile: list[ProfileRow] = field(default_factory=list)
     plot_note: str | None = None  # set on the part of a run the plots show: what they omit
+    # The correctness gate's rows and the checks on outputs of the timed loop.
+    checks: list[CorrectnessRow] = field(default_factory=list)
+    margin: float | None = None  # the margin its verdicts were made at, here
+
+    def judged_at(self, margin: float) -> RunResults:
+        """The run with every verdict made again from its interval by the one rule
+        (results_schema/verdicts.py) at `margin`: what a report, a gate and a summary show,
+        whatever words the run wrote (a run from before the rule, a VM that lied)."""
+        manifest = self.manifest
+        if manifest is not None and manifest.comparison:
+            judged = [line.judged_at(margin) for line in manifest.comparison]
+            manifest = manifest.model_copy(update={"comparison": judged})
+        summary = [row.judged_at(margin) for row in self.summary]
+        return dataclasses.replace(self, summary=summary, manifest=manifest, margin=margin)
+
+    def failed_checks(self) -> dict[tuple[str, str], CorrectnessRow]:
+        """(config, identity) -> its first failed check, for each that failed one."""
+        failed: dict[tuple[str, str], CorrectnessRow] = {}
+        for check in self.checks:
+            if not check.passed:
+                failed.setdefault((check.config, check.implementation), check)
+        return failed
 
 
 def published_run_dir(dest: Path, run: str) -> Path:
@@ -166,9 +191,24 @@ def load_run(run_dir: Path) -> RunResults:
         if profile_path.is_file()
         else []
     )
-    return RunResults(
-        run_id or run_dir.name, status, plan, summary, latencies, statistics, manifest, profile
+    checks = [
+        row
+        for name in CHECK_FILES
+        if (results / name).is_file()
+        for row in boundary.checked_rows(results / name, name, run_id, plan=plan)
+    ]
+    run = RunResults(
+        run_id or run_dir.name,
+        status,
+        plan,
+        summary,
+        latencies,
+        statistics,
+        manifest,
+        profile,
+        checks=checks,
     )
+    return run.judged_at(plan.margin) if plan is not None else run
 
 
 def _manifest_of(run_dir: Path) -> Manifest | None:

@@ -83,6 +83,7 @@ class Report:
     build_failures: list[str] = field(default_factory=list)
     noise: Noise | None = None  # the A/A control's one decision on the run
     compare_warning: str | None = None  # why --compare's two runs are not like for like
+    margin: float | None = None  # the margin every verdict shown was made at
 
     def control_verdicts(self) -> dict[str, int]:
         """How many configs the A/A control called each verdict: the run's noise floor."""
@@ -97,10 +98,11 @@ def make_report(
     results_dir: Path,
     compare_dir: Path | None = None,
     min_relative_difference: float = MIN_RELATIVE_DIFFERENCE,
+    margin: float | None = None,
 ) -> Report:
     """The report of one published copy of the run, its plots swapped into report/ whole;
     drawn again when a fetch brought other results meanwhile, so they show the results
-    beside them."""
+    beside them. Its verdicts are the one rule's at `margin` (None: the run's own)."""
     for _ in range(SNAPSHOT_ATTEMPTS):
         run, results = read_snapshot(results_dir)
         plots = _draw_and_publish(run, results_dir, results)
@@ -108,7 +110,7 @@ def make_report(
             break
     else:
         raise kept_changing(results_dir)
-    report = _report_of(run)
+    report = _report_of(run if margin is None else run.judged_at(margin))
     report.plots = plots
     if compare_dir is not None:
         other, _ = read_snapshot(compare_dir)
@@ -131,6 +133,7 @@ def _report_of(run: RunResults) -> Report:
     report.plot_note = plot_note(run)
     report.build_failures = build_failures(run)
     report.noise = run.manifest.noise if run.manifest else None
+    report.margin = run.margin
     return report
 
 

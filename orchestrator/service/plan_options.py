@@ -1,5 +1,5 @@
 """What launch's options change in a plan: the user's kernel, the A/B comparison, the
-public peers and the Nsight Compute profile.
+public peers, the Nsight Compute profile and the margin of the run's verdicts.
 
 Pure functions of a plan (the exceptions read trees: a git revision, a user's kernel
 repository): the plan that comes out is what the payload carries, so the VM reads every
@@ -47,6 +47,7 @@ class PlanOptions:
     baseline_impl: str | None = None  # or a registry implementation
     profile: tuple[str, ...] | None = None  # None: no profile; (): the representative configs
     peers: tuple[str, ...] = ()  # public libraries timed beside the baselines (`--peers`)
+    margin: float | None = None  # every verdict's margin (`--margin`); None: the plan's
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> Sh
     if options.baseline and options.baseline_impl:
         raise UsageError("--baseline and --baseline-impl name two baselines: give one")
     plan = with_peers(plan, options.peers)
+    if options.margin is not None:
+        plan = plan.model_copy(update={"margin": options.margin})
     if options.kernel is not None:
         return _shape_user_kernel_plan(plan, options)
     notes: list[str] = []

@@ -91,6 +91,11 @@ class RunView:
             return []
         return build_failure_lines(manifest.user_builds, manifest.plan.identities)
 
+    @property
+    def ab_overall(self):
+        """An ended A/B run's geometric mean, judged as the gate judges it (None before)."""
+        return self.manifest.ab_overall() if self.manifest else None
+
     def as_dict(self) -> dict:
         """What `bench status --json` prints of this run."""
         phase, done, total = self.progress
@@ -113,6 +118,8 @@ class RunView:
             # The A/A control's one decision on the run: "noisy" means its verdicts are not
             # reliable (benches/noise.py); None before the run ends or without a control.
             "noise": self.manifest.noise.verdict if self.manifest and self.manifest.noise else None,
+            # An A/B run's geometric mean judged at the run's margin (results_schema/verdicts).
+            "ab_verdict": self.ab_overall.verdict if self.ab_overall else None,
             "problem": self.problem,
         }
 

@@ -15,6 +15,7 @@ verdict) in 8 of 20 loaded cpu-smoke runs on these configs; with one, in none of
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -69,25 +70,49 @@ def assert_a_regression_naming_its_slower_configs(markdown: str) -> list[str]:
     return slower
 
 
+def verdicts_shown(capsys, run_id: str, run_dir) -> list[str]:
+    """The geometric mean's verdict as `bench status`, `bench fetch`'s summary and `bench
+    report` show it: one margin (the run's, which launch --margin set) and one rule."""
+    capsys.readouterr()
+    assert main(["status", run_id]) == 0
+    status = re.search(r"A/B geometric mean .*: ([\w-]+) at ±25%", capsys.readouterr().out)
+    assert main(["fetch", run_id, "--dest", str(run_dir.parent)]) == 0
+    fetched = re.search(r"A/B: .*geometric mean \S+ \[.*\] ([\w-]+) \(", capsys.readouterr().out)
+    assert main(["report", str(run_dir)]) == 0
+    reported = re.search(
+        r"overall: .*?: ([\w-]+)\s+\(geometric mean", capsys.readouterr().out, re.S
+    )
+    return [found.group(1) if found else None for found in (status, fetched, reported)]
+
+
 def table_rows(markdown: str) -> list[list[str]]:
     """The markdown table's rows, each split into its cells as GitHub splits them."""
     return [split_row(line) for line in markdown.splitlines() if line.startswith("|")]
 
 
-def test_identical_candidate_passes_and_says_no_change(bench_env, tmp_path, capsys, monkeypatch):
+def test_identical_candidate_is_never_a_regression(bench_env, tmp_path, capsys, monkeypatch):
     # At the plan's S = 17, sdpa-extra128 and sdpa-extra64 both add one query row: the same
     # work under two names, the CPU's stand-in for our kernel against an unchanged baseline.
+    # It passes when the run shows it not slower and its A/A control equivalent within the
+    # margin; a loaded machine may leave either undecided (a control of 0.85x [0.45, 0.97]
+    # was seen): then the gate says so and what would decide it, never "regression".
     code, run_id, run_dir, summary = gate_run(
         tmp_path, capsys, monkeypatch, "sdpa-extra128", "sdpa-extra64"
     )
-    assert code == 0, summary
+    assert code in (0, 7), summary
     markdown = (run_dir / "gate.md").read_text()
     assert summary == markdown
-    assert markdown.startswith("### bench gate: pass (exit 0)")
-    assert "no change" in markdown
     report = GateReport.model_validate_json((run_dir / "gate.json").read_text())
-    assert (report.outcome, report.exit_code, report.slower_configs) == ("pass", 0, [])
-    assert report.overall.verdict in ("equivalent", "indistinguishable")
+    assert report.slower_configs == [] and report.overall.verdict != "slower"
+    assert verdicts_shown(capsys, run_id, run_dir) == [report.overall.verdict] * 3
+    if code == 0:
+        assert markdown.startswith("### bench gate: pass (exit 0)")
+        assert "- shown not slower: the geometric mean" in markdown
+        assert report.overall.verdict in ("equivalent", "not-slower", "faster")
+        assert report.control.verdict == "equivalent"
+    else:
+        assert markdown.startswith("### bench gate: inconclusive (exit 7)")
+        assert report.to_decide and "- to decide: " in markdown
 
     # Inconclusive: the same run, its A/A control made to say 0.6x on every config and their
     # mean: in the run's noise decision (what the gate reads) and its comparison line (what

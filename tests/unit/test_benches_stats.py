@@ -19,6 +19,7 @@ from benches.stats import (
     widened,
 )
 from results_schema import AttentionConfig, Measurement, Plan
+from results_schema.verdicts import DIFFERENT
 
 
 def test_describe_matches_numpy():
@@ -55,7 +56,7 @@ def test_identical_implementations_are_not_different():
     b = _pairs(rng.lognormal(0, 0.05, 100))
     s = paired_speedup(a, b)
     assert s.ci_low < 1.0 < s.ci_high
-    assert s.verdict(0.0) == "indistinguishable"
+    assert s.verdict(0.0) == "undecided"
 
 
 def test_only_rounds_present_on_both_sides_pair():
@@ -70,11 +71,13 @@ def test_only_rounds_present_on_both_sides_pair():
         (1.02, 1.05, "faster"),
         (0.95, 0.98, "slower"),
         (0.995, 1.008, "equivalent"),
-        (1.005, 1.02, "indistinguishable"),  # above 1, but not clear of the margin
-        (0.97, 1.03, "indistinguishable"),
+        (1.005, 1.02, "not-slower"),  # above 1, but not clear of the margin: not slower
+        (0.99, 1.05, "not-slower"),  # its low end on 1 - margin: shown not slower
+        (0.97, 1.03, "undecided"),  # across 1 - margin: neither slower nor not slower
+        (0.97, 0.995, "undecided"),  # most of it below 1, but not all below 1 - margin
     ],
 )
-def test_verdicts_need_the_interval_clear_of_the_margin(low, high, expected):
+def test_verdicts_read_the_interval_against_the_margin(low, high, expected):
     assert verdict(low, high, margin=0.01) == expected
 
 
@@ -111,9 +114,7 @@ def test_resampling_rounds_alone_misses_placement_variance():
     for seed in range(200):
         a, b = _aa_experiment(rng, 10, 5, between=0.01, within=0.01)
         pooled = lambda d: {(0, i): v for i, v in enumerate(d.values())}  # noqa: E731
-        wrong += paired_speedup(pooled(a), pooled(b), 1000, seed).verdict(0.0) != (
-            "indistinguishable"
-        )
+        wrong += paired_speedup(pooled(a), pooled(b), 1000, seed).verdict(0.0) in DIFFERENT
     assert wrong / 200 > 0.15
 
 
@@ -241,7 +242,7 @@ def test_geomean_of_aa_configs_has_about_five_percent_false_positives():
     wrong = 0
     for seed in range(200):
         configs = [_aa_experiment(rng, 10, 5, between=0.01, within=0.01) for _ in range(6)]
-        wrong += geomean_speedup(configs, 0.0, resamples=500, seed=seed)[3] != ("indistinguishable")
+        wrong += geomean_speedup(configs, 0.0, resamples=500, seed=seed)[3] in DIFFERENT
     assert wrong / 200 <= 0.09
 
 

@@ -148,7 +148,7 @@ def _overall(identity, versus, speedup, configs) -> OverallSpeedup:
 SAME = (1.0, 0.99, 1.01)
 SLOWER_3PCT = (0.97, 0.965, 0.975)  # beyond the 2% margin
 SLOWER_1PCT = (0.99, 0.985, 0.995)  # within it
-HOLDS = (0.985, 0.978, 0.99)  # a geometric mean within the margin
+HOLDS = (0.985, 0.981, 0.99)  # a geometric mean shown within the margin
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,10 @@ HOLDS = (0.985, 0.978, 0.99)  # a geometric mean within the margin
         ({"a": SAME, "b": SAME}, SAME, GateOptions(), "pass"),
         ({"a": SLOWER_3PCT, "b": SLOWER_3PCT}, SLOWER_3PCT, GateOptions(), "regression"),
         ({"a": SLOWER_1PCT, "b": SLOWER_1PCT}, SLOWER_1PCT, GateOptions(), "pass"),
-        ({"a": (0.97, 0.9, 1.05), "b": SAME}, (0.98, 0.9, 1.05), GateOptions(), "pass"),
+        # across 1 - margin: not shown slower, but not shown not slower either
+        ({"a": (0.97, 0.9, 1.05), "b": SAME}, (0.98, 0.9, 1.05), GateOptions(), "inconclusive"),
+        # not shown faster, but shown not slower: a pass
+        ({"a": (1.05, 0.99, 1.2)}, (1.05, 0.99, 1.2), GateOptions(), "pass"),
         # one slower config: the geometric mean holds, `any` fails it
         ({"a": SLOWER_3PCT, "b": SAME}, HOLDS, GateOptions(), "pass"),
         ({"a": SLOWER_3PCT, "b": SAME}, HOLDS, GateOptions(gate_on="any"), "regression"),
@@ -167,7 +170,55 @@ HOLDS = (0.985, 0.978, 0.99)  # a geometric mean within the margin
 def test_regression_needs_slower_beyond_the_margin(speedups, geomean, options, outcome):
     report = judge(made_up_run(speedups, geomean=geomean), [], options)
     assert report.outcome == outcome, report.reasons
-    assert report.exit_code == {"pass": 0, "regression": 6}[outcome]
+    assert report.exit_code == {"pass": 0, "regression": 6, "inconclusive": 7}[outcome]
+
+
+def test_a_run_too_noisy_to_see_a_25_percent_slowdown_is_undecided_not_a_pass():
+    """Issue 49: 4 of 4 such runs passed, 'no change detected', at 0.609x [0.32, 1.04]."""
+    seen = (0.609, 0.32, 1.04)
+    report = judge(made_up_run({"a": seen}, geomean=seen), [], GateOptions())
+    assert (report.outcome, report.exit_code) == ("inconclusive", 7)
+    assert report.overall.verdict == "undecided"
+    assert report.reasons == [
+        "undecided: the geometric mean 0.609x [0.320, 1.040] lies across 0.98 (1 - 2%): "
+        "neither shown slower nor shown not slower"
+    ]
+    more, shapes = report.to_decide  # the made-up plan is a GPU's: no "a GPU" advice
+    needed = int(more.removeprefix("more samples: --samples ").split()[0])
+    assert needed > 10  # the made-up plan's samples a config
+    assert shapes.startswith("a plan of larger shapes")
+    markdown = render_markdown(report)
+    assert markdown.startswith("### bench gate: inconclusive (exit 7)")
+    assert f"- to decide: more samples: --samples {needed} " in markdown
+    assert "| **geomean** (1 config) |  |  | 0.609x [0.320, 1.040] | **undecided** |" in markdown
+
+
+def test_a_pass_needs_the_control_shown_equivalent_not_merely_not_different():
+    # Issue 49: a control at [0.62, 2.0] counted as indistinguishable, and so the run could
+    # vouch for a pass. Not different is not enough: it must be shown within the margin.
+    run = made_up_run({"a": SAME}, control=(0.935, 0.779, 1.072), geomean=SAME)
+    assert run.manifest.noise.verdict == "quiet"  # not judged different: the run may tell
+    report = judge(run, [], GateOptions())
+    assert (report.outcome, report.exit_code) == ("inconclusive", 7)
+    assert report.reasons == [
+        "undecided: the A/A control 0.935x [0.779, 1.072] is not shown equivalent within ±2%: "
+        "the run did not show that it tells identical implementations apart by less than "
+        "the margin"
+    ]
+    assert report.control.verdict == "undecided"
+    passed = judge(made_up_run({"a": SAME}, geomean=SAME), [], GateOptions())
+    assert passed.reasons == [
+        "shown not slower: the geometric mean 1.000x [0.990, 1.010] starts at or above 0.98 "
+        "(1 - 2%); the A/A control 1.000x [0.995, 1.005] is equivalent within ±2%"
+    ]
+
+
+def test_with_gate_on_any_every_config_must_be_decided():
+    run = made_up_run({"a": SAME, "b": (0.99, 0.95, 1.03)}, geomean=SAME)
+    assert judge(run, [], GateOptions()).outcome == "pass"  # the mean is decided
+    report = judge(run, [], GateOptions(gate_on="any"))
+    assert (report.outcome, report.undecided_configs) == ("inconclusive", ["b"])
+    assert "- undecided configs (1): `b`" in render_markdown(report)
 
 
 def test_a_noisy_control_makes_it_inconclusive_before_any_regression():
@@ -214,6 +265,9 @@ def test_a_config_whose_candidate_row_is_flagged_is_not_compared():
     report = judge(run, [], GateOptions(gate_on="any"))
     assert report.configs_compared == 1 and report.slower_configs == []
     assert report.configs[0].note == "the candidate flagged bimodal"
+    # gated on every config, one without an interval is undecided
+    assert (report.outcome, report.undecided_configs) == ("inconclusive", ["a"])
+    assert "undecided: a: flagged bimodal: no interval" in report.reasons
 
 
 def test_too_few_configs_compared_or_no_control_is_inconclusive():

@@ -18,17 +18,18 @@ BANNER = "noisy: verdicts not reliable"
 
 
 def _noise(verdict: str) -> dict:
-    interval = (1.04, 1.02, 1.06) if verdict == "noisy" else (1.0, 0.99, 1.01)
+    interval = (1.05, 1.03, 1.07) if verdict == "noisy" else (1.0, 0.99, 1.01)
     return Noise(
         control="sdpa@aa",
         verdict=verdict,
         reason=f"made up: the control was {verdict}",
-        margin=0.01,
+        margin=0.02,
         confidence=0.95,
         intervals=[
             ControlInterval(
-                config=None, speedup=interval[0], ci_low=interval[1], ci_high=interval[2]
+                config=config, speedup=interval[0], ci_low=interval[1], ci_high=interval[2]
             )
+            for config in ("made-up-config", None)
         ],  # fmt: skip
         method="made up",
     ).model_dump(mode="json")

@@ -38,7 +38,7 @@ def test_report_rows_and_pngs(run_dir):
     baselines = [r for r in report.rows if r.implementation == "sdpa-math"]
     assert all(r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1] for r in baselines)
     assert report.statistics.method == "placement-cluster-bootstrap"
-    assert "δ=0.01" in report.statistics.description
+    assert "δ=0.02" in report.statistics.description
     assert report.control == "sdpa@aa"
     # Every config's control row has a verdict, or a flag on it or on its twin saying why it
     # has none (a busy machine's quantised or bimodal timing: benches/timing_shape.py).
