@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -75,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="when the script's phase began (seconds since the epoch): the gate's line "
         "counts from there (default: now)",
+    )
+    run.add_argument(
+        "--sample-until",
+        type=float,
+        help="seconds since the epoch after which no look of the timing may end (the run's "
+        "time cap less what follows the timing: the startup script's); default: no bound "
+        "but the plan's",
     )
     run.add_argument(
         "--margin",
@@ -189,7 +197,9 @@ def run_phases(args: argparse.Namespace) -> int:
         if args.command == "correctness" or stop():
             return stop.exit_code
         phases.ended("correctness")
-        _, summary = runner.run_benchmark(ctx, gate, measurements, environment)
+        until = getattr(args, "sample_until", None)
+        seconds_left = until - time.time() if until is not None else None
+        _, summary = runner.run_benchmark(ctx, gate, measurements, environment, seconds_left)
         if stop():
             return stop.exit_code
         if plan.profile is not None:

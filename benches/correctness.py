@@ -41,7 +41,7 @@ import torch
 from benches import registry
 from benches.reference import expand_kv_heads
 from results_schema import AttentionConfig, CorrectnessRow, Plan
-from results_schema.models import implementation_of
+from results_schema.models import UNAVAILABLE_BACKEND, implementation_of
 
 PLAIN_ATTENTION_FACTOR = 2.0  # flash-attention's: twice plain same-dtype attention's error
 EPS_UNIT_ROUNDOFFS = 2.0  # eps in unit roundoffs of the largest output: one ulp
@@ -369,7 +369,7 @@ def _measure(name, inputs, seed, config, ref, reference_name):
     impl = registry.get(implementation_of(name))
     reason = _unavailable(impl, config, ref.device)
     if reason is not None:
-        return "unavailable", None, reason
+        return UNAVAILABLE_BACKEND, None, reason
     if hasattr(impl, "gate"):  # a user's kernel in its worker process
         outcome = impl.gate(config, inputs)
     else:

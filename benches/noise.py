@@ -45,7 +45,8 @@ from results_schema.models import ControlInterval, Noise
 
 FAMILY_WISE_ALPHA = 0.05
 METHOD = (
-    "Bonferroni simultaneous intervals (95% family-wise) for each judged config's control "
+    "Bonferroni simultaneous intervals (family-wise at `confidence`: 95%, or a sampled "
+    "run's last look's) for each judged config's control "
     "over its twin and for their geometric mean: t intervals on the log scale with the "
     "cluster bootstrap's standard error; noisy when any lies wholly beyond [1-δ, 1+δ], or "
     "when fewer than half the configs could be judged (flagged rows)"
@@ -53,9 +54,14 @@ METHOD = (
 
 
 def control_noise(
-    plan: Plan, measurements: Iterable[Measurement], summary: Sequence[SummaryRow]
+    plan: Plan,
+    measurements: Iterable[Measurement],
+    summary: Sequence[SummaryRow],
+    alpha: float = FAMILY_WISE_ALPHA,
 ) -> Noise | None:
-    """The run's noise decision, or None for a plan without an A/A control."""
+    """The run's noise decision, family-wise at `alpha` (a sampled run's last look spends
+    less than the whole 5%: results_schema/sampling.py), or None for a plan without an A/A
+    control."""
     control, twin = plan.control_identity, plan.control
     if control is None or twin is None:
         return None
@@ -72,8 +78,8 @@ def control_noise(
         verdict="quiet",
         reason="",
         margin=plan.margin,
-        confidence=1 - FAMILY_WISE_ALPHA,
-        intervals=_simultaneous(judged, per_config, plan),
+        confidence=1 - alpha,
+        intervals=_simultaneous(judged, per_config, plan, alpha),
         unjudged=unjudged,
         method=METHOD,
     )
@@ -84,7 +90,9 @@ def control_noise(
     )
 
 
-def _simultaneous(configs: list[str], per_config, plan: Plan) -> list[ControlInterval]:
+def _simultaneous(
+    configs: list[str], per_config, plan: Plan, alpha: float
+) -> list[ControlInterval]:
     seeds = {c.name: plan.seed + i for i, c in enumerate(plan.configs)}  # as the rows'
     boots = {
         config: log_bootstrap(aa, twin, BOOTSTRAP_RESAMPLES, np.random.default_rng(seeds[config]))
@@ -93,7 +101,7 @@ def _simultaneous(configs: list[str], per_config, plan: Plan) -> list[ControlInt
     judged: dict[str | None, LogBootstrap] = {c: b for c, b in boots.items() if b is not None}
     if len(judged) >= 2:  # with one config, their mean is its row
         judged[None] = geometric_mean_of(list(judged.values()))
-    confidence = 1 - FAMILY_WISE_ALPHA / max(len(judged), 1)
+    confidence = 1 - alpha / max(len(judged), 1)
     return [_t_interval(config, boot, confidence) for config, boot in judged.items()]
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from benches import bracket as brackets
-from benches import correctness, placement, registry, timing
+from benches import correctness, placement, registry, sequential, timing
 from benches.environment import fingerprint
 from benches.isolation import Measuring, WorkerLost, calibration_samples, calibration_worker
 from benches.plan import samples_per_config
@@ -46,7 +46,8 @@ from results_schema import (
     Plan,
     SummaryRow,
 )
-from results_schema.models import implementation_of
+from results_schema.models import SamplingRecord, implementation_of
+from results_schema.sampling import FAMILY_ALPHA
 
 
 class StopRequested:
@@ -245,13 +246,25 @@ class ConfigTiming:
     calls: int
     measuring: object = None
     lost: dict[str, str] = field(default_factory=dict)  # identity -> why its worker is gone
+    batches: dict[str, int] = field(default_factory=dict)  # a CPU worker's calls a sample
+
+    @property
+    def chosen(self) -> tuple[str, int, dict[str, int]]:
+        return self.mode, self.calls, self.batches
 
 
 def prepare_config(
-    ctx: RunContext, clock, index: int, names: list[str], workers: WorkerTiming
+    ctx: RunContext,
+    clock,
+    index: int,
+    names: list[str],
+    workers: WorkerTiming,
+    chosen: tuple[str, int, dict[str, int]] | None = None,
 ) -> ConfigTiming:
-    """Warm every identity up on a throwaway placement and choose the config's mode. A
-    user's kernel whose worker is lost here is left out of the config (`lost`)."""
+    """Warm every identity up on a throwaway placement and choose the config's mode (a
+    later look keeps the first look's `chosen` mode and calls: a config's samples are all
+    of one kind). A user's kernel whose worker is lost here is left out of the config
+    (`lost`)."""
     plan, config = ctx.plan, ctx.plan.configs[index]
     seed = correctness.config_seed(plan.seed, index, "timing")
     inputs = placement.SeededInputs(config, seed, correctness.make_inputs(config, ctx.device, seed))
@@ -284,8 +297,10 @@ def prepare_config(
     mode, calls = "single", 1
     if clock.supports_graphs and fastest_us < plan.graph_below_us:
         mode, calls = "graph", timing.graph_calls_for(fastest_us)
+    if chosen is not None:
+        mode, calls, batches = chosen
     measuring = workers.measuring(config, mode, calls, batches)
-    return ConfigTiming(runs, inputs, mode, calls, measuring, lost)
+    return ConfigTiming(runs, inputs, mode, calls, measuring, lost, batches)
 
 
 def _cpu_batches(clock, trial: dict, settled: dict) -> dict[str, int]:
@@ -368,21 +383,38 @@ class TimedChecks:
         self._writer.write([row])
 
 
+@dataclass
+class ConfigLooks:
+    """What a config's looks carry from one to the next (benches/sequential.py)."""
+
+    taken: int = 0  # samples (rounds) so far
+    blocks: int = 0  # placements so far
+    chosen: tuple | None = None  # the first look's mode, calls and CPU batches
+    gone: set[str] = field(default_factory=set)  # identities lost on the way
+
+
 def run_benchmark(
     ctx: RunContext,
     gate: list[CorrectnessRow],
     measurements_per_implementation: int | None,
     environment: EnvironmentFingerprint,
+    seconds_left: float | None = None,
 ) -> tuple[list[Measurement], list[SummaryRow]]:
+    """Every config timed, look by look until the run's A/B comparison is decided or its
+    bound reached (benches/sequential.py; `seconds_left`: the run's time cap, from now);
+    then summarised at the last look's confidence."""
     plan = ctx.plan
     counts = samples_per_config(plan, measurements_per_implementation)
+    one_look = measurements_per_implementation is not None or ctx.selection != Selection()
+    sampling = sequential.Sampling.of(plan, counts, one_look, seconds_left)
     passed = {(r.config, r.implementation) for r in gate if r.passed}
     chosen = ctx.selection.identity_names(plan)
     timed = [[n for n in chosen if (c.name, n) in passed] for c in plan.configs]
-    total = sum(count * len(names) for count, names in zip(counts, timed, strict=True))
     clock, telemetry = make_clock(ctx), Telemetry() if ctx.device.type == "cuda" else None
     workers = WorkerTiming(ctx, clock, gate)
     measurements: list[Measurement] = []
+    looks = [ConfigLooks() for _ in plan.configs]
+    peaks = (environment.peak_tflops, environment.peak_gbytes_per_s)
     started = time.monotonic()
     gc.collect()
     gc.disable()  # a collection inside a timed call would be charged to that sample
@@ -396,29 +428,38 @@ def run_benchmark(
             CsvWriter(ctx.results_dir / "timed_checks.csv", CorrectnessRow) as check_writer,
         ):
             checks = TimedChecks(ctx, gate, check_writer)
-            for index, config in enumerate(plan.configs):
-                if ctx.stop() or not timed[index]:
-                    continue
-                ctx.status.update(
-                    "benchmark",
-                    "running",
-                    len(measurements),
-                    total,
-                    f"warming up {config.name}",
-                    force=True,
-                )
-                setup = prepare_config(ctx, clock, index, timed[index], workers)
-                rows = time_config(
-                    ctx, clock, index, setup, counts[index], checks, telemetry, workers
-                )
-                for row in rows:
-                    writer.write([row])
-                    measurements.append(row)
-                    ctx.status.update(
-                        "benchmark", "running", len(measurements), total, f"timing {config.name}"
-                    )
-                del setup
-                _free_device_memory(ctx.device)
+            while True:
+                targets = sampling.targets()
+                total = sum(n * len(names) for n, names in zip(targets, timed, strict=True))
+                for index, config in enumerate(plan.configs):
+                    names = [n for n in timed[index] if n not in looks[index].gone]
+                    if ctx.stop() or not names:
+                        continue
+                    state = looks[index]
+                    done = len(measurements)
+                    _progress(ctx, sampling, done, total, f"warming up {config.name}", force=True)
+                    setup = prepare_config(ctx, clock, index, names, workers, state.chosen)
+                    state.chosen = setup.chosen
+                    blocks = sampling.blocks(plan.placements)
+                    rows = time_config(
+                        ctx, clock, index, setup, targets[index] - state.taken, checks,
+                        telemetry, workers, (sampling.look, state.blocks, state.taken, blocks),
+                    )  # fmt: skip
+                    for row in rows:
+                        writer.write([row])
+                        measurements.append(row)
+                        done = len(measurements)
+                        _progress(ctx, sampling, done, total, f"timing {config.name}")
+                    state.taken, state.blocks = targets[index], state.blocks + blocks
+                    state.gone |= set(names) - set(setup.runs)
+                    del setup
+                    _free_device_memory(ctx.device)
+                if ctx.stop():
+                    sampling.interrupted()
+                    break
+                if not sampling.after_look(ctx.run_id, measurements, gate, checks.wrong, peaks):
+                    break
+                print(f"benchmark: {sampling.open_line()}: sampling on", file=sys.stderr)
     finally:
         gc.unfreeze()
         gc.enable()
@@ -431,48 +472,75 @@ def run_benchmark(
         + (f" ({retaken} taken again after a host stall)" if retaken else ""),
         file=sys.stderr,
     )
+    record = sampling.record()
+    print(f"benchmark: sampling stopped: {record.reason}", file=sys.stderr)
     backends = {(r.config, r.implementation): r.backend for r in gate}
     summary = summarize(
-        ctx.run_id,
-        plan,
-        measurements,
-        backends,
-        environment.peak_tflops,
-        environment.peak_gbytes_per_s,
-        checks.wrong,
-    )
+        ctx.run_id, plan, measurements, backends, *peaks, checks.wrong,
+        confidence=record.confidence,
+    )  # fmt: skip
     summary = [
         r.model_copy(update={"repro": repro_command("run", r.config, [r.implementation, r.versus])})
         for r in summary
     ]
     write_csv(ctx.results_dir / "summary.csv", SummaryRow, summary)
-    write_statistics(ctx.run_dir, plan)
-    write_comparison(ctx.run_dir, overall_speedups(plan, measurements, summary))
+    write_statistics(ctx.run_dir, plan, record.confidence)
+    write_comparison(
+        ctx.run_dir, overall_speedups(plan, measurements, summary, confidence=record.confidence)
+    )
+    write_sampling(ctx.run_dir, record)
     state = "partial" if ctx.stop() else "complete"
     ctx.status.update(
         "benchmark",
         state,
         len(measurements),
         total,
-        "interrupted" if ctx.stop() else "done",
+        "interrupted" if ctx.stop() else f"done: {record.stopped}",
         force=True,
     )
     return measurements, summary
 
 
+def _progress(ctx, sampling, done: int, total: int, what: str, force: bool = False) -> None:
+    """status.json's line: the samples so far of this look's, the look, what is undecided."""
+    words = f"{sampling.message()}: {what}"
+    ctx.status.update("benchmark", "running", done, total, words, force=force)
+
+
+def look_seed(seed: int, look: int) -> int:
+    """A seed of look `look`: the first look's own, each later look's apart from it (its
+    placements and fresh inputs are new, not the first look's again)."""
+    return seed if look == 0 else (seed + look * LOOK_SEED_STRIDE) % 2**63
+
+
+LOOK_SEED_STRIDE = (1 << 40) + 15
+
+
 def time_config(
-    ctx, clock, index, setup: ConfigTiming, rounds: int, checks: TimedChecks, telemetry, workers
+    ctx,
+    clock,
+    index,
+    setup: ConfigTiming,
+    rounds: int,
+    checks: TimedChecks,
+    telemetry,
+    workers,
+    look: tuple[int, int, int, int] = (0, 0, 0, 0),
 ) -> Iterator[Measurement]:
     """The config's rounds, block by block, each block on fresh placements of every
     identity; the first round's and the last round's outputs are checked. A user's kernel
     whose worker is lost (crash, hang) leaves the config there, its loss a failed timed
-    check; the others go on, each round complete without it."""
+    check; the others go on, each round complete without it. `look` is (which look, the
+    placements and rounds the config had before it, its placements in it; 0 placements:
+    the plan's): a later look's placements and rounds are numbered on from the earlier."""
     plan, config = ctx.plan, ctx.plan.configs[index]
-    rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
-    blocks = placement.rounds_per_placement(rounds, plan.placements)
+    which, first_block, first_round, placements = look
+    order = correctness.config_seed(plan.seed, index, "order")
+    rng = np.random.default_rng(look_seed(order, which))
+    blocks = placement.rounds_per_placement(rounds, placements or plan.placements)
     for name, why in setup.lost.items():
         checks.lost(config, name, why)
-    round_index = 0
+    round_index = first_round
     for block, block_rounds in enumerate(blocks):
         if not setup.runs:
             return
@@ -484,19 +552,26 @@ def time_config(
         for r in range(block_rounds):
             last = block == len(blocks) - 1 and r == block_rounds - 1
             if last:
-                seed = correctness.config_seed(plan.seed, index, "timed-last")
+                seed = look_seed(correctness.config_seed(plan.seed, index, "timed-last"), which)
                 fresh = correctness.make_inputs(config, ctx.device, seed)
                 block_set.refill(fresh, seed)
             for name, ms, held in block_set.round(ctx.stop):
                 reading = telemetry.read() if telemetry else EMPTY
                 row = _measurement(
-                    ctx.run_id, config.name, name, setup, block, round_index, ms, reading
+                    ctx.run_id,
+                    config.name,
+                    name,
+                    setup,
+                    first_block + block,
+                    round_index,
+                    ms,
+                    reading,
                 )
                 yield row.model_copy(update=_worker_fields(held))
             if ctx.stop():
                 block_set.release()
                 return
-            if round_index == 0:
+            if round_index == first_round:
                 block_set.check(setup.inputs.tensors, "timed-first")
             if last:
                 block_set.check(fresh, "timed-last")
@@ -585,10 +660,16 @@ def run_profile(ctx: RunContext, gate: list[CorrectnessRow]) -> None:
     profile_plan(ctx.plan, ctx.run_id, plan_file, ctx.results_dir, passed, ctx.stop)
 
 
-def write_statistics(run_dir: Path, plan: Plan) -> None:
-    """statistics.json: how intervals and verdicts were made; the manifest carries it."""
-    method = interval_method(plan)
+def write_statistics(run_dir: Path, plan: Plan, confidence: float = 1 - FAMILY_ALPHA) -> None:
+    """statistics.json: how intervals and verdicts were made, at `confidence` (the last
+    look's); the manifest carries it."""
+    method = interval_method(plan, confidence)
     write_text(run_dir / "statistics.json", method.model_dump_json(indent=2) + "\n")
+
+
+def write_sampling(run_dir: Path, record: SamplingRecord) -> None:
+    """sampling.json: why the timing stopped sampling; the manifest carries it."""
+    write_text(run_dir / "sampling.json", record.model_dump_json(indent=2) + "\n")
 
 
 def write_comparison(run_dir: Path, overall: list[OverallSpeedup]) -> None:

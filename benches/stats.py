@@ -85,24 +85,35 @@ class Speedup:
         return verdict(self.ci_low, self.ci_high, margin)
 
 
-def interval_method(plan: Plan) -> IntervalMethod:
-    """What statistics.json (and so the manifest) says about how intervals were made."""
+def interval_method(plan: Plan, confidence: float = CONFIDENCE) -> IntervalMethod:
+    """What statistics.json (and so the manifest) says about how intervals were made, at
+    `confidence`: the last look's (results_schema/sampling.py)."""
     clustered = plan.placements >= 2
+    level = f"{confidence * 100:.4g}%"
+    schedule = plan.look_schedule()
+    looks = (
+        f" at the look a run stopped at, of {len(schedule)} set at {schedule} samples per "
+        "config, each look's error spent in proportion to the samples it adds (the chance any "
+        f"look's interval misses is at most {1 - CONFIDENCE:.0%}: results_schema/sampling.py)"
+        if len(schedule) > 1
+        else ""
+    )
+    per_look = f" per {schedule[0]} samples" if len(schedule) > 1 else ""
     text = (
-        f"{CONFIDENCE:.0%} interval of the median paired ratio: cluster bootstrap over "
-        f"{plan.placements} placements per config (fresh buffers and graph captures each), "
-        f"percentile interval widened on the log scale by t(P-1)/z*sqrt(P/(P-1)) and kept "
-        f"within the observed paired ratios; verdicts read it against [1-δ, 1+δ], "
-        f"δ={plan.margin:g}; bimodal or quantised rows get none"
+        f"{level} interval of the median paired ratio{looks}: cluster bootstrap over "
+        f"{plan.placements} placements per config{per_look} (fresh buffers and graph "
+        "captures each), percentile interval widened on the log scale by "
+        "t(P-1)/z*sqrt(P/(P-1)) and kept within the observed paired ratios; verdicts read "
+        f"it against [1-δ, 1+δ], δ={plan.margin:g}; bimodal or quantised rows get none"
         if clustered
-        else f"{CONFIDENCE:.0%} percentile bootstrap over rounds of one placement (placement "
+        else f"{level} percentile bootstrap over rounds of one placement{looks} (placement "
         f"variance not included); verdicts read it against [1-δ, 1+δ], δ={plan.margin:g}; "
         "bimodal or quantised rows get none"
     )
     return IntervalMethod(
         method="placement-cluster-bootstrap" if clustered else "round-bootstrap",
         description=text,
-        confidence=CONFIDENCE,
+        confidence=confidence,
         resamples=BOOTSTRAP_RESAMPLES,
         placements=plan.placements,
         margin=plan.margin,
@@ -124,11 +135,11 @@ def describe(latencies_ms: Sequence[float]) -> Distribution:
     )
 
 
-def small_cluster_factor(clusters: int) -> float:
+def small_cluster_factor(clusters: int, confidence: float = CONFIDENCE) -> float:
     """t(P-1)/z * sqrt(P/(P-1)): how much wider than the bootstrap's own an interval from P
     clusters must be (the bootstrap divides the spread by P, not P-1, and its percentiles
     are normal quantiles where P-1 degrees of freedom call for Student's)."""
-    level = (1 + CONFIDENCE) / 2
+    level = (1 + confidence) / 2
     df = clusters - 1
     t = student_t_quantile(level, df)
     return t / NormalDist().inv_cdf(level) * float(np.sqrt(clusters / df))
@@ -149,7 +160,10 @@ def _row_medians(samples: np.ndarray) -> np.ndarray:
 
 
 def cluster_bootstrap_median_ci(
-    groups: Sequence[Sequence[float]], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+    groups: Sequence[Sequence[float]],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
 ) -> tuple[float, float]:
     """Interval of the median of all values when groups (placements) are the independent
     units: resample groups with replacement, take the pooled median, widen the percentile
@@ -164,10 +178,11 @@ def cluster_bootstrap_median_ci(
     rng = np.random.default_rng(seed)
     chosen = padded[rng.integers(0, len(groups), size=(resamples, len(groups)))]
     medians = _row_medians(chosen.reshape(resamples, -1))
-    low, high = np.percentile(medians, percentile_tails())
+    low, high = np.percentile(medians, percentile_tails(confidence))
     values = padded[~np.isnan(padded)]
     point = float(np.median(values))
-    low, high = widened(point, float(low), float(high), small_cluster_factor(len(groups)))
+    factor = small_cluster_factor(len(groups), confidence)
+    low, high = widened(point, float(low), float(high), factor)
     return within(low, high, float(values.min()), float(values.max()))
 
 
@@ -186,6 +201,7 @@ def paired_speedup(
     candidate: Mapping[PairKey, float],
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
+    confidence: float = CONFIDENCE,
 ) -> Speedup | None:
     """Pairs samples of the same (placement, round), so slow drift cancels in each ratio;
     None when no round has both."""
@@ -197,9 +213,9 @@ def paired_speedup(
         groups[key[0]].append(baseline[key] / candidate[key])
     ratios = np.array([r for g in groups.values() for r in g])
     if len(groups) >= 2:
-        low, high = cluster_bootstrap_median_ci(list(groups.values()), resamples, seed)
+        low, high = cluster_bootstrap_median_ci(list(groups.values()), resamples, seed, confidence)
     elif ratios.size > 1:
-        low, high = bootstrap_median_ci(ratios, resamples, seed)
+        low, high = bootstrap_median_ci(ratios, resamples, seed, confidence)
     else:
         low = high = float(ratios[0])
     return Speedup(float(np.median(ratios)), low, high, int(ratios.size), len(groups))
@@ -261,6 +277,7 @@ def geomean_speedup(
     margin: float,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
+    confidence: float = CONFIDENCE,
 ) -> tuple[float, float, float, str] | None:
     """The geometric mean over configs of the median paired ratio (baseline/candidate),
     with the same cluster bootstrap as each config's interval (geometric_mean_of), the
@@ -274,15 +291,18 @@ def geomean_speedup(
         return None
     mean = geometric_mean_of(boots)
     point = float(np.exp(mean.point))
-    low, high = np.exp(np.percentile(mean.resampled, percentile_tails()))
-    factor = small_cluster_factor(mean.clusters) if mean.clusters >= 2 else 1.0
+    low, high = np.exp(np.percentile(mean.resampled, percentile_tails(confidence)))
+    factor = small_cluster_factor(mean.clusters, confidence) if mean.clusters >= 2 else 1.0
     low, high = widened(point, float(low), float(high), factor)
     low, high = within(low, high, float(np.exp(mean.least)), float(np.exp(mean.greatest)))
     return point, low, high, verdict(low, high, margin)
 
 
 def overall_speedups(
-    plan: Plan, measurements: Iterable[Measurement], summary: Sequence[SummaryRow]
+    plan: Plan,
+    measurements: Iterable[Measurement],
+    summary: Sequence[SummaryRow],
+    confidence: float = CONFIDENCE,
 ) -> list[OverallSpeedup]:
     """For every identity compared with another (a baseline with the candidate, the A/A
     control with its twin): the geometric-mean speedup over the configs whose rows got a
@@ -303,7 +323,7 @@ def overall_speedups(
         pairs = [
             (_by_pair(samples[(c, identity)]), _by_pair(samples[(c, versus)])) for c in configs
         ]
-        found = geomean_speedup(pairs, plan.margin, seed=plan.seed)
+        found = geomean_speedup(pairs, plan.margin, seed=plan.seed, confidence=confidence)
         if found is None:
             continue
         point, low, high, word = found
@@ -354,10 +374,12 @@ def summarize(
     peak_tflops: float | None,
     peak_gbytes_per_s: float | None = None,
     wrong_outputs: Collection[tuple[str, str]] = (),
+    confidence: float = CONFIDENCE,
 ) -> list[SummaryRow]:
     """One row per (config, identity) that has samples, in plan order; baseline rows carry
-    the candidate's speedup over them, the A/A control's row its speedup over its twin.
-    `wrong_outputs` are (config, identity) whose timed-loop outputs failed their check."""
+    the candidate's speedup over them, the A/A control's row its speedup over its twin,
+    with an interval at `confidence`. `wrong_outputs` are (config, identity) whose
+    timed-loop outputs failed their check."""
     by_key: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
     for m in measurements:
         by_key[(m.config, m.implementation)].append(m)
@@ -385,6 +407,7 @@ def summarize(
                     _by_pair(samples),
                     _by_pair(by_key[(config.name, versus)]),
                     seed=plan.seed + index,
+                    confidence=confidence,
                 )
             row = _summary_row(run_id, config, name, samples, backends, peak_tflops, speedup)
             flagged = flags.get(name) or (flags.get(versus) if speedup else None)

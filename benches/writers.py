@@ -23,10 +23,20 @@ from typing import IO
 
 from pydantic import BaseModel
 
-from results_schema import Manifest, Measurement, Plan, Status, SummaryRow, csvio, record
+from results_schema import (
+    IntervalMethod,
+    Manifest,
+    Measurement,
+    Plan,
+    Status,
+    SummaryRow,
+    csvio,
+    record,
+)
 from results_schema.csvio import cell, columns
 from results_schema.csvio import read_rows as read_csv
 from results_schema.models import Noise
+from results_schema.sampling import FAMILY_ALPHA
 
 __all__ = ["CsvWriter", "ResultsChanged", "cell", "columns", "read_csv", "write_csv"]
 
@@ -194,6 +204,15 @@ def write_manifest(run_dir: Path, run_id: str, started_at: datetime) -> Manifest
     return manifest
 
 
+def _confidence(run_dir: Path) -> float:
+    """The run's intervals' confidence (statistics.json: a sampled run's last look's), 95%
+    for a run directory without one."""
+    path = run_dir / "statistics.json"
+    if not path.is_file():
+        return 1 - FAMILY_ALPHA
+    return IntervalMethod.model_validate_json(path.read_text(encoding="utf-8")).confidence
+
+
 def write_noise(run_dir: Path) -> Noise | None:
     """noise.json from the run's own plan.json and results (none without an A/A control).
     Made from the files, not from the runner's memory: what the manifest vouches for is
@@ -206,7 +225,7 @@ def write_noise(run_dir: Path) -> Noise | None:
     plan = Plan.model_validate_json((run_dir / "plan.json").read_text(encoding="utf-8"))
     noise = control_noise(
         plan, read_csv(results / "measurements.csv", Measurement),
-        read_csv(results / "summary.csv", SummaryRow),
+        read_csv(results / "summary.csv", SummaryRow), alpha=1 - _confidence(run_dir),
     )  # fmt: skip
     path = run_dir / "noise.json"
     if noise is None:

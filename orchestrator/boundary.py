@@ -291,6 +291,36 @@ def _check_manifest(manifest: Manifest, run_id: str, limits: Limits) -> None:
     if manifest.started_at is not None and manifest.started_at > manifest.finished_at:
         raise ValueError("it finished before it started")
     _check_phase_times(manifest, limits)
+    _check_sampling(manifest)
+
+
+def _check_sampling(manifest: Manifest) -> None:
+    """Its sampling record (sampling.json: results_schema/sampling.py) holds to its plan:
+    the looks that plan sets (one for a run with nothing to decide), no more samples a
+    config than the look it stopped at, its statistics at that look's confidence."""
+    sampling, plan = manifest.sampling, manifest.plan
+    if sampling is None or plan is None:
+        return
+    sets = [plan.samples_per_config] if sampling.stopped == "nothing-to-decide" else None
+    sets = sets or plan.look_schedule()
+    if sampling.schedule != sets:
+        raise ValueError(
+            f"its sampling set looks at {sampling.schedule[:8]} samples a config; its plan "
+            f"sets {sets}"
+        )
+    measured = manifest.file("results/measurements.csv")
+    most = sampling.samples_per_config * len(plan.configs) * len(plan.identities)
+    if measured is not None and measured.rows is not None and measured.rows > most:
+        raise ValueError(
+            f"results/measurements.csv has {measured.rows} rows, more than its sampling took "
+            f"({sampling.samples_per_config} a config: {most})"
+        )
+    statistics = manifest.statistics
+    if statistics is not None and abs(statistics.confidence - sampling.confidence) > 1e-9:
+        raise ValueError(
+            f"its intervals are at {statistics.confidence:.6g}, its last look's at "
+            f"{sampling.confidence:.6g}"
+        )
 
 
 def _check_phase_times(manifest: Manifest, limits: Limits) -> None:

@@ -15,6 +15,7 @@ import re
 from orchestrator.boundary import printable
 from orchestrator.service.gate import MAX_NAME_CHARS, config_count, percent
 from results_schema.gate_report import GateOverall, GateReport, GateSpeedup
+from results_schema.sampling import level
 
 HEADLINES = {
     "pass": "pass",
@@ -27,8 +28,7 @@ TABLE_COLUMNS = ("config", "baseline ms", "candidate ms", "speedup [{level} CI]"
 
 def table_header(confidence: float) -> tuple[str, ...]:
     """The table's header: its interval column names the intervals' confidence level."""
-    level = f"{confidence * 100:.4g}%"
-    return tuple(column.format(level=level) for column in TABLE_COLUMNS)
+    return tuple(column.format(level=level(confidence)) for column in TABLE_COLUMNS)
 
 
 def code(value: object, max_chars: int = MAX_NAME_CHARS) -> str:
@@ -154,6 +154,12 @@ def _run_line(report: GateReport) -> str:
         parts.append(f"backend {code(run.backend, 20)}")
     if run.gpu:
         parts.append(f"on {code(run.gpu)}")
+    sampling = report.sampling
+    if sampling is not None and sampling.stopped != "nothing-to-decide":
+        parts.append(
+            f"{sampling.samples_per_config} samples a config, look {sampling.looks} of "
+            f"{len(sampling.schedule)} (stopped: {sampling.stopped})"
+        )
     if run.wall_seconds is not None:
         parts.append(f"wall {run.wall_seconds:.0f} s")
     if run.cost_usd is not None:

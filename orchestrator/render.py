@@ -47,6 +47,9 @@ SCRIPT_PHASES = tuple(
 # hundred MB (FA4's CuTe DSL, flashinfer's dependencies).
 PEER_INSTALL_SECONDS = 600
 SHUTDOWN_GRACE_SECONDS = 25
+# What the timing leaves of its phase's timeout and the run's time cap for what follows it
+# (summaries, upload, finish: seconds on a normal run), a profile's bound added.
+SAMPLING_RESERVE_SECONDS = 120
 # Preflight waits this long for a baked-in NVIDIA driver to answer (inside its 120 s cap).
 DRIVER_WAIT_SECONDS = 90
 # apt waits this long for the dpkg lock that a booting image's unattended-upgrades holds.
@@ -187,6 +190,8 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
             "build": build_timeout_seconds(spec),
             "measure": correctness_timeout_seconds(spec) + benchmark_timeout_seconds(spec),
         },
+        "sampling_reserve_seconds": SAMPLING_RESERVE_SECONDS
+        + (plan.profile.timeout_seconds if plan.profile else 0),
         "user_kernel_builds": user_kernel_builds(plan),
         "kernel_folders": [k.directory for k in plan.user_kernels],
         "kernel_users": kernel_users(plan, spec.backend),

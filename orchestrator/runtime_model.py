@@ -148,13 +148,18 @@ def _correctness(plan: Plan, rates: dict) -> PhaseFigure:
 
 
 def _benchmark(plan: Plan, rates: dict) -> PhaseFigure:
-    """Kernel time from the plan's FLOPs at a sustained rate, plus each sample's overhead."""
+    """Kernel time from the plan's FLOPs at a sustained rate, plus each sample's overhead,
+    at the most samples a config may take: an A/B run samples until it is decided, up to
+    its bound (results_schema/sampling.py), and the estimate is what the run may cost."""
     implementations = len(plan.identities)
+    most = plan.look_schedule()[-1]
     kernel = sum(c.flops() for c in plan.configs) / (rates["sustained_tflops"] * 1e12)
-    timed = plan.samples_per_config * implementations * kernel
-    overhead = plan.samples_per_implementation() * implementations * rates["per_sample_seconds"]
-    figure = PhaseFigure("benchmark", timed + overhead, rates["benchmark_source"])
-    return _with_profile(plan, rates, figure)
+    timed = most * implementations * kernel
+    overhead = most * len(plan.configs) * implementations * rates["per_sample_seconds"]
+    source = rates["benchmark_source"]
+    if most > plan.samples_per_config:
+        source += f"; at the sampling bound, {most} samples a config"
+    return _with_profile(plan, rates, PhaseFigure("benchmark", timed + overhead, source))
 
 
 def _with_profile(plan: Plan, rates: dict, figure: PhaseFigure) -> PhaseFigure:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from results_schema.models import CheckStage, GateOn, Verdict
+from results_schema.models import CheckStage, GateOn, SamplingRecord, Verdict
 
 # 2: a pass means shown not slower (non-inferiority), verdicts not-slower and undecided,
 # what would decide an undecided run, each failed check's reason (issue 49).
@@ -127,6 +127,9 @@ class GateReport(_Strict):
     )
     configs_total: int = Field(ge=0)
     configs_compared: int = Field(ge=0)
+    sampling: SamplingRecord | None = Field(
+        default=None, description="how long the run sampled and why it stopped"
+    )
     configs: list[GateConfigRow] = Field(description="slower configs first, then plan order")
     configs_omitted: int = Field(
         default=0, ge=0, description="rows left out to keep the report within its size bound"

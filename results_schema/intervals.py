@@ -23,14 +23,17 @@ def percentile_tails(confidence: float = CONFIDENCE) -> tuple[float, float]:
 
 
 def bootstrap_median_ci(
-    values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+    values: Sequence[float],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of the median, values i.i.d. It never leaves the
     values' range: a resample's median lies between their least and greatest."""
     x = np.asarray(values, dtype=np.float64)
     rng = np.random.default_rng(seed)
     medians = np.median(x[rng.integers(0, x.size, size=(resamples, x.size))], axis=1)
-    low, high = np.percentile(medians, percentile_tails())
+    low, high = np.percentile(medians, percentile_tails(confidence))
     return float(low), float(high)
 
 

@@ -14,6 +14,7 @@ from results_schema.kernel_contract import KernelIdentity, UserKernel, UserKerne
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
 from results_schema.record import MAX_LEFTOVER_SWEEPS, PHASES
+from results_schema.sampling import SAMPLES_FACTOR, STOPS, look_confidence, look_schedule
 from results_schema.verdicts import DEFAULT_MARGIN, DIFFERENT, verdict
 
 Dtype = Literal["float16", "bfloat16", "float32", "float64"]
@@ -34,6 +35,9 @@ GateOn = Literal["geomean", "any"]
 Flag = Literal["impossible", "wrong-timed-output", "quantised", "bimodal"]
 # The A/A control's one decision for a whole run (benches.noise).
 NoiseVerdict = Literal["quiet", "noisy"]
+# The backend a correctness row names for a kernel that cannot run there (benches.correctness):
+# no verdict on the kernel, and no failure of it.
+UNAVAILABLE_BACKEND = "unavailable"
 CheckStage = Literal["gate", "graph-probe", "timed-first", "timed-last", "timing"]
 
 
@@ -113,6 +117,29 @@ class ProfileRequest(_Strict):
     timeout_seconds: int = Field(ge=10, description="the whole profiling step's time bound")
 
 
+class Sampling(_Strict):
+    """How long an A/B run samples (results_schema/sampling.py): until its gate's statistics
+    are decided, at looks set before the run, within these bounds and the run's time cap."""
+
+    max_samples_per_config: int | None = Field(
+        default=None,
+        ge=1,
+        description="the most samples a config gets (looks at samples_per_config, doubling, "
+        f"up to this); None: {SAMPLES_FACTOR} × samples_per_config",
+    )
+    max_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="the timing's bound in seconds: no look starts that would end after it "
+        "(the run's time cap bounds it too); None: the time cap alone",
+    )
+    decide_on: GateOn = Field(
+        default="geomean",
+        description="what must be decided before sampling stops: the geometric mean over "
+        "configs (and the A/A control), or that and every config (`launch --gate-on any`)",
+    )
+
+
 class Plan(_Strict):
     """What a run measures. Plans are data files in benches/plans/, checked against this."""
 
@@ -165,6 +192,11 @@ class Plan(_Strict):
     comparison: Comparison | None = Field(
         default=None, description="an A/B comparison the summary and report lead with"
     )
+    sampling: Sampling | None = Field(
+        default=None,
+        description="how long an A/B run samples until its comparison is decided; None: "
+        f"up to {SAMPLES_FACTOR} × samples_per_config, on the geometric mean",
+    )
     profile: ProfileRequest | None = Field(
         default=None, description="Nsight Compute profiles taken after the timing"
     )
@@ -197,7 +229,27 @@ class Plan(_Strict):
         untimed = [k.identity for k in self.user_kernels if k.identity not in self.identities]
         if untimed:
             raise ValueError(f"user kernels the plan does not time: {', '.join(untimed)}")
+        most = self.sampling.max_samples_per_config if self.sampling else None
+        if most is not None and most < self.samples_per_config:
+            raise ValueError(
+                f"sampling.max_samples_per_config {most} is below samples_per_config "
+                f"{self.samples_per_config}, the first look's"
+            )
         return self
+
+    def look_schedule(self) -> list[int]:
+        """Samples per config at each look set before the run (results_schema/sampling.py):
+        doubling up to the bound with an A/B comparison to decide, else one look."""
+        first = self.samples_per_config
+        if self.comparison is None:
+            return [first]
+        most = self.sampling.max_samples_per_config if self.sampling else None
+        return look_schedule(first, most or SAMPLES_FACTOR * first)
+
+    @property
+    def decide_on(self) -> GateOn:
+        """What its sampling decides before it stops: the geometric mean, or every config."""
+        return self.sampling.decide_on if self.sampling else "geomean"
 
     @property
     def implementations(self) -> list[str]:
@@ -253,7 +305,7 @@ class Plan(_Strict):
 
 
 # Plan fields newer than the content key: absent from it while empty (content_sha256).
-_ADDED_FIELDS = ("user_kernels",)
+_ADDED_FIELDS = ("user_kernels", "sampling")
 # Where the candidate came from, not what is measured: a new commit keeps the plan's key
 # (and the runtime model's history of it).
 _PROVENANCE_FIELDS = ("candidate_source",)
@@ -398,11 +450,8 @@ class CorrectnessRow(_Strict):
         """Why the row failed, in one line: its message (an exception, a check's finding),
         with its error against the tolerance where the message lacks them."""
         text = " ".join(self.message.split()) or "failed, no reason recorded"
-        if (
-            self.max_abs_error is not None
-            and self.tolerance is not None
-            and ("tolerance" not in text)
-        ):
+        measured = self.max_abs_error is not None and self.tolerance is not None
+        if measured and "tolerance" not in text:
             text += f" (max error {self.max_abs_error:.3g}, tolerance {self.tolerance:.3g})"
         return text
 
@@ -489,6 +538,45 @@ class Noise(_Strict):
         rows were flagged (bimodal, quantised), the machine was noisy whatever the rest say."""
         judged = sum(i.config is not None for i in self.intervals)
         return judged > 0 and 2 * judged >= judged + len(self.unjudged)
+
+
+SamplingStop = Literal[tuple(STOPS)]  # type: ignore[valid-type]
+
+
+class SamplingRecord(_Strict):
+    """Why a run's sampling stopped (sampling.json, carried by the manifest): the looks it
+    took of those set before it (results_schema/sampling.py), and what was open at the last."""
+
+    stopped: SamplingStop = Field(description="; ".join(f"{k}: {v}" for k, v in STOPS.items()))
+    reason: str = Field(description="the same in words, with what was still undecided")
+    schedule: list[int] = Field(
+        min_length=1, max_length=64, description="samples per config at each look set"
+    )
+    looks: int = Field(ge=1, description="looks taken")
+    samples_per_config: int = Field(ge=1, description="samples a config had at the last look")
+    confidence: float = Field(gt=0, lt=1, description="of the intervals made at that look")
+    undecided: list[str] = Field(
+        default_factory=list,
+        max_length=300,
+        description="what was still undecided at the last look: configs, 'the geometric "
+        "mean', 'the A/A control'",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SamplingRecord:
+        if self.looks > len(self.schedule):
+            raise ValueError(f"{self.looks} looks taken of {len(self.schedule)} set")
+        if self.schedule != look_schedule(self.schedule[0], self.schedule[-1]):
+            raise ValueError(f"schedule {self.schedule} is not one look_schedule sets")
+        if self.samples_per_config != self.schedule[self.looks - 1]:
+            raise ValueError("samples_per_config is not the last look's")
+        if abs(self.confidence - look_confidence(self.schedule, self.looks - 1)) > 1e-9:
+            raise ValueError(f"confidence {self.confidence} is not look {self.looks}'s")
+        if self.stopped == "max-samples" and self.looks != len(self.schedule):
+            raise ValueError("max-samples before the last look")
+        if self.stopped == "decided" and self.undecided:
+            raise ValueError("decided with statistics undecided")
+        return self
 
 
 ProfileState = Literal["profiled", "no-ncu", "restricted", "timeout", "failed", "skipped"]
@@ -628,6 +716,9 @@ class Manifest(_Strict):
     )
     noise: Noise | None = Field(
         default=None, description="the A/A control's decision on the run (noise.json)"
+    )
+    sampling: SamplingRecord | None = Field(
+        default=None, description="why the timing stopped sampling (sampling.json)"
     )
     trees: list[TreeCheck] | None = Field(
         default=None,

@@ -49,6 +49,7 @@ def show_summary(out, result) -> None:
     from rich.table import Table
 
     from orchestrator.boundary import markup_safe
+    from results_schema.sampling import level
 
     manifest = result.manifest
     samples = next((f.rows for f in manifest.files if f.path.endswith("measurements.csv")), 0)
@@ -73,7 +74,8 @@ def show_summary(out, result) -> None:
     table.add_column("config", no_wrap=True)
     table.add_column("impl", no_wrap=True)
     table.add_column("median ms", justify="right", no_wrap=True)
-    table.add_column(f"{markup_safe(plan.candidate)} speedup [95% CI]")
+    confidence = manifest.statistics.confidence if manifest.statistics else None
+    table.add_column(f"{markup_safe(plan.candidate)} speedup [{level(confidence)} CI]")
     for config in plan.configs:
         for index, name in enumerate(plan.identities):
             row = by_key.get((config.name, name))

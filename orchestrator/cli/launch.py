@@ -164,7 +164,7 @@ def launch(
         budget_usd=budget,
         plan=plan_ref,
         max_runtime_seconds=max_runtime,
-        options=plan_options(**comparison, margin=margin),
+        options=plan_options(**comparison, margin=margin, gate_on=gate_on),
         cache_trusted=cache_trusted(trusted),
     )
     if gpus is not None:

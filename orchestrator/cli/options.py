@@ -239,6 +239,15 @@ def comparison_options(command):
             "local, only one installed already is timed): docs/peers.md",
         ),
         click.option(
+            "--samples",
+            type=click.IntRange(min=1),
+            default=None,
+            metavar="N",
+            help="the most samples a config may take: an A/B run samples until its gate's "
+            "statistics are decided, up to N (default: 4x the plan's samples); a run with "
+            "nothing to decide takes N",
+        ),
+        click.option(
             "--profile",
             metavar="CONFIGS",
             is_flag=False,
@@ -253,7 +262,17 @@ def comparison_options(command):
     return command
 
 
-def plan_options(kernel, candidate, baseline, baseline_impl, profile, peers=None, margin=None):
+def plan_options(
+    kernel,
+    candidate,
+    baseline,
+    baseline_impl,
+    profile,
+    peers=None,
+    margin=None,
+    samples=None,
+    gate_on=None,
+):
     from orchestrator.kernel_repo import default_kernel_dir
     from orchestrator.service.plan_options import PlanOptions
 
@@ -266,4 +285,6 @@ def plan_options(kernel, candidate, baseline, baseline_impl, profile, peers=None
         profile=None if configs is None else tuple(n.strip() for n in configs),
         peers=tuple(dict.fromkeys(n.strip() for n in (peers or "").split(",") if n.strip())),
         margin=margin,
+        samples=samples,
+        decide_on=gate_on,
     )

@@ -31,7 +31,9 @@ def follow(ctx, record, out) -> int:
             if status is not None:
                 total = status.total or None
                 count = f"{status.done}/{status.total}" if total else ""
-                label = f"{status.phase:<11} {markup_safe(status.message[:40]):<40}"
+                # The message leads with where the timing's sampling stands ("look 2/3, 1/2
+                # decided": benches/sequential.py), then what it does now.
+                label = f"{status.phase:<11} {markup_safe(status.message[:48]):<48}"
                 bar.update(task, description=label, completed=status.done, total=total, count=count)
 
         final = wait_for_run(ctx, record, show)

@@ -108,7 +108,7 @@ def show_report(out, report) -> None:
     for line in report.build_failures:
         out.print(markup_safe(line), soft_wrap=False)
     if report.ab is not None:
-        show_comparison(out, report.ab, report.margin)
+        show_comparison(out, report.ab, report.margin, report.confidence)
     out.print(results_table(report))
     for line in legend(report):
         out.print(markup_safe(line), soft_wrap=False)

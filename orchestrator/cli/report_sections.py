@@ -12,6 +12,7 @@ from orchestrator.cli.report_table import (
     significant,
     verdict_legend,
 )
+from results_schema.sampling import level
 
 
 def noise_banner(noise, margin: float | None = None) -> str | None:
@@ -48,9 +49,9 @@ def _hash(build) -> str:
     return markup_safe(build.source_sha256[:16]) if build else "?"
 
 
-def show_comparison(out, ab, margin: float | None = None) -> None:
+def show_comparison(out, ab, margin: float | None = None, confidence=None) -> None:
     """Did the candidate get faster than the baseline: per config, then overall; `margin`
-    is the run's δ, which the verdicts used."""
+    is the δ the verdicts used, `confidence` the intervals'."""
     c = ab.comparison
     if c.source == "implementation":
         out.print(f"[bold]A/B[/]: {markup_safe(ab.candidate)} against {markup_safe(c.baseline)}")
@@ -68,10 +69,11 @@ def show_comparison(out, ab, margin: float | None = None) -> None:
             f"{_hash(ab.baseline_build)})",
             soft_wrap=False,
         )
-    out.print(ab_table(ab))
+    out.print(ab_table(ab, confidence))
     verdicts = [row.verdict for row in ab.rows if row.verdict]
     o = ab.overall
-    for line in [_ab_legend(ab), *verdict_legend(verdicts + ([o.verdict] if o else []), margin)]:
+    words = verdicts + ([o.verdict] if o else [])
+    for line in [_ab_legend(ab), *verdict_legend(words, margin, confidence)]:
         out.print(markup_safe(line), soft_wrap=False)
     if o is None:
         out.print("overall: no config has a verdict-worthy speedup")
@@ -85,10 +87,10 @@ def show_comparison(out, ab, margin: float | None = None) -> None:
     )
 
 
-def ab_table(ab) -> GroupedTable:
+def ab_table(ab, confidence: float | None = None) -> GroupedTable:
     """A row per config: the two medians, the speedup with its interval and verdict;
     under it, the ratio of the medians where it differs from the speedup."""
-    headers = ["candidate", "baseline", "speedup", "95% CI", "verdict"]
+    headers = ["candidate", "baseline", "speedup", f"{level(confidence)} CI", "verdict"]
     rows = []
     for row in ab.rows:
         ci = "-"

@@ -13,6 +13,7 @@ import math
 from orchestrator.boundary import markup_safe
 from orchestrator.cli.grouped_table import Group, GroupedTable, Row
 from orchestrator.report import Report, ReportRow, implementation_label
+from results_schema.sampling import level
 
 # Long words that would set the verdict column's width, and their short forms.
 SHORT_VERDICTS = {
@@ -37,7 +38,7 @@ def significant(value: float, digits: int) -> str:
 
 
 # Two short lines keep the figure columns narrow, and the names their line.
-_FIGURE_HEADERS = ("median\nms", "TFLOP/s", "%peak", "speedup", "95% CI", "verdict")
+_FIGURE_HEADERS = ("median\nms", "TFLOP/s", "%peak", "speedup", "{level} CI", "verdict")
 CANDIDATE_MARK = "cand."
 CANDIDATE_LEGEND = f"{CANDIDATE_MARK}: the candidate, the row the others are compared with"
 RATIO_OF_MEDIANS = "ratio of medians"
@@ -64,7 +65,8 @@ def results_table(report: Report) -> GroupedTable:
     that ran; under a row whose ratio of medians differs from its speedup, that ratio."""
     modes = {row.mode for row in report.rows}
     several_modes = len(modes) > 1
-    headers = ["mode", *_FIGURE_HEADERS] if several_modes else list(_FIGURE_HEADERS)
+    figures = [h.format(level=level(report.confidence)) for h in _FIGURE_HEADERS]
+    headers = ["mode", *figures] if several_modes else figures
     groups = []
     for config, rows in _by_config(report.rows).items():
         group = Group(markup_safe(config))
@@ -117,10 +119,10 @@ def legend(report: Report) -> list[str]:
     if _marks_candidate(report):
         lines.append(CANDIDATE_LEGEND)
     words = [row.verdict or row.flag for row in report.rows if row.verdict or row.flag]
-    return lines + verdict_legend(words, report.margin)
+    return lines + verdict_legend(words, report.margin, report.confidence)
 
 
-def verdict_legend(words, margin: float | None) -> list[str]:
+def verdict_legend(words, margin: float | None, confidence: float | None = None) -> list[str]:
     """The verdicts among `words` on one line, the flags on another, in MEANINGS's order:
     each word (after its short form, where it has one) and what it says. Both are the
     schema's words (results_schema.models: Verdict, Flag), so MEANINGS has every one."""
@@ -133,7 +135,10 @@ def verdict_legend(words, margin: float | None) -> list[str]:
     delta = f"δ = {margin:g}" if margin is not None else "δ the run's margin"
     lines = []
     if used & VERDICTS:
-        lines.append(f"verdicts of the 95% interval against [1-δ, 1+δ], {delta}: {said(VERDICTS)}")
+        lines.append(
+            f"verdicts of the {level(confidence)} interval against [1-δ, 1+δ], {delta}: "
+            f"{said(VERDICTS)}"
+        )
     if used - VERDICTS:
         lines.append(f"flags: {said(used - VERDICTS)}")
     return lines

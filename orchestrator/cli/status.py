@@ -86,6 +86,11 @@ def status(run_id, as_json):
             reasons.append(
                 f"{record.run_id}: noisy: verdicts not reliable ({markup_safe(noise.reason, 200)})"
             )
+        sampling = view.manifest.sampling if view.manifest else None
+        if sampling is not None and sampling.stopped != "nothing-to-decide":
+            reasons.append(
+                f"{record.run_id}: sampling stopped: {markup_safe(sampling.reason, 300)}"
+            )
         overall = view.ab_overall
         if overall is not None:
             margin = view.manifest.plan.margin

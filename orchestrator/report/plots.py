@@ -25,6 +25,7 @@ from orchestrator import boundary
 from orchestrator.report.labels import implementation_label
 from orchestrator.report.load import RunResults
 from results_schema import AttentionConfig
+from results_schema.sampling import level
 
 if TYPE_CHECKING:
     from orchestrator.report.sweep import SweepReport
@@ -223,7 +224,7 @@ def plain_tick_labels(axis) -> None:
 
 
 def speedup_figure(plt, run: RunResults):
-    """The candidate's speedup over each baseline with its 95% interval, per config."""
+    """The candidate's speedup over each baseline with its interval, per config."""
     configs = _config_order(run)
     names = _implementation_labels(run)
     baselines = list(dict.fromkeys(s.implementation for s in run.summary if s.speedup is not None))
@@ -259,9 +260,10 @@ def speedup_figure(plt, run: RunResults):
         plain_tick_labels(ax.xaxis)
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], _labels(configs), fontsize=8)
     ax.invert_yaxis()
+    confidence = run.statistics.confidence if run.statistics else None
     ax.set_xlabel(
-        "speedup of the candidate (median of paired ratios, 95% CI); > 1 is faster; "
-        "grey: the A/A control"
+        f"speedup of the candidate (median of paired ratios, {level(confidence)} CI); > 1 "
+        "is faster; grey: the A/A control"
     )
     ax.legend(fontsize=8)
     _title(fig, "Speedup", run)

@@ -85,6 +85,11 @@ class Report:
     compare_warning: str | None = None  # why --compare's two runs are not like for like
     margin: float | None = None  # the margin every verdict shown was made at
 
+    @property
+    def confidence(self) -> float | None:
+        """The intervals' confidence (a sampled run's last look's); None: not recorded."""
+        return self.statistics.confidence if self.statistics else None
+
     def control_verdicts(self) -> dict[str, int]:
         """How many configs the A/A control called each verdict: the run's noise floor."""
         counts: dict[str, int] = defaultdict(int)

@@ -44,7 +44,7 @@ from results_schema.gate_report import (
 )
 from results_schema.gate_rule import Judged, Statistic, judge_statistics
 from results_schema.intervals import CONFIDENCE
-from results_schema.models import Noise
+from results_schema.models import UNAVAILABLE_BACKEND, Noise
 from results_schema.verdicts import verdict
 
 # Fewer configs compared than this share of the plan's is too little to judge a change by.
@@ -55,7 +55,6 @@ MIN_COMPARED_SHARE = 0.5
 MAX_REPORTED_CONFIGS = 100
 MAX_NAME_CHARS = 80
 MAX_REASON_CHARS = 300  # one failed check's reason, as the gate shows it
-UNAVAILABLE_BACKEND = "unavailable"  # benches.correctness: a kernel that cannot run here
 # Beyond this many times the samples taken, "more samples" is no practical advice.
 MOST_SAMPLES_FACTOR = 64
 
@@ -115,6 +114,7 @@ def judge(run: RunResults, checks: list[CorrectnessRow], options: GateOptions) -
         failures=failures,
         configs_total=len(plan.configs),
         configs_compared=len(compared),
+        sampling=run.manifest.sampling if run.manifest else None,
         configs=[],
         run=_run_facts(run),
     )
@@ -294,6 +294,17 @@ def _to_decide(run: RunResults, judged: Judged, margin: float) -> list[str]:
     """What would decide an undecided run: more samples (with a figure where the intervals
     give one), a plan of longer calls, a GPU."""
     ways = []
+    sampling = run.manifest.sampling if run.manifest else None
+    if sampling is not None and sampling.stopped in ("time-cap", "max-seconds"):
+        ways.append(
+            f"more time: sampling stopped at look {sampling.looks} of "
+            f"{len(sampling.schedule)}, when the next would have ended after "
+            + (
+                "the run's time cap (a larger --budget or --max-runtime)"
+                if sampling.stopped == "time-cap"
+                else "the plan's sampling.max_seconds"
+            )
+        )
     samples = _samples_needed(run, judged, margin)
     if samples:
         ways.append(samples)
@@ -333,7 +344,10 @@ def _samples_needed(run: RunResults, judged: Judged, margin: float) -> str | Non
 
 
 def _samples_taken(run: RunResults) -> int:
-    """Samples per config this run took."""
+    """Samples per config this run took: at the look its sampling stopped at."""
+    sampling = run.manifest.sampling if run.manifest else None
+    if sampling is not None:
+        return sampling.samples_per_config
     return run.plan.samples_per_config if run.plan else 0
 
 

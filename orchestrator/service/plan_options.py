@@ -17,6 +17,7 @@ from orchestrator.own_kernel import own_kernel_name, own_source, with_own_kernel
 from orchestrator.payload import TreeFiles
 from results_schema import Comparison, Plan, ProfileRequest
 from results_schema.kernel_contract import CONTRACT_FILE
+from results_schema.models import Sampling
 from results_schema.peers import PEER_NAMES, PEERS
 from results_schema.targets import plan_problems
 
@@ -48,6 +49,8 @@ class PlanOptions:
     profile: tuple[str, ...] | None = None  # None: no profile; (): the representative configs
     peers: tuple[str, ...] = ()  # public libraries timed beside the baselines (`--peers`)
     margin: float | None = None  # every verdict's margin (`--margin`); None: the plan's
+    samples: int | None = None  # the most samples a config may take (`--samples`)
+    decide_on: str | None = None  # what sampling decides before it stops (`--gate-on`)
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,27 @@ def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> Sh
         plan = plan.model_copy(update={"candidate_source": own_source(repo)})
     if options.profile is not None:
         plan = with_profile(plan, options.profile)
+    plan = with_sampling(plan, options.samples, options.decide_on)
     return ShapedPlan(Plan.model_validate(plan.model_dump()), tuple(notes), trees)
+
+
+def with_sampling(plan: Plan, samples: int | None, decide_on: str | None) -> Plan:
+    """`--samples N`: an A/B run samples each config until decided, up to N (its first look
+    at the plan's samples, or N if fewer); a run with nothing to decide takes N. `--gate-on
+    any`: its sampling decides every config too (results_schema/sampling.py)."""
+    sampling = plan.sampling or Sampling()
+    update: dict = {}
+    if samples is not None:
+        if plan.comparison is None:
+            update["samples_per_config"] = samples
+        else:
+            update["samples_per_config"] = min(samples, plan.samples_per_config)
+            sampling = sampling.model_copy(update={"max_samples_per_config": samples})
+    if decide_on == "any" and plan.comparison is not None:
+        sampling = sampling.model_copy(update={"decide_on": "any"})
+    if sampling != Sampling():
+        update["sampling"] = sampling
+    return plan.model_copy(update=update) if update else plan
 
 
 def _shape_user_kernel_plan(plan: Plan, options: PlanOptions) -> ShapedPlan:
@@ -112,6 +135,7 @@ def _shape_user_kernel_plan(plan: Plan, options: PlanOptions) -> ShapedPlan:
     shaped = with_user_kernels(plan, [t.kernel for t in trees], comparison, notes)
     if options.profile is not None:
         shaped = with_profile(shaped, options.profile)
+    shaped = with_sampling(shaped, options.samples, options.decide_on)
     shaped = Plan.model_validate(shaped.model_dump())
     problems = plan_problems(shaped, has_gpu=True)  # the GPU itself was checked already
     if problems:

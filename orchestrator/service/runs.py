@@ -78,8 +78,11 @@ class RunView:
             return phase, heartbeat.done, heartbeat.total
         measured = manifest.file("results/measurements.csv") if manifest else None
         if measured is not None and measured.rows is not None and manifest.plan is not None:
-            planned = manifest.plan.samples_per_implementation() * len(manifest.plan.identities)
-            return phase, measured.rows, planned
+            plan = manifest.plan
+            # Samples a config had at the look sampling stopped at, else the plan's.
+            each = manifest.sampling.samples_per_config if manifest.sampling else None
+            planned = (each or plan.samples_per_config) * len(plan.configs)
+            return phase, measured.rows, planned * len(plan.identities)
         return phase, None, None
 
     @property
@@ -120,6 +123,10 @@ class RunView:
             "noise": self.manifest.noise.verdict if self.manifest and self.manifest.noise else None,
             # An A/B run's geometric mean judged at the run's margin (results_schema/verdicts).
             "ab_verdict": self.ab_overall.verdict if self.ab_overall else None,
+            # Why its timing stopped sampling (results_schema/sampling.py: STOPS).
+            "sampling": self.manifest.sampling.stopped
+            if self.manifest and self.manifest.sampling
+            else None,
             "problem": self.problem,
         }
 

@@ -54,7 +54,10 @@ def assert_a_regression_naming_its_slower_configs(markdown: str) -> list[str]:
     host); each other config is slower, and exactly those are named."""
     assert markdown.startswith("### bench gate: REGRESSION (exit 6)")
     header, separator, geomean, control, *per_config = table_rows(markdown)
-    assert header == ["config", "baseline ms", "candidate ms", "speedup [95% CI]", "verdict"]
+    # The interval's level is the look's the run stopped at (results_schema/sampling.py).
+    level = header[3].removeprefix("speedup [").removesuffix("% CI]")
+    assert header == ["config", "baseline ms", "candidate ms", f"speedup [{level}% CI]", "verdict"]
+    assert float(level) in (98.75, 97.5)  # looks at 20, 40 and 80 samples a config
     assert separator == ["---", "---:", "---:", "---", "---"]
     assert control[0] == "A/A control `sdpa@aa`"
     assert [row[0] for row in per_config] == [f"`{c}`" for c in PLAN_CONFIGS]
@@ -77,7 +80,8 @@ def verdicts_shown(capsys, run_id: str, run_dir) -> list[str]:
     assert main(["status", run_id]) == 0
     status = re.search(r"A/B geometric mean .*: ([\w-]+) at ±25%", capsys.readouterr().out)
     assert main(["fetch", run_id, "--dest", str(run_dir.parent)]) == 0
-    fetched = re.search(r"A/B: .*geometric mean \S+ \[.*\] ([\w-]+) \(", capsys.readouterr().out)
+    summary = capsys.readouterr().out  # the A/B line may wrap at 80 columns
+    fetched = re.search(r"A/B: .*?geometric mean\s+\S+\s+\[.*?\]\s+([\w-]+)\s+\(", summary, re.S)
     assert main(["report", str(run_dir)]) == 0
     reported = re.search(
         r"overall: .*?: ([\w-]+)\s+\(geometric mean", capsys.readouterr().out, re.S

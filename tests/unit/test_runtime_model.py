@@ -105,8 +105,12 @@ def test_a_baseline_tree_builds_twice_and_a_profile_adds_its_calls():
     model = runtime_model.model_phases(ab, "local")
     assert model.seconds_of("build") == 2 * plain.seconds_of("build")
     calls = 3 * 4  # three configs × flash, sdpa, sdpa-flash, flash@baseline
-    # The baseline identity is timed too: the benchmark grows by its share, then the profile.
-    timed = plain.seconds_of("benchmark") * len(ab.identities) / len(plan.identities)
+    # The baseline identity is timed too: the benchmark grows by its share; an A/B run may
+    # sample until its bound (4x the plan's samples: results_schema/sampling.py); then the
+    # profile.
+    bound = ab.look_schedule()[-1] / plan.samples_per_config
+    assert bound == 4
+    timed = plain.seconds_of("benchmark") * len(ab.identities) / len(plan.identities) * bound
     assert model.seconds_of("benchmark") == pytest.approx(timed + calls * 9.0)
     assert "profile: 12 calls" in next(f.source for f in model.phases if f.phase == "benchmark")
 
