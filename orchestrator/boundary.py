@@ -597,9 +597,9 @@ def verify_result_file(
     target: Path, entry, run_id: str, limits: Limits = LIMITS, plan: Plan | None = None
 ) -> list:
     """Check size and sha256, then every row, streaming (of the plan's configs, when it is
-    known); returns the rows of summary.csv (kept: they are few and fetch shows them) and
-    nothing for the other files. A profile report is binary: its size and sha256 are all
-    that is checked, it is never parsed."""
+    known); returns the rows of summary.csv and the failed rows of the checks (kept: they
+    are few and fetch shows them) and nothing else. A profile report is binary: its size
+    and sha256 are all that is checked, it is never parsed."""
     name = result_name(entry.path)
     size, digest = _size_and_sha256(target)
     if digest != entry.sha256 or size != entry.bytes:
@@ -613,7 +613,7 @@ def verify_result_file(
         return kept
     for row in checked_rows(target, name, run_id, limits, plan):
         count += 1
-        if name == "summary.csv":
+        if name == "summary.csv" or (name in CHECK_FILES and not row.passed):
             kept.append(row)
     if entry.rows is not None and count != entry.rows:
         raise ResultsError(
@@ -657,6 +657,8 @@ def checked_rows(
         raise ResultsError(f"run {label}: {printable(e, 300)}; nothing was replaced") from None
 
 
+# The files of checks (correctness rows): the gate's, and those on the timed loop's outputs.
+CHECK_FILES = ("correctness.csv", "timed_checks.csv")
 # The files whose rows are one per timed identity. The correctness files also name the
 # yardsticks the gate checks (benches/correctness.py), so only their config is held to the
 # plan, as profile.csv's.

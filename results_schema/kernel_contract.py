@@ -360,3 +360,8 @@ class UserKernelBuild(_Contract):
 def build_failure_lines(builds: list[UserKernelBuild] | None, timed: list[str]) -> list[str]:
     """One line per failed build of a kernel the plan times (a manifest may name others)."""
     return [b.failure_line() for b in builds or [] if b.outcome == "failed" and b.identity in timed]
+
+
+def failed_builds(builds: list[UserKernelBuild] | None) -> set[str]:
+    """The identities whose build failed: their one line says why for every config."""
+    return {b.identity for b in builds or [] if b.outcome == "failed"}

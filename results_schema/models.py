@@ -455,6 +455,26 @@ class CorrectnessRow(_Strict):
             text += f" (max error {self.max_abs_error:.3g}, tolerance {self.tolerance:.3g})"
         return text
 
+    def failure(self) -> str:
+        """A failed row in a few words: 'unavailable' for a kernel that cannot run here, else
+        'FAILED <stage>'."""
+        return "unavailable" if self.backend == UNAVAILABLE_BACKEND else f"FAILED {self.stage}"
+
+    def failure_line(self) -> str:
+        """A failed row as a summary or a report lists it, in one line: '<config>
+        <identity>: FAILED <stage>: <reason>' (VM text: the caller escapes it)."""
+        return f"{self.config} {self.implementation}: {self.failure()}: {self.reason()}"
+
+
+def first_failures(checks) -> dict[tuple[str, str], CorrectnessRow]:
+    """(config, identity) -> its first failed check (correctness.csv's before
+    timed_checks.csv's, as read), for each that failed one."""
+    failed: dict[tuple[str, str], CorrectnessRow] = {}
+    for check in checks:
+        if not check.passed:
+            failed.setdefault((check.config, check.implementation), check)
+    return failed
+
 
 class IntervalMethod(_Strict):
     """How summary.csv's speedup intervals and verdicts were computed (statistics.json)."""

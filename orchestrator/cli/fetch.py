@@ -44,11 +44,13 @@ def fetch(run_id, fetch_all, dest):
 
 def show_summary(out, result) -> None:
     """Per config, one line per implementation: its median, and the candidate's speedup over
-    it. Long rather than wide, so that at 80 columns (a pipe, CI) no config name is cut."""
+    it, or why it has none (its failed check's reason, a kernel unavailable here). Long
+    rather than wide, so that at 80 columns (a pipe, CI) no config name is cut."""
     from rich import box
     from rich.table import Table
 
     from orchestrator.boundary import markup_safe
+    from results_schema.models import first_failures
     from results_schema.sampling import level
 
     manifest = result.manifest
@@ -76,16 +78,20 @@ def show_summary(out, result) -> None:
     table.add_column("median ms", justify="right", no_wrap=True)
     confidence = manifest.statistics.confidence if manifest.statistics else None
     table.add_column(f"{markup_safe(plan.candidate)} speedup [{level(confidence)} CI]")
+    failed = first_failures(result.checks)
     for config in plan.configs:
         for index, name in enumerate(plan.identities):
             row = by_key.get((config.name, name))
+            check = failed.get((config.name, name))
             table.add_row(
                 markup_safe(config.name) if index == 0 else "",
                 markup_safe(name),
                 f"{row.median_ms:.4f}" if row else "-",
-                _speedup_cell(plan, name, row),
+                # A failed check says so where its speedup (or '-') would be; why, below.
+                check.failure() if check else _speedup_cell(plan, name, row),
             )
     out.print(table)
+    _show_failures(out, manifest, failed)
     candidate = markup_safe(plan.candidate)
     out.print(
         f"{candidate} speedup = median of per-round paired ratios: the row's time / {candidate}'s"
@@ -101,6 +107,19 @@ def show_summary(out, result) -> None:
             f"{markup_safe(plan.control_identity)}: A/A control, "
             f"{markup_safe(plan.control)} against itself"
         )
+
+
+def _show_failures(out, manifest, failed) -> None:
+    """Why rows have no timing (or a flag): each failed build in one line, then each other
+    failed (config, identity) with its first failed check's reason."""
+    from orchestrator.boundary import markup_safe
+    from results_schema.kernel_contract import build_failure_lines, failed_builds
+
+    lines = build_failure_lines(manifest.user_builds, manifest.plan.identities)
+    built = failed_builds(manifest.user_builds)
+    lines += [c.failure_line() for c in failed.values() if c.implementation not in built]
+    for line in lines:
+        out.print(markup_safe(line, 400), soft_wrap=False)
 
 
 def _show_ab(out, manifest) -> None:

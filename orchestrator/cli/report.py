@@ -107,6 +107,8 @@ def show_report(out, report) -> None:
         out.print(banner, soft_wrap=False)
     for line in report.build_failures:
         out.print(markup_safe(line), soft_wrap=False)
+    for line in report.check_failures:
+        out.print(markup_safe(line, 400), soft_wrap=False)
     if report.ab is not None:
         show_comparison(out, report.ab, report.margin, report.confidence)
     out.print(results_table(report))

@@ -24,10 +24,9 @@ import numpy as np
 from orchestrator import boundary
 from orchestrator.errors import NotFoundError, ResultsError, UsageError
 from results_schema import CorrectnessRow, IntervalMethod, Manifest, Plan, ProfileRow, SummaryRow
+from results_schema.models import first_failures
 from results_schema.names import RUN_ID_PATTERN
 
-# The files of checks: the correctness gate's and those on outputs of the timed loop.
-CHECK_FILES = ("correctness.csv", "timed_checks.csv")
 # fetch swaps a run's folder in by two renames: a read that meets the instant between, or
 # that spans a swap, is made again after a pause growing by this much, this many times.
 SNAPSHOT_ATTEMPTS = 8
@@ -62,11 +61,7 @@ class RunResults:
 
     def failed_checks(self) -> dict[tuple[str, str], CorrectnessRow]:
         """(config, identity) -> its first failed check, for each that failed one."""
-        failed: dict[tuple[str, str], CorrectnessRow] = {}
-        for check in self.checks:
-            if not check.passed:
-                failed.setdefault((check.config, check.implementation), check)
-        return failed
+        return first_failures(self.checks)
 
 
 def published_run_dir(dest: Path, run: str) -> Path:
@@ -193,7 +188,7 @@ def load_run(run_dir: Path) -> RunResults:
     )
     checks = [
         row
-        for name in CHECK_FILES
+        for name in boundary.CHECK_FILES
         if (results / name).is_file()
         for row in boundary.checked_rows(results / name, name, run_id, plan=plan)
     ]

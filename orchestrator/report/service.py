@@ -34,7 +34,7 @@ from orchestrator.report.load import (
 )
 from orchestrator.report.plots import PLOT_NAMES, drawing_identity, plot_all, plot_note
 from results_schema import IntervalMethod, ProfileRow, SummaryRow
-from results_schema.kernel_contract import build_failure_lines
+from results_schema.kernel_contract import build_failure_lines, failed_builds
 from results_schema.models import Noise
 
 REPORT_SUBDIR = boundary.REPORT_SUBDIR
@@ -81,6 +81,9 @@ class Report:
     plot_note: str | None = None  # what the plots leave out (the table has every row)
     # '<kernel>: build failed: <its last line>' per user kernel whose build failed (VM text)
     build_failures: list[str] = field(default_factory=list)
+    # '<config> <identity>: FAILED <stage>: <reason>' (or unavailable) for each (config,
+    # identity) that failed a check: why the table has no timing of it, or flags it (VM text)
+    check_failures: list[str] = field(default_factory=list)
     noise: Noise | None = None  # the A/A control's one decision on the run
     compare_warning: str | None = None  # why --compare's two runs are not like for like
     margin: float | None = None  # the margin every verdict shown was made at
@@ -137,6 +140,12 @@ def _report_of(run: RunResults) -> Report:
     report.candidate_source = kernel.source.label() if kernel else None
     report.plot_note = plot_note(run)
     report.build_failures = build_failures(run)
+    built = failed_builds(run.manifest.user_builds) if run.manifest else set()
+    report.check_failures = [  # a failed build has its one line already
+        check.failure_line()
+        for check in run.failed_checks().values()
+        if check.implementation not in built
+    ]
     report.noise = run.manifest.noise if run.manifest else None
     report.margin = run.margin
     return report

@@ -25,7 +25,7 @@ from orchestrator.service.cache import CacheDecision, promote_cache_candidates
 from orchestrator.service.context import Context
 from orchestrator.service.runs import latest_run_id, placement_of, records_for
 from orchestrator.spec import is_sweep_id
-from results_schema import Manifest, SummaryRow
+from results_schema import CorrectnessRow, Manifest, SummaryRow
 from results_schema.record import billed_usd
 
 
@@ -35,6 +35,8 @@ class FetchResult:
     directory: Path
     manifest: Manifest
     summary: list[SummaryRow] = field(default_factory=list)
+    # The failed rows of the correctness gate and the timed loop's checks.
+    checks: list[CorrectnessRow] = field(default_factory=list)
     released: bool = False
     cache: list[CacheDecision] = field(default_factory=list)  # one per candidate entry
 
@@ -90,7 +92,7 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
     boundary.remove_abandoned(dest, boundary.STAGING_PREFIX)
     final = dest / record.run_id
     with boundary.private_dir(dest, f"{boundary.STAGING_PREFIX}{record.run_id}-") as staging:
-        summary = _download_and_verify(store, record, manifest, staging)
+        summary, checks = _download_and_verify(store, record, manifest, staging)
         _download_log(store, record.run_key, staging / "logs" / "startup.log")
         # Priced before the release: a backend may forget a machine's times with it.
         cost_usd = billed_cost(ctx, record, manifest)
@@ -109,7 +111,7 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
         phase_seconds=recorded_phase_seconds(manifest, record.created, record.max_run_seconds),
         plan_sha256=plan.content_sha256() if plan else "",
     )
-    return FetchResult(record.run_id, final, manifest, summary, released=True, cache=cache)
+    return FetchResult(record.run_id, final, manifest, summary, checks, released=True, cache=cache)
 
 
 def billed_cost(ctx: Context, record: RunRecord, manifest: Manifest) -> float:
@@ -148,9 +150,14 @@ def _manifest(store, record: RunRecord) -> Manifest:
     )
 
 
-def _download_and_verify(store, record: RunRecord, manifest: Manifest, staging: Path) -> list:
+def _download_and_verify(
+    store, record: RunRecord, manifest: Manifest, staging: Path
+) -> tuple[list, list]:
+    """Every listed file downloaded and verified; the summary's rows and the failed
+    checks'."""
     run_id = record.run_id
     summary: list = []
+    checks: list = []
     for entry in manifest.files:
         target = boundary.result_target(staging, entry.path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -161,7 +168,9 @@ def _download_and_verify(store, record: RunRecord, manifest: Manifest, staging: 
         rows = boundary.verify_result_file(target, entry, run_id, plan=manifest.plan)
         if entry.path == "results/summary.csv":
             summary = rows
-    return summary
+        if entry.path.removeprefix("results/") in boundary.CHECK_FILES:
+            checks += rows
+    return summary, checks
 
 
 def _download_log(store, key: str, target: Path) -> None:

@@ -144,3 +144,33 @@ def assert_later_looks_sample_on(run_dir: Path, sampling) -> None:
         assert sorted(r.round for r in samples) == list(range(sampling.samples_per_config))
         assert {r.placement for r in samples} == set(range(placements))
         assert len({(r.mode, r.calls) for r in samples}) == 1
+
+
+def test_a_kernel_that_raises_on_causal_says_why_where_the_user_reads(
+    bench_env, tmp_path, capsys, monkeypatch
+):
+    """Issue 49: such a kernel left "-" in the summary, no row in `bench report` and its
+    reason only in the logs. Now gate.md, the summary and the report each name every
+    failed config with its reason."""
+    repo = pull_request(tmp_path, MAIN_SECONDS, comment="  # causal: soon", jitter=0.0)
+    ops = repo / "simple_attention" / "ops.py"
+    raises = "    if causal:\n        raise NotImplementedError('causal is not done yet')\n"
+    ops.write_text(ops.read_text().replace("    if causal:\n", raises))
+    git(repo, "commit", "-qam", "causal: not yet")
+    code, report, markdown = recipe(tmp_path, capsys, monkeypatch, repo)
+
+    causal = ["fp32-b1h2s17d64-causal", "fp32-b1h4s128d64-causal", "bf16-b2h4s256d64-causal"]
+    said = "NotImplementedError: causal is not done yet"
+    assert code == 8, markdown
+    assert markdown.startswith("### bench gate: candidate INCORRECT (exit 8)")
+    failed = {f.config: f for f in report.failures}
+    assert set(causal) <= set(failed)
+    assert all(failed[c].stage == "gate" and failed[c].reason == said for c in causal)
+    for config in causal:
+        assert f"  - `{config}` (gate): `{said}`" in markdown
+    dest = tmp_path / "results"
+    for command in (["fetch", report.run_id], ["report", report.run_id]):
+        assert main([*command, "--dest", str(dest)]) == 0
+        shown = " ".join(capsys.readouterr().out.split())  # lines wrap at 80 columns
+        for config in causal:
+            assert f"{config} torch-attention: FAILED gate: {said}" in shown, command

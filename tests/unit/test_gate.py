@@ -296,6 +296,40 @@ def test_a_wrong_candidate_has_its_own_code_but_an_unavailable_one_not():
     assert judge(run, checks[1:], GateOptions()).outcome == "pass"
 
 
+def test_a_wrong_candidate_names_each_failed_config_its_error_and_the_tolerance():
+    """Issue 49: a kernel off by x1.05 exited 8 with a gate.md that did not say what its
+    error was; one that raised said nothing of the exception."""
+    off = CorrectnessRow(
+        run_id=RUN, config="a", implementation="flash", backend="x", passed=False,
+        max_abs_error=0.0123, tolerance=0.00534, message="max error 0.0123 over tolerance 0.00534",
+    )  # fmt: skip
+    raised = CorrectnessRow(
+        run_id=RUN, config="b", implementation="flash", backend="error", passed=False,
+        message="NotImplementedError: causal | <b>not</b>\ndone",
+    )  # fmt: skip
+    later = CorrectnessRow(
+        run_id=RUN, config="b", implementation="flash", backend="x", passed=False,
+        stage="timed-first", max_abs_error=1.0, tolerance=0.5,
+    )  # fmt: skip
+    run = made_up_run({"c": SAME}, geomean=SAME, names=["a", "b", "c"])  # a, b not timed
+    report = judge(run, [off, raised, later], GateOptions())
+    assert (report.outcome, report.exit_code) == ("candidate-incorrect", 8)
+    assert [(f.config, f.stage, f.reason) for f in report.failures] == [
+        ("a", "gate", "max error 0.0123 over tolerance 0.00534"),
+        ("b", "gate", "NotImplementedError: causal | <b>not</b> done"),  # the first, one line
+    ]
+    assert (report.failures[0].max_abs_error, report.failures[0].tolerance) == (0.0123, 0.00534)
+    markdown = render_markdown(report)
+    assert "- configs where the candidate failed correctness (2):" in markdown
+    assert "  - `a` (gate): `max error 0.0123 over tolerance 0.00534`" in markdown
+    assert "  - `b` (gate): `NotImplementedError: causal \\| <b>not</b> done`" in markdown
+    rows = {row[0]: row for row in map(split_row, markdown.splitlines()) if row}
+    assert rows["`a`"][4] == (
+        "the candidate failed correctness (gate): `max error 0.0123 over tolerance 0.00534`"
+    )
+    assert later.reason() == "failed, no reason recorded (max error 1, tolerance 0.5)"
+
+
 def test_names_from_a_run_are_inert_in_markdown():
     assert code("a|b") == "`a\\|b`"
     assert code("a\\|b") == "`a\\\\\\|b`"  # no escaped backslash swallows the pipe's escape
