@@ -40,7 +40,7 @@ MIN_MODE_SAMPLES = 3
 GAP_OVER_SPREAD = 6.0
 QUANTISED_SAMPLES_PER_VALUE = 10
 MAX_FEW_VALUES = 3
-MIN_STEP_SHARE = 0.005  # half the default practical-equivalence margin δ
+MIN_STEP_SHARE = 0.005  # a quarter of the default margin δ (2%)
 # Digits that tell timer ticks apart; float noise in a CSV round trip stays below them.
 SIGNIFICANT_DIGITS = 9
 

@@ -37,10 +37,12 @@ def print_launch(out, result) -> None:
     for note in result.notes:
         out.print(f"[bold yellow]bench: note:[/] {note}")
     plan = spec.plan
+    looks = plan.look_schedule()  # an A/B run samples until decided, up to the last
+    until = f" (up to {looks[-1]} until decided)" if len(looks) > 1 else ""
     out.print(
         f"bench: plan [bold]{plan.name}[/]: {len(plan.configs)} configs × "
-        f"{plan.samples_per_config} samples × {len(plan.implementations)} implementations "
-        f"({', '.join(plan.implementations)})"
+        f"{plan.samples_per_config} samples{until} × {len(plan.implementations)} "
+        f"implementations ({', '.join(plan.implementations)})"
     )
     for attempt in placement.attempts:
         out.print(f"bench: tried {attempt}")

@@ -73,7 +73,7 @@ def show_sweep_report(out, report) -> None:
     table.add_column("gpu", no_wrap=True)
     table.add_column("run", no_wrap=True)
     table.add_column("state")
-    table.add_column("speedup [95%]", no_wrap=True)
+    table.add_column("speedup [CI]", no_wrap=True)
     table.add_column("TFLOP/s", justify="right", no_wrap=True)
     table.add_column("% peak", justify="right", no_wrap=True)
     for g in report.gpus:
@@ -95,8 +95,8 @@ def show_sweep_report(out, report) -> None:
     if shown:
         out.print(
             f"speedup: {markup_safe(shown.candidate)} over {markup_safe(shown.speedup.baseline)}"
-            ", geometric mean over configs;\n  [95% interval]: the run's own, of that "
-            "geometric mean (comparison.json)"
+            ", geometric mean over configs;\n  [interval]: the run's own, of that "
+            "geometric mean (comparison.json),\n  at 95%, or an A/B run's last look's level"
         )
     out.print("TFLOP/s: best 16-bit config; % peak: of that GPU's dense 16-bit peak")
     for g in report.gpus:
