@@ -507,13 +507,14 @@ def _progress(ctx, sampling, done: int, total: int, what: str, force: bool = Fal
     ctx.status.update("benchmark", "running", done, total, words, force=force)
 
 
+# Far from every config_seed offset (multiples of 104,729 and 7,919 beyond the plan's seed).
+LOOK_SEED_STRIDE = (1 << 40) + 15
+
+
 def look_seed(seed: int, look: int) -> int:
     """A seed of look `look`: the first look's own, each later look's apart from it (its
     placements and fresh inputs are new, not the first look's again)."""
     return seed if look == 0 else (seed + look * LOOK_SEED_STRIDE) % 2**63
-
-
-LOOK_SEED_STRIDE = (1 << 40) + 15
 
 
 def time_config(
