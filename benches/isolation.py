@@ -367,9 +367,9 @@ class MeasuredPlacement:
         MeasuredPlacement._count += 1
         if measuring.mode is not None:
             mode, calls = measuring.mode, measuring.calls
-        self.mode, self.calls = mode, calls
+        self.mode, self.calls = mode, calls  # the sample's rows say them (runner)
         worker = self._worker = remote.worker
-        self._config, self._mode, self._calls, self._measuring = config, mode, calls, measuring
+        self._config, self._measuring = config, measuring
         self._key = f"p{MeasuredPlacement._count}"
         self._rng = np.random.default_rng(rng_seed ^ measuring.secret)
         q, self._k, self._v = inputs  # the parent's own: the reference reads these
@@ -423,7 +423,7 @@ class MeasuredPlacement:
 
     def bracketed(self) -> float:
         """The harness's whole bracket of one call, nothing subtracted (the calibration's)."""
-        return self._take()[0] * self._calls
+        return self._take()[0] * self.calls
 
     def _on_gpu(self) -> bool:
         return self._worker.device.type == "cuda"
@@ -487,10 +487,10 @@ class MeasuredPlacement:
             raise
         self.samples += 1
         self._check(picks, taken.rows)
-        ms = (taken.ms - self._measuring.overhead_ms(link is None)) / self._calls
+        ms = (taken.ms - self._measuring.overhead_ms(link is None)) / self.calls
         own = taken.reply.get("own_ms")
         valid = isinstance(own, (int, float)) and math.isfinite(own) and own > 0
-        return taken.ms / self._calls, ms, float(own) if valid else None
+        return taken.ms / self.calls, ms, float(own) if valid else None
 
     def _picks(self) -> list[tuple[int, row_checks.Rows]]:
         """(call, rows) to check: in graph mode the last call and GRAPH_OUTPUTS_CHECKED
@@ -498,9 +498,9 @@ class MeasuredPlacement:
         bracket reads as much)."""
         shape = tuple(self._fresh[0].shape)
         device = self._worker.device
-        calls = [self._calls - 1]
-        if self._mode != "single":
-            calls += [int(i) for i in self._rng.integers(0, self._calls, GRAPH_OUTPUTS_CHECKED)]
+        calls = [self.calls - 1]
+        if self.mode != "single":
+            calls += [int(i) for i in self._rng.integers(0, self.calls, GRAPH_OUTPUTS_CHECKED)]
         return [(i, row_checks.pick(shape, self._rng, device)) for i in calls]
 
     def _read(self, reply: dict, picks) -> Callable[[], list[torch.Tensor]]:
@@ -512,7 +512,7 @@ class MeasuredPlacement:
     def _output(self, reply: dict, call: int) -> torch.Tensor:
         if self._slots:
             return self._slots[call].tensor
-        if self._mode == "graph":
+        if self.mode == "graph":
             descriptor = self._outputs[call]
         else:
             try:
@@ -565,7 +565,7 @@ class MeasuredPlacement:
         floor = OWN_TIME_FLOOR_MS[self._worker.device.type]
         if self._on_gpu():  # the report is the sample, its bracket bounds it from above
             slack = GPU_BRACKET_SLACK_MS["gated" if self._worker.gated() else "linked"]
-            figures.below += own < (measured - slack / self._calls) * (1 - OWN_TIME_TOLERANCE)
+            figures.below += own < (measured - slack / self.calls) * (1 - OWN_TIME_TOLERANCE)
         else:
             figures.below += own < measured * (1 - OWN_TIME_TOLERANCE) - floor
             figures.above += own > measured * (1 + OWN_TIME_TOLERANCE) + floor
@@ -596,7 +596,7 @@ class MeasuredPlacement:
                 reply = placing.reply()
             except RequestFailed as exc:
                 raise WorkerLost(f"raised while timed: {exc}", self._worker) from None
-            if self._mode == "graph":
+            if self.mode == "graph":
                 self._outputs = self._graph_outputs(reply)
         if self._worker.generation != self._generation:
             raise WorkerLost("the worker holding this placement was restarted", self._worker)
@@ -606,8 +606,8 @@ class MeasuredPlacement:
             outputs = [cuda_ipc.Descriptor.from_json(d) for d in reply["outputs"]]
         except (KeyError, TypeError, cuda_ipc.IpcError) as exc:
             raise Refused(f"said nothing of its outputs: {_text(exc)}", self._worker) from None
-        if len(outputs) != self._calls:
-            raise Refused(f"described {len(outputs)} outputs of {self._calls} calls", self._worker)
+        if len(outputs) != self.calls:
+            raise Refused(f"described {len(outputs)} outputs of {self.calls} calls", self._worker)
         for descriptor in outputs:
             self._view(descriptor)  # refused now if it lies about one
         return outputs
