@@ -528,7 +528,12 @@ class EnvironmentFingerprint(BaseModel):
     gpu_count: int | None = Field(default=None, ge=0)
     driver: str | None = None
     cuda: str | None = None
-    cudnn: str | None = None
+    cudnn: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{1,9}$",
+        description="the cuDNN torch loaded, as torch.backends.cudnn.version() gives it "
+        "(e.g. 91900: 9.19.0); None where torch has no cuDNN (a CPU build)",
+    )
     torch: str | None = None
     triton: str | None = None
     numpy: str | None = None
@@ -545,6 +550,12 @@ class EnvironmentFingerprint(BaseModel):
     )
     peak_gbytes_per_s: float | None = Field(
         default=None, description="memory bandwidth peak: faster than it is impossible"
+    )
+    # NVML's ceilings for the clocks and power measurements.csv records per sample.
+    sm_clock_max_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    mem_clock_max_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    power_limit_w: float | None = Field(
+        default=None, ge=0, le=100_000, description="the power limit in force (enforced)"
     )
 
 
