@@ -297,10 +297,11 @@ class Measurement(_Strict):
         description="time per call by the harness's bracket around a worker's call, less "
         "what a bracket adds (a kernel in a worker process only; may be negative from noise)",
     )
-    sm_clock_mhz: int | None = None
-    mem_clock_mhz: int | None = None
-    temperature_c: int | None = None
-    power_w: float | None = Field(default=None, ge=0)
+    # What NVML read after the sample (benches/telemetry.py); None without NVML.
+    sm_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    mem_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    temperature_c: int | None = Field(default=None, ge=0, le=1_000)
+    power_w: float | None = Field(default=None, ge=0, le=100_000)
     throttle_reasons: int | None = Field(default=None, description="NVML clocks-event bitmask")
     throttled: bool = False
     timestamp: AwareDatetime
