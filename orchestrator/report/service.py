@@ -33,7 +33,8 @@ from orchestrator.report.load import (
     results_of,
 )
 from orchestrator.report.plots import PLOT_NAMES, drawing_identity, plot_all, plot_note
-from results_schema import IntervalMethod, ProfileRow, SummaryRow
+from orchestrator.report.telemetry import RoundTelemetry
+from results_schema import EnvironmentFingerprint, IntervalMethod, ProfileRow, SummaryRow
 from results_schema.kernel_contract import build_failure_lines
 from results_schema.models import Noise
 
@@ -83,6 +84,8 @@ class Report:
     build_failures: list[str] = field(default_factory=list)
     noise: Noise | None = None  # the A/A control's one decision on the run
     compare_warning: str | None = None  # why --compare's two runs are not like for like
+    telemetry: list[RoundTelemetry] = field(default_factory=list)  # the GPU, round by round
+    environment: EnvironmentFingerprint | None = None  # what it ran on: cuDNN, clock ceilings
 
     def control_verdicts(self) -> dict[str, int]:
         """How many configs the A/A control called each verdict: the run's noise floor."""
@@ -131,6 +134,8 @@ def _report_of(run: RunResults) -> Report:
     report.plot_note = plot_note(run)
     report.build_failures = build_failures(run)
     report.noise = run.manifest.noise if run.manifest else None
+    report.telemetry = run.telemetry
+    report.environment = run.manifest.environment if run.manifest else None
     return report
 
 
