@@ -56,6 +56,11 @@ START_TIMEOUT_SECONDS = 300.0
 OWN_TIME_TOLERANCE = 0.5
 OWN_TIME_FLOOR_MS = {"cuda": 0.01, "cpu": 0.25}
 OWN_TIME_MIN_SAMPLES = 5
+# On the CPU the harness's figure carries the host's scheduling on top of the call, one-sided
+# and at times every sample long (two test suites at once on 2 cores read an honest 1.8 ms
+# call at 21.8 ms, five samples running, 2026-11-29): a report is taken for a lie under its
+# fastest sample only, at a quarter (a clock divided by 20 stays far below even that).
+CPU_OWN_FRACTION = 0.25
 # On the GPU a worker's sample is still its own events' time (bounded above by the harness's
 # whole bracket, below by `_compare`): in the harness, a kernel's bracket less the
 # calibration read 0.26-0.34 ms over its own events on every config of the default plan
@@ -566,16 +571,19 @@ class MeasuredPlacement:
         if self._on_gpu():  # the report is the sample, its bracket bounds it from above
             slack = GPU_BRACKET_SLACK_MS["gated" if self._worker.gated() else "linked"]
             figures.below += own < (measured - slack / self.calls) * (1 - OWN_TIME_TOLERANCE)
-        else:
-            figures.below += own < measured * (1 - OWN_TIME_TOLERANCE) - floor
-            figures.above += own > measured * (1 + OWN_TIME_TOLERANCE) + floor
+        figures.above += own > measured * (1 + OWN_TIME_TOLERANCE) + floor
         paired = len(figures.own)
-        if paired >= OWN_TIME_MIN_SAMPLES and paired in (figures.below, figures.above):
-            theirs, ours = statistics.median(figures.own), statistics.median(figures.measured)
+        if paired < OWN_TIME_MIN_SAMPLES:
+            return
+        theirs, ours = statistics.median(figures.own), statistics.median(figures.measured)
+        if self._on_gpu():
+            below = paired == figures.below
+        else:
+            below = theirs < min(figures.measured) * CPU_OWN_FRACTION - floor
+        if below or paired == figures.above:
             raise Refused(
                 f"its process reported {theirs:.4g} ms a call where the harness measured "
-                f"{ours:.4g} ms (each of {paired} samples off by more than "
-                f"{OWN_TIME_TOLERANCE:.0%})",
+                f"{ours:.4g} ms (at least {min(figures.measured):.4g} ms; {paired} samples)",
                 self._worker,
             )
 
