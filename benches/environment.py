@@ -106,7 +106,9 @@ def _cpu_model() -> str | None:
 
 
 def _nvml_facts() -> dict[str, Any]:
-    """GPU name, UUID, count and driver from NVML; empty without a GPU or nvidia-ml-py."""
+    """GPU name, UUID, count and driver from NVML, and the ceilings the per-sample
+    telemetry (benches/telemetry.py) is read against: the highest SM and memory clocks and
+    the power limit in force; empty without a GPU or nvidia-ml-py."""
     try:
         import pynvml
     except ImportError:
@@ -117,7 +119,7 @@ def _nvml_facts() -> dict[str, Any]:
         return {}
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        return {
+        facts = {
             "gpu_name": _text(pynvml.nvmlDeviceGetName(handle)),
             "gpu_uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
             "gpu_count": pynvml.nvmlDeviceGetCount(),
@@ -125,8 +127,27 @@ def _nvml_facts() -> dict[str, Any]:
         }
     except pynvml.NVMLError:
         return {}
+    try:
+        return facts | _nvml_ceilings(pynvml, handle)
     finally:
         pynvml.nvmlShutdown()
+
+
+def _nvml_ceilings(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """Each on its own: a GPU or driver that lacks one (some report no power limit) keeps
+    the others."""
+    queries = {
+        "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        "mem_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(
+            handle, pynvml.NVML_CLOCK_MEM
+        ),
+        "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0,
+    }
+    facts = {}
+    for name, query in queries.items():
+        with contextlib.suppress(pynvml.NVMLError):
+            facts[name] = query()
+    return facts
 
 
 def _text(value: Any) -> str:

@@ -1,7 +1,8 @@
 """Every attention implementation bench can time, by name.
 
     sdpa            torch's scaled_dot_product_attention, default backend choice
-    sdpa-flash      SDPA pinned to its FlashAttention-2 backend (what SDPA runs on an L4)
+    sdpa-flash      SDPA pinned to its flash backend: FlashAttention-2 (what SDPA runs on an
+                    L4), or FA4 where activated (`flash_kernel`)
     sdpa-cudnn      SDPA pinned to cuDNN
     sdpa-efficient  SDPA pinned to memory-efficient attention
     sdpa-math       SDPA pinned to the plain math path
@@ -21,9 +22,13 @@ against without torch and no kernel's contract may take. Kernels with a contract
 adds them from its plan (benches/user_kernel.py), each in a worker process of its own.
 
 Each implementation says which backend actually ran (`backend_for`), so a CSV row never
-claims a kernel that did not run. k and v may have fewer heads than q (grouped-query
-attention, H_q % H_kv == 0): every implementation reads them without copies of its own
-making; SDPA is asked for that with enable_gqa (`_sdpa`).
+claims a kernel that did not run: SDPA's default asks torch's own dispatcher which backend
+it picks, and SDPA's flash backend on the GPU says which FlashAttention torch routes it to
+(its own FA2, or an implementation activated in this process: `sdpa:flash-fa4`).
+
+k and v may have fewer heads than q (grouped-query attention, H_q % H_kv == 0): every
+implementation reads them without copies of its own making; SDPA is asked for that with
+enable_gqa (`_sdpa`).
 """
 
 from __future__ import annotations
@@ -59,6 +64,25 @@ def _sdpa(q, k, v, causal):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+def flash_kernel(device: torch.device) -> str:
+    """Which FlashAttention SDPA's flash backend runs on `device`: torch's own ("flash"),
+    or on the GPU an implementation activated in this process through
+    torch.nn.attention.activate_flash_attention_impl (e.g. "flash-fa4": FA4 on Hopper and
+    Blackwell), which takes over the flash operators of CUDA tensors only."""
+    from torch.nn import attention
+
+    current = getattr(attention, "current_flash_attention_impl", None)  # newer torch only
+    impl = current() if current is not None and device.type == "cuda" else None
+    return f"flash-{impl.lower()}" if impl else "flash"
+
+
+def _pinned_backend(name: str):
+    kernel = name.removeprefix("sdpa-")
+    if kernel == "flash":
+        return lambda q, k, v, causal: "sdpa:" + flash_kernel(q.device)
+    return lambda *a: "sdpa:" + kernel
+
+
 def _pinned_sdpa(name: str) -> AttentionFn:
     from torch.nn.attention import sdpa_kernel
 
@@ -89,14 +113,15 @@ _CHOICE_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "override
 
 
 def default_sdpa_backend(q, k, v, causal) -> str:
-    """Which backend SDPA's dispatcher picks for these inputs (torch's own choice function)."""
+    """Which backend SDPA's dispatcher picks for these inputs (torch's own choice function),
+    and for its flash backend which FlashAttention runs (`flash_kernel`)."""
     choose = getattr(torch, "_fused_sdp_choice", None)
     if choose is None:
         return "sdpa:unknown"
     gqa = {"enable_gqa": True} if k.shape[-3] != q.shape[-3] else {}
     with contextlib.suppress(RuntimeError, TypeError):
-        choice = choose(q, k, v, is_causal=causal, **gqa)
-        return "sdpa:" + _CHOICE_NAMES.get(int(choice), "unknown")
+        choice = _CHOICE_NAMES.get(int(choose(q, k, v, is_causal=causal, **gqa)), "unknown")
+        return "sdpa:" + (flash_kernel(q.device) if choice == "flash" else choice)
     return "sdpa:unknown"
 
 
@@ -129,7 +154,7 @@ def _registry() -> dict[str, Implementation]:
         impls[name] = Implementation(
             name,
             _pinned_sdpa(name),
-            lambda *a, _n=name: "sdpa:" + _n.removeprefix("sdpa-"),
+            _pinned_backend(name),
             _always if name == "sdpa-math" else _needs_cuda,
         )
     impls.update(peers.implementations())  # public libraries, timed when a plan names them

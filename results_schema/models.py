@@ -349,10 +349,11 @@ class Measurement(_Strict):
         description="time per call by the harness's bracket around a worker's call, less "
         "what a bracket adds (a kernel in a worker process only; may be negative from noise)",
     )
-    sm_clock_mhz: int | None = None
-    mem_clock_mhz: int | None = None
-    temperature_c: int | None = None
-    power_w: float | None = Field(default=None, ge=0)
+    # What NVML read after the sample (benches/telemetry.py); None without NVML.
+    sm_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    mem_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    temperature_c: int | None = Field(default=None, ge=0, le=1_000)
+    power_w: float | None = Field(default=None, ge=0, le=100_000)
     throttle_reasons: int | None = Field(default=None, description="NVML clocks-event bitmask")
     throttled: bool = False
     timestamp: AwareDatetime
@@ -665,7 +666,12 @@ class EnvironmentFingerprint(BaseModel):
     gpu_count: int | None = Field(default=None, ge=0)
     driver: str | None = None
     cuda: str | None = None
-    cudnn: str | None = None
+    cudnn: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]{1,9}$",
+        description="the cuDNN torch loaded, as torch.backends.cudnn.version() gives it "
+        "(e.g. 91900: 9.19.0); None where torch has no cuDNN (a CPU build)",
+    )
     torch: str | None = None
     triton: str | None = None
     numpy: str | None = None
@@ -682,6 +688,12 @@ class EnvironmentFingerprint(BaseModel):
     )
     peak_gbytes_per_s: float | None = Field(
         default=None, description="memory bandwidth peak: faster than it is impossible"
+    )
+    # NVML's ceilings for the clocks and power measurements.csv records per sample.
+    sm_clock_max_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    mem_clock_max_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    power_limit_w: float | None = Field(
+        default=None, ge=0, le=100_000, description="the power limit in force (enforced)"
     )
 
 

@@ -101,6 +101,7 @@ def show_report(out, report) -> None:
     from orchestrator.boundary import markup_safe
     from orchestrator.cli.report_sections import noise_banner, show_comparison, show_profile
     from orchestrator.cli.report_table import legend, results_table
+    from orchestrator.report.telemetry import telemetry_line
 
     banner = noise_banner(report.noise, report.margin)
     if banner:
@@ -124,6 +125,9 @@ def show_report(out, report) -> None:
             f"{counts or 'no verdicts'}; the noise floor of this run",
             soft_wrap=False,
         )
+    gpu = telemetry_line(report.telemetry, report.environment)
+    if gpu:
+        out.print(markup_safe(gpu), soft_wrap=False)
     if report.profile:
         show_profile(out, report.profile)
     for plot in report.plots:

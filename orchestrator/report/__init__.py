@@ -6,6 +6,7 @@ Controller side: numpy and matplotlib (imported lazily, Agg backend), never torc
     ab        the A/B comparison a run leads with
     compare   `--compare`: where two runs disagree
     labels    an implementation's name with the backend that ran
+    telemetry the GPU's clocks, power and temperature per round (NVML's readings)
     service   make_report: the rows, the sections and the plots swapped into report/
     plots     the figures (latency, speedup, tflops; a sweep's gpus.png)
     sweep     `bench report SWEEP`: the GPU types of one sweep side by side

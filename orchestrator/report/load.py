@@ -23,6 +23,7 @@ import numpy as np
 
 from orchestrator import boundary
 from orchestrator.errors import NotFoundError, ResultsError, UsageError
+from orchestrator.report.telemetry import RoundCollector, RoundTelemetry
 from results_schema import CorrectnessRow, IntervalMethod, Manifest, Plan, ProfileRow, SummaryRow
 from results_schema.models import first_failures
 from results_schema.names import RUN_ID_PATTERN
@@ -44,6 +45,8 @@ class RunResults:
     manifest: Manifest | None = None
     profile: list[ProfileRow] = field(default_factory=list)
     plot_note: str | None = None  # set on the part of a run the plots show: what they omit
+    # The GPU's clocks, power and temperature per round (none on the CPU).
+    telemetry: list[RoundTelemetry] = field(default_factory=list)
     # The correctness gate's rows and the checks on outputs of the timed loop.
     checks: list[CorrectnessRow] = field(default_factory=list)
     margin: float | None = None  # the margin its verdicts were made at, here
@@ -175,7 +178,7 @@ def load_run(run_dir: Path) -> RunResults:
     run_id = manifest.run_id if manifest else None
     summary = list(boundary.checked_rows(summary_path, "summary.csv", run_id, plan=plan))
     run_id = run_id or (summary[0].run_id if summary else None)
-    latencies = _latencies(
+    latencies, telemetry = _samples(
         boundary.checked_rows(measurements_path, "measurements.csv", run_id, plan=plan)
     )
     status = manifest.status if manifest else "no manifest"
@@ -201,6 +204,7 @@ def load_run(run_dir: Path) -> RunResults:
         statistics,
         manifest,
         profile,
+        telemetry=telemetry,
         checks=checks,
     )
     return run.judged_at(plan.margin) if plan is not None else run
@@ -235,9 +239,12 @@ def _plan_file(run_dir: Path) -> Plan | None:
     return plan
 
 
-def _latencies(measurements) -> dict[tuple[str, str], np.ndarray]:
-    """Only what the comparison and plots use: a float per sample, not a model per row."""
+def _samples(measurements) -> tuple[dict[tuple[str, str], np.ndarray], list[RoundTelemetry]]:
+    """Only what the report uses, in one pass: a float per sample for the comparison and
+    plots, not a model per row, and each round's GPU readings."""
     grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
+    rounds = RoundCollector()
     for m in measurements:
         grouped[(m.config, m.implementation)].append(m.latency_ms)
-    return {k: np.asarray(v) for k, v in grouped.items()}
+        rounds.add(m)
+    return {k: np.asarray(v) for k, v in grouped.items()}, rounds.rounds()

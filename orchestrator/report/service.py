@@ -33,7 +33,8 @@ from orchestrator.report.load import (
     results_of,
 )
 from orchestrator.report.plots import PLOT_NAMES, drawing_identity, plot_all, plot_note
-from results_schema import IntervalMethod, ProfileRow, SummaryRow
+from orchestrator.report.telemetry import RoundTelemetry
+from results_schema import EnvironmentFingerprint, IntervalMethod, ProfileRow, SummaryRow
 from results_schema.kernel_contract import build_failure_lines, failed_builds
 from results_schema.models import Noise
 
@@ -87,6 +88,8 @@ class Report:
     noise: Noise | None = None  # the A/A control's one decision on the run
     compare_warning: str | None = None  # why --compare's two runs are not like for like
     margin: float | None = None  # the margin every verdict shown was made at
+    telemetry: list[RoundTelemetry] = field(default_factory=list)  # the GPU, round by round
+    environment: EnvironmentFingerprint | None = None  # what it ran on: cuDNN, clock ceilings
 
     @property
     def confidence(self) -> float | None:
@@ -148,6 +151,8 @@ def _report_of(run: RunResults) -> Report:
     ]
     report.noise = run.manifest.noise if run.manifest else None
     report.margin = run.margin
+    report.telemetry = run.telemetry
+    report.environment = run.manifest.environment if run.manifest else None
     return report
 
 

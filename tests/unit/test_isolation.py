@@ -253,24 +253,43 @@ def test_a_worker_whose_clock_lies_changes_only_its_own_report_and_fails_for_it(
 ):
     """The harness times a worker's calls with its own clock (benches/bracket.py): a kernel
     that rewrites the harness's clock in its own process moves no sample, and its process's
-    report, far from the harness's figure, fails the row naming both."""
+    report, longer than the harness's whole bracket of the call, fails the row naming both
+    (the report too short is the cheat suite's timer_patch)."""
     lying = (
         "from benches import timing\ntiming.CpuClock.time_call = lambda self, fn: (fn(), 1e6)[1]\n"
     )
     kernel_tree(tmp_path, "liar", "", {"__init__.py": lying})
-    # Three placements of two samples each: the check counts a config's samples across them.
-    plan = cpu_plan([user_kernel("liar", "liar")], [config("d8", 8)]).model_copy(
+    plan = registered(cpu_plan([user_kernel("liar", "liar")], [config("d8", 8)]), tmp_path)
+
+    checks, summary = run_whole(plan, tmp_path / "run")
+    (lost,) = [r for r in checks if r.stage == "timing"]
+    reported = re.match(
+        r"timing: its process reported ([\d.e+]+) ms a call, "
+        r"more than the harness's whole bracket of ([\d.e+-]+) ms",
+        lost.message,
+    )
+    assert reported, lost.message
+    assert float(reported[1]) > 1000 * float(reported[2])  # 1e6 ms a sample, each of its calls
+    assert all(r.implementation != "liar" or r.flag for r in summary)
+
+
+def test_a_worker_whose_clock_runs_slow_is_named_over_a_configs_placements(tmp_path, registered):
+    """A clock divided by 20 around calls 2 ms long: the report is a lie the harness names
+    once a config has five samples with both figures, counted across its placements (here
+    three of two samples each, after a warm-up of one or two)."""
+    slow = (
+        "from benches import timing\n"
+        "_time_call = timing.CpuClock.time_call\n"
+        "timing.CpuClock.time_call = lambda self, fn: _time_call(self, fn) / 20\n"
+    )
+    kernel_tree(tmp_path, "slow", "time.sleep(0.002)\n", {"__init__.py": slow})
+    plan = cpu_plan([user_kernel("slow", "slow")], [config("d8", 8)]).model_copy(
         update={"placements": 3, "warmup_min": 1, "warmup_max": 2}
     )
     registered(plan, tmp_path)
 
     checks, summary = run_whole(plan, tmp_path / "run")
     (lost,) = [r for r in checks if r.stage == "timing"]
-    reported = re.match(
-        r"timing: its process reported ([\d.e+]+) ms a call "
-        r"where the harness measured ([\d.e+-]+) ms",
-        lost.message,
-    )
-    assert reported, lost.message
-    assert float(reported[1]) > 1000 * float(reported[2])  # 1e6 ms a sample, each of its calls
-    assert all(r.implementation != "liar" or r.flag for r in summary)
+    assert lost.message.startswith("timing: its process reported "), lost.message
+    assert "where the harness measured" in lost.message
+    assert all(r.implementation != "slow" or r.flag for r in summary)

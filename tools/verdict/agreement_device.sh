@@ -2,7 +2,7 @@
 # One device call (issue 48, item 6), from the repository root: the default plan on the
 # local backend for this tree and for the tree before the harness change (.old/, made here
 # with `git archive BEFORE | tar -x -C .old` and carried), one after the other; then the
-# GPU tests of the worker path (TESTS=0 skips them). Prints launch wall times, phase times
+# GPU tests of the worker path and the cheat suite (TESTS=0 skips them). Prints launch wall times, phase times
 # and, per config, our kernel's median by the harness beside its own reported median and
 # beside the old tree's median (tools/verdict/agreement.py); the run folders come back
 # packed in $OUT/runs.tgz. Needs the wheels of .whl/ (pydantic & co.).
@@ -35,8 +35,9 @@ for label in ${ORDER:-new old}; do
 done
 python3 "$repo/tools/verdict/agreement.py" "$work" | tee "$out/agreement.txt"
 if [ "${TESTS:-1}" = 1 ]; then
-  PYTHONPATH="/tmp/site:$repo" timeout 420 python3 -m pytest -q -p no:cacheprovider -m gpu \
-    tests/gpu/test_worker_gpu.py tests/gpu/test_cheats.py ${EXTRA_TESTS:-} 2>&1 \
+  PYTHONPATH="/tmp/site:$repo" timeout 480 python3 -m pytest -q -p no:cacheprovider -m gpu \
+    tests/gpu/test_worker_gpu.py tests/gpu/test_cheats.py tests/gpu/test_cheat_suite_gpu.py \
+    ${EXTRA_TESTS:-} 2>&1 \
     | tee "$out/pytest.txt" | tail -n 25
 fi
 tar -czf "$out/runs.tgz" -C "$work" . 2>/dev/null
