@@ -42,35 +42,40 @@ from results_schema.kernel_contract import KernelContract, KernelIdentity, UserK
 # Importing torch and the kernel's package in a fresh interpreter; generous, since a busy
 # machine or a cold disk makes it slow, and a kernel that cannot even start is rare.
 START_TIMEOUT_SECONDS = 300.0
-# A kernel's own time for a call may stray this far (fraction, and ms on each device) from
-# the harness's for the same sample; the harness calls it a lie when its first
-# OWN_TIME_MIN_SAMPLES samples all stray that far on the same side, and every later one too.
-# On an H200 the worker's own events read 0.2-2.4 % off the bracket's in standalone probes
-# (2026-11-29). On a loaded 2-core CPU the bracket holds two wake-ups more than the call (the
-# request, the reply): an SDPA call of 0.02 ms read 4.5-19.5 ms in its own process and 8-25
-# ms in the harness's, four samples running, and honest reports sat 4-12 ms under the
-# harness's lower quartile (2026-11-29, 3 and 6 runs at once on 2 cores, 21 runs). A rule on
-# the median report against the middle half of the harness's samples at 25 %, from the third,
-# called 12 of those 252 honest placements liars; this one none, and caught a clock divided
-# by 20 on every config of every run.
-OWN_TIME_TOLERANCE = 0.5
-OWN_TIME_FLOOR_MS = {"cuda": 0.01, "cpu": 0.25}
+# A kernel's own time for a call is checked against the harness's for the same samples once
+# OWN_TIME_MIN_SAMPLES have both. On a loaded 2-core CPU the bracket holds two wake-ups more
+# than the call (the request, the reply): an SDPA call of 0.02 ms read 4.5-19.5 ms in its own
+# process and 8-25 ms in the harness's, four samples running, and honest reports sat 4-12 ms
+# under the harness's lower quartile (2026-11-29, 3 and 6 runs at once on 2 cores, 21 runs).
+# A rule on the median report against the middle half of the harness's samples at 25 %, from
+# the third, called 12 of those 252 honest placements liars; CPU_OWN_FRACTION's none, and
+# caught a clock divided by 20 on every config of every run.
+CPU_OWN_FLOOR_MS = 0.25  # a CPU report is a lie only this far under a quarter of the fastest sample
 OWN_TIME_MIN_SAMPLES = 5
 # On the CPU the harness's figure carries the host's scheduling on top of the call, one-sided
 # and at times every sample long (two test suites at once on 2 cores read an honest 1.8 ms
 # call at 21.8 ms, five samples running, 2026-11-29): a report is taken for a lie under its
 # fastest sample only, at a quarter (a clock divided by 20 stays far below even that).
 CPU_OWN_FRACTION = 0.25
-# On the GPU a worker's sample is still its own events' time (bounded above by the harness's
-# whole bracket, below by `_compare`): in the harness, a kernel's bracket less the
-# calibration read 0.26-0.34 ms over its own events on every config of the default plan
-# (three H200 runs, 2026-11-29), where standalone probes of the same bracket had agreed with
-# in-process events within 1 % from 0.2 ms (tools/verdict/README.md). Until that gap is
-# explained the bracket bounds and checks the report rather than replacing it: a report
-# counts as under the harness's only below its figure less this much a sample (a graph
-# replay's calls share it). Gated from the host (a worker of another user) the bracket
-# holds the handshake too: its lower quartile read 0.79 ms around a 0.21 ms call (one run).
-GPU_BRACKET_SLACK_MS = {"linked": 0.4, "gated": 1.5}
+# On the GPU a worker's sample is still its own events' time, bounded above by the harness's
+# whole bracket and checked against the harness's figure (the bracket less the calibration).
+# Single launches: the median of the paired differences (harness's less the report) may not
+# exceed GPU_REPORT_ALLOWANCE_MS["single"] plus GPU_REPORT_ALLOWANCE_FRACTION of the
+# harness's median. Honest medians sat at -1 to 16 us a call (our kernel, the default plan's
+# single-launch configs of 0.04-0.6 ms, 50 samples each, two H200 runs, 2026-11-29; each
+# sample's difference spreads 20-60 us either side: the host polls the worker's DONE, then
+# records its end event). Why not the harness's figure as the sample: at that spread it would
+# take 10-20x the samples to see 3 %, and read a worker's kernel up to 11 % slower than the
+# same call in the parent. A graph replay's bracket spread +-1.5 ms around 256 calls of 4 us
+# (an honest SDPA's median read 4x its own events in one test), so there a report counts as
+# a lie only when every sample falls under the harness's figure less
+# GPU_REPORT_ALLOWANCE_MS["graph"] a bracket by half. What a report may still shave is this
+# allowance (docs/security.md, "The verdict belongs to the harness"). Gated from the host (a
+# worker of another user) the bracket holds the host's handshake too, unmeasured after
+# calibration: "gated" replaces either allowance there.
+GPU_REPORT_ALLOWANCE_MS = {"single": 0.02, "graph": 0.4, "gated": 1.5}
+GPU_REPORT_ALLOWANCE_FRACTION = 0.1
+GPU_GRAPH_REPORT_FRACTION = 0.5
 # A sample the calibration leaves nothing of (noise) is taken again this many times.
 NONPOSITIVE_RETAKES = 3
 GRAPH_OUTPUTS_CHECKED = 3  # in graph mode: the last call's output and this many more
@@ -340,12 +345,13 @@ class Measuring:
 
 @dataclass
 class _Figures:
-    """The harness's times of a config's calls and the worker's own, as they came, and how
-    many of the samples with both had the worker's below the tolerance (the GPU's rule)."""
+    """The harness's times of a config's calls and the worker's own, as they came, and
+    for each sample with both how far the harness's lay over the worker's (the GPU's rule)."""
 
     measured: list[float] = field(default_factory=list)
     own: list[float] = field(default_factory=list)
-    below: int = 0
+    gaps: list[float] = field(default_factory=list)
+    below: int = 0  # graph mode: samples whose report fell under the harness's, by half
 
 
 class MeasuredPlacement:
@@ -412,7 +418,7 @@ class MeasuredPlacement:
         """The time of one call (ms), its output checked where the harness read it. On
         the CPU the harness's bracket less what a bracket adds (a sample that leaves no
         time, noise, is taken again); on the GPU the worker's own events, bounded by the
-        harness's whole bracket and checked against it (GPU_BRACKET_SLACK_MS says why)."""
+        harness's whole bracket and checked against it (GPU_REPORT_ALLOWANCE_MS says why)."""
         for _ in range(NONPOSITIVE_RETAKES + 1):
             whole, self.harness, self.reported = self._take()
             reported = self._reported_within(whole)
@@ -564,25 +570,31 @@ class MeasuredPlacement:
         """The worker's own time against the harness's, once OWN_TIME_MIN_SAMPLES samples
         have both: too short a report is a lie (a longer one than the whole bracket is
         refused at once, `_reported_within`). A loaded machine only ever lengthens the
-        harness's figure, so the CPU's rule reads its fastest sample; on the GPU every
-        sample must fall short, beyond the bracket's slack."""
+        harness's figure, so the CPU's rule reads its fastest sample; on the GPU the rule
+        of GPU_REPORT_ALLOWANCE_MS."""
         figures = self._figures
         figures.measured.append(measured)
         if own is None or self._measuring.tolerance is None:
             return
         figures.own.append(own)
-        floor = OWN_TIME_FLOOR_MS[self._worker.device.type]
-        if self._on_gpu():  # the report is the sample, its bracket bounds it from above
-            slack = GPU_BRACKET_SLACK_MS["gated" if self._worker.gated() else "linked"]
-            figures.below += own < (measured - slack / self.calls) * (1 - OWN_TIME_TOLERANCE)
+        figures.gaps.append(measured - own)
+        on_gpu, single = self._on_gpu(), self.mode == "single"
+        if on_gpu:
+            allowance = GPU_REPORT_ALLOWANCE_MS["gated" if self._worker.gated() else self.mode]
+            under = (measured - allowance / self.calls) * GPU_GRAPH_REPORT_FRACTION
+            figures.below += own < under
         paired = len(figures.own)
         if paired < OWN_TIME_MIN_SAMPLES:
             return
         theirs, ours = statistics.median(figures.own), statistics.median(figures.measured)
-        if self._on_gpu():
+        if on_gpu and single:
+            below = statistics.median(figures.gaps) > (
+                allowance + GPU_REPORT_ALLOWANCE_FRACTION * ours
+            )
+        elif on_gpu:
             below = paired == figures.below
         else:
-            below = theirs < min(figures.measured) * CPU_OWN_FRACTION - floor
+            below = theirs < min(figures.measured) * CPU_OWN_FRACTION - CPU_OWN_FLOOR_MS
         if below:
             raise Refused(
                 f"its process reported {theirs:.4g} ms a call where the harness measured "

@@ -38,13 +38,19 @@ class Lender:
         self.outputs = cuda_ipc.Mappings(device) if device.type == "cuda" else None
 
     def lend(self, like: torch.Tensor) -> Lent:
-        """A new buffer of `like`'s shape and dtype, holding a copy of `like`."""
+        """A new buffer of `like`'s shape and dtype, holding a copy of `like` by the time
+        this returns: the worker reads it from another process, which no stream of ours
+        orders (a copy left queued behind the parent's float64 reference reached the worker
+        half done: our kernel failed its graph probe on 5 of 13 default configs, an H200,
+        2026-11-29)."""
         if self.device.type == "cuda":
             buffer = cuda_ipc.DeviceBuffer(tuple(like.shape), like.dtype, self.device)
             lent = Lent(buffer.tensor, buffer.descriptor.to_json(), buffer.free)
         else:
             lent = self._file(like)
         lent.tensor.copy_(like)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
         return lent
 
     def _file(self, like: torch.Tensor) -> Lent:

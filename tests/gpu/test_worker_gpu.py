@@ -107,7 +107,7 @@ def test_a_kernel_in_its_worker_is_timed_in_graph_and_single_mode(tmp_path, regi
 
 def test_a_gpu_workers_sample_is_its_own_time_held_by_the_harnesss_bracket(tmp_path, registered):
     """On the GPU a worker's sample is its own events' time, which the harness's bracket
-    holds (isolation.GPU_BRACKET_SLACK_MS says why not yet the bracket's): for SDPA called
+    holds (isolation.GPU_REPORT_ALLOWANCE_MS says why not the bracket): for SDPA called
     in a worker, that time agrees with the same SDPA timed in the harness's process, every
     row records the harness's figure beside it, and every timed call was checked where the
     harness read it."""
@@ -189,3 +189,23 @@ def test_a_worker_dropped_to_its_trees_user_is_timed_and_checked_as_before(regis
         assert {r.implementation: r.n for r in summary}["fine"] == plan.samples_per_config
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_lent_buffer_holds_its_copy_before_the_worker_can_see_it():
+    """The worker reads a lent buffer from another process, which no stream of the parent's
+    orders: `lend` returns only once the copy is done, however busy the parent's stream
+    (queued behind the parent's float64 reference, a copy reached the worker half done and
+    our kernel failed its graph probe on 5 of the default plan's 13 configs)."""
+    from benches.shared_buffers import Lender
+
+    device = torch.device("cuda")
+    lender = Lender(device)
+    source = torch.randn(64, 1024, 1024, device=device)
+    torch.cuda._sleep(200_000_000)  # about 0.1 s of the stream's time ahead of the copy
+    lent = lender.lend(source)
+    try:
+        assert torch.cuda.current_stream().query(), "lend returned with its copy still queued"
+        assert torch.equal(lent.tensor, source)
+    finally:
+        lent.free()
+        lender.close()

@@ -1,6 +1,7 @@
 """Tables the runs tools/verdict/agreement_device.sh made (developer tool): each launch's
-phase times, and per config our kernel's median by the harness's clock, its own reported
-median (the old path's method: events in its own process) and the old tree's median.
+phase times, and per config our kernel's median sample (`latency_ms`: on the GPU its own
+events, checked), the harness's median figure for the same calls (`harness_ms`: its bracket
+less the calibration), their ratio, and the old tree's median sample.
 
     python3 tools/verdict/agreement.py WORK_DIR
 """
@@ -22,19 +23,20 @@ def run_dir(work: str, label: str) -> str | None:
 
 
 def medians(run: str, identity: str) -> dict[str, tuple[float, float | None, int, str]]:
-    latency, reported, mode = defaultdict(list), defaultdict(list), {}
+    """config -> (median sample, median harness figure or None, samples, mode)."""
+    latency, harness, mode = defaultdict(list), defaultdict(list), {}
     with open(os.path.join(run, "results", "measurements.csv"), newline="") as f:
         for row in csv.DictReader(f):
             if row["implementation"] != identity:
                 continue
             latency[row["config"]].append(float(row["latency_ms"]))
-            if row.get("reported_ms"):
-                reported[row["config"]].append(float(row["reported_ms"]))
+            if row.get("harness_ms"):
+                harness[row["config"]].append(float(row["harness_ms"]))
             mode[row["config"]] = row["mode"]
     return {
         c: (
             statistics.median(xs),
-            statistics.median(reported[c]) if reported[c] else None,
+            statistics.median(harness[c]) if harness[c] else None,
             len(xs),
             mode[c],
         )
@@ -57,12 +59,12 @@ def main() -> None:
     new = medians(runs["new"], "flash")
     old = medians(runs["old"], "flash") if runs["old"] else {}
     print(
-        f"\n{'config':32} {'mode':6} {'harness ms':>10} {'own ms':>9} {'h/own':>6} {'old ms':>9} {'new/old':>7}"  # noqa: E501 (a table's row)
+        f"\n{'config':32} {'mode':6} {'sample ms':>10} {'harness':>9} {'h/s':>6} {'old ms':>9} {'new/old':>7}"  # noqa: E501 (a table's row)
     )
     ratios_own, ratios_old = [], []
     for config, (ms, own, _n, mode) in new.items():
         old_ms = old.get(config, (None,))[0]
-        r_own = ms / own if own else None
+        r_own = own / ms if own else None
         r_old = ms / old_ms if old_ms else None
         if ms >= 0.1:
             ratios_own += [r_own] if r_own else []
@@ -71,7 +73,7 @@ def main() -> None:
             f"{config:32} {mode:6} {ms:10.4f} {own or float('nan'):9.4f} {r_own or float('nan'):6.3f} "  # noqa: E501 (a table's row)
             f"{old_ms or float('nan'):9.4f} {r_old or float('nan'):7.3f}"
         )
-    for name, xs in (("harness/own", ratios_own), ("new/old", ratios_old)):
+    for name, xs in (("harness/sample", ratios_own), ("new/old", ratios_old)):
         if xs:
             print(
                 f"configs of 0.1 ms or more, {name}: median {statistics.median(xs):.4f}, "
