@@ -11,6 +11,11 @@ timed call is the library's call and nothing else:
     flashinfer  BatchPrefillWithRaggedKVCacheWrapper on NHD: a dense batch is a ragged one
                 with equal lengths; the inputs are BSHD, viewed as [batch*seq, heads, dim]
                 per call (a view); planned once per shape, on its first call (untimed)
+    cudnn-fe    cuDNN's SDPA through its frontend's graph API (`import cudnn`): BSHD memory
+                declared to cuDNN as (b, h, s, d) dims with BSHD strides, grouped-query
+                attention native (fewer k/v heads); one graph per shape, built on the
+                shape's first call (untimed: validate, heuristics, plan build) with its
+                workspace, so a call is the graph's execute and an output allocation
 
 A peer says why it cannot run before any call: no CUDA GPU, a GPU older than its documented
 support ("unsupported on sm_89"), its install failed on the target (the startup script's
@@ -22,6 +27,7 @@ dtypes or head dims is "unsupported: ...". Every row's backend names the install
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +47,10 @@ INSTALL_FAILED_DIR = Path(__file__).resolve().parent.parent / "peer-installs"
 PEERS_LOG = "logs/peers.log"  # where the run's logs keep the install's output
 FLASHINFER_WORKSPACE_BYTES = 128 << 20  # flashinfer's recommended float workspace
 FLASHINFER_PLANS_KEPT = 8  # wrappers kept: each holds its own int workspace and pinned buffer
+CUDNN_GRAPHS_KEPT = 32  # built graphs kept: a config's gate alone builds three (S, 127, 129)
+# The frontend's own CuTe DSL engines (FROST: 1.32.0 ranks one for sm_90 ahead of the library's)
+# are not cuDNN: the rows name the cuDNN library's version, so only its engines may serve.
+CUDNN_FRONTEND_ENGINES = ("sdpa_fwd_prefill",)
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,11 @@ def installed_version(peer: Peer) -> str:
         return str(getattr(root, "__version__", "unknown"))
 
 
+def one_line(error: Exception) -> str:
+    """An exception as one short line, for a row's reason."""
+    return f"{type(error).__name__}: {error}".splitlines()[0][:200]
+
+
 def install_failure(peer: Peer) -> str | None:
     """The last line the target's install left for this peer, if it failed there."""
     marker = INSTALL_FAILED_DIR / f"{peer.name}.failed"
@@ -134,8 +149,7 @@ def availability(peer: Peer, device: torch.device) -> str | None:
             f"(install {peer.pinned} to time it locally)"
         )
     except Exception as error:  # a broken install: the peer's rows say so, the run goes on
-        text = f"{type(error).__name__}: {error}".splitlines()[0][:200]
-        return f"unavailable: import of {peer.module} failed: {text}"
+        return f"unavailable: import of {peer.module} failed: {one_line(error)}"
     return None
 
 
@@ -280,6 +294,193 @@ def flashinfer_unsupported(config: AttentionConfig) -> str | None:
     return dtype_refusal(PEERS["flashinfer"], config)
 
 
+# --- cuDNN through its frontend's graph API ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CudnnGraph:
+    """One built SDPA graph: its tensors (what execute binds the caller's buffers to), its
+    workspace, allocated once, and the engine the plan walk built."""
+
+    graph: object
+    q: object
+    k: object
+    v: object
+    o: object
+    out_shape: tuple[int, ...]  # BSHD, v's head dim
+    workspace: torch.Tensor
+    handle: object
+    engine: str
+
+
+_cudnn_graphs: collections.OrderedDict = collections.OrderedDict()
+_cudnn_handles: dict[torch.device, object] = {}
+
+
+def cudnn_graph_key(q, k, v, causal) -> tuple:
+    """What a built graph is good for: the device, dtype, every shape and stride it was
+    declared with, and the mask. Two calls with the same key execute the same graph."""
+    return (
+        q.device,
+        q.dtype,
+        *((tuple(t.shape), tuple(t.stride())) for t in (q, k, v)),
+        bool(causal),
+    )
+
+
+def cudnn_version_string(version: int) -> str:
+    """cudnnGetVersion()'s integer as the release it names: 91900 -> '9.19.0' (cuDNN 9 on:
+    major*10000 + minor*100 + patch), 8907 -> '8.9.7' (cuDNN 8: major*1000 + minor*100)."""
+    if version >= 90000:
+        return f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+    return f"{version // 1000}.{version // 100 % 10}.{version % 100}"
+
+
+def cudnn_library_version() -> str:
+    """The version of the cuDNN library the frontend loaded (the backend that runs)."""
+    return cudnn_version_string(int(load(PEERS["cudnn-fe"]).backend_version()))
+
+
+def _cudnn_handle(device: torch.device):
+    """One cuDNN handle per device, created on that device (it keeps its stream: see
+    cudnn_fe_run)."""
+    if device not in _cudnn_handles:
+        cudnn = load(PEERS["cudnn-fe"])
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            _cudnn_handles[device] = cudnn.create_handle()
+    return _cudnn_handles[device]
+
+
+def _bhsd_geometry(t: torch.Tensor) -> tuple[list[int], list[int]]:
+    """A [B, S, H, D] tensor's dims and strides in the (b, h, s, d) order cuDNN's SDPA
+    declares its tensors in (the memory stays BSHD)."""
+    (b, s, h, d), (sb, ss, sh, sd) = t.shape, t.stride()
+    return [b, h, s, d], [sb, sh, ss, sd]
+
+
+def _cudnn_build(q, k, v, causal) -> CudnnGraph:
+    """Build the SDPA graph for these tensors' shapes and strides: the frontend's documented
+    sequence (validate, build_operation_graph, heuristics A then FALLBACK, check_support,
+    build_plans), the frontend's own DSL engines left out, and the workspace it asks for."""
+    cudnn = load(PEERS["cudnn-fe"])
+    io_type = {
+        torch.float16: cudnn.data_type.HALF,
+        torch.bfloat16: cudnn.data_type.BFLOAT16,
+    }[q.dtype]
+    handle = _cudnn_handle(q.device)
+    graph = cudnn.pygraph(
+        io_data_type=io_type,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+        handle=handle,
+    )
+    declared = {}
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        dims, strides = _bhsd_geometry(t)
+        declared[name] = graph.tensor(name=name, dim=dims, stride=strides, data_type=io_type)
+    out_shape = (*q.shape[:3], v.shape[-1])
+    o, _stats = graph.sdpa(
+        name="sdpa",
+        q=declared["q"],
+        k=declared["k"],
+        v=declared["v"],
+        generate_stats=False,  # inference: no softmax statistics written
+        attn_scale=q.shape[-1] ** -0.5,
+        use_causal_mask=bool(causal),  # top-left, the harness's bottom-right where S_q = S_kv
+    )
+    b, s, heads, dv = out_shape  # a new contiguous BSHD tensor at every call
+    o.set_output(True).set_dim([b, heads, s, dv]).set_stride([s * heads * dv, dv, heads * dv, 1])
+    o.set_data_type(io_type)
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    graph.deselect_engines(list(CUDNN_FRONTEND_ENGINES))
+    graph.check_support()
+    graph.build_plans()
+    workspace = torch.empty(max(1, graph.get_workspace_size()), dtype=torch.uint8, device=q.device)
+    return CudnnGraph(
+        graph, *declared.values(), o, out_shape, workspace, handle, _cudnn_engine(graph)
+    )
+
+
+def _cudnn_engine(graph) -> str:
+    """The name of the plan the walk built, where the frontend says (1.32's graph keeps the
+    index of the plan it built; an older frontend's graph does not): naming only."""
+    index = getattr(graph, "_plan_index", None)
+    if index is None:
+        return ""
+    try:
+        return str(graph.get_plan_name_at_index(index))[:80]
+    except Exception:
+        return ""
+
+
+def cudnn_graph(q, k, v, causal) -> CudnnGraph:
+    """The built graph for these tensors: from the cache, else built now (the shape's first
+    call, which the harness never times: the gate and the warm-up come first)."""
+    key = cudnn_graph_key(q, k, v, causal)
+    if key in _cudnn_graphs:
+        _cudnn_graphs.move_to_end(key)
+        return _cudnn_graphs[key]
+    built = _cudnn_build(q, k, v, causal)
+    _cudnn_graphs[key] = built
+    while len(_cudnn_graphs) > CUDNN_GRAPHS_KEPT:
+        _cudnn_graphs.popitem(last=False)
+    return built
+
+
+def cudnn_fe_run(q, k, v, causal):
+    """One execute of the shape's graph on the current stream, into a new BSHD output."""
+    built = cudnn_graph(q, k, v, causal)
+    cudnn = load(PEERS["cudnn-fe"])
+    out = torch.empty(built.out_shape, dtype=q.dtype, device=q.device)
+    stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
+    cudnn.set_stream(built.handle, stream)  # the frontend skips the call when it is unchanged
+    built.graph.execute(
+        {built.q: q, built.k: k, built.v: v, built.o: out}, built.workspace, handle=built.handle
+    )
+    return out
+
+
+def cudnn_fe_backend(q, k, v, causal) -> str:
+    """The frontend's version, the cuDNN library's, and the engine that serves the shape."""
+    peer = PEERS["cudnn-fe"]
+    name = f"{peer.distribution}=={installed_version(peer)}"
+    try:
+        name += f":cudnn=={cudnn_library_version()}"
+    except Exception as error:  # no cuDNN found: the call itself fails and says so
+        return f"{name}:cudnn==unknown ({one_line(error)})"
+    try:
+        engine = cudnn_graph(q, k, v, causal).engine
+    except Exception:  # naming only: a graph cuDNN cannot build fails the call itself
+        return name
+    return f"{name}:{engine}" if engine else name
+
+
+def cudnn_fe_unsupported(config: AttentionConfig) -> str | None:
+    """cuDNN's SDPA support matrix (cuDNN frontend docs, Attention): prefill fp16/bf16 with
+    head dims up to 256; the tensors' 16-byte alignment asks for a multiple of 8."""
+    refusal = dtype_refusal(PEERS["cudnn-fe"], config)
+    if refusal is None and (config.head_dim % 8 or config.head_dim > 256):
+        refusal = (
+            f"unsupported: head_dim {config.head_dim} (cudnn-fe takes multiples of 8 up to 256)"
+        )
+    return refusal
+
+
+def cudnn_fe_available(device: torch.device) -> str | None:
+    """The peer's checks, then whether the frontend found a cuDNN library to run."""
+    peer = PEERS["cudnn-fe"]
+    reason = availability(peer, device)
+    if reason is not None:
+        return reason
+    try:
+        cudnn_library_version()
+    except Exception as error:
+        return f"unavailable: {peer.distribution} found no cuDNN library ({one_line(error)})"
+    return None
+
+
 # --- the registry's entries ------------------------------------------------------------------
 
 
@@ -293,7 +494,10 @@ _ADAPTERS = {
     ),
     "fa4": (fa4_run, fa4_backend, fa4_unsupported, bshd, bhsd),
     "flashinfer": (flashinfer_run, flashinfer_backend, flashinfer_unsupported, bshd, bhsd),
+    "cudnn-fe": (cudnn_fe_run, cudnn_fe_backend, cudnn_fe_unsupported, bshd, bhsd),
 }
+# A peer whose availability asks more than availability() does.
+_AVAILABILITY = {"cudnn-fe": cudnn_fe_available}
 
 
 def implementations() -> dict[str, PeerImplementation]:
@@ -305,7 +509,7 @@ def implementations() -> dict[str, PeerImplementation]:
             name,
             run,
             backend_for,
-            lambda device, _peer=peer: availability(_peer, device),
+            _AVAILABILITY.get(name, lambda device, _peer=peer: availability(_peer, device)),
             unsupported,
             to_native=to_native,
             from_native=from_native,

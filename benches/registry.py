@@ -7,7 +7,7 @@
     sdpa-efficient  SDPA pinned to memory-efficient attention
     sdpa-math       SDPA pinned to the plain math path
     reference       float64 attention (benches.reference), the correctness yardstick
-    xformers, fa4, flashinfer
+    xformers, fa4, flashinfer, cudnn-fe
                     public peers (benches/peers.py, docs/peers.md), CUDA only, installed on
                     the target only when a launch asks for them (`--peers`)
     sdpa-extraN     calibration only (N = 16, 32, 64, 128): default SDPA, then one more SDPA

@@ -131,12 +131,17 @@ def tree_sha256s(spec: RunSpec) -> str:
 
 def peer_installs(plan, backend: str) -> list[dict]:
     """What the peers partial installs before the gate: each public peer the plan times,
-    with its pins, preferred first (results_schema/peers.py). Only on gce: on the local
-    backend the payload's python is the user's own, into which bench installs nothing."""
+    with its pins, preferred first, and the options pip adds to each (results_schema/peers.py).
+    Only on gce: on the local backend the payload's python is the user's own, into which bench
+    installs nothing."""
     if not capabilities(backend).sets_up_python:
         return []
     return [
-        {"name": name, "pins": " ".join(PEERS[name].pins)}
+        {
+            "name": name,
+            "pins": " ".join(PEERS[name].pins),
+            "options": " ".join(PEERS[name].pip_options),
+        }
         for name in plan.implementations
         if name in PEERS
     ]

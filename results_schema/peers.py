@@ -10,6 +10,11 @@ and never changes that torch (docs/peers.md).
 
 GPU support is each project's documented statement (docs/peers.md gives the sources); where
 a GPU is outside it, the peer's rows say "unsupported on sm_XY", decided before any call.
+
+A peer may install without its dependencies (`pip_options`): cuDNN's frontend declares
+NVIDIA's CuTe DSL stack for its own Python kernels, which bench leaves out (it times the
+cuDNN library those rows name, and the DSL's pin would fight FA4's); its graph API needs only
+the cuDNN that torch already ships.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class Peer:
     min_capability: tuple[int, int]  # the oldest GPU its documentation supports
     gpus: str  # that documentation's words, for messages
     dtypes: tuple[str, ...]  # the dtypes its attention takes
+    pip_options: tuple[str, ...] = ()  # what the target's pip install adds to each pin
 
     @property
     def pinned(self) -> str:
@@ -67,6 +73,16 @@ PEERS = {
             min_capability=(7, 5),
             gpus="SM75 (Turing) and later",
             dtypes=("float16", "bfloat16"),
+        ),
+        Peer(
+            name="cudnn-fe",
+            distribution="nvidia-cudnn-frontend",
+            module="cudnn",
+            pins=("nvidia-cudnn-frontend==1.32.0",),
+            min_capability=(8, 0),
+            gpus="SM80 (Ampere) or newer",
+            dtypes=("float16", "bfloat16"),
+            pip_options=("--no-deps",),
         ),
     )
 }

@@ -235,7 +235,7 @@ def comparison_options(command):
             # The names are results_schema/peers.py's (a test holds them equal): importing it
             # here would load pydantic for every --help.
             help="also time these public libraries, comma-separated: xformers, fa4, "
-            "flashinfer; each is installed on the VM at its pinned version (on --backend "
+            "flashinfer, cudnn-fe; each is installed on the VM at its pinned version (on --backend "
             "local, only one installed already is timed): docs/peers.md",
         ),
         click.option(

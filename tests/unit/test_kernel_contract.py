@@ -189,7 +189,16 @@ def test_a_contracts_env_takes_build_and_kernel_settings(name):
 
 BUILTIN_NAMES = [
     *("sdpa", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "reference"),
-    *("xformers", "fa4", "flashinfer", "sdpa-extra16", "sdpa-extra7", "SDPA", "Reference"),
+    *(
+        "xformers",
+        "fa4",
+        "flashinfer",
+        "cudnn-fe",
+        "sdpa-extra16",
+        "sdpa-extra7",
+        "SDPA",
+        "Reference",
+    ),
 ]
 
 

@@ -1,10 +1,11 @@
 """The public peers' adapters (benches/peers.py), on the CPU, each against a stand-in module
 that does what the peer documents, in plain torch and in the peer's own layout: xformers'
 BMHK (and BMGHK for grouped-query attention), flash-attn's BSHD returning (out, lse),
-flashinfer's ragged NHD batch wrapper. The stand-ins go into sys.modules under the peers'
-names. The checks: inputs arrive in the native layout, the timed call converts nothing, the
-gate passes them, a stand-in that reads the wrong layout or ignores causal fails it, and each
-peer says why it cannot run where it cannot."""
+flashinfer's ragged NHD batch wrapper, cuDNN's frontend graph (tensors declared by dims and
+strides, which its execute reads the caller's buffers through). The stand-ins go into
+sys.modules under the peers' names. The checks: inputs arrive in the native layout, the timed
+call converts nothing, the gate passes them, a stand-in that reads the wrong layout or ignores
+causal fails it, and each peer says why it cannot run where it cannot."""
 
 from __future__ import annotations
 
@@ -126,7 +127,102 @@ def _flashinfer(seen: StandIns, **faults) -> dict:
     return {"flashinfer": root}
 
 
-STAND_INS = {"xformers": _xformers, "fa4": _fa4, "flashinfer": _flashinfer}
+class _CudnnTensor:
+    """A tensor declared to the stand-in graph: dims and strides in (b, h, s, d) order."""
+
+    def __init__(self, name, dim, stride):
+        self.name, self.dim, self.stride = name, list(dim), list(stride)
+        self.output = False
+
+    def set_output(self, value):
+        self.output = value
+        return self
+
+    def set_dim(self, dim):
+        self.dim = list(dim)
+        return self
+
+    def set_stride(self, stride):
+        self.stride = list(stride)
+        return self
+
+    def set_data_type(self, data_type):
+        return self
+
+
+def _cudnn(seen: StandIns, **faults) -> dict:
+    """cuDNN's frontend as its graph API documents it: execute reads each buffer through the
+    dims and strides declared for it (`wrong_layout`: as a contiguous [B, H, S, D] tensor
+    instead, as a graph declared with the harness's layout would)."""
+    root = types.ModuleType("cudnn")
+    root.__version__ = "1.32.0"
+    root.data_type = types.SimpleNamespace(HALF="half", BFLOAT16="bf16", FLOAT="float")
+    root.heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
+    root.backend_version = lambda: 91900
+    root.create_handle = lambda: types.SimpleNamespace(stream=None)
+    root.graphs = []
+
+    def set_stream(handle, stream):
+        handle.stream = stream
+
+    class pygraph:
+        def __init__(self, io_data_type=None, handle=None, **kw):
+            self.io, self.handle, self.steps, self.barred = io_data_type, handle, [], []
+            self._plan_index = 0
+            root.graphs.append(self)
+
+        def tensor(self, name, dim, stride, data_type):
+            return _CudnnTensor(name, dim, stride)
+
+        def sdpa(self, name, q, k, v, generate_stats, attn_scale, use_causal_mask, **kw):
+            assert generate_stats is False
+            self.inputs, self.scale, self.causal = (q, k, v), attn_scale, use_causal_mask
+            self.o = _CudnnTensor("O", q.dim[:3] + v.dim[3:], [])
+            return self.o, None
+
+        def _step(self, name):
+            return lambda *a: self.steps.append(name)
+
+        def __getattr__(self, name):
+            if name in ("validate", "build_operation_graph", "check_support", "build_plans"):
+                return self._step(name)
+            if name == "create_execution_plans":
+                return lambda modes: self.steps.append((name, tuple(modes)))
+            raise AttributeError(name)
+
+        def deselect_engines(self, names):
+            self.barred = list(names)
+
+        def get_workspace_size(self):
+            return 256
+
+        def get_plan_name_at_index(self, index):
+            return "eng8_stand_in"
+
+        def execute(self, pack, workspace, handle=None):
+            assert self.steps[-1] == "build_plans" and handle is self.handle
+            self.workspace = workspace
+            q, k, v = (pack[t] for t in self.inputs)
+            with seen.running(q, k, v):
+
+                def read(buffer, declared):
+                    if faults.get("wrong_layout"):
+                        return buffer.reshape(declared.dim)
+                    return buffer.as_strided(declared.dim, declared.stride)
+
+                q, k, v = (read(pack[t], t) for t in self.inputs)
+                k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+                v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+                causal = self.causal and not faults.get("ignore_causal")
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
+                pack[self.o].as_strided(self.o.dim, self.o.stride).copy_(out)
+
+    root.pygraph = pygraph
+    root.set_stream = set_stream
+    return {"cudnn": root}
+
+
+STAND_INS = {"xformers": _xformers, "fa4": _fa4, "flashinfer": _flashinfer, "cudnn-fe": _cudnn}
 
 
 @pytest.fixture
@@ -140,6 +236,8 @@ def stand_in(monkeypatch):
             monkeypatch.setitem(sys.modules, module, value)
         monkeypatch.setattr(peers, "_modules", {})
         monkeypatch.setattr(peers, "_flashinfer_plans", peers.collections.OrderedDict())
+        monkeypatch.setattr(peers, "_cudnn_graphs", peers.collections.OrderedDict())
+        monkeypatch.setattr(peers, "_cudnn_handles", {})
         impl = dataclasses.replace(registry.IMPLEMENTATIONS[name], available=lambda d: None)
         monkeypatch.setitem(registry.IMPLEMENTATIONS, name, impl)
         return seen
@@ -205,6 +303,8 @@ def _native_q_shape(name: str, config: AttentionConfig, seq_len: int) -> tuple:
         ("fa4", "wrong_layout"),
         ("fa4", "ignore_causal"),
         ("flashinfer", "ignore_causal"),
+        ("cudnn-fe", "wrong_layout"),
+        ("cudnn-fe", "ignore_causal"),
     ],
 )
 def test_a_stand_in_that_is_wrong_fails_the_gate(stand_in, name, fault):
@@ -348,3 +448,123 @@ def test_the_gate_reports_an_unsupported_dtype_as_its_row(stand_in):
     row, _ = correctness.check_config("r", config, _plan("fa4", config), 0, CPU)
     assert not row.passed and row.backend == "unavailable"
     assert row.message == "unsupported: dtype float32 (fa4 takes float16, bfloat16)"
+
+
+# --- cudnn-fe: one graph per shape, built once ------------------------------------------------
+
+
+def _cudnn_call(config: AttentionConfig, seed: int = 0):
+    impl = registry.get("cudnn-fe")
+    native = impl.native_inputs(correctness.make_inputs(config, CPU, seed))
+    return native, impl.run(*native, config.causal)
+
+
+def test_cudnn_fe_builds_a_shapes_graph_once_and_executes_it_with_one_workspace(stand_in):
+    stand_in("cudnn-fe")
+    cudnn = sys.modules["cudnn"]
+    config = _config(heads=8, kv_heads=2, seq_len=40, head_dim=16)
+    native, first = _cudnn_call(config, 0)
+    _, second = _cudnn_call(config, 1)  # new buffers, same shapes and strides
+    assert len(cudnn.graphs) == 1
+    graph = cudnn.graphs[0]
+    assert graph.steps == [
+        "validate",
+        "build_operation_graph",
+        ("create_execution_plans", ("A", "FALLBACK")),
+        "check_support",
+        "build_plans",
+    ]
+    assert graph.barred == ["sdpa_fwd_prefill"]  # the frontend's own DSL engines are not cuDNN
+    assert (
+        graph.workspace.numel() == 256
+        and graph.workspace
+        is peers._cudnn_graphs[peers.cudnn_graph_key(*native, config.causal)].workspace
+    )
+    assert first.data_ptr() != second.data_ptr()  # a new output each call
+    b, s, h, d = native[0].shape
+    q, k, _ = graph.inputs
+    assert (q.dim, q.stride) == ([b, h, s, d], [s * h * d, d, h * d, 1])  # BSHD memory
+    assert (k.dim, k.stride) == ([b, 2, s, d], [s * 2 * d, d, 2 * d, 1])  # fewer k/v heads
+    assert (graph.o.dim, graph.o.stride) == ([b, h, s, d], [s * h * d, d, h * d, 1])
+    assert graph.scale == d**-0.5 and graph.causal is True
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"causal": False}, {"kv_heads": 4}, {"seq_len": 41}, {"head_dim": 8}, {"dtype": "float16"}],
+)
+def test_cudnn_fe_builds_another_graph_for_any_other_shape_or_mask(stand_in, change):
+    stand_in("cudnn-fe")
+    config = _config(heads=8, kv_heads=2, seq_len=40, head_dim=16)
+    native, _ = _cudnn_call(config)
+    other_native, _ = _cudnn_call(_config(**{**config.model_dump(), **change}))
+    other_causal = change.get("causal", config.causal)
+    assert peers.cudnn_graph_key(*native, config.causal) != peers.cudnn_graph_key(
+        *other_native, other_causal
+    )
+    assert len(sys.modules["cudnn"].graphs) == 2
+
+
+def test_cudnn_fe_keeps_a_bounded_number_of_graphs(stand_in, monkeypatch):
+    stand_in("cudnn-fe")
+    monkeypatch.setattr(peers, "CUDNN_GRAPHS_KEPT", 2)
+    for seq_len in (30, 31, 32, 30):
+        _cudnn_call(_config(seq_len=seq_len))
+    assert len(peers._cudnn_graphs) == 2
+    assert len(sys.modules["cudnn"].graphs) == 4  # S=30 was evicted, then built again
+
+
+def test_cudnn_fe_names_the_frontend_the_cudnn_library_and_the_engine(stand_in):
+    stand_in("cudnn-fe")
+    native, _ = _cudnn_call(_config())
+    assert registry.get("cudnn-fe").backend_for(*native, True) == (
+        "nvidia-cudnn-frontend==1.32.0:cudnn==9.19.0:eng8_stand_in"
+    )
+
+
+@pytest.mark.parametrize(
+    "version,expected",
+    [(91900, "9.19.0"), (90100, "9.1.0"), (92001, "9.20.1"), (8907, "8.9.7"), (8600, "8.6.0")],
+)
+def test_cudnn_versions_read_as_their_releases(version, expected):
+    assert peers.cudnn_version_string(version) == expected
+
+
+def test_cudnn_fe_without_a_cudnn_library_says_so(stand_in, monkeypatch):
+    stand_in("cudnn-fe")  # the stand-in's entry skips the availability check: the real one
+    monkeypatch.setitem(registry.IMPLEMENTATIONS, "cudnn-fe", peers.implementations()["cudnn-fe"])
+
+    def missing():
+        raise RuntimeError("Unable to find symbol cudnnGetVersion")
+
+    monkeypatch.setattr(sys.modules["cudnn"], "backend_version", missing)
+    device = _on_gpu(monkeypatch, (9, 0))
+    assert registry.get("cudnn-fe").available(device) == (
+        "unavailable: nvidia-cudnn-frontend found no cuDNN library "
+        "(RuntimeError: Unable to find symbol cudnnGetVersion)"
+    )
+
+
+def test_cudnn_fe_needs_ampere_and_says_what_to_install(monkeypatch):
+    assert registry.get("cudnn-fe").available(_on_gpu(monkeypatch, (7, 5))) == (
+        "unsupported on sm_75 (cudnn-fe supports SM80 (Ampere) or newer)"
+    )
+    monkeypatch.setattr(peers, "_modules", {})
+    monkeypatch.setitem(sys.modules, "cudnn", None)
+    assert registry.get("cudnn-fe").available(_on_gpu(monkeypatch, (9, 0))) == (
+        "unavailable: nvidia-cudnn-frontend not installed "
+        "(install nvidia-cudnn-frontend==1.32.0 to time it locally)"
+    )
+
+
+@pytest.mark.parametrize(
+    "changes,expected",
+    [
+        ({"head_dim": 256}, None),
+        ({"head_dim": 64, "dtype": "float16"}, None),
+        ({"head_dim": 100}, "unsupported: head_dim 100 (cudnn-fe takes multiples of 8 up to 256)"),
+        ({"dtype": "float32"}, "unsupported: dtype float32 (cudnn-fe takes float16, bfloat16)"),
+    ],
+)
+def test_cudnn_fe_takes_cudnns_head_dims_and_16_bit_dtypes(changes, expected):
+    assert registry.get("cudnn-fe").unsupported(_config(**changes)) == expected

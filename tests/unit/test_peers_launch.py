@@ -46,7 +46,9 @@ def test_an_unknown_peer_is_one_line_exit_2_naming_the_known_ones(gce_settings, 
     assert main([*args, "--peers", "xformers,flash-attn-9"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1, err
-    assert "--peers: unknown peer 'flash-attn-9' (known: xformers, fa4, flashinfer)" in err
+    assert (
+        "--peers: unknown peer 'flash-attn-9' (known: xformers, fa4, flashinfer, cudnn-fe)" in err
+    )
 
 
 def test_peers_need_a_gpu_plan(gce_settings, capsys):
@@ -89,8 +91,12 @@ def _spec_with_peers(backend: str, peers: tuple[str, ...]):
 def test_gce_installs_each_requested_peers_pins_and_local_installs_nothing():
     plan = _spec_with_peers("gce", ("fa4", "xformers")).plan
     assert peer_installs(plan, "gce") == [
-        {"name": "fa4", "pins": "flash-attn-4==4.0.0b36"},
-        {"name": "xformers", "pins": " ".join(PEERS["xformers"].pins)},
+        {"name": "fa4", "pins": "flash-attn-4==4.0.0b36", "options": ""},
+        {"name": "xformers", "pins": " ".join(PEERS["xformers"].pins), "options": ""},
+    ]
+    cudnn = _spec_with_peers("gce", ("cudnn-fe",)).plan
+    assert peer_installs(cudnn, "gce") == [
+        {"name": "cudnn-fe", "pins": "nvidia-cudnn-frontend==1.32.0", "options": "--no-deps"}
     ]
     assert peer_installs(plan, "local") == []
     assert peer_installs(_gpu_plan(), "gce") == []
@@ -134,11 +140,13 @@ exit 1
 """
 
 
-def _install(tmp_path: Path, pins: str, accepted: str) -> subprocess.CompletedProcess:
+def _install(
+    tmp_path: Path, pins: str, accepted: str, options: str = ""
+) -> subprocess.CompletedProcess:
     partial = template_environment().get_template("partials/peers.sh.j2")
     (tmp_path / "peers.sh").write_text(
         partial.render(
-            peer_installs=[{"name": "xformers", "pins": pins}],
+            peer_installs=[{"name": "xformers", "pins": pins, "options": options}],
             peer_install_seconds=60,
         )
     )
@@ -181,6 +189,16 @@ def test_the_first_pin_that_fits_the_runs_torch_is_installed(tmp_path):
     assert "peers: xformers: installed xformers==0.0.34" in done.stdout
     uploaded = (tmp_path / "store" / "runs" / "r1" / "logs" / "peers.log").read_text()
     assert "conflicting dependencies" in uploaded and "Successfully installed" in uploaded
+
+
+def test_a_peers_pip_options_go_with_each_pin(tmp_path):
+    """cudnn-fe installs without its dependencies (results_schema/peers.py says why)."""
+    pins = "xformers==0.0.35 xformers==0.0.34"
+    done = _install(tmp_path, pins, accepted="xformers==0.0.34", options="--no-deps")
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 2
+    assert all(c.endswith(f"--no-deps {p}") for c, p in zip(calls, pins.split(), strict=True))
 
 
 def test_a_peer_that_fits_no_pin_leaves_pips_error_and_the_script_goes_on(tmp_path):
