@@ -317,6 +317,24 @@ def run(args: argparse.Namespace) -> int:
         if os.geteuid() != 0:  # said here: a failure between fork and exec has no message
             print(f"confinement: cannot run {args.command[0]} as {args.user}: not root")
             return 126
+    # A signal that comes before the child exists is held and sent once it does: installed
+    # after the spawn, the handlers left a window in which a TERM (preemption, stop-all)
+    # ended this process by default and never reached the command (seen on a loaded 2-core
+    # machine: the command had printed, the wrapper died by SIGTERM).
+    held: list[int] = []
+    started: list[subprocess.Popen] = []
+
+    def forward(signum: int, frame) -> None:
+        if not started:
+            held.append(signum)
+            return
+        try:
+            started[0].send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
     output = open(args.output, "ab") if args.output else None
     try:
         # preexec_fn is safe here: this process runs one thread.
@@ -330,15 +348,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if output is not None:
             output.close()
-
-    def forward(signum: int, frame) -> None:
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward)
+    started.append(child)
+    for signum in held:
+        forward(signum, None)
     code = child.wait()
     wait_for_descendants(args.grace)
     ended = end_left_over(_uids([*args.sweep_user, *([args.user] if args.user else [])]))

@@ -87,6 +87,51 @@ def test_a_term_reaches_the_command_and_what_it_left_still_ends(tmp_path, marker
     assert processes_running(f"sleep {marker}") == {}
 
 
+# The program with a TERM delivered to itself the instant its child exists, before it could
+# have done anything else: the window a loaded machine opens at random.
+TERM_AT_SPAWN = """
+import os, signal, subprocess, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import confinement
+
+class TermAtSpawn(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+confinement.subprocess.Popen = TermAtSpawn
+sys.exit(confinement.main(sys.argv[2:]))
+"""
+
+
+def test_a_term_that_comes_as_the_command_starts_reaches_it():
+    """A TERM between the spawn and anything after it is held and sent to the command once
+    it exists (before, the program died by the signal's default and the command ran on:
+    exit -15 seen under load)."""
+    script = "trap 'exit 143' TERM; sleep 60 & wait"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            TERM_AT_SPAWN,
+            str(TOOL),
+            "run",
+            "--phase",
+            "measure",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+    )
+    assert done.returncode == 143, (done.returncode, done.stderr[-500:])
+
+
 # What a command run as the kernel user finds itself to be, one fact a line.
 PROBE = """\
 import os, sys
