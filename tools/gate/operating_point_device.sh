@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# One device call on the H200 (issue 49, item 5), from the repository root, .whl/ carried
+# (pydantic & co.: the device image lacks them):
+#
+#   bash tools/gate/operating_point_device.sh
+#
+# The gate's operating point from a few LONG local-backend runs, each our kernel's candidate
+# tree against its base tree (`--baseline`, a copy of kernels/) on a lean plan (CONFIGS: by
+# default one config of about 0.7 ms, bf16 B2 H16 S4096 D128, so that the time goes into
+# decisions), SDPA and its A/A control beside them, one look of many placements of
+# PER_PLACEMENT rounds (tools/gate/operating_point.py plan):
+#   identical  the repository's own kernels/ against the copy: identical trees
+#   slowed     a copy of the repository whose kernels/flash_attention/api.py plants a
+#              slowdown of PLANT_PCT % of each call: before the kernel, torch.cuda._sleep
+#              for cycles calibrated per shape in the worker (the kernel's own time and the
+#              sleep's rate measured with CUDA events, the sleep's launch gap taken off), so
+#              the call takes PLANT_PCT % longer whatever its shape. PLANT=nanosleep instead
+#              patches the Hopper kernel as tools/gate_power_device.sh did (DELAY_NS per K/V
+#              block; a rebuild). Each run measures what was planted: the analysis prints
+#              each run's whole-run speedup.
+# The first run (identical, FIRST_ROUNDS a config) gives the pace; the others are sized to
+# end by WALL_S less ANALYSIS_S after the start, alternating slowed and identical. Then
+# tools/gate/operating_point.py analyze replays the gate (GATES: first/placements/bound
+# each) on chunks of the runs and prints its table last; everything is under $OUT (each
+# run's log and gate.md, the analysis' JSON, runs.tgz of the fetched run folders).
+set -uo pipefail
+T0=$(date +%s)
+WALL_S=${WALL_S:-500}
+ANALYSIS_S=${ANALYSIS_S:-75}
+PLANT=${PLANT:-sleep}
+PLANT_PCT=${PLANT_PCT:-3}
+DELAY_NS=${DELAY_NS:-40}
+PER_PLACEMENT=${PER_PLACEMENT:-5}
+FIRST_ROUNDS=${FIRST_ROUNDS:-600}
+CONFIGS=${CONFIGS:-bf16-b2h16s4096d128}
+GATES=${GATES:-20/4/80 40/8/160}
+SEQUENCE=${SEQUENCE:-slowed identical slowed}
+IDENTICAL_SHARE=${IDENTICAL_SHARE:-0.55}
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONUNBUFFERED=1
+repo=$PWD
+out=${OUT:-/tmp/oppoint}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/oppoint.XXXXXX)
+export BENCH_STATE_DIR="$work/state"
+tool="$repo/tools/gate/operating_point.py"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
+  --format=csv,noheader | tee "$out/gpu.txt"
+
+# The trees: the base (a copy of kernels/), the slowed copy of the repository.
+mkdir -p "$work/base" "$work/slowed"
+cp -r "$repo/kernels" "$work/base/"
+tar -C "$repo" --exclude=./.git --exclude=./.whl --exclude=./.venv --exclude=./shared \
+  --exclude=./results --exclude=__pycache__ --exclude=.kernel-cache -cf - . | tar -C "$work/slowed" -xf -
+PLANT=$PLANT PLANT_PCT=$PLANT_PCT DELAY_NS=$DELAY_NS python3 - "$work/slowed/kernels" <<'PATCH' || exit 1
+import os, sys
+root = sys.argv[1]
+if os.environ["PLANT"] == "nanosleep":
+    path = f"{root}/flash_attention/csrc/flash_fwd_kernel_sm90.cuh"
+    text = open(path).read()
+    site = "    Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride"
+    pause = ("    for (int j = 0; j < n_blocks; ++j) __nanosleep(%s);  // operating_point_device.sh\n"
+             % os.environ["DELAY_NS"])
+    assert text.count(site) == 1
+    open(path, "w").write(text.replace(site, pause + site))
+    print(f"planted: __nanosleep({os.environ['DELAY_NS']}) per K/V block (sm90)")
+    sys.exit(0)
+path = f"{root}/flash_attention/api.py"
+fraction = float(os.environ["PLANT_PCT"]) / 100
+with open(path, "a") as f:
+    f.write(f'''
+
+# ---- planted slowdown: tools/gate/operating_point_device.sh (never in a real tree) ----
+_PLANT_FRACTION = {fraction!r}
+_planted_cycles: dict = {{}}
+_sleep_cycles_per_ms: list = []
+_unplanted = flash_attention
+
+
+def _ms_per_call(fn, calls=5):
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def _plant_cycles(q, k, v, causal, scale):
+    """Sleep cycles that make this shape's call _PLANT_FRACTION longer, measured once per
+    shape in this process: the kernel's own time, the sleep's cycles per ms, and what the
+    sleep's launch adds beyond its cycles (taken off)."""
+    key = (tuple(q.shape), tuple(k.shape), q.dtype, bool(causal), q.device.index)
+    if key in _planted_cycles:
+        return _planted_cycles[key]
+    if torch.cuda.is_current_stream_capturing():
+        return 0
+    def run():
+        return _unplanted(q, k, v, causal=causal, scale=scale)
+    if not _sleep_cycles_per_ms:
+        torch.cuda._sleep(1000)
+        probe = 500_000
+        _sleep_cycles_per_ms.append(
+            probe / min(_ms_per_call(lambda: torch.cuda._sleep(probe)) for _ in range(3))
+        )
+    per_ms = _sleep_cycles_per_ms[0]
+    for _ in range(3):
+        run()
+    plain = min(_ms_per_call(run) for _ in range(3))
+    target = _PLANT_FRACTION * plain
+    cycles = int(target * per_ms)
+    def both():
+        torch.cuda._sleep(cycles)
+        return run()
+    both()
+    added = min(_ms_per_call(both) for _ in range(3)) - plain
+    gap = added - cycles / per_ms  # the sleep's launch, beyond its cycles
+    cycles = max(0, int((target - max(gap, 0.0)) * per_ms))
+    _planted_cycles[key] = cycles
+    return cycles
+
+
+def flash_attention(q, k, v, causal=False, scale=None):
+    """flash_attention, _PLANT_FRACTION slower (a planted slowdown)."""
+    cycles = _plant_cycles(q, k, v, causal, scale)
+    if cycles:
+        torch.cuda._sleep(cycles)
+    return _unplanted(q, k, v, causal=causal, scale=scale)
+''')
+print(f"planted: torch.cuda._sleep for {fraction:.1%} of each call, calibrated per shape")
+PATCH
+diff -r "$repo/kernels" "$work/slowed/kernels" | head -5
+
+launch() {  # KIND LABEL ROUNDS: one long run, fetched; its folder listed in runs.txt
+  local kind=$1 label=$2 rounds=$3 tree=$repo started code run
+  [ "$kind" = slowed ] && tree=$work/slowed
+  python3 "$tool" plan --configs "$CONFIGS" --rounds "$rounds" --per-placement "$PER_PLACEMENT" \
+    "$work/$label.json" || return 1
+  started=$(date +%s)
+  (cd "$tree" && PYTHONPATH="/tmp/site:$tree" python3 -m orchestrator launch --backend local \
+    --budget 1 --plan "$work/$label.json" --baseline "$work/base" --wait --fail-on slower \
+    --dest "$work/results") > "$out/$label.log" 2>&1
+  code=$?
+  run=$(grep -o 'launched run [0-9a-f-]*' "$out/$label.log" | head -1 | cut -d' ' -f3)
+  echo "$label ($kind): $rounds rounds a config, long run's own gate exit $code, $(( $(date +%s) - started )) s (run ${run:-none})" \
+    | tee -a "$out/summary.txt"
+  cp "$work/results/$run/gate.md" "$out/$label-gate.md" 2>/dev/null
+  if [ -n "$run" ] && [ -f "$work/results/$run/results/measurements.csv" ]; then
+    echo "$kind $work/results/$run" >> "$work/runs.txt"
+    last_run="$work/results/$run"
+  else
+    tail -n 15 "$out/$label.log"
+  fi
+}
+
+last_run=""
+launch identical identical-1 "$FIRST_ROUNDS"
+paced=$(python3 "$tool" pace "$last_run" 2>/dev/null || echo '{}')
+echo "pace of the first run: $paced" | tee -a "$out/summary.txt"
+count=$(echo "$SEQUENCE" | wc -w)
+index=1
+for kind in $SEQUENCE; do
+  index=$((index + 1))
+  remaining=$((count - index + 2))  # runs left, this one included
+  rounds=$(python3 - "$paced" "$kind" "$remaining" <<PY
+import json, math, sys, time
+pace = json.loads(sys.argv[1] or "{}")
+kind, left_runs = sys.argv[2], int(sys.argv[3])
+per_round = (pace.get("seconds_per_round") or 0.03) * len("$CONFIGS".split(","))
+overhead = max(pace.get("other_seconds") or 45.0, 30.0) + 5  # launch, fetch, builds
+seconds = $T0 + $WALL_S - $ANALYSIS_S - time.time() - overhead * left_runs
+order = "$SEQUENCE".split()[-left_runs:]
+share = {"identical": $IDENTICAL_SHARE, "slowed": 1 - $IDENTICAL_SHARE}
+weights = [share[k] / max(order.count(k), 1) for k in order]
+# this run's part of what is left, by the shares of the kinds still to run
+mine = seconds * weights[0] / sum(weights) if seconds > 0 else 0
+rounds = int(mine / per_round) // $PER_PLACEMENT * $PER_PLACEMENT
+print(rounds if rounds >= 160 else 0)
+PY
+)
+  if [ "${rounds:-0}" -le 0 ]; then
+    echo "$kind-$index: skipped, no time left for 160 rounds" | tee -a "$out/summary.txt"
+    continue
+  fi
+  launch "$kind" "$kind-$index" "$rounds"
+done
+
+echo "runs done at $(( $(date +%s) - T0 )) s" | tee -a "$out/summary.txt"
+identical=$(awk '$1 == "identical" {print $2}' "$work/runs.txt" 2>/dev/null)
+slowed=$(awk '$1 == "slowed" {print $2}' "$work/runs.txt" 2>/dev/null)
+left=$(( T0 + WALL_S + 15 - $(date +%s) ))
+[ "$left" -lt 30 ] && left=30
+for gate in $GATES; do
+  name=${gate//\//-}
+  # shellcheck disable=SC2086 # one folder a word
+  timeout "$left" python3 "$tool" analyze --identical $identical --slowed $slowed \
+    --gate "$gate" --jobs 8 --json "$out/oppoint-$name.json" > "$out/oppoint-$name.txt" 2>&1 &
+done
+wait
+tar -czf "$out/runs.tgz" -C "$work" results 2>/dev/null
+echo "== total $(( $(date +%s) - T0 )) s"
+cat "$out/summary.txt"
+for gate in $GATES; do
+  echo
+  cat "$out/oppoint-${gate//\//-}.txt"
+done
