@@ -1,0 +1,84 @@
+"""Issue 52, the first hour of someone benchmarking a kernel of their own: bench writes
+nothing into their repository that their tree then carries, loses no run they did not
+fetch, and prints lines an 80-column terminal shows whole."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orchestrator.kernel_repo import working_state
+from orchestrator.paths import OUTPUTS_GITIGNORE, ensure_writable_dest
+from orchestrator.payload import collect_tree
+
+RUN_ID = "20261122-081500-a1b2c3"
+
+
+def git(repo: Path, *args: str) -> str:
+    command = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    return subprocess.run([*command, *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def kernel_repo(tmp_path) -> Path:
+    """A committed kernel repository, as the README has one write it."""
+    repo = tmp_path / "my-attention"
+    (repo / "my_attn").mkdir(parents=True)
+    (repo / "my_attn" / "ops.py").write_text("def attention(q, k, v, *, causal, scale): ...\n")
+    (repo / "bench-kernel.toml").write_text('[kernel]\nname = "mine"\n')
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "mine")
+    return repo
+
+
+def fetched_into(dest: Path) -> None:
+    """What fetch leaves in DEST: the check it makes first, then a published run."""
+    ensure_writable_dest(dest)
+    (dest / RUN_ID / "results").mkdir(parents=True)
+    (dest / RUN_ID / "results" / "summary.csv").write_text("config,impl\n")
+    (dest / RUN_ID / "manifest.json").write_text("{}")
+
+
+def test_runs_fetched_into_the_kernel_repository_are_no_part_of_its_tree(kernel_repo):
+    fetched_into(kernel_repo / "results")  # the default --dest, run from the repository
+
+    assert git(kernel_repo, "status", "--porcelain") == ""
+    assert working_state(kernel_repo)["dirty"] is False
+    names = [name for name, _ in collect_tree(kernel_repo)]
+    assert names == ["bench-kernel.toml", "my_attn/ops.py"]
+
+
+def test_outside_git_the_walk_leaves_a_fetched_results_folder_out_too(kernel_repo, tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name in ("bench-kernel.toml", "my_attn/ops.py"):
+        (plain / name).parent.mkdir(exist_ok=True)
+        (plain / name).write_bytes((kernel_repo / name).read_bytes())
+    fetched_into(plain / "results")
+
+    assert [name for name, _ in collect_tree(plain)] == ["bench-kernel.toml", "my_attn/ops.py"]
+
+
+def test_an_earlier_results_folder_of_runs_only_is_marked_on_the_next_fetch(kernel_repo):
+    (kernel_repo / "results" / RUN_ID).mkdir(parents=True)  # fetched by an older bench
+    (kernel_repo / "results" / RUN_ID / "manifest.json").write_text("{}")
+    ensure_writable_dest(kernel_repo / "results")
+    assert (kernel_repo / "results" / ".gitignore").read_text() == OUTPUTS_GITIGNORE
+    assert git(kernel_repo, "status", "--porcelain") == ""
+
+
+def test_a_folder_of_the_users_own_is_never_told_to_ignore_itself(kernel_repo):
+    ensure_writable_dest(kernel_repo)  # --dest .
+    assert not (kernel_repo / ".gitignore").exists()
+    (kernel_repo / "data").mkdir()
+    (kernel_repo / "data" / "notes.txt").write_text("mine\n")
+    ensure_writable_dest(kernel_repo / "data")
+    assert not (kernel_repo / "data" / ".gitignore").exists()
+    existing = kernel_repo / "mine"
+    existing.mkdir()
+    (existing / ".gitignore").write_text("*.log\n")
+    ensure_writable_dest(existing)
+    assert (existing / ".gitignore").read_text() == "*.log\n"
