@@ -80,6 +80,11 @@ def status(run_id, as_json):
                 "(from the VM's serial output: "
                 "no manifest reached the bucket)"
             )
+        elif view.state == "deleted by bench clean":
+            reasons.append(
+                f"{record.run_id}: deleted by bench clean ({record.cleaned_at[:16]} UTC) before "
+                "anyone fetched it: its results are gone"
+            )
         reasons += [f"{record.run_id}: {markup_safe(line)}" for line in view.build_failures]
         noise = view.manifest.noise if view.manifest else None
         if noise is not None and noise.verdict == "noisy":
