@@ -3,6 +3,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.options import bench_command, make_context, yes_option
+from orchestrator.cli.wrap import echo
 
 
 @click.command()
@@ -36,24 +37,24 @@ def clean(dry_run, include_unfetched, yes):
     if include_unfetched and not dry_run and not yes:
         planned = clean_runs(ctx, dry_run=True, include_unfetched=True)
         if planned.unfetched and not _confirmed(planned.unfetched):
-            click.echo("bench: nothing removed")
+            echo("bench: nothing removed")
             return 0
     result = clean_runs(ctx, dry_run=dry_run, include_unfetched=include_unfetched)
     verb = "would remove" if dry_run else "removed"
     for removal in result.removed:
-        click.echo(f"bench: {verb} {removal.path} ({_size(removal.bytes)})")
+        echo(f"bench: {verb} {removal.path} ({_size(removal.bytes)})")
     unfetched = [run_id for run_id, why in result.kept.items() if why == NOT_FETCHED]
     for run_id, why in result.kept.items():
         if why != NOT_FETCHED:
-            click.echo(f"bench: kept run {run_id}: {why}")
+            echo(f"bench: kept run {run_id}: {why}")
     if unfetched:
         command = bench_command()
-        click.echo(
+        echo(
             f"bench: kept {len(unfetched)} runs not fetched yet ({', '.join(unfetched)}): "
             f"`{command} fetch --all` first, or `{command} clean --include-unfetched` to "
             "delete their results too"
         )
-    click.echo(
+    echo(
         f"bench: {verb} {len(result.removed)} paths; "
         f"{'would free' if dry_run else 'freed'} {_size(result.bytes_freed)}"
     )
@@ -61,9 +62,9 @@ def clean(dry_run, include_unfetched, yes):
 
 
 def _confirmed(unfetched: list[str]) -> bool:
-    click.echo("bench: these runs were never fetched; their results would be deleted with them:")
+    echo("bench: these runs were never fetched; their results would be deleted with them:")
     for run_id in unfetched:
-        click.echo(f"  {run_id}")
+        echo(f"  {run_id}")
     return click.confirm("Delete them?", default=False)
 
 

@@ -53,6 +53,7 @@ def doctor(gpus, probe):
       bench doctor --gpu l4,t4,a100,h100
       bench doctor --probe        # after `bench setup --apply`
     """
+    from orchestrator.boundary import markup_safe
     from orchestrator.errors import CloudError
     from orchestrator.gpus import parse_gpu_list
     from orchestrator.service.doctor import run_doctor
@@ -67,8 +68,7 @@ def doctor(gpus, probe):
         if not check.ok:
             failed += 1
             line += f" — fix: {check.fix}"
-        out.print(mark, end=" ")
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
+        out.print(f"{mark} {markup_safe(line, 2000)}")
     if failed:
         raise CloudError(f"{failed} check(s) failed: fix the ✗ lines above, then run it again")
     out.print("bench: this project is ready for `bench launch`")

@@ -137,7 +137,8 @@ def launch(
       bench launch --backend local --budget 1.00 --wait
       bench launch --budget 1.00 --plan default --max-runtime 45m
       bench launch --budget 1.00 --baseline main            # did my edits help?
-      bench launch --budget 1.00 --baseline main --wait --fail-on slower   # a CI gate
+      # a CI gate:
+      bench launch --budget 1.00 --baseline main --wait --fail-on slower
       bench launch --backend local --kernel ../my-attn --budget 1 --wait
       bench launch --budget 1.00 --kernel ../my-attn --baseline HEAD~1
       bench launch --budget 1.00 --baseline ../old/kernels --profile

@@ -51,7 +51,8 @@ def render(backend, plan_ref, budget, which, kernel, peers):
       bench render --backend local | less
       bench render --backend gce --plan default --instance | jq .scheduling
       bench render --backend gce --kernel ../my-attn | grep build_user_kernel
-      bench render --backend gce --plan default --peers xformers,fa4 | grep install_peer
+      bench render --backend gce --plan default --peers xformers,fa4 \\
+        | grep install_peer
     """
     from orchestrator.errors import UsageError
     from orchestrator.kernel_repo import default_kernel_dir

@@ -26,7 +26,7 @@ def setup(apply_):
     \b
     Examples:
       bench setup                 # print the commands
-      bench setup --apply         # do it (needs a project Owner or the IAM admin roles)
+      bench setup --apply   # do it (needs a project Owner or the IAM admin roles)
     """
     from orchestrator.service.setup import apply_setup, plan_setup
 

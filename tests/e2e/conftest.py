@@ -80,7 +80,7 @@ def two_local_runs(made_once) -> dict:
             code, launched = printed([*launch, "--wait", "--fetch", "--dest", str(dest)])
             assert code == 0, launched
             (second,) = [r.run_id for r in registry.all() if r.run_id != first]
-            fetched_by_launch = sorted(p.name for p in dest.iterdir())
+            fetched_by_launch = sorted(p.name for p in dest.iterdir() if p.name != ".gitignore")
             code, status = printed(["status", "--json"])
             assert code == 0, status
             assert main(["fetch", first, "--dest", str(dest)]) == 0

@@ -82,3 +82,36 @@ def test_a_folder_of_the_users_own_is_never_told_to_ignore_itself(kernel_repo):
     (existing / ".gitignore").write_text("*.log\n")
     ensure_writable_dest(existing)
     assert (existing / ".gitignore").read_text() == "*.log\n"
+
+
+# --- lines that fit the terminal (cli/wrap.py) ---------------------------------------------
+
+
+def test_a_long_line_breaks_at_spaces_and_a_long_word_stays_whole():
+    from orchestrator.cli.wrap import wrap_text
+
+    path = "/tmp/" + "x" * 90
+    text = f"bench: run 20261122-081500-a1b2c3 complete → {path} (600 samples, all verified)"
+    lines = wrap_text(text, 40).splitlines()
+    assert " ".join(" ".join(lines).split()) == text  # no word cut, none lost
+    assert [line for line in lines if len(line) > 40] == [f"  {path}"]
+    assert all(line.startswith("  ") for line in lines[1:])  # hanging: one message
+    assert wrap_text("  indented words " * 5, 30).splitlines()[1].startswith("    ")
+
+
+def test_piped_with_no_columns_a_line_stays_whole(monkeypatch):
+    import io
+
+    from orchestrator.cli.options import console
+    from orchestrator.cli.wrap import wrap_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert wrap_width(io.StringIO()) is None
+    monkeypatch.setenv("COLUMNS", "80")
+    assert wrap_width(io.StringIO()) == 80
+    out = console()
+    out.file = io.StringIO()
+    out.print("bench: [bold]note[/]: " + "word " * 30)
+    printed = out.file.getvalue().splitlines()
+    assert len(printed) == 3 and max(len(line) for line in printed) <= 80
+    assert printed[0].startswith("bench: note: word")
