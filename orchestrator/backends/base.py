@@ -8,7 +8,6 @@ backends/registry.py names them all.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,9 +114,6 @@ class SetupStep:
     command: list[str]  # the CLI equivalent, one argument per item
     apply: Callable[[Any], str]  # performs the step on the backend's client; what it did
     names_account: bool = False  # a grant to a new account: retried while it propagates
-
-    def command_line(self) -> str:
-        return " ".join(shlex.quote(part) for part in self.command)
 
 
 class BackendHost(Protocol):

@@ -80,3 +80,30 @@ def echo(text: str = "", err: bool = False) -> None:
     import click
 
     click.echo(wrap_text(text, wrap_width(sys.stderr if err else sys.stdout)), err=err)
+
+
+def shell_comment(text: str, width: int | None) -> str:
+    """A `# ...` comment that a shell still reads as one when wrapped: each line a comment."""
+    if width is None:
+        return text
+    lines = wrap_text(text, width).split("\n")
+    return "\n".join([lines[0], *("#" + line[1:] for line in lines[1:])])
+
+
+def shell_command(parts: list[str], width: int | None) -> str:
+    """A command line to paste into a shell: quoted parts, and where it is wider than
+    `width`, continued with ` \\` at a space between parts, never inside one."""
+    import shlex
+
+    quoted = [shlex.quote(part) for part in parts]
+    if width is None:
+        return " ".join(quoted)
+    lines, current = [], ""
+    for part in quoted:
+        candidate = f"{current} {part}" if current else part
+        if current and len(candidate) + len(" \\") > width:
+            lines.append(current + " \\")
+            current = "    " + part
+        else:
+            current = candidate
+    return "\n".join([*lines, current])

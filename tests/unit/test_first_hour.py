@@ -115,3 +115,19 @@ def test_piped_with_no_columns_a_line_stays_whole(monkeypatch):
     printed = out.file.getvalue().splitlines()
     assert len(printed) == 3 and max(len(line) for line in printed) <= 80
     assert printed[0].startswith("bench: note: word")
+
+
+def test_a_setup_command_wrapped_for_the_terminal_still_pastes_into_a_shell():
+    import shlex
+
+    from orchestrator.cli.wrap import shell_command, shell_comment
+
+    parts = ["gcloud", "iam", "roles", "create", "benchSelfDelete", "--project=my project"]
+    parts += ["--permissions=compute.instances.delete,compute.disks.delete", "--quiet"]
+    wrapped = shell_command(parts, 40)
+    wide = [line for line in wrapped.splitlines() if len(line) > 40]
+    assert wide == ["    --permissions=compute.instances.delete,compute.disks.delete \\"]
+    assert shlex.split(wrapped.replace(" \\\n", " ")) == parts
+    assert all(line.endswith(" \\") for line in wrapped.splitlines()[:-1])
+    comment = shell_comment("# 3. a custom role holding only what a VM needs to delete itself", 30)
+    assert all(line.startswith("#") for line in comment.splitlines())
