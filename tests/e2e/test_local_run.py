@@ -166,6 +166,9 @@ def assert_summary_readable_at_80_columns(out: str, plan: Plan) -> None:
     speedups = [line for line in table if re.search(judged, line)]
     assert len(speedups) == len(plan.configs) * (len(plan.identities) - 1)
     assert "None" not in out
+    # Whose a verdict is: the candidate's over the row (issue 52), never a bare word that
+    # reads as the row's.
+    assert re.findall(r"\] (faster|slower|not-slower)\b", out) == []
 
 
 def test_sigterm_mid_benchmark_leaves_a_partial_manifest(bench_env, tmp_path, capsys):

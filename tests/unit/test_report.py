@@ -371,6 +371,21 @@ def test_the_speedup_plot_shows_the_a_a_control_as_the_control(run_dir):
     assert not any(label.startswith("over") and "@aa" in label for label in labels)
 
 
+def test_the_speedup_plots_axis_label_lies_inside_its_figure_and_names_the_candidate(run_dir):
+    """Issue 52: the label was one line wider than the figure, cut off at both ends."""
+    from orchestrator.report import plots
+
+    plt = plots.load_pyplot()
+    figure = plots.speedup_figure(plt, load_run(run_dir))
+    figure.canvas.draw()
+    label = figure.axes[0].xaxis.label
+    box, inside = label.get_window_extent(), figure.bbox
+    text = label.get_text()
+    plt.close(figure)
+    assert inside.x0 <= box.x0 and box.x1 <= inside.x1, (box, inside)
+    assert text.startswith("speedup of sdpa") and "over each implementation" in text
+
+
 @pytest.mark.parametrize(
     ("value", "digits", "shown"),
     [
