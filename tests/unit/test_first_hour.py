@@ -131,3 +131,28 @@ def test_a_setup_command_wrapped_for_the_terminal_still_pastes_into_a_shell():
     assert all(line.endswith(" \\") for line in wrapped.splitlines()[:-1])
     comment = shell_comment("# 3. a custom role holding only what a VM needs to delete itself", 30)
     assert all(line.startswith("#") for line in comment.splitlines())
+
+
+# --- no project, no --backend (item 6) ------------------------------------------------------
+
+
+def test_launch_with_no_project_and_no_backend_refuses_naming_both_ways(bench_env, capsys):
+    from orchestrator.cli import main
+
+    assert main(["launch", "--budget", "1.00"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "no GCP project is configured" in err
+    assert "bench.toml" in err and "--backend local" in err
+    assert not (bench_env / "state" / "runs.sqlite").exists()  # nothing launched
+
+
+def test_render_gce_without_a_project_prints_the_script_with_marked_placeholders(bench_env, capsys):
+    from orchestrator.cli import main
+
+    assert main(["render", "--backend", "gce", "--plan", "default"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("#!/") and "placeholder-bucket" in out
+    assert "# PLACEHOLDERS: project = 'placeholder-project', bucket = 'placeholder-bucket'" in err
+    assert main(["render", "--backend", "gce", "--plan", "default", "--bucket", "mine-1"]) == 0
+    out, err = capsys.readouterr()
+    assert "placeholder-bucket" not in out + err and "project = 'placeholder-project'" in err
