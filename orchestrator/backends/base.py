@@ -104,6 +104,15 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    # Set when the check was not run: what it needs first ("credentials", "project").
+    needs: str = ""
+    # False for advice a launch can do without (gcloud, where credentials come otherwise).
+    required: bool = True
+
+
+def not_run(names, needs: str) -> list[Check]:
+    """The checks of a checklist a failed or missing prerequisite left unasked."""
+    return [Check(name, False, "", needs=needs) for name in names]
 
 
 @dataclass(frozen=True)

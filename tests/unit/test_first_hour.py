@@ -156,3 +156,32 @@ def test_render_gce_without_a_project_prints_the_script_with_marked_placeholders
     assert main(["render", "--backend", "gce", "--plan", "default", "--bucket", "mine-1"]) == 0
     out, err = capsys.readouterr()
     assert "placeholder-bucket" not in out + err and "project = 'placeholder-project'" in err
+
+
+# --- doctor's whole checklist (item 5) -------------------------------------------------------
+
+
+def test_doctor_with_nothing_configured_prints_the_whole_checklist(bench_env, capsys):
+    from orchestrator.cli import main
+
+    assert main(["doctor"]) == 2
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0].split(":")[0] in ("✓ gcloud installed", "! gcloud installed")
+    assert lines[1].startswith("✗ project set:") and lines[2].startswith("✗ bucket set:")
+    assert "bench setup" in lines[2]
+    not_run = [line for line in lines if line.endswith("not run: needs project and bucket")]
+    names = [line.removeprefix("- ").split(":")[0] for line in not_run]
+    assert names[:3] == ["credentials", "project", "Compute API"] and "GPU quota" in names
+    assert "bench doctor" in err
+
+
+def test_the_readmes_gcp_steps_run_in_an_order_that_works():
+    """gcloud first; bench.toml (which `bench setup` reads) before `bench setup`."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Pointing bench at a GCP project", 1)[1].split("\n## ", 1)[0]
+    steps = [line for line in section.splitlines() if line[:3] in {f"{n}. " for n in range(9)}]
+    assert "Google Cloud CLI" in steps[0] and "install" in steps[0].lower()
+    toml = next(i for i, step in enumerate(steps) if "bench.toml" in step)
+    setup = next(i for i, step in enumerate(steps) if "`bench setup`" in step)
+    assert toml < setup

@@ -431,6 +431,12 @@ class GceBackend:
 
     # -- doctor and setup --------------------------------------------------------------
 
+    @classmethod
+    def doctor_checklist(cls) -> tuple[str, ...]:
+        from orchestrator.backends.gce.doctor import CHECKLIST
+
+        return CHECKLIST
+
     def doctor_checks(self, gpu_keys: list[str] | None, probe: bool) -> Iterator[Check]:
         from orchestrator.backends.gce.doctor import run_checks
 

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.backends.base import Check
+from orchestrator.backends.base import Check, not_run
 from orchestrator.backends.gce.adaptor import api_exceptions
 from orchestrator.backends.gce.project_resources import ProjectResources
 from orchestrator.backends.gce.readiness import (
@@ -36,6 +36,25 @@ if TYPE_CHECKING:
     from orchestrator.stores.gcs import GcsStore
 
 
+# What run_checks asks, in its order: the lines `bench doctor` lists as "not run" where a
+# failed check (or a missing setting) leaves the rest unasked.
+CHECKLIST = (
+    "credentials",
+    "project",
+    "Compute API",
+    "zones (machine and GPU types)",
+    "image family",
+    "GPU quota",
+    "bucket",
+    "VM bucket access",
+    "permissions (create VMs, act as the VM account, VM self-delete)",
+)
+
+
+def _after(name: str) -> tuple[str, ...]:
+    return CHECKLIST[CHECKLIST.index(name) + 1 :]
+
+
 def run_checks(
     config: BenchConfig,
     api: ComputeApi,
@@ -53,9 +72,12 @@ def run_checks(
     info, first = _first_contact(resources)
     yield first[0]
     if not first[0].ok:
+        yield from not_run(_after("credentials"), "credentials")
         return
     yield from first[1:]
     if not all(c.ok for c in first):
+        failed = next(c.name for c in first if not c.ok)
+        yield from not_run(_after(CHECKLIST[len(first) - 1]), f"the {failed} check")
         return
     placed = _shapes_by_zone(config, gpu_keys)
     shapes = list(dict.fromkeys(s for zone_shapes in placed.values() for s in zone_shapes))
