@@ -34,6 +34,7 @@ def status(run_id, as_json):
 
     from orchestrator.boundary import markup_safe, printable
     from orchestrator.budget import format_duration
+    from orchestrator.cli.report_sections import NOISY_REMEDY
     from orchestrator.errors import BenchError, ResultsError
     from orchestrator.service.runs import leftovers, listing
 
@@ -89,7 +90,8 @@ def status(run_id, as_json):
         noise = view.manifest.noise if view.manifest else None
         if noise is not None and noise.verdict == "noisy":
             reasons.append(
-                f"{record.run_id}: noisy: verdicts not reliable ({markup_safe(noise.reason, 200)})"
+                f"{record.run_id}: noisy: verdicts not reliable ({markup_safe(noise.reason, 200)});"
+                f" {NOISY_REMEDY}"
             )
         sampling = view.manifest.sampling if view.manifest else None
         if sampling is not None and sampling.stopped != "nothing-to-decide":
