@@ -4,6 +4,7 @@ check, ✓ or ✗ with its fix."""
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -49,6 +50,38 @@ CHECKLIST = (
     "VM bucket access",
     "permissions (create VMs, act as the VM account, VM self-delete)",
 )
+
+
+GCLOUD_INSTALL = "cloud.google.com/sdk/docs/install"
+
+
+def preflight_checks(config: BenchConfig) -> list[Check]:
+    """What this machine and the settings must hold before the project can be asked:
+    a project and a bucket, and (advice: credentials may come without it) gcloud, which
+    logs the credentials in and runs `bench setup`'s commands."""
+    gcloud = shutil.which("gcloud")
+    return [
+        Check(
+            "gcloud installed",
+            gcloud is not None,
+            gcloud or "no gcloud on PATH",
+            f"install the Google Cloud CLI ({GCLOUD_INSTALL}): credentials come from "
+            "`gcloud auth application-default login`, and `bench setup` prints gcloud commands",
+            required=False,  # a key file or CI's workload identity needs none
+        ),
+        Check(
+            "project set",
+            bool(config.project),
+            config.project or "no project in bench.toml, BENCH_PROJECT or --project",
+            'set project = "my-project" in bench.toml (README: "Pointing bench at a GCP project")',
+        ),
+        Check(
+            "bucket set",
+            bool(config.bucket),
+            f"gs://{config.bucket}" if config.bucket else "no bucket in bench.toml or BENCH_BUCKET",
+            'set bucket = "my-bench-results" in bench.toml; `bench setup` creates it',
+        ),
+    ]
 
 
 def _after(name: str) -> tuple[str, ...]:
