@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,32 @@ def ensure_writable(paths: StatePaths) -> None:
 
 
 def ensure_writable_dest(dest: Path) -> None:
-    """Where fetched runs go: checked before anything is downloaded (exit 2)."""
+    """Where fetched runs go: checked before anything is downloaded (exit 2), and marked as
+    bench's outputs (mark_as_outputs)."""
     problem = writable_dir_problem(dest)
     if problem:
         raise UsageError(f"--dest {dest} is not a writable directory ({problem}); choose another")
+    mark_as_outputs(dest)
+
+
+# The default --dest is results/ in the working directory, which is the kernel repository
+# when one follows the README. A .gitignore that ignores everything beside it (as pytest's
+# cache and Python's venv write one) keeps fetched runs out of that repository's tree: git
+# does not list them, so no payload carries them (payload.collect_tree reads git's view,
+# and outside git honours the same file) and no commit reads `+dirty` because of them.
+OUTPUTS_GITIGNORE = "# Written by bench: fetched runs and reports, no part of this repository.\n*\n"
+_OWN_ENTRY = re.compile(
+    r"^(\d{8}-\d{6}-[0-9a-f]{6}|sweep-\d{8}-\d{6}-[0-9a-f]{6}|history\.png"
+    r"|\.staging-.*|\.write-test-.*)$"
+)
+
+
+def mark_as_outputs(dest: Path) -> None:
+    """Write DEST/.gitignore (OUTPUTS_GITIGNORE) unless DEST has one or holds anything that
+    is not bench's: a folder of the user's own (`--dest .`) is never told to ignore itself."""
+    marker = dest / ".gitignore"
+    if os.path.lexists(marker):
+        return
+    if any(not _OWN_ENTRY.match(entry.name) for entry in dest.iterdir()):
+        return
+    marker.write_text(OUTPUTS_GITIGNORE)

@@ -12,7 +12,8 @@ directory or a git revision, next a user's kernel repository) is read by one fun
 - The tree as git sees it. In a git work tree: the tracked files and the untracked ones git
   does not ignore (a tracked file deleted from the disk is left out). At a revision: what
   `git archive` gives. Outside any work tree (bench installed from a wheel): every file
-  under the root. Never `.git`, never a file git ignores.
+  under the root but those of a folder whose own .gitignore ignores all of it (`*`: bench's
+  results folder, paths.mark_as_outputs). Never `.git`, never a file git ignores.
 - No symbolic links. A link anywhere below the root (to a file or a directory, leading out
   of the tree or staying inside it) is refused with a UsageError naming it, and so is a
   file whose parent directory is a link: no content is ever read through a link, and the
@@ -314,9 +315,22 @@ def _walked_names(root: Path, within: Sequence[str], label: str) -> list[str]:
         for current, dirs, files in os.walk(top, onerror=_walk_error(label)):
             here = Path(current)
             linked = [d for d in dirs if (here / d).is_symlink()]
-            dirs[:] = [d for d in dirs if d != ".git" and d not in linked]
+            dirs[:] = [
+                d for d in dirs if d != ".git" and d not in linked and not _ignored_whole(here / d)
+            ]
             names += [_relative(root, here / f) for f in [*files, *linked] if f != ".git"]
     return sorted(names)
+
+
+def _ignored_whole(folder: Path) -> bool:
+    """Whether the folder's own .gitignore ignores all of it (`*`, as bench's results folder,
+    pytest's cache and a venv write): git would list nothing of it, and neither does a walk."""
+    try:
+        text = read_regular(folder / ".gitignore", 4096).decode()
+    except (OSError, UnicodeDecodeError):
+        return False
+    patterns = [line.strip() for line in text.splitlines()]
+    return [p for p in patterns if p and not p.startswith("#")] == ["*"]
 
 
 def _relative(root: Path, path: Path) -> str:

@@ -19,6 +19,8 @@ from orchestrator.errors import NotFoundError, RegistryLockedError
 from results_schema.names import run_key
 
 FINISHED_STATES = ("complete", "partial", "failed", "stopped")
+# A run launched or stopped whose results nobody fetched yet: fetch sets the manifest's state.
+AWAITING_FETCH_STATES = ("running", "stopped")
 
 
 @dataclass
@@ -54,6 +56,8 @@ class RunRecord:
     run_secret: str = ""
     # Whether fetch may promote the run's cache candidates into the shared cache.
     cache_trusted: bool = False
+    # When `bench clean` deleted the run's files here (ISO time; "" while they remain).
+    cleaned_at: str = ""
 
     @property
     def run_key(self) -> str:
@@ -66,6 +70,10 @@ class RunRecord:
     @property
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
+
+    @property
+    def awaiting_fetch(self) -> bool:
+        return self.state in AWAITING_FETCH_STATES
 
 
 # The table's columns are RunRecord's fields; lists and dicts are JSON text in their column,

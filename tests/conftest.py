@@ -30,6 +30,10 @@ REPO = Path(__file__).resolve().parents[1]
 # Set before any test module imports torch, which reads it once.
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
+# pytest-xdist's workers inherit COLUMNS=80 from it; bench reads a stated COLUMNS as a
+# reader's terminal and wraps its lines to it (orchestrator/cli/wrap.py). Tests read bench
+# as a pipe, unless they state a width themselves (tests/e2e/test_eighty_columns.py).
+os.environ.pop("COLUMNS", None)
 
 
 def _python3_found_directly() -> None:

@@ -8,7 +8,6 @@ backends/registry.py names them all.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +104,15 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    # Set when the check was not run: what it needs first ("credentials", "project").
+    needs: str = ""
+    # False for advice a launch can do without (gcloud, where credentials come otherwise).
+    required: bool = True
+
+
+def not_run(names, needs: str) -> list[Check]:
+    """The checks of a checklist a failed or missing prerequisite left unasked."""
+    return [Check(name, False, "", needs=needs) for name in names]
 
 
 @dataclass(frozen=True)
@@ -115,9 +123,6 @@ class SetupStep:
     command: list[str]  # the CLI equivalent, one argument per item
     apply: Callable[[Any], str]  # performs the step on the backend's client; what it did
     names_account: bool = False  # a grant to a new account: retried while it propagates
-
-    def command_line(self) -> str:
-        return " ".join(shlex.quote(part) for part in self.command)
 
 
 class BackendHost(Protocol):

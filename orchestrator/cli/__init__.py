@@ -78,9 +78,11 @@ def cli() -> None:
 
 def _fail(message: str, code: int) -> int:
     from orchestrator.boundary import printable
+    from orchestrator.cli.wrap import echo
 
-    # Messages may quote what a run wrote: one line, no control characters.
-    click.echo(f"bench: error: {printable(message)}", err=True)
+    # Messages may quote what a run wrote: one message, no control characters, wrapped
+    # at its spaces to the terminal.
+    echo(f"bench: error: {printable(message)}", err=True)
     return code
 
 

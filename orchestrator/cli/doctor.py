@@ -23,6 +23,10 @@ from orchestrator.cli.options import cloud_options, console, make_context
 def doctor(gpus, probe):
     """Check a GCP project before spending money: one line per check, ✓ or ✗ with the fix.
 
+    Always the whole checklist: gcloud installed, project and bucket set, then
+    the project's checks below; a check a failed one leaves unasked is listed
+    as "not run: needs ...". Exit 2 while project or bucket is unset.
+
     Checks credentials, the project, the Compute API, each configured zone
     (exists, offers the machine type and the GPU), the image family (resolves,
     not deprecated: names its successor), GPU quota (spot and on-demand per
@@ -53,22 +57,31 @@ def doctor(gpus, probe):
       bench doctor --gpu l4,t4,a100,h100
       bench doctor --probe        # after `bench setup --apply`
     """
-    from orchestrator.errors import CloudError
+    from orchestrator.boundary import markup_safe
+    from orchestrator.errors import CloudError, ConfigError
     from orchestrator.gpus import parse_gpu_list
     from orchestrator.service.doctor import run_doctor
 
     ctx = make_context()
     keys = parse_gpu_list(gpus) if gpus is not None else None
     out = console()
-    failed = 0
+    failed, unset = 0, 0
     for check in run_doctor(ctx, keys, probe=probe):
+        if check.needs:
+            out.print(f"[dim]- {markup_safe(check.name)}: not run: needs {check.needs}[/]")
+            continue
         mark = "[green]✓[/]" if check.ok else "[bold red]✗[/]"
         line = f"{check.name}: {check.detail}"
-        if not check.ok:
+        if not check.ok and not check.required:
+            mark = "[bold yellow]![/]"
+            line += f" — advice: {check.fix}"
+        elif not check.ok:
             failed += 1
+            unset += check.name in ("project set", "bucket set")
             line += f" — fix: {check.fix}"
-        out.print(mark, end=" ")
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
+        out.print(f"{mark} {markup_safe(line, 2000)}")
+    if unset:
+        raise ConfigError("set what the ✗ lines above name, then run `bench doctor` again")
     if failed:
         raise CloudError(f"{failed} check(s) failed: fix the ✗ lines above, then run it again")
     out.print("bench: this project is ready for `bench launch`")

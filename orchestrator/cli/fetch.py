@@ -94,13 +94,16 @@ def show_summary(out, result) -> None:
     _show_failures(out, manifest, failed)
     candidate = markup_safe(plan.candidate)
     out.print(
-        f"{candidate} speedup = median of per-round paired ratios: the row's time / {candidate}'s"
+        f"speedup: how many times as fast {candidate} (cand.) ran as the row's "
+        f"implementation, the median of per-round ratios row ms / {candidate} ms; "
+        f"below 1, {candidate} is the slower"
     )
     margin = f"{plan.margin * 100:g}%"
     out.print(
-        f"verdicts at the run's ±{margin} margin: slower, all of the interval below 1 - {margin};"
+        f"verdicts at the run's ±{margin} margin: cand. slower, all of the interval below "
+        f"1 - {margin}; cand. not slower (or equivalent, cand. faster): its low end at or above "
+        "it; else undecided"
     )
-    out.print("not-slower (or equivalent, faster): its low end at or above it; else undecided")
     _show_ab(out, manifest)
     if plan.control:
         out.print(
@@ -156,6 +159,9 @@ def _speedup_cell(plan, implementation: str, row) -> str:
         return row.flag
     if row is None or row.speedup is None:
         return "-"
+    from orchestrator.report.labels import verdict_phrase
+
     # No verdict without a flag of its own: the row it is compared with was flagged.
-    verdict = row.verdict or "no verdict"
+    control = implementation == plan.control_identity
+    verdict = verdict_phrase(row.verdict, control=control) if row.verdict else "no verdict"
     return f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}] {verdict}"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cli.wrap import echo
 from orchestrator.errors import UsageError
 
 GITHUB_STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
@@ -133,7 +134,7 @@ def append_step_summary(markdown: str) -> None:
         with open(path, "a", encoding="utf-8") as summary:
             summary.write(markdown)
     except OSError as error:  # the verdict still stands; only its display is lost
-        click.echo(f"bench: note: could not append to ${GITHUB_STEP_SUMMARY}: {error}", err=True)
+        echo(f"bench: note: could not append to ${GITHUB_STEP_SUMMARY}: {error}", err=True)
 
 
 def show_outcome(out, report) -> None:

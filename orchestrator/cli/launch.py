@@ -103,6 +103,10 @@ def launch(
 ):
     """Start a benchmark run; the cloud enforces its budget as a time cap.
 
+    Where it runs: gce when a GCP project is configured, this machine with
+    --backend local (free). With neither, launch refuses (exit 2) and names
+    both, rather than run here when you meant an L4.
+
     On gce, the VM gets max_run_duration = what --budget buys at the catalog
     rate (GCE deletes it then if it still runs, even if this laptop is gone);
     bench refuses a launch whose estimated cost exceeds the budget. When the
@@ -137,7 +141,8 @@ def launch(
       bench launch --backend local --budget 1.00 --wait
       bench launch --budget 1.00 --plan default --max-runtime 45m
       bench launch --budget 1.00 --baseline main            # did my edits help?
-      bench launch --budget 1.00 --baseline main --wait --fail-on slower   # a CI gate
+      # a CI gate:
+      bench launch --budget 1.00 --baseline main --wait --fail-on slower
       bench launch --backend local --kernel ../my-attn --budget 1 --wait
       bench launch --budget 1.00 --kernel ../my-attn --baseline HEAD~1
       bench launch --budget 1.00 --baseline ../old/kernels --profile
@@ -146,6 +151,7 @@ def launch(
       bench launch --gpu l4,t4,a100,h100 --budget 5.00
       bench launch --backend local --gpu local --budget 1 --wait
     """
+    from orchestrator.backends.registry import AUTO_FALLBACK
     from orchestrator.service.launch import LaunchRequest
     from orchestrator.service.launch import launch as launch_run
 
@@ -156,6 +162,8 @@ def launch(
         batch_queue_minutes=queue_minutes,
     )
     name, reason = ctx.config.resolved_backend()
+    if ctx.config.backend == "auto" and name == AUTO_FALLBACK:
+        raise UsageError(no_backend_chosen())
     out = console()
     gate = launch_gate(fail_on, margin, gate_on, dest, wait=wait, gpus=gpus, comparison=comparison)
     if fetch_after and (not wait or gpus is not None):
@@ -208,3 +216,15 @@ def cache_trusted(flag: bool | None) -> bool:
     """--trusted/--untrusted, else trusted unless under CI (where a pull request is a
     stranger's code): docs/security.md."""
     return flag if flag is not None else not os.environ.get("CI")
+
+
+def no_backend_chosen() -> str:
+    """launch with no project and no --backend: the README promises an L4, so bench does
+    not quietly run on this machine instead; it names both ways forward."""
+    bench = bench_command()
+    return (
+        "no GCP project is configured, so there is no L4 to start: set `project` and "
+        "`bucket` in bench.toml (README, 'Pointing bench at a GCP project'; then "
+        f"`{bench} doctor`), or run on this machine for free with `{bench} launch "
+        "--backend local ...`"
+    )

@@ -4,15 +4,14 @@ sweep's members (cli/sweep_output.py), which import it and not each other."""
 
 from __future__ import annotations
 
-import click
-
 from orchestrator.cli.options import bench_command
+from orchestrator.cli.wrap import echo
 
 
 def say_runs_go_on(what: str, status_ref: str) -> None:
     """Ctrl-C during --wait stops the following, never the runs: say so, and how to stop them."""
     bench = bench_command()
-    click.echo(
+    echo(
         f"bench: stopped following; {what}. Follow: {bench} status {status_ref} · stop "
         f"every bench machine: {bench} stop-all",
         err=True,

@@ -183,9 +183,11 @@ def make_context(**flags):
 
 
 def console():
-    """Tables fit the terminal; plain lines are never broken by us (soft_wrap), so a run
-    id or a path at the end of a line stays whole for copy and paste."""
+    """Tables fit the terminal; a line of text wraps at its spaces (cli/wrap.py), so a run
+    id or a path stays whole for copy and paste."""
     from rich.console import Console
+
+    from orchestrator.cli.wrap import stated_columns
 
     class PipedConsole(Console):
         def on_broken_pipe(self) -> None:
@@ -193,7 +195,39 @@ def console():
             # once for every command.
             raise BrokenPipeError
 
+        def print(self, *objects, **kwargs):
+            if len(objects) != 1 or not isinstance(objects[0], str) or set(kwargs) - WRAPPED:
+                return super().print(*objects, **kwargs)
+            if not self.is_terminal and stated_columns() is None:  # a pipe: as asked
+                return super().print(*objects, **kwargs)
+            text = self.render_str(
+                objects[0],
+                markup=kwargs.get("markup"),
+                highlight=kwargs.get("highlight", False),
+                style=kwargs.get("style", ""),
+            )
+            for line in _wrapped(text, self.width):
+                super().print(line, soft_wrap=True)
+
     return PipedConsole(highlight=False, soft_wrap=True, emoji=False)
+
+
+# What console().print takes of a line of text it wraps itself (soft_wrap: it always wraps).
+WRAPPED = {"markup", "highlight", "style", "soft_wrap"}
+
+
+def _wrapped(text, width: int):
+    """rich Text, each of its lines broken as cli/wrap.py breaks plain text (styles kept)."""
+    from rich.text import Text
+
+    from orchestrator.cli.wrap import hang_of, pieces
+
+    for line in text.split("\n", allow_blank=True):
+        plain = line.plain
+        spans = pieces(plain, width)
+        yield line[slice(*spans[0])]
+        for span in spans[1:]:
+            yield Text(hang_of(plain, width)) + line[slice(*span)]
 
 
 def comparison_options(command):

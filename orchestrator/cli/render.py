@@ -51,14 +51,26 @@ def render(backend, plan_ref, budget, which, kernel, peers):
       bench render --backend local | less
       bench render --backend gce --plan default --instance | jq .scheduling
       bench render --backend gce --kernel ../my-attn | grep build_user_kernel
-      bench render --backend gce --plan default --peers xformers,fa4 | grep install_peer
+      bench render --backend gce --plan default --peers xformers,fa4 \\
+        | grep install_peer
     """
+    from orchestrator.cli.wrap import echo
     from orchestrator.errors import UsageError
     from orchestrator.kernel_repo import default_kernel_dir
     from orchestrator.service.render import render_scripts
 
     ctx = make_context(backend=backend)
     name, _ = ctx.config.resolved_backend()
+    placeholders = _placeholders(ctx.config, name)
+    if placeholders:
+        # It creates nothing: what is not set yet is shown as a placeholder, and said so.
+        ctx = make_context(backend=backend, **placeholders)
+        shown = ", ".join(f"{key} = {value!r}" for key, value in placeholders.items())
+        echo(
+            f"# PLACEHOLDERS: {shown} stand for settings not made yet (bench.toml or "
+            "BENCH_*): a launch needs the real ones",
+            err=True,
+        )
     kernel = kernel if kernel is not None else default_kernel_dir(Path.cwd())
     names = tuple(dict.fromkeys(n.strip() for n in (peers or "").split(",") if n.strip()))
     rendered = render_scripts(ctx, name, plan_ref, budget, kernel, names)
@@ -80,3 +92,16 @@ def render(backend, plan_ref, budget, which, kernel, peers):
     if rendered.instance_json and which != "instance":
         click.echo("# the instance request: add --instance to print it", err=True)
     return 0
+
+
+# Valid names (GCE's and Cloud Storage's rules), plainly not anyone's.
+PLACEHOLDERS = {"project": "placeholder-project", "bucket": "placeholder-bucket"}
+
+
+def _placeholders(config, backend: str) -> dict[str, str]:
+    """Placeholder values for what a cloud backend needs and the settings lack."""
+    from orchestrator.backends.registry import capabilities
+
+    if not capabilities(backend).billed:
+        return {}
+    return {key: value for key, value in PLACEHOLDERS.items() if getattr(config, key) is None}

@@ -53,7 +53,8 @@ def report(run_id, compare_id, dest, output_format, fail_on, margin, gate_on):
       bench report RUN_A --compare RUN_B
       bench report RUN --format markdown >> "$GITHUB_STEP_SUMMARY"
       bench report RUN --format json --margin 3% --gate-on any
-      bench fetch sweep-20261122-081500-d4e5f6 && bench report sweep-20261122-081500-d4e5f6
+      bench fetch sweep-20261122-081500-d4e5f6
+      bench report sweep-20261122-081500-d4e5f6
     """
     from orchestrator.errors import UsageError
     from orchestrator.report import make_report, published_run_dir

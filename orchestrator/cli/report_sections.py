@@ -25,8 +25,12 @@ def noise_banner(noise, margin: float | None = None) -> str | None:
         return None
     return (
         "[bold red]noisy: verdicts not reliable[/] (the A/A control, judged once for the "
-        f"whole run: {markup_safe(noise.reason, 400)})"
+        f"whole run: {markup_safe(noise.reason, 400)}); {NOISY_REMEDY}"
     )
+
+
+# What to do about a noisy run: every place that says "noisy" says this (issue 52).
+NOISY_REMEDY = "to fix: more samples (--samples N), larger shapes, a quieter machine, or a GPU run"
 
 
 def _interval(point: float | None, ci: tuple[float, float] | None) -> str:

@@ -13,6 +13,7 @@ import math
 from orchestrator.boundary import markup_safe
 from orchestrator.cli.grouped_table import Group, GroupedTable, Row
 from orchestrator.report import Report, ReportRow, implementation_label
+from orchestrator.report.labels import verdict_phrase
 from results_schema.sampling import level
 
 # Long words that would set the verdict column's width, and their short forms.
@@ -72,9 +73,8 @@ def results_table(report: Report) -> GroupedTable:
         group = Group(markup_safe(config))
         for row in rows:
             mode = [markup_safe(row.mode)] if several_modes else []
-            group.rows.append(
-                Row(_name(row, report.candidate), mode + _figures(row, report.candidate))
-            )
+            figures = _figures(row, report.candidate, control=row.implementation == report.control)
+            group.rows.append(Row(_name(row, report.candidate), mode + figures))
             if shows_ratio_of_medians(row.speedup, row.ratio_of_medians):
                 cells = [""] * len(headers)
                 cells[headers.index("speedup")] = f"{significant(row.ratio_of_medians, 3)}x"
@@ -111,10 +111,11 @@ def legend(report: Report) -> list[str]:
     lines = []
     if any(row.speedup is not None for row in report.rows):
         lines.append(
-            "speedup: the candidate's over the row (the A/A control's: its twin's over it), "
-            "the median of the paired per-round ratios row ms / candidate ms; > 1: the "
-            f"candidate is faster. {RATIO_OF_MEDIANS}: the row's median over the candidate's, "
-            "shown where it differs"
+            "speedup: how many times as fast the candidate (cand.) ran as the row's "
+            "implementation (on the A/A control's row: its twin, as the control), the median "
+            "of the paired per-round ratios row ms / "
+            f"candidate ms; > 1: cand. faster. {RATIO_OF_MEDIANS}: the row's median over the "
+            "candidate's, shown where it differs"
         )
     if _marks_candidate(report):
         lines.append(CANDIDATE_LEGEND)
@@ -130,7 +131,9 @@ def verdict_legend(words, margin: float | None, confidence: float | None = None)
 
     def said(kinds) -> str:
         shown = [word for word in MEANINGS if word in kinds and word in used]
-        return "; ".join(f"{_short_form(word)}{word}: {MEANINGS[word]}" for word in shown)
+        return "; ".join(
+            f"{_short_form(word)}{verdict_phrase(word)}: {MEANINGS[word]}" for word in shown
+        )
 
     delta = f"δ = {margin:g}" if margin is not None else "δ the run's margin"
     lines = []
@@ -175,7 +178,7 @@ def _name(row: ReportRow, candidate: str | None) -> str:
     return name
 
 
-def _figures(row: ReportRow, candidate: str | None) -> list[str]:
+def _figures(row: ReportRow, candidate: str | None, control: bool = False) -> list[str]:
     peak = significant(row.pct_of_peak, 3) if row.pct_of_peak is not None else "-"
     speedup = ci = "-"
     if row.speedup is not None:
@@ -185,7 +188,9 @@ def _figures(row: ReportRow, candidate: str | None) -> list[str]:
     if row.speedup_ci is not None:
         low, high = row.speedup_ci
         ci = f"{significant(low, 3)}–{significant(high, 3)}"  # an en dash: "1e-05" has a hyphen
-    verdict = row.verdict or row.flag or ""
+    verdict = row.flag or ""
+    if row.verdict:
+        verdict = verdict_phrase(SHORT_VERDICTS.get(row.verdict, row.verdict), control=control)
     return [
         significant(row.median_ms, 4),
         significant(row.tflops, 3),

@@ -26,18 +26,27 @@ def setup(apply_):
     \b
     Examples:
       bench setup                 # print the commands
-      bench setup --apply         # do it (needs a project Owner or the IAM admin roles)
+      bench setup --apply   # do it (needs a project Owner or the IAM admin roles)
     """
+    from orchestrator.cli.wrap import shell_command, shell_comment, stated_columns
     from orchestrator.service.setup import apply_setup, plan_setup
 
     ctx = make_context()
     out = console()
     plan = plan_setup(ctx)
     if not apply_:
-        out.print("# bench setup: run these (or `bench setup --apply`), then set the account")
+        # Lines to paste into a shell: a comment wraps as comments, a command with ` \`.
+        width = out.width if out.is_terminal or stated_columns() is not None else None
+        out.print(
+            shell_comment(
+                "# bench setup: run these (or `bench setup --apply`), then set the account",
+                width,
+            ),
+            markup=False,
+        )
         for number, step in enumerate(plan.steps, 1):
-            out.print(f"# {number}. {step.title}", markup=False, highlight=False)
-            out.print(step.command_line(), markup=False, highlight=False)
+            out.print(shell_comment(f"# {number}. {step.title}", width), markup=False)
+            out.print(shell_command(list(step.command), width), markup=False, highlight=False)
     else:
         apply_setup(
             ctx,

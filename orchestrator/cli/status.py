@@ -34,6 +34,7 @@ def status(run_id, as_json):
 
     from orchestrator.boundary import markup_safe, printable
     from orchestrator.budget import format_duration
+    from orchestrator.cli.report_sections import NOISY_REMEDY
     from orchestrator.errors import BenchError, ResultsError
     from orchestrator.service.runs import leftovers, listing
 
@@ -80,11 +81,17 @@ def status(run_id, as_json):
                 "(from the VM's serial output: "
                 "no manifest reached the bucket)"
             )
+        elif view.state == "deleted by bench clean":
+            reasons.append(
+                f"{record.run_id}: deleted by bench clean ({record.cleaned_at[:16]} UTC) before "
+                "anyone fetched it: its results are gone"
+            )
         reasons += [f"{record.run_id}: {markup_safe(line)}" for line in view.build_failures]
         noise = view.manifest.noise if view.manifest else None
         if noise is not None and noise.verdict == "noisy":
             reasons.append(
-                f"{record.run_id}: noisy: verdicts not reliable ({markup_safe(noise.reason, 200)})"
+                f"{record.run_id}: noisy: verdicts not reliable ({markup_safe(noise.reason, 200)});"
+                f" {NOISY_REMEDY}"
             )
         sampling = view.manifest.sampling if view.manifest else None
         if sampling is not None and sampling.stopped != "nothing-to-decide":

@@ -1,4 +1,5 @@
-"""An implementation's name as the report prints it: with the backend that actually ran."""
+"""An implementation's name as the report prints it: with the backend that actually ran;
+and a verdict as a row of it reads."""
 
 from __future__ import annotations
 
@@ -26,3 +27,21 @@ def _backend_detail(implementation: str, backend: str) -> str:
     if implementation_of(implementation) == f"{family}-{detail}":
         return ""
     return detail
+
+
+# Whose a verdict is, where a row names another implementation: every speedup is the
+# candidate's over the row (an A/A control's: its twin's over it), so "sdpa ... slower"
+# alone would read as sdpa's. Summary, report and legend say it one way (issue 52).
+CANDIDATE_SUBJECT = "cand."
+TWIN_SUBJECT = "twin"
+
+
+def verdict_phrase(verdict: str, *, control: bool = False) -> str:
+    """'cand. faster', 'cand. slower', 'cand. not slower' ('twin ...' on the A/A control's
+    row); equivalent and undecided as they are: they read right whoever the subject is."""
+    subject = TWIN_SUBJECT if control else CANDIDATE_SUBJECT
+    if verdict in ("faster", "slower"):
+        return f"{subject} {verdict}"
+    if verdict == "not-slower":
+        return f"{subject} not slower"
+    return verdict

@@ -37,6 +37,8 @@ MAX_PLOTTED_CONFIGS = 24  # the default plan's 12, twice over
 MAX_PLOTTED_IMPLEMENTATIONS = 8  # an A/B plan with its A/A control times 5
 MAX_FIGURE_INCHES = (20.0, 30.0)  # width, height
 PLOT_DPI = 110
+# Characters of a 10-point label a figure inch holds, with room to spare (DejaVu Sans).
+LABEL_CHARS_PER_INCH = 11
 
 
 # Every figure a run's report/ may hold, by name: what a report reuses is one of these.
@@ -261,10 +263,16 @@ def speedup_figure(plt, run: RunResults):
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], _labels(configs), fontsize=8)
     ax.invert_yaxis()
     confidence = run.statistics.confidence if run.statistics else None
-    ax.set_xlabel(
-        f"speedup of the candidate (median of paired ratios, {level(confidence)} CI); > 1 "
-        "is faster; grey: the A/A control"
+    candidate = names.get(run.plan.candidate, run.plan.candidate) if run.plan else None
+    candidate = plot_label(candidate) if candidate else "the candidate"
+    label = (
+        f"speedup of {candidate} over each implementation: how many times as fast it ran "
+        f"(median of paired ratios, {level(confidence)} CI); > 1: {candidate} faster; grey: "
+        "the A/A control, its twin over it"
     )
+    # Wrapped to the figure's width: a constrained layout makes room for a label's height,
+    # never its width, and cut the one-line label off at both ends.
+    ax.set_xlabel(textwrap.fill(label, int(fig.get_figwidth() * LABEL_CHARS_PER_INCH)))
     ax.legend(fontsize=8)
     _title(fig, "Speedup", run)
     return fig

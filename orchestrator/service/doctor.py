@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from orchestrator.backends import registry
-from orchestrator.backends.base import Check, ChecksProject
+from orchestrator.backends.base import Check, ChecksProject, not_run
 from orchestrator.config import BenchConfig
 from orchestrator.errors import UsageError
 from orchestrator.service.context import Context
@@ -35,12 +35,24 @@ def run_doctor(
     probe: bool = False,
     backend: str | None = None,
 ) -> Iterator[Check]:
-    """Every check of each backend's project, in order (UsageError first when the settings
-    lack what the first needs). `gpu_keys` (launch --gpu): each GPU type's shape in its own
-    zones, and quota for all of them at once. `probe`: then a tiny machine proves the run's
+    """Every check of each backend's project, in order, after its preflight (gce: gcloud,
+    project and bucket set; an unset one lists the checklist as not run). `gpu_keys`
+    (launch --gpu): each GPU type's shape in its own zones, and quota for all of them at
+    once. `probe`: then a tiny machine proves the run's
     account works, unless the checks it depends on failed. `backend`: that one alone."""
     names = [backend] if backend else projects_in_use(ctx.config)
     for name in names:
+        # What this machine and the settings must hold before the project can be asked
+        # (gce: gcloud, a project, a bucket); with a required one missing, its checklist is
+        # listed as not run.
+        preflight = getattr(registry.backend_class(name), "doctor_preflight", None)
+        settings = preflight(ctx.config) if preflight else []
+        yield from settings
+        missing = [c.name.removesuffix(" set") for c in settings if c.required and not c.ok]
+        if missing:
+            checklist = registry.backend_class(name).doctor_checklist()
+            yield from not_run(checklist, " and ".join(missing))
+            return
         checked = ctx.backend(name)
         if isinstance(checked, ChecksProject):
             yield from checked.doctor_checks(gpu_keys, probe)

@@ -60,7 +60,7 @@ def fetch_runs(
     ensure_writable_dest(dest)
     sweep = is_sweep_id(run_id or "")
     if fetch_all:
-        records = [r for r in ctx.registry.all() if r.state in ("running", "stopped")]
+        records = [r for r in ctx.registry.all() if r.awaiting_fetch and not r.cleaned_at]
     else:
         records = records_for(ctx, run_id or latest_run_id(ctx))
     if sweep:
@@ -139,6 +139,12 @@ def _manifest(store, record: RunRecord) -> Manifest:
     manifest = boundary.read_manifest(store, record)
     if manifest is not None:
         return manifest
+    if record.cleaned_at:
+        raise ResultsError(
+            f"run {record.run_id} was deleted by bench clean ({record.cleaned_at[:16]} UTC): "
+            "its files are gone, so nothing is left to fetch"
+            + ("" if record.awaiting_fetch else "; a copy fetched before stays where it went")
+        )
     try:
         status = boundary.read_status(store, record)
     except ResultsError:

@@ -38,6 +38,8 @@ class RunView:
     def state(self) -> str:
         if self.problem is not None:
             return "invalid"
+        if self.manifest is None and self.record.cleaned_at and self.record.awaiting_fetch:
+            return "deleted by bench clean"  # before anyone fetched it
         if self.record.state == "stopped":  # by stop-all: its own report says only SIGTERM
             return f"stopped ({self.manifest.status})" if self.manifest else "stopped"
         if self.manifest is not None:

@@ -80,7 +80,7 @@ def two_local_runs(made_once) -> dict:
             code, launched = printed([*launch, "--wait", "--fetch", "--dest", str(dest)])
             assert code == 0, launched
             (second,) = [r.run_id for r in registry.all() if r.run_id != first]
-            fetched_by_launch = sorted(p.name for p in dest.iterdir())
+            fetched_by_launch = sorted(p.name for p in dest.iterdir() if p.name != ".gitignore")
             code, status = printed(["status", "--json"])
             assert code == 0, status
             assert main(["fetch", first, "--dest", str(dest)]) == 0
@@ -103,7 +103,8 @@ def built_kernel_runs(made_once) -> dict:
     enters the cache; the second, after a commit that edits the kernel, an A/B against that
     first commit (--baseline HEAD~1): the baseline's tree is the first run's, the
     candidate's a new one. The kernel notes the folder its worker runs in (a file written
-    into its own tree). test_user_kernel reads the first run as the example's plain run and
+    into its own tree). The first is fetched from inside the repository, into its
+    results/. test_user_kernel reads the first run as the example's plain run and
     the second as the A/B; test_user_kernel_build the build cache of the two. Returns the
     runs' folders in the store and their sandboxes, and the two commits."""
     from orchestrator.cli import main
@@ -123,7 +124,11 @@ def built_kernel_runs(made_once) -> dict:
             git(repo, "commit", "-qm", "built in place")
             _, first = launch(root, root, repo)
             first_id = run_ids(root)[-1]
+            # Fetched from the repository, as its README has one work: into its results/,
+            # which must not make the next run's tree `+dirty` (issue 52).
+            os.chdir(repo)
             assert main(["fetch", first_id]) == 0  # a trusted run: its build is cached
+            os.chdir(root / "work")
             ops.write_text(ops.read_text() + "# an edit: another tree\n")
             git(repo, "commit", "-qam", "an edit")
             _, second = launch(root, root, repo, "--baseline", "HEAD~1")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -60,7 +61,11 @@ def test_a_healthy_project_is_all_ticks(project, capsys):
     code, ticks, crosses = doctor(capsys)
     assert code == 0 and crosses == []
     names = [line.split(": ")[0] for line in ticks]
-    assert names == [
+    # gcloud is advice (a launch needs none): "!" and no tick where it is missing.
+    settings = ["✓ gcloud installed"] if shutil.which("gcloud") else []
+    settings += ["✓ project set", "✓ bucket set"]
+    assert names[: len(settings)] == settings
+    assert names[len(settings) :] == [
         "✓ credentials",
         "✓ project",
         "✓ Compute API",
@@ -236,3 +241,18 @@ def test_a_new_project_is_told_which_quota_to_request(project, capsys):
     assert "fix: request PREEMPTIBLE_NVIDIA_L4_GPUS ≥ 1 in us-central1 at " in regional
     assert overall.startswith("✗ GPUS_ALL_REGIONS: 0 free")
     assert "fix: request GPUS_ALL_REGIONS ≥ 1" in overall
+
+
+def test_without_credentials_the_fix_is_said_once_and_every_unasked_check_is_listed(
+    project, monkeypatch, capsys
+):
+    """Issue 52: the credentials line said its fix twice, and the checks it stopped before
+    were not listed."""
+    _break(project, monkeypatch, "credentials")
+    assert main(["doctor"]) == 4
+    out = capsys.readouterr().out
+    assert out.count("gcloud auth application-default login") == 1
+    not_run = [line for line in out.splitlines() if line.endswith("not run: needs credentials")]
+    names = [line.removeprefix("- ").split(":")[0] for line in not_run]
+    assert names[:2] == ["project", "Compute API"] and "GPU quota" in names
+    assert any(name.startswith("permissions") for name in names)

@@ -1,5 +1,6 @@
 """Ctrl-C on `launch --wait` leaves the run going and says so; declining stop-all does
-nothing; `bench clean` frees finished runs' local state and never a running run's."""
+nothing; `bench clean` frees finished runs' local state, never a running run's, and an unfetched
+run's only when asked, after listing it."""
 
 from __future__ import annotations
 
@@ -45,23 +46,44 @@ def test_ctrl_c_stop_all_declined_then_clean(bench_env, tmp_path, monkeypatch, c
     assert main(["stop-all", "--yes"]) == 0
     capsys.readouterr()
     wait_for(
-        lambda: main(["clean", "--dry-run"]) == 0 and "would remove" in capsys.readouterr().out
+        lambda: (
+            main(["clean", "--dry-run", "--include-unfetched"]) == 0
+            and "would remove" in capsys.readouterr().out
+        )
     )
     # Stopped by the kill switch, it says so, not "failed" as its own SIGTERM report reads.
     assert main(["status", "--json"]) == 0
     assert '"state": "stopped' in capsys.readouterr().out  # "stopped (partial)" once it wrote
-    assert main(["clean", "--dry-run"]) == 0
+    assert main(["clean", "--dry-run", "--include-unfetched"]) == 0
     dry = capsys.readouterr().out
     assert str(sandbox) in dry and "would free" in dry and sandbox.is_dir()
     store_copy = store_run_dir(state, run_id)
     assert str(store_copy) in dry and store_copy.is_dir()
 
+    # Nobody fetched it: its store copy is its results' only copy, kept unless asked.
     assert main(["clean"]) == 0
+    kept = capsys.readouterr().out
+    assert f"kept 1 runs not fetched yet ({run_id})" in kept and "--include-unfetched" in kept
+    assert "removed 0 paths" in kept and sandbox.is_dir() and store_copy.is_dir()
+    # Asked, it lists them first; declined, nothing goes.
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    assert main(["clean", "--include-unfetched"]) == 0
+    declined = capsys.readouterr().out
+    assert "never fetched" in declined and f"  {run_id}\n" in declined
+    assert "nothing removed" in declined and sandbox.is_dir() and store_copy.is_dir()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    assert main(["clean", "--include-unfetched"]) == 0
     done = capsys.readouterr().out
-    assert "removed 2 paths; freed" in done and "freed 0 bytes" not in done
+    assert f"  {run_id}\n" in done and "removed 2 paths; freed" in done
+    assert "freed 0 bytes" not in done
     assert not sandbox.exists() and not store_copy.exists()
     assert main(["status", "--json"]) == 0  # the registry keeps the run
-    assert run_id in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert run_id in listed and '"state": "deleted by bench clean"' in listed
+    assert main(["status", run_id]) == 0
+    assert "deleted by bench clean" in capsys.readouterr().out.replace("\n", " ")
+    assert main(["fetch", run_id]) == 5
+    assert f"run {run_id} was deleted by bench clean" in capsys.readouterr().err
 
 
 def test_ctrl_c_while_following_a_sweep_says_its_runs_go_on(

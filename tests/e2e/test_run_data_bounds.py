@@ -321,7 +321,7 @@ def test_reports_beside_a_fetch_republishing_in_a_loop_all_succeed(bench_env, ca
         worker.join()
     assert [code for code, _ in outcomes] == [0, 0, 0], outcomes
     assert fetches and not errors, errors
-    assert sorted(p.name for p in dest.iterdir()) == [run.run_id]  # no draft left behind
+    assert sorted(p.name for p in dest.iterdir()) == [".gitignore", run.run_id]  # no draft
 
 
 def test_the_figure_bounds_are_the_pixel_bounds_held_above():
@@ -406,4 +406,4 @@ def test_a_killed_fetchs_staging_folder_is_removed_by_the_next_fetch(bench_env, 
         assert run_cli(capsys, "fetch", run.run_id, "--dest", str(dest))[0] == 0
     finally:
         os.close(held)
-    assert sorted(p.name for p in dest.iterdir()) == sorted([run.run_id, busy.name])
+    assert sorted(p.name for p in dest.iterdir()) == sorted([".gitignore", run.run_id, busy.name])

@@ -167,7 +167,8 @@ def test_local_sweep_runs_end_to_end_and_its_report_renders(
     # The speedup shown is the candidate's over its first baseline, with the interval of
     # that geometric mean as the run computed it (its manifest's comparison), called that.
     shown = re.search(r"(\d+\.\d\d)x \[(\d+\.\d\d), (\d+\.\d\d)\]", out)
-    (run_dir,) = [p for p in (bench_env / "work" / "results").iterdir() if p.name != sweep_id]
+    results = bench_env / "work" / "results"
+    (run_dir,) = [p for p in results.iterdir() if p.name not in (sweep_id, ".gitignore")]
     comparison = json.loads((run_dir / "manifest.json").read_text())["comparison"][0]
     got = tuple(float(x) for x in shown.groups())
     want = tuple(round(comparison[k], 2) for k in ("geomean", "ci_low", "ci_high"))

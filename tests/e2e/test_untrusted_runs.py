@@ -682,11 +682,12 @@ def test_attack(bench, attack, bench_env, capsys):
     if attack.fetch == 0:
         allowed.append(f"work/results/{run.run_id}")
     assert changed_outside(before, after, allowed) == []
-    # results/ itself may appear, but holds nothing but the run's own folder.
+    # results/ itself may appear, but holds nothing but the run's own folder (and the
+    # .gitignore that keeps it out of a kernel repository's tree: paths.mark_as_outputs).
     assert {k for k in after if k.startswith("work/results/")} <= {
         k for k in after if k.startswith(f"work/results/{run.run_id}")
-    }
-    assert not list(dest.glob(".*")), "a staging folder was left behind"
+    } | {"work/results/.gitignore"}
+    assert not list(dest.glob(".staging-*")), "a staging folder was left behind"
     if attack.fetch:
         assert not (dest / run.run_id).exists(), "a refused run left files in results/"
 
@@ -748,7 +749,7 @@ def test_a_staging_folder_left_by_a_killed_fetch_is_removed_by_the_next(bench, b
     leftover.mkdir(parents=True)
     (leftover / "measurements.csv").write_text("half a file")
     assert run_cli(capsys, "fetch", run.run_id, "--dest", str(dest))[0] == 0
-    assert sorted(p.name for p in dest.iterdir()) == [run.run_id]
+    assert sorted(p.name for p in dest.iterdir()) == [".gitignore", run.run_id]
 
 
 @pytest.mark.parametrize("bench", STORES, indirect=True)

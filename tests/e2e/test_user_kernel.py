@@ -93,6 +93,9 @@ def test_baseline_head_1_compares_two_commits_of_the_users_repository(built_kern
     assert (comparison.baseline, comparison.source) == (f"{NAME}@baseline", "git")
     assert comparison.commit == previous
     assert manifest.plan.user_kernel(NAME).source.commit == head
+    # The first run was fetched into the repository's results/ before this launch: bench's
+    # own outputs are no edit of the user's (issue 52).
+    assert not manifest.plan.user_kernel(NAME).source.dirty
     baseline = manifest.plan.user_kernel(f"{NAME}@baseline")
     assert baseline.source.commit == comparison.commit
     summary = rows(run_dir, "summary.csv", SummaryRow)

@@ -37,9 +37,10 @@ def test_help_imports_no_cloud_sdk_and_no_torch():
         (["launch", "--budget", "-1"], "positive"),
         (["launch", "--budget", "abc"], "not an amount"),
         (["launch", "--budget", "nan"], "positive"),
-        (["launch", "--budget", "1", "--plan", "no-such-plan"], "unknown plan"),
+        (["launch", "--backend", "local", "--budget", "1", "--plan", "no-plan"], "unknown plan"),
         (["launch", "--budget", "1", "--backend", "azure"], "azure"),
         (["launch", "--budget", "1", "--max-runtime", "soon"], "not a duration"),
+        (["launch", "--budget", "1"], "--backend local"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(bench_env, capsys, args, expected):

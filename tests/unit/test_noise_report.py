@@ -54,3 +54,6 @@ def test_a_noisy_run_says_so_in_status_and_first_in_its_report(bench_env, capsys
     assert len(said) == 1 and said[0].startswith(f"{run.run_id}: {BANNER}"), out
     assert "the control was noisy" in said[0]
     assert report.splitlines()[0].startswith(BANNER), report
+    # What to do about it, wherever it is said (issue 52).
+    assert said[0].endswith("--samples N), larger shapes, a quieter machine, or a GPU run")
+    assert "to fix: more samples (--samples N)" in " ".join(report.split())

@@ -58,12 +58,12 @@ def long_speedups(out: str) -> list[str]:
 
 
 def assert_fits(out: str, width: int = WIDTH) -> None:
-    """Nothing cut, and no line past the width but a source, run folder or plot line
-    (kept whole for copy and paste)."""
+    """Nothing cut, and no line past the width but one word alone (a source, a run folder,
+    a plot's path, kept whole for copy and paste: cli/wrap.py)."""
     assert "…" not in out
-    whole = ("plot: ", "  source (")
+    whole = ("plot: ", "  source (")  # piped, a line stays whole: these hold a path or URL
     wide = [line for line in out.splitlines() if len(line.rstrip()) > width]
-    assert [line for line in wide if not line.startswith(whole)] == []
+    assert [line for line in wide if " " in line.strip() and not line.startswith(whole)] == []
 
 
 # --- the main table ------------------------------------------------------------------------
@@ -390,3 +390,16 @@ def test_a_real_ab_report_is_readable(ab_run_dir, where):
                 assert f"{word}:" in legend, word
                 short = SHORT_VERDICTS.get(word)
                 assert short is None or f"{short} = {word}" in legend
+
+
+def test_a_verdict_in_a_row_named_for_another_implementation_says_whose_it_is():
+    """Issue 52: 'reference ... 3.20x faster' read as the reference being faster. Every
+    speedup is the candidate's over the row: its verdict says so; the A/A control's row
+    speaks of its twin."""
+    out = show_report(gpu_report())
+    table, _, legend = out.partition("\nspeedup: ")
+    rows = [line.rstrip() for line in table.splitlines() if line.startswith("   ")]
+    for word, phrase in (("faster", "cand. faster"), ("slower", "cand. slower")):
+        (row,) = [row for row in rows if row.endswith(f" {word}")]
+        assert row.endswith(f" {phrase}") and "@aa" not in row
+    assert "cand. faster" in " ".join(legend.split())

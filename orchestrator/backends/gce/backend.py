@@ -431,6 +431,18 @@ class GceBackend:
 
     # -- doctor and setup --------------------------------------------------------------
 
+    @classmethod
+    def doctor_preflight(cls, config: BenchConfig) -> list[Check]:
+        from orchestrator.backends.gce.doctor import preflight_checks
+
+        return preflight_checks(config)
+
+    @classmethod
+    def doctor_checklist(cls) -> tuple[str, ...]:
+        from orchestrator.backends.gce.doctor import CHECKLIST
+
+        return CHECKLIST
+
     def doctor_checks(self, gpu_keys: list[str] | None, probe: bool) -> Iterator[Check]:
         from orchestrator.backends.gce.doctor import run_checks
 

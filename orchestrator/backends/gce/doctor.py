@@ -4,12 +4,13 @@ check, ✓ or ✗ with its fix."""
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.backends.base import Check
+from orchestrator.backends.base import Check, not_run
 from orchestrator.backends.gce.adaptor import api_exceptions
 from orchestrator.backends.gce.project_resources import ProjectResources
 from orchestrator.backends.gce.readiness import (
@@ -36,6 +37,57 @@ if TYPE_CHECKING:
     from orchestrator.stores.gcs import GcsStore
 
 
+# What run_checks asks, in its order: the lines `bench doctor` lists as "not run" where a
+# failed check (or a missing setting) leaves the rest unasked.
+CHECKLIST = (
+    "credentials",
+    "project",
+    "Compute API",
+    "zones (machine and GPU types)",
+    "image family",
+    "GPU quota",
+    "bucket",
+    "VM bucket access",
+    "permissions (create VMs, act as the VM account, VM self-delete)",
+)
+
+
+GCLOUD_INSTALL = "cloud.google.com/sdk/docs/install"
+
+
+def preflight_checks(config: BenchConfig) -> list[Check]:
+    """What this machine and the settings must hold before the project can be asked:
+    a project and a bucket, and (advice: credentials may come without it) gcloud, which
+    logs the credentials in and runs `bench setup`'s commands."""
+    gcloud = shutil.which("gcloud")
+    return [
+        Check(
+            "gcloud installed",
+            gcloud is not None,
+            gcloud or "no gcloud on PATH",
+            f"install the Google Cloud CLI ({GCLOUD_INSTALL}): credentials come from "
+            "`gcloud auth application-default login`, and `bench setup` prints gcloud commands",
+            required=False,  # a key file or CI's workload identity needs none
+        ),
+        Check(
+            "project set",
+            bool(config.project),
+            config.project or "no project in bench.toml, BENCH_PROJECT or --project",
+            'set project = "my-project" in bench.toml (README: "Pointing bench at a GCP project")',
+        ),
+        Check(
+            "bucket set",
+            bool(config.bucket),
+            f"gs://{config.bucket}" if config.bucket else "no bucket in bench.toml or BENCH_BUCKET",
+            'set bucket = "my-bench-results" in bench.toml; `bench setup` creates it',
+        ),
+    ]
+
+
+def _after(name: str) -> tuple[str, ...]:
+    return CHECKLIST[CHECKLIST.index(name) + 1 :]
+
+
 def run_checks(
     config: BenchConfig,
     api: ComputeApi,
@@ -53,9 +105,12 @@ def run_checks(
     info, first = _first_contact(resources)
     yield first[0]
     if not first[0].ok:
+        yield from not_run(_after("credentials"), "credentials")
         return
     yield from first[1:]
     if not all(c.ok for c in first):
+        failed = next(c.name for c in first if not c.ok)
+        yield from not_run(_after(CHECKLIST[len(first) - 1]), f"the {failed} check")
         return
     placed = _shapes_by_zone(config, gpu_keys)
     shapes = list(dict.fromkeys(s for zone_shapes in placed.values() for s in zone_shapes))

@@ -43,13 +43,14 @@ def shapes_for(config) -> list[GpuShape]:
 # -- pure check builders -------------------------------------------------------------------
 
 
+CREDENTIALS_FIX = "run `gcloud auth application-default login`"
+
+
 def credentials_check(problem: str | None) -> Check:
     if problem:
+        # The error names the fix too: the line says it once.
         return Check(
-            "credentials",
-            False,
-            problem,
-            "run `gcloud auth application-default login`",
+            "credentials", False, problem.split(f"; {CREDENTIALS_FIX}")[0], CREDENTIALS_FIX
         )
     return Check("credentials", True, "Google credentials accepted")
 
