@@ -205,6 +205,11 @@ class Calibration:
             self._known[key] = self._floor[key] = measured
         return self._known[key]
 
+    def measure_again(self, config, mode: str, copies: int, gated: bool) -> None:
+        """At the next use, measured afresh; on the CPU never above what was measured before
+        (`keeps_the_floor`), so the next sample can only keep more of its time."""
+        self._known.pop((config.name, mode, copies, gated), None)
+
     def forget(self) -> None:
         """A new block: measured again at its first use (on the CPU, never above what an
         earlier block measured: `keeps_the_floor`)."""

@@ -225,8 +225,13 @@ class WorkerTiming:
             def overhead(gated: bool) -> float:
                 return self.calibration.overhead_ms(config, own_mode, copies, gated)
 
+            def recalibrate(gated: bool) -> None:
+                self.calibration.measure_again(config, own_mode, copies, gated)
+
             tolerance = self._tolerance.get((config.name, name))
-            return Measuring(self.bracket, overhead, tolerance, self.secret, own_mode, own_calls)
+            return Measuring(
+                self.bracket, overhead, tolerance, self.secret, own_mode, own_calls, recalibrate
+            )
 
         return of
 

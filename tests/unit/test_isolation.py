@@ -293,3 +293,32 @@ def test_a_worker_whose_clock_runs_slow_is_named_over_a_configs_placements(tmp_p
     assert lost.message.startswith("timing: its process reported "), lost.message
     assert "where the harness measured" in lost.message
     assert all(r.implementation != "slow" or r.flag for r in summary)
+
+
+def test_a_calibration_taken_in_a_loaded_spell_is_taken_again_not_held_against_the_kernel(
+    tmp_path, registered, monkeypatch
+):
+    """What a bracket adds, measured while the machine stalled (every bracket of the first
+    calibration 50 ms longer), would leave an honest call no time at all: the harness
+    measures it again and times the call, where it refused the kernel before ("its calls
+    took no time by the harness's clock"; an honest kernel was, two suites at once on 2
+    cores)."""
+    measured = runner.WorkerTiming._calibration_samples
+    stalled = []
+
+    def first_stalled(self, *args):
+        bracketed, in_process = measured(self, *args)
+        if not stalled:
+            stalled.append(True)
+            bracketed = [ms + 50.0 for ms in bracketed]
+        return bracketed, in_process
+
+    monkeypatch.setattr(runner.WorkerTiming, "_calibration_samples", first_stalled)
+    kernel_tree(tmp_path, "fine", "")
+    plan = registered(cpu_plan([user_kernel("fine", "fine")], [config("d8", 8)]), tmp_path)
+
+    checks, summary = run_whole(plan, tmp_path / "run")
+    assert stalled
+    assert [r.message for r in checks if r.stage == "timing" and not r.passed] == []
+    (fine,) = [r for r in summary if r.implementation == "fine"]
+    assert fine.n == plan.samples_per_config and fine.median_ms > 0
