@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from orchestrator import budget
-from orchestrator.backends.base import Placement
+from orchestrator.backends.base import GrantsRunAccess, Placement
 from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
 from orchestrator.gpus import (
     LOCAL_GPU,
@@ -285,7 +285,10 @@ def _start_once(ctx: Context, backend, spec: RunSpec) -> Placement:
 def _render_for(ctx: Context, backend, spec: RunSpec) -> tuple[str, str]:
     """The startup and shutdown scripts for this spec on this backend."""
     work_dir = backend.work_dir(spec.run_id)
+    variables = backend.template_vars()
+    if isinstance(backend, GrantsRunAccess):
+        variables = {**variables, **backend.run_access_vars(spec)}
     return (
-        render_startup(spec, work_dir, backend.template_vars()),
+        render_startup(spec, work_dir, variables),
         render_shutdown(spec, work_dir),
     )

@@ -57,10 +57,15 @@ def iam(gce, gcs_server, monkeypatch):
     with (
         FakeIamServer() as server,
         GcsIamProxy(
-            gcs_server.endpoint, gce.identity_of_token, server.roles, server.member_problem
+            gcs_server.endpoint,
+            gce.identity_of_token,
+            server.roles,
+            server.member_problem,
+            server.public_key,
         ) as proxy,
     ):
         monkeypatch.setenv("BENCH_IAM_ENDPOINT", server.endpoint)
+        monkeypatch.setenv("BENCH_IAMCREDENTIALS_ENDPOINT", server.endpoint)
         monkeypatch.setenv("BENCH_RESOURCEMANAGER_ENDPOINT", server.endpoint)
         monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
         monkeypatch.setenv("BENCH_BUCKET", f"bench-setup-{uuid.uuid4().hex[:10]}")

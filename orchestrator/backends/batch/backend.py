@@ -133,6 +133,20 @@ class BatchBackend:
     def template_vars(self) -> dict:
         return {**gce_template_vars(self.config), "self_delete": False}
 
+    def run_access_vars(self, spec: RunSpec) -> dict:
+        """The run's own grants, as on gce. They last the 7 days Google allows: Batch may
+        start a retried attempt after the first one's cap, and the queue takes its time."""
+        from orchestrator.backends.gce.signing import (
+            GRANT_MARGIN_SECONDS,
+            MAX_GRANT_SECONDS,
+            grant_run_access,
+        )
+        from orchestrator.stores.gcs import GcsStore
+
+        store = self.host.store(self.name) if self.host else GcsStore(self.config)
+        seconds = MAX_GRANT_SECONDS - GRANT_MARGIN_SECONDS
+        return grant_run_access(self.config, store, spec.run_prefix, seconds).template_vars()
+
     def work_dir(self, run_id: str) -> str:
         return f"{self.config.vm_work_dir}/{run_id}"
 
