@@ -15,7 +15,15 @@ from orchestrator.backends.gce.iam import OBJECT_WRITER_ROLE_ID
 
 # Roles that let the VM read its payload and write results (predefined Cloud Storage roles:
 # https://cloud.google.com/storage/docs/access-control/iam-roles).
-OBJECT_ROLES = ("roles/storage.objectUser", "roles/storage.objectAdmin", "roles/storage.admin")
+# Predefined roles that reach objects across a bucket
+# (https://cloud.google.com/storage/docs/access-control/iam-roles).
+OBJECT_ROLES = (
+    "roles/storage.objectViewer",
+    "roles/storage.objectCreator",
+    "roles/storage.objectUser",
+    "roles/storage.objectAdmin",
+    "roles/storage.admin",
+)
 GLOBAL_GPU_QUOTA = "GPUS_ALL_REGIONS"
 QUOTA_PAGE = "https://console.cloud.google.com/iam-admin/quotas"
 
