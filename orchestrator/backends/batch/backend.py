@@ -430,8 +430,9 @@ def _batch_runs_here(config: BenchConfig) -> bool:
 
 
 def _run_id_of(job_id: str) -> str:
-    """bench-<run id>-<secret> -> <run id> (results_schema/names.py's instance name)."""
-    return job_id.removeprefix("bench-").rsplit("-", 1)[0]
+    """bench-<run id> (or a run's from before issue 50, bench-<run id>-<secret>) -> <run id>
+    (results_schema/names.py's instance name)."""
+    return "-".join(job_id.removeprefix("bench-").split("-")[:3])
 
 
 def _state_phrase(state: str) -> str:
