@@ -103,7 +103,7 @@ def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, caps
     labels = sent["labels"]
     assert labels["bench-managed"] == "true" and labels["bench-run"] and labels["bench-owner"]
     (account,) = sent["serviceAccounts"]
-    assert account["scopes"] == ["https://www.googleapis.com/auth/devstorage.read_write"]
+    assert account["scopes"] == ["https://www.googleapis.com/auth/devstorage.read_only"]
     metadata = json.dumps(sent["metadata"]).lower()
     for marker in ("private_key", "client_secret", "ya29.", "refresh_token"):
         assert marker not in metadata

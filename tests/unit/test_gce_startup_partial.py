@@ -175,7 +175,7 @@ def _may_delete_itself(vm, allowed: bool) -> None:
         {
             "email": account,
             "scopes": [
-                "https://www.googleapis.com/auth/devstorage.read_write",
+                "https://www.googleapis.com/auth/devstorage.read_only",
                 "https://www.googleapis.com/auth/compute",
             ],
         }
