@@ -53,9 +53,7 @@ class ProtocolOnly:
             names |= declared(implemented)
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_names", names)
-        object.__setattr__(
-            self, "_protocol", " + ".join(p.__name__ for p in [protocol, *optional])
-        )
+        object.__setattr__(self, "_protocol", " + ".join(p.__name__ for p in [protocol, *optional]))
 
     def __getattr__(self, name: str):
         if name not in self._names:
