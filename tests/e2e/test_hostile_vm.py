@@ -212,7 +212,7 @@ def test_a_hostile_vm_that_knows_every_name_touches_nothing_but_its_own_run(
     assert b"evil" not in (results / finished.run_id / "results" / "summary.csv").read_bytes()
 
 
-def test_the_same_attack_succeeds_against_the_grants_bench_made_before(
+def test_the_same_attack_reads_every_run_through_the_grants_bench_made_before(
     iam,  # noqa: F811 - the fixture
     gce,
     gcs_server,
@@ -221,15 +221,24 @@ def test_the_same_attack_succeeds_against_the_grants_bench_made_before(
 ):
     """What `bench setup` granted before runs were contained (roles/storage.objectUser on the
     whole bucket; delete on bench-* tested as a bare name): the stand-in evaluates those
-    grants too, and the attack above gets through them. The test above can fail."""
+    grants too, and the attack above gets through them: it lists the bucket and reads
+    another run's results and payload. The test above can fail. Its writes with the token
+    are refused now even so, by the VM's read-only storage scope (test_gce_scopes.py), before
+    IAM is asked; its own run's grants bent to another key are refused by their signature."""
     account = f"serviceAccount:{ACCOUNT}"
     iam.create_account(PROJECT, "bench-vm")  # a VM runs only as an account that exists
     iam.create_account(PROJECT, "bench-signer")  # launch signs each run's grants as it
-    gcs_server.client().create_bucket(os.environ["BENCH_BUCKET"])
+    bucket = os.environ["BENCH_BUCKET"]
+    gcs_server.client().create_bucket(bucket)
     iam.proxy.grant(account)  # roles/storage.objectUser, no condition
     iam.proxy.grant(f"serviceAccount:bench-signer@{PROJECT}.iam.gserviceaccount.com")
     monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", ACCOUNT)
     victim = "runs/20261101-120000-abcdef"
+    for name in ("payload.tar.gz", "results/summary.csv", "manifest.json"):
+        gcs_server.client().bucket(bucket).blob(f"bench/{victim}/{name}").upload_from_string(
+            f"theirs {name}"
+        )
+    before = _objects(gcs_server, bucket, f"bench/{victim}/")
     path, env = _attacker(tmp_path, [victim])
     gce.config.vm_path = [path, *gce.config.vm_path]
     gce.config.vm_env = {**gce.config.vm_env, **env}
@@ -239,6 +248,16 @@ def test_the_same_attack_succeeds_against_the_grants_bench_made_before(
     gce.wait_for((tmp_path / "report.txt").exists, HANG_SECONDS)
     report = _report(tmp_path)
     assert report[("list-runs", "-")] == "200" and report[("list-all", "-")] == "200"
-    assert report[("overwrite-summary", victim)] == "200"
-    assert report[("plant-cache-digest", "-")] == "200"
-    assert report[("plant-cache-tarball", "-")] == "200"
+    assert report[("read-summary", victim)] == "200"
+    assert report[("read-payload", victim)] == "200"
+    writes = ("overwrite-summary", "overwrite-manifest", "delete-summary")
+    assert [report[(what, victim)] for what in writes] == ["403"] * 3
+    assert report[("plant-cache-digest", "-")] == "403"
+    assert report[("plant-cache-tarball", "-")] == "403"
+    # Every refusal of the token's writes was for its scope, none for IAM: these grants
+    # alone would have let them through.
+    token_denied = [d for d in iam.proxy.denied if d[0] == ACCOUNT]
+    assert len(token_denied) == 5 and token_denied == iam.proxy.denied_for_scope
+    assert report[("signed-read-bent", victim)] == "403"
+    assert report[("signed-overwrite-bent", victim)] == "403"
+    assert _objects(gcs_server, bucket, f"bench/{victim}/") == before
