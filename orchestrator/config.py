@@ -204,6 +204,14 @@ class BenchConfig(BaseModel):
     storage_endpoint: str | None = Field(None, description="Cloud Storage endpoint override")
     metadata_endpoint: str | None = Field(None, description="VM metadata server override")
     iam_endpoint: str | None = Field(None, description="IAM API endpoint override (bench setup)")
+    iamcredentials_endpoint: str | None = Field(
+        None, description="IAM Service Account Credentials endpoint override (signBlob)"
+    )
+    signer_account: str | None = Field(
+        None,
+        description="the service account whose signature grants each run its own objects "
+        "(default: bench-signer@<project>, made by `bench setup`)",
+    )
     batch_endpoint: str | None = Field(None, description="Cloud Batch API endpoint override")
     batch_queue_minutes: float = Field(
         60.0, gt=0, description="batch: a job still QUEUED this long is deleted, its share freed"
@@ -250,6 +258,15 @@ class BenchConfig(BaseModel):
             raise ValueError(
                 "an image project is a project id (6-30 lowercase letters, digits or hyphens, "
                 "starting with a letter), e.g. deeplearning-platform-release"
+            )
+        return value
+
+    @field_validator("signer_account")
+    @classmethod
+    def _signer_account(cls, value: str | None) -> str | None:
+        if value is not None and (value == "default" or not SERVICE_ACCOUNT_RE.fullmatch(value)):
+            raise ValueError(
+                "a service account email like bench-signer@my-project.iam.gserviceaccount.com"
             )
         return value
 
@@ -306,6 +323,7 @@ class BenchConfig(BaseModel):
         "storage_endpoint",
         "metadata_endpoint",
         "iam_endpoint",
+        "iamcredentials_endpoint",
         "batch_endpoint",
         "resourcemanager_endpoint",
         "billing_endpoint",

@@ -52,7 +52,8 @@ class RunRecord:
     # A sweep (`launch --gpu a,b`) groups its members; gpu is the gpus.toml key.
     sweep_id: str = ""
     gpu: str = ""
-    # The run's capability (results_schema.names); "" for a run from before they existed.
+    # The secret a run launched before issue 50 had in its key and instance name; "" for
+    # every other run (names are public now: results_schema/names.py).
     run_secret: str = ""
     # Whether fetch may promote the run's cache candidates into the shared cache.
     cache_trusted: bool = False

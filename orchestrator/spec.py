@@ -9,9 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from results_schema import Plan
 from results_schema.names import (
     RUN_ID_PATTERN,
-    RUN_SECRET_PATTERN,
     instance_name,
-    new_run_secret,
     run_key,
 )
 from results_schema.names import new_run_id as new_run_id
@@ -47,11 +45,6 @@ class RunSpec(BaseModel):
     spot: bool = True
     sweep_id: str | None = Field(None, pattern=r"^sweep-\d{8}-\d{6}-[0-9a-f]{6}$")
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
-    run_secret: str = Field(
-        default_factory=new_run_secret,
-        pattern=RUN_SECRET_PATTERN,
-        description="the run's capability: in its store key and instance name only",
-    )
     cache_trusted: bool = Field(
         False,
         description="its cache candidates may be promoted into the shared cache at fetch",
@@ -59,12 +52,12 @@ class RunSpec(BaseModel):
 
     @property
     def instance_name(self) -> str:
-        return instance_name(self.run_id, self.run_secret)
+        return instance_name(self.run_id)
 
     @property
     def run_prefix(self) -> str:
         """Key prefix of this run inside the store (the store adds its own bucket prefix)."""
-        return run_key(self.run_id, self.run_secret)
+        return run_key(self.run_id)
 
     def with_payload(self, payload) -> RunSpec:
         """This spec carrying the payload's sha256 and its trees' digests."""

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import base64
 import secrets
 from datetime import datetime, timezone
 
 RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{6}$"
-# A run's capability: 130 random bits in lowercase base32, in its store key and its
-# instance name. A VM's identity may create and delete objects under runs/ and delete
-# instances named bench-*, but may list neither, so the only run it can name is its own
-# (docs/security.md). "" marks a run launched before runs had one.
-RUN_SECRET_PATTERN = r"^([a-z2-7]{26})?$"
+# Every name is public (internal DNS publishes VM names to the network): no name carries a
+# secret, and a run reaches its own objects through grants launch signs for it alone
+# (docs/security.md). Runs launched before this (issue 50) had 26 base32 characters of
+# secret in their store key and instance name: the registry keeps theirs to find them.
+LEGACY_RUN_SECRET_PATTERN = r"^([a-z2-7]{26})?$"
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -30,19 +29,16 @@ CONTENT_TYPES = {
 }
 
 
-def new_run_secret() -> str:
-    return base64.b32encode(secrets.token_bytes(17)).decode().lower()[:26]
-
-
 def _with_secret(run_id: str, secret: str) -> str:
     return f"{run_id}-{secret}" if secret else run_id
 
 
-def run_key(run_id: str, secret: str = "") -> str:
-    """The run's key prefix inside a store (the store adds its own bucket prefix)."""
-    return f"runs/{_with_secret(run_id, secret)}"
+def run_key(run_id: str, legacy_secret: str = "") -> str:
+    """The run's key prefix inside a store (the store adds its own bucket prefix):
+    runs/<run id>, public like every name."""
+    return f"runs/{_with_secret(run_id, legacy_secret)}"
 
 
-def instance_name(run_id: str, secret: str = "") -> str:
-    """bench-<run id>-<secret>: 55 characters, inside GCE's 63."""
-    return f"bench-{_with_secret(run_id, secret)}"
+def instance_name(run_id: str, legacy_secret: str = "") -> str:
+    """bench-<run id>: 28 characters, public like every name."""
+    return f"bench-{_with_secret(run_id, legacy_secret)}"

@@ -17,7 +17,12 @@ import pytest
 from results_schema.names import new_run_id
 
 # The stand-ins' fixtures, for every test that names them.
-from tests.fakes.fixtures import compute_server, gcs_bucket, gcs_server  # noqa: F401
+from tests.fakes.fixtures import (  # noqa: F401
+    compute_server,
+    gcs_bucket,
+    gcs_server,
+    iam_credentials,
+)
 from tests.limits import HANG_SECONDS
 from tests.processes import shared_folder, sleep_marker, temporary_user
 

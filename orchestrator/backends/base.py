@@ -2,7 +2,8 @@
 
 A backend declares what sets its runs apart (`Capabilities`, as dstack's backends declare
 theirs) and the optional protocols it implements (`ChecksProject`, `SetsUpProject`,
-`SplitsBudget`, `ReportsBilledTime`): the service layer reads those, never a backend's name.
+`SplitsBudget`, `ReportsBilledTime`, `GrantsRunAccess`): the service layer reads those,
+never a backend's name.
 backends/registry.py names them all.
 """
 
@@ -254,6 +255,17 @@ class BudgetTerms:
     setup_seconds: int  # billed before each attempt's cap starts (a VM's boot)
     region: str  # the region whose rate priced it
     summary: str
+
+
+@runtime_checkable
+class GrantsRunAccess(Protocol):
+    """A backend whose machine reaches the store only through grants signed for its run
+    (backends/gce/signing.py): launch asks for them just before it renders the script."""
+
+    def run_access_vars(self, spec: RunSpec) -> dict[str, Any]:
+        """Template variables holding this run's own grants, replacing template_vars' empty
+        ones."""
+        ...
 
 
 @runtime_checkable

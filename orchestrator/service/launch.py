@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from orchestrator import budget
-from orchestrator.backends.base import Placement
+from orchestrator.backends.base import GrantsRunAccess, Placement
 from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
 from orchestrator.gpus import (
     LOCAL_GPU,
@@ -157,7 +157,7 @@ def launch(
     # The request start will send, built now: one the cloud would refuse (gce: metadata
     # over its limits) is a usage error with nothing recorded, written or sent (issue 32).
     built = spec.with_payload(payload)
-    machines.instance_request_json(built, *_render_for(ctx, machines, built))
+    machines.instance_request_json(built, *_render_for(ctx, machines, built, signed=False))
     # Priced again with the boot disk at the size the start will ask for (on gce the
     # image's, read from Compute now: the checks above sent nothing; 0: nothing billed).
     disk_gb = machines.boot_disk_gb()
@@ -282,10 +282,15 @@ def _start_once(ctx: Context, backend, spec: RunSpec) -> Placement:
     return backend.start(spec, startup, shutdown)
 
 
-def _render_for(ctx: Context, backend, spec: RunSpec) -> tuple[str, str]:
+def _render_for(ctx: Context, backend, spec: RunSpec, signed: bool = True) -> tuple[str, str]:
     """The startup and shutdown scripts for this spec on this backend."""
     work_dir = backend.work_dir(spec.run_id)
+    variables = backend.template_vars()
+    # The run's own grants are signed only for the script a start sends (`bench render` and
+    # the request check before it show the script without them: a few hundred bytes less).
+    if signed and isinstance(backend, GrantsRunAccess):
+        variables = {**variables, **backend.run_access_vars(spec)}
     return (
-        render_startup(spec, work_dir, backend.template_vars()),
+        render_startup(spec, work_dir, variables),
         render_shutdown(spec, work_dir),
     )

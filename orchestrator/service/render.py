@@ -40,6 +40,6 @@ def render_scripts(
     payload = build_payload(plan, kernel_trees=shaped.kernel_trees)
     spec = spec.with_payload(payload)
     backend = ctx.backend(backend_name)
-    startup, shutdown = _render_for(ctx, backend, spec)
+    startup, shutdown = _render_for(ctx, backend, spec, signed=False)
     instance_json = backend.instance_request_json(spec, startup, shutdown)
     return Rendered(startup, shutdown, instance_json, estimate, spec.rate_usd_per_hour)

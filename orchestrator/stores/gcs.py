@@ -202,6 +202,24 @@ class GcsStore:
             partial.unlink(missing_ok=True)
             raise
 
+    def signed_get_url(self, key: str, credentials: Any, endpoint: str, seconds: int) -> str:
+        """A V4 signed URL that lets its holder GET this one object for `seconds`, signed by
+        `credentials` (google-auth Signing: signing.IamSigner's signBlob), on `endpoint`
+        (https://cloud.google.com/storage/docs/access-control/signed-urls)."""
+        from datetime import timedelta
+
+        blob = self._bucket.blob(self.object_name(key))
+        return self._translated(
+            lambda: blob.generate_signed_url(
+                version="v4",
+                method="GET",
+                expiration=timedelta(seconds=seconds),
+                credentials=credentials,
+                api_access_endpoint=endpoint,
+            ),
+            key,
+        )
+
     def exists(self, key: str) -> bool:
         blob = self._bucket.blob(self.object_name(key))
         return self._call(lambda: blob.exists(retry=self._retry), key)

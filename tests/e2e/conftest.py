@@ -16,7 +16,7 @@ ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
 
 
 @pytest.fixture
-def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):
+def gce(bench_env, compute_server, gcs_server, gcs_bucket, iam_credentials, monkeypatch):
     """bench pointed at both stand-ins; the fake VM's python3 is this test's python."""
     settings = {
         "PROJECT": "bench-test-project",
@@ -25,6 +25,7 @@ def gce(bench_env, compute_server, gcs_server, gcs_bucket, monkeypatch):
         "COMPUTE_ENDPOINT": compute_server.endpoint,
         "STORAGE_ENDPOINT": gcs_server.endpoint,
         "METADATA_ENDPOINT": compute_server.metadata_url,
+        "IAMCREDENTIALS_ENDPOINT": iam_credentials.sign_for("bench-test-project"),
         "VM_WORK_DIR": str(bench_env / "vm"),
         "POLL_SECONDS": "0.2",
         # The default account's VMs cannot delete themselves: launch refuses them unless

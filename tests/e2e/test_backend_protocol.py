@@ -9,7 +9,7 @@ import time
 import pytest
 
 from orchestrator import budget
-from orchestrator.backends import registry
+from orchestrator.backends import base, registry
 from orchestrator.backends.base import Backend
 from orchestrator.backends.gce import builder, compute
 from orchestrator.backends.gce.backend import GceBackend
@@ -28,20 +28,32 @@ from tests.e2e.test_gce_cli import (
     plan_file,
     run_key_of,
 )
-from tests.e2e.test_gce_scopes import READ_WRITE, bucket_with_iam  # noqa: F401 - fixture
+from tests.e2e.test_gce_scopes import READ_ONLY, bucket_with_iam  # noqa: F401 - fixture
 from tests.e2e.test_local_run import small_plan
 from tests.unit.test_service_protocols import declared
 
 pytestmark = pytest.mark.timeout(300)
 
 
+# The optional protocols a backend may implement (GrantsRunAccess, SplitsBudget, ...): the
+# service asks `isinstance(backend, P)` and then calls what P declares.
+OPTIONAL_PROTOCOLS = [
+    v for v in vars(base).values() if isinstance(v, type) and getattr(v, "_is_runtime_protocol", 0)
+]
+
+
 class ProtocolOnly:
-    """`inner` as the service sees it: any name its protocol does not declare is an error."""
+    """`inner` as the service sees it: any name neither its protocol nor an optional protocol
+    it implements declares is an error."""
 
     def __init__(self, inner, protocol) -> None:
+        names = declared(protocol)
+        optional = [p for p in OPTIONAL_PROTOCOLS if isinstance(inner, p)]
+        for implemented in optional:
+            names |= declared(implemented)
         object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_names", declared(protocol))
-        object.__setattr__(self, "_protocol", protocol.__name__)
+        object.__setattr__(self, "_names", names)
+        object.__setattr__(self, "_protocol", " + ".join(p.__name__ for p in [protocol, *optional]))
 
     def __getattr__(self, name: str):
         if name not in self._names:
@@ -120,7 +132,7 @@ def test_a_gce_run_launched_waited_and_fetched_needs_only_what_the_protocols_dec
     (insert,) = gce.calls("instances.insert")
     assert insert.query["requestId"]
     (sent,) = gce.inserted
-    assert sent["serviceAccounts"][0]["scopes"] == [builder.STORAGE_SCOPE] == [READ_WRITE]
+    assert sent["serviceAccounts"][0]["scopes"] == [builder.STORAGE_SCOPE] == [READ_ONLY]
     assert bucket_with_iam.denied == []
     assert main(["fetch", run_id, "--dest", str(tmp_path / "results")]) == 0
     assert "every sha256 verified" in capsys.readouterr().out

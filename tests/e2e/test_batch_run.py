@@ -30,7 +30,8 @@ batch = batch_fixtures.batch
 
 
 def job_id_of(batch, run_id: str) -> str:
-    (name,) = [n for n in batch.jobs if f"bench-{run_id}-" in n]
+    # The job is named bench-<run id>, nothing more: every name is public (issue 50).
+    (name,) = [n for n in batch.jobs if n.endswith(f"/jobs/bench-{run_id}")]
     return name.rsplit("/", 1)[-1]
 
 

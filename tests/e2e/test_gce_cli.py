@@ -103,7 +103,7 @@ def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, caps
     labels = sent["labels"]
     assert labels["bench-managed"] == "true" and labels["bench-run"] and labels["bench-owner"]
     (account,) = sent["serviceAccounts"]
-    assert account["scopes"] == ["https://www.googleapis.com/auth/devstorage.read_write"]
+    assert account["scopes"] == ["https://www.googleapis.com/auth/devstorage.read_only"]
     metadata = json.dumps(sent["metadata"]).lower()
     for marker in ("private_key", "client_secret", "ya29.", "refresh_token"):
         assert marker not in metadata
@@ -212,12 +212,15 @@ def test_a_failing_phase_uploads_log_and_failed_manifest_and_powers_off(
     assert "leftover" not in capsys.readouterr().out
 
 
-def test_a_vm_account_without_bucket_access_fails_in_the_payload_phase_in_seconds(
-    gce, gcs_server, tmp_path, capsys, monkeypatch
+def test_a_run_whose_grant_the_bucket_refuses_fails_in_the_payload_phase_in_seconds(
+    gce, gcs_server, iam_credentials, tmp_path, capsys, monkeypatch
 ):
     from tests.fakes.gcs_proxy import GcsIamProxy
 
-    with GcsIamProxy(gcs_server.endpoint, gce.identity_of_token) as proxy:  # no member: denied
+    # The signer of the run's grants holds no role on the bucket: its signed URL is refused.
+    with GcsIamProxy(
+        gcs_server.endpoint, gce.identity_of_token, public_key_of=iam_credentials.public_key
+    ) as proxy:
         monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
         plan = plan_file(tmp_path)
         assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
@@ -228,29 +231,34 @@ def test_a_vm_account_without_bucket_access_fails_in_the_payload_phase_in_second
             lambda: f"run {run_id} finished: failed" in instance.serial_text(), HANG_SECONDS
         )
         assert "phase environment" not in instance.serial_text()  # no install first
-        assert proxy.denied and all(
-            account.endswith("-compute@developer.gserviceaccount.com")
-            for account, _, _ in proxy.denied
+        # Every refusal is of a signed request (its uploads too), the payload's URL among them.
+        assert {how for how, _, _ in proxy.denied} == {"signed"}
+        assert any(
+            method == "GET" and path.endswith(f"/runs/{run_id}/payload.tar.gz")
+            for _, method, path in proxy.denied
         )
         # No manifest can reach the bucket: the VM stays up a while so its console says why.
         assert main(["status", run_id]) == 0
         out = " ".join(capsys.readouterr().out.split())
         assert "failed" in out and "phase payload failed" in out
-        assert "refused (HTTP 403): this VM's service account may not read gs://" in out
+        assert "refused (HTTP 403): gs://" in out and "refused the run's signed grant" in out
         assert "from the VM's serial output" in out
 
 
 def test_launch_wait_ends_at_once_when_the_vm_cannot_reach_the_bucket(
-    gce, gcs_server, tmp_path, capsys, monkeypatch
+    gce, gcs_server, iam_credentials, tmp_path, capsys, monkeypatch
 ):
     from tests.fakes.gcs_proxy import GcsIamProxy
 
-    with GcsIamProxy(gcs_server.endpoint, gce.identity_of_token) as proxy:  # no member: denied
+    with GcsIamProxy(
+        gcs_server.endpoint, gce.identity_of_token, public_key_of=iam_credentials.public_key
+    ) as proxy:  # no member: the signer's grant is refused
         monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
         args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
         assert main([*args, "--wait"]) == 5
         (line,) = capsys.readouterr().err.strip().splitlines()
-        assert "failed: phase payload failed" in line and "may not read gs://" in line
+        assert "failed: phase payload failed" in line and "refused the run's signed grant" in line
+        assert proxy.denied
         # The wait ended on the VM's serial output, not at the VM's own end after its 180 s
         # reason window: bench deleted a VM still up.
         assert "its VM was deleted" in line

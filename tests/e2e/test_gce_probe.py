@@ -5,7 +5,10 @@ doctor reports each step and leaves nothing behind, or deletes what is left and 
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
 
 import pytest
 
@@ -114,7 +117,10 @@ def test_doctor_does_not_start_the_probe_when_what_it_needs_is_missing(
     monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", "default")
     assert main(["doctor", "--probe"]) == 4
     (line,) = _lines(capsys, "✗ probe")
-    assert "not started" in line and "VM bucket access" in line
+    # The default account holds no role on runs/ (its runs' grants are signed as
+    # bench-signer), so the bucket check passes; it may not delete its VM, so no probe.
+    assert "not started" in line and "a VM account that may delete itself" in line
+    assert "VM bucket access" not in line
     assert project.inserted == []
 
 
@@ -126,11 +132,23 @@ def _run_probe() -> list:
     return list(probe_run.run_probe(gce.config, gce.api, gce.store, gce.poll_seconds))
 
 
-def test_the_probe_script_is_shellcheck_clean_and_quotes_its_values():
-    config = BenchConfig(project="my-project-1", bucket="my-bucket", prefix="team/bench")
-    probe = ProbeRun("20261101-120000-abcdef", "secretsecretsecretsecret12")
-    script = render_probe_script(config, probe)
+def test_the_probe_script_is_shellcheck_clean_and_quotes_its_values(iam_credentials):
+    from orchestrator.stores.gcs import GcsStore
+
+    config = BenchConfig(
+        project="my-project-1",
+        bucket="my-bucket",
+        prefix="team/bench",
+        storage_endpoint="http://127.0.0.1:9",  # signing sends nothing to storage
+        iamcredentials_endpoint=iam_credentials.sign_for("my-project-1"),
+    )
+    probe = ProbeRun("20261101-120000-abcdef")
+    script = render_probe_script(config, probe, GcsStore(config))
     result = shellcheck(script)
     assert result.returncode == 0, result.stdout
-    assert "readonly PROBE_KEY=runs/20261101-120000-abcdef-secretsecretsecretsecret12/" in script
+    assert "readonly PROBE_KEY=runs/20261101-120000-abcdef/probe.txt" in script
+    # Its upload grant, for its own key only: the POST policy's key condition.
+    policy = re.search(r"readonly RUN_UPLOAD_FIELD_policy=(\S+)", script)[1].strip("'")
+    conditions = json.loads(base64.b64decode(policy))["conditions"]
+    assert ["starts-with", "$key", "team/bench/runs/20261101-120000-abcdef/"] in conditions
     assert "readonly SELF_DELETE=true" in script

@@ -9,7 +9,13 @@ import uuid
 import pytest
 
 from orchestrator.backends.gce import setup as gce_setup
-from orchestrator.backends.gce.iam import SELF_DELETE_ROLE_ID, self_delete_condition
+from orchestrator.backends.gce.iam import (
+    CACHE_READER_ROLE_ID,
+    OBJECT_WRITER_ROLE_ID,
+    SELF_DELETE_ROLE_ID,
+    objects_condition,
+    self_delete_condition,
+)
 from orchestrator.cli import main
 from tests.fakes.gcs_proxy import GcsIamProxy
 from tests.fakes.iam_server import FakeIamServer
@@ -17,6 +23,7 @@ from tests.fakes.iam_server import FakeIamServer
 pytestmark = pytest.mark.timeout(120)
 PROJECT = "bench-test-project"
 ACCOUNT = f"bench-vm@{PROJECT}.iam.gserviceaccount.com"
+SIGNER = f"bench-signer@{PROJECT}.iam.gserviceaccount.com"
 
 
 def test_setup_prints_one_checkable_gcloud_line_per_step(bench_env, capsys, monkeypatch):
@@ -28,6 +35,7 @@ def test_setup_prints_one_checkable_gcloud_line_per_step(bench_env, capsys, monk
     assert [c.split()[1:3] for c in commands] == [
         ["storage", "buckets"],
         ["iam", "service-accounts"],
+        ["iam", "service-accounts"],
         ["iam", "roles"],
         ["storage", "buckets"],
         ["iam", "roles"],
@@ -35,13 +43,18 @@ def test_setup_prints_one_checkable_gcloud_line_per_step(bench_env, capsys, monk
         ["iam", "roles"],
         ["projects", "add-iam-policy-binding"],
     ]
-    writer, runs, reader, cache, deleter, delete = commands[2:]
+    vm, signer, writer, runs, reader, cache, deleter, delete = commands[1:]
+    assert "create bench-vm " in vm and "create bench-signer " in signer
     perms = "--permissions=storage.objects.create,storage.objects.delete,storage.objects.get "
     assert perms in writer and "storage.objects.list" not in writer
     condition = 'resource.name.startsWith("projects/_/buckets/my-bench-results/objects/bench/'
+    # Every name is public: the run objects' role goes to the signer alone (a run reaches its
+    # own objects through the grants launch signs), the VM account reads cache/ only.
     assert f"{condition}runs/" in runs and "roles/benchRunObjects" in runs
+    assert f"--member=serviceAccount:{SIGNER} " in runs and ACCOUNT not in runs
     assert "--permissions=storage.objects.get --stage=GA" in reader
     assert f"{condition}cache/" in cache and "roles/benchCacheReader" in cache
+    assert f"--member=serviceAccount:{ACCOUNT} " in cache and SIGNER not in cache
     assert "--permissions=compute.instances.delete,compute.disks.delete --stage=GA" in deleter
     assert f'resource.name.startsWith("projects/{PROJECT}/zones/")' in delete
     assert 'extract("/instances/{name}").startsWith("bench-")' in delete
@@ -57,13 +70,19 @@ def iam(gce, gcs_server, monkeypatch):
     with (
         FakeIamServer() as server,
         GcsIamProxy(
-            gcs_server.endpoint, gce.identity_of_token, server.roles, server.member_problem
+            gcs_server.endpoint,
+            gce.identity_of_token,
+            server.roles,
+            server.member_problem,
+            server.public_key,
         ) as proxy,
     ):
         monkeypatch.setenv("BENCH_IAM_ENDPOINT", server.endpoint)
+        monkeypatch.setenv("BENCH_IAMCREDENTIALS_ENDPOINT", server.endpoint)
         monkeypatch.setenv("BENCH_RESOURCEMANAGER_ENDPOINT", server.endpoint)
         monkeypatch.setenv("BENCH_STORAGE_ENDPOINT", proxy.endpoint)
-        monkeypatch.setenv("BENCH_BUCKET", f"bench-setup-{uuid.uuid4().hex[:10]}")
+        server.bucket = f"bench-setup-{uuid.uuid4().hex[:10]}"
+        monkeypatch.setenv("BENCH_BUCKET", server.bucket)
         server.proxy = proxy
         gce.iam = server  # the compute stand-in authorizes VM tokens against this IAM
         yield server
@@ -83,12 +102,24 @@ def test_apply_creates_least_privilege_setup_and_is_repeatable(iam, gce, capsys)
     assert binding["members"] == [f"serviceAccount:{ACCOUNT}"]
     assert binding["condition"]["expression"] == self_delete_condition(PROJECT)
     assert policy["version"] == 3
-    assert iam.proxy.members() == {f"serviceAccount:{ACCOUNT}"}
-    assert all("condition" in b for b in iam.proxy.bindings) and len(iam.proxy.bindings) == 2
+    assert SIGNER in iam.accounts
+    # On the bucket: the signer may touch runs/ objects (for the grants it signs), the VM
+    # account may read cache/ objects; neither holds anything else there.
+    held = {
+        (member, b["role"].rsplit("/", 1)[1], b["condition"]["expression"])
+        for b in iam.proxy.bindings
+        for member in b["members"]
+    }
+    runs = objects_condition(iam.bucket, "bench", "runs")
+    cache = objects_condition(iam.bucket, "bench", "cache")
+    assert held == {
+        (f"serviceAccount:{SIGNER}", OBJECT_WRITER_ROLE_ID, runs),
+        (f"serviceAccount:{ACCOUNT}", CACHE_READER_ROLE_ID, cache),
+    }
     capsys.readouterr()
     assert main(["setup", "--apply"]) == 0  # a second run changes nothing
     out = capsys.readouterr().out
-    assert out.count("exists already") == 5 and out.count("granted already") == 3
+    assert out.count("exists already") == 6 and out.count("granted already") == 3
     assert len(iam.policy(PROJECT)["bindings"]) == 2 and len(iam.proxy.bindings) == 2
 
 
@@ -99,9 +130,10 @@ def test_apply_waits_out_a_new_accounts_propagation(iam, capsys):
     assert iam.unusable_uses == 2
     assert main(["setup", "--apply"]) == 0
     out = capsys.readouterr().out
-    assert out.count("the new service account is not visible yet") == 2
-    assert iam.refused_uses[ACCOUNT] == 2
-    assert iam.proxy.members() == {f"serviceAccount:{ACCOUNT}"}
+    # Each new account (the VM's, the signer) is refused twice before its first grant holds.
+    assert out.count("the new service account is not visible yet") == 4
+    assert iam.refused_uses == {ACCOUNT: 2, SIGNER: 2}
+    assert iam.proxy.members() == {f"serviceAccount:{ACCOUNT}", f"serviceAccount:{SIGNER}"}
     assert any(b["role"].endswith(SELF_DELETE_ROLE_ID) for b in iam.policy(PROJECT)["bindings"])
 
 

@@ -19,7 +19,9 @@ def batch_server():
 
 
 @pytest.fixture
-def batch(bench_env, batch_server, compute_server, gcs_server, gcs_bucket, monkeypatch):
+def batch(
+    bench_env, batch_server, compute_server, gcs_server, gcs_bucket, iam_credentials, monkeypatch
+):
     """bench pointed at the Batch stand-in and fake-gcs-server (and the compute stand-in,
     which `status` and `stop-all` also search); the task's python3 is this test's python."""
     settings = {
@@ -30,6 +32,7 @@ def batch(bench_env, batch_server, compute_server, gcs_server, gcs_bucket, monke
         "COMPUTE_ENDPOINT": compute_server.endpoint,
         "STORAGE_ENDPOINT": gcs_server.endpoint,
         "METADATA_ENDPOINT": batch_server.metadata_url,
+        "IAMCREDENTIALS_ENDPOINT": iam_credentials.sign_for(batch_server.project),
         "VM_WORK_DIR": str(bench_env / "vm"),
         "POLL_SECONDS": "0.2",
     }

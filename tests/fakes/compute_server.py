@@ -36,7 +36,8 @@ a new project's 0 until a test raises it (`server.catalog.raise_gpu_quotas()`).
 
 Instances run their startup-script in a sandbox (vm_sandbox.py) once RUNNING, with the
 environment of the test process plus `config.vm_env`, PATH = shims + `config.vm_path` + PATH,
-and BENCH_METADATA_ENDPOINT = the instance's routed metadata base URL (metadata_server.py).
+BENCH_METADATA_ENDPOINT = the instance's routed metadata base URL (metadata_server.py), and
+BENCH_FAKE_DNS = the internal DNS resolver every VM of the network shares (internal_dns.py).
 Faults are set through `server.faults` (faults.py); every request is recorded in
 `server.requests`, every insert body, exactly as sent, in `server.inserted`.
 
@@ -73,6 +74,7 @@ from .faults import DROP, FaultPlan
 from .gce_errors import GceError, invalid
 from .http_base import BackgroundHttpServer, JsonHandler
 from .iam_policy import CONTROLLER_MEMBER, Resource, allows, new_project_policy, predefined_or
+from .internal_dns import InternalDns, Record
 from .list_filter import compile_filter
 from .metadata_server import VM_TOKEN_PREFIX, MetadataServer, TokenIdentity
 from .operations import API_ROOT
@@ -292,17 +294,20 @@ class FakeComputeServer:
         self._record_lock = threading.Lock()
         self._http = BackgroundHttpServer(_ComputeHandler)
         self.metadata = MetadataServer(self)
+        self.dns = InternalDns(self.dns_records)
         self.compute: FakeCompute | None = None  # type: ignore[assignment]
 
     # -- lifecycle of the stand-in -------------------------------------------------------
 
     def start(self) -> Self:
         self.metadata.start()
+        self.dns.start()
         self._http.start(self)
         self.compute = FakeCompute(
             self.config,
             self.faults,
             metadata_endpoint_for=lambda i: self.metadata.url_for(i.project, i.zone, i.name),
+            dns_address=self.dns.address,
             poweroff_url_for=lambda i: (
                 f"{self._http.base_url}/_fake/poweroff/{i.project}/{i.zone}/{i.name}"
             ),
@@ -316,6 +321,7 @@ class FakeComputeServer:
             self.compute.shutdown()
         self._http.stop()
         self.metadata.stop()
+        self.dns.stop()
         if self.schema_violations:
             raise AssertionError(
                 "compute stand-in: requests or answers outside the discovery schema:\n"
@@ -327,6 +333,15 @@ class FakeComputeServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def dns_records(self) -> list[Record]:
+        """What internal DNS publishes now: every instance that exists, whatever its state."""
+        if self.compute is None:
+            return []
+        with self.compute.lock:
+            return [
+                (i.project, i.zone, i.name, i.network_ip) for i in self.compute.instances.values()
+            ]
 
     @property
     def endpoint(self) -> str:

@@ -29,6 +29,7 @@ from .compute_catalog import GLOBAL_GPU_QUOTA, FakeCatalog, region_of
 from .faults import FaultPlan
 from .gce_errors import GceError
 from .insert_rules import check_insert, gpu_quota_metric, gpus_of, quota_failure
+from .internal_dns import address_for
 from .operations import API_ROOT, Operation, rfc3339_now
 from .vm_sandbox import VmSandbox
 
@@ -133,6 +134,7 @@ class FakeInstance:
     waiting_ops: dict[str, list[Operation]] = field(default_factory=dict)
     serial: bytearray = field(default_factory=bytearray)
     serial_lock: threading.Lock = field(default_factory=threading.Lock)
+    network_ip: str = ""  # its internal address on the default network (internal_dns.py)
 
     @property
     def path(self) -> str:
@@ -190,6 +192,8 @@ class FakeInstance:
         )
         if "machineType" in resource:
             resource["machineType"] = _url_for(self.project, resource["machineType"])
+        for nic in (resource.get("networkInterfaces") or [])[:1]:
+            nic["networkIP"] = self.network_ip
         resource.setdefault("metadata", {}).update(
             kind="compute#metadata", fingerprint="fake-md-fingerprint="
         )
@@ -206,7 +210,10 @@ class FakeCompute:
         metadata_endpoint_for: Callable[[FakeInstance], str],
         poweroff_url_for: Callable[[FakeInstance], str],
         catalog: FakeCatalog,
+        dns_address: str = "",
     ) -> None:
+        self._dns_address = dns_address
+        self._addresses = itertools.count()
         self.config = config
         self.faults = faults
         self.catalog = catalog
@@ -277,6 +284,7 @@ class FakeCompute:
             if (project, zone, name) in self.instances:
                 raise gce_errors.already_exists(f"projects/{project}/zones/{zone}/instances/{name}")
             inst = FakeInstance(project, zone, name, copy.deepcopy(body))
+            inst.network_ip = address_for(next(self._addresses))
             over_quota = quota_failure(
                 self.catalog,
                 zone,
@@ -410,6 +418,7 @@ class FakeCompute:
             if self.config.vm_path:
                 env["PATH"] = ":".join([*self.config.vm_path, env.get("PATH", "")])
             env["BENCH_METADATA_ENDPOINT"] = self._metadata_endpoint_for(inst)
+            env["BENCH_FAKE_DNS"] = self._dns_address
             # Short: a socket's path under its TMPDIR (a fork server's) has 108 bytes at most.
             root = self._sandbox_root / f"{inst.zone}-{inst.id[-6:]}"
             inst.sandbox = VmSandbox(

@@ -13,6 +13,7 @@ import pytest
 
 from .compute_server import FakeComputeServer
 from .gcs import FakeGcs
+from .iam_server import FakeIamServer
 
 
 def compute_client_options(server: FakeComputeServer) -> dict[str, Any]:
@@ -52,3 +53,20 @@ def gcs_bucket(gcs_server: FakeGcs) -> str:
     name = f"bench-test-{uuid.uuid4().hex[:12]}"
     gcs_server.client().create_bucket(name)
     return name
+
+
+@pytest.fixture(scope="session")
+def iam_credentials() -> Iterator[FakeIamServer]:
+    """One IAM stand-in per session that signs (signBlob) as a project's signer account,
+    which `sign_for(project)` creates: what launch needs to grant a run its objects where a
+    test does not run `bench setup --apply`."""
+    with FakeIamServer(unusable_uses=0) as server:
+
+        def sign_for(project: str) -> str:
+            email = f"bench-signer@{project}.iam.gserviceaccount.com"
+            if email not in server.accounts:
+                server.create_account(project, "bench-signer")
+            return server.endpoint
+
+        server.sign_for = sign_for  # type: ignore[attr-defined]
+        yield server

@@ -32,7 +32,28 @@ storage.objects.delete; objects.copy/rewrite get on the source and create on the
 objects.patch/update storage.objects.update. A VM request of any other shape is refused: the
 stand-in grants nothing it does not model.
 
-Requests without a VM token (the controller, tests) pass: they act as the project owner.
+Signed requests carry no token: they act as the account that signed them, for what the
+signature covers, until it expires (https://cloud.google.com/storage/docs/access-control/
+signed-urls: "anyone who has the URL can use it ... with the permissions of the signer").
+The proxy verifies them with the signer's public key (`public_key_of`, the IAM stand-in's)
+and refuses with 403 as Cloud Storage's XML API does, before anything is forwarded:
+
+- a V4 signed URL (`X-Goog-Signature` in the query): its canonical request rebuilt from
+  this request (method, path, query but the signature, the signed headers,
+  UNSIGNED-PAYLOAD) must be what was signed
+  (https://cloud.google.com/storage/docs/authentication/canonical-requests,
+  https://cloud.google.com/storage/docs/authentication/signatures#string-to-sign), within
+  X-Goog-Date + X-Goog-Expires; then the signer needs the method's permission on the object;
+- a V4 POST policy form (`POST /BUCKET`, multipart/form-data): the signature is over the
+  base64 policy; the policy must not have expired, and every condition must hold for the
+  form's fields (exact matches, `starts-with`, `content-length-range`), and every field of
+  the form but `file`, `policy`, `x-goog-signature` and `x-ignore-*` must be named by a
+  condition (https://cloud.google.com/storage/docs/xml-api/post-object-forms,
+  https://cloud.google.com/storage/docs/authentication/signatures#policy-document); then the
+  signer needs storage.objects.create (and .delete to replace) on the key.
+
+Other requests without a VM token (the controller, tests) pass: they act as the project
+owner.
 
     with GcsIamProxy(gcs_server.endpoint, compute_server.identity_of_token) as proxy:
         proxy.grant("serviceAccount:bench-vm@p.iam.gserviceaccount.com")
@@ -52,10 +73,13 @@ from . import discovery
 from .http_base import JsonHandler, LoopbackStandIn
 from .iam_policy import Resource, allows, predefined_or
 from .metadata_server import VM_TOKEN_PREFIX, TokenIdentity
+from .signed_requests import signed_request_problem
+from .signed_requests import xml_error as _xml_error
 
 _IAM = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/iam$")
 _OBJECTS = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o$")
 _UPLOAD = re.compile(r"^/upload/storage/v1/b/(?P<bucket>[^/]+)/o$")
+_FORM_UPLOAD = re.compile(r"^/(?P<bucket>[^/]+)/?$")
 _OBJECT = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>[^/]+)$")
 _COPY = re.compile(
     r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>[^/]+)/(?P<verb>copyTo|rewriteTo)"
@@ -84,6 +108,14 @@ def scope_allows(method: str, scopes: Collection[str]) -> bool:
 class _ProxyHandler(JsonHandler):
     def handle_request(self) -> None:
         proxy: GcsIamProxy = self.server.owner  # type: ignore[attr-defined]
+        if "X-Goog-Signature" in self.query or _FORM_UPLOAD.match(self.url_path):
+            refused = signed_request_problem(proxy, self)
+            if refused:
+                proxy.denied.append(("signed", self.command, self.url_path))
+                self.reply(403, _xml_error(refused), "application/xml")
+                return
+            self._forward(proxy)
+            return
         token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
         identity = proxy.identity_of(token) if token.startswith(VM_TOKEN_PREFIX) else None
         iam = _IAM.match(self.url_path)
@@ -243,8 +275,11 @@ class GcsIamProxy(LoopbackStandIn):
         identity_of: Callable[[str], TokenIdentity | None],
         custom_roles: Mapping[str, Mapping[str, Any]] | None = None,
         member_problem: Callable[[str], str | None] = lambda member: None,
+        public_key_of: Callable[[str], Any] = lambda email: None,
     ) -> None:
         super().__init__()
+        # A service account's public key (None: unknown), e.g. the IAM stand-in's.
+        self.public_key_of = public_key_of
         # Why a policy may not name a member now, e.g. the IAM stand-in's `member_problem`.
         self.member_problem = member_problem
         self.upstream = urlsplit(upstream)

@@ -11,6 +11,8 @@
   POST /v3/projects/{p}:setIamPolicy                 cloudresourcemanager projects.setIamPolicy
   POST /v3/projects/{p}:testIamPermissions
                                          cloudresourcemanager projects.testIamPermissions
+  POST /v1/projects/-/serviceAccounts/{email}:signBlob
+                                         iamcredentials projects.serviceAccounts.signBlob
 
 Rules, as documented: creating what exists answers 409 ALREADY_EXISTS
 (https://cloud.google.com/iam/docs/service-accounts-create,
@@ -29,6 +31,15 @@ the service account" (https://cloud.google.com/iam/docs/service-accounts-create)
 answers a grant to an account it cannot see yet (`member_problem`, also used by the bucket
 proxy). Every request and answer is checked against the iam v1 / cloudresourcemanager v3
 discovery documents.
+
+signBlob signs with the account's own key, "a system-managed private key" that never leaves
+Google; the caller needs iam.serviceAccounts.signBlob on the account, and with the `-`
+wildcard an account that does not exist answers 403, not 404
+(https://cloud.google.com/iam/docs/reference/credentials/rest/v1/projects.serviceAccounts/signBlob,
+https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/signBlob). The
+signature is RSASSA-PKCS1-v1_5 over SHA-256, what a V4 signature is
+(https://cloud.google.com/storage/docs/authentication/signatures); `public_key(email)` is the
+key Google publishes for it, for the bucket proxy to verify with.
 """
 
 from __future__ import annotations
@@ -41,6 +52,13 @@ from .http_base import JsonHandler, LoopbackStandIn
 from .iam_policy import CONTROLLER_MEMBER, Resource, granted, new_project_policy, predefined_or
 
 _ROUTES = [
+    (
+        "POST",
+        r"^/v1/projects/(?P<p>-)/serviceAccounts/(?P<id>[^/:]+):signBlob$",
+        "iamcredentials",
+        "v1",
+        "projects.serviceAccounts.signBlob",
+    ),
     (
         "POST",
         r"^/v1/projects/(?P<p>[^/]+)/serviceAccounts$",
@@ -146,6 +164,38 @@ class FakeIamServer(LoopbackStandIn):
         self.unusable_uses = unusable_uses
         self.refused_uses: dict[str, int] = {}  # email -> uses refused while propagating
         self._etags = 0
+        self._keys: dict[str, Any] = {}  # email -> its private key, made on first use
+
+    def _key(self, email: str):
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        if email not in self._keys:
+            self._keys[email] = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        return self._keys[email]
+
+    def public_key(self, email: str):
+        """The account's public key (None: it signed nothing), as Google publishes it."""
+        key = self._keys.get(email)
+        return None if key is None else key.public_key()
+
+    def _sign_blob(self, email: str, body: Any) -> dict[str, Any]:
+        import base64
+
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        project = email.partition("@")[2].split(".")[0]
+        resource = Resource(
+            "iam.googleapis.com/ServiceAccount", f"projects/{project}/serviceAccounts/{email}"
+        )
+        permission = "iam.serviceAccounts.signBlob"
+        if email not in self.accounts or not self._granted(project, resource, [permission]):
+            raise IamError(
+                403, "PERMISSION_DENIED", f"Permission '{permission}' denied on resource"
+            )
+        payload = base64.b64decode(body["payload"])
+        signature = self._key(email).sign(payload, padding.PKCS1v15(), hashes.SHA256())
+        return {"keyId": f"{email}-key", "signedBlob": base64.b64encode(signature).decode()}
 
     def policy(self, project: str) -> dict[str, Any]:
         return self.policies.setdefault(project, {**new_project_policy(), "etag": "BwAAAA=="})
@@ -170,6 +220,8 @@ class FakeIamServer(LoopbackStandIn):
         return None
 
     def handle(self, name: str, p: dict[str, str], body: Any) -> dict[str, Any]:
+        if name == "projects.serviceAccounts.signBlob":
+            return self._sign_blob(p["id"], body)
         project = p["p"]
         if name == "projects.serviceAccounts.create":
             return self._create_account(project, body)

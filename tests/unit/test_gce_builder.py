@@ -36,7 +36,6 @@ def make_spec(**overrides) -> RunSpec:
         "estimated_seconds": 900,
         "payload_sha256": "0" * 64,
         "spot": True,
-        "run_secret": "",  # names as before run secrets: bench-<run id>
     }
     fields.update(overrides)
     return RunSpec(**fields)

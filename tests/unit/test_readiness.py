@@ -62,18 +62,24 @@ def test_image_checks_name_the_successor():
     assert not image_check("p", "fam", deprecated, []).ok  # a resolved but deprecated image
 
 
-def test_vm_access_needs_an_object_role_for_that_exact_account():
-    roles = {"roles/storage.objectViewer": {"serviceAccount:a@p"}}
-    assert not vm_access_check("b", "a@p", roles).ok
-    assert vm_access_check("b", "a@p", {"roles/storage.objectUser": {"serviceAccount:a@p"}}).ok
+def test_vm_access_fails_while_the_vm_account_holds_any_object_role():
+    """Every name is public: an object role of the VM account reaches every run."""
+    vm, signer = {"serviceAccount:a@p"}, {"serviceAccount:s@p"}
+    for role in ("roles/storage.objectViewer", "roles/storage.objectUser"):
+        check = vm_access_check(
+            "b", "a@p", "s@p", {role: vm, "projects/p/roles/benchRunObjects": signer}
+        )
+        assert not check.ok and "every other run's objects" in check.detail
+    old_setup = {"projects/p/roles/benchRunObjects": vm | signer}
+    assert not vm_access_check("b", "a@p", "s@p", old_setup).ok
 
 
-def test_vm_access_says_whether_the_account_is_contained_to_its_own_run():
-    member = {"serviceAccount:a@p"}
-    contained = vm_access_check("b", "a@p", {"projects/p/roles/benchRunObjects": member})
-    broad = vm_access_check("b", "a@p", {"roles/storage.objectUser": member})
-    assert contained.ok and "its own run's objects only" in contained.detail
-    assert broad.ok and "could overwrite other runs' results" in broad.detail
+def test_vm_access_needs_the_signer_to_hold_the_run_objects_role():
+    assert not vm_access_check("b", "a@p", "s@p", {}).ok
+    contained = vm_access_check(
+        "b", "a@p", "s@p", {"projects/p/roles/benchRunObjects": {"serviceAccount:s@p"}}
+    )
+    assert contained.ok and "holds no role on the run objects" in contained.detail
 
 
 def test_quotas_are_what_is_free_and_unknown_when_compute_could_not_load_them():

@@ -1,5 +1,6 @@
-"""What keeps one run's VM away from other runs' things, on the controller's side: every run's
-store key and instance name carry a secret of its own, and the shared build cache takes
+"""What keeps one run's VM away from other runs' things, on the controller's side: no run's
+store key or instance name carries a secret (every name is public: the run's own grants are
+signed at launch, backends/gce/signing.py), and the shared build cache takes
 only what a trusted run may build: a run of a user's tree its own tree's build alone, under
 the key the controller derives for it (docs/security.md)."""
 
@@ -23,30 +24,22 @@ from tests.unit.test_gce_builder import make_spec
 GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-def test_every_run_has_its_own_secret_in_its_key_and_its_instance_name():
-    first, second = _fresh_spec(), _fresh_spec()
-    assert first.run_secret != second.run_secret and len(first.run_secret) == 26
-    for spec in (first, second):
-        assert spec.run_prefix == f"runs/{spec.run_id}-{spec.run_secret}"
-        assert spec.instance_name == f"bench-{spec.run_id}-{spec.run_secret}"
-        assert GCE_NAME.match(spec.instance_name) and len(spec.instance_name) <= 63
+def test_no_name_of_a_run_carries_a_secret():
+    spec = make_spec()
+    assert spec.run_prefix == f"runs/{spec.run_id}"
+    assert spec.instance_name == f"bench-{spec.run_id}"
+    assert GCE_NAME.match(spec.instance_name) and len(spec.instance_name) <= 63
 
 
-def test_the_registry_keeps_the_secret_and_the_trust(tmp_path):
-    spec = _fresh_spec(cache_trusted=True)
+def test_the_registry_keeps_the_trust_and_a_legacy_runs_secret(tmp_path):
     registry = RunRegistry(tmp_path / "runs.sqlite")
+    spec = make_spec(cache_trusted=True)
     registry.add(RunRecord(**spec.record_fields()))
     record = registry.get(spec.run_id)
     assert record.run_key == spec.run_prefix and record.cache_trusted is True
-
-
-def _fresh_spec(**overrides):
-    from orchestrator.spec import RunSpec
-
-    fields = make_spec().model_dump()
-    fields.pop("run_secret")
-    fields.update(overrides)
-    return RunSpec(**fields)
+    legacy = cache_record(True, run_id="20261001-120000-fedcba")  # launched with a secret
+    registry.add(legacy)
+    assert registry.get(legacy.run_id).run_key == f"runs/{legacy.run_id}-{'a' * 26}"
 
 
 def cache_record(trusted: bool, run_id: str = "20261125-120000-abcdef", secret: str = "a" * 26):

@@ -133,6 +133,20 @@ class BatchBackend:
     def template_vars(self) -> dict:
         return {**gce_template_vars(self.config), "self_delete": False}
 
+    def run_access_vars(self, spec: RunSpec) -> dict:
+        """The run's own grants, as on gce. They last the 7 days Google allows: Batch may
+        start a retried attempt after the first one's cap, and the queue takes its time."""
+        from orchestrator.backends.gce.signing import (
+            GRANT_MARGIN_SECONDS,
+            MAX_GRANT_SECONDS,
+            grant_run_access,
+        )
+        from orchestrator.stores.gcs import GcsStore
+
+        store = self.host.store(self.name) if self.host else GcsStore(self.config)
+        seconds = MAX_GRANT_SECONDS - GRANT_MARGIN_SECONDS
+        return grant_run_access(self.config, store, spec.run_prefix, seconds).template_vars()
+
     def work_dir(self, run_id: str) -> str:
         return f"{self.config.vm_work_dir}/{run_id}"
 
@@ -416,8 +430,9 @@ def _batch_runs_here(config: BenchConfig) -> bool:
 
 
 def _run_id_of(job_id: str) -> str:
-    """bench-<run id>-<secret> -> <run id> (results_schema/names.py's instance name)."""
-    return job_id.removeprefix("bench-").rsplit("-", 1)[0]
+    """bench-<run id> (or a run's from before issue 50, bench-<run id>-<secret>) -> <run id>
+    (results_schema/names.py's instance name)."""
+    return "-".join(job_id.removeprefix("bench-").split("-")[:3])
 
 
 def _state_phrase(state: str) -> str:

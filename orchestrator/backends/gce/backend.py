@@ -34,6 +34,7 @@ from orchestrator.backends.gce.builder import (
 )
 from orchestrator.backends.gce.compute import DEFAULT_COMPUTE_ENDPOINT, PARALLEL_CALLS, ComputeApi
 from orchestrator.backends.gce.failover import place
+from orchestrator.backends.gce.signing import NO_ACCESS, grant_run_access
 from orchestrator.config import region_of
 from orchestrator.errors import BenchError, CloudError, ConfigError, UsageError
 from results_schema.names import CONTENT_TYPES
@@ -81,6 +82,7 @@ def template_vars(config: BenchConfig) -> dict:
         "self_delete": vm_may_delete_itself(config),
         "preflight_tools": ["curl", "shutdown"],
         "content_types": CONTENT_TYPES,
+        **NO_ACCESS.template_vars(),  # launch signs each run's own (run_access_vars)
     }
 
 
@@ -168,6 +170,11 @@ class GceBackend:
 
     def template_vars(self) -> dict:
         return template_vars(self.config)
+
+    def run_access_vars(self, spec: RunSpec) -> dict:
+        return grant_run_access(
+            self.config, self.store, spec.run_prefix, spec.max_run_seconds
+        ).template_vars()
 
     def work_dir(self, run_id: str) -> str:
         return f"{self.config.vm_work_dir}/{run_id}"

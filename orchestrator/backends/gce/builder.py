@@ -25,12 +25,14 @@ RUN_LABEL = "bench-run"
 OWNER_LABEL = "bench-owner"
 SWEEP_LABEL = "bench-sweep"
 
-# The VM reads its payload and writes results: object storage. With the dedicated account
-# that `bench setup` creates it may also delete itself, which needs the compute scope as
-# well as its IAM role (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam);
-# the default account keeps storage only: with the compute scope its broad project roles
-# would reach every VM.
-STORAGE_SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
+# The VM's token reads the build cache, nothing more: its payload and its uploads go through
+# the grants launch signs for its run (signing.py), which carry no token and so no scope.
+# Read-only storage, then. With the dedicated account that `bench setup` creates it may also
+# delete itself, which needs the compute scope as well as its IAM role
+# (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam); the default
+# account keeps storage only: with the compute scope its broad project roles would reach
+# every VM.
+STORAGE_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
 COMPUTE_SCOPE = "https://www.googleapis.com/auth/compute"
 DEFAULT_SERVICE_ACCOUNT = "default"
 

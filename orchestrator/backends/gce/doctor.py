@@ -27,6 +27,7 @@ from orchestrator.backends.gce.readiness import (
     vm_access_check,
     zone_check,
 )
+from orchestrator.backends.gce.signing import signer_email
 from orchestrator.config import region_of, regions_of
 from orchestrator.errors import BenchError, UsageError
 from orchestrator.gpus import load_gpu_catalog, member_config
@@ -301,4 +302,4 @@ def _vm_access(config: BenchConfig, store: GcsStore, info: dict[str, Any] | None
             f"cannot read the bucket's IAM policy ({e})",
             "you need storage.buckets.getIamPolicy on the bucket to check this",
         )
-    return vm_access_check(config.bucket, account, roles)
+    return vm_access_check(config.bucket, account, signer_email(config), roles)

@@ -146,10 +146,11 @@ class IamApi:
         return status != 409
 
 
-def _session(config: BenchConfig):
+def _session(config: BenchConfig, endpoint: str | None = None):
+    """Plain HTTP to a stand-in (`endpoint`, else the IAM ones when set); else ADC."""
     import requests
 
-    if config.iam_endpoint or config.resourcemanager_endpoint:
+    if endpoint or (endpoint is None and (config.iam_endpoint or config.resourcemanager_endpoint)):
         return requests.Session()
     from orchestrator.backends.gce.adaptor import auth, auth_exceptions, auth_requests
 

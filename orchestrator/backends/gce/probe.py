@@ -2,7 +2,7 @@
 time cap, running as the VM account; its startup script writes one object under its run's
 key and deletes itself (startup_templates/probe.sh.j2).
 
-It is named and labelled as a run's VM (bench-<run id>-<secret>, bench-managed), so the
+It is named and labelled as a run's VM (bench-<run id>, bench-managed), so the
 self-delete condition applies to it exactly as to a run's, and `bench stop-all` finds it
 should anything leave it behind.
 """
@@ -35,37 +35,49 @@ PROBE_OBJECT = "probe.txt"
 
 @dataclass(frozen=True)
 class ProbeRun:
-    """Names of one probe: a run id and secret as a run has."""
+    """Names of one probe: a run id, as a run has."""
 
     run_id: str
-    secret: str
 
     @property
     def instance_name(self) -> str:
         from results_schema.names import instance_name
 
-        return instance_name(self.run_id, self.secret)
+        return instance_name(self.run_id)
+
+    @property
+    def run_key(self) -> str:
+        from results_schema.names import run_key
+
+        return run_key(self.run_id)
 
     @property
     def object_key(self) -> str:
-        from results_schema.names import run_key
-
-        return f"{run_key(self.run_id, self.secret)}/{PROBE_OBJECT}"
+        return f"{self.run_key}/{PROBE_OBJECT}"
 
 
 def new_probe_run() -> ProbeRun:
-    from results_schema.names import new_run_id, new_run_secret
+    from results_schema.names import new_run_id
 
-    return ProbeRun(new_run_id(), new_run_secret())
+    return ProbeRun(new_run_id())
 
 
-def render_probe_script(config: BenchConfig, probe: ProbeRun) -> str:
+def render_probe_script(config: BenchConfig, probe: ProbeRun, store) -> str:
+    """The probe's script, holding an upload grant for its own key as a run's does."""
     from orchestrator.backends.gce.backend import template_vars
+    from orchestrator.backends.gce.signing import grant_run_access
     from orchestrator.render import template_environment
 
+    access = grant_run_access(config, store, probe.run_key, PROBE_MAX_RUN_SECONDS)
     template = template_environment().get_template("probe.sh.j2")
     return template.render(
-        {**template_vars(config), "self_delete": True, "probe_key": probe.object_key}
+        {
+            **template_vars(config),
+            **access.template_vars(),
+            "self_delete": True,
+            "run_key": probe.run_key,
+            "probe_key": probe.object_key,
+        }
     )
 
 

@@ -49,7 +49,7 @@ def run_probe(
     def since() -> str:
         return f"{clock() - started:.0f} s"
 
-    zone, problem = _create(api, config, probe)
+    zone, problem = _create(api, config, store, probe)
     if zone is None:
         yield Check("probe VM created", False, problem, _fix_for(problem))
     else:
@@ -76,11 +76,11 @@ def run_probe(
     yield _clean_up(api, store, config.project, probe)
 
 
-def _create(api, config, probe: ProbeRun) -> tuple[str | None, str]:
+def _create(api, config, store, probe: ProbeRun) -> tuple[str | None, str]:
     """(zone, "") once it runs, or (None, why not)."""
-    script = render_probe_script(config, probe)
     owner = owner_label(config.owner)
     try:
+        script = render_probe_script(config, probe, store)
         landed = place(
             config.zones,
             lambda zone, spot: build_probe_instance(config, zone, probe, script, owner),

@@ -15,7 +15,15 @@ from orchestrator.backends.gce.iam import OBJECT_WRITER_ROLE_ID
 
 # Roles that let the VM read its payload and write results (predefined Cloud Storage roles:
 # https://cloud.google.com/storage/docs/access-control/iam-roles).
-OBJECT_ROLES = ("roles/storage.objectUser", "roles/storage.objectAdmin", "roles/storage.admin")
+# Predefined roles that reach objects across a bucket
+# (https://cloud.google.com/storage/docs/access-control/iam-roles).
+OBJECT_ROLES = (
+    "roles/storage.objectViewer",
+    "roles/storage.objectCreator",
+    "roles/storage.objectUser",
+    "roles/storage.objectAdmin",
+    "roles/storage.admin",
+)
 GLOBAL_GPU_QUOTA = "GPUS_ALL_REGIONS"
 QUOTA_PAGE = "https://console.cloud.google.com/iam-admin/quotas"
 
@@ -177,31 +185,36 @@ def bucket_check(bucket: str, problem: str | None) -> Check:
     return Check(name, True, "exists; this machine wrote, read and deleted an object")
 
 
-def vm_access_check(bucket: str, account: str, roles: dict[str, set[str]]) -> Check:
-    """Contained (bench setup's roles: own run's objects only) or broad (an object role on
-    the whole bucket: it works, but any run could read and overwrite every other run)."""
-    member = f"serviceAccount:{account}"
+def vm_access_check(bucket: str, account: str, signer: str, roles: dict[str, set[str]]) -> Check:
+    """Contained: the VM account holds no role on the run objects (every name is public, so
+    any such role reaches every run) and the signer of each run's grants holds bench setup's
+    role on runs/ (backends/gce/signing.py)."""
+    member, signer_member = f"serviceAccount:{account}", f"serviceAccount:{signer}"
     name = "VM bucket access"
-    contained = [
-        role
-        for role in roles
-        if role.endswith(f"/roles/{OBJECT_WRITER_ROLE_ID}") and member in roles[role]
-    ]
-    if contained:
-        return Check(name, True, f"{account} writes its own run's objects only ({contained[0]})")
-    held = [role for role in OBJECT_ROLES if member in roles.get(role, set())]
-    if not held:
+    writer = [r for r in roles if r.endswith(f"/roles/{OBJECT_WRITER_ROLE_ID}")]
+    held = [r for r in [*writer, *OBJECT_ROLES] if member in roles.get(r, set())]
+    if held:
         return Check(
             name,
             False,
-            f"{account} holds no object role on gs://{bucket}: the VM could not fetch its payload",
-            "run `bench setup` (its account writes only its own run's objects)",
+            f"{account} holds {held[0]} on gs://{bucket}: every run's name is public, so code "
+            "on any run's VM could read and overwrite every other run's objects",
+            f"remove that binding (gcloud storage buckets remove-iam-policy-binding gs://{bucket} "
+            f"--member={member} --role={held[0]} --all), then run `bench setup --apply`",
+        )
+    if not any(signer_member in roles[r] for r in writer):
+        return Check(
+            name,
+            False,
+            f"{signer} holds no {OBJECT_WRITER_ROLE_ID} role on gs://{bucket}: launch could not "
+            "grant a run its own objects",
+            "run `bench setup --apply`",
         )
     return Check(
         name,
         True,
-        f"{account} holds {held[0]} on the whole bucket: a run's code could overwrite other "
-        "runs' results; `bench setup` makes an account that cannot",
+        f"{account} holds no role on the run objects; each run reaches only its own, through "
+        f"what {signer} signs for it",
     )
 
 

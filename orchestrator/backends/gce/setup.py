@@ -6,17 +6,20 @@ google-auth, the bucket through the Storage client). What it creates, so that co
 run's VM (a stranger's pull request, in CI) touches only its own run (docs/security.md):
 
 1. the bucket (uniform bucket-level access, which IAM conditions need);
-2. a service account for bench VMs, `bench-vm@<project>.iam.gserviceaccount.com`;
-3. a custom role holding storage.objects.get/create/delete (never list), granted to that
-   account on that bucket for objects under `<prefix>/runs/` only: a VM writes its own
-   run's objects, whose key carries a secret it cannot learn for any other run;
-4. a custom role holding storage.objects.get alone, granted on `<prefix>/cache/` only:
-   a VM reads the build cache and never writes it;
+2. a service account for bench VMs, `bench-vm@<project>.iam.gserviceaccount.com`, and one
+   that signs each run's grants, `bench-signer@<project>.iam.gserviceaccount.com`;
+3. a custom role holding storage.objects.get/create/delete (never list), granted to the
+   signer on that bucket for objects under `<prefix>/runs/` only. The VM account gets no
+   role there: every name is public, so a VM reaches its own run's objects only through the
+   URL and upload policy launch signs for that run (backends/gce/signing.py);
+4. a custom role holding storage.objects.get alone, granted to the VM account on
+   `<prefix>/cache/` only: a VM reads the build cache and never writes it;
 5. a custom role holding only compute.instances.delete and compute.disks.delete (a VM's
    delete takes its auto-delete boot disk with it; backends/gce/iam.py says why both);
-6. that role granted to the account under an IAM condition on full resource names:
-   instances and disks named bench-* in this project only. Without compute list or get, the
-   only such name a VM knows is its own, which carries the run's secret.
+6. that role granted to the VM account under an IAM condition on full resource names:
+   instances and disks named bench-* in this project only. Names are public (internal DNS),
+   so a VM could delete another live bench VM: docs/security.md states it and the audit-log
+   query that shows it.
 
 After creating a service account "you might need to wait for 60 seconds or more before you
 use the service account" (https://cloud.google.com/iam/docs/service-accounts-create): the
@@ -47,6 +50,7 @@ from orchestrator.backends.gce.iam import (
     self_delete_condition,
 )
 from orchestrator.backends.gce.iam_api import IamApi, IamRefused
+from orchestrator.backends.gce.signing import SIGNER_ACCOUNT_ID
 from orchestrator.config import region_of
 from orchestrator.errors import BenchError, CloudError, PermissionDeniedError
 
@@ -64,9 +68,15 @@ def vm_account_email(project: str) -> str:
     return f"{VM_ACCOUNT_ID}@{project}.iam.gserviceaccount.com"
 
 
+def signer_account_email(project: str) -> str:
+    return f"{SIGNER_ACCOUNT_ID}@{project}.iam.gserviceaccount.com"
+
+
 def setup_steps(project: str, bucket: str, region: str, prefix: str = "") -> list[SetupStep]:
     email = vm_account_email(project)
     member = f"serviceAccount:{email}"
+    signer = signer_account_email(project)
+    signer_member = f"serviceAccount:{signer}"
     delete_role = f"projects/{project}/roles/{SELF_DELETE_ROLE_ID}"
     writer_role = f"projects/{project}/roles/{OBJECT_WRITER_ROLE_ID}"
     reader_role = f"projects/{project}/roles/{CACHE_READER_ROLE_ID}"
@@ -93,8 +103,17 @@ def setup_steps(project: str, bucket: str, region: str, prefix: str = "") -> lis
             ],
             lambda c: c.create_account(),
         ),
+        SetupStep(
+            f"service account {signer} that signs each run's own storage grants",
+            [
+                *("gcloud", "iam", "service-accounts", "create", SIGNER_ACCOUNT_ID),
+                f"--project={project}",
+                "--display-name=bench run grants",
+            ],
+            lambda c: c.create_account(SIGNER_ACCOUNT_ID, "bench run grants"),
+        ),
         _role_step(project, OBJECT_WRITER_ROLE_ID, "bench run objects", OBJECT_WRITER_PERMISSIONS),
-        _bucket_grant_step(bucket, member, writer_role, runs_only, "bench runs only"),
+        _bucket_grant_step(bucket, signer_member, writer_role, runs_only, "bench runs only"),
         _role_step(project, CACHE_READER_ROLE_ID, "bench cache reader", CACHE_READER_PERMISSIONS),
         _bucket_grant_step(bucket, member, reader_role, cache_only, "bench cache read"),
         _role_step(
@@ -159,8 +178,8 @@ class SetupClient:
         store.create_bucket(region)
         return "created"
 
-    def create_account(self) -> str:
-        created = self.api.create_account(VM_ACCOUNT_ID, "bench VMs")
+    def create_account(self, account_id: str = VM_ACCOUNT_ID, title: str = "bench VMs") -> str:
+        created = self.api.create_account(account_id, title)
         return "created" if created else "exists already"
 
     def grant_bucket(self, member: str, role: str, condition: dict[str, str]) -> str:
@@ -209,7 +228,13 @@ def setup_steps_for(config: BenchConfig) -> list[SetupStep]:
 
 
 def setup_followups(config: BenchConfig) -> list[str]:
+    signer = signer_account_email(config.project)
     return [
+        # signBlob needs roles/iam.serviceAccountTokenCreator on the signer, which no basic
+        # role gives (https://cloud.google.com/iam/docs/service-account-permissions).
+        "whoever launches needs to sign as the signer account (once per person): gcloud iam "
+        f"service-accounts add-iam-policy-binding {signer} --member=user:YOUR_EMAIL "
+        "--role=roles/iam.serviceAccountTokenCreator",
         f'then add to bench.toml: service_account = "{vm_account_email(config.project)}"',
         "and check the project with: bench doctor",
     ]
