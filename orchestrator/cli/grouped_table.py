@@ -4,7 +4,10 @@ A group's heading takes a line of its own (wrapped at spaces, never cut); its ro
 their names indented under it; notes about a row go below the group, wrapped with an
 indent. Every figure column is as wide as its widest value and never wraps, so a number
 is printed whole; the name column has what is left: a name wraps at its spaces, and one
-with a word too long for the column takes a line of its own above its figures. Every
+with a word too long for the column takes a line of its own above its figures. Where that
+leaves the name too little room, the text columns (`left`) wrap at their spaces too, as
+narrow as their longest word (rich would otherwise cut a verdict with an ellipsis:
+"cand. not slow…" at 80 columns). Every
 group's table has the same column widths, set when rich renders and the width is known,
 so the columns line up down the page.
 """
@@ -65,18 +68,36 @@ class GroupedTable:
             )
             for i, header in enumerate(headers)
         ]
+        # What a text column needs when it wraps at its spaces: its longest word.
+        self.word_widths = [
+            max(
+                [len(word) for word in header.split()]
+                + [
+                    len(word)
+                    for row in rows
+                    for word in Text.from_markup(row.cells[i]).plain.split()
+                ]
+            )
+            if header in left
+            else width
+            for i, (header, width) in enumerate(zip(headers, self.widths, strict=True))
+        ]
 
     def __rich_console__(self, console, options):
+        widths = self.widths
         # Two characters between columns (collapse_padding), none at the edges.
-        room = options.max_width - sum(self.widths) - 2 * len(self.widths) - self.indent
+        room = options.max_width - sum(widths) - 2 * len(widths) - self.indent
+        if room < min(self.longest_name, MIN_NAME_WIDTH):
+            widths = self.word_widths
+            room = options.max_width - sum(widths) - 2 * len(widths) - self.indent
         name_width = max(min(room, self.longest_name), MIN_NAME_WIDTH)
         if self.title:
             yield wrapped(self.title, style="bold")
-        yield self._table(name_width, show_header=True)
+        yield self._table(name_width, widths, show_header=True)
         for group in self.groups:
             if group.heading is not None:
                 yield wrapped(f"[bold]{group.heading}[/]")
-            table = self._table(name_width, show_header=False)
+            table = self._table(name_width, widths, show_header=False)
             for row in group.rows:
                 name = Text.from_markup(row.name).plain
                 if max(len(word) for word in name.split() or [""]) > name_width:
@@ -85,7 +106,7 @@ class GroupedTable:
                     if table.row_count:
                         yield table
                     yield Padding(wrapped(row.name), (0, 0, 0, self.indent))
-                    table = self._table(name_width, show_header=False)
+                    table = self._table(name_width, widths, show_header=False)
                     self._add(table, "", row.cells)
                 else:
                     self._add(table, row.name, row.cells)
@@ -97,7 +118,7 @@ class GroupedTable:
     def _add(self, table, name: str, cells: list[str]) -> None:
         table.add_row(*([""] if self.indent else []), name, *cells)
 
-    def _table(self, name_width: int, show_header: bool):
+    def _table(self, name_width: int, widths: list[int], show_header: bool):
         from rich import box
         from rich.table import Table
 
@@ -111,9 +132,11 @@ class GroupedTable:
         if self.indent:  # the names under their group's heading
             table.add_column("", width=self.indent - 2)
         table.add_column(self.name_header, width=name_width, overflow="fold")
-        for header, width in zip(self.headers, self.widths, strict=True):
-            justify = "left" if header in self.left else "right"
-            table.add_column(header, width=width, justify=justify, no_wrap=True)
+        for header, width in zip(self.headers, widths, strict=True):
+            if header in self.left:  # text: wraps at its spaces where it must
+                table.add_column(header, width=width, justify="left", overflow="fold")
+            else:
+                table.add_column(header, width=width, justify="right", no_wrap=True)
         return table
 
 

@@ -128,6 +128,34 @@ def test_the_main_table_keeps_its_headers_words_and_names_whole():
         assert row.implementation in out.split()
 
 
+def test_the_longest_verdicts_are_not_cut_at_80_columns():
+    """Rows whose verdicts are the longest the table prints ("cand. not slower", "cand.
+    undecided"): once the figure columns left the names too little room, rich cut the
+    verdict ("cand. not slow…", a full run's report at 80 columns); the verdict now wraps
+    at its spaces instead."""
+    import dataclasses
+
+    report = gpu_report()
+    longest = iter(("not-slower", "undecided"))
+    report.rows = [  # with the widest figures a slow CPU row has
+        dataclasses.replace(
+            row,
+            verdict=next(longest),
+            speedup=0.03172,
+            speedup_ci=(0.002913, 0.01352),
+            median_ms=13170.5,
+            tflops=0.0123,
+        )
+        if row.verdict in ("faster", "slower")
+        else row
+        for row in report.rows
+    ]
+    out = show_report(report)
+    assert_fits(out)
+    words = out.split()
+    assert "slower" in words and "undecided" in words and "0.0317x" in words
+
+
 def test_every_word_in_the_verdict_column_is_in_the_legend():
     from orchestrator.cli.report_table import SHORT_VERDICTS
 
@@ -383,11 +411,12 @@ def test_a_real_ab_report_is_readable(ab_run_dir, where):
     # Each verdict word the tables show is explained below them.
     legend = " ".join(out.split())
     from orchestrator.cli.report_table import SHORT_VERDICTS
+    from orchestrator.report.labels import verdict_phrase
 
     for s in run.summary:
         for word in (s.verdict, s.flag):
-            if word:
-                assert f"{word}:" in legend, word
+            if word:  # as the legend words it ("cand. not slower: ...", a run's data decides)
+                assert f"{verdict_phrase(word)}:" in legend, word
                 short = SHORT_VERDICTS.get(word)
                 assert short is None or f"{short} = {word}" in legend
 
