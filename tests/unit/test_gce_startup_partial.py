@@ -79,6 +79,7 @@ def vm(tmp_path, gcs_server, gcs_bucket):  # noqa: F811
         yield run
 
 
+@pytest.mark.slow
 def test_store_put_and_get_round_trip(vm, gcs_server, gcs_bucket):  # noqa: F811
     tmp: Path = vm.tmp_path
     (tmp / "summary.csv").write_text("a,b\n1,2\n")
@@ -124,6 +125,7 @@ def test_the_token_never_appears_in_the_rendered_script(vm):
     assert "fake-token" not in text and "Bearer " in text  # only the header template
 
 
+@pytest.mark.slow
 def test_rendered_startup_script_passes_shellcheck(tmp_path):
     from orchestrator.render import render_startup
 
@@ -184,6 +186,7 @@ def _may_delete_itself(vm, allowed: bool) -> None:
         vm.compute.iam.grant_self_delete(PROJECT, account)
 
 
+@pytest.mark.slow
 def test_a_vm_whose_account_may_deletes_itself_and_does_not_power_off(vm):
     _may_delete_itself(vm, allowed=True)
     result = vm("stop_machine")
@@ -195,6 +198,7 @@ def test_a_vm_whose_account_may_deletes_itself_and_does_not_power_off(vm):
     assert not (vm.tmp_path / "shutdown.args").exists()
 
 
+@pytest.mark.slow
 def test_a_vm_whose_account_may_not_delete_gets_403_and_powers_off(vm):
     _may_delete_itself(vm, allowed=False)
     result = vm("stop_machine")
