@@ -120,7 +120,8 @@ def config_table(history, plan: str, config: str, several_plans: bool = False):
         marks = ([] if run.status == "complete" else [_safe(run.status)]) + (
             ["noisy"] if run.noisy else []
         )
-        status = f" ({', '.join(marks)})" if marks else ""
+        # On a line of its own: the run column stays as wide as a run id, within 80.
+        status = f"\n({', '.join(marks)})" if marks else ""
         table.add_row(
             run.run_id + status,
             _safe(run.source),

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import io
 
-from rich.console import Console
-
 from orchestrator.cli.history import show_history
+from orchestrator.cli.options import console
 from orchestrator.service.history import (
     HistoryPoint,
     HistoryRun,
@@ -18,12 +17,21 @@ from orchestrator.service.history import (
 
 def run(run_id: str, median: float, plan: str = "cpu-smoke", noisy: bool = False) -> HistoryRun:
     point = {"b1_s128": HistoryPoint(median, (median * 0.9, median * 1.1))}
-    return HistoryRun(run_id, "complete", "sdpa", "cpu", None, "-", point, plan=plan, noisy=noisy)
+    source = "0123456789ab+dirty"  # as long as a source gets: a dirty commit's
+    return HistoryRun(
+        run_id, "complete", "sdpa", "cpu", None, source, point, plan=plan, noisy=noisy
+    )
 
 
 def shown(history) -> str:
-    out = Console(file=io.StringIO(), width=80, highlight=False, soft_wrap=True)
-    show_history(out, history)
+    """What bench history prints at 80 columns (console(): its lines wrapped as stated)."""
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"COLUMNS": "80"}):
+        out = console()
+        out.file = io.StringIO()
+        show_history(out, history)
     return out.file.getvalue()
 
 
@@ -59,11 +67,13 @@ def test_a_run_marked_noisy_is_flagged_with_what_to_do():
     runs = [run("20260101-000000-aaaaaa", 1.0), run("20260103-000000-cccccc", 1.9, noisy=True)]
     text = shown(ordered_history(("sdpa", "cpu"), runs, {}))
     print(text)
-    row = next(line for line in text.splitlines() if "cccccc" in line)
-    assert "noisy" in row
-    quiet = next(line for line in text.splitlines() if "aaaaaa" in line)
-    assert "noisy" not in quiet
+    lines = text.splitlines()
+    noisy = next(i for i, line in enumerate(lines) if "cccccc" in line)
+    assert "(noisy)" in lines[noisy + 1]  # under its run id: the table keeps within 80
+    quiet = next(i for i, line in enumerate(lines) if "aaaaaa" in line)
+    assert "noisy" not in lines[quiet] + lines[quiet + 1]
     assert "--samples" in text  # the remedy, said once under the tables
+    assert "…" not in text and all(len(line) <= 80 for line in lines)
 
 
 def test_words_are_counted_right():
