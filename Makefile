@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-gpu lint clean
+.PHONY: demo test test-fast test-gpu lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ demo: $(STAMP)
 test: export PYTHONDONTWRITEBYTECODE=
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 4 --dist worksteal
+
+# While editing: the unit tests less those marked slow (a compiler, a real run, a child
+# process that imports torch: a second or more each on a loaded two-core machine), under a
+# minute there. `make test` runs everything.
+test-fast: export PYTHONDONTWRITEBYTECODE=
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m "not slow and not gpu" tests/unit
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu tests/gpu

@@ -46,8 +46,9 @@ class RunRecord:
     # The sha256 of the payload launch built (from the spec); fetch reads the launched plan
     # back from it. "" for a run from before it was kept.
     payload_sha256: str = ""
-    # That plan's content key (Plan.content_sha256), set by fetch from the verified payload:
-    # phase times are history only for launches of the same content, whatever its name.
+    # That plan's content key (runtime_model.history_key: Plan.content_sha256 less a user
+    # kernel's tree), set by fetch from the verified payload: phase times are history only
+    # for launches of the same content, whatever its name.
     plan_sha256: str = ""
     # A sweep (`launch --gpu a,b`) groups its members; gpu is the gpus.toml key.
     sweep_id: str = ""

@@ -3,8 +3,9 @@
 The figures are data (orchestrator/data/phases.toml), each with its source: a measurement
 here or a public page. A phase that finished runs of the same plan and backend recorded in
 their manifests is estimated from those instead (their median, with headroom). "The same
-plan" is the same content (Plan.content_sha256), never only the same name: a plan file
-named like a past one but measuring a thousand times more must not borrow its times.
+plan" is the same content (`history_key`), never only the same name: a plan file named
+like a past one but measuring a thousand times more must not borrow its times. Which tree a
+user's kernel came from is no part of it: an edit between runs keeps the kernel's history.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from orchestrator.backends.registry import capabilities
 from orchestrator.budget import MAX_RUN_SECONDS_CEILING
 from orchestrator.errors import ConfigError
 from results_schema import Manifest, Plan
+from results_schema.kernel_contract import KernelIdentity
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -39,6 +41,8 @@ MODEL_PHASES = (
 SCRIPT_PHASE_TO_MODEL = {"preflight": "boot", "finish": "upload"}
 # Past runs predict better than the model, but vary (boot times, installs): keep headroom.
 HISTORY_HEADROOM = 1.25
+# The past runs a phase's estimate is the median of: the newest, as the machine is now.
+RECENT_RUNS = 5
 # An image family of this prefix carries torch: the run installs nothing.
 TORCH_IMAGE_PREFIX = "pytorch-"
 
@@ -62,8 +66,9 @@ class RuntimeEstimate:
             return "no finished run of this plan here yet: the phase model alone, its error unknown"
         low, high, runs = min(self.past_ratios), max(self.past_ratios), len(self.past_ratios)
         took = f"{low:.2f}x" if runs == 1 else f"{low:.2f}x-{high:.2f}x"
-        plural = "s" * (runs > 1)
-        return f"{runs} past run{plural} of this plan here took {took} their estimate{plural}"
+        if runs == 1:
+            return f"1 past run of this plan here took {took} its estimate"
+        return f"{runs} past runs of this plan here took {took} their estimates"
 
     @property
     def total_seconds(self) -> int:
@@ -71,6 +76,22 @@ class RuntimeEstimate:
 
     def seconds_of(self, phase: str) -> float:
         return next(p.seconds for p in self.phases if p.phase == phase)
+
+
+# Stands for every user kernel tree's identity in `history_key`.
+_ANY_TREE = KernelIdentity(tree_sha256="0" * 64)
+
+
+def history_key(plan: Plan) -> str:
+    """The key the registry files a plan's phase times under (fetch) and launch reads them
+    by: the plan's content (Plan.content_sha256) with its user kernels' trees left out, so
+    that a kernel edited or committed between runs keeps its history; what it measures (the
+    configs, samples, implementations, each tree's contract) is all in it. A plan without a
+    user kernel keeps its content key."""
+    if not plan.user_kernels:
+        return plan.content_sha256()
+    kernels = [kernel.model_copy(update={"source": _ANY_TREE}) for kernel in plan.user_kernels]
+    return plan.model_copy(update={"user_kernels": kernels}).content_sha256()
 
 
 def load_phase_catalog() -> dict:
@@ -175,23 +196,36 @@ def _with_profile(plan: Plan, rates: dict, figure: PhaseFigure) -> PhaseFigure:
     )
 
 
-def refine(model: RuntimeEstimate, past_runs: list[dict[str, float]]) -> RuntimeEstimate:
+def refine(
+    model: RuntimeEstimate, past_runs: list[dict[str, float]], headroom: float = HISTORY_HEADROOM
+) -> RuntimeEstimate:
     """Each phase that past complete runs of the same plan content recorded
-    (registry.past_phase_seconds): their median with headroom. A recorded time no run could
-    have taken (beyond a day, GCE's longest cap) is not history."""
+    (registry.past_phase_seconds, oldest first): the median of the last RECENT_RUNS of them,
+    times `headroom` (1 where the estimate bounds no bill). A machine's load comes and goes
+    (cpu-smoke took 4-32 s on one 2-core host within minutes): the latest runs say most of
+    what the next will take. A recorded time no run could have taken (beyond a day, GCE's
+    longest cap) is not history."""
     phases = []
     for figure in model.phases:
-        seen = sorted(
+        seen = [
             run[figure.phase]
             for run in past_runs
             if figure.phase in run and _possible_seconds(run[figure.phase])
-        )
+        ]
         if not seen:
             phases.append(figure)
             continue
-        median = seen[len(seen) // 2]
-        source = f"median of {len(seen)} past run{'s' * (len(seen) > 1)} × {HISTORY_HEADROOM}"
-        phases.append(PhaseFigure(figure.phase, median * HISTORY_HEADROOM, source))
+        recent = sorted(seen[-RECENT_RUNS:])
+        middle = len(recent) // 2
+        median = recent[middle] if len(recent) % 2 else (recent[middle - 1] + recent[middle]) / 2
+        source = (
+            f"median of the last {len(recent)} of {len(seen)} past runs"
+            if len(seen) > len(recent)
+            else f"median of {len(seen)} past run{'s' * (len(seen) > 1)}"
+        )
+        if headroom != 1.0:
+            source += f" × {headroom}"
+        phases.append(PhaseFigure(figure.phase, median * headroom, source))
     return RuntimeEstimate(tuple(phases))
 
 

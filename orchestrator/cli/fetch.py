@@ -79,16 +79,19 @@ def show_summary(out, result) -> None:
     confidence = manifest.statistics.confidence if manifest.statistics else None
     table.add_column(f"{markup_safe(plan.candidate)} speedup [{level(confidence)} CI]")
     failed = first_failures(result.checks)
+    cells = []
     for config in plan.configs:
         for index, name in enumerate(plan.identities):
             row = by_key.get((config.name, name))
             check = failed.get((config.name, name))
+            # A failed check says so where its speedup (or '-') would be; why, below.
+            cell = check.failure() if check else _speedup_cell(plan, name, row)
+            cells.append(cell)
             table.add_row(
                 markup_safe(config.name) if index == 0 else "",
                 markup_safe(name),
                 f"{row.median_ms:.4f}" if row else "-",
-                # A failed check says so where its speedup (or '-') would be; why, below.
-                check.failure() if check else _speedup_cell(plan, name, row),
+                markup_safe(cell),
             )
     out.print(table)
     _show_failures(out, manifest, failed)
@@ -104,6 +107,12 @@ def show_summary(out, result) -> None:
         f"1 - {margin}; cand. not slower (or equivalent, cand. faster): its low end at or above "
         "it; else undecided"
     )
+    from orchestrator.cli.report_table import flag_legend
+
+    flags = [row.flag for row in by_key.values() if row.flag]
+    no_verdict = any(cell.endswith(" no verdict") for cell in cells)
+    for line in flag_legend(flags, no_verdict):
+        out.print(markup_safe(line), soft_wrap=False)
     _show_ab(out, manifest)
     if plan.control:
         out.print(
@@ -154,7 +163,7 @@ def show_cache(out, result) -> None:
 
 def _speedup_cell(plan, implementation: str, row) -> str:
     if implementation == plan.candidate:
-        return "(candidate)"
+        return f"(candidate, {row.flag})" if row is not None and row.flag else "(candidate)"
     if row is not None and row.flag:
         return row.flag
     if row is None or row.speedup is None:

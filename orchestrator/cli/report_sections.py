@@ -86,7 +86,8 @@ def show_comparison(out, ab, margin: float | None = None, confidence=None) -> No
         f"[bold]overall[/]: {markup_safe(ab.candidate)} is "
         f"{_interval(o.geomean, (o.ci_low, o.ci_high))} against {markup_safe(c.baseline)}: "
         f"[bold]{o.verdict}[/] (geometric mean over {o.configs} configs of their speedups, "
-        "each config's placements resampled)",
+        "resampled within each config by placement: a set of fresh buffers holding a share of "
+        "its samples)",
         soft_wrap=False,
     )
 

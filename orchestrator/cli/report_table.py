@@ -54,10 +54,14 @@ MEANINGS = {
     "not-slower": "its low end at or above 1-δ (shown not slower)",
     "undecided": "its low end below 1-δ, its high end not",
     "indistinguishable": "across 1-δ or 1+δ (a run from before not-slower and undecided)",
-    "impossible": "faster than the GPU's peak allows: no verdict",
-    "wrong-timed-output": "an output taken in the timed loop was wrong: no verdict",
-    "quantised": "few distinct timings (the timer's resolution): no verdict",
-    "bimodal": "timings in two groups apart (e.g. scheduler quanta): no verdict",
+    "impossible": "faster than the GPU's peak allows: no verdict; to fix: check that the "
+    "kernel computes every output (its correctness rows), or the GPU's peak in gpus.toml",
+    "wrong-timed-output": "an output taken in the timed loop was wrong: no verdict; to fix: "
+    "the kernel, whose outputs differ from the reference's while it is timed",
+    "quantised": "few distinct timings (calls near the timer's resolution): no verdict; "
+    "to fix: larger shapes, or a GPU run",
+    "bimodal": "timings in two groups apart (e.g. the scheduler's time slices on a busy "
+    "machine): no verdict; to fix: a quieter machine, more samples (--samples N), or a GPU run",
 }
 
 
@@ -144,6 +148,22 @@ def verdict_legend(words, margin: float | None, confidence: float | None = None)
         )
     if used - VERDICTS:
         lines.append(f"flags: {said(used - VERDICTS)}")
+    return lines
+
+
+# A speedup shown but not judged: the row it is over was flagged.
+NO_VERDICT = (
+    "no verdict: the candidate's own timings of that config were flagged (its row says "
+    "which), so the speedups there are shown but not judged; to fix: as that flag says"
+)
+
+
+def flag_legend(flags, no_verdict: bool) -> list[str]:
+    """fetch's summary: what the flags it shows mean and what to do about them, and what
+    its 'no verdict' means (plain text: the caller escapes it)."""
+    lines = verdict_legend([flag for flag in flags if flag not in VERDICTS], None)
+    if no_verdict:
+        lines.append(NO_VERDICT)
     return lines
 
 

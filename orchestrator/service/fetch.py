@@ -20,7 +20,7 @@ from orchestrator.backends.base import ReportsBilledTime
 from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.paths import ensure_writable_dest
 from orchestrator.registry import RunRecord
-from orchestrator.runtime_model import recorded_phase_seconds
+from orchestrator.runtime_model import history_key, recorded_phase_seconds
 from orchestrator.service.cache import CacheDecision, promote_cache_candidates
 from orchestrator.service.context import Context
 from orchestrator.service.runs import latest_run_id, placement_of, records_for
@@ -109,7 +109,7 @@ def fetch(ctx: Context, record: RunRecord, dest: Path) -> FetchResult:
         finished_at=manifest.finished_at.isoformat(),
         cost_usd=cost_usd,
         phase_seconds=recorded_phase_seconds(manifest, record.created, record.max_run_seconds),
-        plan_sha256=plan.content_sha256() if plan else "",
+        plan_sha256=history_key(plan) if plan else "",
     )
     return FetchResult(record.run_id, final, manifest, summary, checks, released=True, cache=cache)
 

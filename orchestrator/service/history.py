@@ -61,6 +61,8 @@ class HistoryRun:
     commit: str | None
     source: str  # '<commit 12>[+dirty]', 'tree-<sha 12>', or '-' when the run kept none
     points: dict[str, HistoryPoint]  # config -> the candidate's median
+    plan: str = "-"  # the plan's name: runs of different plans never share a table
+    noisy: bool = False  # its A/A control found the machine too noisy for its verdicts
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,29 @@ class History:
         """Every config any shown run measured, in the order runs first measured them."""
         return list(dict.fromkeys(c for run in self.runs for c in run.points))
 
+    @property
+    def plans(self) -> list[str]:
+        """The shown runs' plans, in the order they first appear."""
+        return list(dict.fromkeys(run.plan for run in self.runs))
+
+    @property
+    def tables(self) -> list[tuple[str, str]]:
+        """(plan, config) for each table: one plan's runs of one config. Two plans' medians
+        of a config of one name are no drift of the kernel (other shapes, samples, flags)."""
+        found = [(plan, c) for plan in self.plans for r in self.runs_of(plan) for c in r.points]
+        return list(dict.fromkeys(found))
+
+    @property
+    def noisy(self) -> int:
+        return sum(run.noisy for run in self.runs)
+
+    def runs_of(self, plan: str) -> list[HistoryRun]:
+        return [run for run in self.runs if run.plan == plan]
+
     def change_from_first(self, config: str, run: HistoryRun) -> float | None:
-        """The run's median relative to the first shown run that measured the config."""
-        first = next((r.points[config] for r in self.runs if config in r.points), None)
+        """The run's median relative to the first shown run of its plan that measured the
+        config."""
+        first = next((r.points[config] for r in self.runs_of(run.plan) if config in r.points), None)
         point = run.points.get(config)
         if first is None or point is None:
             return None
@@ -163,10 +185,11 @@ def history_run(run_dir: Path) -> HistoryRun | SkippedRun:
         return SkippedRun(run_dir.name, "no plan: which kernel it timed is unknown")
     points = candidate_points(run)
     if not points:
-        why = f"{run.status}: {run.manifest.reason}" if run.manifest else run.status
+        why = no_timing_reason(run.status, run.manifest.reason if run.manifest else None)
         return SkippedRun(run_dir.name, f"no timing of its candidate {run.plan.candidate} ({why})")
     tree = run.plan.candidate_tree()
     environment = run.manifest.environment if run.manifest else None
+    noise = run.manifest.noise if run.manifest else None
     return HistoryRun(
         run_id=run.run_id,
         status=run.status,
@@ -175,7 +198,14 @@ def history_run(run_dir: Path) -> HistoryRun | SkippedRun:
         commit=tree.commit if tree else None,
         source=tree.label() if tree else "-",
         points=points,
+        plan=run.plan.name,
+        noisy=noise is not None and noise.verdict == "noisy",
     )
+
+
+def no_timing_reason(status: str, reason: str | None) -> str:
+    """The run's status, with the manifest's reason where it gave one."""
+    return f"{status}: {reason}" if reason else status
 
 
 def candidate_points(run: RunResults) -> dict[str, HistoryPoint]:
@@ -258,7 +288,7 @@ def draw_history(history: History, path: Path) -> None:
     per run, left to right in the history's order; written whole (a temporary file renamed),
     within report.py's figure bound."""
     plt = load_pyplot()
-    configs = history.configs[:MAX_PLOTTED_CONFIGS]
+    configs = history.tables[:MAX_PLOTTED_CONFIGS]
     cols = 1 if len(configs) < 3 else 2
     rows = -(-len(configs) // cols)
     width = max(7.0, 2.0 + 0.18 * len(history.runs)) * cols
@@ -270,15 +300,18 @@ def draw_history(history: History, path: Path) -> None:
         layout="constrained",
     )
     labels = [plot_label(run.source if run.source != "-" else run.run_id) for run in history.runs]
-    for ax, config in zip(axes.flat, configs, strict=False):
-        _history_panel(ax, history, config, labels)
+    for ax, (plan, config) in zip(axes.flat, configs, strict=False):
+        title = config if len(history.plans) == 1 else f"plan {plan}: {config}"
+        _history_panel(ax, history, plan, config, title, labels)
     for ax in list(axes.flat)[len(configs) :]:
         ax.remove()
     kernel, gpu = plot_label(history.kernel), plot_label(history.gpu)
     title = f"{kernel} on {gpu}: median ms per run, 95% interval"
     title += f", in {history.order} order"
-    if len(history.configs) > len(configs):
-        title += f" (the first {len(configs)} of {len(history.configs)} configs)"
+    if len(history.plans) == 1:
+        title += f", plan {plot_label(history.plans[0])}"
+    if len(history.tables) > len(configs):
+        title += f" (the first {len(configs)} of {len(history.tables)} configs)"
     fig.suptitle(title, wrap=True, fontsize=11)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, draft = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".png", dir=path.parent)
@@ -292,10 +325,11 @@ def draw_history(history: History, path: Path) -> None:
             os.unlink(draft)
 
 
-def _history_panel(ax, history: History, config: str, labels: list[str]) -> None:
+def _history_panel(ax, history: History, plan: str, config: str, title: str, labels) -> None:
+    """One plan's medians of one config, at the runs' places among all shown."""
     xs, medians, below, above = [], [], [], []
     for x, run in enumerate(history.runs):
-        point = run.points.get(config)
+        point = run.points.get(config) if run.plan == plan else None
         if point is None:
             continue
         low, high = point.interval or (point.median_ms, point.median_ms)
@@ -308,7 +342,7 @@ def _history_panel(ax, history: History, config: str, labels: list[str]) -> None
     # Every run's label while they fit, else every k-th: the table names them all.
     step = max(1, -(-len(labels) // 30))
     ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=90, fontsize=6)
-    ax.set_title(textwrap.fill(plot_label(config), 60), fontsize=9)
+    ax.set_title(textwrap.fill(plot_label(title), 60), fontsize=9)
     ax.set_ylabel("ms per call", fontsize=8)
     ax.tick_params(axis="y", labelsize=8)
     plain_tick_labels(ax.yaxis)

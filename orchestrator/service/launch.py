@@ -21,7 +21,14 @@ from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
 from orchestrator.registry import RunRecord
 from orchestrator.render import render_shutdown, render_startup
-from orchestrator.runtime_model import RuntimeEstimate, model_phases, refine, with_past_error
+from orchestrator.runtime_model import (
+    HISTORY_HEADROOM,
+    RuntimeEstimate,
+    history_key,
+    model_phases,
+    refine,
+    with_past_error,
+)
 from orchestrator.service.context import Context
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import refuse_unrunnable, resolve_plan
@@ -69,9 +76,11 @@ def runtime_estimate(ctx: Context, backend: str, plan: Plan, gpu: str = "") -> R
     """The phase model for this plan here, refined by past complete runs' phase times on
     the same GPU type (`target_gpu`)."""
     model = model_phases(plan, backend, ctx.config.accelerator_type, ctx.config.image_family)
-    key = plan.content_sha256()
+    key = history_key(plan)
     gpu = target_gpu(ctx, backend, gpu)
-    refined = refine(model, ctx.registry.past_phase_seconds(key, backend, gpu))
+    # Headroom where the estimate bounds a bill; a free run's estimate is only read.
+    headroom = HISTORY_HEADROOM if ctx.capabilities(backend).billed else 1.0
+    refined = refine(model, ctx.registry.past_phase_seconds(key, backend, gpu), headroom)
     return with_past_error(refined, ctx.registry.past_estimates(key, backend, gpu))
 
 

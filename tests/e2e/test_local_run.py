@@ -109,9 +109,9 @@ def test_cpu_smoke_run_fetch_and_verify(bench_env, capsys, monkeypatch):
     assert manifest.environment.model_extra["environment_source"] == "given"
     # The fetched phase times refine the next launch's estimate of the same plan.
     from orchestrator.registry import RunRegistry
-    from orchestrator.runtime_model import MODEL_PHASES
+    from orchestrator.runtime_model import MODEL_PHASES, history_key
 
-    key = manifest.plan.content_sha256()
+    key = history_key(manifest.plan)
     registry = RunRegistry(state / "runs.sqlite")
     (recorded,) = registry.past_phase_seconds(key, "local", registry.get(run_id).gpu)
     assert set(recorded) == set(MODEL_PHASES) - {"shutdown"}  # no manifest sees the shutdown

@@ -56,6 +56,7 @@ def ab_payload(repo: Path, ref: str):
     return shaped.plan, payload_files(payload), payload
 
 
+@pytest.mark.slow
 def test_git_revision_on_a_clean_tree(repo):
     plan, files, payload = ab_payload(repo, "HEAD")
     head = git(repo, "rev-parse", "HEAD").strip()
@@ -77,6 +78,7 @@ def test_git_revision_on_a_clean_tree(repo):
     assert ab_payload(repo, "HEAD")[2].sha256 == payload.sha256
 
 
+@pytest.mark.slow
 def test_git_revision_on_a_dirty_tree_takes_the_commit_and_the_working_tree(repo):
     first = git(repo, "rev-parse", "HEAD").strip()
     launcher = repo / LAUNCHER
@@ -95,6 +97,7 @@ def test_git_revision_on_a_dirty_tree_takes_the_commit_and_the_working_tree(repo
     assert "baseline/kernels/untracked.py" not in files
 
 
+@pytest.mark.slow
 def test_a_directory_baseline_is_a_kernels_tree_or_a_checkout(repo, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(repo / "kernels", old / "kernels")
@@ -109,6 +112,7 @@ def test_a_directory_baseline_is_a_kernels_tree_or_a_checkout(repo, tmp_path):
     ("ref", "message"),
     [("no-such-revision", "git rev-parse failed"), ("--output=x", "git rev-parse failed")],
 )
+@pytest.mark.slow
 def test_an_unknown_revision_is_a_usage_error(repo, ref, message):
     with pytest.raises(UsageError, match=message):
         ab_payload(repo, ref)
@@ -139,6 +143,7 @@ def test_two_registry_implementations():
         shape_plan(plan, PlanOptions(baseline="HEAD", baseline_impl="sdpa"))
 
 
+@pytest.mark.slow
 def test_profile_defaults_to_three_representative_configs():
     plan, _ = resolve_plan("default", "gce")
     names = representative_configs(plan)
@@ -178,6 +183,7 @@ def test_each_side_of_an_ab_ships_and_runs_its_own_python(repo, tmp_path):
     assert baseline.contract.entry == "kernels.flash_attention.api:flash_attention"
 
 
+@pytest.mark.slow
 def test_a_revision_whose_contract_is_refused_now_is_timed_under_the_working_trees(repo):
     """Before BENCH_* was refused, our contract's env set BENCH_KERNEL_CACHE: such a
     revision is still a baseline, under the working tree's contract (as one from before the

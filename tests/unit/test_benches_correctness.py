@@ -79,6 +79,7 @@ def test_unavailable_implementation_is_a_failed_row():
     assert not row.passed and "CUDA" in row.message
 
 
+@pytest.mark.slow
 def test_chunked_reference_equals_the_whole(monkeypatch):
     q, k, v = correctness.make_inputs(_plan("sdpa").configs[0], CPU, seed=1)
     reference = registry.get("reference").run

@@ -32,6 +32,7 @@ def smoke_run(cpu_smoke_run) -> Path:
     return cpu_smoke_run
 
 
+@pytest.mark.slow
 def test_every_csv_row_validates_with_model_columns(smoke_run):
     for name, model in CSV_MODELS.items():
         if name in PROFILE_FILES:  # written only when the plan asks for a profile
@@ -95,6 +96,7 @@ def test_manifest_and_status_claim_completion(smoke_run):
     assert (status.phase, status.state, status.done) == ("benchmark", "complete", status.total)
 
 
+@pytest.mark.slow
 def test_measurements_flag_scales_the_total(tmp_path):
     out = str(tmp_path)
     assert benches_here("run", "--plan", "cpu-smoke", "--out", out, "--measurements", "13") == 0
@@ -110,6 +112,7 @@ def test_environment_fingerprint_reads_bench_variables(tmp_path, monkeypatch):
     assert data["zone"] == "us-central1-a" and data["spot"] is True and data["torch"]
 
 
+@pytest.mark.slow
 def test_each_rows_repro_command_checks_that_row_again_with_the_same_inputs(smoke_run, tmp_path):
     """A row's repro, run in a directory holding the run's plan.json (the payload's root
     does), checks that config and identity alone, on the run's own inputs: the same

@@ -102,12 +102,14 @@ def _false_positive_rate(placements, rounds, experiments=300):
     return wrong / experiments
 
 
+@pytest.mark.slow
 def test_aa_with_placement_variance_gives_about_five_percent_false_positives():
     # The harness's default: 10 placements of 5 rounds. Resampling rounds alone would call
     # most of these different: placement shifts (1%) dwarf the sample noise of a median.
     assert 0.01 <= _false_positive_rate(placements=10, rounds=5) <= 0.09
 
 
+@pytest.mark.slow
 def test_resampling_rounds_alone_misses_placement_variance():
     rng = np.random.default_rng(12)
     wrong = 0
@@ -237,6 +239,7 @@ def test_one_config_geomean_is_its_row():
     assert word == row.verdict(0.01)
 
 
+@pytest.mark.slow
 def test_geomean_of_aa_configs_has_about_five_percent_false_positives():
     rng = np.random.default_rng(22)
     wrong = 0

@@ -131,6 +131,7 @@ def test_registry_reports_phase_times_of_complete_runs_only(tmp_path):
     assert registry.past_phase_seconds("f" * 64, "gce") == [{"build": 30.0}]
 
 
+@pytest.mark.slow
 def test_the_estimate_names_its_price_source_and_its_date(bench_env, capsys, monkeypatch):
     import json
 

@@ -167,6 +167,7 @@ def where_caught(run_dir: Path, identity: str, config: str) -> list[tuple[str, s
     return gate + timed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cheat", sorted(CAUGHT))
 def test_each_cheat_fails_its_rows_naming_what_was_seen(cheat_run, cheat):
     stage, says = CAUGHT[cheat]
@@ -235,6 +236,7 @@ def test_a_shape_driven_to_nothing_leaves_the_geometric_mean(cheat_run):
     assert all(o["configs"] <= 1 for o in overall if o["identity"] == identity), overall
 
 
+@pytest.mark.slow
 def test_results_rewritten_while_timed_fail_the_run_naming_the_file(tmp_path):
     """forged_results rewrites its rows of results/measurements.csv in place from its worker,
     smaller, at every call: the writer's check on closing the file refuses the run."""
@@ -244,6 +246,7 @@ def test_results_rewritten_while_timed_fail_the_run_naming_the_file(tmp_path):
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.slow
 def test_results_rewritten_after_they_were_closed_are_refused_before_the_manifest(tmp_path):
     """forged_results' `after_close` leaves a thread in its worker that appends a row to
     results/summary.csv once the harness has written and closed it: the manifest, which

@@ -90,6 +90,7 @@ def test_zizmor_finds_nothing(recipe, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 def test_github_workflow_schema_accepts(recipe):
     """The structure GitHub accepts: SchemaStore's workflow schema as check-jsonschema

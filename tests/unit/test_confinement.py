@@ -60,6 +60,7 @@ def test_nothing_left_is_nothing_reported(tmp_path):
     assert done.returncode == 0 and "leftovers" not in done.stdout and not report.exists()
 
 
+@pytest.mark.slow
 def test_a_process_that_keeps_forking_is_stopped_before_it_is_killed(tmp_path, marker):
     """A leftover that starts another process every few milliseconds: each round stops what
     it finds, so the last round finds none new and every one of them is killed."""
@@ -149,6 +150,7 @@ except PermissionError:
 """
 
 
+@pytest.mark.slow
 @needs_root
 def test_a_command_run_as_a_kernel_user_keeps_nothing_of_roots(shared_dir, kernel_user):
     home = shared_dir / "home"

@@ -146,6 +146,7 @@ def test_launch_with_no_project_and_no_backend_refuses_naming_both_ways(bench_en
     assert not (bench_env / "state" / "runs.sqlite").exists()  # nothing launched
 
 
+@pytest.mark.slow
 def test_render_gce_without_a_project_prints_the_script_with_marked_placeholders(bench_env, capsys):
     from orchestrator.cli import main
 

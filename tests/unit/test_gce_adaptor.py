@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 GCE_MODULES = (
     "orchestrator.backends.gce.backend",
     "orchestrator.backends.gce.compute",
@@ -30,11 +32,13 @@ def google_modules_after(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_gce_modules_load_without_any_google_library():
     imports = "; ".join(f"import {module}" for module in GCE_MODULES)
     assert google_modules_after(imports) == []
 
 
+@pytest.mark.slow
 def test_the_first_use_imports_the_module_and_its_types_are_googles_own():
     loaded = google_modules_after(
         "from orchestrator.backends.gce.adaptor import api_exceptions, compute_v1; "

@@ -56,6 +56,7 @@ def build(spot: bool = True, **config_overrides):
     )
 
 
+@pytest.mark.slow
 def test_scheduling_caps_the_run_in_the_cloud():
     scheduling = build().scheduling
     assert scheduling.provisioning_model == "SPOT"

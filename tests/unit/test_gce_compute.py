@@ -105,6 +105,7 @@ def test_quotas_are_typed(server, api, via):
         api.insert("us-central1-a", instance_for(server))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 503])
 def test_reads_retry_transient_errors(server, api, status):
     api.insert("us-central1-a", instance_for(server))
@@ -120,6 +121,7 @@ def test_reads_survive_a_dropped_connection(server, api):
     assert len(server.calls("instances.get")) == 2
 
 
+@pytest.mark.slow
 def test_reads_that_keep_failing_end_as_a_cloud_error_with_the_last_status(server):
     api = ComputeApi(config_for(server), read_retry_seconds=0.5)
     server.faults.fail_next("instances.get", status=503, times=1000)
@@ -173,6 +175,7 @@ def test_a_lost_insert_answer_is_resent_with_its_request_id_and_makes_one_vm(
     assert len(server.compute.operations) == 1  # the repeat got the first operation
 
 
+@pytest.mark.slow
 def test_an_insert_slower_than_one_wait_and_the_http_timeout_still_lands(monkeypatch):
     # The insert takes 90 s and each wait is held its full 2 minutes (both scaled 1/60);
     # the client's read timeout (scaled the same way) ends some waits early: still running.
@@ -195,6 +198,7 @@ def test_no_client_timeout_is_shorter_than_the_documented_wait():
     assert compute.OPERATION_WAIT_SERVER_SECONDS == 120.0
 
 
+@pytest.mark.slow
 def test_aggregated_list_finds_labelled_instances_in_every_zone(server, api):
     for i, zone in enumerate(ZONES):
         api.insert(zone, instance_for(server, zone, run_id=f"20261101-12000{i}-abcdef"))
@@ -228,6 +232,7 @@ def test_serial_output_follows_next(tmp_path):
 # -- GceBackend ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_backend_fails_over_to_the_third_zone(server):
     server.faults.stockout("us-central1-a")
     server.faults.missing_machine_type("us-central1-b")
@@ -256,6 +261,7 @@ def test_backend_quota_everywhere(server):
     assert len(server.calls("instances.insert")) == 1
 
 
+@pytest.mark.slow
 def test_backend_state_list_stop_and_release(server):
     backend = GceBackend(config_for(server))
     placements = [
@@ -279,6 +285,7 @@ def test_backend_state_list_stop_and_release(server):
     assert backend.list_machines() == [] and backend.stop_failures == {}
 
 
+@pytest.mark.slow
 def test_list_machines_prices_each_instance_by_what_it_is_and_whether_it_runs(server):
     # stop-all reports the hourly spend it stopped: each VM at its own region, model and
     # state, not at the current config's rate.
@@ -310,6 +317,7 @@ def test_list_machines_prices_each_instance_by_what_it_is_and_whether_it_runs(se
     )
 
 
+@pytest.mark.slow
 def test_backend_machine_state_after_guest_power_off(tmp_path):
     with FakeComputeServer() as server:
         server.catalog.raise_gpu_quotas()

@@ -114,6 +114,7 @@ def _under(config: BenchConfig, folder: str) -> dict[str, str]:
     return {"title": folder, "expression": expression}
 
 
+@pytest.mark.slow
 def test_store_put_and_get_round_trip(vm, gcs_server, gcs_bucket):  # noqa: F811
     """Uploads go through the run's signed POST policy (any key under its own), its payload
     comes back through its signed URL."""
@@ -191,6 +192,7 @@ def test_the_token_never_appears_in_the_rendered_script(vm):
     assert "fake-token" not in text and "Bearer " in text  # only the header template
 
 
+@pytest.mark.slow
 def test_rendered_startup_script_passes_shellcheck(tmp_path):
     from orchestrator.render import render_startup
 
@@ -251,6 +253,7 @@ def _may_delete_itself(vm, allowed: bool) -> None:
         vm.compute.iam.grant_self_delete(PROJECT, account)
 
 
+@pytest.mark.slow
 def test_a_vm_whose_account_may_deletes_itself_and_does_not_power_off(vm):
     _may_delete_itself(vm, allowed=True)
     result = vm("stop_machine")
@@ -262,6 +265,7 @@ def test_a_vm_whose_account_may_deletes_itself_and_does_not_power_off(vm):
     assert not (vm.tmp_path / "shutdown.args").exists()
 
 
+@pytest.mark.slow
 def test_a_vm_whose_account_may_not_delete_gets_403_and_powers_off(vm):
     _may_delete_itself(vm, allowed=False)
     result = vm("stop_machine")

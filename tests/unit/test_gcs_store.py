@@ -119,6 +119,7 @@ def test_keys_cannot_escape_the_prefix_or_name_two_objects(store, key):
     assert store.list("") == []
 
 
+@pytest.mark.slow
 def test_importing_the_store_does_not_import_the_sdk():
     import subprocess
     import sys

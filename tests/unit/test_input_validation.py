@@ -144,6 +144,7 @@ def test_the_service_accounts_gce_takes_are_accepted(bench_env, monkeypatch, acc
 # --- MINOR: exit 1 where a clear code belongs --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_locked_registry_is_exit_2_naming_the_file_and_creates_no_run(
     bench_env, capsys, monkeypatch
 ):
@@ -292,6 +293,7 @@ class PuttingStore(RefusingStore):
         ("start", CloudError("test: the insert's answer was lost"), "worst case"),
     ],
 )
+@pytest.mark.slow
 def test_a_failed_launch_counts_what_it_could_have_billed_not_its_whole_budget(
     bench_env, monkeypatch, fails_at, error, counted
 ):

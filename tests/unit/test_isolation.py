@@ -108,6 +108,7 @@ def gate(plan: Plan) -> dict[tuple[str, str], CorrectnessRow]:
     return {(r.config, r.implementation): r for r in rows}
 
 
+@pytest.mark.slow
 def test_two_versions_differing_in_a_constant_imported_at_call_time_are_told_apart(
     tmp_path, registered, monkeypatch
 ):
@@ -130,6 +131,7 @@ def test_two_versions_differing_in_a_constant_imported_at_call_time_are_told_apa
         assert folder and not os.listdir(folder), identity
 
 
+@pytest.mark.slow
 def test_a_tree_whose_package_is_named_kernels_runs_with_its_env(tmp_path, registered):
     """Our kernel's package is `kernels`, and a user's may be too: the harness imports no
     package of that name, so the worker finds the tree's. The contract's env is set in the
@@ -156,6 +158,7 @@ def test_a_tree_whose_package_is_named_kernels_runs_with_its_env(tmp_path, regis
     assert row.passed, row.message
 
 
+@pytest.mark.slow
 def test_a_kernel_that_segfaults_fails_that_config_only(tmp_path, registered):
     body = "if q.shape[-1] == 16:\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
     kernel_tree(tmp_path, "crashy", body)
@@ -169,6 +172,7 @@ def test_a_kernel_that_segfaults_fails_that_config_only(tmp_path, registered):
     assert all(rows[(c, "sdpa")].passed for c in ("d16", "d8"))
 
 
+@pytest.mark.slow
 def test_a_kernel_that_hangs_is_stopped_by_its_call_timeout(tmp_path, registered):
     body = "if q.shape[-1] == 16:\n    time.sleep(3600)\n"
     kernel_tree(tmp_path, "stuck", body)
@@ -182,6 +186,7 @@ def test_a_kernel_that_hangs_is_stopped_by_its_call_timeout(tmp_path, registered
     assert rows[("d8", "stuck")].passed
 
 
+@pytest.mark.slow
 def test_a_supports_check_of_the_kernels_own_says_what_it_refuses(tmp_path, registered):
     checks = (
         "def refuse_d16(config):\n"
@@ -228,6 +233,7 @@ def run_whole(plan: Plan, run_dir: Path, between=lambda: None) -> tuple[list, li
     ],
     ids=["segfault", "raises"],
 )
+@pytest.mark.slow
 def test_a_failure_while_timed_costs_that_config_and_the_run_goes_on(
     tmp_path, registered, failure, reason
 ):
@@ -248,6 +254,7 @@ def test_a_failure_while_timed_costs_that_config_and_the_run_goes_on(
     assert rows[("d16", "sdpa")].n == plan.samples_per_config
 
 
+@pytest.mark.slow
 def test_a_worker_whose_clock_lies_changes_only_its_own_report_and_fails_for_it(
     tmp_path, registered
 ):
@@ -273,6 +280,7 @@ def test_a_worker_whose_clock_lies_changes_only_its_own_report_and_fails_for_it(
     assert all(r.implementation != "liar" or r.flag for r in summary)
 
 
+@pytest.mark.slow
 def test_a_worker_whose_clock_runs_slow_is_named_over_a_configs_placements(tmp_path, registered):
     """A clock divided by 20 around calls 2 ms long: the report is a lie the harness names
     once a config has five samples with both figures, counted across its placements (here

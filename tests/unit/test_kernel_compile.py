@@ -65,6 +65,7 @@ def test_head_dims_are_one_list_and_the_rest_are_refused_with_a_reason():
     assert "no unit is generated" in support.head_dim_unsupported_reason(80)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_kv_head_map_divides_exactly_for_every_group(tmp_path: Path):
     """KvHeadMap (csrc/kernel_params.h) replaces head / group by a multiply-high: exact for
@@ -200,6 +201,7 @@ def shipped_unit_ptx(made_once) -> Path:
     return Path(made_once("shipped-fwd-hdim128-bf16-sm89-ptx", make))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_register_usage_level_changes_the_code_ptxas_emits(tmp_path: Path, shipped_unit_ptx):
     """The table's level reaches ptxas: the L4's non-causal D=128 unit as shipped (the
@@ -215,6 +217,7 @@ def test_register_usage_level_changes_the_code_ptxas_emits(tmp_path: Path, shipp
     assert cubin["shipped"] != cubin["level 5"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_spread_group_switch_defaults_to_pairs(tmp_path: Path, shipped_unit_ptx):
     """The shipped build (FLASH_SPREAD_GROUP unset: 0) keeps the shipped tile order, a head's
@@ -238,6 +241,7 @@ PLANNED_SOFTMAX = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize(("unit", "switch", "planned", "other"), PLANNED_SOFTMAX)
 def test_hopper_softmax_choices_reach_the_shipped_unit(
@@ -256,6 +260,7 @@ def test_hopper_softmax_choices_reach_the_shipped_unit(
     assert ptx["shipped"] != ptx["other"], f"{unit} is built as {switch}={other}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_hopper_causal_d64_unit_builds_the_solo_kernel_alone(tmp_path: Path):
     """The shipped causal D = 64 Hopper unit holds the solo kernel and no producer/consumer
@@ -327,6 +332,7 @@ COMPILED_IN_CI = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_representative_units_compile_for_l4_and_h100(tmp_path: Path):
     nvcc = build.find_nvcc()

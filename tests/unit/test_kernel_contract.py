@@ -281,6 +281,7 @@ def test_unsupported_configs_and_a_failed_build_are_reasons_not_errors(tmp_path)
 HOSTILE_BUILD = 'pip install -e . && echo "$(touch /tmp/pwned)" \'; rm -rf ~ #'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "gce"])
 def test_a_user_build_renders_quoted_and_shellcheck_clean(tmp_path, backend):
     build = f"build = '''{HOSTILE_BUILD}'''"
@@ -313,6 +314,7 @@ def test_a_user_build_renders_quoted_and_shellcheck_clean(tmp_path, backend):
     assert "run_phase build 2520" in script  # 120 s, then 20 min for the pins and the build each
 
 
+@pytest.mark.slow
 def test_render_shows_the_users_build_step(bench_env, capsys):
     example = REPO / "examples" / "torch-attention"
     args = ["render", "--backend", "local", "--plan", "cpu-smoke", "--kernel", str(example)]

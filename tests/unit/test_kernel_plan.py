@@ -139,6 +139,7 @@ def test_the_plan_is_read_from_the_collected_files(tmp_path):
     assert tree.kernel.contract.plan == "bench-plan.json"
 
 
+@pytest.mark.slow
 def test_every_examples_own_plan_is_valid_and_runs_on_a_gpu():
     from tests.unit.test_kernel_contract import EXAMPLES
 

@@ -102,6 +102,7 @@ def test_an_unwritable_dest_is_one_line_exit_2(bench_env, capsys):
     assert "--dest /proc/x is not a writable directory" in err and "a bug" not in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["prices"], ["prices", "--json"], ["--help"], ["render"]])
 def test_a_reader_leaving_the_pipe_early_is_exit_0(bench_env, args):
     entry = "from orchestrator.cli import entry; entry()"

@@ -29,6 +29,7 @@ def test_no_credentials_is_one_line_and_nothing_recorded(no_credentials, capsys,
     assert "no runs yet" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["stop-all", "--yes"], ["doctor"]])
 def test_commands_without_backend_flag_never_suggest_one(no_credentials, capsys, command):
     main([*command, "--project", "proj-abc", "--bucket", "bkt-x"])

@@ -66,6 +66,7 @@ def _noise(plan, rows):
     return control_noise(plan, rows, summarize("r", plan, rows, {}, None))
 
 
+@pytest.mark.slow
 def test_identical_implementations_raise_few_family_wise_false_alarms():
     plan, rng = _plan(), np.random.default_rng(51)
     alarms, per_row = 0, 0
@@ -90,6 +91,7 @@ def test_a_control_that_differs_makes_the_run_noisy_at_its_margin_only():
     assert noise.different(0.25) == []  # the gate at a 25% margin re-judges it quiet
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("bimodal", "verdict"), [(6, "noisy"), (4, "noisy"), (3, "quiet")])
 def test_a_control_with_most_rows_bimodal_cannot_vouch_for_the_run(bimodal, verdict):
     plan, rng = _plan(), np.random.default_rng(53)

@@ -35,6 +35,7 @@ def _noise(verdict: str) -> dict:
     ).model_dump(mode="json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verdict", ["noisy", "quiet"])
 def test_a_noisy_run_says_so_in_status_and_first_in_its_report(bench_env, capsys, verdict):
     ctx = Context(load_config())

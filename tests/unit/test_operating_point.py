@@ -111,6 +111,7 @@ def test_the_gate_plan_lays_out_placements_of_equal_rounds():
         op.rounds_per_block(op.gate_plan(long_plan(1200), op.GateSpec(30, 4, 60)))
 
 
+@pytest.mark.slow
 def test_identical_trees_pass_or_stay_undecided_and_never_systematically_alarm():
     run = synthetic_run("20261201-000000-aaaaaa", "identical", 1.0)
     decisions = op.decide_run(run, GATE, "looks")
@@ -122,6 +123,7 @@ def test_identical_trees_pass_or_stay_undecided_and_never_systematically_alarm()
     assert all(0.97 < d.geomean < 1.03 for d in decisions)
 
 
+@pytest.mark.slow
 def test_a_ten_percent_slower_candidate_is_a_regression():
     run = synthetic_run("20261201-000000-bbbbbb", "slowed", 1.10, rounds=400)
     decisions = op.decide_run(run, GATE, "looks")
@@ -131,12 +133,14 @@ def test_a_ten_percent_slower_candidate_is_a_regression():
     assert all(d.stopped == "decided" for d in decisions)
 
 
+@pytest.mark.slow
 def test_a_noisy_run_is_inconclusive_not_passed():
     run = synthetic_run("20261201-000000-cccccc", "identical", 1.0, rounds=400, round_sd=0.08)
     codes = [d.exit_code for d in op.decide_run(run, GATE, "looks")]
     assert codes and codes.count(7) == len(codes)
 
 
+@pytest.mark.slow
 def test_chunks_are_whole_placements_in_order_renumbered_and_disjoint():
     run = synthetic_run("20261201-000000-dddddd", "identical", 1.0, rounds=400)
     placements = op.Placements.of(run.plan, run.measurements)
@@ -171,6 +175,7 @@ def test_a_run_cut_short_gives_no_chunk_of_its_partial_placement():
     assert len(op.decide_run(run, GATE, "bound")) == 4
 
 
+@pytest.mark.slow
 def test_decisions_never_cross_runs():
     runs = [
         synthetic_run("20261201-000000-ffff01", "identical", 1.0, rounds=200, seed=1),
@@ -194,6 +199,7 @@ def test_lag1_tells_an_ar1_series_from_white_noise():
     assert op.lag1_permutation_p(white) > 0.05
 
 
+@pytest.mark.slow
 def test_anova_finds_a_between_run_offset_and_none_where_there_is_none():
     rng = np.random.default_rng(4)
     same = [rng.normal(0, 1, 40) for _ in range(4)]
@@ -205,6 +211,7 @@ def test_anova_finds_a_between_run_offset_and_none_where_there_is_none():
     assert op.anova([[1.0, 2.0]]) is None
 
 
+@pytest.mark.slow
 def test_independence_says_plainly_when_runs_differ():
     def decision(run, index, value):
         return op.Decision(run, "identical", index, 0, 4, 0, "pass", "decided", 1, 20,
@@ -229,6 +236,7 @@ def test_rate_intervals():
     assert low == 0.0 and high == pytest.approx(0.0370, abs=2e-4)
 
 
+@pytest.mark.slow
 def test_analysis_end_to_end_with_cost_on_an_l4():
     runs = [
         synthetic_run("20261201-000000-a00001", "identical", 1.0, rounds=400, seed=6),

@@ -6,6 +6,8 @@ import io
 import shutil
 import tarfile
 
+import pytest
+
 from orchestrator.payload import PAYLOAD_PACKAGES, build_payload, package_dir
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
@@ -18,6 +20,7 @@ def names_in(data: bytes) -> list[str]:
         return tar.getnames()
 
 
+@pytest.mark.slow
 def test_identical_trees_give_identical_bytes_wherever_they_are(tmp_path):
     plan, _ = resolve_plan("default", "gce")
     first, second = build_payload(plan), build_payload(plan)

@@ -111,6 +111,7 @@ def peak_memory_of(call) -> tuple[int, UsageError]:
 # ---- links ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("git_state", ["committed", "untracked", "no git"])
 def test_a_link_to_a_credentials_file_is_refused_and_never_read(tree, credentials, git_state):
     if git_state == "committed":
@@ -260,6 +261,7 @@ def test_a_baseline_directory_over_the_bound_is_refused_before_it_is_read(tmp_pa
     assert FILES_OVER_THE_TOTAL * FILE_UNDER_THE_BOUND > payload.MAX_TREE_BYTES
 
 
+@pytest.mark.slow
 def test_a_git_revision_over_the_bound_is_refused_while_streaming(tree):
     (tree / "kernels" / "weights.bin").write_bytes(bytes(COMMITTED_FILE_BYTES))
     commit_all(tree)
@@ -289,6 +291,7 @@ def test_ignored_untracked_and_deleted_files_are_as_git_sees_them(tree):
     assert "new_helper.py" in files and "run.log" not in files and "data/big.bin" not in files
 
 
+@pytest.mark.slow
 def test_identical_trees_give_identical_bytes_git_or_not(tree, tmp_path):
     plain = payload_of(tree)
     assert entries(plain)

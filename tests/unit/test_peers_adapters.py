@@ -331,6 +331,7 @@ class AdapterOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(STAND_INS))
 def test_a_timed_call_converts_nothing(stand_in, name):
     seen = stand_in(name)

@@ -103,6 +103,7 @@ def test_gce_installs_each_requested_peers_pins_and_local_installs_nothing():
     assert all("==" in pin for peer in PEERS.values() for pin in peer.pins)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["gce", "local"])
 def test_the_script_with_peers_is_shellcheck_clean(tmp_path, backend):
     spec = _spec_with_peers(backend, ("xformers", "fa4", "flashinfer"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -158,6 +159,7 @@ def test_hooks_default_to_none():
     assert impl.to_native is None and impl.from_native is None
 
 
+@pytest.mark.slow
 def test_the_harness_times_a_layout_implementation_on_native_inputs(monkeypatch, tmp_path):
     """The gate, then the timed loop, in process: every call the layout implementation gets
     is in its layout, and its timed outputs pass the timed checks."""

@@ -26,6 +26,7 @@ PROBE = (
     "module, argv",
     [("benches", ["benches", "plans"]), ("orchestrator", ["bench", "--help"])],
 )
+@pytest.mark.slow
 def test_a_command_exits_with_its_objects_frozen(module, argv):
     done = subprocess.run(
         [sys.executable, "-c", PROBE.format(module=module, argv=argv)],

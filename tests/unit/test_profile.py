@@ -85,6 +85,7 @@ def test_a_failed_call_is_a_row_and_the_next_one_still_runs(plan, tmp_path, monk
     assert rows[0].message == "==ERROR== the application crashed"
 
 
+@pytest.mark.slow
 def test_the_time_bound_holds(plan, tmp_path, monkeypatch):
     fake_ncu(tmp_path / "bin", "exec sleep 30\n")
     only_path(monkeypatch, tmp_path / "bin")

@@ -117,6 +117,7 @@ def test_update_changes_only_the_named_fields_and_returns_the_record(tmp_path):
         registry.update("missing", state="failed")
 
 
+@pytest.mark.slow
 def test_concurrent_updates_of_different_fields_both_land(tmp_path):
     """A writer holds the lock while `update` starts: a read-then-write update would read
     the row before that writer commits and then write the stale cost back."""

@@ -57,6 +57,7 @@ def shellcheck(script: str) -> subprocess.CompletedProcess:
     return subprocess.run([binary, "-"], input=script, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "gce"])
 @pytest.mark.parametrize("plan", ["cpu-smoke", "default", "default+ab"])
 def test_every_variant_is_shellcheck_clean(tmp_path, backend, plan):

@@ -30,6 +30,7 @@ def run_dir(cpu_smoke_run, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_report_rows_and_pngs(run_dir):
     report = make_report(run_dir)
     assert report.status == "complete"
@@ -64,6 +65,7 @@ def plot_files(folder: Path) -> dict[str, tuple[int, int, bytes]]:
     }
 
 
+@pytest.mark.slow
 def test_a_second_report_of_the_same_results_keeps_their_plots(run_dir, tmp_path, monkeypatch):
     """Reporting a run again draws nothing (1-5 s of CPU a report): the plots of these
     results by this code are kept, file for file. Other drawing code, or a report/ whose
@@ -195,6 +197,7 @@ def test_missing_results_is_a_results_error(tmp_path):
         make_report(tmp_path)
 
 
+@pytest.mark.slow
 def test_report_does_not_import_torch():
     code = (
         "import sys; from pathlib import Path; import orchestrator.report as r; "
@@ -248,6 +251,7 @@ def test_report_is_readable_at_80_columns(run_dir):
     _assert_readable_at_80(result.output, run_dir)
 
 
+@pytest.mark.slow
 def test_report_is_readable_in_a_pipe(run_dir):
     """No terminal and no COLUMNS: rich's default width, 80."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
@@ -283,6 +287,7 @@ def test_implementation_label_names_the_backend_that_ran(implementation, backend
     assert implementation_label(implementation, backends) == label
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cut", [False, True], ids=["whole run", "one config"])
 def test_plots_name_the_candidate_and_fit_their_titles(run_dir, cut):
     from orchestrator.report import plots
@@ -371,6 +376,7 @@ def test_the_speedup_plot_shows_the_a_a_control_as_the_control(run_dir):
     assert not any(label.startswith("over") and "@aa" in label for label in labels)
 
 
+@pytest.mark.slow
 def test_the_speedup_plots_axis_label_lies_inside_its_figure_and_names_the_candidate(run_dir):
     """Issue 52: the label was one line wider than the figure, cut off at both ends."""
     from orchestrator.report import plots

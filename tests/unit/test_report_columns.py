@@ -287,6 +287,7 @@ PROFILE_CODE = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["80 columns", "pipe"])
 def test_the_nsight_compute_table_is_readable(where):
     from orchestrator.cli.report_sections import show_profile
@@ -330,6 +331,7 @@ def catalog_names() -> list[str]:
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["80 columns", "pipe"])
 def test_prices_keep_machine_names_and_zones_whole(bench_env, capsys, monkeypatch, where):
     from orchestrator.cli import main
@@ -387,6 +389,7 @@ def ab_run_dir(made_once, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["80 columns", "pipe"])
 def test_a_real_ab_report_is_readable(ab_run_dir, where):
     from click.testing import CliRunner

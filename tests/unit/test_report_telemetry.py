@@ -60,6 +60,7 @@ def gpu_like_run(cpu_smoke_run, tmp_path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_the_reports_data_holds_each_rounds_clocks_and_power(gpu_like_run):
     rows = read_csv(gpu_like_run / "results" / "measurements.csv", Measurement)
     expected = {}
@@ -83,6 +84,7 @@ def test_the_reports_data_holds_each_rounds_clocks_and_power(gpu_like_run):
     assert report.environment.power_limit_w == POWER_LIMIT_W
 
 
+@pytest.mark.slow
 def test_bench_report_prints_the_rounds_range_against_the_ceilings(gpu_like_run):
     result = CliRunner().invoke(
         cli,
@@ -101,6 +103,7 @@ def test_bench_report_prints_the_rounds_range_against_the_ceilings(gpu_like_run)
     assert f"{len(configs)} of {rounds} rounds throttled" in line
 
 
+@pytest.mark.slow
 def test_a_cpu_run_has_no_rounds_of_gpu_readings(cpu_smoke_run, tmp_path):
     run = tmp_path / cpu_smoke_run.name
     shutil.copytree(cpu_smoke_run, run, ignore=shutil.ignore_patterns("report"))

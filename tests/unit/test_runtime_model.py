@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -66,7 +67,7 @@ def test_past_runs_replace_only_the_phases_they_recorded():
     model = runtime_model.model_phases(default_plan(), "gce", "nvidia-l4")
     past = [{"build": 4.0}, {"build": 8.0, "boot": 40.0}]
     refined = runtime_model.refine(model, [*past, {}])
-    assert refined.seconds_of("build") == pytest.approx(8.0 * runtime_model.HISTORY_HEADROOM)
+    assert refined.seconds_of("build") == pytest.approx(6.0 * runtime_model.HISTORY_HEADROOM)
     assert "median of 2 past runs" in next(p for p in refined.phases if p.phase == "build").source
     assert refined.seconds_of("boot") == pytest.approx(40.0 * runtime_model.HISTORY_HEADROOM)
     assert refined.seconds_of("benchmark") == model.seconds_of("benchmark")
@@ -147,3 +148,70 @@ def test_history_of_a_plan_of_other_content_is_not_used(tmp_path):
     assert registry.past_phase_seconds(plan.content_sha256(), "gce") == []
     assert registry.past_phase_seconds(other.content_sha256(), "gce") == [{"benchmark": 1.0}]
     assert registry.past_phase_seconds("", "gce") == []  # a run of no checked plan
+
+
+# cpu-smoke through the real CLI on the local backend, on this 2-core host under other
+# suites' load (load average 3-5), 2026-11-29: whole runs (the phases the manifests
+# recorded, whole seconds) of 32, 13, 9, 5, 4 and 4 s, minutes apart. The model alone said
+# 17 s (issue 52 item 8: "estimated 18s" against 43 s).
+CPU_SMOKE_MEASURED_SECONDS = (32.0, 13.0, 9.0, 5.0, 4.0, 4.0)
+
+
+def test_the_model_alone_puts_a_cpu_smoke_run_within_2x_of_those_measured_here():
+    plan, _ = resolve_plan("cpu-smoke", "local", has_gpu=False)
+    estimate = runtime_model.model_phases(plan, "local").total_seconds
+    logs = [math.log(seconds) for seconds in CPU_SMOKE_MEASURED_SECONDS]
+    typical = math.exp(sum(logs) / len(logs))  # their geometric mean, 8.2 s
+    assert typical / 2 <= estimate <= typical * 2
+
+
+def test_a_local_estimate_follows_the_last_runs_here_without_headroom():
+    """The same plan took 30 s on a loaded spell, then 2 s: the machine's load moves, and
+    the last runs say most of what the next will take."""
+    plan, _ = resolve_plan("cpu-smoke", "local", has_gpu=False)
+    model = runtime_model.model_phases(plan, "local")
+    past = [{"benchmark": 30.0}] * 6 + [{"benchmark": 2.0}, {"benchmark": 3.0}] * 2
+    refined = runtime_model.refine(model, past, headroom=1.0)
+    assert refined.seconds_of("benchmark") == pytest.approx(3.0)  # the last 5's median
+    assert "median of the last 5 of 10 past runs" in refined.phases[5].source
+    billed = runtime_model.refine(model, past)
+    assert billed.seconds_of("benchmark") == pytest.approx(3.0 * runtime_model.HISTORY_HEADROOM)
+
+
+def test_an_edit_to_the_users_kernel_keeps_the_plans_runtime_history(tmp_path, monkeypatch):
+    """A dozen finished runs of one kernel, edited between them, each printed 'no finished
+    run of this plan here yet': its tree's hash was part of the key."""
+    from orchestrator.registry import RunRecord
+    from orchestrator.service import launch as launch_service
+    from orchestrator.service.context import Context
+    from orchestrator.service.plan_options import PlanOptions, shape_plan
+    from tests.unit.test_kernel_contract import kernel_tree
+
+    monkeypatch.setattr(launch_service, "local_gpu_name", lambda: None)
+    root = kernel_tree(tmp_path / "mine")
+    plan, _ = resolve_plan("auto", "local", has_gpu=False, kernel=root)
+    before = shape_plan(plan, PlanOptions(kernel=root)).plan
+    (root / "mine" / "ops.py").write_text("def attention(q, k, v, *, causal, scale):\n  return k\n")
+    after = shape_plan(plan, PlanOptions(kernel=root)).plan
+    assert before.content_sha256() != after.content_sha256()  # the boundary tells them apart
+
+    ctx = Context(BenchConfig(state_dir=tmp_path / "state"))
+    ctx.registry.add(
+        RunRecord(
+            run_id="20261129-070000-abcdef",
+            backend="local",
+            plan=before.name,
+            plan_sha256=runtime_model.history_key(before),  # as fetch files it
+            budget_usd=1.0,
+            rate_usd_per_hour=0.0,
+            max_run_seconds=600,
+            estimated_seconds=20,
+            created_at="2026-11-29T07:00:00+00:00",
+            state="complete",
+            phase_seconds={"correctness": 4.0, "benchmark": 8.0},
+            gpu=launch_service.target_gpu(ctx, "local"),
+        )
+    )
+    estimate = launch_service.runtime_estimate(ctx, "local", after)
+    assert estimate.seconds_of("benchmark") == pytest.approx(8.0)  # free: no headroom
+    assert estimate.error_note() == "1 past run of this plan here took 0.60x its estimate"

@@ -6,10 +6,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from orchestrator.render import template_environment
 from tests.limits import HANG_SECONDS
 
 
+@pytest.mark.slow
 def test_overlapping_store_puts_from_subshells_all_land(tmp_path):
     partial = template_environment().get_template("partials/backend/local.sh.j2")
     (tmp_path / "local.sh").write_text(partial.render(store_root=str(tmp_path / "store")))

@@ -48,6 +48,7 @@ def inputs(device, dtype, heads=4, kv_heads=4, seq=64, dim=32):
     return tensor(heads), tensor(kv_heads), tensor(kv_heads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sdpa", "sdpa-math", "sdpa-extra16"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])

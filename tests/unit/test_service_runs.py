@@ -45,6 +45,7 @@ def test_max_runtime_lowers_the_local_cap_and_never_raises_it(ctx):
     assert budget.LOCAL_DEFAULT_MAX_RUN_SECONDS == 7200
 
 
+@pytest.mark.slow
 def test_launch_wait_view_fetch_over_the_local_backend(ctx, tmp_path):
     plan = one_placement_plan(tmp_path)
     result = launch(ctx, LaunchRequest(budget_usd=1.0, plan=str(plan)), "local", "test")
@@ -73,6 +74,7 @@ def test_launch_wait_view_fetch_over_the_local_backend(ctx, tmp_path):
     assert again.attempted == 0
 
 
+@pytest.mark.slow
 def test_stop_all_finds_and_ends_a_running_local_run(ctx, tmp_path):
     plan = one_placement_plan(tmp_path, samples=4000, heavy=True)
     run_id = launch(ctx, LaunchRequest(budget_usd=1.0, plan=str(plan)), "local", "test")

@@ -85,6 +85,7 @@ def corrupt(gcs_server, bucket: str, key: str) -> None:  # noqa: F811
     tarball.upload_from_string(tarball.download_as_bytes()[:-7] + b"garbage")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["zst", "tar"])
 def test_a_saved_tree_comes_back_and_a_corrupt_one_is_refused(
     cache_vm,
@@ -123,6 +124,7 @@ def test_a_saved_tree_comes_back_and_a_corrupt_one_is_refused(
     assert "no env/none yet" in missing.stdout and "exit 1" in missing.stdout
 
 
+@pytest.mark.slow
 def test_environment_cache_built_restored_and_rebuilt_when_corrupt(
     cache_vm,
     gcs_server,  # noqa: F811

@@ -18,7 +18,13 @@ from orchestrator.gpus import (
     member_config,
     parse_gpu_list,
 )
-from orchestrator.runtime_model import HISTORY_HEADROOM, PhaseFigure, RuntimeEstimate, model_phases
+from orchestrator.runtime_model import (
+    HISTORY_HEADROOM,
+    PhaseFigure,
+    RuntimeEstimate,
+    history_key,
+    model_phases,
+)
 from orchestrator.service.context import Context
 from orchestrator.service.launch import LaunchRequest
 from orchestrator.service.plans import resolve_plan
@@ -180,18 +186,18 @@ def test_a_plain_launch_and_a_sweep_member_share_their_gpus_history(monkeypatch,
     config = BenchConfig(project="bench-test-project", bucket="bench-bucket", state_dir=tmp_path)
     ctx = Context(config)
     plan, _ = resolve_plan("default", "gce", has_gpu=True)
-    _past_run(ctx.registry, 1, "l4", "gce", 777.0, plan.content_sha256())
+    _past_run(ctx.registry, 1, "l4", "gce", 777.0, history_key(plan))
     assert launch_service.target_gpu(ctx, "gce") == "l4"
     plain = launch_service.runtime_estimate(ctx, "gce", plan)
     (member,) = plan_members(ctx, ["l4"], "gce", LaunchRequest(budget_usd=5.0, plan="default"))
     for estimate in (plain, member.estimate):
         assert estimate.seconds_of("build") == pytest.approx(777.0 * HISTORY_HEADROOM)
 
-    _past_run(ctx.registry, 2, "h100", "local", 333.0, plan.content_sha256())
+    _past_run(ctx.registry, 2, "h100", "local", 333.0, history_key(plan))
     assert launch_service.target_gpu(ctx, "local") == "h100"
     plain = launch_service.runtime_estimate(ctx, "local", plan)
     monkeypatch.setattr("orchestrator.service.plans.local_gpu_present", lambda: True)
     request = LaunchRequest(budget_usd=1.0, plan="default")
     (member,) = plan_members(ctx, ["local"], "local", request)
     for estimate in (plain, member.estimate):
-        assert estimate.seconds_of("build") == pytest.approx(333.0 * HISTORY_HEADROOM)
+        assert estimate.seconds_of("build") == pytest.approx(333.0)  # free: no headroom

@@ -131,6 +131,7 @@ def machine(tmp_path) -> Machine:
     return Machine(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_same_tree_hits_the_cache_and_another_tree_misses(machine):
     first = machine.run()
     assert machine.compiles() == 1 and "compiling" in first.stdout
@@ -169,6 +170,7 @@ def pip_version() -> str:
     return metadata.version("pip")
 
 
+@pytest.mark.slow
 def test_a_corrupt_entry_is_rebuilt_and_saved_again(machine):
     machine.run()
     machine.promote()
@@ -183,6 +185,7 @@ def test_a_corrupt_entry_is_rebuilt_and_saved_again(machine):
     assert machine.compiles() == 2  # the rebuilt entry was saved and promoted
 
 
+@pytest.mark.slow
 def test_an_entry_filed_under_another_key_is_not_used(machine):
     """An entry whose digest is right but which was saved for another key (copied, or
     planted by hand): its own key file says so, and the build runs."""
@@ -201,6 +204,7 @@ def test_an_entry_filed_under_another_key_is_not_used(machine):
     assert machine.compiles() == 3 and third.builds[0].outcome == "built"
 
 
+@pytest.mark.slow
 def test_a_build_that_changes_nothing_in_its_tree_is_not_cached(machine):
     done = machine.run(command="echo compiling; echo run >> ../compiles")
     assert "the build changed no file of its tree: nothing to save" in done.stdout
@@ -210,6 +214,7 @@ def test_a_build_that_changes_nothing_in_its_tree_is_not_cached(machine):
     assert machine.compiles() == 2
 
 
+@pytest.mark.slow
 def test_a_failed_build_is_recorded_and_never_cached(machine):
     failing = "echo half > pkg/_built.py; echo 'error: no compiler' >&2; exit 3"
     done = machine.run(command=failing)
@@ -219,6 +224,7 @@ def test_a_failed_build_is_recorded_and_never_cached(machine):
     assert machine.promote() == [] and machine.entries("") == []
 
 
+@pytest.mark.slow
 def test_the_rendered_build_is_shellcheck_clean():
     script = "#!/usr/bin/env bash\n" + render_build(
         'pip install -e . && echo "$(touch /tmp/pwned)" \'; rm -rf ~ #'
@@ -236,6 +242,7 @@ ENV_BUILD = (
 )
 
 
+@pytest.mark.slow
 def test_a_build_into_its_contracts_env_is_cached_with_the_tree(machine):
     """The env reaches the build with '{tree}' as this machine's tree, an output it puts in
     the tree is saved and restored as any, and the key does not depend on where the tree

@@ -46,6 +46,7 @@ def _borrow_and_answer(descriptors, conn):
     borrowed.close()
 
 
+@pytest.mark.slow
 def test_a_lent_buffer_is_the_same_memory_in_the_child_and_gone_once_freed():
     lender = Lender(torch.device("cpu"))
     q = torch.randn(2, 3, 5, 8)

@@ -84,6 +84,7 @@ def cleanup():
     worker_start._started.clear()
 
 
+@pytest.mark.slow
 def test_the_gate_adopts_the_workers_started_before_it_and_skips_failed_builds(tmp_path, cleanup):
     mine, base, other = (
         kernel(tmp_path, "mine", "one"),
@@ -113,6 +114,7 @@ def test_the_gate_adopts_the_workers_started_before_it_and_skips_failed_builds(t
     assert registry.get("mine").worker._process.pid != process.pid
 
 
+@pytest.mark.slow
 def test_what_outlives_the_timing_loop_is_frozen_out_of_collections_during_it(
     tmp_path, cleanup, monkeypatch
 ):
@@ -152,6 +154,7 @@ def attention(q, k, v, *, causal, scale):
 """
 
 
+@pytest.mark.slow
 def test_a_worker_takes_the_parents_folder_and_environment_at_its_start_and_no_torch_state(
     tmp_path, cleanup, monkeypatch
 ):
@@ -180,6 +183,7 @@ def test_a_worker_takes_the_parents_folder_and_environment_at_its_start_and_no_t
     assert row.passed, row.message
 
 
+@pytest.mark.slow
 def test_the_fork_servers_preload_imports_torch_and_numpy_frozen():
     """multiprocessing's fork server skips a preload name that does not import, silently:
     every worker would then import torch itself. In a fresh interpreter, as the server
