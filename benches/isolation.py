@@ -608,9 +608,11 @@ class MeasuredPlacement:
                 self._worker,
             )
 
-    def own_median_ms(self) -> float | None:
-        """The median of the worker's own times so far (what sizes its CPU batches)."""
-        return statistics.median(self._figures.own) if self._figures.own else None
+    def own_fastest_ms(self) -> float | None:
+        """The fastest of the worker's own times so far (what sizes its CPU batches): a
+        warm-up of a few calls is mostly cold ones, whose median sized an SDPA of 0.1 ms a
+        call at one call a sample, each carrying the pipe's ~3 ms (issue 49 item 4)."""
+        return min(self._figures.own) if self._figures.own else None
 
     def checked(self) -> tuple[int, float | None]:
         """(samples checked, the worst max error among their rows)."""

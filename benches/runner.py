@@ -317,8 +317,8 @@ def _cpu_batches(clock, trial: dict, settled: dict) -> dict[str, int]:
         return {}
     batches = {}
     for name, held in trial.items():
-        if hasattr(held, "own_median_ms"):
-            own = held.own_median_ms() or settled[name]
+        if hasattr(held, "own_fastest_ms"):
+            own = held.own_fastest_ms() or settled[name]
             batches[name] = timing.batch_calls_for(own * 1e3)
     return {name: calls for name, calls in batches.items() if calls > 1}
 
