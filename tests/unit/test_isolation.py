@@ -332,9 +332,7 @@ def test_a_calibration_taken_in_a_loaded_spell_is_taken_again_not_held_against_t
     assert fine.n == plan.samples_per_config and fine.median_ms > 0
 
 
-def test_a_workers_batch_is_sized_by_its_fastest_warm_call_not_its_cold_ones(
-    tmp_path, registered
-):
+def test_a_workers_batch_is_sized_by_its_fastest_warm_call_not_its_cold_ones(tmp_path, registered):
     """A warm-up of a few calls is mostly cold ones: sized by their median, a call of well
     under a millisecond was timed one a sample, each carrying the pipe's milliseconds
     (2.9 ms read for SDPA's 0.1 ms, issue 49 item 4). Two calls in three sleep 10 ms here,
