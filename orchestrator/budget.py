@@ -35,10 +35,14 @@ RUN_OVERRUN_SECONDS = LATE_TERMINATION_SECONDS + SHUTDOWN_SECONDS + BILLING_MINI
 # takes it down: bench waits at most this long for each operation (an allowance from bench's
 # own deadlines; Google documents no bound).
 ATTACHED_OUTSIDE_RUN_SECONDS = 2 * OPERATION_TIMEOUT_SECONDS
-# Spot prices may change up to once a day (https://cloud.google.com/spot-vms/pricing), by
-# an amount Google does not bound: the cap holds back a 10% rise of the spot machine and
-# GPUs over the catalog (an assumption, not a source; `bench prices` shows the catalog's date).
-SPOT_PRICE_HEADROOM = 0.10
+# Spot prices of machine types and GPUs "can change up to once every day", at an hour Google
+# does not name, and the discount is "up to 91%" off the on-demand price, with no floor
+# (https://cloud.google.com/spot-vms/pricing, read 2026-11;
+# https://docs.cloud.google.com/compute/docs/instances/create-use-spot, read 2026-11-29). The
+# first change may fall on any second of the cap, and the one bound Google gives is that a
+# discount never makes spot dearer than on-demand: so the worst case prices a spot machine
+# and its GPUs at the on-demand rate from the start (`HourlyRate.machine_ceiling`), and the
+# estimate, the likely bill, at the spot rate.
 # GCE's own ceiling for max_run_duration is 120 days; bench never needs more than a day.
 MAX_RUN_SECONDS_CEILING = 24 * 3600
 LOCAL_DEFAULT_MAX_RUN_SECONDS = 2 * 3600
@@ -60,11 +64,19 @@ class HourlyRate:
     disk_gb: int = 0  # the boot disk's size, as priced
     api_read_date: str = ""  # when the Cloud Billing Catalog API was read; "" for bundled
     bundled_items: tuple[str, ...] = ()  # with api_read_date: the items it did not price
+    on_demand_machine: float = 0.0  # the machine and GPUs at on-demand prices; 0: `machine`
+    price_warning: str = ""  # a Cloud Billing Catalog API read dropped, said at every use
 
     @property
     def machine(self) -> float:
         """The machine and its GPUs: what bills only while the VM runs."""
         return self.total - self.disk - self.address
+
+    @property
+    def machine_ceiling(self) -> float:
+        """The most the machine and its GPUs can bill per hour: a spot price may change on
+        any day with no floor on its discount, so at most the on-demand price."""
+        return max(self.machine, self.on_demand_machine)
 
     @property
     def price_source(self) -> str:
@@ -86,11 +98,18 @@ def load_catalog() -> dict:
 def price_catalog(config: BenchConfig) -> dict:
     """The catalog launch and prices use: the bundled one with the items a Cloud Billing
     Catalog API read priced (`bench prices --refresh`, younger than a week), else as bundled."""
-    from orchestrator.backends.gce.billing_catalog import fresh_cache, with_api_prices
+    from orchestrator.backends.gce.billing_catalog import (
+        fresh_cache,
+        unused_cache_warning,
+        with_api_prices,
+    )
 
     bundled = load_catalog()
     cached = fresh_cache(config)
-    return bundled if cached is None else with_api_prices(bundled, cached)
+    if cached is not None:
+        return with_api_prices(bundled, cached)
+    warning = unused_cache_warning(config)
+    return {**bundled, "price_warning": warning} if warning else bundled
 
 
 def hourly_rate(
@@ -178,6 +197,9 @@ def machine_rate(
         )
         if item is not None and not item.get("from_api")
     ]
+    on_demand_machine = machine["on_demand"] + (
+        gpu["on_demand"] * accelerator_count if accelerator_count else 0.0
+    )
     items = [
         (machine_type, machine[kind]),
         (
@@ -198,22 +220,31 @@ def machine_rate(
         disk_gb=disk_gb,
         api_read_date=catalog.get("api_read_date", ""),
         bundled_items=tuple(bundled_items),
+        on_demand_machine=on_demand_machine,
+        price_warning=catalog.get("price_warning", ""),
     )
 
 
 def worst_case_items(rate: HourlyRate, cap_seconds: int) -> list[tuple[str, float]]:
     """What a run capped at `cap_seconds` can bill at most, item by item (USD): the machine
     and GPUs until the late termination, the shutdown and the billing minimum are over (at
-    spot prices risen by the headroom); the disk and the address that long and for the
-    insert and the delete besides."""
+    the on-demand price, the most a spot price can become); the disk and the address that
+    long and for the insert and the delete besides."""
     running = cap_seconds + RUN_OVERRUN_SECONDS
-    headroom = 1 + SPOT_PRICE_HEADROOM if rate.spot else 1.0
     attached = running + ATTACHED_OUTSIDE_RUN_SECONDS
     return [
-        ("machine and GPUs", rate.machine * headroom * running / 3600),
+        ("machine and GPUs", rate.machine_ceiling * running / 3600),
         ("boot disk", rate.disk * attached / 3600),
         ("external address", rate.address * attached / 3600),
     ]
+
+
+def rate_text(rate: HourlyRate) -> str:
+    """The rate as a refusal names it: on spot, also the most it can become."""
+    if rate.machine_ceiling <= rate.machine:
+        return f"${rate.total:.4f}/h"
+    most = rate.total - rate.machine + rate.machine_ceiling
+    return f"${rate.total:.4f}/h (spot; up to ${most:.4f}/h should spot prices rise to on-demand)"
 
 
 def worst_case_usd(rate: HourlyRate, cap_seconds: int) -> float:
@@ -250,7 +281,7 @@ def check_buys_a_start(budget_usd: float, rate: HourlyRate, boot_seconds: float)
     raise UsageError(
         f"budget ${budget_usd:.2f} is too small for a gce run: booting the VM (about "
         f"{format_duration(needed - BILLING_MINIMUM_SECONDS)}) and its first billed minute "
-        f"can cost ${worst_case_usd(rate, needed):.3f} at ${rate.total:.4f}/h; raise --budget. "
+        f"can cost ${worst_case_usd(rate, needed):.3f} at {rate_text(rate)}; raise --budget. "
         "Nothing was created"
     )
 
@@ -264,7 +295,7 @@ def check_covers(
     needed = worst_case_usd(rate, estimated_seconds)
     raise RefusedError(
         f"budget ${budget_usd:.2f} buys {format_duration(cap_seconds)} at "
-        f"${rate.total:.4f}/h, but the plan needs about {format_duration(estimated_seconds)} "
+        f"{rate_text(rate)}, but the plan needs about {format_duration(estimated_seconds)} "
         f"(≈ ${needed:.2f} at worst); raise --budget or choose a smaller plan"
     )
 

@@ -195,7 +195,9 @@ class Backend(Protocol):
         billing after its run ends and the user has not accepted that."""
         ...
 
-    def leftover_note(self, run_id: str, disk_usd_per_hour: float, disk_gb: int) -> str | None:
+    def leftover_note(
+        self, run_id: str, disk_usd_per_hour: float, disk_gb: int, cap_seconds: int, most_usd: float
+    ) -> str | None:
         """What an accepted leftover will bill, to print at launch; None when nothing can."""
         ...
 

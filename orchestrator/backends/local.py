@@ -161,7 +161,9 @@ class LocalBackend:
     def refuse_leftovers(self) -> None:
         """A local run leaves no machine behind: its process ends with it."""
 
-    def leftover_note(self, run_id: str, disk_usd_per_hour: float, disk_gb: int) -> str | None:
+    def leftover_note(
+        self, run_id: str, disk_usd_per_hour: float, disk_gb: int, cap_seconds: int, most_usd: float
+    ) -> str | None:
         return None
 
     def boot_disk_gb(self) -> int:

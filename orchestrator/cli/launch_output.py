@@ -57,6 +57,8 @@ def print_launch(out, result) -> None:
         from orchestrator.boundary import markup_safe  # here: `--help` stays light
 
         out.print(f"bench: prices from {markup_safe(result.rate.price_source)}")
+        if result.rate.price_warning:
+            out.print(f"[bold yellow]bench: warning:[/] {markup_safe(result.rate.price_warning)}")
     out.print(
         f"bench: rate ${spec.rate_usd_per_hour:.4f}/h{' (spot)' if spec.spot else ''} · "
         f"time cap {format_duration(spec.max_run_seconds)} · estimated "

@@ -31,7 +31,12 @@ def prices(plan_ref, as_json, refresh):
     region's rate: the figures `launch --backend batch` configures.
 
     Prices come from the last `--refresh` while it is under 7 days old (items it
-    did not find, and every item after a week, from bench's bundled catalog).
+    did not find, and every item after a week, from bench's bundled catalog, with
+    a warning naming the read it dropped).
+
+    The time cap prices a spot machine and its GPUs at the on-demand rate: spot
+    prices may change once a day with no floor on the discount, so the cap's
+    worst case holds whatever they become; the estimate stays at spot prices.
 
     \b
     Example:
@@ -40,7 +45,7 @@ def prices(plan_ref, as_json, refresh):
       bench prices --plan cpu-smoke
       bench prices --json | jq .rate_usd_per_hour
     """
-    from orchestrator.budget import format_duration, max_run_seconds_for, price_catalog
+    from orchestrator.budget import format_duration, max_run_seconds_for, price_catalog, rate_text
     from orchestrator.cli.estimate_table import phase_table
     from orchestrator.service.estimate import gce_estimate
 
@@ -53,6 +58,10 @@ def prices(plan_ref, as_json, refresh):
     split = split_budgets(ctx, plan_ref, 1.0)
     if as_json:
         return _print_json(catalog, estimate, split)
+    if catalog.get("price_warning"):
+        from orchestrator.boundary import markup_safe
+
+        out.print(f"[bold yellow]bench: warning:[/] {markup_safe(catalog['price_warning'])}")
     out.print(f"{_catalog_heading(catalog)} ({catalog['currency']}/hour)")
     out.print(price_table(catalog))
     for name, source in catalog["sources"].items():
@@ -75,7 +84,7 @@ def prices(plan_ref, as_json, refresh):
     out.print(
         f"total rate ${rate.total:.4f}/h ({', '.join(f'{n} ${p:.4f}' for n, p in rate.items)}) "
         f"in {rate.region}; $1.00 buys {format_duration(max_run_seconds_for(1.0, rate))}"
-        f" (the time cap, its worst-case bill within $1.00)",
+        f" (the time cap, its worst-case bill within $1.00 at {rate_text(rate)})",
         soft_wrap=False,
     )
     for title, terms in split.values():
@@ -159,6 +168,7 @@ def _print_json(catalog, estimate, split) -> int:
         "rate_items": dict(rate.items),
         "seconds_one_dollar_buys": max_run_seconds_for(1.0, rate),
         "price_source": rate.price_source,
+        "price_warning": catalog.get("price_warning"),
         "plan": estimate.plan.name,
         "first_run_seconds": phases(estimate.first_run),
         "later_runs_seconds": phases(estimate.later_runs),

@@ -175,7 +175,13 @@ def launch(
             ctx, request, backend, plan, spot=ctx.config.spot, disk_gb=disk_gb
         )
     if rate is not None:
-        note = machines.leftover_note(spec.run_id, rate.disk, rate.disk_gb)
+        note = machines.leftover_note(
+            spec.run_id,
+            rate.disk,
+            rate.disk_gb,
+            spec.max_run_seconds,
+            budget.worst_case_usd(rate, spec.max_run_seconds),
+        )
         notes += [note] if note else []
     # The run is in the registry, holding its budget against the monthly cap, before
     # anything is created: a controller killed at any later step leaves a run `status` lists.

@@ -248,6 +248,15 @@ class GcsStore:
     def bucket_exists(self) -> bool:
         return self._translated(lambda: self._bucket.exists(retry=self._retry), "")
 
+    def uniform_access_enabled(self) -> bool:
+        """Whether the bucket has uniform bucket-level access, which IAM Conditions need."""
+
+        def read() -> bool:
+            bucket = self._bucket.client.get_bucket(self.bucket_name, retry=self._retry)
+            return bool(bucket.iam_configuration.uniform_bucket_level_access_enabled)
+
+        return self._translated(read, "")
+
     def create_bucket(self, location: str) -> None:
         """A bucket with uniform bucket-level access (IAM only, no object ACLs)."""
         bucket = self._bucket

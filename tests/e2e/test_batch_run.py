@@ -160,16 +160,16 @@ def test_retries_the_budget_cannot_pay_for_are_not_configured_and_too_little_is_
 ):
     plan = plan_file(tmp_path)
     batch.run_scripts = False
-    assert main(launch("--budget", "0.20", "--plan", plan)) == 0, capsys.readouterr()
+    assert main(launch("--budget", "0.50", "--plan", plan)) == 0, capsys.readouterr()
     spec = batch.created[0]["taskGroups"][0]["taskSpec"]
     rate = budget.hourly_rate(BenchConfig(), spot=True)
     seconds = int(spec["maxRunDuration"][:-1])
     assert 0 < spec["maxRetryCount"] < 3
-    assert (1 + spec["maxRetryCount"]) * attempt_usd(rate, seconds) <= 0.20
+    assert (1 + spec["maxRetryCount"]) * attempt_usd(rate, seconds) <= 0.50
     # One more retry, even of the shortest attempt that covers the plan, would not fit.
-    assert (2 + spec["maxRetryCount"]) * attempt_usd(rate, 60) > 0.20
+    assert (2 + spec["maxRetryCount"]) * attempt_usd(rate, 60) > 0.50
     capsys.readouterr()
-    assert main(launch("--budget", "0.05", "--plan", plan)) == 3
+    assert main(launch("--budget", "0.10", "--plan", plan)) == 3
     err = capsys.readouterr().err
     assert "cannot pay for one Batch attempt" in err and "$" in err
     assert len(batch.created) == 1, "a refused launch creates nothing"

@@ -132,7 +132,9 @@ def test_odd_skus_are_skipped_never_fatal(billing, bench_env, capsys):
     assert dict(document["rate_items"])["1 x nvidia-l4"] == bundled
 
 
-def test_a_cache_a_week_old_falls_back_to_the_bundled_catalog(billing, bench_env, capsys):
+def test_a_cache_a_week_old_falls_back_to_the_bundled_catalog_and_says_so(
+    billing, bench_env, capsys, tmp_path
+):
     assert main(["prices", "--refresh"]) == 0
     path = cache_file(bench_env)
     cached = json.loads(path.read_text())
@@ -140,8 +142,46 @@ def test_a_cache_a_week_old_falls_back_to_the_bundled_catalog(billing, bench_env
         read_at = datetime.now(UTC) - timedelta(days=age)
         path.write_text(json.dumps({**cached, "read_at": read_at.isoformat()}))
         assert prices_json(capsys)["price_source"].startswith(source), age
+    # Past a week the read is not used, and never silently: prices and launch both say
+    # which read was dropped and how to read again.
+    stale = (datetime.now(UTC) - timedelta(days=8)).date().isoformat()
+    warning = (
+        f"the Cloud Billing Catalog API read of {stale} is over 7 days old and was not used: "
+        "prices are bench's bundled catalog's"
+    )
+    document = prices_json(capsys)
+    assert document["price_source"] == BUNDLED_SOURCE
+    assert document["price_warning"].startswith(warning)
+    assert "bench prices --refresh" in document["price_warning"]
+    assert main(["prices"]) == 0
+    assert warning in " ".join(capsys.readouterr().out.split())
     path.write_text('{"format": 1, "read_at": "garbage"')  # a truncated file: bundled
-    assert prices_json(capsys)["price_source"] == BUNDLED_SOURCE
+    document = prices_json(capsys)
+    assert document["price_source"] == BUNDLED_SOURCE
+    assert "not used" in document["price_warning"]  # unreadable: said so too
+    path.unlink()
+    assert prices_json(capsys)["price_warning"] is None  # never read: the bundled catalog
+
+
+def test_a_gce_launch_on_a_week_old_read_says_it_was_not_used(
+    gce, billing, bench_env, tmp_path, capsys
+):
+    from tests.e2e.test_gce_cli import plan_file
+
+    gce.config.run_scripts = False
+    assert main(["prices", "--refresh"]) == 0
+    path = cache_file(bench_env)
+    read_at = datetime.now(UTC) - timedelta(days=9)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "read_at": read_at.isoformat()}))
+    capsys.readouterr()
+    args = ["launch", "--backend", "gce", "--budget", "1.00", "--plan", plan_file(tmp_path)]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"bench: prices from {BUNDLED_SOURCE}" in out
+    assert (
+        f"bench: warning: the Cloud Billing Catalog API read of {read_at.date().isoformat()} "
+        "is over 7 days old and was not used" in out
+    )
 
 
 def test_refresh_without_credentials_is_one_line(bench_env, monkeypatch, capsys):

@@ -161,3 +161,55 @@ def test_apply_brings_an_older_self_delete_role_to_both_permissions(iam, capsys)
 
 # After setup, doctor is green and a run as the account setup made deletes its own VM: the
 # honest run of tests/e2e/test_hostile_vm.py, which then attacks it (one run for both).
+
+
+def test_apply_on_a_bucket_without_uniform_access_says_what_to_do_and_grants_nothing(
+    iam, gcs_server, capsys
+):
+    """Issue 50 item 6: IAM Conditions need uniform bucket-level access; on a bucket without
+    it Cloud Storage refuses a conditional binding with 400 (the stand-in does too), so setup
+    stops at the bucket step and names the fix instead of failing at the grants."""
+    from google.api_core.exceptions import BadRequest
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(
+        project=PROJECT,
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": iam.proxy.endpoint},
+    )
+    bucket = client.bucket(iam.bucket)
+    bucket.iam_configuration.uniform_bucket_level_access_enabled = False
+    bucket.create()
+    # The stand-in, as Cloud Storage: a conditional binding on such a bucket is a 400.
+    policy = bucket.get_iam_policy(requested_policy_version=3)
+    policy.version = 3
+    policy.bindings.append(
+        {
+            "role": "roles/storage.objectViewer",
+            "members": {"user:alice@example.com"},
+            "condition": {"title": "t", "expression": 'resource.name.startsWith("x")'},
+        }
+    )
+    with pytest.raises(BadRequest, match="uniform bucket-level access"):
+        bucket.set_iam_policy(policy)
+    assert not client.get_bucket(iam.bucket).iam_configuration.uniform_bucket_level_access_enabled
+
+    assert main(["setup", "--apply"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"gs://{iam.bucket} exists without uniform bucket-level access" in err
+    assert f"gcloud storage buckets update gs://{iam.bucket} --uniform-bucket-level-access" in err
+    assert iam.proxy.bindings == []
+
+
+def test_apply_creates_its_bucket_with_uniform_access(iam):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    assert main(["setup", "--apply"]) == 0
+    client = storage.Client(
+        project=PROJECT,
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": iam.proxy.endpoint},
+    )
+    assert client.get_bucket(iam.bucket).iam_configuration.uniform_bucket_level_access_enabled

@@ -19,7 +19,14 @@ fake-gcs-server accepts every request and has no IAM. This proxy:
   (https://cloud.google.com/storage/docs/access-control/iam-permissions);
 - serves and stores the bucket's policy (`GET`/`PUT /storage/v1/b/{bucket}/iam`,
   https://cloud.google.com/storage/docs/json_api/v1/buckets/getIamPolicy), checked against
-  the storage v1 discovery document's Policy schema.
+  the storage v1 discovery document's Policy schema;
+- keeps each bucket's uniform bucket-level access, which fake-gcs-server drops: as a
+  buckets.insert body sets it (`iamConfiguration.uniformBucketLevelAccess.enabled`, absent:
+  off), shown in buckets.get. A bucket the proxy did not see created counts as uniform (as
+  `bench setup` creates them). "To use IAM Conditions on a bucket, you must enable uniform
+  bucket-level access" (https://cloud.google.com/storage/docs/access-control/iam#conditions,
+  read 2026-11-29 through facts/gce.md): a setIamPolicy with a condition on a bucket without
+  it is answered 400.
 
 Which permission a request needs, as documented at
 https://cloud.google.com/storage/docs/json_api/v1/objects (each method's "Authorization"
@@ -77,6 +84,7 @@ from .signed_requests import signed_request_problem
 from .signed_requests import xml_error as _xml_error
 
 _IAM = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/iam$")
+_BUCKET = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)$")
 _OBJECTS = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o$")
 _UPLOAD = re.compile(r"^/upload/storage/v1/b/(?P<bucket>[^/]+)/o$")
 _FORM_UPLOAD = re.compile(r"^/(?P<bucket>[^/]+)/?$")
@@ -124,6 +132,14 @@ class _ProxyHandler(JsonHandler):
             return
         if iam and self.command == "GET" and identity is None:
             self._policy(proxy, iam["bucket"])
+            return
+        if identity is None and self.command == "POST" and self.url_path == "/storage/v1/b":
+            body = self.json_body()
+            uniform = body.get("iamConfiguration", {}).get("uniformBucketLevelAccess", {})
+            proxy.uniform_access[body.get("name", "")] = bool(uniform.get("enabled"))
+        bucket = _BUCKET.match(self.url_path)
+        if bucket and self.command == "GET" and identity is None:
+            self._bucket_resource(proxy, bucket["bucket"])
             return
         if identity is not None:
             account, member = identity.email, f"serviceAccount:{identity.email}"
@@ -223,6 +239,19 @@ class _ProxyHandler(JsonHandler):
         discovery.validate_response("storage", "v1", "buckets.getIamPolicy", policy)
         self.reply_json(200, policy)
 
+    def _bucket_resource(self, proxy: GcsIamProxy, bucket: str) -> None:
+        """buckets.get, with the uniform bucket-level access the proxy keeps."""
+        status, _, body = proxy.upstream_request("GET", self.path, b"", {})
+        if status != 200:
+            self.reply(status, body, "application/json")
+            return
+        resource = json.loads(body)
+        enabled = proxy.uniform_access.get(bucket, True)
+        iam_configuration = resource.setdefault("iamConfiguration", {})
+        iam_configuration["uniformBucketLevelAccess"] = {"enabled": enabled}
+        iam_configuration["bucketPolicyOnly"] = {"enabled": enabled}
+        self.reply_json(200, resource)
+
     def _set_policy(self, proxy: GcsIamProxy, bucket: str) -> None:
         """buckets.setIamPolicy: the policy's bindings become the proxy's."""
         policy = self.json_body()
@@ -235,6 +264,13 @@ class _ProxyHandler(JsonHandler):
         bindings = policy.get("bindings", [])
         if any("condition" in b for b in bindings) and policy.get("version") != 3:
             message = "IAM policy with conditions must be version 3"
+            self.reply_json(400, {"error": {"code": 400, "message": message}})
+            return
+        if any("condition" in b for b in bindings) and not proxy.uniform_access.get(bucket, True):
+            message = (
+                "IAM Conditions can only be set on a bucket with uniform bucket-level access "
+                "enabled"
+            )
             self.reply_json(400, {"error": {"code": 400, "message": message}})
             return
         # A member the IAM stand-in cannot see yet (a new service account) is refused, as a
@@ -290,6 +326,8 @@ class GcsIamProxy(LoopbackStandIn):
         )
         self.bindings: list[dict[str, Any]] = []
         self.etag = 1
+        # Uniform bucket-level access of each bucket created through the proxy.
+        self.uniform_access: dict[str, bool] = {}
         self.denied: list[tuple[str, str, str]] = []  # (account, method, path) refused
         # Those of `denied` refused for the token's access scopes, before IAM was asked.
         self.denied_for_scope: list[tuple[str, str, str]] = []

@@ -84,6 +84,7 @@ def test_the_terms_prices_shows_are_the_plan_launch_configures():
     plan = plan_attempts(1.0, rate, 214, cap)
     assert (terms.attempt_seconds, terms.attempts) == (plan.attempt_seconds, plan.attempts)
     assert terms.worst_case_usd == pytest.approx(plan.worst_case_usd) and terms.worst_case_usd <= 1
-    # docs/batch.md's figure: $1.00 buys 4 attempts of 31m29s at the bundled L4 spot rate.
-    assert terms.summary.startswith("4 attempts of ≤ 31m29s each (maxRunDuration; 3 retries")
+    # docs/batch.md's figure: $1.00 buys 4 attempts of 7m04s at the bundled L4 rates (spot
+    # machine and GPUs priced at on-demand in the worst case: spot prices may change daily).
+    assert terms.summary.startswith("4 attempts of ≤ 7m04s each (maxRunDuration; 3 retries")
     assert f"({rate.region}, the dearest allowed region)" in terms.summary

@@ -79,6 +79,7 @@ def vm(tmp_path, gcs_server, gcs_bucket, iam_credentials):  # noqa: F811
         stubs.mkdir()
         (stubs / "shutdown").write_text('#!/bin/bash\necho "$@" >> "$WORK_DIR/shutdown.args"\n')
         (stubs / "sync").write_text("#!/bin/bash\n")
+        (stubs / "sleep").write_text('#!/bin/bash\necho "$@" >> "$WORK_DIR/sleep.args"\n')
         for stub in stubs.iterdir():
             stub.chmod(0o755)
 
@@ -266,10 +267,23 @@ def test_a_vm_whose_account_may_deletes_itself_and_does_not_power_off(vm):
 
 
 @pytest.mark.slow
-def test_a_vm_whose_account_may_not_delete_gets_403_and_powers_off(vm):
+def test_a_vm_whose_self_delete_fails_idles_until_gce_deletes_it_at_its_cap(vm):
+    # A power-off would leave the disk billing without end: GCE clears max_run_duration
+    # when a VM stops (https://cloud.google.com/compute/docs/instances/limit-vm-runtime).
+    # Running on, the VM is deleted with its disk at its cap (action DELETE), a bill the
+    # worst case already holds; `bench stop-all` deletes it sooner.
     _may_delete_itself(vm, allowed=False)
     result = vm("stop_machine")
     assert result.returncode == 0, result.stderr
-    assert "403" in result.stderr and "powering off instead" in result.stdout
-    assert (vm.tmp_path / "shutdown.args").read_text().splitlines() == ["-h now"]
+    assert "403" in result.stderr
+    assert "idling until GCE deletes it, disk included, at its time cap" in result.stdout
+    assert not (vm.tmp_path / "shutdown.args").exists()
+    assert (vm.tmp_path / "sleep.args").read_text().splitlines() == ["infinity"]
     assert [i.name for i in vm.compute.instances()] == [NAME]
+
+
+def test_a_vm_without_the_self_delete_account_powers_off_as_its_launch_accepted(vm):
+    result = vm("stop_machine")  # SELF_DELETE=false: launched with --allow-leftover-disk
+    assert result.returncode == 0, result.stderr
+    assert (vm.tmp_path / "shutdown.args").read_text().splitlines() == ["-h now"]
+    assert not (vm.tmp_path / "sleep.args").exists()

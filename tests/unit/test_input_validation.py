@@ -263,7 +263,9 @@ class FailingGceBackend:
     def refuse_leftovers(self) -> None:
         """Its VMs delete themselves: what this test counts is the failed start."""
 
-    def leftover_note(self, run_id: str, disk_usd_per_hour: float, disk_gb: int) -> None:
+    def leftover_note(
+        self, run_id: str, disk_usd_per_hour: float, disk_gb: int, cap_seconds: int, most_usd: float
+    ) -> None:
         return None
 
     def instance_request_json(self, spec, startup: str, shutdown: str) -> str:
@@ -301,7 +303,7 @@ def test_a_failed_launch_counts_what_it_could_have_billed_not_its_whole_budget(
     ctx = Context(load_config())
     ctx._stores["gce"] = RefusingStore() if fails_at == "store" else PuttingStore()
     ctx._backends["gce"] = FailingGceBackend(ctx.config, error or CloudError("unused"))
-    request = LaunchRequest(budget_usd=10.0, plan="default")  # buys the 24 h ceiling
+    request = LaunchRequest(budget_usd=25.0, plan="default")  # buys the 24 h ceiling
     with pytest.raises(CloudError):
         launch(ctx, request, "gce", "test")
     (record,) = ctx.registry.all()

@@ -214,7 +214,9 @@ class BatchBackend:
     def refuse_leftovers(self) -> None:
         return None  # Batch deletes its VMs with their disks when the task ends
 
-    def leftover_note(self, run_id: str, disk_usd_per_hour: float, disk_gb: int) -> str | None:
+    def leftover_note(
+        self, run_id: str, disk_usd_per_hour: float, disk_gb: int, cap_seconds: int, most_usd: float
+    ) -> str | None:
         return None
 
     # -- state and logs ----------------------------------------------------------------

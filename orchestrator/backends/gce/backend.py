@@ -223,10 +223,20 @@ class GceBackend:
             "accept that with --allow-leftover-disk. Nothing was created"
         )
 
-    def leftover_note(self, run_id: str, disk_usd_per_hour: float, disk_gb: int) -> str | None:
-        """What an accepted leftover disk will bill, per hour, until it is deleted."""
+    def leftover_note(
+        self, run_id: str, disk_usd_per_hour: float, disk_gb: int, cap_seconds: int, most_usd: float
+    ) -> str | None:
+        """What a VM left behind can bill: a self-deleting VM whose delete fails runs on until
+        GCE deletes it at its cap (`most_usd`, the launch's worst case, holds it); an accepted
+        leftover disk, per hour, until it is deleted."""
         if vm_may_delete_itself(self.config):
-            return None
+            from orchestrator.budget import format_duration
+
+            return (
+                "should this VM fail to delete itself, it runs on until GCE deletes it, boot "
+                f"disk included, at its {format_duration(cap_seconds)} cap: nothing bills past "
+                f"${most_usd:.2f} (the worst case); `bench stop-all` deletes it sooner"
+            )
         return (
             f"--allow-leftover-disk: this VM cannot delete itself (default service account): "
             f"when its run ends it powers off and its {disk_gb} GB boot disk bills "

@@ -419,6 +419,31 @@ def fresh_cache(config: BenchConfig, now: datetime | None = None) -> dict | None
     return {"read_date": read_at.date().isoformat(), "prices": prices}
 
 
+def unused_cache_warning(config: BenchConfig, now: datetime | None = None) -> str:
+    """Why a cached read exists but `fresh_cache` dropped it (over MAX_CACHE_AGE, or not
+    readable), in a sentence for launch and prices to print; "" when there is no cache."""
+    from orchestrator.boundary import parse_json
+
+    path = cache_path(config)
+    if not path.exists():
+        return ""
+    refresh = "run `bench prices --refresh` to read them again"
+    try:
+        read_at = datetime.fromisoformat(parse_json(path.read_bytes(), 4 << 20)["read_at"])
+        read = f"the {SOURCE} read of {read_at.date().isoformat()}"
+        if read_at.tzinfo is not None and (now or datetime.now(UTC)) - read_at >= MAX_CACHE_AGE:
+            return (
+                f"{read} is over {MAX_CACHE_AGE.days} days old and was not used: prices are "
+                f"bench's bundled catalog's, which may be older; {refresh}"
+            )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        read = f"the {SOURCE} read at {path}"
+    return (
+        f"{read} is malformed or another version's and was not used: prices are bench's "
+        f"bundled catalog's; {refresh}"
+    )
+
+
 def checked_prices(prices: Any) -> dict[str, Any]:
     """Only the items of the expected names whose every figure is a bounded number."""
     checked: dict[str, Any] = {"regions": {}}

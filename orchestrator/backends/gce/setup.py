@@ -52,7 +52,7 @@ from orchestrator.backends.gce.iam import (
 from orchestrator.backends.gce.iam_api import IamApi, IamRefused
 from orchestrator.backends.gce.signing import SIGNER_ACCOUNT_ID
 from orchestrator.config import region_of
-from orchestrator.errors import BenchError, CloudError, PermissionDeniedError
+from orchestrator.errors import BenchError, CloudError, ConfigError, PermissionDeniedError
 
 if TYPE_CHECKING:
     from orchestrator.config import BenchConfig
@@ -172,11 +172,25 @@ class SetupClient:
         self.api = IamApi(config)
 
     def create_bucket(self, region: str) -> str:
+        """The bucket, created with uniform bucket-level access. An existing one without it
+        stops setup here: the conditional grants below would fail with 400 ("To use IAM
+        Conditions on a bucket, you must enable uniform bucket-level access",
+        https://cloud.google.com/storage/docs/access-control/iam#conditions). Enabling it is
+        the owner's call (object ACLs stop applying), so setup names the command."""
         store = self.store
-        if store.bucket_exists():
+        if not store.bucket_exists():
+            store.create_bucket(region)
+            return "created"
+        if store.uniform_access_enabled():
             return "exists already"
-        store.create_bucket(region)
-        return "created"
+        bucket = store.bucket_name
+        raise ConfigError(
+            f"gs://{bucket} exists without uniform bucket-level access, which the IAM "
+            "conditions setup grants need (Cloud Storage refuses them with 400): enable it "
+            f"with `gcloud storage buckets update gs://{bucket} --uniform-bucket-level-access` "
+            "(its object ACLs then stop applying) or set another bucket, then run setup "
+            "again. Nothing after the bucket step was done"
+        )
 
     def create_account(self, account_id: str = VM_ACCOUNT_ID, title: str = "bench VMs") -> str:
         created = self.api.create_account(account_id, title)
