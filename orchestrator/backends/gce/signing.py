@@ -153,7 +153,7 @@ class IamSigner:
 
 def grant_run_access(config: BenchConfig, store, run_key: str, max_run_seconds: int) -> RunAccess:
     """Sign the run's payload URL and upload policy (two signBlob calls)."""
-    from orchestrator.backends.gce.backend import DEFAULT_STORAGE_ENDPOINT
+    from orchestrator.stores.gcs import DEFAULT_STORAGE_ENDPOINT
 
     signer = IamSigner(config)
     seconds = grant_seconds(max_run_seconds)
