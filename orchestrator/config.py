@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import ConfigError
 
@@ -134,6 +134,11 @@ DEFAULT_IMAGE_FAMILY = "pytorch-2-9-cu129-ubuntu-2204-nvidia-580"
 # Faster than a tenth of a second is a busy loop (and on gce a stream of API calls);
 # slower than five minutes and --wait would miss most of a short run.
 MIN_POLL_SECONDS, MAX_POLL_SECONDS = 0.1, 300.0
+
+
+# Machine families that come with their GPUs attached (the GPU table's g2, a2 and a3 rows),
+# https://cloud.google.com/compute/docs/accelerator-optimized-machines
+ACCELERATOR_OPTIMIZED_FAMILIES = ("a2-", "a3-", "a4-", "g2-", "g4-")
 
 
 class BenchConfig(BaseModel):
@@ -341,6 +346,29 @@ class BenchConfig(BaseModel):
         if value is not None and any(unicodedata.category(c) == "Cc" for c in str(value)):
             raise ValueError("contains a control character (a line break, a tab, ...)")
         return value
+
+    @model_validator(mode="after")
+    def _gpus_the_machine_comes_with(self):
+        """An accelerator-optimized machine type comes with its GPUs (g2-standard-4: one L4):
+        Compute Engine attaches that many, whatever else is asked, and refuses the VM
+        otherwise (https://cloud.google.com/compute/docs/accelerator-optimized-machines), so a
+        count or type that differs would only be priced wrong until launch failed."""
+        from orchestrator.gpus import load_gpu_catalog
+
+        if not self.machine_type.startswith(ACCELERATOR_OPTIMIZED_FAMILIES):
+            return self  # n1 takes 1, 2 or 4 of a GPU type: Compute Engine says which
+        for gpu in load_gpu_catalog().values():
+            if gpu.machine_type != self.machine_type:
+                continue
+            asked = (self.accelerator_type, self.accelerator_count)
+            if asked != (gpu.accelerator_type, gpu.accelerator_count):
+                raise ValueError(
+                    f"{self.machine_type} comes with {gpu.accelerator_count} x "
+                    f"{gpu.accelerator_type}: set accelerator_type = "
+                    f'"{gpu.accelerator_type}" and accelerator_count = '
+                    f"{gpu.accelerator_count}, or choose another machine_type"
+                )
+        return self
 
     def poll_interval(self, backend: str) -> float:
         """Seconds between two looks at a run on `backend`: the setting, else its default."""

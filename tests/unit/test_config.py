@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from orchestrator.config import load_config
+from orchestrator.config import BenchConfig, load_config
 from orchestrator.errors import ConfigError
 
 
@@ -86,3 +87,26 @@ def test_bucket_names_storage_refuses_are_config_errors(bench_env, monkeypatch, 
 def test_a_gs_url_names_its_bucket(bench_env, monkeypatch):
     monkeypatch.setenv("BENCH_BUCKET", "gs://my-bench-results/")
     assert load_config().bucket == "my-bench-results"
+
+
+@pytest.mark.parametrize(
+    ("machine", "gpu", "count", "ok"),
+    [
+        ("g2-standard-4", "nvidia-l4", 1, True),
+        ("g2-standard-4", "nvidia-l4", 2, False),  # it comes with one L4
+        ("g2-standard-4", "nvidia-tesla-t4", 1, False),
+        ("a3-highgpu-1g", "nvidia-h100-80gb", 8, False),
+        ("n1-standard-4", "nvidia-tesla-t4", 2, True),  # N1 takes 1, 2 or 4 T4s
+    ],
+)
+def test_an_accelerator_optimized_machine_takes_only_the_gpus_it_comes_with(
+    machine, gpu, count, ok
+):
+    """issue 50: `accelerator_count` accepted 1-8 whatever the machine, priced that many
+    GPUs, and launch then failed at Compute Engine."""
+    settings = {"machine_type": machine, "accelerator_type": gpu, "accelerator_count": count}
+    if ok:
+        assert BenchConfig(**settings).accelerator_count == count
+    else:
+        with pytest.raises(ValidationError, match=f"{machine} comes with 1 x "):
+            BenchConfig(**settings)
