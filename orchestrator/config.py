@@ -353,7 +353,7 @@ class BenchConfig(BaseModel):
         Compute Engine attaches that many, whatever else is asked, and refuses the VM
         otherwise (https://cloud.google.com/compute/docs/accelerator-optimized-machines), so a
         count or type that differs would only be priced wrong until launch failed."""
-        from orchestrator.gpus import load_gpu_catalog
+        from orchestrator.gpu_catalog import load_gpu_catalog
 
         if not self.machine_type.startswith(ACCELERATOR_OPTIMIZED_FAMILIES):
             return self  # n1 takes 1, 2 or 4 of a GPU type: Compute Engine says which

@@ -10,59 +10,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
-from dataclasses import dataclass
-from importlib import resources
 
 from orchestrator.config import BenchConfig
 from orchestrator.errors import UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from orchestrator.gpu_catalog import GpuType, load_gpu_catalog
 
 DEFAULT_GPU = "l4"
 # `--gpu local` on the local backend: whatever GPU this machine has.
 LOCAL_GPU = "local"
-
-
-@dataclass(frozen=True)
-class GpuType:
-    key: str
-    name: str
-    name_match: str  # how nvidia-smi's GPU name shows this type
-    machine_type: str
-    accelerator_type: str
-    accelerator_count: int
-    arch: str
-    provisioning: tuple[str, ...]
-    zones: tuple[str, ...]
-    peak_tflops: float
-    peak_tflops_source: str
-    bandwidth_gb_s: float
-    bandwidth_source: str
-
-    @property
-    def spot_only(self) -> bool:
-        """Compute Engine offers this shape without on-demand (STANDARD) provisioning."""
-        return "STANDARD" not in self.provisioning
-
-
-def load_gpu_catalog() -> dict[str, GpuType]:
-    text = resources.files("orchestrator.data").joinpath("gpus.toml").read_text()
-    data = tomllib.loads(text)
-    return {
-        key: GpuType(
-            key=key,
-            **{
-                **entry,
-                "provisioning": tuple(entry["provisioning"]),
-                "zones": tuple(entry["zones"]),
-            },
-        )
-        for key, entry in data["gpus"].items()
-    }
 
 
 def parse_gpu_list(text: str, catalog: dict[str, GpuType] | None = None) -> list[str]:

@@ -37,6 +37,7 @@ from orchestrator.backends.gce.failover import place
 from orchestrator.backends.gce.signing import NO_ACCESS, grant_run_access
 from orchestrator.config import region_of
 from orchestrator.errors import BenchError, CloudError, ConfigError, UsageError
+from orchestrator.stores.gcs import DEFAULT_STORAGE_ENDPOINT
 from results_schema.names import CONTENT_TYPES
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STORAGE_ENDPOINT = "https://storage.googleapis.com"
 DEFAULT_METADATA_ENDPOINT = "http://metadata.google.internal/computeMetadata/v1"
 
 # Instance status -> the protocol's states. PROVISIONING/STAGING count as RUNNING: the run
