@@ -60,6 +60,11 @@ _PR_SET_NO_NEW_PRIVS = 38
 # Kept from the caller's environment when a command drops to a kernel user: the ones that
 # name the caller's own folders would point it at root's.
 _HOME_VARIABLES = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR", "MAIL")
+# The grants launch signed for the run's own objects (the gce script's RUN_PAYLOAD_URL and
+# RUN_UPLOAD_*: orchestrator/backends/gce/signing.py), which its phases export for their
+# uploads. No kernel holds them: with them its code could write its run's results while it
+# ran (a manifest of its own, left standing should the run end before the harness's).
+_GRANT_PREFIXES = ("RUN_PAYLOAD_URL", "RUN_UPLOAD_")
 _SWEEP_ROUNDS = 100
 _LOGGED_NAMES = 10
 
@@ -100,8 +105,13 @@ def drop_privileges(user: str) -> None:
 
 def account_environment(environ: dict, user: str, home: str) -> dict:
     """`environ` as `user` should have it: its home for HOME and TMPDIR (per tree, so that
-    no tree's caches are another's), its name, none of the caller's own folders."""
-    kept = {k: v for k, v in environ.items() if k not in _HOME_VARIABLES}
+    no tree's caches are another's), its name, none of the caller's own folders, none of
+    the run's grants."""
+    kept = {
+        k: v
+        for k, v in environ.items()
+        if k not in _HOME_VARIABLES and not k.startswith(_GRANT_PREFIXES)
+    }
     return {**kept, "HOME": home, "TMPDIR": home, "USER": user, "LOGNAME": user}
 
 
@@ -125,7 +135,9 @@ def enter_kernel_account(tree: str) -> None:
     if user is None:
         raise PermissionError(f"no kernel user for tree {folder}: refusing to run it")
     drop_privileges(user)
-    os.environ.update(account_environment(dict(os.environ), user, tree + HOME_SUFFIX))
+    environ = account_environment(dict(os.environ), user, tree + HOME_SUFFIX)
+    os.environ.clear()  # what account_environment left out goes too, not only what it set
+    os.environ.update(environ)
     _use_tree_environment(Path(tree + ENVIRONMENT_SUFFIX))
 
 

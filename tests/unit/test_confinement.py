@@ -133,6 +133,60 @@ def test_a_term_that_comes_as_the_command_starts_reaches_it():
     assert done.returncode == 143, (done.returncode, done.stderr[-500:])
 
 
+# The run's grants as the gce script exports them (orchestrator/backends/gce/signing.py).
+GRANTS = {
+    "RUN_PAYLOAD_URL": "https://storage.example/b/p?X-Goog-Signature=ab",
+    "RUN_UPLOAD_URL": "https://storage.example/b",
+    "RUN_UPLOAD_FIELD_NAMES": "policy x-goog-signature",
+    "RUN_UPLOAD_FIELD_policy": "eyJjb25kaXRpb25zIjpbXX0=",
+    "RUN_UPLOAD_FIELD_x_goog_signature": "ab",
+}
+
+
+def test_a_kernel_accounts_environment_holds_none_of_the_runs_grants():
+    """With the run's upload grant a kernel could write its run's results while it ran."""
+    environ = {**GRANTS, "PATH": "/usr/bin", "XDG_CACHE_HOME": "/root/.cache", "HOME": "/root"}
+    kept = confinement.account_environment(environ, "k", "/trees/user_kernel.home")
+    assert not set(GRANTS) & set(kept)
+    assert kept["PATH"] == "/usr/bin" and kept["HOME"] == "/trees/user_kernel.home"
+    assert "XDG_CACHE_HOME" not in kept
+
+
+@needs_root
+def test_a_build_and_a_worker_as_the_kernel_user_see_none_of_the_runs_grants(
+    tmp_path, shared_dir, kernel_user
+):
+    """The build through the program, the worker through enter_kernel_account (which only
+    added to the environment before: what it left out stayed)."""
+    home = shared_dir / "home"
+    home.mkdir()
+    env = {**os.environ, **GRANTS, "XDG_CACHE_HOME": "/root/.cache"}
+    done = tool(
+        "run", "--phase", "build", "--user", kernel_user, "--home", str(home), "--",
+        "/usr/bin/env", env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not [line for line in done.stdout.splitlines() if line.startswith(tuple(GRANTS))]
+    worker = (
+        "import json, os, sys\n"
+        "sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
+        "import confinement\n"
+        "confinement.enter_kernel_account(sys.argv[2])\n"
+        "print(json.dumps(sorted(os.environ)))\n"
+    )
+    tree = shared_dir / "user_kernel"
+    tree.mkdir()
+    env[confinement.KERNEL_USERS_ENV] = f"user_kernel={kernel_user}"
+    entered = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", worker, str(TOOL), str(tree)],
+        capture_output=True, text=True, timeout=HANG_SECONDS, env=env,
+    )  # fmt: skip
+    assert entered.returncode == 0, entered.stderr
+    names = set(json.loads(entered.stdout))
+    assert not set(GRANTS) & names and "XDG_CACHE_HOME" not in names
+    assert "PATH" in names
+
+
 # What a command run as the kernel user finds itself to be, one fact a line.
 PROBE = """\
 import os, sys
