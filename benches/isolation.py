@@ -428,10 +428,12 @@ class MeasuredPlacement:
             if value > 0:
                 self._compare(self.harness, self.reported)
                 return value
-            # A call's bracket shorter than what a bracket adds: that was measured in a
-            # loaded spell (an honest kernel read -0.04 ms a call, two suites at once on 2
-            # cores, and was refused). Measured again before the sample is taken again.
-            self._measuring.recalibrate(self._worker.gated())
+            if not self._on_gpu():
+                # A call's bracket shorter than what a bracket adds: that was measured in a
+                # loaded spell (an honest kernel read -0.04 ms a call, two suites at once on
+                # 2 cores, and was refused). Measured again before the sample is taken
+                # again. (On the GPU the value is the worker's report: nothing to measure.)
+                self._measuring.recalibrate(self._worker.gated())
         raise Refused(
             f"its calls took no time by the harness's clock ({self.harness:.4g} ms less what "
             "a bracket adds): too short to time this way, on this machine",

@@ -25,7 +25,7 @@ fake-gcs-server accepts every request and has no IAM. This proxy:
   off), shown in buckets.get. A bucket the proxy did not see created counts as uniform (as
   `bench setup` creates them). "To use IAM Conditions on a bucket, you must enable uniform
   bucket-level access" (https://cloud.google.com/storage/docs/access-control/iam#conditions,
-  read 2026-11-29 through facts/gce.md): a setIamPolicy with a condition on a bucket without
+  read 2026-11-29): a setIamPolicy with a condition on a bucket without
   it is answered 400.
 
 Which permission a request needs, as documented at

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import cli
+from tests.limits import HANG_SECONDS
 
 RECIPES = sorted((Path(__file__).parents[2] / "docs" / "ci").glob("*.yml"))
 # What the recipes' shell variables hold, as a workflow's env would set them.
@@ -68,7 +69,7 @@ def test_the_recipes_exist_and_run_the_gate():
 def run_linter(name: str, *args: str) -> subprocess.CompletedProcess:
     binary = tool(name)
     assert binary is not None, f"{name} is not installed: it is in the `dev` extra"
-    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=HANG_SECONDS)
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
