@@ -40,6 +40,8 @@ IDENTICAL_SHARE=${IDENTICAL_SHARE:-0.55}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONUNBUFFERED=1
+# The tool itself imports the repository (results_schema needs pydantic from /tmp/site).
+export PYTHONPATH="/tmp/site:$PWD"
 repo=$PWD
 out=${OUT:-/tmp/oppoint}
 mkdir -p "$out"
