@@ -30,20 +30,27 @@ nothing, whose fastest bracket is. What is left, less that, is the call.
 
 from __future__ import annotations
 
+import collections
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
 
 from benches import timing
 
-# The spin before each sample covers the handshake (GO recorded, the worker's enqueue and
-# its reply: 0.2-0.4 ms for our kernel's worker on an H200). One length for every bracket,
-# the calibration's included: how long a worker's stream waits for GO is part of what a
-# bracket costs.
+# The spin before each sample covers what the host does before the worker's call is
+# enqueued behind GO: the sample's refresh, the flush and GO enqueued, the request, the
+# worker's enqueue and its reply (0.2-0.4 ms for our kernel's worker on an H200). It lasts
+# COVER_FACTOR x the median of the latest HANDSHAKE_HISTORY such spans of brackets with as
+# many lent queries (a graph sample refreshes up to 256), within these bounds. Brackets of
+# one key share a history, the calibration's included: a late handshake (GPU idle inside the
+# bracket, waiting on the host) is what a bracket must never hold.
 COVER_US = 1000.0
+COVER_MAX_US = 20000.0
+COVER_FACTOR = 2.0
+HANDSHAKE_HISTORY = 16
 RETAKES_MAX = 3  # a sample whose handshake outlasted the cover is taken again
 
 
@@ -74,6 +81,7 @@ class CudaBracket:
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
         self.retaken = 0
+        self._handshakes: dict[Hashable, collections.deque[float]] = {}
 
     @staticmethod
     def overhead_of(bracketed: list[float], in_process: list[float]) -> float:
@@ -89,30 +97,44 @@ class CudaBracket:
         read: Callable[[dict], torch.Tensor],
         deadline: Callable[[], float],
         finish: Callable[[dict], dict],
+        cover_key: Hashable = None,
     ) -> Bracketed:
         """`refresh` writes the call's fresh inputs, `call` asks the worker for the call and
         returns its reply, `read` finds where that reply says the output is and returns
         what reads the rows there, once the call is done;
         `deadline()` is when the worker must have finished (monotonic seconds); `finish`
         takes the worker's last word on the call once the bracket is closed (every call's,
-        a retaken one's too), and its answer stands as the sample's reply."""
+        a retaken one's too), and its answer stands as the sample's reply. `cover_key`
+        names the brackets whose host spans size this one's spin (COVER_FACTOR)."""
         for _ in range(RETAKES_MAX):
-            taken = self._once(link, refresh, call, read, deadline, finish)
+            taken = self._once(link, refresh, call, read, deadline, finish, cover_key)
             if not taken.late:
                 return taken
             self.retaken += 1
-        return self._once(link, refresh, call, read, deadline, finish)
+        return self._once(link, refresh, call, read, deadline, finish, cover_key)
 
-    def _once(self, link, refresh, call, read, deadline, finish) -> Bracketed:
+    def cover_us(self, cover_key: Hashable = None) -> float:
+        """The spin before a bracket of `cover_key` (see COVER_FACTOR)."""
+        history = self._handshakes.get(cover_key)
+        if not history:
+            return COVER_US
+        return min(COVER_MAX_US, max(COVER_US, COVER_FACTOR * statistics.median(history)))
+
+    def _once(self, link, refresh, call, read, deadline, finish, cover_key=None) -> Bracketed:
         if link is None:
             return self._gated(call, read, finish)
-        torch.cuda._sleep(int(COVER_US * timing.COVER_CYCLES_PER_US))
+        torch.cuda._sleep(int(self.cover_us(cover_key) * timing.COVER_CYCLES_PER_US))
+        spin_enqueued = time.perf_counter()
         self._start.record()
         refresh()
         self.clock.flush()
         link.go.record()
         reply = call()
         late = link.go.query()
+        history = self._handshakes.setdefault(
+            cover_key, collections.deque(maxlen=HANDSHAKE_HISTORY)
+        )
+        history.append((time.perf_counter() - spin_enqueued) * 1e6)
         # Where the output lies is found (an allocation seen for the first time is mapped:
         # the driver's IPC open takes a while) while the call runs, not inside what follows
         # its end; the rows themselves are read once it is done.
@@ -162,7 +184,7 @@ class CpuBracket:
         2026-11-29)."""
         return min(bracketed)
 
-    def sample(self, link, refresh, call, read, deadline, finish) -> Bracketed:
+    def sample(self, link, refresh, call, read, deadline, finish, cover_key=None) -> Bracketed:
         """The worker makes the fresh queries itself, from the seed its call brings."""
         start = time.perf_counter()
         reply = call()

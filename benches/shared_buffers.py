@@ -99,16 +99,17 @@ def _name(dtype: torch.dtype) -> str:
 
 
 def fill_fresh(tensors: list[torch.Tensor], seed: int) -> None:
-    """Standard normal values from `seed` in each of `tensors`, in turn: the same numbers in
-    the parent and in a worker (one generator algorithm, one device), so that a worker can
-    make a sample's queries from the seed it is sent with the call, and the parent the same
-    for its reference."""
-    generator = torch.Generator(device=tensors[0].device).manual_seed(seed)
-    for tensor in tensors:
-        values = torch.randn(
-            tensor.shape, generator=generator, device=tensor.device, dtype=torch.float32
-        )
-        tensor.copy_(values)
+    """Standard normal values from `seed` in `tensors` (all of one shape and dtype): the
+    same numbers in the parent and in a worker (one generator algorithm, one device), so
+    that a worker can make a sample's queries from the seed it is sent with the call, and
+    the parent the same for its reference. One draw for all and one grouped copy: a graph
+    sample refreshes up to 256 queries, which a draw and a copy each made 512 launches."""
+    first = tensors[0]
+    generator = torch.Generator(device=first.device).manual_seed(seed)
+    values = torch.randn(
+        (len(tensors), *first.shape), generator=generator, device=first.device, dtype=torch.float32
+    ).to(first.dtype)
+    torch._foreach_copy_(tensors, list(values.unbind(0)))
 
 
 class Borrowed:
