@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from orchestrator import budget
-from orchestrator.backends.base import GrantsRunAccess, Placement
+from orchestrator.backends.base import GrantsRunAccess, Placement, Rate
 from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
 from orchestrator.gpus import (
     LOCAL_GPU,
@@ -55,7 +55,7 @@ class LaunchResult:
     placement: Placement
     backend_reason: str
     notes: list[str] = field(default_factory=list)
-    rate: budget.HourlyRate | None = None
+    rate: Rate | None = None
     estimate: RuntimeEstimate | None = None
 
 
@@ -92,11 +92,11 @@ def plan_spec(
     spot: bool,
     disk_gb: int | None = None,
     check_minimum: bool = True,
-) -> tuple[RunSpec, budget.HourlyRate | None, RuntimeEstimate]:
+) -> tuple[RunSpec, Rate | None, RuntimeEstimate]:
     """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan.
 
     On a billed backend the cap is the longest whose worst-case bill stays within the budget
-    (budget.worst_case_usd), with the boot disk priced at `disk_gb` (the image's size, once
+    (the backend's `worst_case_usd`), with the boot disk priced at `disk_gb` (the image's size, once
     read) else the catalog's assumption. `check_minimum`: a budget that cannot even boot the
     VM is a usage error (exit 2), refused before anything is sent. An unbilled run is free,
     bounded by the local time cap."""
@@ -111,14 +111,15 @@ def plan_spec(
         )
         budget.check_fits_local_cap(estimated, cap)
     else:
-        rate = budget.hourly_rate(ctx.config, spot=spot, disk_gb=disk_gb)
+        pricing = ctx.pricing(backend)
+        rate = pricing.run_rate(ctx.config, spot=spot, disk_gb=disk_gb)
         rate_total = rate.total
         if check_minimum:
-            budget.check_buys_a_start(request.budget_usd, rate, estimate.seconds_of("boot"))
-        cap = budget.max_run_seconds_for(request.budget_usd, rate)
+            pricing.check_buys_a_start(request.budget_usd, rate, estimate.seconds_of("boot"))
+        cap = pricing.max_run_seconds_for(request.budget_usd, rate)
         if request.max_runtime_seconds:
             cap = min(cap, request.max_runtime_seconds)
-        budget.check_covers(request.budget_usd, rate, estimated, cap)
+        pricing.check_covers(request.budget_usd, rate, estimated, cap)
     spec = RunSpec(
         run_id=new_run_id(),
         backend=backend,
@@ -180,7 +181,7 @@ def launch(
             rate.disk,
             rate.disk_gb,
             spec.max_run_seconds,
-            budget.worst_case_usd(rate, spec.max_run_seconds),
+            ctx.pricing(backend).worst_case_usd(rate, spec.max_run_seconds),
         )
         notes += [note] if note else []
     # The run is in the registry, holding its budget against the monthly cap, before
@@ -239,7 +240,7 @@ _NOTHING_CREATED = (NoCapacityError, QuotaError, PermissionDeniedError, UsageErr
 def _failed_launch_cost(
     ctx: Context,
     spec: RunSpec,
-    rate: budget.HourlyRate | None,
+    rate: Rate | None,
     error: BaseException,
     machine_requested: bool,
 ) -> float:
@@ -251,7 +252,8 @@ def _failed_launch_cost(
         return 0.0
     if spec.spot and ctx.config.on_demand_fallback:
         return spec.budget_usd  # an on-demand retry may run, at a rate and cap not kept here
-    return min(spec.budget_usd, budget.worst_case_usd(rate, spec.max_run_seconds))
+    worst = ctx.pricing(spec.backend).worst_case_usd(rate, spec.max_run_seconds)
+    return min(spec.budget_usd, worst)
 
 
 def _record_failed_launch(ctx: Context, spec: RunSpec, cost_usd: float) -> None:

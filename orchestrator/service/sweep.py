@@ -1,7 +1,7 @@
 """launch --gpu a,b,...: one run per GPU type under one budget (DESIGN.md, "Budget").
 
 The budget is split in proportion to each member's estimated cost (the worst-case bill of
-its modelled runtime at its catalog rate: budget.worst_case_usd), so every share buys the
+its modelled runtime at its rate: the backend's `worst_case_usd`), so every share buys the
 same multiple of what its run needs. Every share is checked before anything is created:
 one that cannot cover its run refuses the whole sweep (exit 3). Members then launch in
 parallel, each through the ordinary launch (its own registry reservation, time cap and zone
@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from orchestrator import budget
+from orchestrator.backends.base import PricesRuns, Rate
 from orchestrator.errors import BenchError, RefusedError, UsageError
 from orchestrator.gpus import (
     LOCAL_GPU,
@@ -44,16 +45,17 @@ class Member:
     key: str
     gpu: GpuType | None  # None: the local machine's GPU, not in the catalog
     ctx: Context
-    rate: budget.HourlyRate | None
+    rate: Rate | None
     estimate: RuntimeEstimate
     share_usd: float = 0.0
+    pricing: PricesRuns | None = None  # its backend's, when its machines bill
 
     @property
     def estimated_usd(self) -> float:
         """What the run needs: the worst-case bill of a cap as long as its modelled time."""
-        if self.rate is None:
+        if self.rate is None or self.pricing is None:
             return 0.0
-        return budget.worst_case_usd(self.rate, self.estimate.total_seconds)
+        return self.pricing.worst_case_usd(self.rate, self.estimate.total_seconds)
 
 
 @dataclass
@@ -97,9 +99,16 @@ def plan_members(
         if gpu is None:  # `local` on a backend of catalog machines
             raise UsageError(f"--gpu {LOCAL_GPU} names this machine's GPU: use --backend local")
         member_ctx = Context(config=member_config(ctx.config, gpu))
-        rate = budget.hourly_rate(member_ctx.config, spot=member_ctx.config.spot)
+        rate = ctx.pricing(backend).run_rate(member_ctx.config, spot=member_ctx.config.spot)
         members.append(
-            Member(key, gpu, member_ctx, rate, runtime_estimate(member_ctx, backend, plan))
+            Member(
+                key,
+                gpu,
+                member_ctx,
+                rate,
+                runtime_estimate(member_ctx, backend, plan),
+                pricing=ctx.pricing(backend),
+            )
         )
     members = split_budget(request.budget_usd, members)
     check_shares(request, members)
@@ -116,7 +125,7 @@ def split_budget(total_usd: float, members: list[Member]) -> list[Member]:
 
 
 def member_cap_seconds(member: Member, max_runtime_seconds: int | None) -> int:
-    cap = budget.max_run_seconds_for(member.share_usd, member.rate)
+    cap = member.pricing.max_run_seconds_for(member.share_usd, member.rate)
     return min(cap, max_runtime_seconds) if max_runtime_seconds else cap
 
 

@@ -42,14 +42,17 @@ def test_each_store_implements_the_whole_protocol(cls):
 
 
 def test_a_backends_default_poll_is_its_declaration_and_the_setting_beats_it():
-    assert BenchConfig().poll_interval("gce") == registry.capabilities("gce").poll_seconds
-    assert BenchConfig().poll_interval("local") == registry.capabilities("local").poll_seconds
-    assert BenchConfig(poll_seconds=3).poll_interval("local") == 3
+    assert registry.poll_interval(BenchConfig(), "gce") == registry.capabilities("gce").poll_seconds
+    assert (
+        registry.poll_interval(BenchConfig(), "local")
+        == registry.capabilities("local").poll_seconds
+    )
+    assert registry.poll_interval(BenchConfig(poll_seconds=3), "local") == 3
 
 
 def test_auto_picks_a_cloud_only_when_its_settings_name_one():
-    assert BenchConfig().resolved_backend()[0] == "local"
-    assert BenchConfig(project="my-project-1").resolved_backend() == (
+    assert registry.resolved_backend(BenchConfig())[0] == "local"
+    assert registry.resolved_backend(BenchConfig(project="my-project-1")) == (
         "gce",
         "GCP project my-project-1 is configured",
     )

@@ -8,7 +8,7 @@ import torch
 from benches import registry
 from benches.user_kernel import declared_unavailable
 from kernels import support
-from orchestrator import budget
+from orchestrator.backends.gce import pricing
 from orchestrator.config import BenchConfig
 from orchestrator.errors import RefusedError, UsageError
 from orchestrator.gpus import (
@@ -39,7 +39,7 @@ def test_every_gpu_type_is_priced_modelled_and_sourced_in_three_regions():
         "a100": ("a2-highgpu-1g", "nvidia-tesla-a100", "sm_80"),
         "h100": ("a3-highgpu-1g", "nvidia-h100-80gb", "sm_90"),
     }
-    prices = budget.load_catalog()["regions"]
+    prices = pricing.load_catalog()["regions"]
     plan, _ = resolve_plan("default", "gce")
     for gpu in catalog.values():
         assert gpu.peak_tflops > 0 and "nvidia.com" in gpu.peak_tflops_source
@@ -52,7 +52,7 @@ def test_every_gpu_type_is_priced_modelled_and_sourced_in_three_regions():
             assert entry["spot"] > 0 and entry["on_demand"] > 0 and entry["source"]
         # Every zone it tries is priced, with its machine: launch can compute a cap.
         config = member_config(BenchConfig(), gpu)
-        assert budget.hourly_rate(config, spot=True).total > 0
+        assert pricing.hourly_rate(config, spot=True).total > 0
         assert model_phases(plan, "gce", gpu.accelerator_type).total_seconds > 0
 
 
@@ -95,7 +95,14 @@ def test_the_local_backend_takes_only_this_machines_gpu():
 
 def member(key: str, rate: float, seconds: int) -> Member:
     estimate = RuntimeEstimate((PhaseFigure("benchmark", seconds, "test"),))
-    return Member(key, None, Context(BenchConfig()), budget.HourlyRate(total=rate), estimate)
+    return Member(
+        key,
+        None,
+        Context(BenchConfig()),
+        pricing.HourlyRate(total=rate),
+        estimate,
+        pricing=pricing.ComputeEnginePricing,
+    )
 
 
 def test_the_budget_is_split_in_proportion_to_each_estimated_cost():
