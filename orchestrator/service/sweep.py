@@ -33,8 +33,7 @@ from orchestrator.service.launch import (
     launch,
     runtime_estimate,
 )
-from orchestrator.service.plan_options import shape_plan
-from orchestrator.service.plans import resolve_plan
+from orchestrator.service.launch_plan import LaunchPlan, make_launch_plan, time_cap_seconds
 from orchestrator.spec import new_sweep_id
 
 
@@ -81,13 +80,12 @@ class SweepResult:
 
 
 def plan_members(
-    ctx: Context, keys: list[str], backend: str, request: LaunchRequest
+    ctx: Context, keys: list[str], backend: str, request: LaunchRequest, planned: LaunchPlan
 ) -> list[Member]:
-    """Each member's settings, rate and estimate, and its share of the budget; RefusedError
-    naming every GPU whose share cannot cover its run."""
+    """Each member's settings, rate and estimate for the sweep's one launch plan, and its
+    share of the budget; RefusedError naming every GPU whose share cannot cover its run."""
     catalog = load_gpu_catalog()
-    plan, _ = resolve_plan(request.plan, backend, kernel=request.options.kernel)
-    plan = shape_plan(plan, request.options).plan  # an A/B baseline or a profile costs time
+    plan = planned.plan  # an A/B baseline or a profile costs time
     if not ctx.capabilities(backend).machine_from_catalog:
         key = local_member(keys, catalog, local_gpu_name())
         estimate = runtime_estimate(ctx, backend, plan, key)
@@ -125,8 +123,7 @@ def split_budget(total_usd: float, members: list[Member]) -> list[Member]:
 
 
 def member_cap_seconds(member: Member, max_runtime_seconds: int | None) -> int:
-    cap = member.pricing.max_run_seconds_for(member.share_usd, member.rate)
-    return min(cap, max_runtime_seconds) if max_runtime_seconds else cap
+    return time_cap_seconds(member.pricing, member.share_usd, member.rate, max_runtime_seconds)
 
 
 def check_shares(request: LaunchRequest, members: list[Member]) -> None:
@@ -161,7 +158,9 @@ def launch_sweep(
     backend_reason: str,
     on_validated: Callable[[list[Member]], None] | None = None,
 ) -> SweepResult:
-    members = plan_members(ctx, keys, backend, request)
+    # Resolved and shaped once (a baseline's tree read once), launched by every member.
+    planned = make_launch_plan(request.plan, backend, request.options)
+    members = plan_members(ctx, keys, backend, request, planned)
     ctx.store(backend).require_credentials()  # one error for the sweep, not one per GPU
     ctx.backend(backend).refuse_leftovers()  # one line for the sweep, not one per GPU
     if ctx.capabilities(backend).billed:
@@ -174,18 +173,27 @@ def launch_sweep(
     sweep = SweepResult(new_sweep_id(), request.budget_usd)
     with ThreadPoolExecutor(max_workers=len(members)) as pool:
         sweep.outcomes = list(
-            pool.map(lambda m: _launch_member(m, request, sweep, backend, backend_reason), members)
+            pool.map(
+                lambda m: _launch_member(m, request, planned, sweep, backend, backend_reason),
+                members,
+            )
         )
     return sweep
 
 
 def _launch_member(
-    member: Member, request: LaunchRequest, sweep: SweepResult, backend: str, reason: str
+    member: Member,
+    request: LaunchRequest,
+    planned: LaunchPlan,
+    sweep: SweepResult,
+    backend: str,
+    reason: str,
 ) -> MemberOutcome:
     member_request = replace(
         request, budget_usd=member.share_usd, sweep_id=sweep.sweep_id, gpu=member.key
     )
     try:
-        return MemberOutcome(member, result=launch(member.ctx, member_request, backend, reason))
+        result = launch(member.ctx, member_request, backend, reason, planned=planned)
+        return MemberOutcome(member, result=result)
     except BenchError as error:  # reported with the others; the registry row says failed
         return MemberOutcome(member, error=error)

@@ -411,6 +411,29 @@ def test_on_demand_fallback_replans_the_time_cap_at_the_higher_rate(gce, tmp_pat
     assert int(landed["scheduling"]["maxRunDuration"]["seconds"]) == expected
 
 
+def test_a_launch_estimates_and_specs_its_run_once_through_the_fallback(
+    gce, tmp_path, capsys, monkeypatch
+):
+    """Issue 51 item 2: the boot disk's real size and the on-demand fallback re-price the
+    run's one spec; neither re-estimates the plan (each estimate reads the registry's past
+    phase times) nor draws another run."""
+    from orchestrator.registry import RunRegistry
+
+    reads = []
+    past = RunRegistry.past_phase_seconds
+    monkeypatch.setattr(
+        RunRegistry, "past_phase_seconds", lambda self, *a: reads.append(a) or past(self, *a)
+    )
+    gce.config.run_scripts = False
+    for zone in ZONES:
+        gce.faults.stockout(zone, spot_only=True)
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+    assert main([*args, "--on-demand-fallback"]) == 0
+    assert "retrying on-demand" in capsys.readouterr().out
+    assert len(reads) == 1
+    assert len({body["labels"]["bench-run"] for body in gce.inserted}) == 1
+
+
 def test_on_demand_fallback_is_refused_when_the_budget_covers_only_spot(gce, tmp_path, capsys):
     # A spot worst case already prices the machine at on-demand (spot prices may change
     # daily with no floor on the discount): what stays apart is the address, $0.0025/h on

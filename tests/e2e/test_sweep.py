@@ -67,6 +67,33 @@ def sweep_id_of(out: str) -> str:
     return re.search(r"sweep (sweep-\d{8}-\d{6}-[0-9a-f]{6})", out).group(1)
 
 
+def test_a_sweep_resolves_and_shapes_its_plan_once_for_every_member(
+    gce, tmp_path, capsys, monkeypatch
+):
+    """Issue 51 item 2: one launch plan for the whole sweep (shaping reads a baseline's
+    tree from git: once, not once per member)."""
+    from orchestrator.service import plan_options, plans
+
+    calls = {"resolved": 0, "shaped": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(
+        plans, "resolve_plan_on_target", counted("resolved", plans.resolve_plan_on_target)
+    )
+    monkeypatch.setattr(plan_options, "with_peers", counted("shaped", plan_options.with_peers))
+    gce.config.run_scripts = False
+    args = ["launch", "--backend", "gce", "--gpu", "l4,t4", "--budget", "5.00"]
+    assert main([*args, "--plan", plan_file(tmp_path)]) == 0
+    assert "2 of 2 GPU types running" in capsys.readouterr().out
+    assert calls == {"resolved": 1, "shaped": 1}
+
+
 def test_four_gpu_sweep_inserts_four_vms_with_their_shapes_and_caps(gce, tmp_path, capsys):
     gce.config.run_scripts = False
     plan = plan_file(tmp_path)

@@ -27,6 +27,7 @@ from orchestrator.runtime_model import (
 )
 from orchestrator.service.context import Context
 from orchestrator.service.launch import LaunchRequest
+from orchestrator.service.launch_plan import make_launch_plan
 from orchestrator.service.plans import resolve_plan
 from orchestrator.service.sweep import Member, check_shares, split_budget
 
@@ -175,7 +176,9 @@ def test_local_names_this_machines_gpu_and_is_no_gce_member(monkeypatch):
 
     config = BenchConfig(project="bench-test-project", bucket="bench-bucket")
     with pytest.raises(UsageError, match="use --backend local"):
-        plan_members(Context(config), ["local"], "gce", LaunchRequest(budget_usd=1.0))
+        request = LaunchRequest(budget_usd=1.0)
+        planned = make_launch_plan(request.plan, "gce", request.options)
+        plan_members(Context(config), ["local"], "gce", request, planned)
 
 
 def test_a_plain_launch_and_a_sweep_member_share_their_gpus_history(monkeypatch, tmp_path):
@@ -196,7 +199,9 @@ def test_a_plain_launch_and_a_sweep_member_share_their_gpus_history(monkeypatch,
     _past_run(ctx.registry, 1, "l4", "gce", 777.0, history_key(plan))
     assert launch_service.target_gpu(ctx, "gce") == "l4"
     plain = launch_service.runtime_estimate(ctx, "gce", plan)
-    (member,) = plan_members(ctx, ["l4"], "gce", LaunchRequest(budget_usd=5.0, plan="default"))
+    request = LaunchRequest(budget_usd=5.0, plan="default")
+    planned = make_launch_plan("default", "gce", request.options)
+    (member,) = plan_members(ctx, ["l4"], "gce", request, planned)
     for estimate in (plain, member.estimate):
         assert estimate.seconds_of("build") == pytest.approx(777.0 * HISTORY_HEADROOM)
 
@@ -205,6 +210,7 @@ def test_a_plain_launch_and_a_sweep_member_share_their_gpus_history(monkeypatch,
     plain = launch_service.runtime_estimate(ctx, "local", plan)
     monkeypatch.setattr("orchestrator.service.plans.local_gpu_present", lambda: True)
     request = LaunchRequest(budget_usd=1.0, plan="default")
-    (member,) = plan_members(ctx, ["local"], "local", request)
+    planned = make_launch_plan("default", "local", request.options)
+    (member,) = plan_members(ctx, ["local"], "local", request, planned)
     for estimate in (plain, member.estimate):
         assert estimate.seconds_of("build") == pytest.approx(333.0)  # free: no headroom
