@@ -9,7 +9,13 @@ import inspect
 import pytest
 
 from orchestrator.backends import registry
-from orchestrator.backends.base import Backend, Capabilities, ChecksProject, SetsUpProject
+from orchestrator.backends.base import (
+    Backend,
+    Capabilities,
+    ChecksProject,
+    PricesRuns,
+    SetsUpProject,
+)
 from orchestrator.config import BenchConfig
 from orchestrator.errors import UsageError
 from orchestrator.stores.base import Store
@@ -33,6 +39,21 @@ def test_each_registered_backend_implements_the_whole_protocol(name):
     init = inspect.getsource(cls.__init__)
     for member in declared(Backend):
         assert hasattr(cls, member) or f"self.{member}" in init, (name, member)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_a_backend_prices_its_runs_exactly_when_its_machines_bill(name):
+    """The service asks a billed backend for rate, cap and worst case (`PricesRuns`), with
+    the signatures the protocol declares; an unbilled one has nothing to price."""
+    cls = registry.backend_class(name)
+    assert issubclass(cls, PricesRuns) == registry.capabilities(name).billed
+    if issubclass(cls, PricesRuns):
+        for member in declared(PricesRuns):
+            wanted = inspect.signature(getattr(PricesRuns, member)).parameters
+            assert inspect.signature(getattr(cls, member)).parameters.keys() == wanted.keys(), (
+                name,
+                member,
+            )
 
 
 @pytest.mark.parametrize("cls", [LocalStore, GcsStore])
