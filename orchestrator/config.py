@@ -231,9 +231,9 @@ class BenchConfig(BaseModel):
     @field_validator("backend")
     @classmethod
     def _registered_backend(cls, value: str) -> str:
-        from orchestrator.backends.registry import names
+        from orchestrator.backends.names import BACKENDS
 
-        choices = ("auto", *names())
+        choices = ("auto", *BACKENDS)
         if value not in choices:
             quoted = [f"'{c}'" for c in choices]
             raise ValueError(f"Input should be {', '.join(quoted[:-1])} or {quoted[-1]}")
@@ -369,20 +369,6 @@ class BenchConfig(BaseModel):
                     f"{gpu.accelerator_count}, or choose another machine_type"
                 )
         return self
-
-    def poll_interval(self, backend: str) -> float:
-        """Seconds between two looks at a run on `backend`: the setting, else its default."""
-        from orchestrator.backends.registry import capabilities
-
-        return self.poll_seconds or capabilities(backend).poll_seconds
-
-    def resolved_backend(self) -> tuple[str, str]:
-        """The backend to use and why, so launch can say it."""
-        from orchestrator.backends.registry import auto_backend
-
-        if self.backend != "auto":
-            return self.backend, "chosen by configuration or --backend"
-        return auto_backend(self)
 
 
 def config_files(cwd: Path) -> list[Path]:

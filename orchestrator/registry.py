@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import closing, contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime, timezone
@@ -207,8 +207,11 @@ def _is_locked(error: sqlite3.OperationalError) -> bool:
 
 
 class RunRegistry:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, billed_backends: Collection[str] = ()):
+        """`billed_backends`: the backends whose runs count against the monthly cap (the
+        service's Context passes those whose Capabilities say billed); none by default."""
         self.path = path
+        self.billed_backends = tuple(billed_backends)
 
     def _connect(self) -> sqlite3.Connection:
         """A connection in autocommit mode (each write opens its own transaction), to a
@@ -236,7 +239,7 @@ class RunRegistry:
         in one write transaction: two launches cannot both pass a cap that fits one."""
         with closing(self._connect()) as db, _write_transaction(db):
             if check_spend is not None:
-                check_spend(_committed(db, datetime.now(timezone.utc)))
+                check_spend(_committed(db, datetime.now(timezone.utc), self.billed_backends))
             db.execute(_INSERT_SQL, _row_values(record))
 
     def update(self, run_id: str, **changes) -> RunRecord:
@@ -316,7 +319,7 @@ class RunRegistry:
         if not self.path.exists():
             return 0.0
         with closing(self._connect()) as db:
-            return _committed(db, now or datetime.now(timezone.utc))
+            return _committed(db, now or datetime.now(timezone.utc), self.billed_backends)
 
 
 _INSERT_SQL = (
@@ -325,12 +328,9 @@ _INSERT_SQL = (
 )
 
 
-def _committed(db: sqlite3.Connection, now: datetime) -> float:
+def _committed(db: sqlite3.Connection, now: datetime, billed: tuple[str, ...]) -> float:
     """Spend of this month's runs: actual cost when known, else the whole budget (so a run
     still launching holds its budget). Runs of an unbilled backend (local) cost nothing."""
-    from orchestrator.backends.registry import capabilities, names
-
-    billed = [name for name in names() if capabilities(name).billed]
     month = now.astimezone(timezone.utc).strftime("%Y-%m")
     sql = COMMITTED_SQL.format(billed=", ".join("?" * len(billed)) or "NULL")
     return float(db.execute(sql, (month, *billed)).fetchone()[0])

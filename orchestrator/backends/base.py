@@ -2,7 +2,8 @@
 
 A backend declares what sets its runs apart (`Capabilities`, as dstack's backends declare
 theirs) and the optional protocols it implements (`ChecksProject`, `SetsUpProject`,
-`SplitsBudget`, `ReportsBilledTime`, `GrantsRunAccess`): the service layer reads those,
+`PricesRuns`, `SplitsBudget`, `ReportsBilledTime`, `GrantsRunAccess`): the service layer
+reads those,
 never a backend's name.
 backends/registry.py names them all.
 """
@@ -17,7 +18,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 from orchestrator.spec import RunSpec
 
 if TYPE_CHECKING:
-    from orchestrator.budget import HourlyRate
     from orchestrator.config import BenchConfig
     from orchestrator.paths import StatePaths
     from orchestrator.registry import RunRegistry
@@ -259,6 +259,57 @@ class BudgetTerms:
     summary: str
 
 
+class Rate(Protocol):
+    """A billed machine's price per hour, as the service reads it (a backend's own rate
+    carries more: gce's `HourlyRate` names its items and its catalog)."""
+
+    @property
+    def total(self) -> float: ...
+
+    @property
+    def disk(self) -> float:
+        """The boot disk's share of `total`: what a powered-off machine still bills."""
+        ...
+
+    @property
+    def disk_gb(self) -> int: ...
+
+
+@runtime_checkable
+class PricesRuns(Protocol):
+    """A backend whose machines bill (`Capabilities.billed`): it prices its machine and says
+    what time cap a budget buys there. The service asks it for rate, cap and worst case and
+    holds no cloud's prices itself (gce and batch: backends/gce/pricing.py)."""
+
+    @classmethod
+    def run_rate(cls, config: BenchConfig, spot: bool, disk_gb: int | None = None) -> Rate:
+        """The configured machine's rate, the dearest of the places it may land in, its
+        boot disk priced at `disk_gb` (None: before the image is read, an assumed size)."""
+        ...
+
+    @classmethod
+    def max_run_seconds_for(cls, budget_usd: float, rate: Rate) -> int:
+        """The longest time cap whose worst case stays within `budget_usd`."""
+        ...
+
+    @classmethod
+    def worst_case_usd(cls, rate: Rate, cap_seconds: int) -> float:
+        """The most a run capped at `cap_seconds` can bill at `rate`."""
+        ...
+
+    @classmethod
+    def check_buys_a_start(cls, budget_usd: float, rate: Rate, boot_seconds: float) -> None:
+        """UsageError (exit 2) when the budget cannot even boot the machine."""
+        ...
+
+    @classmethod
+    def check_covers(
+        cls, budget_usd: float, rate: Rate, estimated_seconds: int, cap_seconds: int
+    ) -> None:
+        """RefusedError (exit 3) when the cap is shorter than the plan needs."""
+        ...
+
+
 @runtime_checkable
 class GrantsRunAccess(Protocol):
     """A backend whose machine reaches the store only through grants signed for its run
@@ -279,7 +330,7 @@ class SplitsBudget(Protocol):
         cls,
         config: BenchConfig,
         budget_usd: float,
-        rate: HourlyRate,
+        rate: Rate,
         estimated_seconds: int,
         cap_seconds: int,
     ) -> BudgetTerms:

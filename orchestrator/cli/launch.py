@@ -161,7 +161,7 @@ def launch(
         allow_leftover_disk=allow_leftover_disk,
         batch_queue_minutes=queue_minutes,
     )
-    name, reason = ctx.config.resolved_backend()
+    name, reason = ctx.resolved_backend()
     if ctx.config.backend == "auto" and name == AUTO_FALLBACK:
         raise UsageError(no_backend_chosen())
     out = console()

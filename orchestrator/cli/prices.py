@@ -45,7 +45,8 @@ def prices(plan_ref, as_json, refresh):
       bench prices --plan cpu-smoke
       bench prices --json | jq .rate_usd_per_hour
     """
-    from orchestrator.budget import format_duration, max_run_seconds_for, price_catalog, rate_text
+    from orchestrator.backends.gce.pricing import max_run_seconds_for, price_catalog, rate_text
+    from orchestrator.budget import format_duration
     from orchestrator.cli.estimate_table import phase_table
     from orchestrator.service.estimate import gce_estimate
 
@@ -99,7 +100,6 @@ def split_budgets(ctx, plan_ref: str, budget_usd: float) -> dict:
     same rate, time cap and estimate; the refusal's text where not one attempt fits."""
     from orchestrator.backends import registry
     from orchestrator.backends.base import SplitsBudget
-    from orchestrator.budget import max_run_seconds_for
     from orchestrator.errors import RefusedError
     from orchestrator.service.estimate import gce_estimate
 
@@ -110,7 +110,7 @@ def split_budgets(ctx, plan_ref: str, budget_usd: float) -> dict:
             continue
         estimate = gce_estimate(ctx, plan_ref, backend=name)
         rate = estimate.rate
-        cap = max_run_seconds_for(budget_usd, rate)
+        cap = cls.max_run_seconds_for(budget_usd, rate)
         try:
             terms = cls.budget_terms(
                 ctx.config, budget_usd, rate, estimate.launch.total_seconds, cap
@@ -124,7 +124,7 @@ def split_budgets(ctx, plan_ref: str, budget_usd: float) -> dict:
 def _refresh(config) -> str:
     """Read the Cloud Billing Catalog API into the cache; what it priced, in a line."""
     from orchestrator.backends.gce import billing_catalog
-    from orchestrator.budget import load_catalog
+    from orchestrator.backends.gce.pricing import load_catalog
 
     document = billing_catalog.refresh(config, load_catalog()["regions"])
     found = document["prices"]
@@ -151,7 +151,7 @@ def _print_json(catalog, estimate, split) -> int:
     import dataclasses
     import json
 
-    from orchestrator.budget import max_run_seconds_for
+    from orchestrator.backends.gce.pricing import max_run_seconds_for
     from results_schema.record import billed_usd
 
     def phases(e):

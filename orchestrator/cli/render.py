@@ -60,7 +60,7 @@ def render(backend, plan_ref, budget, which, kernel, peers):
     from orchestrator.service.render import render_scripts
 
     ctx = make_context(backend=backend)
-    name, _ = ctx.config.resolved_backend()
+    name, _ = ctx.resolved_backend()
     placeholders = _placeholders(ctx.config, name)
     if placeholders:
         # It creates nothing: what is not set yet is shown as a placeholder, and said so.

@@ -13,7 +13,7 @@ from orchestrator.paths import StatePaths, state_paths
 from orchestrator.registry import RunRegistry
 
 if TYPE_CHECKING:
-    from orchestrator.backends.base import Backend, Capabilities
+    from orchestrator.backends.base import Backend, Capabilities, PricesRuns
     from orchestrator.stores.base import Store
 
 
@@ -29,7 +29,7 @@ class Context:
 
     @cached_property
     def registry(self) -> RunRegistry:
-        return RunRegistry(self.paths.registry)
+        return RunRegistry(self.paths.registry, billed_backends=registered.billed())
 
     def backend(self, name: str) -> Backend:
         """The backend `name`, made once (UsageError: unknown, or its settings missing)."""
@@ -45,6 +45,18 @@ class Context:
 
     def capabilities(self, name: str) -> Capabilities:
         return registered.capabilities(name)
+
+    def pricing(self, name: str) -> PricesRuns:
+        """How backend `name` prices its runs: its class, when its machines bill."""
+        return registered.backend_class(name)
+
+    def resolved_backend(self) -> tuple[str, str]:
+        """The backend these settings choose, and why (launch says it)."""
+        return registered.resolved_backend(self.config)
+
+    def poll_interval(self, name: str) -> float:
+        """Seconds between two looks at a run on backend `name`."""
+        return registered.poll_interval(self.config, name)
 
     def require_settings(self, name: str) -> None:
         """UsageError naming what backend `name` needs and these settings lack."""

@@ -1,5 +1,6 @@
-"""launch: validate → plan → estimate → payload → (a cloud backend) account, image →
-reserve (cap) → store → render → start → record."""
+"""launch: validate → launch plan (service/launch_plan.py) → estimate → time cap → spec →
+payload → (a cloud backend) account, image → reserve (cap) → store → render → start →
+record."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from orchestrator import budget
-from orchestrator.backends.base import GrantsRunAccess, Placement
+from orchestrator.backends.base import GrantsRunAccess, Placement, Rate
 from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
 from orchestrator.gpus import (
     LOCAL_GPU,
@@ -30,10 +31,16 @@ from orchestrator.runtime_model import (
     with_past_error,
 )
 from orchestrator.service.context import Context
-from orchestrator.service.plan_options import PlanOptions, shape_plan
-from orchestrator.service.plans import refuse_unrunnable, resolve_plan
-from orchestrator.spec import RunSpec, new_run_id
-from orchestrator.users import owner_label
+from orchestrator.service.launch_plan import (
+    LaunchPlan,
+    make_launch_plan,
+    new_spec,
+    price,
+    repriced,
+)
+from orchestrator.service.plan_options import PlanOptions
+from orchestrator.service.plans import refuse_unrunnable
+from orchestrator.spec import RunSpec
 from results_schema import Plan
 
 
@@ -55,7 +62,7 @@ class LaunchResult:
     placement: Placement
     backend_reason: str
     notes: list[str] = field(default_factory=list)
-    rate: budget.HourlyRate | None = None
+    rate: Rate | None = None
     estimate: RuntimeEstimate | None = None
 
 
@@ -84,80 +91,42 @@ def runtime_estimate(ctx: Context, backend: str, plan: Plan, gpu: str = "") -> R
     return with_past_error(refined, ctx.registry.past_estimates(key, backend, gpu))
 
 
-def plan_spec(
-    ctx: Context,
-    request: LaunchRequest,
-    backend: str,
-    plan: Plan,
-    spot: bool,
-    disk_gb: int | None = None,
-    check_minimum: bool = True,
-) -> tuple[RunSpec, budget.HourlyRate | None, RuntimeEstimate]:
-    """The RunSpec with its time cap, or RefusedError when the budget can't cover the plan.
-
-    On a billed backend the cap is the longest whose worst-case bill stays within the budget
-    (budget.worst_case_usd), with the boot disk priced at `disk_gb` (the image's size, once
-    read) else the catalog's assumption. `check_minimum`: a budget that cannot even boot the
-    VM is a usage error (exit 2), refused before anything is sent. An unbilled run is free,
-    bounded by the local time cap."""
-    billed = ctx.capabilities(backend).billed
-    estimate = runtime_estimate(ctx, backend, plan, request.gpu)
-    estimated = estimate.total_seconds
-    if not billed:
-        rate, rate_total = None, 0.0
-        cap = min(
-            request.max_runtime_seconds or budget.LOCAL_DEFAULT_MAX_RUN_SECONDS,
-            budget.LOCAL_DEFAULT_MAX_RUN_SECONDS,
-        )
-        budget.check_fits_local_cap(estimated, cap)
-    else:
-        rate = budget.hourly_rate(ctx.config, spot=spot, disk_gb=disk_gb)
-        rate_total = rate.total
-        if check_minimum:
-            budget.check_buys_a_start(request.budget_usd, rate, estimate.seconds_of("boot"))
-        cap = budget.max_run_seconds_for(request.budget_usd, rate)
-        if request.max_runtime_seconds:
-            cap = min(cap, request.max_runtime_seconds)
-        budget.check_covers(request.budget_usd, rate, estimated, cap)
-    spec = RunSpec(
-        run_id=new_run_id(),
-        backend=backend,
-        plan=plan,
-        owner=owner_label(ctx.config.owner),
-        budget_usd=request.budget_usd,
-        rate_usd_per_hour=rate_total,
-        max_run_seconds=cap,
-        estimated_seconds=estimated,
-        payload_sha256="0" * 64,
-        spot=spot and billed,
-        sweep_id=request.sweep_id,
-        cache_trusted=request.cache_trusted,
-    )
-    return spec, rate, estimate
-
-
 def launch(
     ctx: Context,
     request: LaunchRequest,
     backend: str,
     backend_reason: str,
     on_validated: Callable[[], None] | None = None,
+    planned: LaunchPlan | None = None,
 ) -> LaunchResult:
     """Validate everything, call `on_validated` (the CLI says what it is about to do: a
-    refused launch prints only its error), then write, start and record the run."""
+    refused launch prints only its error), then write, start and record the run.
+    `planned`: the launch plan a sweep made once for all its members; else made here."""
     ctx.require_settings(backend)
     # Resolved once: on the local backend it asks nvidia-smi.
     request = replace(request, gpu=target_gpu(ctx, backend, request.gpu))
-    plan, plan_note = resolve_plan(request.plan, backend, kernel=request.options.kernel)
-    shaped = shape_plan(plan, request.options)
-    plan = shaped.plan
+    planned = planned or make_launch_plan(request.plan, backend, request.options)
+    plan = planned.plan
     refuse_unrunnable(plan, backend)
-    notes = [plan_note] if plan_note else []
-    notes += shaped.notes
-    spec, rate, estimate = plan_spec(ctx, request, backend, plan, spot=ctx.config.spot)
+    notes = list(planned.notes)
+    estimate = runtime_estimate(ctx, backend, plan, request.gpu)
+    spot = ctx.config.spot
+    rate, cap = _price(ctx, request, backend, estimate, spot)
+    spec = new_spec(
+        ctx,
+        backend,
+        plan,
+        estimate,
+        rate,
+        cap,
+        spot,
+        budget_usd=request.budget_usd,
+        sweep_id=request.sweep_id,
+        cache_trusted=request.cache_trusted,
+    )
     # Read the trees before the reservation: a linked or oversized one is refused (exit 2)
     # with nothing recorded.
-    payload = build_payload(plan, kernel_trees=shaped.kernel_trees)
+    payload = build_payload(plan, kernel_trees=planned.kernel_trees)
     ensure_writable(ctx.paths)
     # No credentials is a refusal like any other: nothing recorded (issue 31).
     ctx.store(backend).require_credentials()
@@ -165,22 +134,22 @@ def launch(
     machines.refuse_leftovers()
     # The request start will send, built now: one the cloud would refuse (gce: metadata
     # over its limits) is a usage error with nothing recorded, written or sent (issue 32).
+    # It is rendered before the boot disk is read (that read is a call to the cloud).
     built = spec.with_payload(payload)
     machines.instance_request_json(built, *_render_for(ctx, machines, built, signed=False))
     # Priced again with the boot disk at the size the start will ask for (on gce the
     # image's, read from Compute now: the checks above sent nothing; 0: nothing billed).
     disk_gb = machines.boot_disk_gb()
-    if disk_gb:
-        spec, rate, estimate = plan_spec(
-            ctx, request, backend, plan, spot=ctx.config.spot, disk_gb=disk_gb
-        )
+    if disk_gb and rate is not None:
+        rate, cap = _price(ctx, request, backend, estimate, spot, disk_gb=disk_gb)
+        spec = repriced(spec, rate, cap, spot)
     if rate is not None:
         note = machines.leftover_note(
             spec.run_id,
             rate.disk,
             rate.disk_gb,
             spec.max_run_seconds,
-            budget.worst_case_usd(rate, spec.max_run_seconds),
+            ctx.pricing(backend).worst_case_usd(rate, spec.max_run_seconds),
         )
         notes += [note] if note else []
     # The run is in the registry, holding its budget against the monthly cap, before
@@ -196,22 +165,43 @@ def launch(
         spec = spec.with_payload(payload)
         ctx.store(backend).put_bytes(f"{spec.run_prefix}/payload.tar.gz", payload.data)
         machine_requested = True
-        placement, spec, rate = _start(ctx, request, backend, spec, rate, notes)
+        placement, spec, rate = _start(ctx, request, backend, spec, rate, estimate, notes)
     except BaseException as error:
         cost = _failed_launch_cost(ctx, spec, rate, error, machine_requested)
         _record_failed_launch(ctx, spec, cost)
         raise
     # On-demand fallback re-plans the rate and the time cap: the record follows the spec.
-    planned = {k: v for k, v in spec.record_fields().items() if k != "run_id"}
+    planned_fields = {k: v for k, v in spec.record_fields().items() if k != "run_id"}
     ctx.registry.update(
         spec.run_id,
-        **planned,
+        **planned_fields,
         state="running",
         location=placement.location,
         handle=placement.handle,
         attempts=placement.attempts,
     )
     return LaunchResult(spec, placement, backend_reason, notes, rate, estimate)
+
+
+def _price(
+    ctx: Context,
+    request: LaunchRequest,
+    backend: str,
+    estimate: RuntimeEstimate,
+    spot: bool,
+    disk_gb: int | None = None,
+    check_minimum: bool = True,
+) -> tuple[Rate | None, int]:
+    return price(
+        ctx,
+        backend,
+        request.budget_usd,
+        request.max_runtime_seconds,
+        estimate,
+        spot,
+        disk_gb=disk_gb,
+        check_minimum=check_minimum,
+    )
 
 
 def _spend_check(ctx: Context, request: LaunchRequest, backend: str):
@@ -239,7 +229,7 @@ _NOTHING_CREATED = (NoCapacityError, QuotaError, PermissionDeniedError, UsageErr
 def _failed_launch_cost(
     ctx: Context,
     spec: RunSpec,
-    rate: budget.HourlyRate | None,
+    rate: Rate | None,
     error: BaseException,
     machine_requested: bool,
 ) -> float:
@@ -251,7 +241,8 @@ def _failed_launch_cost(
         return 0.0
     if spec.spot and ctx.config.on_demand_fallback:
         return spec.budget_usd  # an on-demand retry may run, at a rate and cap not kept here
-    return min(spec.budget_usd, budget.worst_case_usd(rate, spec.max_run_seconds))
+    worst = ctx.pricing(spec.backend).worst_case_usd(rate, spec.max_run_seconds)
+    return min(spec.budget_usd, worst)
 
 
 def _record_failed_launch(ctx: Context, spec: RunSpec, cost_usd: float) -> None:
@@ -263,7 +254,15 @@ def _record_failed_launch(ctx: Context, spec: RunSpec, cost_usd: float) -> None:
     )
 
 
-def _start(ctx: Context, request: LaunchRequest, backend_name: str, spec: RunSpec, rate, notes):
+def _start(
+    ctx: Context,
+    request: LaunchRequest,
+    backend_name: str,
+    spec: RunSpec,
+    rate: Rate | None,
+    estimate: RuntimeEstimate,
+    notes: list[str],
+):
     backend = ctx.backend(backend_name)
     try:
         return _start_once(ctx, backend, spec), spec, rate
@@ -272,22 +271,16 @@ def _start(ctx: Context, request: LaunchRequest, backend_name: str, spec: RunSpe
             raise
         # Same run, on-demand: the rate is higher, so the budget buys less time. Spot
         # inserts were sent: a budget short of it is check_covers' refusal (exit 3).
-        on_demand, rate, _ = plan_spec(
+        rate, cap = _price(
             ctx,
             request,
             backend_name,
-            spec.plan,
+            estimate,
             spot=False,
             disk_gb=backend.boot_disk_gb(),
             check_minimum=False,
         )
-        on_demand = on_demand.model_copy(
-            update={
-                "run_id": spec.run_id,
-                "payload_sha256": spec.payload_sha256,
-                "tree_sha256s": spec.tree_sha256s,
-            }
-        )
+        on_demand = repriced(spec, rate, cap, spot=False)
         notes.append(f"no spot capacity ({spot_error}); retrying on-demand at ${rate.total:.4f}/h")
         return _start_once(ctx, backend, on_demand), on_demand, rate
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from orchestrator.payload import build_payload
 from orchestrator.runtime_model import RuntimeEstimate
 from orchestrator.service.context import Context
-from orchestrator.service.launch import LaunchRequest, _render_for, plan_spec
-from orchestrator.service.plan_options import PlanOptions, shape_plan
-from orchestrator.service.plans import resolve_plan
+from orchestrator.service.launch import _render_for, runtime_estimate
+from orchestrator.service.launch_plan import make_launch_plan, new_spec, price
+from orchestrator.service.plan_options import PlanOptions
 
 
 @dataclass
@@ -31,13 +31,15 @@ def render_scripts(
     peers: tuple[str, ...] = (),
 ) -> Rendered:
     """What a launch of this plan (and of the user's kernel at `kernel`, and the public
-    `peers`) would run."""
-    plan, _ = resolve_plan(plan_ref, backend_name, kernel=kernel)
-    shaped = shape_plan(plan, PlanOptions(kernel=kernel, peers=peers))
-    plan = shaped.plan
-    request = LaunchRequest(budget_usd=budget_usd, plan=plan_ref)
-    spec, _, estimate = plan_spec(ctx, request, backend_name, plan, spot=ctx.config.spot)
-    payload = build_payload(plan, kernel_trees=shaped.kernel_trees)
+    `peers`) would run: the launch's own plan, time cap, spec and scripts."""
+    planned = make_launch_plan(plan_ref, backend_name, PlanOptions(kernel=kernel, peers=peers))
+    estimate = runtime_estimate(ctx, backend_name, planned.plan)
+    spot = ctx.config.spot
+    rate, cap = price(ctx, backend_name, budget_usd, None, estimate, spot)
+    spec = new_spec(
+        ctx, backend_name, planned.plan, estimate, rate, cap, spot, budget_usd=budget_usd
+    )
+    payload = build_payload(planned.plan, kernel_trees=planned.kernel_trees)
     spec = spec.with_payload(payload)
     backend = ctx.backend(backend_name)
     startup, shutdown = _render_for(ctx, backend, spec, signed=False)

@@ -1,7 +1,7 @@
 """launch --gpu a,b,...: one run per GPU type under one budget (DESIGN.md, "Budget").
 
 The budget is split in proportion to each member's estimated cost (the worst-case bill of
-its modelled runtime at its catalog rate: budget.worst_case_usd), so every share buys the
+its modelled runtime at its rate: the backend's `worst_case_usd`), so every share buys the
 same multiple of what its run needs. Every share is checked before anything is created:
 one that cannot cover its run refuses the whole sweep (exit 3). Members then launch in
 parallel, each through the ordinary launch (its own registry reservation, time cap and zone
@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from orchestrator import budget
+from orchestrator.backends.base import PricesRuns, Rate
 from orchestrator.errors import BenchError, RefusedError, UsageError
 from orchestrator.gpus import (
     LOCAL_GPU,
@@ -32,8 +33,7 @@ from orchestrator.service.launch import (
     launch,
     runtime_estimate,
 )
-from orchestrator.service.plan_options import shape_plan
-from orchestrator.service.plans import resolve_plan
+from orchestrator.service.launch_plan import LaunchPlan, make_launch_plan, time_cap_seconds
 from orchestrator.spec import new_sweep_id
 
 
@@ -44,16 +44,17 @@ class Member:
     key: str
     gpu: GpuType | None  # None: the local machine's GPU, not in the catalog
     ctx: Context
-    rate: budget.HourlyRate | None
+    rate: Rate | None
     estimate: RuntimeEstimate
     share_usd: float = 0.0
+    pricing: PricesRuns | None = None  # its backend's, when its machines bill
 
     @property
     def estimated_usd(self) -> float:
         """What the run needs: the worst-case bill of a cap as long as its modelled time."""
-        if self.rate is None:
+        if self.rate is None or self.pricing is None:
             return 0.0
-        return budget.worst_case_usd(self.rate, self.estimate.total_seconds)
+        return self.pricing.worst_case_usd(self.rate, self.estimate.total_seconds)
 
 
 @dataclass
@@ -79,13 +80,12 @@ class SweepResult:
 
 
 def plan_members(
-    ctx: Context, keys: list[str], backend: str, request: LaunchRequest
+    ctx: Context, keys: list[str], backend: str, request: LaunchRequest, planned: LaunchPlan
 ) -> list[Member]:
-    """Each member's settings, rate and estimate, and its share of the budget; RefusedError
-    naming every GPU whose share cannot cover its run."""
+    """Each member's settings, rate and estimate for the sweep's one launch plan, and its
+    share of the budget; RefusedError naming every GPU whose share cannot cover its run."""
     catalog = load_gpu_catalog()
-    plan, _ = resolve_plan(request.plan, backend, kernel=request.options.kernel)
-    plan = shape_plan(plan, request.options).plan  # an A/B baseline or a profile costs time
+    plan = planned.plan  # an A/B baseline or a profile costs time
     if not ctx.capabilities(backend).machine_from_catalog:
         key = local_member(keys, catalog, local_gpu_name())
         estimate = runtime_estimate(ctx, backend, plan, key)
@@ -97,9 +97,16 @@ def plan_members(
         if gpu is None:  # `local` on a backend of catalog machines
             raise UsageError(f"--gpu {LOCAL_GPU} names this machine's GPU: use --backend local")
         member_ctx = Context(config=member_config(ctx.config, gpu))
-        rate = budget.hourly_rate(member_ctx.config, spot=member_ctx.config.spot)
+        rate = ctx.pricing(backend).run_rate(member_ctx.config, spot=member_ctx.config.spot)
         members.append(
-            Member(key, gpu, member_ctx, rate, runtime_estimate(member_ctx, backend, plan))
+            Member(
+                key,
+                gpu,
+                member_ctx,
+                rate,
+                runtime_estimate(member_ctx, backend, plan),
+                pricing=ctx.pricing(backend),
+            )
         )
     members = split_budget(request.budget_usd, members)
     check_shares(request, members)
@@ -116,8 +123,7 @@ def split_budget(total_usd: float, members: list[Member]) -> list[Member]:
 
 
 def member_cap_seconds(member: Member, max_runtime_seconds: int | None) -> int:
-    cap = budget.max_run_seconds_for(member.share_usd, member.rate)
-    return min(cap, max_runtime_seconds) if max_runtime_seconds else cap
+    return time_cap_seconds(member.pricing, member.share_usd, member.rate, max_runtime_seconds)
 
 
 def check_shares(request: LaunchRequest, members: list[Member]) -> None:
@@ -152,7 +158,9 @@ def launch_sweep(
     backend_reason: str,
     on_validated: Callable[[list[Member]], None] | None = None,
 ) -> SweepResult:
-    members = plan_members(ctx, keys, backend, request)
+    # Resolved and shaped once (a baseline's tree read once), launched by every member.
+    planned = make_launch_plan(request.plan, backend, request.options)
+    members = plan_members(ctx, keys, backend, request, planned)
     ctx.store(backend).require_credentials()  # one error for the sweep, not one per GPU
     ctx.backend(backend).refuse_leftovers()  # one line for the sweep, not one per GPU
     if ctx.capabilities(backend).billed:
@@ -165,18 +173,27 @@ def launch_sweep(
     sweep = SweepResult(new_sweep_id(), request.budget_usd)
     with ThreadPoolExecutor(max_workers=len(members)) as pool:
         sweep.outcomes = list(
-            pool.map(lambda m: _launch_member(m, request, sweep, backend, backend_reason), members)
+            pool.map(
+                lambda m: _launch_member(m, request, planned, sweep, backend, backend_reason),
+                members,
+            )
         )
     return sweep
 
 
 def _launch_member(
-    member: Member, request: LaunchRequest, sweep: SweepResult, backend: str, reason: str
+    member: Member,
+    request: LaunchRequest,
+    planned: LaunchPlan,
+    sweep: SweepResult,
+    backend: str,
+    reason: str,
 ) -> MemberOutcome:
     member_request = replace(
         request, budget_usd=member.share_usd, sweep_id=sweep.sweep_id, gpu=member.key
     )
     try:
-        return MemberOutcome(member, result=launch(member.ctx, member_request, backend, reason))
+        result = launch(member.ctx, member_request, backend, reason, planned=planned)
+        return MemberOutcome(member, result=result)
     except BenchError as error:  # reported with the others; the registry row says failed
         return MemberOutcome(member, error=error)

@@ -32,7 +32,7 @@ def wait_for_run(
                     f"run {record.run_id}: the machine is {current.machine} but left no "
                     f"manifest{why}; see `bench logs {record.run_id}`"
                 )
-        time.sleep(ctx.config.poll_interval(record.backend))
+        time.sleep(ctx.poll_interval(record.backend))
 
 
 # How long a finished VM may take to delete itself or power off before the controller
@@ -58,7 +58,7 @@ def release_finished(ctx: Context, record: RunRecord) -> str:
     deadline = time.monotonic() + SETTLE_SECONDS
     state = backend.machine_state(record.run_id, placement)
     while state not in ("GONE", "TERMINATED") and time.monotonic() < deadline:
-        time.sleep(ctx.config.poll_interval(record.backend))
+        time.sleep(ctx.poll_interval(record.backend))
         state = backend.machine_state(record.run_id, placement)
     if state == "GONE":
         return f"the {noun} {record.handle} deleted itself"

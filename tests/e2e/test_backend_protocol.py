@@ -8,10 +8,9 @@ import time
 
 import pytest
 
-from orchestrator import budget
-from orchestrator.backends import base, registry
+from orchestrator.backends import base, names, registry
 from orchestrator.backends.base import Backend
-from orchestrator.backends.gce import builder, compute
+from orchestrator.backends.gce import builder, compute, pricing
 from orchestrator.backends.gce.backend import GceBackend
 from orchestrator.backends.local import LocalBackend
 from orchestrator.cli import main
@@ -93,7 +92,7 @@ class Sandbox(LocalBackend):
 def registered(monkeypatch):
     def register(name: str, cls: type) -> None:
         monkeypatch.setattr(
-            registry, "BACKENDS", {**registry.BACKENDS, name: f"{__name__}:{cls.__name__}"}
+            names, "BACKENDS", {**names.BACKENDS, name: f"{__name__}:{cls.__name__}"}
         )
         registry.backend_class.cache_clear()
 
@@ -143,7 +142,7 @@ def test_a_gce_run_launched_waited_and_fetched_needs_only_what_the_protocols_dec
     assert_compared_and_reported_first(run_id, tmp_path / "results", capsys, monkeypatch)
     assert manifest.environment.zone == "us-central1-a"
     assert manifest.cost.rate_usd_per_hour == pytest.approx(
-        budget.hourly_rate(BenchConfig(), True, disk_gb=image_gb(gce)).total
+        pricing.hourly_rate(BenchConfig(), True, disk_gb=image_gb(gce)).total
     )
     assert gce.instances() == [], "the end of --wait deletes the powered-off instance"
     deletes = gce.calls("instances.delete")

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from orchestrator.backends import names
 from orchestrator.backends import registry as backends
 from orchestrator.backends.base import Backend
 from orchestrator.backends.batch.backend import BatchBackend
@@ -73,7 +74,7 @@ def test_a_job_queued_past_its_deadline_is_deleted_and_its_share_released(
     plan = plan_file(tmp_path)
     assert main(launch("--budget", "1.00", "--plan", plan)) == 0, capsys.readouterr()
     run_id = launched_run_id(capsys)
-    registry = RunRegistry(tmp_path / "state" / "runs.sqlite")
+    registry = RunRegistry(tmp_path / "state" / "runs.sqlite", billed_backends=backends.billed())
     assert registry.committed_this_month() == pytest.approx(1.00)  # held while queued
     time.sleep(1.5)
     assert main(["status", run_id, "--json"]) == 0
@@ -92,7 +93,7 @@ class ProtocolOnlyBatch(BatchBackend):
 
 def test_a_batch_run_needs_only_what_the_protocols_declare(batch, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(
-        backends, "BACKENDS", {**backends.BACKENDS, "batch": f"{__name__}:ProtocolOnlyBatch"}
+        names, "BACKENDS", {**names.BACKENDS, "batch": f"{__name__}:ProtocolOnlyBatch"}
     )
     backends.backend_class.cache_clear()
     try:

@@ -8,25 +8,25 @@ import subprocess
 
 import pytest
 
-from orchestrator import budget
 from orchestrator.backends.batch.backend import BatchBackend
 from orchestrator.backends.batch.money import (
     VM_SETUP_SECONDS,
     attempt_usd,
     plan_attempts,
 )
+from orchestrator.backends.gce import pricing
 from orchestrator.config import BenchConfig
 from orchestrator.errors import RefusedError
 from orchestrator.render import render_startup
 from tests.fakes.batch_tasks import retried
 from tests.unit.test_render import shellcheck, spec_for
 
-RATE = budget.hourly_rate(BenchConfig(), spot=True)
+RATE = pricing.hourly_rate(BenchConfig(), spot=True)
 
 
 @pytest.mark.parametrize("budget_usd", [0.25, 0.5, 1.0, 5.0])
 def test_every_attempt_of_every_task_fits_the_budget_and_covers_the_estimate(budget_usd):
-    cap = budget.max_run_seconds_for(budget_usd, RATE)
+    cap = pricing.max_run_seconds_for(budget_usd, RATE)
     plan = plan_attempts(budget_usd, RATE, 214, cap)
     assert plan.attempt_seconds >= 214
     assert plan.attempts * attempt_usd(RATE, plan.attempt_seconds) <= budget_usd
@@ -36,12 +36,12 @@ def test_every_attempt_of_every_task_fits_the_budget_and_covers_the_estimate(bud
 
 
 def test_the_vm_setup_is_priced_in_each_attempt():
-    assert attempt_usd(RATE, 600) == budget.worst_case_usd(RATE, 600 + VM_SETUP_SECONDS)
+    assert attempt_usd(RATE, 600) == pricing.worst_case_usd(RATE, 600 + VM_SETUP_SECONDS)
 
 
 def test_a_budget_short_of_one_attempt_is_refused_with_the_figure():
     with pytest.raises(RefusedError, match=r"cannot pay for one Batch attempt.*\$0\.\d\d at"):
-        plan_attempts(0.05, RATE, 214, budget.max_run_seconds_for(0.05, RATE))
+        plan_attempts(0.05, RATE, 214, pricing.max_run_seconds_for(0.05, RATE))
 
 
 def test_two_tasks_share_the_budget():

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from orchestrator import budget
 from orchestrator.backends.batch.money import attempt_usd
+from orchestrator.backends.gce import pricing
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from orchestrator.registry import RunRegistry
@@ -64,7 +64,7 @@ def test_a_batch_run_completes_fetches_and_its_job_fits_the_discovery_document(
     assert body["labels"]["bench-managed"] == "true" and body["labels"]["bench-run"] == run_id
     assert body["logsPolicy"] == {"destination": "CLOUD_LOGGING"}
     # The money: every attempt, retries included, priced at the catalog rate fits the budget.
-    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True)
     seconds = int(spec["maxRunDuration"].rstrip("s"))
     assert spec["maxRetryCount"] == 3
     assert (1 + spec["maxRetryCount"]) * attempt_usd(rate, seconds) <= 1.00
@@ -136,7 +136,7 @@ def test_a_preempted_task_is_retried_and_the_run_completes_within_the_budget(
     (shown,) = json.loads(capsys.readouterr().out)["runs"]
     assert shown["cost_usd"] == pytest.approx(record.cost_usd, abs=1e-6)
     spec = batch.created[0]["taskGroups"][0]["taskSpec"]
-    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True)
     worst = (1 + spec["maxRetryCount"]) * attempt_usd(rate, int(spec["maxRunDuration"][:-1]))
     assert worst <= 1.00
 
@@ -162,7 +162,7 @@ def test_retries_the_budget_cannot_pay_for_are_not_configured_and_too_little_is_
     batch.run_scripts = False
     assert main(launch("--budget", "0.50", "--plan", plan)) == 0, capsys.readouterr()
     spec = batch.created[0]["taskGroups"][0]["taskSpec"]
-    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True)
     seconds = int(spec["maxRunDuration"][:-1])
     assert 0 < spec["maxRetryCount"] < 3
     assert (1 + spec["maxRetryCount"]) * attempt_usd(rate, seconds) <= 0.50

@@ -9,15 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from orchestrator import budget
-from orchestrator.backends.gce import billing_catalog
+from orchestrator.backends.gce import billing_catalog, pricing
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from tests.fakes.billing_server import FakeBilling, compute_skus
 
 TODAY = datetime.now(UTC).date().isoformat()
 API_SOURCE = f"Cloud Billing Catalog API, read {TODAY}"
-BUNDLED_SOURCE = f"bench's bundled price catalog, dated {budget.load_catalog()['catalog_date']}"
+BUNDLED_SOURCE = f"bench's bundled price catalog, dated {pricing.load_catalog()['catalog_date']}"
 
 
 @pytest.fixture
@@ -82,9 +81,9 @@ def test_launch_estimate_names_the_api_and_its_date(gce, billing, tmp_path, caps
     assert f"bench: prices from {API_SOURCE}" in capsys.readouterr().out
     (sent,) = gce.inserted
     config = BenchConfig(state_dir=tmp_path / "state", zones=["us-central1-a"])
-    rate = budget.hourly_rate(config, spot=True, disk_gb=image_gb(gce))
+    rate = pricing.hourly_rate(config, spot=True, disk_gb=image_gb(gce))
     assert rate.price_source == API_SOURCE
-    assert int(sent["scheduling"]["maxRunDuration"]["seconds"]) == budget.max_run_seconds_for(
+    assert int(sent["scheduling"]["maxRunDuration"]["seconds"]) == pricing.max_run_seconds_for(
         1.00, rate
     )
 
@@ -95,7 +94,7 @@ def test_a_sku_the_mapping_cannot_find_leaves_that_item_bundled(billing, bench_e
     assert main(["prices", "--refresh"]) == 0
     document = prices_json(capsys)
     assert document["price_source"] == f"{API_SOURCE}; g2-standard-4 from {BUNDLED_SOURCE}"
-    bundled = budget.load_catalog()["regions"]["us-central1"]
+    bundled = pricing.load_catalog()["regions"]["us-central1"]
     items = dict(document["rate_items"])
     assert items["g2-standard-4"] == bundled["machines"]["g2-standard-4"]["spot"]
     assert items["1 x nvidia-l4"] == pytest.approx(
@@ -128,7 +127,7 @@ def test_odd_skus_are_skipped_never_fatal(billing, bench_env, capsys):
     assert main(["prices", "--refresh"]) == 0
     document = prices_json(capsys)
     assert document["price_source"] == f"{API_SOURCE}; nvidia-l4 from {BUNDLED_SOURCE}"
-    bundled = budget.load_catalog()["regions"]["us-central1"]["gpus"]["nvidia-l4"]["spot"]
+    bundled = pricing.load_catalog()["regions"]["us-central1"]["gpus"]["nvidia-l4"]["spot"]
     assert dict(document["rate_items"])["1 x nvidia-l4"] == bundled
 
 

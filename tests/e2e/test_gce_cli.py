@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import budget
+from orchestrator.backends.gce import pricing
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from results_schema import Manifest, Plan
@@ -97,8 +97,8 @@ def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, caps
     assert scheduling["automaticRestart"] is False
     # The cap whose worst case fits $1.00 (tests/e2e/test_gce_money.py works it out from
     # the request), with the boot disk at the size the request asks for: the image's.
-    rate = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=image_gb(gce))
-    assert int(scheduling["maxRunDuration"]["seconds"]) == budget.max_run_seconds_for(1.00, rate)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True, disk_gb=image_gb(gce))
+    assert int(scheduling["maxRunDuration"]["seconds"]) == pricing.max_run_seconds_for(1.00, rate)
     assert sent["disks"][0]["initializeParams"]["diskSizeGb"] == str(image_gb(gce))
     labels = sent["labels"]
     assert labels["bench-managed"] == "true" and labels["bench-run"] and labels["bench-owner"]
@@ -110,7 +110,7 @@ def test_insert_request_caps_the_money_and_carries_no_secret(gce, tmp_path, caps
     # The script fetches its token at run time; no literal token travels in metadata.
     assert not re.search(r"bearer [a-z0-9._-]{16,}", metadata)
     # The estimate names where its prices came from, and when they were read.
-    catalog_date = budget.load_catalog()["catalog_date"]
+    catalog_date = pricing.load_catalog()["catalog_date"]
     assert f"prices from bench's bundled price catalog, dated {catalog_date}" in (
         capsys.readouterr().out
     )
@@ -200,7 +200,7 @@ def test_a_failing_phase_uploads_log_and_failed_manifest_and_powers_off(
     capsys.readouterr()
     assert main(["status"]) == 0
     out = capsys.readouterr().out
-    disk = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=image_gb(gce)).disk
+    disk = pricing.hourly_rate(BenchConfig(), spot=True, disk_gb=image_gb(gce)).disk
     assert (
         f"leftover: {instance.name} in {instance.zone} is powered off; its disk bills "
         f"${disk:.4f}/h until deleted: bench fetch {run_id}"
@@ -406,9 +406,32 @@ def test_on_demand_fallback_replans_the_time_cap_at_the_higher_rate(gce, tmp_pat
     *spot_tries, landed = gce.inserted
     assert [t["scheduling"]["provisioningModel"] for t in spot_tries] == ["SPOT"] * 3
     assert landed["scheduling"]["provisioningModel"] == "STANDARD"
-    on_demand = budget.hourly_rate(BenchConfig(), spot=False, disk_gb=image_gb(gce))
-    expected = budget.max_run_seconds_for(1.0, on_demand)
+    on_demand = pricing.hourly_rate(BenchConfig(), spot=False, disk_gb=image_gb(gce))
+    expected = pricing.max_run_seconds_for(1.0, on_demand)
     assert int(landed["scheduling"]["maxRunDuration"]["seconds"]) == expected
+
+
+def test_a_launch_estimates_and_specs_its_run_once_through_the_fallback(
+    gce, tmp_path, capsys, monkeypatch
+):
+    """Issue 51 item 2: the boot disk's real size and the on-demand fallback re-price the
+    run's one spec; neither re-estimates the plan (each estimate reads the registry's past
+    phase times) nor draws another run."""
+    from orchestrator.registry import RunRegistry
+
+    reads = []
+    past = RunRegistry.past_phase_seconds
+    monkeypatch.setattr(
+        RunRegistry, "past_phase_seconds", lambda self, *a: reads.append(a) or past(self, *a)
+    )
+    gce.config.run_scripts = False
+    for zone in ZONES:
+        gce.faults.stockout(zone, spot_only=True)
+    args = ["launch", "--backend", "gce", "--budget", "1", "--plan", plan_file(tmp_path)]
+    assert main([*args, "--on-demand-fallback"]) == 0
+    assert "retrying on-demand" in capsys.readouterr().out
+    assert len(reads) == 1
+    assert len({body["labels"]["bench-run"] for body in gce.inserted}) == 1
 
 
 def test_on_demand_fallback_is_refused_when_the_budget_covers_only_spot(gce, tmp_path, capsys):

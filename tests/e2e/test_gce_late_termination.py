@@ -5,13 +5,13 @@ a delete lets the guest shut down for up to 90 s
 (https://cloud.google.com/compute/docs/shutdownscript). The compute stand-in plays both in
 full (its clock simulated: no real 30 s wait) and counts what the instance bills by Google's
 billing model (tests/fakes/compute_state.py, `billed_seconds`); bench's worst case
-(budget.worst_case_usd) must cover that bill."""
+(pricing.worst_case_usd) must cover that bill."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator import budget
+from orchestrator.backends.gce import pricing
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from tests.e2e.test_gce_cli import plan_file
@@ -49,13 +49,13 @@ def test_a_run_terminated_30_s_late_after_its_cap_bills_within_the_budget(gce, t
     billed = gce.billed_seconds(instance)
     assert billed.machine >= cap + MAX_RUN_LATENESS_LIMIT_S + SHUTDOWN_SIM_S
     disk_gb = int(sent["disks"][0]["initializeParams"]["diskSizeGb"])
-    rate = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=disk_gb)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True, disk_gb=disk_gb)
     bill = {
         # at the most a spot price can become: the on-demand price
         "machine and GPUs": rate.machine_ceiling * billed.machine / 3600,
         "boot disk": rate.disk * billed.attached / 3600,
         "external address": rate.address * billed.attached / 3600,
     }
-    worst = dict(budget.worst_case_items(rate, cap))
+    worst = dict(pricing.worst_case_items(rate, cap))
     assert all(bill[item] <= worst[item] for item in bill), (bill, worst)
-    assert sum(bill.values()) <= budget.worst_case_usd(rate, cap) <= BUDGET_USD
+    assert sum(bill.values()) <= pricing.worst_case_usd(rate, cap) <= BUDGET_USD

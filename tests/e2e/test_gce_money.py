@@ -25,7 +25,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.backends.gce.compute import OPERATION_TIMEOUT_SECONDS
-from orchestrator.budget import load_catalog
+from orchestrator.backends.gce.pricing import load_catalog
 from orchestrator.cli import main
 from orchestrator.registry import RunRegistry
 from tests.e2e.test_gce_cli import bucket_objects, plan_file

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from orchestrator import budget
+from orchestrator.backends.gce import pricing
 from orchestrator.cli import main
 from orchestrator.config import BenchConfig
 from orchestrator.gpus import load_gpu_catalog, member_config
@@ -30,13 +30,13 @@ SHAPES = {
 }
 
 
-def member_rates(gce) -> dict[str, budget.HourlyRate]:
+def member_rates(gce) -> dict[str, pricing.HourlyRate]:
     """Machine type -> its rate at launch: the boot disk at its image's size (the stand-in's)."""
     rates = {}
     for machine in SHAPES:
         member = _member(machine)
         image = gce.catalog.image_from_family(member.image_project, member.image_family)
-        rates[machine] = budget.hourly_rate(member, spot=True, disk_gb=int(image["diskSizeGb"]))
+        rates[machine] = pricing.hourly_rate(member, spot=True, disk_gb=int(image["diskSizeGb"]))
     return rates
 
 
@@ -49,10 +49,10 @@ def expected_caps(gce, plan_path: str, total: float) -> dict[str, int]:
     for machine in SHAPES:
         member = _member(machine)
         seconds = model_phases(plan, "gce", SHAPES[machine], member.image_family).total_seconds
-        cost[machine] = budget.worst_case_usd(budget.hourly_rate(member, spot=True), seconds)
+        cost[machine] = pricing.worst_case_usd(pricing.hourly_rate(member, spot=True), seconds)
     needed, rates = sum(cost.values()), member_rates(gce)
     return {
-        machine: budget.max_run_seconds_for(int(total * c / needed * 1000) / 1000, rates[machine])
+        machine: pricing.max_run_seconds_for(int(total * c / needed * 1000) / 1000, rates[machine])
         for machine, c in cost.items()
     }
 
@@ -65,6 +65,33 @@ def registry() -> RunRegistry:
 
 def sweep_id_of(out: str) -> str:
     return re.search(r"sweep (sweep-\d{8}-\d{6}-[0-9a-f]{6})", out).group(1)
+
+
+def test_a_sweep_resolves_and_shapes_its_plan_once_for_every_member(
+    gce, tmp_path, capsys, monkeypatch
+):
+    """Issue 51 item 2: one launch plan for the whole sweep (shaping reads a baseline's
+    tree from git: once, not once per member)."""
+    from orchestrator.service import plan_options, plans
+
+    calls = {"resolved": 0, "shaped": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(
+        plans, "resolve_plan_on_target", counted("resolved", plans.resolve_plan_on_target)
+    )
+    monkeypatch.setattr(plan_options, "with_peers", counted("shaped", plan_options.with_peers))
+    gce.config.run_scripts = False
+    args = ["launch", "--backend", "gce", "--gpu", "l4,t4", "--budget", "5.00"]
+    assert main([*args, "--plan", plan_file(tmp_path)]) == 0
+    assert "2 of 2 GPU types running" in capsys.readouterr().out
+    assert calls == {"resolved": 1, "shaped": 1}
 
 
 def test_four_gpu_sweep_inserts_four_vms_with_their_shapes_and_caps(gce, tmp_path, capsys):
@@ -90,7 +117,7 @@ def test_four_gpu_sweep_inserts_four_vms_with_their_shapes_and_caps(gce, tmp_pat
     (sweep_id,) = sweep_ids
     assert sweep_id == sweep_id_of(out)
     rates = member_rates(gce)
-    assert sum(budget.worst_case_usd(rates[m], caps[m]) for m in SHAPES) <= 5.00
+    assert sum(pricing.worst_case_usd(rates[m], caps[m]) for m in SHAPES) <= 5.00
     assert len(set(caps.values())) == 4  # each VM its own cap
     assert "4 of 4 GPU types running" in out
     # The registry groups the members; status and stop-all take the sweep id.

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.backends import registry
+from orchestrator.backends import names, registry
 from orchestrator.backends.base import Check, SetupStep
 from orchestrator.backends.local import LocalBackend
 from orchestrator.config import BenchConfig
@@ -49,10 +49,10 @@ class SecondCloud(FirstCloud):
 @pytest.fixture
 def clouds(monkeypatch, tmp_path):
     monkeypatch.setattr(
-        registry,
+        names,
         "BACKENDS",
         {
-            "local": registry.BACKENDS["local"],
+            "local": names.BACKENDS["local"],
             "first-cloud": f"{__name__}:FirstCloud",
             "second-cloud": f"{__name__}:SecondCloud",
         },

@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orchestrator import budget
 from orchestrator.backends.batch.adaptor import batch_v1
 from orchestrator.backends.batch.backend import _STATES, BatchBackend
 from orchestrator.backends.batch.doctor import job_rights_check, vm_roles_check
 from orchestrator.backends.batch.iam import JOB_PERMISSIONS, VM_ROLES
 from orchestrator.backends.batch.money import attempt_seconds, plan_attempts
+from orchestrator.backends.gce import pricing
 from orchestrator.config import BenchConfig
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
@@ -78,8 +78,8 @@ def test_doctor_names_the_missing_job_rights_and_only_unconditional_vm_grants_co
 
 def test_the_terms_prices_shows_are_the_plan_launch_configures():
     config = BenchConfig()
-    rate = budget.hourly_rate(config, spot=True)
-    cap = budget.max_run_seconds_for(1.0, rate)
+    rate = pricing.hourly_rate(config, spot=True)
+    cap = pricing.max_run_seconds_for(1.0, rate)
     terms = BatchBackend.budget_terms(config, 1.0, rate, 214, cap)
     plan = plan_attempts(1.0, rate, 214, cap)
     assert (terms.attempt_seconds, terms.attempts) == (plan.attempt_seconds, plan.attempts)

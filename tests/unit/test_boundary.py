@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 from rich.console import Console
 
+from orchestrator.backends.registry import billed
 from orchestrator.boundary import LIMITS, markup_safe, parse_json, printable
 from orchestrator.errors import RefusedError
 from orchestrator.registry import RunRecord, RunRegistry
@@ -85,7 +86,7 @@ def _record(run_id: str, state: str = "running") -> RunRecord:
 
 
 def test_a_refused_reservation_inserts_nothing(tmp_path):
-    registry = RunRegistry(tmp_path / "runs.sqlite")
+    registry = RunRegistry(tmp_path / "runs.sqlite", billed_backends=billed())
     registry.reserve(_record("20261123-000000-aaaaaa", "launching"))
 
     def cap(committed: float) -> None:

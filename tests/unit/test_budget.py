@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import budget
+from orchestrator.backends.gce import pricing
 from orchestrator.config import BenchConfig
 from orchestrator.errors import ConfigError, RefusedError, UsageError
 from orchestrator.runtime_model import model_phases
@@ -12,16 +13,16 @@ from orchestrator.service.plans import resolve_plan
 
 
 def test_spot_l4_rate_matches_the_catalog_sum():
-    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True)
     disk = 100 * 0.10 / 730  # an image-sized disk is priced at the catalog's image_disk_gb
     # ... and every VM's external IPv4 address: $0.0025/h on spot, $0.005/h standard.
     assert rate.total == pytest.approx(0.05874 + 0.2231 + disk + 0.0025)
     assert rate.catalog_date and rate.region == "us-central1"
     assert rate.price_source == "bench's bundled price catalog, dated 2026-11-23"
-    on_demand = budget.hourly_rate(BenchConfig(), spot=False)
+    on_demand = pricing.hourly_rate(BenchConfig(), spot=False)
     assert on_demand.total == pytest.approx(0.14679 + 0.56004 + disk + 0.005)
     # The image's real size, once read, replaces the assumption.
-    assert budget.hourly_rate(BenchConfig(), spot=True, disk_gb=50).disk == pytest.approx(
+    assert pricing.hourly_rate(BenchConfig(), spot=True, disk_gb=50).disk == pytest.approx(
         50 * 0.10 / 730
     )
 
@@ -29,28 +30,28 @@ def test_spot_l4_rate_matches_the_catalog_sum():
 def test_one_dollar_buys_about_80_spot_minutes_and_its_worst_case_fits():
     # The worst case prices a spot machine at the on-demand rate (below): $1.00 buys what
     # on-demand prices allow, while the estimate (the likely bill) stays at spot prices.
-    rate = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=50)
-    seconds = budget.max_run_seconds_for(1.00, rate)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True, disk_gb=50)
+    seconds = pricing.max_run_seconds_for(1.00, rate)
     assert 1.2 * 3600 < seconds < 1.45 * 3600
-    assert budget.worst_case_usd(rate, seconds) <= 1.00 < budget.worst_case_usd(rate, seconds + 1)
+    assert pricing.worst_case_usd(rate, seconds) <= 1.00 < pricing.worst_case_usd(rate, seconds + 1)
 
 
 @pytest.mark.parametrize("spot", [True, False])
 @pytest.mark.parametrize("disk_gb", [10, 50, 200])
 @pytest.mark.parametrize("budget_usd", [0.05, 0.1, 0.33, 1.0, 7.77, 100.0])
 def test_the_cap_is_the_longest_whose_worst_case_fits_the_budget(spot, disk_gb, budget_usd):
-    rate = budget.hourly_rate(BenchConfig(), spot=spot, disk_gb=disk_gb)
-    cap = budget.max_run_seconds_for(budget_usd, rate)
+    rate = pricing.hourly_rate(BenchConfig(), spot=spot, disk_gb=disk_gb)
+    cap = pricing.max_run_seconds_for(budget_usd, rate)
     if cap == 0:  # not even the disk's insert and delete fit: check_buys_a_start refuses it
         return
-    assert budget.worst_case_usd(rate, cap) <= budget_usd
+    assert pricing.worst_case_usd(rate, cap) <= budget_usd
     if cap < budget.MAX_RUN_SECONDS_CEILING:
-        assert budget.worst_case_usd(rate, cap + 1) > budget_usd
+        assert pricing.worst_case_usd(rate, cap + 1) > budget_usd
 
 
 def test_the_worst_case_counts_late_termination_shutdown_minimum_and_the_disks_life():
-    rate = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=50)
-    items = dict(budget.worst_case_items(rate, 3600))
+    rate = pricing.hourly_rate(BenchConfig(), spot=True, disk_gb=50)
+    items = dict(pricing.worst_case_items(rate, 3600))
     # Spot prices may change once a day, at an hour Google does not name, with no floor on
     # the discount: from the first second the most a spot machine bills is the on-demand rate.
     machine = 0.14679 + 0.56004
@@ -61,27 +62,27 @@ def test_the_worst_case_counts_late_termination_shutdown_minimum_and_the_disks_l
 
 
 def test_tiny_budget_is_refused_with_both_figures():
-    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True)
     plan, _ = resolve_plan("default", "gce")
     estimated = model_phases(plan, "gce", "nvidia-l4").total_seconds
-    cap = budget.max_run_seconds_for(0.04, rate)
+    cap = pricing.max_run_seconds_for(0.04, rate)
     with pytest.raises(RefusedError) as refused:
-        budget.check_covers(0.04, rate, estimated, cap)
+        pricing.check_covers(0.04, rate, estimated, cap)
     assert "$0.04" in str(refused.value) and "needs about" in str(refused.value)
 
 
 def test_a_budget_that_cannot_boot_the_vm_is_a_usage_error():
-    rate = budget.hourly_rate(BenchConfig(), spot=True, disk_gb=50)
-    budget.check_buys_a_start(0.08, rate, boot_seconds=75)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True, disk_gb=50)
+    pricing.check_buys_a_start(0.08, rate, boot_seconds=75)
     with pytest.raises(UsageError, match=r"budget \$0\.05 is too small for a gce run") as refused:
-        budget.check_buys_a_start(0.05, rate, boot_seconds=75)
+        pricing.check_buys_a_start(0.05, rate, boot_seconds=75)
     assert refused.value.exit_code == 2 and "raise --budget" in str(refused.value)
     assert "should spot prices rise to on-demand" in str(refused.value)
 
 
 def test_unpriced_region_is_a_config_error():
     with pytest.raises(ConfigError, match="no prices for region asia-south1"):
-        budget.hourly_rate(BenchConfig(zones=["asia-south1-a"]), spot=True)
+        pricing.hourly_rate(BenchConfig(zones=["asia-south1-a"]), spot=True)
 
 
 def test_monthly_cap_counts_the_whole_budget_of_this_launch():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from orchestrator.backends.registry import resolved_backend
 from orchestrator.config import BenchConfig, load_config
 from orchestrator.errors import ConfigError
 
@@ -62,9 +63,9 @@ def test_unknown_environment_variable_is_an_error(bench_env, monkeypatch):
 
 
 def test_backend_choice_says_why(bench_env):
-    assert load_config().resolved_backend()[0] == "local"
-    assert "no GCP project" in load_config().resolved_backend()[1]
-    backend, reason = load_config(flags={"project": "my-project-1"}).resolved_backend()
+    assert resolved_backend(load_config())[0] == "local"
+    assert "no GCP project" in resolved_backend(load_config())[1]
+    backend, reason = resolved_backend(load_config(flags={"project": "my-project-1"}))
     assert backend == "gce" and "my-project-1" in reason
 
 

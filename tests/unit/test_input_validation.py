@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import budget, registry
+from orchestrator.backends.gce import pricing
 from orchestrator.cli import main
 from orchestrator.config import load_config
 from orchestrator.errors import CloudError, NoCapacityError, ResultsError
@@ -311,8 +312,8 @@ def test_a_failed_launch_counts_what_it_could_have_billed_not_its_whole_budget(
     expected = (
         0.0
         if counted == "nothing"
-        else budget.worst_case_usd(
-            budget.hourly_rate(ctx.config, spot=True, disk_gb=50), record.max_run_seconds
+        else pricing.worst_case_usd(
+            pricing.hourly_rate(ctx.config, spot=True, disk_gb=50), record.max_run_seconds
         )
     )
     assert record.max_run_seconds == budget.MAX_RUN_SECONDS_CEILING

@@ -49,7 +49,7 @@ def test_regions_come_from_one_rule():
         "us-east4",
     ]
     # Pricing takes a zone's region by the same rule (what a VM there bills).
-    from orchestrator.budget import hourly_rate
+    from orchestrator.backends.gce.pricing import hourly_rate
 
     for zone in ("us-central1-a", "us-central1-f"):
         config = BenchConfig(project="my-project-1", bucket="my-bucket", zones=[zone])

@@ -12,6 +12,7 @@ from dataclasses import asdict, fields
 import pytest
 
 from orchestrator import registry as registry_module
+from orchestrator.backends.registry import billed
 from orchestrator.errors import NotFoundError
 from orchestrator.registry import RunRecord, RunRegistry
 from tests.limits import HANG_SECONDS
@@ -86,7 +87,7 @@ def test_a_record_round_trips_with_its_types(tmp_path):
 
 
 def test_committed_spend_is_this_months_non_local_runs_in_utc(tmp_path):
-    registry = RunRegistry(tmp_path / "runs.sqlite")
+    registry = RunRegistry(tmp_path / "runs.sqlite", billed_backends=billed())
     registry.add(_record("a", budget_usd=2.0))  # launching: holds its budget
     registry.add(_record("b", budget_usd=5.0, cost_usd=0.5))  # finished: its cost
     registry.add(_record("c", backend="local", budget_usd=9.0))
@@ -97,7 +98,7 @@ def test_committed_spend_is_this_months_non_local_runs_in_utc(tmp_path):
 
     now = datetime(2026, 11, 23, tzinfo=timezone.utc)
     assert registry.committed_this_month(now) == pytest.approx(3.5)
-    assert RunRegistry(tmp_path / "none.sqlite").committed_this_month(now) == 0.0
+    assert RunRegistry(tmp_path / "none.sqlite", billed()).committed_this_month(now) == 0.0
 
 
 def test_update_changes_only_the_named_fields_and_returns_the_record(tmp_path):
@@ -161,7 +162,7 @@ def test_a_blob_registry_is_migrated_on_open(tmp_path):
     del old["sweep_id"], old["gpu"]
     _write_blob_registry(path, [complete, old])
 
-    registry = RunRegistry(path)
+    registry = RunRegistry(path, billed_backends=billed())
     assert [asdict(r) for r in registry.all()] == [
         {**old, "sweep_id": "", "gpu": ""},
         complete,

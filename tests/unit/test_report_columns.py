@@ -320,7 +320,7 @@ def test_the_nsight_compute_table_is_readable(where):
 
 
 def catalog_names() -> list[str]:
-    from orchestrator.budget import load_catalog
+    from orchestrator.backends.gce.pricing import load_catalog
     from orchestrator.gpus import load_gpu_catalog
 
     names = []

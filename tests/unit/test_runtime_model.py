@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orchestrator import budget, runtime_model
+from orchestrator import runtime_model
+from orchestrator.backends.gce import pricing
 from orchestrator.config import BenchConfig
 from orchestrator.errors import ConfigError
 from orchestrator.service.plans import resolve_plan
@@ -29,7 +30,7 @@ def test_every_phase_is_modelled_with_a_source():
 
 def test_default_spot_l4_run_fits_five_minutes_and_three_cents():
     config = BenchConfig()
-    rate = budget.hourly_rate(config, spot=True).total
+    rate = pricing.hourly_rate(config, spot=True).total
     for warm in (False, True):
         estimate = runtime_model.model_phases(
             default_plan(), "gce", config.accelerator_type, config.image_family, warm=warm

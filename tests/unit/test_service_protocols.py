@@ -9,7 +9,13 @@ import inspect
 import pytest
 
 from orchestrator.backends import registry
-from orchestrator.backends.base import Backend, Capabilities, ChecksProject, SetsUpProject
+from orchestrator.backends.base import (
+    Backend,
+    Capabilities,
+    ChecksProject,
+    PricesRuns,
+    SetsUpProject,
+)
 from orchestrator.config import BenchConfig
 from orchestrator.errors import UsageError
 from orchestrator.stores.base import Store
@@ -35,6 +41,21 @@ def test_each_registered_backend_implements_the_whole_protocol(name):
         assert hasattr(cls, member) or f"self.{member}" in init, (name, member)
 
 
+@pytest.mark.parametrize("name", registry.names())
+def test_a_backend_prices_its_runs_exactly_when_its_machines_bill(name):
+    """The service asks a billed backend for rate, cap and worst case (`PricesRuns`), with
+    the signatures the protocol declares; an unbilled one has nothing to price."""
+    cls = registry.backend_class(name)
+    assert issubclass(cls, PricesRuns) == registry.capabilities(name).billed
+    if issubclass(cls, PricesRuns):
+        for member in declared(PricesRuns):
+            wanted = inspect.signature(getattr(PricesRuns, member)).parameters
+            assert inspect.signature(getattr(cls, member)).parameters.keys() == wanted.keys(), (
+                name,
+                member,
+            )
+
+
 @pytest.mark.parametrize("cls", [LocalStore, GcsStore])
 def test_each_store_implements_the_whole_protocol(cls):
     for name in declared(Store) - {"name"}:
@@ -42,14 +63,17 @@ def test_each_store_implements_the_whole_protocol(cls):
 
 
 def test_a_backends_default_poll_is_its_declaration_and_the_setting_beats_it():
-    assert BenchConfig().poll_interval("gce") == registry.capabilities("gce").poll_seconds
-    assert BenchConfig().poll_interval("local") == registry.capabilities("local").poll_seconds
-    assert BenchConfig(poll_seconds=3).poll_interval("local") == 3
+    assert registry.poll_interval(BenchConfig(), "gce") == registry.capabilities("gce").poll_seconds
+    assert (
+        registry.poll_interval(BenchConfig(), "local")
+        == registry.capabilities("local").poll_seconds
+    )
+    assert registry.poll_interval(BenchConfig(poll_seconds=3), "local") == 3
 
 
 def test_auto_picks_a_cloud_only_when_its_settings_name_one():
-    assert BenchConfig().resolved_backend()[0] == "local"
-    assert BenchConfig(project="my-project-1").resolved_backend() == (
+    assert registry.resolved_backend(BenchConfig())[0] == "local"
+    assert registry.resolved_backend(BenchConfig(project="my-project-1")) == (
         "gce",
         "GCP project my-project-1 is configured",
     )

@@ -10,7 +10,8 @@ from orchestrator.config import load_config
 from orchestrator.errors import UsageError
 from orchestrator.service.context import Context
 from orchestrator.service.fetch import fetch_runs
-from orchestrator.service.launch import LaunchRequest, launch, plan_spec
+from orchestrator.service.launch import LaunchRequest, launch, runtime_estimate
+from orchestrator.service.launch_plan import new_spec, price
 from orchestrator.service.plans import resolve_plan
 from orchestrator.service.runs import views
 from orchestrator.service.stop_all import find_machines, stop_machines
@@ -39,8 +40,9 @@ def ctx(bench_env) -> Context:
 def test_max_runtime_lowers_the_local_cap_and_never_raises_it(ctx):
     plan, _ = resolve_plan("cpu-smoke", "local")
     for asked, cap in [(None, 7200), (600, 600), (3 * 3600, 7200)]:
-        request = LaunchRequest(budget_usd=1.0, plan="cpu-smoke", max_runtime_seconds=asked)
-        spec, rate, _ = plan_spec(ctx, request, "local", plan, spot=False)
+        estimate = runtime_estimate(ctx, "local", plan)
+        rate, seconds = price(ctx, "local", 1.0, asked, estimate, spot=False)
+        spec = new_spec(ctx, "local", plan, estimate, rate, seconds, False, budget_usd=1.0)
         assert (spec.max_run_seconds, rate, spec.rate_usd_per_hour) == (cap, None, 0.0)
     assert budget.LOCAL_DEFAULT_MAX_RUN_SECONDS == 7200
 
@@ -102,7 +104,9 @@ def test_the_record_carries_every_field_the_spec_and_record_share(ctx):
     from orchestrator.registry import RunRecord
 
     plan, _ = resolve_plan("cpu-smoke", "local")
-    spec, _, _ = plan_spec(ctx, LaunchRequest(budget_usd=2.5), "local", plan, spot=False)
+    estimate = runtime_estimate(ctx, "local", plan)
+    rate, cap = price(ctx, "local", 2.5, None, estimate, spot=False)
+    spec = new_spec(ctx, "local", plan, estimate, rate, cap, False, budget_usd=2.5)
     record = RunRecord(**spec.record_fields(), state="launching")
     shared = {f.name for f in fields(RunRecord)} & set(type(spec).model_fields)
     assert shared >= {"run_id", "backend", "budget_usd", "max_run_seconds", "spot"}

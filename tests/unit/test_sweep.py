@@ -8,7 +8,7 @@ import torch
 from benches import registry
 from benches.user_kernel import declared_unavailable
 from kernels import support
-from orchestrator import budget
+from orchestrator.backends.gce import pricing
 from orchestrator.config import BenchConfig
 from orchestrator.errors import RefusedError, UsageError
 from orchestrator.gpus import (
@@ -27,6 +27,7 @@ from orchestrator.runtime_model import (
 )
 from orchestrator.service.context import Context
 from orchestrator.service.launch import LaunchRequest
+from orchestrator.service.launch_plan import make_launch_plan
 from orchestrator.service.plans import resolve_plan
 from orchestrator.service.sweep import Member, check_shares, split_budget
 
@@ -39,7 +40,7 @@ def test_every_gpu_type_is_priced_modelled_and_sourced_in_three_regions():
         "a100": ("a2-highgpu-1g", "nvidia-tesla-a100", "sm_80"),
         "h100": ("a3-highgpu-1g", "nvidia-h100-80gb", "sm_90"),
     }
-    prices = budget.load_catalog()["regions"]
+    prices = pricing.load_catalog()["regions"]
     plan, _ = resolve_plan("default", "gce")
     for gpu in catalog.values():
         assert gpu.peak_tflops > 0 and "nvidia.com" in gpu.peak_tflops_source
@@ -52,7 +53,7 @@ def test_every_gpu_type_is_priced_modelled_and_sourced_in_three_regions():
             assert entry["spot"] > 0 and entry["on_demand"] > 0 and entry["source"]
         # Every zone it tries is priced, with its machine: launch can compute a cap.
         config = member_config(BenchConfig(), gpu)
-        assert budget.hourly_rate(config, spot=True).total > 0
+        assert pricing.hourly_rate(config, spot=True).total > 0
         assert model_phases(plan, "gce", gpu.accelerator_type).total_seconds > 0
 
 
@@ -95,7 +96,14 @@ def test_the_local_backend_takes_only_this_machines_gpu():
 
 def member(key: str, rate: float, seconds: int) -> Member:
     estimate = RuntimeEstimate((PhaseFigure("benchmark", seconds, "test"),))
-    return Member(key, None, Context(BenchConfig()), budget.HourlyRate(total=rate), estimate)
+    return Member(
+        key,
+        None,
+        Context(BenchConfig()),
+        pricing.HourlyRate(total=rate),
+        estimate,
+        pricing=pricing.ComputeEnginePricing,
+    )
 
 
 def test_the_budget_is_split_in_proportion_to_each_estimated_cost():
@@ -168,7 +176,9 @@ def test_local_names_this_machines_gpu_and_is_no_gce_member(monkeypatch):
 
     config = BenchConfig(project="bench-test-project", bucket="bench-bucket")
     with pytest.raises(UsageError, match="use --backend local"):
-        plan_members(Context(config), ["local"], "gce", LaunchRequest(budget_usd=1.0))
+        request = LaunchRequest(budget_usd=1.0)
+        planned = make_launch_plan(request.plan, "gce", request.options)
+        plan_members(Context(config), ["local"], "gce", request, planned)
 
 
 def test_a_plain_launch_and_a_sweep_member_share_their_gpus_history(monkeypatch, tmp_path):
@@ -189,7 +199,9 @@ def test_a_plain_launch_and_a_sweep_member_share_their_gpus_history(monkeypatch,
     _past_run(ctx.registry, 1, "l4", "gce", 777.0, history_key(plan))
     assert launch_service.target_gpu(ctx, "gce") == "l4"
     plain = launch_service.runtime_estimate(ctx, "gce", plan)
-    (member,) = plan_members(ctx, ["l4"], "gce", LaunchRequest(budget_usd=5.0, plan="default"))
+    request = LaunchRequest(budget_usd=5.0, plan="default")
+    planned = make_launch_plan("default", "gce", request.options)
+    (member,) = plan_members(ctx, ["l4"], "gce", request, planned)
     for estimate in (plain, member.estimate):
         assert estimate.seconds_of("build") == pytest.approx(777.0 * HISTORY_HEADROOM)
 
@@ -198,6 +210,7 @@ def test_a_plain_launch_and_a_sweep_member_share_their_gpus_history(monkeypatch,
     plain = launch_service.runtime_estimate(ctx, "local", plan)
     monkeypatch.setattr("orchestrator.service.plans.local_gpu_present", lambda: True)
     request = LaunchRequest(budget_usd=1.0, plan="default")
-    (member,) = plan_members(ctx, ["local"], "local", request)
+    planned = make_launch_plan("default", "local", request.options)
+    (member,) = plan_members(ctx, ["local"], "local", request, planned)
     for estimate in (plain, member.estimate):
         assert estimate.seconds_of("build") == pytest.approx(333.0)  # free: no headroom

@@ -34,8 +34,8 @@ design effect 1 + (m - 1) ICC (Kish) shrinking the number of decisions to an eff
 
 Cost: the samples per config each decision stopped at, priced on a spot L4 by the repo's
 runtime model (orchestrator/runtime_model.py: model_phases for gce/nvidia-l4) at the
-bundled price catalog (orchestrator/budget.py), billed per second with GCE's one-minute
-minimum (results_schema.record.billed_usd).
+bundled price catalog (orchestrator/backends/gce/pricing.py), billed per second with GCE's
+one-minute minimum (results_schema.record.billed_usd).
 
     python3 tools/gate/operating_point.py analyze --identical RUN_DIR... --slowed RUN_DIR...
         [--gate 20/4/80 ...] [--consume looks|bound] [--jobs N] [--json OUT]
@@ -591,7 +591,7 @@ def l4_cost(plan: Plan, samples: int, warm: bool) -> tuple[float, int]:
     """(USD, seconds) of one run of `plan` taking `samples` a config on a spot L4, by the
     runtime model (its benchmark phase counts the last look's samples: a plan whose one
     look is `samples`) and the bundled price catalog, billed as GCE bills."""
-    from orchestrator import budget
+    from orchestrator.backends.gce import pricing
     from orchestrator.config import DEFAULT_IMAGE_FAMILY, BenchConfig
     from orchestrator.runtime_model import model_phases
     from results_schema.record import billed_usd
@@ -602,7 +602,7 @@ def l4_cost(plan: Plan, samples: int, warm: bool) -> tuple[float, int]:
     sized = plan.model_copy(update={"samples_per_config": samples, "sampling": sampling})
     config = BenchConfig()
     estimate = model_phases(sized, "gce", config.accelerator_type, DEFAULT_IMAGE_FAMILY, warm)
-    rate_ = budget.hourly_rate(config, spot=True, catalog=budget.load_catalog())
+    rate_ = pricing.hourly_rate(config, spot=True, catalog=pricing.load_catalog())
     seconds = estimate.total_seconds
     return billed_usd(rate_.total, seconds), seconds
 

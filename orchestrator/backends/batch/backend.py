@@ -17,7 +17,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator import budget
 from orchestrator.backends.base import (
     BackendHost,
     BudgetTerms,
@@ -30,10 +29,12 @@ from orchestrator.backends.base import (
 from orchestrator.backends.batch.api import BatchApi
 from orchestrator.backends.batch.builder import build_job, job_parent, job_region, queue_minutes
 from orchestrator.backends.batch.money import AttemptPlan, attempt_seconds, plan_attempts
+from orchestrator.backends.gce import pricing
 from orchestrator.backends.gce.adaptor import message_to_dict
 from orchestrator.backends.gce.backend import GceBackend
 from orchestrator.backends.gce.backend import template_vars as gce_template_vars
 from orchestrator.backends.gce.builder import MANAGED_LABEL, RUN_LABEL
+from orchestrator.backends.gce.pricing import ComputeEnginePricing
 from orchestrator.errors import BenchError, PermissionDeniedError
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ _PARALLEL_DELETES = 16
 WAITING_FOR_CAPACITY = "waiting for capacity"
 
 
-class BatchBackend:
+class BatchBackend(ComputeEnginePricing):
     name = "batch"
     capabilities = Capabilities(
         title="Cloud Batch",
@@ -155,11 +156,11 @@ class BatchBackend:
     def boot_disk_gb(self) -> int:
         """The boot disk the job asks for, as launch prices it: `disk_gb`, else the price
         catalog's assumed image size (Batch sizes nothing itself then: no read needed)."""
-        return budget.priced_disk_gb(self.config.disk_gb, budget.load_catalog())
+        return pricing.priced_disk_gb(self.config.disk_gb, pricing.load_catalog())
 
-    def hourly_rate(self, spot: bool) -> budget.HourlyRate:
+    def hourly_rate(self, spot: bool) -> pricing.HourlyRate:
         """The dearest allowed region's rate, the boot disk at the size the job asks for."""
-        return budget.hourly_rate(self.config, spot=spot, disk_gb=self.boot_disk_gb())
+        return pricing.hourly_rate(self.config, spot=spot, disk_gb=self.boot_disk_gb())
 
     def attempt_plan(self, spec: RunSpec) -> AttemptPlan:
         """Each attempt's maxRunDuration and the retries the run's budget pays for, at the
@@ -172,7 +173,7 @@ class BatchBackend:
         cls,
         config: BenchConfig,
         budget_usd: float,
-        rate: budget.HourlyRate,
+        rate: pricing.HourlyRate,
         estimated_seconds: int,
         cap_seconds: int,
     ) -> BudgetTerms:
@@ -446,7 +447,7 @@ def _rate(region: str, job: Job) -> float:
     try:
         policy = job.allocation_policy.instances[0].policy
         accelerators = list(policy.accelerators)
-        rate = budget.machine_rate(
+        rate = pricing.machine_rate(
             region=region,
             machine_type=policy.machine_type,
             accelerator_type=accelerators[0].type_ if accelerators else "",

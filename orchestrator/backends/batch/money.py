@@ -6,7 +6,7 @@ maxRunDuration bounds one attempt of a task from the moment its runnables start
 the VM Batch creates for it boots and installs the GPU driver before that, and a retry is a
 new attempt with its own maxRunDuration (https://cloud.google.com/batch/docs/automate-task-retries).
 So the worst case of a job is tasks × (1 + maxRetryCount) × the worst case of one attempt,
-which `budget.worst_case_usd` prices with the VM setup below added to its time.
+which `pricing.worst_case_usd` prices with the VM setup below added to its time.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from datetime import datetime
 
 from orchestrator import budget
 from orchestrator.backends.base import BudgetTerms
+from orchestrator.backends.gce import pricing
 from orchestrator.errors import RefusedError
 
 # Booting Batch's VM and installing the GPU driver (installGpuDrivers) bill before the task's
 # maxRunDuration starts. Google documents no bound: an allowance of bench's, like the
-# operation deadlines budget.py holds back for GCE.
+# operation deadlines gce/pricing.py holds back for GCE.
 VM_SETUP_SECONDS = 600
 # Batch takes 0 to 10 retries (https://cloud.google.com/batch/docs/automate-task-retries);
 # bench asks for at most this many, fewer when the budget cannot pay for them.
@@ -41,7 +42,7 @@ class AttemptPlan:
     def attempts(self) -> int:
         return self.task_count * (1 + self.retries)
 
-    def terms(self, rate: budget.HourlyRate) -> BudgetTerms:
+    def terms(self, rate: pricing.HourlyRate) -> BudgetTerms:
         """What launch configures and `bench prices` shows, in the same words."""
         retries = f"{self.retries} {'retry' if self.retries == 1 else 'retries'} on preemption"
         summary = (
@@ -61,14 +62,14 @@ class AttemptPlan:
         )
 
 
-def attempt_usd(rate: budget.HourlyRate, attempt_seconds: int) -> float:
+def attempt_usd(rate: pricing.HourlyRate, attempt_seconds: int) -> float:
     """The worst case of one attempt: its maxRunDuration plus the VM setup before it."""
-    return budget.worst_case_usd(rate, attempt_seconds + VM_SETUP_SECONDS)
+    return pricing.worst_case_usd(rate, attempt_seconds + VM_SETUP_SECONDS)
 
 
-def longest_attempt(share_usd: float, rate: budget.HourlyRate, cap_seconds: int) -> int:
+def longest_attempt(share_usd: float, rate: pricing.HourlyRate, cap_seconds: int) -> int:
     """The longest maxRunDuration (at most `cap_seconds`) whose attempt fits `share_usd`."""
-    seconds = min(budget.max_run_seconds_for(share_usd, rate) - VM_SETUP_SECONDS, cap_seconds)
+    seconds = min(pricing.max_run_seconds_for(share_usd, rate) - VM_SETUP_SECONDS, cap_seconds)
     while seconds > 0 and attempt_usd(rate, seconds) > share_usd:  # float rounding
         seconds -= 1
     return max(seconds, 0)
@@ -76,7 +77,7 @@ def longest_attempt(share_usd: float, rate: budget.HourlyRate, cap_seconds: int)
 
 def plan_attempts(
     budget_usd: float,
-    rate: budget.HourlyRate,
+    rate: pricing.HourlyRate,
     estimated_seconds: int,
     cap_seconds: int,
     task_count: int = 1,

@@ -34,6 +34,7 @@ from orchestrator.backends.gce.builder import (
 )
 from orchestrator.backends.gce.compute import DEFAULT_COMPUTE_ENDPOINT, PARALLEL_CALLS, ComputeApi
 from orchestrator.backends.gce.failover import place
+from orchestrator.backends.gce.pricing import ComputeEnginePricing
 from orchestrator.backends.gce.signing import NO_ACCESS, grant_run_access
 from orchestrator.config import region_of
 from orchestrator.errors import BenchError, CloudError, ConfigError, UsageError
@@ -86,7 +87,7 @@ def template_vars(config: BenchConfig) -> dict:
     }
 
 
-class GceBackend:
+class GceBackend(ComputeEnginePricing):
     name = "gce"
     capabilities = Capabilities(
         title="GCE",
@@ -121,7 +122,9 @@ class GceBackend:
         self.config = config
         self.api = api or ComputeApi(config)
         self.poll_seconds = (
-            config.poll_interval(self.name) if poll_seconds is None else poll_seconds
+            (config.poll_seconds or self.capabilities.poll_seconds)
+            if poll_seconds is None
+            else poll_seconds
         )
         self.stop_failures: dict[str, str] = {}  # instance name -> why, from the last stop()
         self._boot_disk_gb: int | None = None  # read once: boot_disk_gb()
@@ -380,7 +383,7 @@ class GceBackend:
 
     def list_machines(self) -> list[Machine]:
         """Every instance labelled bench-managed=true, in every zone of the project."""
-        from orchestrator.budget import load_catalog
+        from orchestrator.backends.gce.pricing import load_catalog
 
         machines, catalog = [], load_catalog()
         for zone, instance in self.api.list_instances(managed_filter()):
@@ -488,7 +491,7 @@ class GceBackend:
     def _rate(self, zone: str, instance: Instance, catalog: dict) -> float:
         """What this instance bills per hour now, priced from what it is (it may come from
         another config or region): a powered-off one only its disk; 0 when not priced."""
-        from orchestrator.budget import machine_rate, priced_disk_gb
+        from orchestrator.backends.gce.pricing import machine_rate, priced_disk_gb
 
         accelerators = list(instance.guest_accelerators)
         boot_disks = [d for d in instance.disks if d.boot]

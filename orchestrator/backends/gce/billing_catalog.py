@@ -38,7 +38,7 @@ SOURCE = "Cloud Billing Catalog API"
 CACHE_NAME = "billing_catalog.json"
 CACHE_FORMAT = 1
 # A read older than this is not used: spot prices "can change up to once every day"
-# (https://cloud.google.com/spot-vms/pricing) and the cap holds back a rise (budget.py).
+# (https://cloud.google.com/spot-vms/pricing) and the cap holds back a rise (pricing.py).
 MAX_CACHE_AGE = timedelta(days=7)
 # Bounds on an answer: Compute Engine lists some tens of thousands of SKUs, 5,000 a page.
 MAX_PAGES = 100
