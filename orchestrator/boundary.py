@@ -23,7 +23,6 @@ import re
 import secrets
 import shutil
 import tarfile
-import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.errors import NotFoundError, ResultsError
 from orchestrator.registry import RunRecord
 from orchestrator.regular_file import NotRegularFileError, read_regular
+from orchestrator.text import printable
 from results_schema import CSV_MODELS, Manifest, Plan, Status
 from results_schema.csvio import CsvSchemaError, iter_rows
 from results_schema.names import RUN_ID_PATTERN
@@ -116,34 +116,6 @@ def result_name(path: str) -> str | None:
 
 def is_profile_report(name: str) -> bool:
     return PROFILE_REPORT_NAME.fullmatch(name) is not None
-
-
-# --- printing ----------------------------------------------------------------------------
-
-
-def printable(value: object, max_chars: int | None = None) -> str:
-    """Text with every control or format character (C0, DEL, C1, bidi overrides) shown as
-    an escape, so nothing from a run can drive the terminal."""
-    text = str(value)
-    if max_chars is not None and len(text) > max_chars:
-        text = text[:max_chars] + "…"
-    return "".join(_escaped(ch) if _is_control(ch) else ch for ch in text)
-
-
-def markup_safe(value: object, max_chars: int | None = None) -> str:
-    """`printable`, and rich markup shown as text, for a string rich will print."""
-    from rich.markup import escape
-
-    return escape(printable(value, max_chars))
-
-
-def _is_control(ch: str) -> bool:
-    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")
-
-
-def _escaped(ch: str) -> str:
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 # --- JSON --------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from importlib import resources
 from orchestrator.backends.gce.compute import OPERATION_TIMEOUT_SECONDS
 from orchestrator.config import BenchConfig, region_of, regions_of
 from orchestrator.errors import ConfigError, RefusedError, UsageError
+from orchestrator.text import format_duration
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -261,15 +262,6 @@ def max_run_seconds_for(budget_usd: float, rate: HourlyRate) -> int:
     while cap > 0 and worst_case_usd(rate, cap) > budget_usd:  # float rounding, a step or two
         cap -= 1
     return cap
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def check_buys_a_start(budget_usd: float, rate: HourlyRate, boot_seconds: float) -> None:

@@ -138,6 +138,6 @@ def show_skipped(out, skipped) -> None:
 
 
 def _safe(value, max_chars: int | None = None) -> str:
-    from orchestrator.boundary import markup_safe
+    from orchestrator.text import markup_safe
 
     return markup_safe(value, max_chars)

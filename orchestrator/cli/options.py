@@ -73,7 +73,8 @@ class Duration(click.ParamType):
     name = "DURATION"
 
     def convert(self, value, param, ctx):
-        from orchestrator.budget import MAX_RUN_SECONDS_CEILING, format_duration
+        from orchestrator.budget import MAX_RUN_SECONDS_CEILING
+        from orchestrator.text import format_duration
 
         if isinstance(value, int):
             return value

@@ -45,9 +45,10 @@ def prices(plan_ref, as_json, refresh):
       bench prices --plan cpu-smoke
       bench prices --json | jq .rate_usd_per_hour
     """
-    from orchestrator.budget import format_duration, max_run_seconds_for, price_catalog, rate_text
+    from orchestrator.budget import max_run_seconds_for, price_catalog, rate_text
     from orchestrator.cli.estimate_table import phase_table
     from orchestrator.service.estimate import gce_estimate
+    from orchestrator.text import format_duration
 
     ctx = make_context()
     out = console()
@@ -59,7 +60,7 @@ def prices(plan_ref, as_json, refresh):
     if as_json:
         return _print_json(catalog, estimate, split)
     if catalog.get("price_warning"):
-        from orchestrator.boundary import markup_safe
+        from orchestrator.text import markup_safe
 
         out.print(f"[bold yellow]bench: warning:[/] {markup_safe(catalog['price_warning'])}")
     out.print(f"{_catalog_heading(catalog)} ({catalog['currency']}/hour)")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-from orchestrator.boundary import markup_safe
 from orchestrator.cli.grouped_table import Group, GroupedTable, Row
 from orchestrator.report import Report, ReportRow, implementation_label
 from orchestrator.report.labels import verdict_phrase
+from orchestrator.text import markup_safe
 from results_schema.sampling import level
 
 # Long words that would set the verdict column's width, and their short forms.

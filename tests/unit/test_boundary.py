@@ -9,9 +9,10 @@ from datetime import datetime, timezone
 import pytest
 from rich.console import Console
 
-from orchestrator.boundary import LIMITS, markup_safe, parse_json, printable
+from orchestrator.boundary import LIMITS, parse_json
 from orchestrator.errors import RefusedError
 from orchestrator.registry import RunRecord, RunRegistry
+from orchestrator.text import markup_safe, printable
 from results_schema.record import drop_cut_line
 
 
