@@ -116,6 +116,6 @@ def test_a_refused_reservation_inserts_nothing(tmp_path):
     ],
 )
 def test_a_cell_a_spreadsheet_would_run_is_told_apart_from_data(cell, refused):
-    from orchestrator.boundary import _spreadsheet_hazard
+    from orchestrator.boundary.files import _spreadsheet_hazard
 
     assert (_spreadsheet_hazard(cell) is not None) == refused
