@@ -44,7 +44,7 @@ def history(kernel, gpu, dest, png):
       bench history --kernel flash --gpu l4 --png drift.png
       bench history --dest ci-results --kernel my-attention
     """
-    from orchestrator.own_kernel import repository_root
+    from orchestrator.kernel_tree.git import repository_root
     from orchestrator.service.history import HistoryRequest, NoHistory, make_history
 
     request = HistoryRequest(dest, kernel, gpu, png, repository_root(Path.cwd()))

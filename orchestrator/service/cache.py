@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from orchestrator.own_kernel import is_our_tree
+from orchestrator.kernel_tree.own import is_our_tree
 from orchestrator.registry import RunRecord
 from orchestrator.text import printable
 from results_schema import Plan

@@ -16,9 +16,9 @@ from benches.plan import plan_names as plan_names
 from benches.plan import resolve_plan as resolve_plan_on_target
 from orchestrator.backends.registry import capabilities
 from orchestrator.errors import UsageError
-from orchestrator.kernel_repo import read_candidate
-from orchestrator.own_kernel import declaring_own_kernel
-from orchestrator.payload import package_dir
+from orchestrator.kernel_tree.collect import package_dir
+from orchestrator.kernel_tree.own import declaring_own_kernel
+from orchestrator.kernel_tree.user import read_candidate
 from orchestrator.service.plan_options import with_user_kernels
 from results_schema import Plan
 from results_schema.targets import plan_problems
