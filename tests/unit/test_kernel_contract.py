@@ -257,7 +257,7 @@ def user_kernel(tree: Path, **supports) -> UserKernel:
 
 
 def test_unsupported_configs_and_a_failed_build_are_reasons_not_errors(tmp_path):
-    from benches.user_kernel import user_implementation
+    from benches.kernel_tree import user_implementation
     from results_schema import AttentionConfig
 
     tree, _ = two_versions(tmp_path)

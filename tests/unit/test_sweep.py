@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from benches import registry
-from benches.user_kernel import declared_unavailable
+from benches.kernel_tree import declared_unavailable
 from kernels import support
 from orchestrator import budget
 from orchestrator.config import BenchConfig
