@@ -211,7 +211,8 @@ def _marked(name: str, price: dict, catalog: dict) -> str:
 
 
 def _gpu_types(out) -> None:
-    """The GPU types `launch --gpu` takes, each with its sources (orchestrator/data/gpus.toml)."""
+    """The GPU types `launch --gpu` takes (orchestrator/data/gpus.toml), each with its kind's
+    figures and their sources (results_schema/gpu_kinds.json)."""
     from orchestrator.cli.grouped_table import Group, GroupedTable, Row
     from orchestrator.gpus import load_gpu_catalog
 

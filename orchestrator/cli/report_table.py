@@ -55,7 +55,8 @@ MEANINGS = {
     "undecided": "its low end below 1-δ, its high end not",
     "indistinguishable": "across 1-δ or 1+δ (a run from before not-slower and undecided)",
     "impossible": "faster than the GPU's peak allows: no verdict; to fix: check that the "
-    "kernel computes every output (its correctness rows), or the GPU's peak in gpus.toml",
+    "kernel computes every output (its correctness rows), or its GPU kind's peak in "
+    "results_schema/gpu_kinds.json",
     "wrong-timed-output": "an output taken in the timed loop was wrong: no verdict; to fix: "
     "the kernel, whose outputs differ from the reference's while it is timed",
     "quantised": "few distinct timings (calls near the timer's resolution): no verdict; "

@@ -3,10 +3,11 @@
 Per GPU: the candidate's speedup over the plan's first baseline (the run's own overall
 speedup from its manifest: the geometric mean over configs of each config's paired speedup,
 with its 95% cluster-bootstrap interval), and the best 16-bit TFLOP/s as a share of that
-GPU's peak (gpus.toml). Each member is read through the same trust boundary as
-`bench report` (report.load.read_snapshot); its correctness rows say why a candidate never ran
-(`flash: unsupported on sm_75`). One PNG compares the GPUs (`sweep_figure`; a run's own
-figures are plots.py's).
+GPU's peak (its kind's row: results_schema/gpu_kinds.json, `percent_of_peak` as the harness
+computes it). Each member is read through the same trust boundary as `bench report`
+(report.load.read_snapshot); its correctness rows say why a candidate never ran (`flash:
+unsupported on sm_75`). One PNG compares the GPUs (`sweep_figure`; a run's own figures are
+plots.py's).
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from orchestrator.registry import RunRecord
 from orchestrator.report.load import read_snapshot
 from orchestrator.report.plots import PLOT_DPI
 from results_schema import CorrectnessRow, Manifest
-
-SIXTEEN_BIT = ("float16", "bfloat16")
+from results_schema.gpu_kinds import SIXTEEN_BIT, percent_of_peak
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,7 @@ class GpuResult:
 
     @property
     def pct_of_peak(self) -> float | None:
-        if self.best_tflops is None or not self.peak_tflops:
-            return None
-        return 100.0 * self.best_tflops / self.peak_tflops
+        return percent_of_peak(self.best_tflops, self.peak_tflops)
 
 
 @dataclass

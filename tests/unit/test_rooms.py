@@ -95,3 +95,13 @@ def test_the_payload_only_packs():
     payload = imported(REPO / "orchestrator" / "payload.py")
     assert not {"subprocess", "tarfile.TarInfo", "orchestrator.regular_file"} & payload
     assert not any(name.startswith("orchestrator.kernel_tree.git") for name in payload)
+
+
+def test_the_controller_probes_the_local_gpu_in_one_place():
+    """nvidia-smi is run by orchestrator/gpus.py (`local_gpu_name`) and nowhere else."""
+    runners = [
+        name
+        for name, path in modules("orchestrator").items()
+        if '"nvidia-smi"' in path.read_text(encoding="utf-8")
+    ]
+    assert runners == ["orchestrator.gpus"]
