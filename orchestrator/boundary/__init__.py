@@ -9,7 +9,8 @@ refusal is a ResultsError (exit 5) that names the run. Its parts:
   launch built (plan, trees, digests), the cost the controller reckons;
 - `files`: a fetched run's folders and files, each row checked against the plan.
 
-What is printed from a run goes through `orchestrator.text.printable` or `markup_safe`.
+What is printed from a run goes through `orchestrator.text.printable` or `markup_safe`
+(re-exported here for the callers that took them from the boundary).
 """
 
 from orchestrator.boundary.files import (
@@ -46,7 +47,7 @@ from orchestrator.boundary.manifest import (
     read_status,
     with_launched_payload,
 )
-from orchestrator.text import printable
+from orchestrator.text import markup_safe, printable
 
 __all__ = [
     "CHECK_FILES",
@@ -67,6 +68,7 @@ __all__ = [
     "is_profile_report",
     "launched_payload",
     "manifest_from",
+    "markup_safe",
     "parse_json",
     "printable",
     "private_dir",
