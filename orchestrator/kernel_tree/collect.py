@@ -305,6 +305,9 @@ def _read_regular_file(root: Path, name: str, size: int, label: str) -> bytes:
     return data
 
 
+# -- a git revision: `git archive`'s tar, read as a stream and bounded by its headers --
+
+
 def _files_at_revision(
     root: Path, revision: str, within: Sequence[str], skipped: Callable[[str], bool], label: str
 ) -> list[tuple[str, bytes]]:
@@ -364,6 +367,9 @@ def _require_archive_file(member: tarfile.TarInfo, label: str) -> None:
         raise _refused_link(label, member.name, member.linkname)
     if not member.isfile():
         raise UsageError(f"{label}: {member.name} is not a regular file")
+
+
+# -- the tree's identity -------------------------------------------------------------------
 
 
 def tree_sha256(files: TreeFiles) -> str:
