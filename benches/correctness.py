@@ -388,7 +388,7 @@ def _measure(name, inputs, seed, config, ref, reference_name):
 
 def _unavailable(impl, config, device) -> str | None:
     reason = impl.available(device)
-    if reason is None and hasattr(impl, "unsupported"):  # a user's kernel (user_kernel.py)
+    if reason is None and hasattr(impl, "unsupported"):  # a user's kernel (kernel_tree.py)
         reason = impl.unsupported(config)
     return reason
 

@@ -13,59 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from results_schema import EnvironmentFingerprint
-
-# Dense (no sparsity) fp16/bf16 tensor-core peaks in TFLOP/s, from the vendors' datasheets.
-# Checked in order, first substring match wins: more specific names come first.
-PEAK_TFLOPS_16BIT = (
-    ("H100 PCIe", 756.0),
-    ("H100 NVL", 835.0),
-    ("H100", 989.0),  # SXM
-    ("H200", 989.0),
-    ("GH200", 989.0),
-    ("A100", 312.0),
-    ("L40S", 362.0),
-    ("L40", 181.0),
-    ("L4", 121.0),
-    ("A10G", 70.0),
-    ("A10", 125.0),
-    ("T4", 65.0),
-    ("V100", 125.0),
-)
-
-
-# Peak memory bandwidth in GB/s, from the same datasheets (where a name covers several
-# memory sizes, the fastest): a result that moves q, k, v and the output faster than this
-# is impossible. nvidia.com/en-us/data-center/{h100,h200,a100,l4,l40,l40s,a10,tesla-t4,v100}/
-# and the GH200 and A10G product briefs.
-PEAK_GBYTES_PER_S = (
-    ("H100 PCIe", 2000.0),
-    ("H100 NVL", 3900.0),
-    ("GH200", 4900.0),
-    ("H100", 3350.0),  # SXM
-    ("H200", 4800.0),
-    ("A100", 2039.0),
-    ("L40S", 864.0),
-    ("L40", 864.0),
-    ("L4", 300.0),
-    ("A10G", 600.0),
-    ("A10", 600.0),
-    ("T4", 320.0),
-    ("V100", 900.0),
-)
-
-
-def _first_match(table, gpu_name: str | None) -> float | None:
-    if not gpu_name:
-        return None
-    return next((peak for needle, peak in table if needle in gpu_name), None)
-
-
-def peak_tflops_for(gpu_name: str | None) -> float | None:
-    return _first_match(PEAK_TFLOPS_16BIT, gpu_name)
-
-
-def peak_gbytes_per_s_for(gpu_name: str | None) -> float | None:
-    return _first_match(PEAK_GBYTES_PER_S, gpu_name)
+from results_schema.gpu_kinds import kind_of
 
 
 def _version(package: str) -> str | None:
@@ -197,6 +145,7 @@ def fingerprint() -> EnvironmentFingerprint:
     facts.update(_torch_facts())
     # NVML's name and UUID win over torch's: they match nvidia-smi and the NVML telemetry.
     facts.update({k: v for k, v in _nvml_facts().items() if v is not None})
-    facts["peak_tflops"] = peak_tflops_for(facts.get("gpu_name"))
-    facts["peak_gbytes_per_s"] = peak_gbytes_per_s_for(facts.get("gpu_name"))
+    kind = kind_of(facts.get("gpu_name"))  # results_schema/gpu_kinds.json: one row a kind
+    facts["peak_tflops"] = kind.peak_tflops if kind else None
+    facts["peak_gbytes_per_s"] = kind.bandwidth_gb_s if kind else None
     return EnvironmentFingerprint.model_validate(facts)

@@ -18,7 +18,7 @@ class Implementation:
     [batch, heads, seq, head_dim] tensors (as they are where it is None); `from_native` maps
     run's output back to that layout for the checks (a view will do). The conversions run
     when inputs are prepared and outputs checked, never inside a timed call. Keyword-only,
-    so that an implementation adding fields of its own (benches/user_kernel.py) need not
+    so that an implementation adding fields of its own (benches/kernel_tree.py) need not
     give them defaults."""
 
     name: str

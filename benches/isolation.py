@@ -34,8 +34,8 @@ import torch
 from benches import bracket as brackets
 from benches import confinement, cuda_ipc, row_checks, wire, worker_start
 from benches.correctness import CallProblem, TwoCalls, modified_input
+from benches.kernel_tree import UserImplementation, declared_unavailable, declared_unsupported
 from benches.shared_buffers import Lender, fill_fresh
-from benches.user_kernel import UserImplementation, declared_unavailable, declared_unsupported
 from results_schema import AttentionConfig
 from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
 

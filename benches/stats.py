@@ -47,6 +47,7 @@ from results_schema import (
     Plan,
     SummaryRow,
 )
+from results_schema.gpu_kinds import SIXTEEN_BIT, percent_of_peak
 from results_schema.intervals import (
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
@@ -357,7 +358,7 @@ def impossible(config, median_ms: float, peak_tflops, peak_gbytes_per_s) -> bool
     """Faster than the peak tensor rate (16-bit only: the table holds 16-bit peaks) or the
     peak memory bandwidth allows."""
     seconds = median_ms * 1e-3
-    if peak_tflops and config.dtype in ("float16", "bfloat16"):
+    if peak_tflops and config.dtype in SIXTEEN_BIT:
         if config.flops() / seconds / 1e12 > peak_tflops:
             return True
     return bool(peak_gbytes_per_s) and attention_bytes(config) / seconds / 1e9 > peak_gbytes_per_s
@@ -468,6 +469,6 @@ def _summary_row(run_id, config, name, samples, backends, peak_tflops, speedup) 
 
 def _pct_of_peak(config, tflops: float, peak_tflops: float | None) -> float | None:
     """The known peak is the dense 16-bit tensor rate: other dtypes get no percentage."""
-    if not peak_tflops or config.dtype not in ("float16", "bfloat16"):
+    if config.dtype not in SIXTEEN_BIT:
         return None
-    return 100.0 * tflops / peak_tflops
+    return percent_of_peak(tflops, peak_tflops)

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from benches import correctness, cuda_ipc, timing
+from benches.kernel_tree import user_implementation
 from benches.shared_buffers import Borrowed, fill_fresh
-from benches.user_kernel import user_implementation
 from benches.wire import READY, send_reply
 from results_schema import AttentionConfig
 from results_schema.kernel_contract import UserKernel

@@ -28,8 +28,7 @@ from pathlib import Path
 
 from benches import confinement
 from results_schema import Plan
-
-BUILD_FAILED_SUFFIX = ".build-failed"  # written by the startup script's build phase
+from results_schema.kernel_contract import BUILD_FAILED_SUFFIX
 
 # What the fork server imports before it forks any worker: torch and numpy, frozen. The
 # server skips a name that fails to import, silently, and finds `benches` through

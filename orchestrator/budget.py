@@ -1,5 +1,5 @@
 """The money rules no cloud owns: the most a launch may be given, the longest time cap,
-a free run's cap, the monthly cap, and how a duration is written (DESIGN.md, "Budget and
+a free run's cap, the monthly cap (DESIGN.md, "Budget and
 time caps"). What a machine costs, and the cap a budget buys there, is its backend's
 (`PricesRuns`, backends/base.py; Compute Engine's: backends/gce/pricing.py).
 """
@@ -7,6 +7,7 @@ time caps"). What a machine costs, and the cap a budget buys there, is its backe
 from __future__ import annotations
 
 from orchestrator.errors import RefusedError, UsageError
+from orchestrator.text import format_duration
 
 # GCE's own ceiling for max_run_duration is 120 days; bench never needs more than a day.
 MAX_RUN_SECONDS_CEILING = 24 * 3600
@@ -15,15 +16,6 @@ LOCAL_DEFAULT_MAX_RUN_SECONDS = 2 * 3600
 # a launch can ask for (8 GPUs, on-demand, every GPU type of a sweep), and small enough that
 # every figure derived from it stays an ordinary number (1e306 overflowed the time cap).
 MAX_BUDGET_USD = 10_000.0
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def check_fits_local_cap(estimated_seconds: int, cap_seconds: int) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.boundary import printable
 from orchestrator.service.gate import MAX_NAME_CHARS, config_count, percent
+from orchestrator.text import printable
 from results_schema.gate_report import GateOverall, GateReport, GateSpeedup
 from results_schema.sampling import level
 

@@ -1,19 +1,20 @@
 """GPU types bench can start (orchestrator/data/gpus.toml): `--gpu l4,t4,a100,h100`.
 
-Each key names a machine shape, its zones, its kernel arch and its peak figures. A sweep
+Each key names a machine shape, its zones and its GPU's kind (results_schema/gpu_kinds.json:
+arch, peak figures). A sweep
 member's settings are the user's settings with that shape and those zones in place
 (`member_config`); nothing else differs between members.
 """
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 
 from orchestrator.config import BenchConfig
 from orchestrator.errors import UsageError
 from orchestrator.gpu_catalog import GpuType, load_gpu_catalog
+from results_schema.gpu_kinds import kind_of
 
 DEFAULT_GPU = "l4"
 # `--gpu local` on the local backend: whatever GPU this machine has.
@@ -83,12 +84,13 @@ def local_gpu_name() -> str | None:
 
 
 def key_for_name(gpu_name: str | None, catalog: dict[str, GpuType]) -> str | None:
-    """The catalog key whose `name_match` is a word of an nvidia-smi GPU name ("NVIDIA
-    A100-SXM4-40GB" is an a100; "NVIDIA L40S" is no l4)."""
-    if not gpu_name:
+    """The catalog key of the machine whose GPU kind an nvidia-smi GPU name is ("NVIDIA
+    A100-SXM4-40GB" is an a100; "NVIDIA L40S" is no l4): results_schema.gpu_kinds.kind_of,
+    as the harness tells its GPU."""
+    found = kind_of(gpu_name)
+    if found is None:
         return None
-    words = set(re.split(r"[^a-z0-9]+", gpu_name.lower()))
-    return next((k for k, g in catalog.items() if g.name_match.lower() in words), None)
+    return next((k for k, g in catalog.items() if g.kind.key == found.key), None)
 
 
 def key_for_accelerator(accelerator_type: str, catalog: dict[str, GpuType]) -> str | None:

@@ -69,8 +69,8 @@ def ensure_writable_dest(dest: Path) -> None:
 # The default --dest is results/ in the working directory, which is the kernel repository
 # when one follows the README. A .gitignore that ignores everything beside it (as pytest's
 # cache and Python's venv write one) keeps fetched runs out of that repository's tree: git
-# does not list them, so no payload carries them (payload.collect_tree reads git's view,
-# and outside git honours the same file) and no commit reads `+dirty` because of them.
+# does not list them, so no payload carries them (kernel_tree.collect.collect_tree reads
+# git's view, and outside git honours the same file) and no commit reads `+dirty` because of them.
 OUTPUTS_GITIGNORE = "# Written by bench: fetched runs and reports, no part of this repository.\n*\n"
 _OWN_ENTRY = re.compile(
     r"^(\d{8}-\d{6}-[0-9a-f]{6}|sweep-\d{8}-\d{6}-[0-9a-f]{6}|history\.png"

@@ -17,11 +17,7 @@ from typing import Any
 import jinja2
 
 from orchestrator.backends.registry import capabilities
-from orchestrator.payload import (
-    PAYLOAD_PIP_INDEX_ARGS,
-    image_requirements,
-    payload_requirements,
-)
+from orchestrator.payload import PAYLOAD_PIP_INDEX_ARGS, image_requirements, payload_requirements
 from orchestrator.spec import RunSpec
 from results_schema import PHASES
 from results_schema.peers import PEERS

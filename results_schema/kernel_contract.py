@@ -325,6 +325,9 @@ class UserKernel(_Contract):
         return identity
 
 
+# What the startup script's build phase writes beside a tree whose build failed
+# (<folder>.build-failed, partials/user_build.sh.j2), for the harness to read.
+BUILD_FAILED_SUFFIX = ".build-failed"
 # The longest build message kept: the build's last line, as `<tree>.build-failed` holds it.
 MAX_BUILD_MESSAGE_CHARS = 300
 

@@ -1,6 +1,6 @@
 """How long a run samples: looks at pre-set sample counts, and the error each look may spend.
 One home for the VM, which samples by it (benches/sequential.py), and the controller, which
-holds a run's record of it to its plan (orchestrator/boundary.py) and estimates its time.
+holds a run's record of it to its plan (orchestrator/boundary/manifest.py) and estimates its time.
 
 A run with an A/B comparison samples until its gate's statistics are decided
 (results_schema/gate_rule.py) or its bound is reached: the plan's samples per config (its

@@ -77,8 +77,8 @@ def cli() -> None:
 
 
 def _fail(message: str, code: int) -> int:
-    from orchestrator.boundary import printable
     from orchestrator.cli.wrap import echo
+    from orchestrator.text import printable
 
     # Messages may quote what a run wrote: one message, no control characters, wrapped
     # at its spaces to the terminal.

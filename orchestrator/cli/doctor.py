@@ -57,10 +57,10 @@ def doctor(gpus, probe):
       bench doctor --gpu l4,t4,a100,h100
       bench doctor --probe        # after `bench setup --apply`
     """
-    from orchestrator.boundary import markup_safe
     from orchestrator.errors import CloudError, ConfigError
     from orchestrator.gpus import parse_gpu_list
     from orchestrator.service.doctor import run_doctor
+    from orchestrator.text import markup_safe
 
     ctx = make_context()
     keys = parse_gpu_list(gpus) if gpus is not None else None

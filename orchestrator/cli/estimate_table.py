@@ -3,8 +3,8 @@ source (a sentence with its link) is numbered in the table and written out below
 
 from __future__ import annotations
 
-from orchestrator.boundary import markup_safe
 from orchestrator.runtime_model import RuntimeEstimate
+from orchestrator.text import markup_safe
 from results_schema.record import billed_usd
 
 
@@ -17,8 +17,8 @@ def phase_table(
     saying which prices (`price_source`: which catalog, of which date) it used."""
     from rich.console import Group as RenderGroup
 
-    from orchestrator.budget import format_duration
     from orchestrator.cli.grouped_table import Group, GroupedTable, Row
+    from orchestrator.text import format_duration
 
     notes: dict[str, int] = {}  # source text -> its number, in order of first use
 

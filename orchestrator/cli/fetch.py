@@ -49,7 +49,7 @@ def show_summary(out, result) -> None:
     from rich import box
     from rich.table import Table
 
-    from orchestrator.boundary import markup_safe
+    from orchestrator.text import markup_safe
     from results_schema.models import first_failures
     from results_schema.sampling import level
 
@@ -124,7 +124,7 @@ def show_summary(out, result) -> None:
 def _show_failures(out, manifest, failed) -> None:
     """Why rows have no timing (or a flag): each failed build in one line, then each other
     failed (config, identity) with its first failed check's reason."""
-    from orchestrator.boundary import markup_safe
+    from orchestrator.text import markup_safe
     from results_schema.kernel_contract import build_failure_lines, failed_builds
 
     lines = build_failure_lines(manifest.user_builds, manifest.plan.identities)
@@ -136,7 +136,7 @@ def _show_failures(out, manifest, failed) -> None:
 
 def _show_ab(out, manifest) -> None:
     """An A/B run's geometric mean over configs, judged as the gate judges it."""
-    from orchestrator.boundary import markup_safe
+    from orchestrator.text import markup_safe
 
     plan = manifest.plan
     if plan.comparison is None:
@@ -155,7 +155,7 @@ def _show_ab(out, manifest) -> None:
 
 def show_cache(out, result) -> None:
     """One line per candidate entry of the run's build cache: promoted, or refused and why."""
-    from orchestrator.boundary import markup_safe
+    from orchestrator.text import markup_safe
 
     for decision in result.cache:
         out.print(f"bench: {markup_safe(decision.line())}")

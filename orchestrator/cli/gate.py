@@ -118,7 +118,7 @@ def gate_finished_run(ctx, out, run_id: str, gate: GateRequest) -> int:
     (fetched.directory / GATE_FILES[1]).write_text(render_json(report), encoding="ascii")
     append_step_summary(markdown)
     show_outcome(out, report)
-    from orchestrator.boundary import markup_safe
+    from orchestrator.text import markup_safe
 
     where = markup_safe(fetched.directory / GATE_FILES[0])  # --dest is the user's: as written
     out.print(f"bench: gate report: {where} (and gate.json)")
@@ -138,7 +138,7 @@ def append_step_summary(markdown: str) -> None:
 
 
 def show_outcome(out, report) -> None:
-    from orchestrator.boundary import markup_safe
+    from orchestrator.text import markup_safe
 
     colour = {"pass": "green", "regression": "red", "inconclusive": "yellow"}.get(
         report.outcome, "red"

@@ -44,7 +44,7 @@ def history(kernel, gpu, dest, png):
       bench history --kernel flash --gpu l4 --png drift.png
       bench history --dest ci-results --kernel my-attention
     """
-    from orchestrator.own_kernel import repository_root
+    from orchestrator.kernel_tree.git import repository_root
     from orchestrator.service.history import HistoryRequest, NoHistory, make_history
 
     request = HistoryRequest(dest, kernel, gpu, png, repository_root(Path.cwd()))
@@ -138,6 +138,6 @@ def show_skipped(out, skipped) -> None:
 
 
 def _safe(value, max_chars: int | None = None) -> str:
-    from orchestrator.boundary import markup_safe
+    from orchestrator.text import markup_safe
 
     return markup_safe(value, max_chars)

@@ -20,7 +20,7 @@ def say_runs_go_on(what: str, status_ref: str) -> None:
 
 def how_it_ends(result) -> str:
     from orchestrator.backends.registry import capabilities
-    from orchestrator.budget import format_duration
+    from orchestrator.text import format_duration
 
     cap = format_duration(result.spec.max_run_seconds)
     declared = capabilities(result.spec.backend)
@@ -30,7 +30,7 @@ def how_it_ends(result) -> str:
 
 
 def print_launch(out, result) -> None:
-    from orchestrator.budget import format_duration
+    from orchestrator.text import format_duration
 
     spec, placement = result.spec, result.placement
     for note in result.notes:
@@ -54,7 +54,7 @@ def print_launch(out, result) -> None:
         out.print(f"bench: estimate's error: {result.estimate.error_note()}")
     cost = f"≈ ${spec.estimated_cost_usd():.2f}" if spec.rate_usd_per_hour else "free"
     if result.rate is not None and result.rate.catalog_date:
-        from orchestrator.boundary import markup_safe  # here: `--help` stays light
+        from orchestrator.text import markup_safe
 
         out.print(f"bench: prices from {markup_safe(result.rate.price_source)}")
         if result.rate.price_warning:

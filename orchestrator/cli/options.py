@@ -73,7 +73,8 @@ class Duration(click.ParamType):
     name = "DURATION"
 
     def convert(self, value, param, ctx):
-        from orchestrator.budget import MAX_RUN_SECONDS_CEILING, format_duration
+        from orchestrator.budget import MAX_RUN_SECONDS_CEILING
+        from orchestrator.text import format_duration
 
         if isinstance(value, int):
             return value
@@ -307,7 +308,7 @@ def plan_options(
     samples=None,
     gate_on=None,
 ):
-    from orchestrator.kernel_repo import default_kernel_dir
+    from orchestrator.kernel_tree.user import default_kernel_dir
     from orchestrator.service.plan_options import PlanOptions
 
     configs = None if profile is None else tuple(n for n in profile.split(",") if n.strip())

@@ -46,9 +46,9 @@ def prices(plan_ref, as_json, refresh):
       bench prices --json | jq .rate_usd_per_hour
     """
     from orchestrator.backends.gce.pricing import max_run_seconds_for, price_catalog, rate_text
-    from orchestrator.budget import format_duration
     from orchestrator.cli.estimate_table import phase_table
     from orchestrator.service.estimate import gce_estimate
+    from orchestrator.text import format_duration
 
     ctx = make_context()
     out = console()
@@ -60,7 +60,7 @@ def prices(plan_ref, as_json, refresh):
     if as_json:
         return _print_json(catalog, estimate, split)
     if catalog.get("price_warning"):
-        from orchestrator.boundary import markup_safe
+        from orchestrator.text import markup_safe
 
         out.print(f"[bold yellow]bench: warning:[/] {markup_safe(catalog['price_warning'])}")
     out.print(f"{_catalog_heading(catalog)} ({catalog['currency']}/hour)")
@@ -210,7 +210,8 @@ def _marked(name: str, price: dict, catalog: dict) -> str:
 
 
 def _gpu_types(out) -> None:
-    """The GPU types `launch --gpu` takes, each with its sources (orchestrator/data/gpus.toml)."""
+    """The GPU types `launch --gpu` takes (orchestrator/data/gpus.toml), each with its kind's
+    figures and their sources (results_schema/gpu_kinds.json)."""
     from orchestrator.cli.grouped_table import Group, GroupedTable, Row
     from orchestrator.gpus import load_gpu_catalog
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.boundary import markup_safe
 from orchestrator.errors import ResultsError
+from orchestrator.text import markup_safe
 
 
 def follow(ctx, record, out) -> int:

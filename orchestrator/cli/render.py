@@ -56,7 +56,7 @@ def render(backend, plan_ref, budget, which, kernel, peers):
     """
     from orchestrator.cli.wrap import echo
     from orchestrator.errors import UsageError
-    from orchestrator.kernel_repo import default_kernel_dir
+    from orchestrator.kernel_tree.user import default_kernel_dir
     from orchestrator.service.render import render_scripts
 
     ctx = make_context(backend=backend)

@@ -99,10 +99,10 @@ def show_gate(out, run_dir, output_format, margin, gate_on, fail_on) -> int:
 
 
 def show_report(out, report) -> None:
-    from orchestrator.boundary import markup_safe
     from orchestrator.cli.report_sections import noise_banner, show_comparison, show_profile
     from orchestrator.cli.report_table import legend, results_table
     from orchestrator.report.telemetry import telemetry_line
+    from orchestrator.text import markup_safe
 
     banner = noise_banner(report.noise, report.margin)
     if banner:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from orchestrator.boundary import markup_safe
 from orchestrator.cli.grouped_table import Group, GroupedTable, Row
 from orchestrator.cli.report_table import (
     RATIO_OF_MEDIANS,
@@ -12,6 +11,7 @@ from orchestrator.cli.report_table import (
     significant,
     verdict_legend,
 )
+from orchestrator.text import markup_safe
 from results_schema.sampling import level
 
 

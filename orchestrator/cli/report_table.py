@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-from orchestrator.boundary import markup_safe
 from orchestrator.cli.grouped_table import Group, GroupedTable, Row
 from orchestrator.report import Report, ReportRow, implementation_label
 from orchestrator.report.labels import verdict_phrase
+from orchestrator.text import markup_safe
 from results_schema.sampling import level
 
 # Long words that would set the verdict column's width, and their short forms.
@@ -55,7 +55,8 @@ MEANINGS = {
     "undecided": "its low end below 1-δ, its high end not",
     "indistinguishable": "across 1-δ or 1+δ (a run from before not-slower and undecided)",
     "impossible": "faster than the GPU's peak allows: no verdict; to fix: check that the "
-    "kernel computes every output (its correctness rows), or the GPU's peak in gpus.toml",
+    "kernel computes every output (its correctness rows), or its GPU kind's peak in "
+    "results_schema/gpu_kinds.json",
     "wrong-timed-output": "an output taken in the timed loop was wrong: no verdict; to fix: "
     "the kernel, whose outputs differ from the reference's while it is timed",
     "quantised": "few distinct timings (calls near the timer's resolution): no verdict; "

@@ -32,11 +32,10 @@ def status(run_id, as_json):
     from rich import box
     from rich.table import Table
 
-    from orchestrator.boundary import markup_safe, printable
-    from orchestrator.budget import format_duration
     from orchestrator.cli.report_sections import NOISY_REMEDY
     from orchestrator.errors import BenchError, ResultsError
     from orchestrator.service.runs import leftovers, listing
+    from orchestrator.text import format_duration, markup_safe, printable
 
     ctx = make_context()
     listed = listing(ctx, run_id)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.boundary import markup_safe
-from orchestrator.budget import format_duration
+from orchestrator.text import format_duration, markup_safe
 
 
 def launch_and_print_sweep(ctx, out, request, gpus: str, backend: str, reason: str, wait: bool):

@@ -22,7 +22,7 @@ def _backend_detail(implementation: str, backend: str) -> str:
     family, _, detail = backend.partition(":")
     if not detail:
         return "" if backend == implementation else backend
-    if family == "user":  # user:<declared name>@<commit 12>[+dirty] (benches/user_kernel.py)
+    if family == "user":  # user:<declared name>@<commit 12>[+dirty] (benches/kernel_tree.py)
         return detail.rpartition("@")[2]
     if implementation_of(implementation) == f"{family}-{detail}":
         return ""

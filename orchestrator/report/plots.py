@@ -17,7 +17,6 @@ import importlib.metadata
 import textwrap
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,9 +25,6 @@ from orchestrator.report.labels import implementation_label
 from orchestrator.report.load import RunResults
 from results_schema import AttentionConfig
 from results_schema.sampling import level
-
-if TYPE_CHECKING:
-    from orchestrator.report.sweep import SweepReport
 
 # 1,200 configs once took 695 s to draw into a 1848 × 112288 px PNG. A figure now shows the
 # first configs and implementations in the run's order (the table lists every row), and is
@@ -379,53 +375,3 @@ def _null_formatter():
     from matplotlib import ticker
 
     return ticker.NullFormatter()
-
-
-def sweep_figure(report: SweepReport, path: Path) -> Path:
-    """Left: the candidate's speedup per GPU with its interval; right: % of peak."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [boundary.printable(g.gpu) for g in report.gpus]
-    with matplotlib.rc_context({"text.parse_math": False}):
-        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-        speedups = [g.speedup.geomean if g.speedup else 0.0 for g in report.gpus]
-        # A bootstrap interval need not contain its point: draw what lies on each side.
-        errors = [
-            [
-                max(g.speedup.geomean - g.speedup.low, 0.0) if g.speedup else 0.0
-                for g in report.gpus
-            ],
-            [
-                max(g.speedup.high - g.speedup.geomean, 0.0) if g.speedup else 0.0
-                for g in report.gpus
-            ],
-        ]
-        left.bar(labels, speedups, yerr=errors, capsize=6, color="tab:blue")
-        left.axhline(1.0, color="grey", linewidth=1, linestyle="--")
-        for x, g in enumerate(report.gpus):
-            if g.speedup is None:
-                left.text(x, 0.05, "did not run", ha="center", rotation=90, fontsize=8)
-        baseline = next((g.speedup.baseline for g in report.gpus if g.speedup), "baseline")
-        candidate = next((g.candidate for g in report.gpus if g.candidate), "candidate")
-        left.set_title(
-            boundary.printable(f"{candidate} speedup over {baseline} (geo-mean, 95% interval)")
-        )
-        left.set_ylabel("speedup (x)")
-        pct = [g.pct_of_peak or 0.0 for g in report.gpus]
-        right.bar(labels, pct, color="tab:orange")
-        for x, g in enumerate(report.gpus):
-            if g.best_implementation:
-                right.text(
-                    x, pct[x], boundary.printable(g.best_implementation), ha="center", va="bottom"
-                )
-        right.set_ylim(0, max([*pct, 1.0]) * 1.15)  # room for the labels above the bars
-        right.set_title("best 16-bit TFLOP/s, % of the GPU's dense peak")
-        right.set_ylabel("% of peak")
-        fig.suptitle(boundary.printable(f"sweep {report.sweep_id}"))
-        fig.tight_layout()
-        fig.savefig(path, dpi=PLOT_DPI)
-        plt.close(fig)
-    return path

@@ -3,9 +3,11 @@
 Per GPU: the candidate's speedup over the plan's first baseline (the run's own overall
 speedup from its manifest: the geometric mean over configs of each config's paired speedup,
 with its 95% cluster-bootstrap interval), and the best 16-bit TFLOP/s as a share of that
-GPU's peak (gpus.toml). Each member is read through the same trust boundary as
-`bench report` (report.load.read_snapshot); its correctness rows say why a candidate never ran
-(`flash: unsupported on sm_75`). One PNG compares the GPUs.
+GPU's peak (its kind's row: results_schema/gpu_kinds.json, `percent_of_peak` as the harness
+computes it). Each member is read through the same trust boundary as `bench report`
+(report.load.read_snapshot); its correctness rows say why a candidate never ran (`flash:
+unsupported on sm_75`). One PNG compares the GPUs (`sweep_figure`; a run's own figures are
+plots.py's).
 """
 
 from __future__ import annotations
@@ -14,15 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import boundary
+from orchestrator.boundary import REPORT_SUBDIR
 from orchestrator.errors import NotFoundError
 from orchestrator.gpus import load_gpu_catalog
 from orchestrator.registry import RunRecord
 from orchestrator.report.load import read_snapshot
-from orchestrator.report.plots import sweep_figure
-from orchestrator.report.service import REPORT_SUBDIR
+from orchestrator.report.plots import PLOT_DPI
 from results_schema import CorrectnessRow, Manifest
-
-SIXTEEN_BIT = ("float16", "bfloat16")
+from results_schema.gpu_kinds import SIXTEEN_BIT, percent_of_peak
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,7 @@ class GpuResult:
 
     @property
     def pct_of_peak(self) -> float | None:
-        if self.best_tflops is None or not self.peak_tflops:
-            return None
-        return 100.0 * self.best_tflops / self.peak_tflops
+        return percent_of_peak(self.best_tflops, self.peak_tflops)
 
 
 @dataclass
@@ -127,3 +126,53 @@ def _candidate_notes(run_dir: Path, run_id: str, candidate: str) -> tuple[str, .
         r.message for r in rows if r.implementation == candidate and not r.passed and r.message
     )
     return tuple(f"{candidate}: {reason}" for reason in reasons)
+
+
+def sweep_figure(report: SweepReport, path: Path) -> Path:
+    """Left: the candidate's speedup per GPU with its interval; right: % of peak."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [boundary.printable(g.gpu) for g in report.gpus]
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        speedups = [g.speedup.geomean if g.speedup else 0.0 for g in report.gpus]
+        # A bootstrap interval need not contain its point: draw what lies on each side.
+        errors = [
+            [
+                max(g.speedup.geomean - g.speedup.low, 0.0) if g.speedup else 0.0
+                for g in report.gpus
+            ],
+            [
+                max(g.speedup.high - g.speedup.geomean, 0.0) if g.speedup else 0.0
+                for g in report.gpus
+            ],
+        ]
+        left.bar(labels, speedups, yerr=errors, capsize=6, color="tab:blue")
+        left.axhline(1.0, color="grey", linewidth=1, linestyle="--")
+        for x, g in enumerate(report.gpus):
+            if g.speedup is None:
+                left.text(x, 0.05, "did not run", ha="center", rotation=90, fontsize=8)
+        baseline = next((g.speedup.baseline for g in report.gpus if g.speedup), "baseline")
+        candidate = next((g.candidate for g in report.gpus if g.candidate), "candidate")
+        left.set_title(
+            boundary.printable(f"{candidate} speedup over {baseline} (geo-mean, 95% interval)")
+        )
+        left.set_ylabel("speedup (x)")
+        pct = [g.pct_of_peak or 0.0 for g in report.gpus]
+        right.bar(labels, pct, color="tab:orange")
+        for x, g in enumerate(report.gpus):
+            if g.best_implementation:
+                right.text(
+                    x, pct[x], boundary.printable(g.best_implementation), ha="center", va="bottom"
+                )
+        right.set_ylim(0, max([*pct, 1.0]) * 1.15)  # room for the labels above the bars
+        right.set_title("best 16-bit TFLOP/s, % of the GPU's dense peak")
+        right.set_ylabel("% of peak")
+        fig.suptitle(boundary.printable(f"sweep {report.sweep_id}"))
+        fig.tight_layout()
+        fig.savefig(path, dpi=PLOT_DPI)
+        plt.close(fig)
+    return path

@@ -21,9 +21,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from orchestrator.boundary import printable
-from orchestrator.own_kernel import is_our_tree
+from orchestrator.kernel_tree.own import is_our_tree
 from orchestrator.registry import RunRecord
+from orchestrator.text import printable
 from results_schema import Plan
 
 # An entry's name: its kind (a venv, a kernel tree's build) and a key of plain characters.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from orchestrator import boundary
 from orchestrator.errors import BenchError, UsageError
-from orchestrator.payload import run_git
+from orchestrator.kernel_tree.git import run_git
 from orchestrator.report import (
     MAX_PLOTTED_CONFIGS,
     PLOT_DPI,

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from orchestrator.boundary import printable
 from orchestrator.errors import BenchError
 from orchestrator.registry import RunRecord
 from orchestrator.service.context import Context
 from orchestrator.service.runs import latest_run_id, placement_of
+from orchestrator.text import printable
 
 
 def log_lines(ctx: Context, run_id: str | None, follow: bool) -> Iterator[str]:

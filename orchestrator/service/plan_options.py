@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UsageError
-from orchestrator.kernel_repo import KernelTree, read_baseline, read_candidate
-from orchestrator.own_kernel import own_kernel_name, own_source, with_own_kernel
-from orchestrator.payload import TreeFiles
+from orchestrator.kernel_tree.collect import TreeFiles
+from orchestrator.kernel_tree.own import own_kernel_name, own_source, with_own_kernel
+from orchestrator.kernel_tree.user import KernelTree, read_baseline, read_candidate
 from results_schema import Comparison, Plan, ProfileRequest
 from results_schema.kernel_contract import CONTRACT_FILE
 from results_schema.models import Sampling
@@ -41,7 +41,7 @@ PROFILE_SECONDS_PER_CALL = 30
 
 @dataclass(frozen=True)
 class PlanOptions:
-    kernel: Path | None = None  # a user's kernel repository (kernel_repo.py)
+    kernel: Path | None = None  # a user's kernel repository (kernel_tree/user.py)
     candidate: str | None = None
     # a git revision or a tree: of this repository's kernels/, or of `kernel`'s repository
     baseline: str | None = None

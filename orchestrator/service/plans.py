@@ -7,8 +7,6 @@ GPU), and the checks of a plan against what its target supports.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 from benches.plan import PlanError, auto_plan_name
@@ -16,9 +14,10 @@ from benches.plan import plan_names as plan_names
 from benches.plan import resolve_plan as resolve_plan_on_target
 from orchestrator.backends.registry import capabilities
 from orchestrator.errors import UsageError
-from orchestrator.kernel_repo import read_candidate
-from orchestrator.own_kernel import declaring_own_kernel
-from orchestrator.payload import package_dir
+from orchestrator.gpus import local_gpu_name
+from orchestrator.kernel_tree.collect import package_dir
+from orchestrator.kernel_tree.own import declaring_own_kernel
+from orchestrator.kernel_tree.user import read_candidate
 from orchestrator.service.plan_options import with_user_kernels
 from results_schema import Plan
 from results_schema.targets import plan_problems
@@ -29,13 +28,9 @@ def plans_dir() -> Path:
 
 
 def local_gpu_present() -> bool:
-    """nvidia-smi answering is enough: the controller never imports torch."""
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    """nvidia-smi naming a GPU is enough (`gpus.local_gpu_name`, the controller's one
+    probe of this machine's GPU): the controller never imports torch."""
+    return local_gpu_name() is not None
 
 
 def target_has_gpu(backend: str) -> bool:

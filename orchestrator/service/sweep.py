@@ -35,6 +35,7 @@ from orchestrator.service.launch import (
 )
 from orchestrator.service.launch_plan import LaunchPlan, make_launch_plan, time_cap_seconds
 from orchestrator.spec import new_sweep_id
+from orchestrator.text import format_duration
 
 
 @dataclass(frozen=True)
@@ -137,9 +138,9 @@ def check_shares(request: LaunchRequest, members: list[Member]) -> None:
     needed = sum(m.estimated_usd for m in members)
     lines = [
         f"{m.key}'s share ${m.share_usd:.3f} buys "
-        f"{budget.format_duration(member_cap_seconds(m, request.max_runtime_seconds))} at "
+        f"{format_duration(member_cap_seconds(m, request.max_runtime_seconds))} at "
         f"${m.rate.total:.4f}/h, but its run needs about "
-        f"{budget.format_duration(m.estimate.total_seconds)} (≈ ${m.estimated_usd:.3f})"
+        f"{format_duration(m.estimate.total_seconds)} (≈ ${m.estimated_usd:.3f})"
         for m in short
     ]
     raise RefusedError(

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import UsageError
-from orchestrator.own_kernel import resolve_baseline
-from orchestrator.payload import PAYLOAD_PACKAGES, build_payload, package_dir
+from orchestrator.kernel_tree.collect import package_dir
+from orchestrator.kernel_tree.own import resolve_baseline
+from orchestrator.payload import PAYLOAD_PACKAGES, build_payload
 from orchestrator.service.plan_options import (
     PROFILE_SECTIONS,
     PlanOptions,

@@ -10,9 +10,10 @@ import pytest
 from rich.console import Console
 
 from orchestrator.backends.registry import billed
-from orchestrator.boundary import LIMITS, markup_safe, parse_json, printable
+from orchestrator.boundary import LIMITS, parse_json
 from orchestrator.errors import RefusedError
 from orchestrator.registry import RunRecord, RunRegistry
+from orchestrator.text import markup_safe, printable
 from results_schema.record import drop_cut_line
 
 
@@ -116,6 +117,6 @@ def test_a_refused_reservation_inserts_nothing(tmp_path):
     ],
 )
 def test_a_cell_a_spreadsheet_would_run_is_told_apart_from_data(cell, refused):
-    from orchestrator.boundary import _spreadsheet_hazard
+    from orchestrator.boundary.files import _spreadsheet_hazard
 
     assert (_spreadsheet_hazard(cell) is not None) == refused

@@ -27,7 +27,7 @@ import pytest
 from benches import registry, runner, writers
 from benches.user_kernel import register
 from benches.writers import StatusWriter, read_csv
-from orchestrator.kernel_repo import read_contract
+from orchestrator.kernel_tree.contract import read_contract
 from results_schema import AttentionConfig, CorrectnessRow, Plan, SummaryRow
 from results_schema.kernel_contract import KernelIdentity, UserKernel
 from tests.limits import HANG_SECONDS

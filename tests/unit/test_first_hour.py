@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.kernel_repo import working_state
+from orchestrator.kernel_tree.collect import collect_tree
+from orchestrator.kernel_tree.git import working_state
 from orchestrator.paths import OUTPUTS_GITIGNORE, ensure_writable_dest
-from orchestrator.payload import collect_tree
 
 RUN_ID = "20261122-081500-a1b2c3"
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from orchestrator.cli import main
-from orchestrator.kernel_repo import parse_contract, read_candidate
-from orchestrator.payload import collect_tree
+from orchestrator.kernel_tree.collect import collect_tree
+from orchestrator.kernel_tree.contract import parse_contract
+from orchestrator.kernel_tree.user import read_candidate
 from orchestrator.render import render_startup, shquote
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
@@ -256,7 +257,7 @@ def user_kernel(tree: Path, **supports) -> UserKernel:
 
 
 def test_unsupported_configs_and_a_failed_build_are_reasons_not_errors(tmp_path):
-    from benches.user_kernel import user_implementation
+    from benches.kernel_tree import user_implementation
     from results_schema import AttentionConfig
 
     tree, _ = two_versions(tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.kernel_repo import read_candidate
+from orchestrator.kernel_tree.user import read_candidate
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import plans_dir, resolve_plan
 from results_schema import Plan

@@ -8,7 +8,8 @@ import tarfile
 
 import pytest
 
-from orchestrator.payload import PAYLOAD_PACKAGES, build_payload, package_dir
+from orchestrator.kernel_tree.collect import package_dir
+from orchestrator.payload import PAYLOAD_PACKAGES, build_payload
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
 

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import payload
 from orchestrator.cli import main
 from orchestrator.errors import UsageError
-from orchestrator.own_kernel import resolve_baseline
-from orchestrator.payload import PAYLOAD_PACKAGES, build_payload, package_dir, skipped_in_kernels
+from orchestrator.kernel_tree import collect
+from orchestrator.kernel_tree.collect import package_dir, skipped_in_kernels
+from orchestrator.kernel_tree.own import resolve_baseline
+from orchestrator.payload import PAYLOAD_PACKAGES, build_payload
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
 
@@ -245,7 +246,7 @@ def test_a_file_over_the_bound_is_refused_before_it_is_read(tree):
         f.truncate(HUGE_FILE_BYTES)
     peak, refused = peak_memory_of(lambda: payload_of(tree))
     assert "kernels: weights.bin is 256.0 MiB, over the 16.0 MiB a file may be" in str(refused)
-    assert peak < READ_NOTHING_BYTES and HUGE_FILE_BYTES > payload.MAX_FILE_BYTES
+    assert peak < READ_NOTHING_BYTES and HUGE_FILE_BYTES > collect.MAX_FILE_BYTES
 
 
 def test_a_baseline_directory_over_the_bound_is_refused_before_it_is_read(tmp_path):
@@ -257,8 +258,8 @@ def test_a_baseline_directory_over_the_bound_is_refused_before_it_is_read(tmp_pa
     peak, refused = peak_memory_of(lambda: baseline(old))
     assert "over 64.0 MiB of files in all" in str(refused)
     assert peak < READ_NOTHING_BYTES
-    assert FILE_UNDER_THE_BOUND < payload.MAX_FILE_BYTES
-    assert FILES_OVER_THE_TOTAL * FILE_UNDER_THE_BOUND > payload.MAX_TREE_BYTES
+    assert FILE_UNDER_THE_BOUND < collect.MAX_FILE_BYTES
+    assert FILES_OVER_THE_TOTAL * FILE_UNDER_THE_BOUND > collect.MAX_TREE_BYTES
 
 
 @pytest.mark.slow
@@ -267,7 +268,7 @@ def test_a_git_revision_over_the_bound_is_refused_while_streaming(tree):
     commit_all(tree)
     peak, refused = peak_memory_of(lambda: baseline("HEAD", repo=tree))
     assert "kernels/weights.bin is 32.0 MiB, over the 16.0 MiB" in str(refused)
-    assert peak < READ_NOTHING_BYTES and COMMITTED_FILE_BYTES > payload.MAX_FILE_BYTES
+    assert peak < READ_NOTHING_BYTES and COMMITTED_FILE_BYTES > collect.MAX_FILE_BYTES
 
 
 # ---- as git sees it ---------------------------------------------------------------------

@@ -89,8 +89,8 @@ def test_our_kernels_contract_says_what_its_code_supports():
     say what the binding accepts and the build compiles."""
     from kernels import support
     from kernels.flash_attention import api
-    from orchestrator.own_kernel import own_kernel
-    from orchestrator.payload import package_dir
+    from orchestrator.kernel_tree.collect import package_dir
+    from orchestrator.kernel_tree.own import own_kernel
 
     (flash,) = own_kernel("flash", None).kernels
     supports = flash.contract.supports
@@ -106,7 +106,7 @@ def test_our_kernels_contract_says_what_its_code_supports():
 @pytest.mark.parametrize("name", ["cpu-smoke", "default", "sensitivity"])
 def test_every_shipped_plan_passes_the_checks_on_a_gpu_target(name):
     from benches.plan import resolve_plan
-    from orchestrator.own_kernel import declaring_own_kernel
+    from orchestrator.kernel_tree.own import declaring_own_kernel
 
     plan = declaring_own_kernel(resolve_plan(name))
     assert targets.plan_problems(plan, has_gpu=True) == []

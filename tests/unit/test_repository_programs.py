@@ -1,7 +1,7 @@
 """bench runs git on a user's repository (its files, its commit, a --baseline revision) and
 git runs none of the programs the repository's configuration names: no fsmonitor command,
 no hook, no filter driver, no transport of a partial clone's lazy fetch
-(orchestrator/payload.py, GIT_NO_PROGRAMS). Each program here writes a line to a marks file;
+(orchestrator/kernel_tree/git.py, GIT_NO_PROGRAMS). Each program here writes a line to a marks file;
 the test then shows that plain git, without bench's switches, does run them."""
 
 from __future__ import annotations

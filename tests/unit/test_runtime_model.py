@@ -97,7 +97,7 @@ def test_a_manifest_gives_boot_and_the_script_phases_in_model_terms():
 
 
 def test_a_baseline_tree_builds_twice_and_a_profile_adds_its_calls():
-    from orchestrator.payload import package_dir
+    from orchestrator.kernel_tree.collect import package_dir
     from orchestrator.service.plan_options import PlanOptions, shape_plan
 
     plan, _ = resolve_plan("default", "gce")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from benches import registry
-from benches.user_kernel import declared_unavailable
+from benches.kernel_tree import declared_unavailable
 from kernels import support
 from orchestrator.backends.gce import pricing
 from orchestrator.config import BenchConfig
@@ -133,7 +133,7 @@ def test_a_share_short_of_its_run_refuses_naming_that_gpu():
     [((7, 5), "unsupported on sm_75"), ((8, 0), None), ((8, 9), None), ((9, 0), None)],
 )
 def test_the_kernel_supports_sm80_and_newer(capability, reason, monkeypatch, tmp_path):
-    from orchestrator.own_kernel import own_kernel
+    from orchestrator.kernel_tree.own import own_kernel
 
     assert support.unsupported_reason(*capability) == reason
     assert support.main([f"{capability[0]}.{capability[1]}"]) == (1 if reason else 0)

@@ -267,7 +267,7 @@ def test_a_build_into_its_contracts_env_is_cached_with_the_tree(machine):
 
 
 def test_our_contract_renders_its_build_and_env():
-    from orchestrator.own_kernel import own_kernel
+    from orchestrator.kernel_tree.own import own_kernel
     from orchestrator.render import user_kernel_builds
     from results_schema import Plan
 

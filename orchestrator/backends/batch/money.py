@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from orchestrator import budget
 from orchestrator.backends.base import BudgetTerms
 from orchestrator.backends.gce import pricing
 from orchestrator.errors import RefusedError
+from orchestrator.text import format_duration
 
 # Booting Batch's VM and installing the GPU driver (installGpuDrivers) bill before the task's
 # maxRunDuration starts. Google documents no bound: an allowance of bench's, like the
@@ -47,8 +47,8 @@ class AttemptPlan:
         retries = f"{self.retries} {'retry' if self.retries == 1 else 'retries'} on preemption"
         summary = (
             f"{self.attempts} {'attempt' if self.attempts == 1 else 'attempts'} of ≤ "
-            f"{budget.format_duration(self.attempt_seconds)} each (maxRunDuration; {retries}), "
-            f"each after up to {budget.format_duration(VM_SETUP_SECONDS)} of VM setup: "
+            f"{format_duration(self.attempt_seconds)} each (maxRunDuration; {retries}), "
+            f"each after up to {format_duration(VM_SETUP_SECONDS)} of VM setup: "
             f"${self.worst_case_usd:.2f} at worst at ${rate.total:.4f}/h "
             f"({rate.region}, the dearest allowed region)"
         )
@@ -95,8 +95,8 @@ def plan_attempts(
     needed = task_count * attempt_usd(rate, estimated_seconds)
     raise RefusedError(
         f"budget ${budget_usd:.2f} cannot pay for one Batch attempt of the plan: about "
-        f"{budget.format_duration(estimated_seconds)} of task plus up to "
-        f"{budget.format_duration(VM_SETUP_SECONDS)} of VM setup that Batch bills outside "
+        f"{format_duration(estimated_seconds)} of task plus up to "
+        f"{format_duration(VM_SETUP_SECONDS)} of VM setup that Batch bills outside "
         f"maxRunDuration can cost ${needed:.2f} at ${rate.total:.4f}/h; raise --budget "
         "(each retry on preemption costs as much again). Nothing was created"
     )

@@ -233,7 +233,7 @@ class GceBackend(ComputeEnginePricing):
         GCE deletes it at its cap (`most_usd`, the launch's worst case, holds it); an accepted
         leftover disk, per hour, until it is deleted."""
         if vm_may_delete_itself(self.config):
-            from orchestrator.budget import format_duration
+            from orchestrator.text import format_duration
 
             return (
                 "should this VM fail to delete itself, it runs on until GCE deletes it, boot "

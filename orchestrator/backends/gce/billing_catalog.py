@@ -136,7 +136,8 @@ def _get_page(session, url: str, params: dict[str, str]) -> dict[str, Any]:
     import requests
 
     from orchestrator.backends.gce.adaptor import auth_exceptions
-    from orchestrator.boundary import LIMITS, markup_safe, parse_json
+    from orchestrator.boundary import LIMITS, parse_json
+    from orchestrator.text import markup_safe
 
     try:
         with session.get(url, params=params, timeout=HTTP_TIMEOUT_SECONDS, stream=True) as answer:

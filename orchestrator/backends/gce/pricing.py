@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from orchestrator.backends.gce.compute import OPERATION_TIMEOUT_SECONDS
-from orchestrator.budget import MAX_RUN_SECONDS_CEILING, format_duration
+from orchestrator.budget import MAX_RUN_SECONDS_CEILING
 from orchestrator.config import BenchConfig, region_of, regions_of
 from orchestrator.errors import ConfigError, RefusedError, UsageError
+from orchestrator.text import format_duration
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -9,7 +9,7 @@ edits included), baseline/ for `bench launch --baseline REF`. REF is first looke
 directory (a kernels/ tree, or a checkout holding one), then resolved by git in the
 repository the controller runs from: its kernels/ at that commit comes from `git archive`,
 so neither the working tree nor the index is touched. Either way the tree is read by the
-payload's `collect_tree` (as git sees it, no link, bounded: orchestrator/payload.py). A
+same `collect_tree` (as git sees it, no link, bounded: kernel_tree/collect.py). A
 revision older than the contract file, or whose contract this bench refuses, is timed under
 the working tree's contract.
 """
@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UsageError
-from orchestrator.kernel_repo import parse_contract, read_contract, tree_sha256, working_state
-from orchestrator.payload import (
+from orchestrator.kernel_tree.collect import (
     TreeFiles,
     collect_tree,
     package_dir,
-    resolve_commit,
-    run_git,
     skipped_in_kernels,
+    tree_sha256,
 )
+from orchestrator.kernel_tree.contract import parse_contract, read_contract
+from orchestrator.kernel_tree.git import repository_root, resolve_commit, run_git, working_state
 from results_schema import Comparison, Plan
 from results_schema.kernel_contract import CONTRACT_FILE, KernelIdentity, UserKernel
 from results_schema.models import BASELINE_SUFFIX
@@ -50,15 +50,6 @@ class BaselineTree:
 
     files: TreeFiles
     comparison: Comparison
-
-
-def repository_root(start: Path) -> Path | None:
-    """The git work tree holding `start`, or None when it is not in one."""
-    try:
-        top = run_git(start, "rev-parse", "--show-toplevel").decode().strip()
-    except UsageError:
-        return None
-    return Path(top)
 
 
 def kernels_tree_of(path: Path) -> tuple[Path, tuple[str, ...]] | None:

@@ -1,0 +1,66 @@
+"""One row per GPU kind (gpu_kinds.json), read by the controller and the harness alike.
+
+The controller's machine table (orchestrator/data/gpus.toml) names each machine's kind; the
+harness finds the kind of the GPU it runs on by name (`kind_of`). Both take a kind's peak
+from here and compute a share of it with `percent_of_peak`, so a sweep's figure and a run's
+summary rows are one computation of one number. Stdlib only: the payload's python reads it
+before anything else is installed, on Python 3.10 too (hence JSON, not TOML).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+TABLE = Path(__file__).with_name("gpu_kinds.json")
+# The dtypes the peaks are for: dense 16-bit tensor-core rates.
+SIXTEEN_BIT = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class GpuKind:
+    key: str
+    name_match: str  # words of the GPU's name as NVML and nvidia-smi give it
+    arch: str  # the CUDA arch a kernel is built for (its compute capability)
+    peak_tflops: float  # dense fp16/bf16 tensor-core peak
+    peak_tflops_source: str
+    bandwidth_gb_s: float  # peak memory bandwidth
+    bandwidth_source: str
+
+
+@lru_cache(maxsize=1)
+def gpu_kinds() -> tuple[GpuKind, ...]:
+    """Every kind, in the table's order (more specific names first)."""
+    rows = json.loads(TABLE.read_text(encoding="utf-8"))["kinds"]
+    return tuple(GpuKind(**row) for row in rows)
+
+
+def kind(key: str) -> GpuKind:
+    """The kind of that key; KeyError when the table has none."""
+    found = next((k for k in gpu_kinds() if k.key == key), None)
+    if found is None:
+        raise KeyError(f"no GPU kind {key!r} in {TABLE.name}")
+    return found
+
+
+def kind_of(gpu_name: str | None) -> GpuKind | None:
+    """The first kind all of whose `name_match` words are words of `gpu_name` ("NVIDIA
+    A100-SXM4-40GB" is an A100; "NVIDIA L40S" is no L4), or None."""
+    if not gpu_name:
+        return None
+    words = set(_words(gpu_name))
+    return next((k for k in gpu_kinds() if set(_words(k.name_match)) <= words), None)
+
+
+def percent_of_peak(tflops: float | None, peak_tflops: float | None) -> float | None:
+    """`tflops` as a percentage of a kind's 16-bit peak; None without either."""
+    if tflops is None or not peak_tflops:
+        return None
+    return 100.0 * tflops / peak_tflops
+
+
+def _words(text: str) -> list[str]:
+    return [word for word in re.split(r"[^a-z0-9]+", text.lower()) if word]
