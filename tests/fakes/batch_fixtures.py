@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.backends.gce.setup import vm_account_email
+
 from .batch_server import FakeBatchServer
 
 
@@ -26,6 +28,8 @@ def batch(
     which `status` and `stop-all` also search); the task's python3 is this test's python."""
     settings = {
         "PROJECT": batch_server.project,
+        # Batch runs as bench's own account only (backends/batch/builder.py).
+        "SERVICE_ACCOUNT": vm_account_email(batch_server.project),
         "BUCKET": gcs_bucket,
         "ZONES": "us-central1-a,us-central1-b,us-central1-c",
         "BATCH_ENDPOINT": batch_server.endpoint,
