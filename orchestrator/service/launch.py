@@ -30,6 +30,7 @@ from orchestrator.runtime_model import (
     with_past_error,
 )
 from orchestrator.service.context import Context
+from orchestrator.service.leftover_vms import delete_own_powered_off
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import refuse_unrunnable, resolve_plan
 from orchestrator.spec import RunSpec, new_run_id
@@ -191,6 +192,8 @@ def launch(
     )
     if on_validated is not None:
         on_validated()
+    if request.sweep_id is None:  # a sweep's members would race for the same VMs
+        notes += delete_own_powered_off(ctx, backend)
     machine_requested = False  # until Backend.start is called, no machine can exist
     try:
         spec = spec.with_payload(payload)
