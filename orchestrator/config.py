@@ -174,6 +174,13 @@ class BenchConfig(BaseModel):
     on_demand_fallback: bool = Field(False, description="retry on-demand if spot has no capacity")
     bucket: str | None = Field(None, description="GCS bucket for payloads and results")
     prefix: str = Field("bench", description="object prefix inside the bucket")
+    runs_retention_days: int = Field(
+        30,
+        ge=1,
+        le=36500,
+        description="`bench setup`'s lifecycle rule: objects under <prefix>/runs/ (payloads, "
+        "results) are deleted this many days after they were written",
+    )
     service_account: str = Field(
         "default",
         description="VM service account email, or default; with the account `bench setup` "

@@ -95,6 +95,7 @@ class Machine:
     location: str
     state: str  # RUNNING, TERMINATED, ...
     rate_usd_per_hour: float = 0.0
+    owner: str = ""  # its bench-owner label: whose run it is
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from orchestrator.service.launch_plan import (
     price,
     repriced,
 )
+from orchestrator.service.leftover_vms import delete_own_powered_off
 from orchestrator.service.plan_options import PlanOptions
 from orchestrator.service.plans import refuse_unrunnable
 from orchestrator.spec import RunSpec
@@ -160,6 +161,8 @@ def launch(
     )
     if on_validated is not None:
         on_validated()
+    if request.sweep_id is None:  # a sweep's members would race for the same VMs
+        notes += delete_own_powered_off(ctx, backend)
     machine_requested = False  # until Backend.start is called, no machine can exist
     try:
         spec = spec.with_payload(payload)

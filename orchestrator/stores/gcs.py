@@ -263,6 +263,24 @@ class GcsStore:
         bucket.iam_configuration.uniform_bucket_level_access_enabled = True
         self._translated(lambda: bucket.create(location=location, retry=self._retry), "")
 
+    def keep_lifecycle_rule(self, rule: dict[str, Any]) -> bool:
+        """Put `rule` in the bucket's lifecycle configuration (buckets.patch, `lifecycle.rule`:
+        https://cloud.google.com/storage/docs/json_api/v1/buckets); a rule of the same action
+        on the same `matchesPrefix` (an earlier setup's, another age) gives way to it, every
+        other rule stays. False when the bucket holds it already."""
+
+        def update() -> bool:
+            bucket = self._bucket.client.get_bucket(self.bucket_name, retry=self._retry)
+            rules = [dict(r) for r in bucket.lifecycle_rules]
+            if rule in rules:
+                return False
+            others = [r for r in rules if not _same_lifecycle_target(r, rule)]
+            bucket.lifecycle_rules = [*others, rule]
+            bucket.patch(retry=self._retry)
+            return True
+
+        return self._translated(update, "", missing_bucket=True)
+
     def grant(self, role: str, member: str, condition: dict[str, str] | None = None) -> bool:
         """Bind `member` to `role` (under `condition`) in the bucket's IAM policy; False when
         the policy already holds that binding. A binding of the same role and member under
@@ -334,3 +352,11 @@ def _upload_args(key: str, if_absent: bool, retry: Any) -> dict[str, Any]:
     if if_absent:
         args["if_generation_match"] = 0
     return args
+
+
+def _same_lifecycle_target(one: dict[str, Any], other: dict[str, Any]) -> bool:
+    def target(rule: dict[str, Any]) -> tuple:
+        condition = rule.get("condition", {})
+        return rule.get("action", {}).get("type"), tuple(condition.get("matchesPrefix", []))
+
+    return target(one) == target(other)

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.backends.batch.money import attempt_usd
 from orchestrator.backends.gce import pricing
 from orchestrator.cli import main
-from orchestrator.config import BenchConfig
+from orchestrator.config import DEFAULT_IMAGE_FAMILY, BenchConfig
 from orchestrator.registry import RunRegistry
 from results_schema import Manifest
 from results_schema.record import billed_usd
@@ -52,7 +52,14 @@ def test_a_batch_run_completes_fetches_and_its_job_fits_the_discovery_document(
         {"action": "RETRY_TASK", "actionCondition": {"exitCodes": [50001, 50006]}}
     ]
     policy = body["allocationPolicy"]["instances"][0]
-    assert policy["installGpuDrivers"] is True
+    # The image brings its driver: Batch is asked to install none (proto3 JSON omits false).
+    assert policy.get("installGpuDrivers", False) is False
+    assert policy["policy"]["bootDisk"]["image"].endswith("/family/" + DEFAULT_IMAGE_FAMILY)
+    # bench's own account, named with the storage-only scope (Batch adds cloud-platform).
+    assert body["allocationPolicy"]["serviceAccount"] == {
+        "email": f"bench-vm@{batch.project}.iam.gserviceaccount.com",
+        "scopes": ["https://www.googleapis.com/auth/devstorage.read_only"],
+    }
     assert policy["policy"]["provisioningModel"] == "SPOT"
     assert policy["policy"]["machineType"] == "g2-standard-4"
     assert policy["policy"]["accelerators"] == [{"type": "nvidia-l4", "count": "1"}]

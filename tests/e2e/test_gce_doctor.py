@@ -80,6 +80,7 @@ def test_a_healthy_project_is_all_ticks(project, capsys):
         "✓ create VMs",
         "✓ act as the VM account",
         "✓ VM self-delete",
+        "✓ org policies",
     ]
     assert not [r for r in project.requests if r.api_method == "instances.insert"]
 
@@ -124,6 +125,19 @@ def _break(project, monkeypatch, what: str) -> None:
     elif what == "old-self-delete-role":
         role = project.iam_server.roles[f"projects/{PROJECT}/roles/{SELF_DELETE_ROLE_ID}"]
         role["includedPermissions"] = ["compute.instances.delete"]
+    elif what == "external-ip-denied":
+        # Only named instances may have an external IP (the constraint's list form).
+        project.iam_server.org_policies[(PROJECT, "constraints/compute.vmExternalIpAccess")] = {
+            "constraint": "constraints/compute.vmExternalIpAccess",
+            "listPolicy": {
+                "allowedValues": [f"projects/{PROJECT}/zones/us-central1-a/instances/x"]
+            },
+        }
+    elif what == "untrusted-image-project":
+        project.iam_server.org_policies[(PROJECT, "constraints/compute.trustedImageProjects")] = {
+            "constraint": "constraints/compute.trustedImageProjects",
+            "listPolicy": {"allowedValues": ["projects/debian-cloud"]},
+        }
     elif what == "default-account":
         monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", "default")
         monkeypatch.delenv("BENCH_ALLOW_LEFTOVER_DISK")
@@ -179,6 +193,17 @@ def _break(project, monkeypatch, what: str) -> None:
             "✗ VM self-delete: projects/bench-test-project/roles/benchSelfDelete lacks "
             "compute.disks.delete",
             "run `bench setup --apply` (it updates the role)",
+        ),
+        (
+            "external-ip-denied",
+            "✗ org policies: compute.vmExternalIpAccess lets no new VM have an external IP",
+            f"ask an organization policy administrator to change the policy for {PROJECT}",
+        ),
+        (
+            "untrusted-image-project",
+            "✗ org policies: compute.trustedImageProjects does not trust "
+            "projects/deeplearning-platform-release",
+            f"ask an organization policy administrator to change the policy for {PROJECT}",
         ),
         (
             "default-account",
@@ -258,3 +283,25 @@ def test_without_credentials_the_fix_is_said_once_and_every_unasked_check_is_lis
     names = [line.removeprefix("- ").split(":")[0] for line in not_run]
     assert names[:2] == ["project", "Compute API"] and "GPU quota" in names
     assert any(name.startswith("permissions") for name in names)
+
+
+def test_doctor_names_the_org_policies_it_could_not_read(project, capsys):
+    """Reading an effective org policy needs orgpolicy.policy.get: without it doctor says
+    which constraints it could not read, and how to be able to, without a cross."""
+    _controller_holds(
+        project,
+        set(PREDEFINED_ROLES["roles/compute.instanceAdmin.v1"])
+        | _POLICY_READER
+        | {"iam.serviceAccounts.actAs"},
+    )
+    code, ticks, crosses = doctor(capsys)
+    assert code == 0 and crosses == []
+    (line,) = [t for t in ticks if t.startswith("✓ org policies")]
+    for constraint in (
+        "compute.vmExternalIpAccess",
+        "compute.skipDefaultNetworkCreation",
+        "compute.trustedImageProjects",
+        "iam.disableServiceAccountCreation",
+    ):
+        assert constraint in line.split("could not read ", 1)[1]
+    assert "orgpolicy.policy.get" in line and "roles/orgpolicy.policyViewer" in line

@@ -4,6 +4,7 @@ VM: tests/e2e/test_hostile_vm.py."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -22,6 +23,7 @@ from tests.fakes.iam_server import FakeIamServer
 
 pytestmark = pytest.mark.timeout(120)
 PROJECT = "bench-test-project"
+RUNS = "bench/runs/"  # the runs folder under BenchConfig's default prefix
 ACCOUNT = f"bench-vm@{PROJECT}.iam.gserviceaccount.com"
 SIGNER = f"bench-signer@{PROJECT}.iam.gserviceaccount.com"
 
@@ -34,6 +36,7 @@ def test_setup_prints_one_checkable_gcloud_line_per_step(bench_env, capsys, monk
     commands = [line for line in lines if line.startswith("gcloud ")]
     assert [c.split()[1:3] for c in commands] == [
         ["storage", "buckets"],
+        ["storage", "buckets"],
         ["iam", "service-accounts"],
         ["iam", "service-accounts"],
         ["iam", "roles"],
@@ -43,7 +46,16 @@ def test_setup_prints_one_checkable_gcloud_line_per_step(bench_env, capsys, monk
         ["iam", "roles"],
         ["projects", "add-iam-policy-binding"],
     ]
-    vm, signer, writer, runs, reader, cache, deleter, delete = commands[1:]
+    lifecycle, vm, signer, writer, runs, reader, cache, deleter, delete = commands[1:]
+    # runs/ is not kept for ever: setup says for how long, and how to change it.
+    assert lifecycle == (
+        "gcloud storage buckets update gs://my-bench-results --lifecycle-file=bench-lifecycle.json"
+    )
+    out = "\n".join(lines)
+    assert "each object under bench/runs/ (a run's payload and results) is deleted 30 days" in out
+    assert "runs_retention_days = 30 in bench.toml" in out
+    rule = {"action": {"type": "Delete"}, "condition": {"age": 30, "matchesPrefix": [RUNS]}}
+    assert f"bench-lifecycle.json holds {json.dumps({'rule': [rule]})}" in out
     assert "create bench-vm " in vm and "create bench-signer " in signer
     perms = "--permissions=storage.objects.create,storage.objects.delete,storage.objects.get "
     assert perms in writer and "storage.objects.list" not in writer
@@ -213,3 +225,42 @@ def test_apply_creates_its_bucket_with_uniform_access(iam):
         client_options={"api_endpoint": iam.proxy.endpoint},
     )
     assert client.get_bucket(iam.bucket).iam_configuration.uniform_bucket_level_access_enabled
+
+
+def test_apply_sets_the_runs_lifecycle_rule_keeps_other_rules_and_follows_the_setting(
+    iam, capsys, monkeypatch
+):
+    """Objects under <prefix>/runs/ are deleted runs_retention_days (30) days after they were
+    written (https://cloud.google.com/storage/docs/lifecycle); the bucket proxy keeps the
+    lifecycle configuration as buckets.patch sets it (fake-gcs-server drops it)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    assert main(["setup", "--apply"]) == 0
+    out = capsys.readouterr().out
+    assert "each object under bench/runs/ (a run's payload and results) is deleted 30 days" in out
+    rule = {"action": {"type": "Delete"}, "condition": {"age": 30, "matchesPrefix": [RUNS]}}
+    assert iam.proxy.lifecycle[iam.bucket] == {"rule": [rule]}
+    client = storage.Client(
+        project=PROJECT,
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": iam.proxy.endpoint},
+    )
+    bucket = client.get_bucket(iam.bucket)
+    assert [dict(r) for r in bucket.lifecycle_rules] == [rule]
+    # The owner's own rule stays; a second setup changes nothing; another setting replaces
+    # bench's rule, not theirs.
+    theirs = {"action": {"type": "Delete"}, "condition": {"age": 400, "matchesPrefix": ["x/"]}}
+    bucket.lifecycle_rules = [rule, theirs]
+    bucket.patch()
+    assert main(["setup", "--apply"]) == 0
+    assert "set already" in capsys.readouterr().out
+    monkeypatch.setenv("BENCH_RUNS_RETENTION_DAYS", "7")
+    assert main(["setup", "--apply"]) == 0
+    assert "deleted 7 days after it was written" in capsys.readouterr().out
+    week = {"action": {"type": "Delete"}, "condition": {"age": 7, "matchesPrefix": [RUNS]}}
+    assert iam.proxy.lifecycle[iam.bucket] == {"rule": [theirs, week]}
+    # Cloud Storage refuses a rule with no condition (the proxy as well).
+    bucket.lifecycle_rules = [{"action": {"type": "Delete"}, "condition": {}}]
+    with pytest.raises(Exception, match="400"):
+        bucket.patch()

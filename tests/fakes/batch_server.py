@@ -14,6 +14,24 @@ request, as the API answers; 500 for an answer: a stand-in bug) and fails the te
 Jobs run their task as batch_tasks.py says (the script in a VmSandbox, with a metadata
 server for its token and machine facts). Faults: `stockout(region)`, `preempt(job_id,
 after_s)`, `fail_delete(job_id)`.
+
+IAM, as the compute stand-in checks it: a request without Authorization is the controller
+(`iam_policy.CONTROLLER_MEMBER`, a new project's owner), one with `Bearer fake-token-<VM>` is
+that job VM's service account; each needs its method's permission under the project's policy
+(`self.iam`, the compute stand-in's `ProjectIam` or the IAM stand-in: the `batch` fixture
+shares one), conditions evaluated (iam_policy.py). The methods' permissions are their
+reference pages' (https://cloud.google.com/batch/docs/reference/rest/v1/projects.locations.jobs/create
+and the others: batch.jobs.create, .get, .list, .delete, batch.tasks.list,
+batch.locations.list); creating a job also needs iam.serviceAccounts.actAs on the job's
+service account, "Service Account User (roles/iam.serviceAccountUser) on the job's service
+account" (https://cloud.google.com/batch/docs/create-run-job-custom-service-account). A
+refusal is 403 PERMISSION_DENIED, the API's answer to a missing permission
+(https://cloud.google.com/apis/design/errors#handling_errors). A job's VM runs as the job's
+`allocationPolicy.serviceAccount` (the project's Compute Engine default account when none is
+named) with the scopes the job names and cloud-platform, "added by default"
+(ServiceAccount.scopes,
+https://cloud.google.com/dotnet/docs/reference/Google.Cloud.Batch.V1/2.7.0/Google.Cloud.Batch.V1.ServiceAccount);
+`identity_of_token` tells the bucket proxy (gcs_proxy.py) who a VM's token is.
 """
 
 from __future__ import annotations
@@ -27,9 +45,11 @@ from typing import Any
 
 from ..limits import HANG_SECONDS
 from . import discovery
-from .batch_tasks import FakeJob, TaskRunner, now_rfc3339
+from .batch_tasks import FakeJob, TaskRunner, now_rfc3339, vm_account
+from .compute_server import ProjectIam
 from .http_base import JsonHandler, LoopbackStandIn
-from .metadata_server import MetadataServer
+from .iam_policy import CONTROLLER_MEMBER, Resource, allows, predefined_or
+from .metadata_server import VM_TOKEN_PREFIX, MetadataServer, TokenIdentity
 from .peer_process import session_of_peer
 
 _JOBS = re.compile(r"^/v1/projects/(?P<p>[^/]+)/locations/(?P<l>[^/]+)/jobs$")
@@ -71,6 +91,23 @@ class BatchApiError(Exception):
 
 def _bad(message: str) -> BatchApiError:
     return BatchApiError(400, "INVALID_ARGUMENT", message)
+
+
+# Each method's IAM permission (its reference page).
+PERMISSIONS = {
+    "projects.locations.list": "batch.locations.list",
+    "projects.locations.jobs.create": "batch.jobs.create",
+    "projects.locations.jobs.list": "batch.jobs.list",
+    "projects.locations.jobs.get": "batch.jobs.get",
+    "projects.locations.jobs.delete": "batch.jobs.delete",
+    "projects.locations.jobs.taskGroups.tasks.list": "batch.tasks.list",
+}
+
+
+def _refused(permission: str, resource: str) -> BatchApiError:
+    return BatchApiError(
+        403, "PERMISSION_DENIED", f"Permission '{permission}' denied on '{resource}'"
+    )
 
 
 def check_create(job: dict[str, Any], region: str) -> None:
@@ -130,6 +167,11 @@ class _BatchHandler(JsonHandler):
         except discovery.DiscoveryError as e:
             server.schema_violations.append(f"request {name}: {e}")
             raise _bad(str(e)) from e
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        resource = self.url_path[len("/v1/") :]
+        if name == "projects.locations.jobs.create":
+            resource = f"{resource}/{self.query.get('jobId', '')}"
+        server.authorize(name, resource, body, token)
 
     def _route(self, server: FakeBatchServer) -> tuple[str, int, Any]:
         path, verb = self.url_path, self.command
@@ -205,6 +247,10 @@ class FakeBatchServer(LoopbackStandIn):
         self._request_ids: dict[str, str] = {}
         self.sandbox_root = tempfile.mkdtemp(prefix="fake-batch-")
         self.metadata = MetadataServer(self)
+        # The project IAM every call is authorized against (iam_policy.py).
+        self.iam = ProjectIam()
+        self.denied: list[tuple[str, str, str]] = []  # (member, permission, resource)
+        self.bucket_proxy: Any = None  # the `batch` fixture's GcsIamProxy
 
     def start(self) -> FakeBatchServer:
         self.metadata.start()
@@ -221,6 +267,44 @@ class FakeBatchServer(LoopbackStandIn):
     @property
     def metadata_url(self) -> str:
         return self.metadata.url
+
+    # -- IAM -----------------------------------------------------------------------------
+
+    def authorize(self, method: str, resource: str, body: Any, token: str) -> None:
+        """The caller needs the method's permission on the project's policy (a job's own
+        for a job, the project for a list), and a create actAs on the job's account."""
+        project = resource.split("/")[1]
+        job = re.match(r"^projects/[^/]+/locations/[^/]+/jobs/[^/]+", resource)
+        on = Resource("batch.googleapis.com/Job", job[0]) if job else None
+        on = on or Resource("cloudresourcemanager.googleapis.com/Project", f"projects/{project}")
+        member = CONTROLLER_MEMBER
+        if token.startswith(VM_TOKEN_PREFIX):
+            identity = self.identity_of_token(token)
+            if identity is None:
+                raise BatchApiError(401, "UNAUTHENTICATED", "Request had invalid credentials.")
+            member = f"serviceAccount:{identity.email}"  # its scopes hold cloud-platform
+        needs = [(PERMISSIONS[method], on)]
+        if method == "projects.locations.jobs.create":
+            email = vm_account(project, body or {})["email"]
+            account = Resource(
+                "iam.googleapis.com/ServiceAccount", f"projects/{project}/serviceAccounts/{email}"
+            )
+            needs.append(("iam.serviceAccounts.actAs", account))
+        bindings = self.iam.policy(project).get("bindings", [])
+        roles = predefined_or(self.iam.roles)
+        for permission, on in needs:
+            if not allows(bindings, roles, member, permission, on):
+                self.denied.append((member, permission, on.name))
+                raise _refused(permission, on.name)
+
+    def identity_of_token(self, token: str) -> TokenIdentity | None:
+        """Who a job VM's token is: the job's account with its scopes; None for no live VM."""
+        name = token.removeprefix(VM_TOKEN_PREFIX)
+        vm = next((vm for vm in self._vms() if vm.name == name), None)
+        if vm is None:
+            return None
+        account = vm.sent["serviceAccounts"][0]
+        return TokenIdentity(account["email"], frozenset(account["scopes"]))
 
     # -- faults --------------------------------------------------------------------------
 

@@ -47,6 +47,20 @@ PREEMPTED, MAX_RUN_DURATION_EXCEEDED, VM_RECREATED = 50001, 50005, 50006
 _ids = itertools.count(1)
 
 
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+def vm_account(project: str, job_body: dict[str, Any]) -> dict[str, Any]:
+    """The service account a job's VMs run as, with the scopes their token carries: those the
+    job names and cloud-platform, which Batch adds."""
+    from .compute_state import project_number
+
+    named = (job_body.get("allocationPolicy") or {}).get("serviceAccount") or {}
+    email = named.get("email") or f"{project_number(project)}-compute@developer.gserviceaccount.com"
+    scopes = [*(named.get("scopes") or []), CLOUD_PLATFORM_SCOPE]
+    return {"email": email, "scopes": list(dict.fromkeys(scopes))}
+
+
 def now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -212,7 +226,7 @@ class TaskRunner:
             sent={
                 "machineType": policy["machineType"],
                 "scheduling": {"provisioningModel": policy.get("provisioningModel", "STANDARD")},
-                "serviceAccounts": [job.body["allocationPolicy"].get("serviceAccount") or {}],
+                "serviceAccounts": [vm_account(server.project, job.body)],
             },
         )
         if job.task_state == "PENDING":  # a retry: a new VM is assigned

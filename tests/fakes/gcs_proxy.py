@@ -27,6 +27,15 @@ fake-gcs-server accepts every request and has no IAM. This proxy:
   bucket-level access" (https://cloud.google.com/storage/docs/access-control/iam#conditions,
   read 2026-11-29): a setIamPolicy with a condition on a bucket without
   it is answered 400.
+- keeps each bucket's lifecycle configuration, which fake-gcs-server drops: a buckets.patch
+  body's `lifecycle` (checked against the storage v1 discovery document's Bucket schema) is
+  stored and shown in buckets.get. As the JSON API documents a rule
+  (https://cloud.google.com/storage/docs/json_api/v1/buckets, Bucket.lifecycle.rule[]: "only
+  Delete, SetStorageClass, and AbortIncompleteMultipartUpload are supported"; a rule is "an
+  action to take and the condition(s) under which the action will be taken";
+  https://cloud.google.com/storage/docs/lifecycle#conditions: age is a number of days, not
+  negative), a rule without one of those actions or without a condition, or with a negative
+  age, is answered 400.
 
 Which permission a request needs, as documented at
 https://cloud.google.com/storage/docs/json_api/v1/objects (each method's "Authorization"
@@ -141,6 +150,9 @@ class _ProxyHandler(JsonHandler):
         if bucket and self.command == "GET" and identity is None:
             self._bucket_resource(proxy, bucket["bucket"])
             return
+        if bucket and self.command == "PATCH" and identity is None:
+            self._patch_bucket(proxy, bucket["bucket"])
+            return
         if identity is not None:
             account, member = identity.email, f"serviceAccount:{identity.email}"
             method, needs = self._call(proxy)
@@ -250,7 +262,37 @@ class _ProxyHandler(JsonHandler):
         iam_configuration = resource.setdefault("iamConfiguration", {})
         iam_configuration["uniformBucketLevelAccess"] = {"enabled": enabled}
         iam_configuration["bucketPolicyOnly"] = {"enabled": enabled}
+        if bucket in proxy.lifecycle:
+            resource["lifecycle"] = proxy.lifecycle[bucket]
         self.reply_json(200, resource)
+
+    def _patch_bucket(self, proxy: GcsIamProxy, bucket: str) -> None:
+        """buckets.patch: the lifecycle configuration is kept here, the rest forwarded."""
+        body = self.json_body()
+        query = {k: v for k, v in self.query.items() if k not in ("alt", "prettyPrint")}
+        try:
+            discovery.validate_call("storage", "v1", "buckets.patch", query, body)
+            problem = _lifecycle_problem(body.get("lifecycle"))
+        except discovery.DiscoveryError as e:
+            proxy.schema_violations.append(f"request buckets.patch: {e}")
+            problem = str(e)
+        if problem:
+            self.reply_json(400, {"error": {"code": 400, "message": problem}})
+            return
+        rest = {k: v for k, v in body.items() if k != "lifecycle"}
+        status, _, answer = proxy.upstream_request(
+            "PATCH" if rest else "GET",
+            f"/storage/v1/b/{bucket}",
+            json.dumps(rest).encode() if rest else b"",
+            {"Content-Type": "application/json"},
+        )
+        if status != 200:
+            self.reply(status, answer, "application/json")
+            return
+        if "lifecycle" in body:
+            proxy.lifecycle[bucket] = body["lifecycle"] or {}
+        self.path = f"/storage/v1/b/{bucket}"
+        self._bucket_resource(proxy, bucket)
 
     def _set_policy(self, proxy: GcsIamProxy, bucket: str) -> None:
         """buckets.setIamPolicy: the policy's bindings become the proxy's."""
@@ -300,6 +342,23 @@ class _ProxyHandler(JsonHandler):
             self.wfile.write(body)
 
 
+_LIFECYCLE_ACTIONS = ("Delete", "SetStorageClass", "AbortIncompleteMultipartUpload")
+
+
+def _lifecycle_problem(lifecycle: Any) -> str | None:
+    """Why Cloud Storage would refuse this lifecycle configuration, or None."""
+    for rule in (lifecycle or {}).get("rule") or []:
+        action = (rule.get("action") or {}).get("type")
+        if action not in _LIFECYCLE_ACTIONS:
+            return f"Invalid lifecycle action type {action!r}"
+        condition = rule.get("condition") or {}
+        if not condition:
+            return "A lifecycle rule needs at least one condition"
+        if condition.get("age", 0) < 0:
+            return "The age of a lifecycle condition must not be negative"
+    return None
+
+
 class GcsIamProxy(LoopbackStandIn):
     """The proxy on its own loopback port; `endpoint` replaces fake-gcs-server's."""
 
@@ -328,6 +387,8 @@ class GcsIamProxy(LoopbackStandIn):
         self.etag = 1
         # Uniform bucket-level access of each bucket created through the proxy.
         self.uniform_access: dict[str, bool] = {}
+        # Each bucket's lifecycle configuration (Bucket.lifecycle), as buckets.patch set it.
+        self.lifecycle: dict[str, dict[str, Any]] = {}
         self.denied: list[tuple[str, str, str]] = []  # (account, method, path) refused
         # Those of `denied` refused for the token's access scopes, before IAM was asked.
         self.denied_for_scope: list[tuple[str, str, str]] = []

@@ -62,6 +62,15 @@ PREDEFINED_ROLES: dict[str, Collection[str]] = {
     "roles/storage.legacyObjectReader": {"storage.objects.get"},
     "roles/owner": _Everything(),
     "roles/compute.instanceAdmin.v1": _INSTANCE_ADMIN,
+    # Batch's roles, as far as bench uses them
+    # (https://cloud.google.com/iam/docs/roles-permissions/batch).
+    "roles/batch.jobsEditor": {
+        *(f"batch.jobs.{verb}" for verb in ("create", "delete", "get", "list", "update")),
+        *("batch.tasks.get", "batch.tasks.list", "batch.locations.get", "batch.locations.list"),
+        *("batch.operations.get", "batch.operations.list"),
+    },
+    "roles/batch.agentReporter": {"batch.states.report"},
+    "roles/logging.logWriter": {"logging.logEntries.create"},
     "roles/iam.serviceAccountUser": {
         "iam.serviceAccounts.actAs",
         "iam.serviceAccounts.get",

@@ -13,6 +13,8 @@
                                          cloudresourcemanager projects.testIamPermissions
   POST /v1/projects/-/serviceAccounts/{email}:signBlob
                                          iamcredentials projects.serviceAccounts.signBlob
+  POST /v1/projects/{p}:getEffectiveOrgPolicy
+                                         cloudresourcemanager (v1) projects.getEffectiveOrgPolicy
 
 Rules, as documented: creating what exists answers 409 ALREADY_EXISTS
 (https://cloud.google.com/iam/docs/service-accounts-create,
@@ -40,6 +42,12 @@ https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/sig
 signature is RSASSA-PKCS1-v1_5 over SHA-256, what a V4 signature is
 (https://cloud.google.com/storage/docs/authentication/signatures); `public_key(email)` is the
 key Google publishes for it, for the bucket proxy to verify with.
+
+getEffectiveOrgPolicy answers the OrgPolicy a test set in `org_policies[(project,
+constraint)]`, else one naming the constraint alone: no policy set anywhere, the
+constraint's default (https://cloud.google.com/resource-manager/reference/rest/v1/projects/getEffectiveOrgPolicy).
+The caller needs orgpolicy.policy.get on the project, as roles/orgpolicy.policyViewer holds
+it (https://cloud.google.com/iam/docs/roles-permissions/orgpolicy); a project's owner does.
 """
 
 from __future__ import annotations
@@ -88,6 +96,13 @@ _ROUTES = [
         "iam",
         "v1",
         "projects.roles.patch",
+    ),
+    (
+        "POST",
+        r"^/v1/projects/(?P<p>[^/:]+):getEffectiveOrgPolicy$",
+        "cloudresourcemanager",
+        "v1",
+        "projects.getEffectiveOrgPolicy",
     ),
     (
         "POST",
@@ -160,6 +175,8 @@ class FakeIamServer(LoopbackStandIn):
         self.accounts: dict[str, dict[str, Any]] = {}  # email -> ServiceAccount
         self.roles: dict[str, dict[str, Any]] = {}  # projects/p/roles/id -> Role
         self.policies: dict[str, dict[str, Any]] = {}  # project -> Policy
+        # (project, constraint) -> the effective OrgPolicy getEffectiveOrgPolicy answers.
+        self.org_policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, Any]] = []
         self.unusable_uses = unusable_uses
         self.refused_uses: dict[str, int] = {}  # email -> uses refused while propagating
@@ -238,6 +255,10 @@ class FakeIamServer(LoopbackStandIn):
             return self._test(project, resource, body)
         if name == "projects.testIamPermissions":
             return self._test(project, Resource(_PROJECT, f"projects/{project}"), body)
+        if name == "projects.getEffectiveOrgPolicy":
+            self._require(project, "orgpolicy.policy.get")
+            constraint = body["constraint"]
+            return self.org_policies.get((project, constraint), {"constraint": constraint})
         if name in ("projects.roles.create", "projects.roles.get", "projects.roles.patch"):
             return self._role(name, project, p.get("id") or body.get("roleId"), body)
         self._require(project, f"resourcemanager.{name}")

@@ -10,11 +10,18 @@ import pytest
 
 from orchestrator.backends.batch.adaptor import batch_v1
 from orchestrator.backends.batch.backend import _STATES, BatchBackend
-from orchestrator.backends.batch.doctor import job_rights_check, vm_roles_check
+from orchestrator.backends.batch.builder import build_job
+from orchestrator.backends.batch.doctor import (
+    default_account_check,
+    job_rights_check,
+    vm_roles_check,
+)
 from orchestrator.backends.batch.iam import JOB_PERMISSIONS, VM_ROLES
 from orchestrator.backends.batch.money import attempt_seconds, plan_attempts
 from orchestrator.backends.gce import pricing
 from orchestrator.config import BenchConfig
+from orchestrator.errors import ConfigError
+from tests.unit.test_gce_builder import make_spec
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 ACCOUNT = "bench-vm@my-project-1.iam.gserviceaccount.com"
@@ -88,3 +95,42 @@ def test_the_terms_prices_shows_are_the_plan_launch_configures():
     # machine and GPUs priced at on-demand in the worst case: spot prices may change daily).
     assert terms.summary.startswith("4 attempts of ≤ 7m04s each (maxRunDuration; 3 retries")
     assert f"({rate.region}, the dearest allowed region)" in terms.summary
+
+
+def test_a_job_runs_as_bench_s_own_account_with_storage_scope_never_the_default_account():
+    """Batch adds the cloud-platform scope to a job's VM (builder.JOB_SCOPES): with the
+    project's default account (Editor, on most projects) a run's code could reach the whole
+    project, so no job is built for it, and doctor fails it."""
+    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    attempts = plan_attempts(1.0, rate, 214, 3600)
+    with pytest.raises(ConfigError, match="bench's own service account only"):
+        build_job(make_spec(backend="batch"), BenchConfig(), "true", 50, attempts)
+    assert not default_account_check().ok
+    job = build_job(
+        make_spec(backend="batch"), BenchConfig(service_account=ACCOUNT), "true", 50, attempts
+    )
+    assert job.allocation_policy.service_account.email == ACCOUNT
+    assert list(job.allocation_policy.service_account.scopes) == [
+        "https://www.googleapis.com/auth/devstorage.read_only"
+    ]
+    assert job.allocation_policy.instances[0].install_gpu_drivers is False
+
+
+def test_doctor_fails_a_batch_vm_account_holding_any_role_but_bench_s():
+    member = f"serviceAccount:{ACCOUNT}"
+    bench_roles = [
+        *({"role": role, "members": [member]} for role in VM_ROLES),
+        {
+            "role": "projects/my-project-1/roles/benchSelfDelete",
+            "members": [member],
+            "condition": {"title": "bench instances only", "expression": "true"},
+        },
+    ]
+    assert vm_roles_check("my-project-1", ACCOUNT, {"bindings": bench_roles}).ok
+    policy = {"bindings": [*bench_roles, {"role": "roles/editor", "members": [member]}]}
+    check = vm_roles_check("my-project-1", ACCOUNT, policy)
+    assert not check.ok and "roles/editor" in check.detail and "cloud-platform" in check.detail
+    assert check.fix == (
+        f"gcloud projects remove-iam-policy-binding my-project-1 --member={member} "
+        "--role=roles/editor --all"
+    )

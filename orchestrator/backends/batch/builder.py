@@ -4,7 +4,8 @@ Field by field (https://cloud.google.com/batch/docs/reference/rest/v1/projects.l
 one task group ("Only one TaskGroup is supported now") of one task; the machine shape, the
 accelerator, spot provisioning, installGpuDrivers and the boot image are the instance policy;
 allowedLocations are the configured zones of the job's region; labels go on the job and,
-through allocationPolicy.labels, on the VMs. Nothing here talks to the network.
+through allocationPolicy.labels, on the VMs; the VMs' account is named, with its scopes.
+Nothing here talks to the network.
 """
 
 from __future__ import annotations
@@ -15,14 +16,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from orchestrator.backends.batch.adaptor import batch_v1
+from orchestrator.backends.batch.iam import job_account
 from orchestrator.backends.batch.money import AttemptPlan
-from orchestrator.backends.gce.builder import (
-    _require_name,
-    run_labels,
-    vm_may_delete_itself,
-)
+from orchestrator.backends.gce.builder import STORAGE_SCOPE, _require_name, run_labels
 from orchestrator.config import region_of
-from orchestrator.errors import UsageError
+from orchestrator.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
     from google.cloud.batch_v1 import Job
@@ -41,6 +39,27 @@ RETRIED_EXIT_CODES = (50001, 50006)
 # retry to come leaves the manifest, the commit marker, to that retry).
 RETRIES_VARIABLE = "BENCH_BATCH_MAX_RETRIES"
 BOOT_DISK_TYPE = "pd-balanced"
+# The scopes the job names for its VM's account: the storage-only one a gce VM of the default
+# account gets (its token reads the build cache; a run's own objects go through its signed
+# grants). They narrow nothing on Batch: the VM gets "the cloud-platform API scope that will
+# be added by default" beside them (ServiceAccount.scopes in the client libraries' reference,
+# https://cloud.google.com/dotnet/docs/reference/Google.Cloud.Batch.V1/2.7.0/Google.Cloud.Batch.V1.ServiceAccount;
+# the batch v1 discovery document's text, "List of scopes to be enabled for this service
+# account", no longer says which are added, so bench takes the wider reading). A Batch VM can
+# therefore use every role its account holds: Batch runs as bench's own account alone, whose
+# roles `bench doctor` checks are bench's and no others (doctor.py), never as the project's
+# default account (Editor on most projects).
+JOB_SCOPES = (STORAGE_SCOPE,)
+ADDED_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+# The boot image is the configured one, a Deep Learning VM family with the NVIDIA driver in
+# it (DEFAULT_IMAGE_FAMILY: ...-nvidia-580), as on gce; so Batch is not asked to install a
+# driver. installGpuDrivers "fetch[es] drivers from a third party location and install[s]
+# them" by GoogleCloudPlatform/compute-gpu-installation's install_gpu_driver.py, "Default is
+# false" (InstancePolicyOrTemplate.installGpuDrivers, batch v1 discovery document); the
+# page on GPU jobs leaves it off where the image brings its driver
+# (https://cloud.google.com/batch/docs/create-run-job-gpus). Asked on an image that has one,
+# what it does is not documented, and it adds an unbounded install before the task starts.
+INSTALL_GPU_DRIVERS = False
 
 
 def job_region(config: BenchConfig) -> str:
@@ -74,6 +93,22 @@ def queue_minutes(labels: Mapping[str, str], default: float) -> float:
     anything but 1 to 8 digits means `default`)."""
     value = labels.get(QUEUE_SECONDS_LABEL, "")
     return int(value) / 60 if re.fullmatch(r"[0-9]{1,8}", value) and int(value) else default
+
+
+def job_service_account(config: BenchConfig) -> batch_v1.ServiceAccount:
+    """The job's VM account, named with its scopes; ConfigError with the default account,
+    which Batch would give the cloud-platform scope with the project's broad roles."""
+    account = job_account(config)
+    if account is None:
+        raise ConfigError(
+            "the batch backend runs its VMs as bench's own service account only: Batch gives "
+            "a job's VM the cloud-platform scope, so with the project's default account "
+            '(service_account = "default", Editor on most projects) a run\'s code could '
+            "reach the whole project. Run `bench setup --apply` and set service_account to "
+            "the account it creates (bench-vm@PROJECT.iam.gserviceaccount.com). Nothing "
+            "was created"
+        )
+    return batch_v1.ServiceAccount(email=account, scopes=list(JOB_SCOPES))
 
 
 def build_job(
@@ -135,15 +170,12 @@ def build_job(
         ),
         instances=[
             batch_v1.AllocationPolicy.InstancePolicyOrTemplate(
-                policy=policy, install_gpu_drivers=True
+                policy=policy, install_gpu_drivers=INSTALL_GPU_DRIVERS
             )
         ],
         labels=labels,
+        service_account=job_service_account(config),
     )
-    if vm_may_delete_itself(config):
-        # The dedicated account of `bench setup`; unset, Batch uses the project's Compute
-        # Engine default service account.
-        allocation.service_account = batch_v1.ServiceAccount(email=config.service_account)
     return batch_v1.Job(
         task_groups=[batch_v1.TaskGroup(task_count=1, parallelism=1, task_spec=task)],
         allocation_policy=allocation,

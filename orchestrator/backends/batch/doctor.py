@@ -9,14 +9,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import Check
-from orchestrator.backends.batch.builder import job_region
+from orchestrator.backends.batch.builder import ADDED_SCOPE, JOB_SCOPES, job_region
 from orchestrator.backends.batch.iam import (
     JOB_PERMISSIONS,
     JOBS_EDITOR,
     VM_ROLES,
+    extra_vm_roles,
     grant_command,
     job_account,
     missing_vm_roles,
+    remove_command,
 )
 from orchestrator.errors import BenchError
 
@@ -81,13 +83,30 @@ def job_rights_check(project: str, held: set[str]) -> Check:
 
 
 def vm_roles_check(project: str, account: str, policy: dict[str, Any]) -> Check:
+    """The job's account holds Batch's roles, and none but bench's: a Batch VM's token has
+    the cloud-platform scope, so each role of its account is the VM's (builder.JOB_SCOPES)."""
+    member = f"serviceAccount:{account}"
+    extra = extra_vm_roles(policy, project, account)
+    if extra:
+        commands = "; ".join(" ".join(remove_command(project, member, role)) for role in extra)
+        return Check(
+            "Batch VM roles",
+            False,
+            f"{account} also holds {', '.join(extra)} on {project}: Batch adds the "
+            f"cloud-platform scope to the scopes a job names ({_scopes()}), so a run's code "
+            "could use every one of them",
+            commands,
+        )
     missing = missing_vm_roles(policy, account)
     if not missing:
-        return Check("Batch VM roles", True, f"{account} holds {', '.join(VM_ROLES)} on {project}")
+        return Check(
+            "Batch VM roles",
+            True,
+            f"the job names {account} with {_scopes()}; it holds {', '.join(VM_ROLES)} on "
+            f"{project} and no role but bench's",
+        )
     why = "; ".join(f"{role}: {VM_ROLES[role]}" for role in missing)
-    commands = "; ".join(
-        " ".join(grant_command(project, f"serviceAccount:{account}", role)) for role in missing
-    )
+    commands = "; ".join(" ".join(grant_command(project, member, role)) for role in missing)
     return Check(
         "Batch VM roles",
         False,
@@ -96,11 +115,17 @@ def vm_roles_check(project: str, account: str, policy: dict[str, Any]) -> Check:
     )
 
 
+def _scopes() -> str:
+    named = ", ".join(scope.rsplit("/", 1)[-1] for scope in JOB_SCOPES)
+    return f"scope {named}, and {ADDED_SCOPE.rsplit('/', 1)[-1]} that Batch adds"
+
+
 def default_account_check() -> Check:
     return Check(
         "Batch VM roles",
-        True,
-        "the job's VMs run as the project's Compute Engine default account, whose roles bench "
-        f"does not check: it needs {' and '.join(VM_ROLES)} "
-        "(https://cloud.google.com/batch/docs/get-started#project-prerequisites)",
+        False,
+        "service_account is the project's Compute Engine default account: Batch gives a job's "
+        "VM the cloud-platform scope, so a run's code could use every role of that account "
+        "(Editor, on most projects); launch refuses it",
+        f"{SETUP_FIX}, then set service_account to the account it creates",
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.gce.builder import vm_may_delete_itself
+from orchestrator.backends.gce.iam import SELF_DELETE_ROLE_ID
 
 if TYPE_CHECKING:
     from orchestrator.config import BenchConfig
@@ -52,6 +53,31 @@ def missing_vm_roles(policy: dict[str, Any], account: str) -> list[str]:
         if member in binding.get("members", []) and not binding.get("condition")
     }
     return [role for role in VM_ROLES if role not in held]
+
+
+def extra_vm_roles(policy: dict[str, Any], project: str, account: str) -> list[str]:
+    """The roles the project's policy gives `account` beyond those bench grants it (VM_ROLES
+    and gce's self-delete role): each is a Batch VM's, whose token has the cloud-platform
+    scope (builder.JOB_SCOPES says why)."""
+    member = f"serviceAccount:{account}"
+    allowed = {*VM_ROLES, f"projects/{project}/roles/{SELF_DELETE_ROLE_ID}"}
+    held = {
+        binding.get("role", "")
+        for binding in policy.get("bindings", [])
+        if member in binding.get("members", [])
+    }
+    return sorted(held - allowed)
+
+
+def remove_command(project: str, member: str, role: str) -> list[str]:
+    """The gcloud line that takes a role (every binding of it) away from `member`
+    (https://cloud.google.com/sdk/gcloud/reference/projects/remove-iam-policy-binding)."""
+    return [
+        *("gcloud", "projects", "remove-iam-policy-binding", project),
+        f"--member={member}",
+        f"--role={role}",
+        "--all",
+    ]
 
 
 def grant_command(project: str, member: str, role: str) -> list[str]:

@@ -20,9 +20,13 @@ from orchestrator.backends.gce import pricing
 from orchestrator.errors import RefusedError
 from orchestrator.text import format_duration
 
-# Booting Batch's VM and installing the GPU driver (installGpuDrivers) bill before the task's
-# maxRunDuration starts. Google documents no bound: an allowance of bench's, like the
-# operation deadlines gce/pricing.py holds back for GCE.
+# Booting Batch's VM bills before the task's maxRunDuration starts. Priced, not enforced: an
+# allowance of bench's, like the operation deadlines gce/pricing.py holds back for GCE. Google
+# documents no bound on a VM's boot; the one it enforces on a job's VM time, "Run time
+# (duration of RUNNING job state) before automatic failure: 14 days"
+# (https://cloud.google.com/batch/quotas, Job limits), would price every attempt at two
+# weeks. The job asks for no driver install (builder.INSTALL_GPU_DRIVERS: the image has its
+# driver), which took most of the time this allowance was first made for.
 VM_SETUP_SECONDS = 600
 # Batch takes 0 to 10 retries (https://cloud.google.com/batch/docs/automate-task-retries);
 # bench asks for at most this many, fewer when the budget cannot pay for them.

@@ -26,6 +26,7 @@ from orchestrator.backends.base import (
 from orchestrator.backends.gce.adaptor import message_to_json
 from orchestrator.backends.gce.builder import (
     MANAGED_LABEL,
+    OWNER_LABEL,
     RUN_LABEL,
     build_instance,
     label_filter,
@@ -243,8 +244,9 @@ class GceBackend(ComputeEnginePricing):
         return (
             f"--allow-leftover-disk: this VM cannot delete itself (default service account): "
             f"when its run ends it powers off and its {disk_gb} GB boot disk bills "
-            f"${disk_usd_per_hour:.4f}/h until `bench fetch {run_id}`, the end of --wait or "
-            "`bench stop-all` deletes it (`bench setup --apply`: VMs that delete themselves)"
+            f"${disk_usd_per_hour:.4f}/h until `bench fetch {run_id}`, the end of --wait, your "
+            "next `bench launch` or `bench stop-all` deletes it (`bench setup --apply`: VMs "
+            "that delete themselves)"
         )
 
     def boot_disk_gb(self) -> int:
@@ -397,6 +399,7 @@ class GceBackend(ComputeEnginePricing):
                     location=zone,
                     state=instance.status,
                     rate_usd_per_hour=self._rate(zone, instance, catalog),
+                    owner=labels.get(OWNER_LABEL, ""),
                 )
             )
         return machines

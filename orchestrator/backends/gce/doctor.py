@@ -50,6 +50,7 @@ CHECKLIST = (
     "bucket",
     "VM bucket access",
     "permissions (create VMs, act as the VM account, VM self-delete)",
+    "org policies",
 )
 
 
@@ -140,6 +141,7 @@ def run_checks(
         yield storage[1]
     iam = list(_iam_checks(config, info))
     yield from iam
+    yield _org_policies(config)
     if probe:
         yield from _probe(config, api, store, [*storage, *iam], poll_seconds)
 
@@ -255,6 +257,21 @@ def _iam_checks(config: BenchConfig, info: dict[str, Any] | None) -> Iterator[Ch
             project, account, api.project_policy(), api.role(SELF_DELETE_ROLE_ID)
         ),
     )
+
+
+def _org_policies(config: BenchConfig) -> Check:
+    """Each constraint's effective policy that can be read, and why each other could not."""
+    from orchestrator.backends.gce.iam_api import IamApi
+    from orchestrator.backends.gce.org_policies import CONSTRAINTS, org_policy_check
+
+    api = IamApi(config)
+    read: dict[str, Any] = {}
+    for constraint in CONSTRAINTS:
+        try:
+            read[constraint] = api.effective_org_policy(constraint)
+        except BenchError as e:
+            read[constraint] = str(e).split(": ", 1)[-1] or type(e).__name__
+    return org_policy_check(config.project, read, config)
 
 
 def ask_iam(name: str, check: Callable[[], Check]) -> Check:

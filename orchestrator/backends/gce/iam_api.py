@@ -1,6 +1,7 @@
 """IAM v1 and Resource Manager v3 over REST (google-auth's session): the only module that
 calls them. `bench setup --apply` creates the VM account and its roles; `bench doctor` asks
-what the caller may do (testIamPermissions) and reads the project's policy.
+what the caller may do (testIamPermissions), reads the project's policy and (Resource
+Manager v1) the organization policies in effect on the project.
 
 Plain HTTP to stand-in endpoints (iam_endpoint / resourcemanager_endpoint); Application
 Default Credentials otherwise.
@@ -144,6 +145,16 @@ class IamApi:
             "POST", f"{self._crm}/v3/projects/{self.project}:setIamPolicy", {"policy": policy}
         )
         return status != 409
+
+    def effective_org_policy(self, constraint: str) -> dict[str, Any]:
+        """The project's effective policy for `constraint` (Resource Manager v1,
+        https://cloud.google.com/resource-manager/reference/rest/v1/projects/getEffectiveOrgPolicy)."""
+        _, policy = self.request(
+            "POST",
+            f"{self._crm}/v1/projects/{self.project}:getEffectiveOrgPolicy",
+            {"constraint": constraint},
+        )
+        return policy
 
 
 def _session(config: BenchConfig, endpoint: str | None = None):

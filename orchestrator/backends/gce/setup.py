@@ -5,7 +5,9 @@ line and the request `--apply` sends for it (IAM v1 and Resource Manager v3 over
 google-auth, the bucket through the Storage client). What it creates, so that code on a
 run's VM (a stranger's pull request, in CI) touches only its own run (docs/security.md):
 
-1. the bucket (uniform bucket-level access, which IAM conditions need);
+1. the bucket (uniform bucket-level access, which IAM conditions need), with a lifecycle
+   rule that deletes each object under `<prefix>/runs/` `runs_retention_days` (30) days after
+   it was written: payloads and results are not kept, and billed, for ever;
 2. a service account for bench VMs, `bench-vm@<project>.iam.gserviceaccount.com`, and one
    that signs each run's grants, `bench-signer@<project>.iam.gserviceaccount.com`;
 3. a custom role holding storage.objects.get/create/delete (never list), granted to the
@@ -32,6 +34,7 @@ and each run's VM deletes itself when done.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -72,7 +75,38 @@ def signer_account_email(project: str) -> str:
     return f"{SIGNER_ACCOUNT_ID}@{project}.iam.gserviceaccount.com"
 
 
-def setup_steps(project: str, bucket: str, region: str, prefix: str = "") -> list[SetupStep]:
+# The file the printed lifecycle command reads (gcloud takes the configuration from a file).
+LIFECYCLE_FILE = "bench-lifecycle.json"
+
+
+def runs_lifecycle_rule(prefix: str, days: int) -> dict[str, Any]:
+    """Delete an object under <prefix>/runs/ `days` days after it was created: the Delete
+    action with the `age` and `matchesPrefix` conditions
+    (https://cloud.google.com/storage/docs/lifecycle#age,
+    https://cloud.google.com/storage/docs/lifecycle#matchesprefix-suffix). cache/ is kept."""
+    runs = "/".join(part for part in (prefix.strip("/"), "runs") if part) + "/"
+    return {"action": {"type": "Delete"}, "condition": {"age": days, "matchesPrefix": [runs]}}
+
+
+def lifecycle_step(bucket: str, prefix: str, days: int) -> SetupStep:
+    rule = runs_lifecycle_rule(prefix, days)
+    (runs,) = rule["condition"]["matchesPrefix"]
+    return SetupStep(
+        f"a lifecycle rule on gs://{bucket}: each object under {runs} (a run's payload and "
+        f"results) is deleted {days} days after it was written (runs_retention_days = {days} "
+        f"in bench.toml changes it); {LIFECYCLE_FILE} holds {json.dumps({'rule': [rule]})} "
+        "(gcloud replaces the bucket's rules with the file's; --apply keeps the others)",
+        [
+            *("gcloud", "storage", "buckets", "update", f"gs://{bucket}"),
+            f"--lifecycle-file={LIFECYCLE_FILE}",
+        ],
+        lambda c: c.keep_lifecycle_rule(rule),
+    )
+
+
+def setup_steps(
+    project: str, bucket: str, region: str, prefix: str = "", retention_days: int = 30
+) -> list[SetupStep]:
     email = vm_account_email(project)
     member = f"serviceAccount:{email}"
     signer = signer_account_email(project)
@@ -94,6 +128,7 @@ def setup_steps(project: str, bucket: str, region: str, prefix: str = "") -> lis
             ],
             lambda c: c.create_bucket(region),
         ),
+        lifecycle_step(bucket, prefix, retention_days),
         SetupStep(
             f"service account {email} for bench VMs",
             [
@@ -192,6 +227,9 @@ class SetupClient:
             "again. Nothing after the bucket step was done"
         )
 
+    def keep_lifecycle_rule(self, rule: dict[str, Any]) -> str:
+        return "set" if self.store.keep_lifecycle_rule(rule) else "set already"
+
     def create_account(self, account_id: str = VM_ACCOUNT_ID, title: str = "bench VMs") -> str:
         created = self.api.create_account(account_id, title)
         return "created" if created else "exists already"
@@ -238,7 +276,13 @@ class SetupClient:
 
 
 def setup_steps_for(config: BenchConfig) -> list[SetupStep]:
-    return setup_steps(config.project, config.bucket, region_of(config.zones[0]), config.prefix)
+    return setup_steps(
+        config.project,
+        config.bucket,
+        region_of(config.zones[0]),
+        config.prefix,
+        config.runs_retention_days,
+    )
 
 
 def setup_followups(config: BenchConfig) -> list[str]:
