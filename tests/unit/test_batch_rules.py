@@ -101,7 +101,7 @@ def test_a_job_runs_as_bench_s_own_account_with_storage_scope_never_the_default_
     """Batch adds the cloud-platform scope to a job's VM (builder.JOB_SCOPES): with the
     project's default account (Editor, on most projects) a run's code could reach the whole
     project, so no job is built for it, and doctor fails it."""
-    rate = budget.hourly_rate(BenchConfig(), spot=True)
+    rate = pricing.hourly_rate(BenchConfig(), spot=True)
     attempts = plan_attempts(1.0, rate, 214, 3600)
     with pytest.raises(ConfigError, match="bench's own service account only"):
         build_job(make_spec(backend="batch"), BenchConfig(), "true", 50, attempts)

@@ -264,6 +264,13 @@ class FailingGceBackend:
     def refuse_leftovers(self) -> None:
         """Its VMs delete themselves: what this test counts is the failed start."""
 
+    def powered_off(self) -> list:
+        """No leftover VM of an earlier launch for the launch to delete."""
+        return []
+
+    def stop(self, machines: list) -> list:
+        return list(machines)
+
     def leftover_note(
         self, run_id: str, disk_usd_per_hour: float, disk_gb: int, cap_seconds: int, most_usd: float
     ) -> None:
