@@ -195,8 +195,229 @@ struct ProducerRefill {
     __device__ __forceinline__ void v_done(int) const {}
 };
 
+// The steps of consume_tile on one consumer warpgroup's tile, each force-inlined: score_tile,
+// the releases, the Q wait, S_0, each key tile's S_j with P_{j-1} V_{j-1}, the last P V, the
+// key tiles past this warpgroup's rows, the output. They work on consume_tile's own state,
+// held by reference as the lambdas before them did (the scores, `correction` and P's buffers
+// are passed in). The tile is passed in too: held here, it changed the order of the tile loop's
+// values in the non-causal kernels' PTX and so ptxas's register choice (the SASS of the shipped
+// units is the lambdas', byte for byte: tools/flash_attention/sass_identity.py).
+template <typename T, bool Causal, typename Refill>
+struct TileSteps {
+    using Elem = typename T::Elem;
+    using Choices = Sm90Choices<T, Causal>;
+    static constexpr int S = T::kStages;
+    // P as P V's A fragments: one buffer, or two (Choices::kTwoP) taken in turns.
+    static constexpr int kPBuffers = Choices::kTwoP ? 2 : 1;
+    using PFragments = uint32_t[T::kBlockN / 16][4];
+
+    const FlashFwdParams& p;
+    const Sm90Smem<T>& sm;
+    const RingPosition& ring;
+    const QPosition<T>& q;
+    const Pingpong<T::kConsumerWarpgroups>& turns;
+    const Refill& refill;
+    const int &consumer_warp, &lane, &consumer_wg, &n_blocks, &m0, &causal_offset;
+    const float& scale_log2;
+    const Sm90Descriptors& desc;
+    const int& q_stage;
+    float (&o_acc)[1][T::kDTiles][4];
+    float (&l_acc)[1][1][4];
+    OnlineSoftmax<1>& softmax;
+
+    // Masks tile j's raw scores where needed and folds them into the softmax state; whether
+    // the reference max moved (O then needs `correction`).
+    __device__ __forceinline__ bool score_tile(float (&s)[1][T::kNTiles][4], int j,
+                                               float (&correction)[1][2]) const {
+        const int n0 = j * T::kBlockN;
+        const bool tail = n0 + T::kBlockN > p.seqlen_k;
+        const bool diagonal = Causal && n0 + T::kBlockN - 1 > m0 + causal_offset;
+        if (tail || diagonal)
+            mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, consumer_warp, lane);
+        if constexpr (Choices::kLazyRescale)
+            return softmax.template fold_lazy<Choices::kTreeMax, Choices::kSumParts>(
+                s, correction, scale_log2);
+        else
+            return softmax.template fold<Choices::kTreeMax, Choices::kSumParts>(s, correction,
+                                                                                scale_log2);
+    }
+    // K_j is free once S_j landed; after the tile's last S, so is Q.
+    __device__ __forceinline__ void release_k(int j) const {
+        if constexpr (T::kSolo) {
+            refill.k_done(j);
+        } else if (lane == 0) {
+            sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
+            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q(q.stage));
+        }
+    }
+    __device__ __forceinline__ void release_v(int j) const {
+        if constexpr (T::kSolo)
+            refill.v_done(j);
+        else if (lane == 0)
+            sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j)));
+    }
+
+    // Waits for the tile's Q; a negative scale is folded into this warpgroup's Q rows
+    // (softmax.h), then handed to wgmma.
+    __device__ __forceinline__ void wait_q() const {
+        sm90::mbarrier_wait(sm.full_q(q.stage), q.phase);
+        if (p.scale < 0.f) {
+            constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kRowsBytes = 64 * T::kRowBytes;
+            const int wg_tid = (consumer_warp % 4) * 32 + lane;
+#pragma unroll
+            for (int cb = 0; cb < T::kColBlocks; ++cb)
+                negate_tile<kRowsBytes / 2, 128>(
+                    reinterpret_cast<Elem*>(sm.q_generic(q.stage) + cb * kQBlockBytes +
+                                            consumer_wg * kRowsBytes),
+                    wg_tid);
+            sm90::fence_proxy_async();
+            sm90::named_barrier_sync(1 + consumer_wg, 128);
+        }
+    }
+
+    // S_0 = Q K_0^T alone, its softmax, P_0 into `p0`.
+    __device__ __forceinline__ void first_tile(float (&s)[1][T::kNTiles][4],
+                                               float (&correction)[1][2], PFragments& p0) const {
+        sm90::mbarrier_wait(sm.full_k(ring.stage<S>(0)), ring.phase<S>(0));
+        turns.take_turn();
+        sm90::wgmma_fence();
+        qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, q_stage, ring.stage<S>(0), consumer_wg,
+                                               desc);
+        sm90::wgmma_commit();
+        turns.pass_turn();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(s[0]);
+        release_k(0);
+        score_tile(s, 0, correction);  // o_acc is still zero: nothing to rescale
+        pack_probabilities<T>(p0, s[0]);
+    }
+
+    // Key tile j: S_j with P_{j-1} V_{j-1} (P_{j-1} in p_prev), the softmax of S_j under P V,
+    // P_j into p_next. One buffer (p_prev is p_next): P_j is packed once P V has landed, after
+    // the softmax. Two: P_j is packed as the exponentials come, into the buffer the MMA in
+    // flight does not read (NOTES.md, h28).
+    __device__ __forceinline__ void key_tile(float (&s)[1][T::kNTiles][4],
+                                             float (&correction)[1][2], int j,
+                                             const PFragments& p_prev, PFragments& p_next) const {
+        const int stage = ring.stage<S>(j), prev = ring.stage<S>(j - 1);
+        sm90::mbarrier_wait(sm.full_k(stage), ring.phase<S>(j));
+        sm90::mbarrier_wait(sm.full_v(prev), ring.phase<S>(j - 1));
+        turns.take_turn();
+        sm90::wgmma_fence();
+        qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, q_stage, stage, consumer_wg, desc);
+        sm90::wgmma_commit();
+        pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], p_prev, sm, prev, desc);
+        sm90::wgmma_commit();
+        turns.pass_turn();
+        sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
+        sm90::fence_registers(s[0]);
+        release_k(j);
+        const bool moved = score_tile(s, j, correction);
+        if constexpr (Choices::kTwoP) pack_probabilities<T>(p_next, s[0]);
+        // Without this, ptxas hoists the wait below to just after wait<1>: the softmax then ran
+        // after P_{j-1} V_{j-1} had landed, not under it (NOTES.md, h10). The pin depends on
+        // every exponential: through the row sums, or, where the tensor core sums the rows,
+        // through the probabilities' bits; with two P buffers also through the packed P's bits,
+        // so that ptxas packs them before the wait too (it otherwise sinks the packs to the next
+        // tile's P V).
+        const float pinned =
+            T::kRowSumMma ? or_bits(s[0]) : softmax.row_sum[0][0] + softmax.row_sum[0][1];
+        sm90::order_wait_after(Choices::kTwoP ? __uint_as_float(__float_as_uint(or_bits(p_next)) |
+                                                                __float_as_uint(pinned))
+                                              : pinned,
+                               sm.scratch());
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(o_acc[0]);
+        if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
+        release_v(j - 1);
+        if (moved) {
+            OnlineSoftmax<1>::rescale_output(o_acc, correction);
+            if constexpr (T::kRowSumMma) OnlineSoftmax<1>::rescale_output(l_acc, correction);
+        }
+        if constexpr (!Choices::kTwoP) pack_probabilities<T>(p_next, s[0]);
+    }
+
+    // The tile's last P V, from buffer `p_last`.
+    __device__ __forceinline__ void last_pv(const PFragments& p_last) const {
+        const int last = ring.stage<S>(n_blocks - 1);
+        sm90::mbarrier_wait(sm.full_v(last), ring.phase<S>(n_blocks - 1));
+        turns.take_turn();
+        sm90::wgmma_fence();
+        pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], p_last, sm, last, desc);
+        sm90::wgmma_commit();
+        turns.pass_turn();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(o_acc[0]);
+        if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
+        release_v(n_blocks - 1);
+    }
+
+    // Key tiles 1 .. n_blocks - 1, then the last P V.
+    __device__ __forceinline__ void key_tiles(float (&s)[1][T::kNTiles][4],
+                                              float (&correction)[1][2],
+                                              PFragments (&pa)[kPBuffers]) const {
+        if constexpr (Choices::kTwoP) {
+            // Two key tiles an iteration, so that each buffer is a fixed set of registers.
+            int j = 1;
+            for (; j + 1 < n_blocks; j += 2) {
+                key_tile(s, correction, j, pa[0], pa[kPBuffers - 1]);
+                key_tile(s, correction, j + 1, pa[kPBuffers - 1], pa[0]);
+            }
+            if (j < n_blocks) {
+                key_tile(s, correction, j, pa[0], pa[kPBuffers - 1]);
+                last_pv(pa[kPBuffers - 1]);
+            } else {
+                last_pv(pa[0]);
+            }
+        } else {
+            for (int j = 1; j < n_blocks; ++j) key_tile(s, correction, j, pa[0], pa[0]);
+            last_pv(pa[0]);
+        }
+    }
+
+    // Choices::kOwnKeyBound: the tile's key tiles past this warpgroup's last visible key: their
+    // turns (the math took n_blocks + 1, the tile has tile.n_blocks + 1) and releases, without
+    // math, each buffer waited for first (pass_tile says why). No visible key at all: the whole
+    // tile passed, and the rows written as zeros by the output.
+    __device__ __forceinline__ void pass_hidden_key_tiles(const Tile& tile) const {
+        if constexpr (Choices::kOwnKeyBound) {
+            if (n_blocks == 0) {
+                pass_tile<T>(sm, tile, ring, q, turns, lane);
+            } else {
+                for (int j = n_blocks; j < tile.n_blocks; ++j) {
+                    sm90::mbarrier_wait(sm.full_k(ring.stage<S>(j)), ring.phase<S>(j));
+                    sm90::mbarrier_wait(sm.full_v(ring.stage<S>(j)), ring.phase<S>(j));
+                    turns.take_turn();
+                    turns.pass_turn();
+                    if (lane == 0) {
+                        sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
+                        sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j)));
+                    }
+                }
+            }
+        }
+    }
+
+    // O normalized, lse, O stored (flash_fwd_sm90_epilogue.cuh).
+    __device__ __forceinline__ void write_output(const Tile& tile, const CUtensorMap* tma_o) const {
+        float* lse = p.lse + ((int64_t)tile.batch * p.heads + tile.head) * p.seqlen_q;
+        if constexpr (Choices::kTmaStore) {
+            write_output_tma<T>(o_acc[0], l_acc[0], softmax, sm, tma_o, tile, lse, m0, p.seqlen_q,
+                                consumer_warp, lane);
+        } else {
+            Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride +
+                      tile.head * p.o_head_stride;
+            write_output_sm90<T, Choices::kEpilogueBase>(o_acc[0], l_acc[0], softmax, sm, o,
+                                                         p.o_row_stride, lse, m0, p.seqlen_q,
+                                                         consumer_warp, lane);
+        }
+    }
+};
+
 // One consumer warpgroup, one tile: its 64 query rows against every K/V tile of the tile's
-// keys, from ring position `ring`, then the output.
+// keys, from ring position `ring`, then the output. S_{j+1} = Q K_{j+1}^T and O += P_j V_j are
+// issued together; the softmax of tile j + 1 runs while P_j V_j is in flight, and O is rescaled
+// once it has landed (NOTES.md, h2). The state is here, the steps in TileSteps.
 template <typename T, bool Causal, typename Refill = ProducerRefill>
 __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90Smem<T>& sm,
                                              const Tile& tile, const RingPosition& ring,
@@ -204,9 +425,8 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
                                              const Pingpong<T::kConsumerWarpgroups>& turns,
                                              const CUtensorMap* tma_o, int consumer_warp,
                                              int lane, const Refill& refill = Refill()) {
-    using Elem = typename T::Elem;
     using Choices = Sm90Choices<T, Causal>;
-    constexpr int S = T::kStages;
+    using Steps = TileSteps<T, Causal, Refill>;
     const int consumer_wg = consumer_warp / 4;
     const int n_blocks = own_key_tiles<T, Causal>(p, tile, consumer_wg);
     const int m0 = tile.m_block * T::kBlockM, causal_offset = p.seqlen_k - p.seqlen_q;
@@ -228,178 +448,19 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
 #pragma unroll
     for (int c = 0; c < 4; ++c) l_acc[0][0][c] = 0.f;
     OnlineSoftmax<1> softmax;
+    const Steps steps{p,    sm,          ring,     q,  turns,         refill,     consumer_warp,
+                      lane, consumer_wg, n_blocks, m0, causal_offset, scale_log2, desc,
+                      q_stage, o_acc, l_acc, softmax};
 
-    // Masks tile j's raw scores where needed and folds them into the softmax state.
-    auto score_tile = [&](float (&s)[1][T::kNTiles][4], int j, float (&correction)[1][2]) {
-        const int n0 = j * T::kBlockN;
-        const bool tail = n0 + T::kBlockN > p.seqlen_k;
-        const bool diagonal = Causal && n0 + T::kBlockN - 1 > m0 + causal_offset;
-        if (tail || diagonal)
-            mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, consumer_warp, lane);
-        if constexpr (Choices::kLazyRescale)
-            return softmax.fold_lazy<Choices::kTreeMax, Choices::kSumParts>(s, correction,
-                                                                            scale_log2);
-        else
-            return softmax.fold<Choices::kTreeMax, Choices::kSumParts>(s, correction, scale_log2);
-    };
-    // K_j is free once S_j landed; after the tile's last S, so is Q.
-    auto release_k = [&](int j) {
-        if constexpr (T::kSolo) {
-            refill.k_done(j);
-        } else if (lane == 0) {
-            sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
-            if (j == n_blocks - 1) sm90::mbarrier_arrive(sm.empty_q(q.stage));
-        }
-    };
-    auto release_v = [&](int j) {
-        if constexpr (T::kSolo)
-            refill.v_done(j);
-        else if (lane == 0)
-            sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j)));
-    };
-
-    // S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued together; the softmax of tile j + 1
-    // runs while P_j V_j is in flight, and O is rescaled once it has landed (NOTES.md, h2).
     if (n_blocks > 0) {
-        sm90::mbarrier_wait(sm.full_q(q.stage), q.phase);
-        if (p.scale < 0.f) {
-            // Fold the sign into this warpgroup's Q rows (softmax.h), then hand them to wgmma.
-            constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kRowsBytes = 64 * T::kRowBytes;
-            const int wg_tid = (consumer_warp % 4) * 32 + lane;
-#pragma unroll
-            for (int cb = 0; cb < T::kColBlocks; ++cb)
-                negate_tile<kRowsBytes / 2, 128>(
-                    reinterpret_cast<Elem*>(sm.q_generic(q.stage) + cb * kQBlockBytes +
-                                            consumer_wg * kRowsBytes),
-                    wg_tid);
-            sm90::fence_proxy_async();
-            sm90::named_barrier_sync(1 + consumer_wg, 128);
-        }
+        steps.wait_q();
         float s[1][T::kNTiles][4], correction[1][2];
-        // P as P V's A fragments: one buffer, or two (Choices::kTwoP) taken in turns.
-        constexpr int kPBuffers = Choices::kTwoP ? 2 : 1;
-        uint32_t pa[kPBuffers][T::kBlockN / 16][4];
-        sm90::mbarrier_wait(sm.full_k(ring.stage<S>(0)), ring.phase<S>(0));
-        turns.take_turn();
-        sm90::wgmma_fence();
-        qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, q_stage, ring.stage<S>(0), consumer_wg,
-                                               desc);
-        sm90::wgmma_commit();
-        turns.pass_turn();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(s[0]);
-        release_k(0);
-        score_tile(s, 0, correction);  // o_acc is still zero: nothing to rescale
-        pack_probabilities<T>(pa[0], s[0]);
-        // Key tile j: S_j with P_{j-1} V_{j-1} (P_{j-1} in p_prev), the softmax of S_j under
-        // P V, P_j into p_next. One buffer (p_prev is p_next): P_j is packed once P V has
-        // landed, after the softmax. Two: P_j is packed as the exponentials come, into the
-        // buffer the MMA in flight does not read (NOTES.md, h28).
-        auto key_tile = [&](int j, const uint32_t(&p_prev)[T::kBlockN / 16][4],
-                            uint32_t(&p_next)[T::kBlockN / 16][4]) {
-            const int stage = ring.stage<S>(j), prev = ring.stage<S>(j - 1);
-            sm90::mbarrier_wait(sm.full_k(stage), ring.phase<S>(j));
-            sm90::mbarrier_wait(sm.full_v(prev), ring.phase<S>(j - 1));
-            turns.take_turn();
-            sm90::wgmma_fence();
-            qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, q_stage, stage, consumer_wg, desc);
-            sm90::wgmma_commit();
-            pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], p_prev, sm, prev, desc);
-            sm90::wgmma_commit();
-            turns.pass_turn();
-            sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
-            sm90::fence_registers(s[0]);
-            release_k(j);
-            const bool moved = score_tile(s, j, correction);
-            if constexpr (Choices::kTwoP) pack_probabilities<T>(p_next, s[0]);
-            // Without this, ptxas hoists the wait below to just after wait<1>: the softmax
-            // then ran after P_{j-1} V_{j-1} had landed, not under it (NOTES.md, h10). The
-            // pin depends on every exponential: through the row sums, or, where the tensor
-            // core sums the rows, through the probabilities' bits; with two P buffers also
-            // through the packed P's bits, so that ptxas packs them before the wait too (it
-            // otherwise sinks the packs to the next tile's P V).
-            const float pinned = T::kRowSumMma
-                                     ? or_bits(s[0])
-                                     : softmax.row_sum[0][0] + softmax.row_sum[0][1];
-            sm90::order_wait_after(
-                Choices::kTwoP ? __uint_as_float(__float_as_uint(or_bits(p_next)) |
-                                                 __float_as_uint(pinned))
-                               : pinned,
-                sm.scratch());
-            sm90::wgmma_wait<0>();
-            sm90::fence_registers(o_acc[0]);
-            if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
-            release_v(j - 1);
-            if (moved) {
-                OnlineSoftmax<1>::rescale_output(o_acc, correction);
-                if constexpr (T::kRowSumMma) OnlineSoftmax<1>::rescale_output(l_acc, correction);
-            }
-            if constexpr (!Choices::kTwoP) pack_probabilities<T>(p_next, s[0]);
-        };
-        // The tile's last P V, from buffer `p`.
-        auto last_pv = [&](const uint32_t(&p)[T::kBlockN / 16][4]) {
-            const int last = ring.stage<S>(n_blocks - 1);
-            sm90::mbarrier_wait(sm.full_v(last), ring.phase<S>(n_blocks - 1));
-            turns.take_turn();
-            sm90::wgmma_fence();
-            pv_wgmma<T, Choices::kDescriptorSteps>(o_acc[0], l_acc[0], p, sm, last, desc);
-            sm90::wgmma_commit();
-            turns.pass_turn();
-            sm90::wgmma_wait<0>();
-            sm90::fence_registers(o_acc[0]);
-            if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
-            release_v(n_blocks - 1);
-        };
-        if constexpr (Choices::kTwoP) {
-            // Two key tiles an iteration, so that each buffer is a fixed set of registers.
-            int j = 1;
-            for (; j + 1 < n_blocks; j += 2) {
-                key_tile(j, pa[0], pa[kPBuffers - 1]);
-                key_tile(j + 1, pa[kPBuffers - 1], pa[0]);
-            }
-            if (j < n_blocks) {
-                key_tile(j, pa[0], pa[kPBuffers - 1]);
-                last_pv(pa[kPBuffers - 1]);
-            } else {
-                last_pv(pa[0]);
-            }
-        } else {
-            for (int j = 1; j < n_blocks; ++j) key_tile(j, pa[0], pa[0]);
-            last_pv(pa[0]);
-        }
+        typename Steps::PFragments pa[Steps::kPBuffers];
+        steps.first_tile(s, correction, pa[0]);
+        steps.key_tiles(s, correction, pa);
     }
-    if constexpr (Choices::kOwnKeyBound) {
-        // The tile's key tiles past this warpgroup's last visible key: their turns (the math
-        // took n_blocks + 1, the tile has tile.n_blocks + 1) and releases, without math, each
-        // buffer waited for first (pass_tile says why). No visible key at all: the whole tile
-        // passed, and the rows written as zeros below.
-        if (n_blocks == 0) {
-            pass_tile<T>(sm, tile, ring, q, turns, lane);
-        } else {
-            for (int j = n_blocks; j < tile.n_blocks; ++j) {
-                sm90::mbarrier_wait(sm.full_k(ring.stage<S>(j)), ring.phase<S>(j));
-                sm90::mbarrier_wait(sm.full_v(ring.stage<S>(j)), ring.phase<S>(j));
-                turns.take_turn();
-                turns.pass_turn();
-                if (lane == 0) {
-                    sm90::mbarrier_arrive(sm.empty_k(ring.stage<S>(j)));
-                    sm90::mbarrier_arrive(sm.empty_v(ring.stage<S>(j)));
-                }
-            }
-        }
-    }
-
-    float* lse = p.lse + ((int64_t)tile.batch * p.heads + tile.head) * p.seqlen_q;
-    if constexpr (Choices::kTmaStore) {
-        write_output_tma<T>(o_acc[0], l_acc[0], softmax, sm, tma_o, tile, lse, m0, p.seqlen_q,
-                            consumer_warp, lane);
-    } else {
-        Elem* o =
-            static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
-        write_output_sm90<T, Choices::kEpilogueBase>(o_acc[0], l_acc[0], softmax, sm, o,
-                                                     p.o_row_stride, lse, m0, p.seqlen_q,
-                                                     consumer_warp, lane);
-    }
+    steps.pass_hidden_key_tiles(tile);
+    steps.write_output(tile, tma_o);
 }
 
 template <typename T, bool Causal>
