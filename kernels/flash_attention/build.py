@@ -111,7 +111,6 @@ SWITCHES = {
     "FLASH_COMPACT_SHAPE_D64": range(0, 5),
     "FLASH_COMPACT_SHAPE_D128": range(0, 7),
     "FLASH_COMPACT_SHAPE_D256": range(0, 3),
-    "FLASH_KV_FROM_ZERO": range(0, 2),
     "FLASH_SPREAD_GROUP": range(0, 9),
     "FLASH_CAUSAL_PER_HEAD": range(0, 2),
     "FLASH_SPLITD_NO_L2_PREFETCH": range(0, 2),

@@ -271,7 +271,7 @@ __device__ __forceinline__ BlockInfo<T> block_info(const FwdKernelParams& p,
     // bytes of ptxas spills instead of 84/108; NOTES.md, v14).
     // (A float product: an integer division costs ~150 instructions per block.)
     constexpr int kBlocksPerStart = FLASH_SPREAD_GROUP > 0 ? FLASH_SPREAD_GROUP : 2;
-    const bool spread = T::kSplitD && !Causal && !FLASH_KV_FROM_ZERO && b.n_blocks > 0;
+    const bool spread = T::kSplitD && !Causal && b.n_blocks > 0;
     b.first = spread ? min((int)(__fdividef(b.m_block / kBlocksPerStart * kBlocksPerStart,
                                             m_blocks) *
                                  b.n_blocks),

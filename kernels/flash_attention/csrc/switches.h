@@ -33,13 +33,6 @@
 #define FLASH_COMPACT_SHAPE_D256 0
 #endif
 
-// Order of the K/V tiles within a block of the split-D loop: 0 the shipped order (non-causal
-// blocks start in groups spread over the keys, flash_fwd_kernel.cuh), 1 every block from key
-// tile 0.
-#ifndef FLASH_KV_FROM_ZERO
-#define FLASH_KV_FROM_ZERO 0
-#endif
-
 // Blocks of a head that start at one key tile in that spread order: 0 the shipped 2; 1-8
 // another group (1: one block per start, v15's order for launches of up to 2048 keys).
 #ifndef FLASH_SPREAD_GROUP
@@ -176,7 +169,6 @@ static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
 static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0..6");
 static_assert(FLASH_COMPACT_SHAPE_D256 >= 0 && FLASH_COMPACT_SHAPE_D256 <= 2, "0..2");
-static_assert(FLASH_KV_FROM_ZERO == 0 || FLASH_KV_FROM_ZERO == 1, "0 or 1");
 static_assert(FLASH_SPREAD_GROUP >= 0 && FLASH_SPREAD_GROUP <= 8, "0..8");
 static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");
 static_assert(FLASH_SPLITD_NO_L2_PREFETCH == 0 || FLASH_SPLITD_NO_L2_PREFETCH == 1, "0 or 1");
