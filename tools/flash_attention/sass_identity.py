@@ -6,13 +6,17 @@
 `snapshot` exports git revision REV's kernels/ (`git archive`, so the work tree's state does not
 matter), generates that revision's units for each arch with its own generate.py and compiles each
 the way its build.py does (its `build_flags(arch)` plus `unit_flags(unit)`, no switches): to PTX
-(`-ptx`), then that PTX to a cubin (`-cubin`, the same ptxas flags). OUT/<arch>/<unit>.{ptx,cubin}.
+(`-ptx`), then that PTX to a cubin (`-cubin`, the same ptxas flags), and the unit to an object
+(`-c`, as a build compiles it) whose host code (the launchers) is kept as its disassembly with
+relocations (`objdump -d -r`; the object's own bytes hold the build folder's path).
+OUT/<arch>/<unit>.{ptx,cubin,host}.
 `--only` keeps the units named (repeatable; default all). Units compile one nvcc at a time per
 `--jobs` (default 2).
 
-`compare` reports, per unit present in both: `cubin identical` (bytes), else `ptx identical` (after
-dropping comments, blank lines and .file/.loc directives), else `DIFFERENT`; exits 1 on any
-difference or on a unit only one side has.
+`compare` reports, per unit present in both: the device code, `cubin identical` (bytes), else
+`ptx identical` (after dropping comments, blank lines and .file/.loc directives), else
+`DIFFERENT`; and the host code, `host identical` or `host DIFFERENT`; exits 1 on any difference
+or on a unit only one side has.
 """
 
 from __future__ import annotations
@@ -62,13 +66,24 @@ def compile_unit(nvcc: str, csrc: str, src: str, flags: list[str], out: Path) ->
     includes = [f"-I{csrc}", f"-I{Path(src).parent}"]
     ptx = out.with_suffix(".ptx")
     cubin = out.with_suffix(".cubin")
+    obj = out.with_suffix(".o")
     for cmd in (
         [nvcc, *flags, *includes, "-ptx", src, "-o", str(ptx)],
         [nvcc, *flags, "-cubin", str(ptx), "-o", str(cubin)],
+        [nvcc, *flags, *includes, "-c", src, "-o", str(obj)],
     ):
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)}\n{proc.stderr}")
+    listing = subprocess.run(
+        ["objdump", "-d", "-r", "--no-show-raw-insn", str(obj)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # The first lines name the object file.
+    out.with_suffix(".host").write_text(listing.split("\n", 3)[-1])
+    obj.unlink()
     return out.name
 
 
@@ -120,14 +135,19 @@ def compare(a: Path, b: Path) -> int:
         cubin = (a / name).with_suffix(".cubin").read_bytes() == (b / name).with_suffix(
             ".cubin"
         ).read_bytes()
+        host = (a / name).with_suffix(".host").read_text() == (b / name).with_suffix(
+            ".host"
+        ).read_text()
+        host_word = "host identical" if host else "host DIFFERENT"
+        bad += not host
         if cubin:
-            print(f"{name}: cubin identical")
+            print(f"{name}: cubin identical, {host_word}")
         elif normalized_ptx((a / name).with_suffix(".ptx")) == normalized_ptx(
             (b / name).with_suffix(".ptx")
         ):
-            print(f"{name}: ptx identical (cubin bytes differ)")
+            print(f"{name}: ptx identical (cubin bytes differ), {host_word}")
         else:
-            print(f"{name}: DIFFERENT")
+            print(f"{name}: DIFFERENT, {host_word}")
             bad += 1
     print(f"{len(names_a & names_b)} units compared, {bad} different or unmatched")
     return 1 if bad else 0
