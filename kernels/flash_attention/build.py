@@ -112,7 +112,6 @@ SWITCHES = {
     "FLASH_COMPACT_SHAPE_D128": range(0, 7),
     "FLASH_COMPACT_SHAPE_D256": range(0, 3),
     "FLASH_SPREAD_GROUP": range(0, 9),
-    "FLASH_CAUSAL_PER_HEAD": range(0, 2),
     "FLASH_PTXAS_REG_LEVEL": range(0, 11),
     "FLASH_SM90_SHAPE_D64": range(0, 4),
     "FLASH_SM90_CAUSAL_SCHEDULE": range(0, 3),

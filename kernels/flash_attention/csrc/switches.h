@@ -39,13 +39,6 @@
 #define FLASH_SPREAD_GROUP 0
 #endif
 
-// Order of a causal launch's blocks in the sm_80 kernel (block_order.h): 0 heads in groups,
-// heaviest query blocks first within a group; 1 each head on its own, heaviest first (the
-// order before v13).
-#ifndef FLASH_CAUSAL_PER_HEAD
-#define FLASH_CAUSAL_PER_HEAD 0
-#endif
-
 // ptxas --register-usage-level of the non-causal D=128 units (1-10), read by build.py, which
 // passes it to ptxas; 0: the level build.py's table gives them (UNIT_REGISTER_USAGE_LEVEL).
 #ifndef FLASH_PTXAS_REG_LEVEL
@@ -165,7 +158,6 @@ static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..
 static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0..6");
 static_assert(FLASH_COMPACT_SHAPE_D256 >= 0 && FLASH_COMPACT_SHAPE_D256 <= 2, "0..2");
 static_assert(FLASH_SPREAD_GROUP >= 0 && FLASH_SPREAD_GROUP <= 8, "0..8");
-static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");
 static_assert(FLASH_PTXAS_REG_LEVEL >= 0 && FLASH_PTXAS_REG_LEVEL <= 10, "0..10");
 static_assert(FLASH_SM90_SHAPE_D64 >= 0 && FLASH_SM90_SHAPE_D64 <= 3, "0..3");
 static_assert(FLASH_SM90_CAUSAL_SCHEDULE >= 0 && FLASH_SM90_CAUSAL_SCHEDULE <= 2, "0..2");
