@@ -129,17 +129,17 @@ struct TileSchedule {
 
 // A block's walk over its work units, in rounds of G (the grid's blocks): in round r block b
 // takes unit r * G + b, or, rotated, r * G + (b + r) % G (the same units per round, each
-// block's place among them moving on by one a round). Rotated for the non-causal launches
-// (FLASH_SM90_ROTATE): a unit's cost is its rows' share of a block where a head's last query
-// block is partial (three consumers: 2048 rows are 10 2/3 blocks of 192, 4096 21 1/3), and with
-// G a multiple of the query blocks per head (132 = 6 x 22 = 12 x 11) block b met the same
-// query block of every head: 6 blocks (4096) or 12 (2048) took every partial unit and 44 took
-// 22 full ones; rotated, each takes about one partial in 22 (11) units: 1.01-1.02x there, the
-// same rounds elsewhere (NOTES.md, h20). Causal units cost the same (paired) or are one block
+// block's place among them moving on by one a round). Rotated for the non-causal launches: a
+// unit's cost is its rows' share of a block where a head's last query block is partial (three
+// consumers: 2048 rows are 10 2/3 blocks of 192, 4096 21 1/3), and with G a multiple of the
+// query blocks per head (132 = 6 x 22 = 12 x 11) block b met the same query block of every
+// head: 6 blocks (4096) or 12 (2048) took every partial unit and 44 took 22 full ones; rotated,
+// each takes about one partial in 22 (11) units: 1.01-1.02x there, the same rounds elsewhere
+// (NOTES.md, h20). Causal units cost the same (paired) or are one block
 // each: the plain walk, the tree before's code.
 template <typename T, bool Causal>
 struct UnitWalk {
-    static constexpr bool kRotate = !Causal && FLASH_SM90_ROTATE != 1;
+    static constexpr bool kRotate = !Causal;
     int u, base, slot;
     __device__ __forceinline__ explicit UnitWalk(const TileSchedule<T, Causal>& schedule)
         : u(blockIdx.x), base(0), slot(blockIdx.x) {

@@ -110,14 +110,6 @@
 #define FLASH_SM90_ROW_SUM 0
 #endif
 
-// Non-causal Hopper launches (persistent grids of G blocks): which block takes which work unit
-// of a round. 0 the shipped choice (2); 1 block b takes units b, b + G, b + 2G, ...; 2 in round
-// r block b takes unit r * G + (b + r) % G, the same units per round, each block's place among
-// them moving on by one a round (flash_fwd_kernel_sm90.cuh, UnitWalk).
-#ifndef FLASH_SM90_ROTATE
-#define FLASH_SM90_ROTATE 0
-#endif
-
 // Hopper TMA loads (flash_fwd_kernel_sm90.cuh, produce): 0 the shipped choice (2); 1 no L2
 // hint; 2 K and V with an evict-last hint (each is read by every block of its head), Q with
 // evict-first (read once), as FlashAttention-3 does.
@@ -168,7 +160,6 @@ static_assert(FLASH_SM90_TREE_SUM >= 0 && FLASH_SM90_TREE_SUM <= 3, "0..3");
 static_assert(FLASH_SM90_LAZY_RESCALE >= 0 && FLASH_SM90_LAZY_RESCALE <= 2, "0..2");
 static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
 static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 3, "0..3");
-static_assert(FLASH_SM90_ROTATE >= 0 && FLASH_SM90_ROTATE <= 2, "0..2");
 static_assert(FLASH_SM90_CACHE_HINTS >= 0 && FLASH_SM90_CACHE_HINTS <= 2, "0..2");
 static_assert(FLASH_SM90_EPILOGUE_ADDR >= 0 && FLASH_SM90_EPILOGUE_ADDR <= 2, "0..2");
 static_assert(FLASH_SM90_TMA_STORE >= 0 && FLASH_SM90_TMA_STORE <= 2, "0..2");
