@@ -191,13 +191,10 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
                                         const CUtensorMap* tma_v) {
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kKVBlockBytes = T::kBlockN * T::kRowBytes;
     constexpr int S = T::kStages;
-    // L2 hints (FLASH_SM90_CACHE_HINTS): K and V are read by every block of their head, Q once.
+    // L2 hints: K and V are read by every block of their head, Q once (NOTES.md, h21).
     auto load = [](uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2,
                    int c3, uint64_t policy) {
-        if constexpr (FLASH_SM90_CACHE_HINTS != 1)
-            sm90::tma_load_4d_hint(dst, map, bar, c0, c1, c2, c3, policy);
-        else
-            sm90::tma_load_4d(dst, map, bar, c0, c1, c2, c3);
+        sm90::tma_load_4d_hint(dst, map, bar, c0, c1, c2, c3, policy);
     };
     RingPosition ring;
     int q_loads = 0;

@@ -110,13 +110,6 @@
 #define FLASH_SM90_ROW_SUM 0
 #endif
 
-// Hopper TMA loads (flash_fwd_kernel_sm90.cuh, produce): 0 the shipped choice (2); 1 no L2
-// hint; 2 K and V with an evict-last hint (each is read by every block of its head), Q with
-// evict-first (read once), as FlashAttention-3 does.
-#ifndef FLASH_SM90_CACHE_HINTS
-#define FLASH_SM90_CACHE_HINTS 0
-#endif
-
 // Hopper epilogue's shared and global addresses (flash_fwd_kernel_sm90.cuh, write_output_sm90):
 // 0 the shipped choice (2); 1 each store's address from its row and chunk, which the compiler
 // computes once per thread before the tile loop and keeps live across it (the three-consumer
@@ -160,7 +153,6 @@ static_assert(FLASH_SM90_TREE_SUM >= 0 && FLASH_SM90_TREE_SUM <= 3, "0..3");
 static_assert(FLASH_SM90_LAZY_RESCALE >= 0 && FLASH_SM90_LAZY_RESCALE <= 2, "0..2");
 static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
 static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 3, "0..3");
-static_assert(FLASH_SM90_CACHE_HINTS >= 0 && FLASH_SM90_CACHE_HINTS <= 2, "0..2");
 static_assert(FLASH_SM90_EPILOGUE_ADDR >= 0 && FLASH_SM90_EPILOGUE_ADDR <= 2, "0..2");
 static_assert(FLASH_SM90_TMA_STORE >= 0 && FLASH_SM90_TMA_STORE <= 2, "0..2");
 static_assert(FLASH_SM90_P_BUFFERS >= 0 && FLASH_SM90_P_BUFFERS <= 2, "0..2");
