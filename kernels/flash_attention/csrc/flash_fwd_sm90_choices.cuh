@@ -33,14 +33,11 @@ namespace flash {
 // tile: D = 256 (1.02-1.08x from 2048) and the three-consumer D = 64 kernels (1.005-1.015x); the
 // two-consumer D = 64 kernels ran 2-5 % slower with it; D = 128 0.99-1.02x (NOTES.md, h35), and
 // within the A/A on a clean screen, 0.99x at 16k (h44): its rescale is off the critical path.
-// kEpilogueBase: the epilogue's addresses from one base per thread, rebuilt in the epilogue
-// (write_output_staged_base), for the three-consumer kernels, whose 160 registers spilled the
-// addresses the compiler otherwise keeps live across the tile loop (30-41 LDL a tile); the
-// two-consumer kernels (240 registers) spill none and keep the old code (NOTES.md, h26).
-// kTmaStore: where O is staged, each consumer warp stores its own 16 rows with TMA stores
-// (write_output_tma) instead of every thread copying 16-byte chunks after a barrier over its
-// warpgroup: no barrier in the epilogue, the copy off the consumers; 1.00-1.035x at D = 64,
-// but 0.96-0.99x at D = 128 without kTwoP (NOTES.md, h27).
+// kTmaStore: where O is staged (D = 64 and 128), each consumer warp stores its own 16 rows with
+// TMA stores (write_output_tma) instead of every thread copying 16-byte chunks after a barrier
+// over its warpgroup: no barrier in the epilogue, the copy off the consumers; 1.00-1.035x at
+// D = 64, but 0.96-0.99x at D = 128 without kTwoP (NOTES.md, h27). The staging addresses are
+// h26's, from a base per thread (stage_rows_base).
 // kTwoP: two buffers of P's A fragments, so that P_j is packed as its exponentials come, under
 // the P_{j-1} V_{j-1} that reads the other, not after it has landed: with kTmaStore 1.01-1.02x
 // the tree before at D = 128; shipped there, and at D = 64 where the registers sum the rows
@@ -66,10 +63,7 @@ struct Sm90Choices {
         FLASH_SM90_LAZY_RESCALE == 0
             ? T::kHeadDim == 256 || (T::kHeadDim == 64 && T::kConsumerWarpgroups == 3)
             : FLASH_SM90_LAZY_RESCALE == 2;
-    static constexpr bool kEpilogueBase =
-        T::kStageO && (FLASH_SM90_EPILOGUE_ADDR == 0 ? T::kConsumerWarpgroups == 3
-                                                     : FLASH_SM90_EPILOGUE_ADDR == 2);
-    static constexpr bool kTmaStore = T::kStageO && FLASH_SM90_TMA_STORE != 1;
+    static constexpr bool kTmaStore = T::kStageO;
     static constexpr bool kTwoP =
         T::kConsumerWarpgroups == 2 &&
         (FLASH_SM90_P_BUFFERS == 0

@@ -407,9 +407,8 @@ struct TileSteps {
         } else {
             Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride +
                       tile.head * p.o_head_stride;
-            write_output_sm90<T, Choices::kEpilogueBase>(o_acc[0], l_acc[0], softmax, sm, o,
-                                                         p.o_row_stride, lse, m0, p.seqlen_q,
-                                                         consumer_warp, lane);
+            write_output_sm90<T>(o_acc[0], l_acc[0], softmax, o, p.o_row_stride, lse, m0,
+                                 p.seqlen_q, consumer_warp, lane);
         }
     }
 };

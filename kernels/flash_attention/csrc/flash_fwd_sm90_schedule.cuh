@@ -69,11 +69,6 @@ struct Sm90Smem {
     __device__ __forceinline__ uint32_t empty_v(int s) const {
         return bar(kQBars + 3 * T::kStages + s);
     }
-    // Byte offset of 16-byte chunk `chunk` (of 8 per 128-byte row) of row r in a column
-    // block: the 128-byte swizzle TMA applies (chunk ^ (r % 8)).
-    static __device__ __forceinline__ int swizzled_offset(int r, int chunk) {
-        return r * T::kRowBytes + ((chunk ^ (r & 7)) << 4);
-    }
 };
 
 // The schedule: the tiles are grouped into work units, and a grid of G blocks takes them in

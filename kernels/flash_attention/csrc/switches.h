@@ -110,23 +110,6 @@
 #define FLASH_SM90_ROW_SUM 0
 #endif
 
-// Hopper epilogue's shared and global addresses (flash_fwd_kernel_sm90.cuh, write_output_sm90):
-// 0 the shipped choice (2); 1 each store's address from its row and chunk, which the compiler
-// computes once per thread before the tile loop and keeps live across it (the three-consumer
-// kernels, at 160 registers, spill them: 34 LDL a tile at D = 64); 2 one base per thread rebuilt
-// in the epilogue, each store a constant step or XOR from it.
-#ifndef FLASH_SM90_EPILOGUE_ADDR
-#define FLASH_SM90_EPILOGUE_ADDR 0
-#endif
-
-// Hopper epilogue's copy of the staged O to global memory (flash_fwd_kernel_sm90.cuh,
-// write_output_tma): 0 the shipped choice (2); 1 every consumer thread copies 16-byte chunks
-// after a barrier over its warpgroup; 2 each warp stores its own 16 staged rows with one TMA
-// store per 64 columns, no barrier over the warpgroup, the copy left to the TMA unit.
-#ifndef FLASH_SM90_TMA_STORE
-#define FLASH_SM90_TMA_STORE 0
-#endif
-
 // Hopper key loop, P's A fragments for P V (flash_fwd_kernel_sm90.cuh, consume_tile): 0 the
 // shipped choice (2 at D = 128 and at bf16 D = 64 non-causal, 1 at D = 64 causal and at fp16
 // D = 64 non-causal, whose row sums the tensor core computes); 1 one buffer,
@@ -153,6 +136,4 @@ static_assert(FLASH_SM90_TREE_SUM >= 0 && FLASH_SM90_TREE_SUM <= 3, "0..3");
 static_assert(FLASH_SM90_LAZY_RESCALE >= 0 && FLASH_SM90_LAZY_RESCALE <= 2, "0..2");
 static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
 static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 3, "0..3");
-static_assert(FLASH_SM90_EPILOGUE_ADDR >= 0 && FLASH_SM90_EPILOGUE_ADDR <= 2, "0..2");
-static_assert(FLASH_SM90_TMA_STORE >= 0 && FLASH_SM90_TMA_STORE <= 2, "0..2");
 static_assert(FLASH_SM90_P_BUFFERS >= 0 && FLASH_SM90_P_BUFFERS <= 2, "0..2");
