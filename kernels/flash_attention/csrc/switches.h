@@ -61,7 +61,7 @@
 
 // Causal Hopper launches: 0 the shipped choice (2 with three consumer warpgroups, else 1); 1
 // every consumer warpgroup computes the key tiles of its block's last row; 2 each stops at its
-// own last row's (flash_fwd_kernel_sm90.cuh, Sm90Choices).
+// own last row's (flash_fwd_sm90_choices.cuh, Sm90Choices).
 #ifndef FLASH_SM90_OWN_KEY_BOUND
 #define FLASH_SM90_OWN_KEY_BOUND 0
 #endif
@@ -110,7 +110,7 @@
 #define FLASH_SM90_ROW_SUM 0
 #endif
 
-// Hopper key loop, P's A fragments for P V (flash_fwd_kernel_sm90.cuh, consume_tile): 0 the
+// Hopper key loop, P's A fragments for P V (flash_fwd_sm90_mainloop.cuh, TileSteps): 0 the
 // shipped choice (2 at D = 128 and at bf16 D = 64 non-causal, 1 at D = 64 causal and at fp16
 // D = 64 non-causal, whose row sums the tensor core computes); 1 one buffer,
 // P_j packed once P_{j-1} V_{j-1} has landed; 2 (two consumer warpgroups, D = 64 and 128) two
