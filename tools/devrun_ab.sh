@@ -37,8 +37,8 @@ import sys
 csrc, spin = sys.argv[1], sys.argv[2]
 line = f"for (long long t0 = clock64(); clock64() - t0 < {spin};) {{}}"
 anchors = {  # file: the line after which the spin goes (sm_90: inside the key-tile loop)
-    "flash_fwd_kernel_sm90.cuh": "            turns.take_turn();\n            sm90::wgmma_fence();\n"
-    "            qk_wgmma<T>(s[0], sm, stage, consumer_wg);\n",
+    "flash_fwd_sm90_mainloop.cuh": "        turns.take_turn();\n        sm90::wgmma_fence();\n"
+    "        qk_wgmma<T, Choices::kDescriptorSteps>(s[0], sm, q_stage, stage, consumer_wg, desc);\n",
     "flash_fwd_kernel.cuh": "        cp_async_wait<0>();\n        __syncthreads();\n",
 }
 for name, anchor in anchors.items():
@@ -49,7 +49,7 @@ for name, anchor in anchors.items():
     indent = first[: len(first) - len(first.lstrip())]
     open(path, "w").write(text.replace(anchor, f"{first}\n{indent}{line}\n{rest}"))
 EOF
-for f in flash_fwd_kernel_sm90.cuh flash_fwd_kernel.cuh; do
+for f in flash_fwd_sm90_mainloop.cuh flash_fwd_kernel.cuh; do
   diff -u "$repo/kernels/flash_attention/csrc/$f" "$scratch/slow/kernels/flash_attention/csrc/$f"
 done | tee "$out/slow.diff"
 cp -r "$repo/kernels" "$scratch/copy-kernels"

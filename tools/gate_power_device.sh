@@ -16,11 +16,11 @@ export BENCH_STATE_DIR="$work/state" PYTHONPATH="${PYTHONPATH:-}:$repo" DELAY_NS
 mkdir -p "$out" "$work/base"
 cp -r "$repo/kernels" "$work/base/"
 
-python3 - "$repo/kernels/flash_attention/csrc/flash_fwd_kernel_sm90.cuh" <<'PATCH'
+python3 - "$repo/kernels/flash_attention/csrc/flash_fwd_sm90_mainloop.cuh" <<'PATCH'
 import os, sys
 path = sys.argv[1]
 text = open(path).read()
-site = "    Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride"
+site = "    steps.write_output(tile, tma_o);\n"
 pause = ("    for (int j = 0; j < n_blocks; ++j) __nanosleep(%s);  // gate_power_device.sh\n"
          % os.environ["DELAY_NS"])
 assert text.count(site) == 1

@@ -111,10 +111,7 @@ SWITCHES = {
     "FLASH_COMPACT_SHAPE_D64": range(0, 5),
     "FLASH_COMPACT_SHAPE_D128": range(0, 7),
     "FLASH_COMPACT_SHAPE_D256": range(0, 3),
-    "FLASH_KV_FROM_ZERO": range(0, 2),
     "FLASH_SPREAD_GROUP": range(0, 9),
-    "FLASH_CAUSAL_PER_HEAD": range(0, 2),
-    "FLASH_SPLITD_NO_L2_PREFETCH": range(0, 2),
     "FLASH_PTXAS_REG_LEVEL": range(0, 11),
     "FLASH_SM90_SHAPE_D64": range(0, 4),
     "FLASH_SM90_CAUSAL_SCHEDULE": range(0, 3),
@@ -125,10 +122,6 @@ SWITCHES = {
     "FLASH_SM90_LAZY_RESCALE": range(0, 3),
     "FLASH_SM90_Q_STAGES": range(0, 3),
     "FLASH_SM90_ROW_SUM": range(0, 4),
-    "FLASH_SM90_ROTATE": range(0, 3),
-    "FLASH_SM90_CACHE_HINTS": range(0, 3),
-    "FLASH_SM90_EPILOGUE_ADDR": range(0, 3),
-    "FLASH_SM90_TMA_STORE": range(0, 3),
     "FLASH_SM90_P_BUFFERS": range(0, 3),
 }
 # ptxas --register-usage-level (0-10, ptxas's default 5) per unit. The non-causal D=128 units

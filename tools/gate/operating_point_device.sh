@@ -60,9 +60,9 @@ PLANT=$PLANT PLANT_PCT=$PLANT_PCT DELAY_NS=$DELAY_NS python3 - "$work/slowed/ker
 import os, sys
 root = sys.argv[1]
 if os.environ["PLANT"] == "nanosleep":
-    path = f"{root}/flash_attention/csrc/flash_fwd_kernel_sm90.cuh"
+    path = f"{root}/flash_attention/csrc/flash_fwd_sm90_mainloop.cuh"
     text = open(path).read()
-    site = "    Elem* o = static_cast<Elem*>(p.o) + tile.batch * p.o_batch_stride"
+    site = "    steps.write_output(tile, tma_o);\n"
     pause = ("    for (int j = 0; j < n_blocks; ++j) __nanosleep(%s);  // operating_point_device.sh\n"
              % os.environ["DELAY_NS"])
     assert text.count(site) == 1

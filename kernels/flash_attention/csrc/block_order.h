@@ -41,12 +41,9 @@ inline CausalOrder make_causal_order(int m_blocks, int heads, int batch, int slo
     order.m_blocks = m_blocks;  // >= 1: the dispatcher refuses seqlen_q <= 0
     order.heads = heads;
     const int all_heads = heads * batch;
-    int groups = all_heads;  // FLASH_CAUSAL_PER_HEAD: one head per group
-    if (!FLASH_CAUSAL_PER_HEAD) {
-        const int target = (kCausalGroupWaves * slots + order.m_blocks - 1) / order.m_blocks;
-        // Groups of (nearly) equal size: a small last group would run saw-toothed again.
-        groups = all_heads / target;
-    }
+    const int target = (kCausalGroupWaves * slots + order.m_blocks - 1) / order.m_blocks;
+    // Groups of (nearly) equal size: a small last group would run saw-toothed again.
+    const int groups = all_heads / target;
     // A grid's z extent is at most 65535: more heads per group beyond that.
     order.groups = groups < 1 ? 1 : (groups > 65535 ? 65535 : groups);
     order.group = all_heads / order.groups;

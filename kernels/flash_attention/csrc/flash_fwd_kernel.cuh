@@ -200,7 +200,7 @@ __device__ __forceinline__ void write_output(float (&o_acc)[T::kMTiles][T::kDTil
 // then brings its K_hi (V_hi) half from DRAM too, and the copy of that half a quarter tile
 // later finds it in L2 (NOTES.md, v14).
 template <typename T>
-constexpr int kL2PrefetchBytes = T::kSplitD && !FLASH_SPLITD_NO_L2_PREFETCH ? 256 : 0;
+constexpr int kL2PrefetchBytes = T::kSplitD ? 256 : 0;
 
 // The block's shared memory: the Q tile, then the K and V buffers (a Q held in registers may
 // be staged in the K/V buffers, traits).
@@ -271,7 +271,7 @@ __device__ __forceinline__ BlockInfo<T> block_info(const FwdKernelParams& p,
     // bytes of ptxas spills instead of 84/108; NOTES.md, v14).
     // (A float product: an integer division costs ~150 instructions per block.)
     constexpr int kBlocksPerStart = FLASH_SPREAD_GROUP > 0 ? FLASH_SPREAD_GROUP : 2;
-    const bool spread = T::kSplitD && !Causal && !FLASH_KV_FROM_ZERO && b.n_blocks > 0;
+    const bool spread = T::kSplitD && !Causal && b.n_blocks > 0;
     b.first = spread ? min((int)(__fdividef(b.m_block / kBlocksPerStart * kBlocksPerStart,
                                             m_blocks) *
                                  b.n_blocks),

@@ -42,19 +42,11 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t phase) {
 
 // --- TMA ----------------------------------------------------------------------------------
 
-// Copies one box of a 4-D tensor (d, row, head, batch) into shared memory; completion counts
-// its bytes on `bar`. Coordinates outside the tensor read as zeros.
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                            int c0, int c1, int c2, int c3) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
-        "[%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-        : "memory");
-}
 // L2 cache policies for tma_load_4d_hint (the encodings CUTLASS's CacheHintSm90 names).
 constexpr uint64_t kEvictFirst = 0x12F0000000000000ull, kEvictLast = 0x14F0000000000000ull;
-// tma_load_4d with an L2 eviction priority for the lines it reads.
+// Copies one box of a 4-D tensor (d, row, head, batch) into shared memory, with an L2 eviction
+// priority for the lines it reads; completion counts its bytes on `bar`. Coordinates outside the
+// tensor read as zeros.
 __device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const CUtensorMap* map,
                                                  uint32_t bar, int c0, int c1, int c2, int c3,
                                                  uint64_t policy) {
@@ -66,7 +58,7 @@ __device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const CUtensorMap
         : "memory");
 }
 // Copies one box from shared memory at `src` into a 4-D tensor (the store direction of
-// tma_load_4d): rows and columns outside the tensor are not written. Its reads of `src` are
+// tma_load_4d_hint): rows and columns outside the tensor are not written. Its reads of `src` are
 // tracked by this thread's bulk groups (bulk_commit_group, bulk_wait_group_read).
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1,
                                              int c2, int c3) {

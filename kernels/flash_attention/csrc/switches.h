@@ -33,29 +33,10 @@
 #define FLASH_COMPACT_SHAPE_D256 0
 #endif
 
-// Order of the K/V tiles within a block of the split-D loop: 0 the shipped order (non-causal
-// blocks start in groups spread over the keys, flash_fwd_kernel.cuh), 1 every block from key
-// tile 0.
-#ifndef FLASH_KV_FROM_ZERO
-#define FLASH_KV_FROM_ZERO 0
-#endif
-
 // Blocks of a head that start at one key tile in that spread order: 0 the shipped 2; 1-8
 // another group (1: one block per start, v15's order for launches of up to 2048 keys).
 #ifndef FLASH_SPREAD_GROUP
 #define FLASH_SPREAD_GROUP 0
-#endif
-
-// Order of a causal launch's blocks in the sm_80 kernel (block_order.h): 0 heads in groups,
-// heaviest query blocks first within a group; 1 each head on its own, heaviest first (the
-// order before v13).
-#ifndef FLASH_CAUSAL_PER_HEAD
-#define FLASH_CAUSAL_PER_HEAD 0
-#endif
-
-// 1: the split-D kernel's copies without the L2 prefetch-size hint (flash_fwd_kernel.cuh).
-#ifndef FLASH_SPLITD_NO_L2_PREFETCH
-#define FLASH_SPLITD_NO_L2_PREFETCH 0
 #endif
 
 // ptxas --register-usage-level of the non-causal D=128 units (1-10), read by build.py, which
@@ -80,7 +61,7 @@
 
 // Causal Hopper launches: 0 the shipped choice (2 with three consumer warpgroups, else 1); 1
 // every consumer warpgroup computes the key tiles of its block's last row; 2 each stops at its
-// own last row's (flash_fwd_kernel_sm90.cuh, Sm90Choices).
+// own last row's (flash_fwd_sm90_choices.cuh, Sm90Choices).
 #ifndef FLASH_SM90_OWN_KEY_BOUND
 #define FLASH_SM90_OWN_KEY_BOUND 0
 #endif
@@ -129,39 +110,7 @@
 #define FLASH_SM90_ROW_SUM 0
 #endif
 
-// Non-causal Hopper launches (persistent grids of G blocks): which block takes which work unit
-// of a round. 0 the shipped choice (2); 1 block b takes units b, b + G, b + 2G, ...; 2 in round
-// r block b takes unit r * G + (b + r) % G, the same units per round, each block's place among
-// them moving on by one a round (flash_fwd_kernel_sm90.cuh, UnitWalk).
-#ifndef FLASH_SM90_ROTATE
-#define FLASH_SM90_ROTATE 0
-#endif
-
-// Hopper TMA loads (flash_fwd_kernel_sm90.cuh, produce): 0 the shipped choice (2); 1 no L2
-// hint; 2 K and V with an evict-last hint (each is read by every block of its head), Q with
-// evict-first (read once), as FlashAttention-3 does.
-#ifndef FLASH_SM90_CACHE_HINTS
-#define FLASH_SM90_CACHE_HINTS 0
-#endif
-
-// Hopper epilogue's shared and global addresses (flash_fwd_kernel_sm90.cuh, write_output_sm90):
-// 0 the shipped choice (2); 1 each store's address from its row and chunk, which the compiler
-// computes once per thread before the tile loop and keeps live across it (the three-consumer
-// kernels, at 160 registers, spill them: 34 LDL a tile at D = 64); 2 one base per thread rebuilt
-// in the epilogue, each store a constant step or XOR from it.
-#ifndef FLASH_SM90_EPILOGUE_ADDR
-#define FLASH_SM90_EPILOGUE_ADDR 0
-#endif
-
-// Hopper epilogue's copy of the staged O to global memory (flash_fwd_kernel_sm90.cuh,
-// write_output_tma): 0 the shipped choice (2); 1 every consumer thread copies 16-byte chunks
-// after a barrier over its warpgroup; 2 each warp stores its own 16 staged rows with one TMA
-// store per 64 columns, no barrier over the warpgroup, the copy left to the TMA unit.
-#ifndef FLASH_SM90_TMA_STORE
-#define FLASH_SM90_TMA_STORE 0
-#endif
-
-// Hopper key loop, P's A fragments for P V (flash_fwd_kernel_sm90.cuh, consume_tile): 0 the
+// Hopper key loop, P's A fragments for P V (flash_fwd_sm90_mainloop.cuh, TileSteps): 0 the
 // shipped choice (2 at D = 128 and at bf16 D = 64 non-causal, 1 at D = 64 causal and at fp16
 // D = 64 non-causal, whose row sums the tensor core computes); 1 one buffer,
 // P_j packed once P_{j-1} V_{j-1} has landed; 2 (two consumer warpgroups, D = 64 and 128) two
@@ -176,10 +125,7 @@ static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
 static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0..6");
 static_assert(FLASH_COMPACT_SHAPE_D256 >= 0 && FLASH_COMPACT_SHAPE_D256 <= 2, "0..2");
-static_assert(FLASH_KV_FROM_ZERO == 0 || FLASH_KV_FROM_ZERO == 1, "0 or 1");
 static_assert(FLASH_SPREAD_GROUP >= 0 && FLASH_SPREAD_GROUP <= 8, "0..8");
-static_assert(FLASH_CAUSAL_PER_HEAD == 0 || FLASH_CAUSAL_PER_HEAD == 1, "0 or 1");
-static_assert(FLASH_SPLITD_NO_L2_PREFETCH == 0 || FLASH_SPLITD_NO_L2_PREFETCH == 1, "0 or 1");
 static_assert(FLASH_PTXAS_REG_LEVEL >= 0 && FLASH_PTXAS_REG_LEVEL <= 10, "0..10");
 static_assert(FLASH_SM90_SHAPE_D64 >= 0 && FLASH_SM90_SHAPE_D64 <= 3, "0..3");
 static_assert(FLASH_SM90_CAUSAL_SCHEDULE >= 0 && FLASH_SM90_CAUSAL_SCHEDULE <= 2, "0..2");
@@ -190,8 +136,4 @@ static_assert(FLASH_SM90_TREE_SUM >= 0 && FLASH_SM90_TREE_SUM <= 3, "0..3");
 static_assert(FLASH_SM90_LAZY_RESCALE >= 0 && FLASH_SM90_LAZY_RESCALE <= 2, "0..2");
 static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
 static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 3, "0..3");
-static_assert(FLASH_SM90_ROTATE >= 0 && FLASH_SM90_ROTATE <= 2, "0..2");
-static_assert(FLASH_SM90_CACHE_HINTS >= 0 && FLASH_SM90_CACHE_HINTS <= 2, "0..2");
-static_assert(FLASH_SM90_EPILOGUE_ADDR >= 0 && FLASH_SM90_EPILOGUE_ADDR <= 2, "0..2");
-static_assert(FLASH_SM90_TMA_STORE >= 0 && FLASH_SM90_TMA_STORE <= 2, "0..2");
 static_assert(FLASH_SM90_P_BUFFERS >= 0 && FLASH_SM90_P_BUFFERS <= 2, "0..2");
