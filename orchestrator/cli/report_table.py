@@ -14,6 +14,7 @@ from orchestrator.cli.grouped_table import Group, GroupedTable, Row
 from orchestrator.report import Report, ReportRow, implementation_label
 from orchestrator.report.labels import verdict_phrase
 from orchestrator.text import markup_safe
+from results_schema.gpu_kinds import NEAR_PEAK_PERCENT, near_peak
 from results_schema.sampling import level
 
 # Long words that would set the verdict column's width, and their short forms.
@@ -42,6 +43,12 @@ def significant(value: float, digits: int) -> str:
 _FIGURE_HEADERS = ("median\nms", "TFLOP/s", "%peak", "speedup", "{level} CI", "verdict")
 CANDIDATE_MARK = "cand."
 CANDIDATE_LEGEND = f"{CANDIDATE_MARK}: the candidate, the row the others are compared with"
+NEAR_PEAK_MARK = "!"
+NEAR_PEAK_LEGEND = (
+    f"{NEAR_PEAK_MARK} after % of peak: past {NEAR_PEAK_PERCENT:g} % of the GPU's dense "
+    "16-bit peak (results_schema/gpu_kinds.json): check it twice before believing it: the "
+    "row's correctness checks, the run's clocks (environment.json) and a --profile of it"
+)
 RATIO_OF_MEDIANS = "ratio of medians"
 VERDICTS = frozenset(
     {"faster", "slower", "equivalent", "not-slower", "undecided", "indistinguishable"}
@@ -124,6 +131,8 @@ def legend(report: Report) -> list[str]:
         )
     if _marks_candidate(report):
         lines.append(CANDIDATE_LEGEND)
+    if any(near_peak(row.pct_of_peak) for row in report.rows):
+        lines.append(NEAR_PEAK_LEGEND)
     words = [row.verdict or row.flag for row in report.rows if row.verdict or row.flag]
     return lines + verdict_legend(words, report.margin, report.confidence)
 
@@ -201,6 +210,8 @@ def _name(row: ReportRow, candidate: str | None) -> str:
 
 def _figures(row: ReportRow, candidate: str | None, control: bool = False) -> list[str]:
     peak = significant(row.pct_of_peak, 3) if row.pct_of_peak is not None else "-"
+    if near_peak(row.pct_of_peak):
+        peak += NEAR_PEAK_MARK
     speedup = ci = "-"
     if row.speedup is not None:
         speedup = f"{significant(row.speedup, 3)}x"

@@ -435,3 +435,19 @@ def test_a_verdict_in_a_row_named_for_another_implementation_says_whose_it_is():
         (row,) = [row for row in rows if row.endswith(f" {word}")]
         assert row.endswith(f" {phrase}") and "@aa" not in row
     assert "cand. faster" in " ".join(legend.split())
+
+
+def test_a_figure_past_ninety_percent_of_peak_is_marked_to_check_twice():
+    """Issue 53: a result above 90 % of the GPU's dense peak is flagged in the report (its
+    % of peak marked, the legend saying what to check), and only such a result."""
+    report = gpu_report()
+    assert "check it twice" not in show_report(report)  # 61.9 % and 49.3 %: no mark
+    first = report.rows[0]
+    report.rows[0] = ReportRow(
+        first.config, first.implementation, first.backend, first.mode,
+        0.1651, 915.8, 92.6, None, None, None,
+    )  # fmt: skip
+    out = show_report(report)
+    assert_fits(out)
+    assert "92.6!" in out.split()
+    assert "check it twice" in out and "90 %" in out
