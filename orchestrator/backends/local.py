@@ -155,7 +155,9 @@ class LocalBackend:
     def template_vars(self) -> dict:
         return {"store_root": str(self.store_root), "payload_python": self.payload_python}
 
-    def instance_request_json(self, spec: RunSpec, startup: str, shutdown: str) -> None:
+    def instance_request_json(
+        self, spec: RunSpec, startup_script: str, shutdown_script: str
+    ) -> None:
         return None  # a local run sends no request: the script is all there is
 
     def refuse_leftovers(self) -> None:

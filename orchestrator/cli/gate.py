@@ -106,7 +106,7 @@ def launch_gate(fail_on, margin, gate_on, dest, *, wait, gpus, comparison) -> Ga
 def gate_finished_run(ctx, out, run_id: str, gate: GateRequest) -> int:
     """Fetch the complete run, judge it, write the report files; the outcome's exit code."""
     from orchestrator.cli.fetch import show_cache
-    from orchestrator.gate_markdown import render_json, render_markdown
+    from orchestrator.cli.gate_markdown import render_json, render_markdown
     from orchestrator.service.fetch import fetch
     from orchestrator.service.gate import judge_run_dir
 

@@ -85,7 +85,7 @@ def report(run_id, compare_id, dest, output_format, fail_on, margin, gate_on):
 def show_gate(out, run_dir, output_format, margin, gate_on, fail_on) -> int:
     """The gate's report of one run on stdout; its exit code with --fail-on, else 0."""
     from orchestrator.cli.gate import show_outcome
-    from orchestrator.gate_markdown import render_json, render_markdown
+    from orchestrator.cli.gate_markdown import render_json, render_markdown
     from orchestrator.service.gate import GateOptions, judge_run_dir
 
     judged = judge_run_dir(run_dir, GateOptions(margin=margin, gate_on=gate_on))

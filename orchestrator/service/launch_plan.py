@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from orchestrator import budget
 from orchestrator.backends.base import PricesRuns, Rate
+from orchestrator.kernel_tree.user import read_candidate
 from orchestrator.payload import TreeFiles
 from orchestrator.runtime_model import RuntimeEstimate
 from orchestrator.service.context import Context
@@ -35,8 +36,10 @@ class LaunchPlan:
 
 
 def make_launch_plan(plan_ref: str, backend: str, options: PlanOptions) -> LaunchPlan:
-    plan, plan_note = resolve_plan(plan_ref, backend, kernel=options.kernel)
-    shaped = shape_plan(plan, options)
+    # A user's tree is read once: its contract may name the plan, and the plan carries it.
+    candidate = read_candidate(options.kernel) if options.kernel is not None else None
+    plan, plan_note = resolve_plan(plan_ref, backend, candidate=candidate)
+    shaped = shape_plan(plan, options, candidate=candidate)
     notes = ((plan_note,) if plan_note else ()) + shaped.notes
     return LaunchPlan(shaped.plan, notes, shaped.kernel_trees)
 

@@ -61,15 +61,19 @@ class ShapedPlan:
     kernel_trees: tuple[tuple[str, TreeFiles], ...] = ()
 
 
-def shape_plan(plan: Plan, options: PlanOptions, repo: Path | None = None) -> ShapedPlan:
-    """The plan with the options applied, and the baseline tree's files for the payload."""
+def shape_plan(
+    plan: Plan, options: PlanOptions, repo: Path | None = None, candidate: KernelTree | None = None
+) -> ShapedPlan:
+    """The plan with the options applied, and the kernel trees' files for the payload.
+    `candidate`: the tree at `options.kernel` where the caller has read it already (a launch
+    reads it once, to resolve the plan and to shape it); else it is read here."""
     if options.baseline and options.baseline_impl:
         raise UsageError("--baseline and --baseline-impl name two baselines: give one")
     plan = with_peers(plan, options.peers)
     if options.margin is not None:
         plan = plan.model_copy(update={"margin": options.margin})
     if options.kernel is not None:
-        return _shape_user_kernel_plan(plan, options)
+        return _shape_user_kernel_plan(plan, options, candidate or read_candidate(options.kernel))
     notes: list[str] = []
     if options.candidate or options.baseline_impl:
         plan = with_implementations(plan, options.candidate, options.baseline_impl, notes)
@@ -111,12 +115,11 @@ def with_sampling(plan: Plan, samples: int | None, decide_on: str | None) -> Pla
     return plan.model_copy(update=update) if update else plan
 
 
-def _shape_user_kernel_plan(plan: Plan, options: PlanOptions) -> ShapedPlan:
+def _shape_user_kernel_plan(plan: Plan, options: PlanOptions, candidate: KernelTree) -> ShapedPlan:
     """The plan timing the user's kernel (and its --baseline revision) against the plan's
     baselines, our kernel left out; refused (UsageError) before anything is created."""
     if options.candidate or options.baseline_impl:
         raise UsageError("--kernel names the candidate: leave out --candidate and --baseline-impl")
-    candidate = read_candidate(options.kernel)
     _refuse_our_name(candidate, f"--kernel {options.kernel}")
     trees = [candidate]
     comparison = None

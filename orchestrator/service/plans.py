@@ -17,7 +17,7 @@ from orchestrator.errors import UsageError
 from orchestrator.gpus import local_gpu_name
 from orchestrator.kernel_tree.collect import package_dir
 from orchestrator.kernel_tree.own import declaring_own_kernel
-from orchestrator.kernel_tree.user import read_candidate
+from orchestrator.kernel_tree.user import KernelTree
 from orchestrator.service.plan_options import with_user_kernels
 from results_schema import Plan
 from results_schema.targets import plan_problems
@@ -39,16 +39,17 @@ def target_has_gpu(backend: str) -> bool:
 
 
 def resolve_plan(
-    ref: str, backend: str, has_gpu: bool | None = None, kernel: Path | None = None
+    ref: str, backend: str, has_gpu: bool | None = None, candidate: KernelTree | None = None
 ) -> tuple[Plan, str]:
     """The plan, checked against what `backend` can run (UsageError, exit 2, before anything
     is created), and a note to print when bench chose it for the user. `has_gpu` overrides
-    what the target is found to have (a script rendered for another machine). With the
-    repository of a user's kernel (`--kernel`), "auto" is the plan its contract names."""
+    what the target is found to have (a script rendered for another machine). With a user's
+    kernel tree (`--kernel`, as `read_candidate` read it), "auto" is the plan its contract
+    names."""
     if has_gpu is None:
         has_gpu = target_has_gpu(backend)
-    if ref == "auto" and kernel is not None:
-        tree = read_candidate(kernel)
+    if ref == "auto" and candidate is not None:
+        tree = candidate
         if tree.plan is not None:
             name, path = tree.plan.name, tree.kernel.contract.plan
             note = f"--plan auto: the kernel's own plan {name!r} ({path}; --plan names another)"

@@ -15,8 +15,9 @@ import json
 
 import pytest
 
-from orchestrator.backends.gce.backend import GceBackend, template_vars
+from orchestrator.backends.gce.backend import GceBackend
 from orchestrator.backends.gce.iam import objects_condition
+from orchestrator.backends.gce.script_vars import template_vars
 from orchestrator.backends.gce.signing import signer_email
 from orchestrator.config import BenchConfig
 from orchestrator.render import render_shutdown, render_startup

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from orchestrator.gate_markdown import code, render_markdown
+from orchestrator.cli.gate_markdown import code, render_markdown
 from orchestrator.report import RunResults
 from orchestrator.service.gate import MAX_REPORTED_CONFIGS, GateOptions, judge
 from results_schema import (

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends.gce.backend import template_vars
 from orchestrator.backends.gce.compute import ComputeApi
 from orchestrator.backends.gce.iam import objects_condition
+from orchestrator.backends.gce.script_vars import template_vars
 from orchestrator.backends.gce.signing import grant_run_access, signer_email
 from orchestrator.config import BenchConfig
 from orchestrator.render import template_environment

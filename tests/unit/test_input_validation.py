@@ -257,7 +257,7 @@ class FailingGceBackend:
         return f"{self.config.vm_work_dir}/{run_id}"
 
     def template_vars(self) -> dict:
-        from orchestrator.backends.gce.backend import template_vars
+        from orchestrator.backends.gce.script_vars import template_vars
 
         return template_vars(self.config)
 

@@ -44,16 +44,18 @@ def git(repo: Path, *args: str) -> None:
 
 def test_auto_takes_the_kernels_own_plan_and_an_explicit_plan_wins(tmp_path):
     root = tree_with_plan(tmp_path / "repo")
-    plan, note = resolve_plan("auto", "local", has_gpu=False, kernel=root)
+    plan, note = resolve_plan("auto", "local", has_gpu=False, candidate=read_candidate(root))
     assert plan.name == "my-shapes" and len(plan.configs) == 2
     assert "bench-plan.json" in note and "my-shapes" in note
     shaped = shape_plan(plan, PlanOptions(kernel=root)).plan
     assert shaped.candidate == "mine" and "mine" not in shaped.compared_with
     assert [k.identity for k in shaped.user_kernels] == ["mine"]
 
-    named, _ = resolve_plan("cpu-smoke", "local", has_gpu=False, kernel=root)
+    named, _ = resolve_plan("cpu-smoke", "local", has_gpu=False, candidate=read_candidate(root))
     assert named.name == "cpu-smoke"
-    without, _ = resolve_plan("auto", "local", has_gpu=False, kernel=kernel_tree(tmp_path / "b"))
+    without, _ = resolve_plan(
+        "auto", "local", has_gpu=False, candidate=read_candidate(kernel_tree(tmp_path / "b"))
+    )
     assert without.name == "cpu-smoke"  # no plan of its own: auto chooses by the machine
 
 
@@ -66,7 +68,7 @@ def test_the_baselines_plan_is_never_used_nor_read(tmp_path):
     git(root, "commit", "-qm", "a broken plan")
     (root / "bench-plan.json").write_text(json.dumps(own_plan("the-candidates")))
     git(root, "commit", "-qam", "a working plan")
-    plan, _ = resolve_plan("auto", "local", has_gpu=False, kernel=root)
+    plan, _ = resolve_plan("auto", "local", has_gpu=False, candidate=read_candidate(root))
     assert plan.name == "the-candidates"
     shaped = shape_plan(plan, PlanOptions(kernel=root, baseline="HEAD~1")).plan
     assert shaped.name == "the-candidates" and shaped.comparison.baseline == "mine@baseline"
@@ -146,6 +148,24 @@ def test_every_examples_own_plan_is_valid_and_runs_on_a_gpu():
     owning = [example for example in EXAMPLES if read_candidate(example).plan is not None]
     assert owning, "an example shows the plan key"
     for example in owning:
-        plan, _ = resolve_plan("auto", "gce", has_gpu=True, kernel=example)
+        plan, _ = resolve_plan("auto", "gce", has_gpu=True, candidate=read_candidate(example))
         shaped = shape_plan(plan, PlanOptions(kernel=example)).plan
         assert shaped.candidate == read_candidate(example).kernel.identity
+
+
+def test_a_launch_plan_reads_the_users_tree_once(tmp_path, monkeypatch):
+    """`--plan auto --kernel DIR`: the tree read for the plan its contract names is the
+    tree the plan carries, read once (it was read again to shape the plan)."""
+    from orchestrator.kernel_tree import user
+    from orchestrator.service import plans
+    from orchestrator.service.launch_plan import make_launch_plan
+
+    root = tree_with_plan(tmp_path / "repo")
+    monkeypatch.setattr(plans, "local_gpu_present", lambda: False)
+    read = []
+    collect = user.collect_tree
+    monkeypatch.setattr(user, "collect_tree", lambda *a, **k: read.append(a) or collect(*a, **k))
+    planned = make_launch_plan("auto", "local", PlanOptions(kernel=root))
+    assert planned.plan.name == "my-shapes" and planned.plan.candidate == "mine"
+    assert [folder for folder, _ in planned.kernel_trees] == ["user_kernel"]
+    assert len(read) == 1

@@ -39,6 +39,35 @@ def test_the_quick_start_says_how_bench_gets_on_path_and_uses_real_commands():
             assert words[1] in COMMANDS or words[1] == "--help", command
 
 
+def test_every_bench_command_the_readme_shows_takes_the_options_it_shows():
+    """Each `bench COMMAND --option` in the README (code spans and blocks) is a command and
+    its options are ones that command takes, as `bench COMMAND --help` lists them."""
+    import importlib
+
+    text = (REPO / "README.md").read_text()
+    fenced = re.findall(r"^```.*?\n(.*?)^```", text, re.M | re.S)
+    indented = re.findall(r"^    (bench .*)$", text, re.M)
+    spans = re.findall(r"`([^`\n]+)`", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S))
+    code = "\n".join([*fenced, *indented, *spans])
+    shown = re.findall(r"(?<![\w/.-])bench ([a-z][a-z-]*)([^\n#]*)", code)
+    assert len(shown) > 20
+    for name, rest in shown:
+        assert name in COMMANDS, name
+        command = getattr(
+            importlib.import_module(f"orchestrator.cli.{COMMANDS[name]}"), COMMANDS[name]
+        )
+        takes = {opt for param in command.params for opt in param.opts + param.secondary_opts}
+        for option in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest):
+            assert option in takes | {"--help"}, f"bench {name}{rest}"
+
+
+def test_the_readme_names_the_staging_folder_fetch_writes_through():
+    from orchestrator.boundary import STAGING_PREFIX
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert f"`results/{STAGING_PREFIX}<run id>-<random>/`" in readme
+
+
 def test_no_file_points_outside_the_repository():
     pattern = re.compile(r"\.\./shared|/work/|/home/[a-z]")
     docs = [REPO / "README.md", REPO / "ARCHITECTURE.md", REPO / "Makefile"]

@@ -33,7 +33,7 @@ def test_the_recorded_nvcc_is_the_one_the_build_finds(tmp_path, monkeypatch):
 
 
 def test_the_vm_labels_uploads_with_the_controllers_content_types():
-    from orchestrator.backends.gce.backend import template_vars
+    from orchestrator.backends.gce.script_vars import template_vars
 
     config = BenchConfig(project="my-project-1", bucket="my-bucket")
     partial = template_environment().get_template("partials/backend/gce.sh.j2")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends.gce.backend import template_vars as gce_template_vars
+from orchestrator.backends.gce.script_vars import template_vars as gce_template_vars
 from orchestrator.config import BenchConfig
 from orchestrator.render import (
     benchmark_timeout_seconds,

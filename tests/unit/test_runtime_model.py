@@ -182,6 +182,7 @@ def test_a_local_estimate_follows_the_last_runs_here_without_headroom():
 def test_an_edit_to_the_users_kernel_keeps_the_plans_runtime_history(tmp_path, monkeypatch):
     """A dozen finished runs of one kernel, edited between them, each printed 'no finished
     run of this plan here yet': its tree's hash was part of the key."""
+    from orchestrator.kernel_tree.user import read_candidate
     from orchestrator.registry import RunRecord
     from orchestrator.service import launch as launch_service
     from orchestrator.service.context import Context
@@ -190,7 +191,7 @@ def test_an_edit_to_the_users_kernel_keeps_the_plans_runtime_history(tmp_path, m
 
     monkeypatch.setattr(launch_service, "local_gpu_name", lambda: None)
     root = kernel_tree(tmp_path / "mine")
-    plan, _ = resolve_plan("auto", "local", has_gpu=False, kernel=root)
+    plan, _ = resolve_plan("auto", "local", has_gpu=False, candidate=read_candidate(root))
     before = shape_plan(plan, PlanOptions(kernel=root)).plan
     (root / "mine" / "ops.py").write_text("def attention(q, k, v, *, causal, scale):\n  return k\n")
     after = shape_plan(plan, PlanOptions(kernel=root)).plan

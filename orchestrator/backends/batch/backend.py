@@ -32,9 +32,9 @@ from orchestrator.backends.batch.money import AttemptPlan, attempt_seconds, plan
 from orchestrator.backends.gce import pricing
 from orchestrator.backends.gce.adaptor import message_to_dict
 from orchestrator.backends.gce.backend import GceBackend
-from orchestrator.backends.gce.backend import template_vars as gce_template_vars
 from orchestrator.backends.gce.builder import MANAGED_LABEL, RUN_LABEL
 from orchestrator.backends.gce.pricing import ComputeEnginePricing
+from orchestrator.backends.gce.script_vars import template_vars as gce_template_vars
 from orchestrator.errors import BenchError, PermissionDeniedError
 
 if TYPE_CHECKING:

@@ -33,14 +33,13 @@ from orchestrator.backends.gce.builder import (
     managed_filter,
     vm_may_delete_itself,
 )
-from orchestrator.backends.gce.compute import DEFAULT_COMPUTE_ENDPOINT, PARALLEL_CALLS, ComputeApi
+from orchestrator.backends.gce.compute import PARALLEL_CALLS, ComputeApi
 from orchestrator.backends.gce.failover import place
 from orchestrator.backends.gce.pricing import ComputeEnginePricing
-from orchestrator.backends.gce.signing import NO_ACCESS, grant_run_access
+from orchestrator.backends.gce.script_vars import template_vars
+from orchestrator.backends.gce.signing import grant_run_access
 from orchestrator.config import region_of
-from orchestrator.errors import BenchError, CloudError, ConfigError, UsageError
-from orchestrator.stores.gcs import DEFAULT_STORAGE_ENDPOINT
-from results_schema.names import CONTENT_TYPES
+from orchestrator.errors import BenchError, CloudError, UsageError
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import Instance, Operation
@@ -50,8 +49,6 @@ if TYPE_CHECKING:
     from orchestrator.stores.gcs import GcsStore
 
 log = logging.getLogger(__name__)
-
-DEFAULT_METADATA_ENDPOINT = "http://metadata.google.internal/computeMetadata/v1"
 
 # Instance status -> the protocol's states. PROVISIONING/STAGING count as RUNNING: the run
 # has begun as far as the user (and the bill) is concerned.
@@ -69,23 +66,6 @@ _STATES = {
 _FINAL_STATES = {"TERMINATED", "PREEMPTED", "GONE"}
 # What a powered-off instance's status reads (its disk still bills).
 _POWERED_OFF = ("TERMINATED", "STOPPED", "SUSPENDED")
-
-
-def template_vars(config: BenchConfig) -> dict:
-    """What startup_templates/partials/backend/gce.sh.j2 needs, for render_startup."""
-    if not config.bucket:
-        raise ConfigError("the gce backend needs a bucket: set `bucket` in bench.toml")
-    return {
-        "bucket": config.bucket,
-        "prefix": config.prefix,
-        "storage_endpoint": (config.storage_endpoint or DEFAULT_STORAGE_ENDPOINT).rstrip("/"),
-        "metadata_endpoint": (config.metadata_endpoint or DEFAULT_METADATA_ENDPOINT).rstrip("/"),
-        "compute_endpoint": (config.compute_endpoint or DEFAULT_COMPUTE_ENDPOINT).rstrip("/"),
-        "self_delete": vm_may_delete_itself(config),
-        "preflight_tools": ["curl", "shutdown"],
-        "content_types": CONTENT_TYPES,
-        **NO_ACCESS.template_vars(),  # launch signs each run's own (run_access_vars)
-    }
 
 
 class GceBackend(ComputeEnginePricing):

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from orchestrator.backends.gce.adaptor import compute_v1
 from orchestrator.backends.gce.builder import run_labels, vm_scopes
+from orchestrator.backends.gce.script_vars import template_vars
+from orchestrator.backends.gce.signing import grant_run_access
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import Instance
@@ -64,8 +66,6 @@ def new_probe_run() -> ProbeRun:
 
 def render_probe_script(config: BenchConfig, probe: ProbeRun, store) -> str:
     """The probe's script, holding an upload grant for its own key as a run's does."""
-    from orchestrator.backends.gce.backend import template_vars
-    from orchestrator.backends.gce.signing import grant_run_access
     from orchestrator.render import template_environment
 
     access = grant_run_access(config, store, probe.run_key, PROBE_MAX_RUN_SECONDS)
