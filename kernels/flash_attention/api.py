@@ -14,7 +14,9 @@ import math
 
 import torch
 
-from kernels.flash_attention import build, generate
+# Submodules by their own names: the package (__init__) imports this module.
+import kernels.flash_attention.build as build
+import kernels.flash_attention.generate as generate
 from kernels.support import head_dim_unsupported_reason, unsupported_reason
 
 # torch dtype -> its row of the generated dtype table (the C enum comes from the same rows).

@@ -1,16 +1,20 @@
 """Import-and-run smoke test of the built library against SDPA in float64.
 
-Part of the kernel's own tree (the build's --check runs it on the target): it imports
-nothing of the harness, so a revision of kernels/ checks itself as any kernel tree would.
+Part of the kernel's own tree, above the package it checks (`python -m
+kernels.flash_attention.smoke` on the target, after the build; it was the build's --check,
+which made build.py import the package that imports build.py): it imports nothing of the
+harness, so a revision of kernels/ checks itself as any kernel tree would.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 
 import torch
 import torch.nn.functional as F
 
+from kernels.flash_attention import backend_name, flash_attention_with_lse
 from kernels.flash_attention.generate import HEAD_DIMS
 
 # bf16 keeps 8 mantissa bits: its rel L2 error on random inputs sits near 4e-3.
@@ -31,8 +35,6 @@ def float64_attention(q, k, v, causal: bool) -> torch.Tensor:
 def smoke_test() -> list[str]:
     """Runs every unit on a small odd-length input, with as many k/v heads as query heads and
     with grouped-query attention (2 query heads per k/v head); returns failure descriptions."""
-    from kernels.flash_attention import backend_name, flash_attention_with_lse
-
     failures = []
     cases = itertools.product((torch.float16, torch.bfloat16), HEAD_DIMS, (False, True), (1, 2))
     for dtype, head_dim, causal, group in cases:
@@ -48,3 +50,14 @@ def smoke_test() -> list[str]:
         else:
             print(f"ok   {name}: rel L2 error {err:.2e}")
     return failures
+
+
+def main() -> int:
+    failures = smoke_test()
+    for line in failures:
+        print(f"FAIL {line}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
