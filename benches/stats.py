@@ -151,7 +151,7 @@ def within(low: float, high: float, least: float, greatest: float) -> tuple[floa
     return min(max(low, least), greatest), max(min(high, greatest), least)
 
 
-def _row_medians(samples: np.ndarray) -> np.ndarray:
+def row_medians(samples: np.ndarray) -> np.ndarray:
     """Median of each row, ignoring NaN padding, without numpy's slow per-row nanmedian."""
     ordered = np.sort(samples, axis=1)  # NaN sorts last
     counts = np.sum(~np.isnan(samples), axis=1)
@@ -178,7 +178,7 @@ def cluster_bootstrap_median_ci(
         padded[i, : len(g)] = g
     rng = np.random.default_rng(seed)
     chosen = padded[rng.integers(0, len(groups), size=(resamples, len(groups)))]
-    medians = _row_medians(chosen.reshape(resamples, -1))
+    medians = row_medians(chosen.reshape(resamples, -1))
     low, high = np.percentile(medians, percentile_tails(confidence))
     values = padded[~np.isnan(padded)]
     point = float(np.median(values))
@@ -254,7 +254,7 @@ def log_bootstrap(
     values = padded[~np.isnan(padded)]
     return LogBootstrap(
         point=float(np.log(np.median(values))),  # the row's own point, as paired_speedup's
-        resampled=np.log(_row_medians(chosen.reshape(resamples, -1))),
+        resampled=np.log(row_medians(chosen.reshape(resamples, -1))),
         clusters=len(clusters),
         least=float(np.log(values.min())),
         greatest=float(np.log(values.max())),

@@ -1,0 +1,153 @@
+"""The ranking of a run's candidates (benches.ranking) on synthetic runs whose truth is known:
+a clearly faster variant is named best, two within noise are tied, and with only null
+variants the chance that ANY of the family's intervals misses the truth stays near α."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from benches.ranking import rank, ranking_sides
+from benches.stats import paired_speedup, summarize
+from results_schema import AttentionConfig, Measurement, Plan
+from results_schema.ranking import Ranking
+from tests.unit.test_noise_control import NOW
+
+BASELINE = "base"
+
+
+def _plan(variants: int, configs: int = 2, placements: int = 1, rounds: int = 24) -> Plan:
+    """A baseline and `variants` candidates v0 (the plan's candidate), v1, ..., an A/A
+    control of the baseline (left out of the ranking, as the reference is)."""
+    return Plan(
+        name="variants",
+        description="",
+        device="cpu",
+        candidate="v0",
+        compared_with=[BASELINE, "reference", *[f"v{i}" for i in range(1, variants)]],
+        reference="reference",
+        samples_per_config=placements * rounds,
+        placements=placements,
+        control=BASELINE,
+        configs=[
+            AttentionConfig(
+                name=f"c{i}", batch=1, heads=2, seq_len=17 + i, head_dim=64,
+                dtype="float32", causal=False,
+            )
+            for i in range(configs)
+        ],
+    )  # fmt: skip
+
+
+def _run(plan: Plan, rng, speed: dict[str, float], noise: float = 0.05) -> list[Measurement]:
+    """Each identity `speed` times as fast as the baseline (1 if not named): a drift shared
+    by every identity of a round (what pairing cancels), a placement's own 2% shift, and
+    each sample's own `noise` (log-normal, so the true median paired ratio is the speed)."""
+    rounds = plan.samples_per_config // plan.placements
+    rows = []
+    for config in plan.configs:
+        drift = rng.lognormal(0, 0.1, plan.samples_per_config)
+        for identity in plan.identities:
+            shift = rng.lognormal(0, 0.02 if plan.placements > 1 else 0, plan.placements)
+            own = rng.lognormal(0, noise, plan.samples_per_config)
+            latency = 0.05 / speed.get(identity, 1.0) * drift * own
+            rows += [
+                Measurement.model_construct(  # known valid: 20,000 rows a second faster
+                    run_id="r", config=config.name, implementation=identity, mode="single",
+                    round=i, placement=i // rounds, calls=1,
+                    latency_ms=float(latency[i] * shift[i // rounds]), timestamp=NOW,
+                )
+                for i in range(plan.samples_per_config)
+            ]  # fmt: skip
+    return rows
+
+
+def _intervals(ranking: Ranking):
+    """Every interval of the family: speedups per config and on the mean, and the leader's
+    over each other candidate (the ranking's pairs that decide the best and the tie)."""
+    for candidate in ranking.candidates:
+        yield candidate.geomean
+        yield from candidate.configs
+        if candidate.versus_leader:
+            yield candidate.versus_leader
+
+
+def test_the_baseline_and_what_is_ranked_against_it():
+    plan = _plan(3)
+    assert ranking_sides(plan) == (BASELINE, ["v0", "v1", "v2"])
+
+
+def test_a_clearly_faster_variant_is_named_best():
+    plan = _plan(3)
+    rows = _run(plan, np.random.default_rng(1), {"v0": 1.0, "v1": 1.3, "v2": 1.05})
+    ranking = rank(plan, rows, summarize("r", plan, rows, {}, None))
+    assert [c.identity for c in ranking.candidates] == ["v1", "v2", "v0"]
+    assert ranking.best == "v1" and ranking.tied == ["v1"]
+    runner_up = ranking.candidates[1]
+    assert runner_up.versus_leader.ci_low > 1  # the leader shown faster than the runner-up
+    assert 1.2 < ranking.candidates[0].geomean.speedup < 1.4
+    assert ranking.configs == ["c0", "c1"] and ranking.family == 3 * 2 + 3 + 3
+    Ranking.model_validate_json(ranking.model_dump_json())  # what the boundary reads back
+
+
+def test_two_variants_within_noise_are_tied_not_ranked_apart():
+    plan = _plan(3)
+    rows = _run(plan, np.random.default_rng(2), {"v0": 1.2, "v1": 1.2, "v2": 0.8})
+    ranking = rank(plan, rows, summarize("r", plan, rows, {}, None))
+    assert ranking.best is None
+    assert sorted(ranking.tied) == ["v0", "v1"]
+    slow = next(c for c in ranking.candidates if c.identity == "v2")
+    assert not slow.tied_with_leader and slow.versus_leader.ci_low > 1 and slow.rank == 3
+
+
+def test_a_variant_without_samples_is_left_out_with_its_reason():
+    """A variant whose build or gate failed has no rows: the others are ranked."""
+    plan = _plan(3)
+    rows = [
+        m for m in _run(plan, np.random.default_rng(3), {"v1": 1.3}) if m.implementation != "v2"
+    ]
+    ranking = rank(plan, rows, summarize("r", plan, rows, {}, None))
+    assert [u.identity for u in ranking.unranked] == ["v2"]
+    assert "no timed samples" in ranking.unranked[0].reason
+    assert {c.identity for c in ranking.candidates} == {"v0", "v1"} and ranking.best == "v1"
+
+
+def test_a_ranking_that_contradicts_itself_is_refused():
+    plan = _plan(2)
+    rows = _run(plan, np.random.default_rng(4), {"v1": 1.3})
+    data = rank(plan, rows, []).model_dump()
+    data["best"] = "v0"  # not the leader
+    with pytest.raises(ValidationError, match="best must be the leader"):
+        Ranking.model_validate(data)
+
+
+@pytest.mark.slow  # about 1.3 s of CPU each
+@pytest.mark.parametrize(("placements", "rounds"), [(1, 24), (4, 6)])
+def test_null_variants_miss_the_truth_family_wise_at_most_about_alpha(placements, rounds):
+    """K = 3 variants as fast as the baseline, 2 configs: 12 intervals a run. Over 400 runs
+    the share where any of them excludes 1 (the truth of every speedup and of every pair)
+    is at most about α = 5%, where the per-interval 95% intervals of the same runs miss
+    somewhere far more often."""
+    plan, rng = _plan(3, placements=placements, rounds=rounds), np.random.default_rng(54)
+    runs, family_misses, per_interval_misses = 400, 0, 0
+    for _ in range(runs):
+        rows = _run(plan, rng, {})
+        ranking = rank(plan, rows, [], resamples=400)
+        family_misses += any(i.excludes_one() for i in _intervals(ranking))
+        per_interval_misses += any(_single_interval_misses(plan, rows))
+    assert family_misses / runs <= 0.07, family_misses
+    assert per_interval_misses / runs >= 0.15, per_interval_misses
+
+
+def _single_interval_misses(plan: Plan, rows: list[Measurement]):
+    """Each variant's speedup per config by its own 95% interval (benches.stats)."""
+    by_key: dict[tuple[str, str], dict] = {}
+    for m in rows:
+        by_key.setdefault((m.config, m.implementation), {})[(m.placement, m.round)] = m.latency_ms
+    for config in plan.configs:
+        for variant in ("v0", "v1", "v2"):
+            found = paired_speedup(
+                by_key[(config.name, BASELINE)], by_key[(config.name, variant)], resamples=400
+            )
+            yield found.ci_low > 1 or found.ci_high < 1
