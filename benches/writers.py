@@ -5,10 +5,10 @@ as true/false, datetimes in ISO 8601 with their UTC offset.
 
 The code under test can reach the run's folder (on the local backend it runs as the same
 user; a worker finds the files its harness holds open in /proc), so every results file this
-process writes (the CSVs, statistics.json, comparison.json, noise.json) keeps the sha256 of
-the bytes written to it, is checked against it when closed, and all of them once more just
-before the manifest vouches for them: a file that holds anything else fails the run,
-naming it (`ResultsChanged`). A write after that last check (by a process the kernel left
+process writes (the CSVs, statistics.json, comparison.json, noise.json, ranking.json) keeps
+the sha256 of the bytes written to it, is checked against it when closed, and all of them
+once more just before the manifest vouches for them: a file that holds anything else fails
+the run, naming it (`ResultsChanged`). A write after that last check (by a process the kernel left
 behind) is not seen here: keeping the results out of the kernel's reach is containment's.
 """
 
@@ -36,6 +36,7 @@ from results_schema import (
 from results_schema.csvio import cell, columns
 from results_schema.csvio import read_rows as read_csv
 from results_schema.models import Noise
+from results_schema.ranking import Ranking
 from results_schema.sampling import FAMILY_ALPHA
 
 __all__ = ["CsvWriter", "ResultsChanged", "cell", "columns", "read_csv", "write_csv"]
@@ -183,10 +184,12 @@ class PhaseClock:
 def write_manifest(run_dir: Path, run_id: str, started_at: datetime) -> Manifest:
     """manifest.json with status complete, built by the same code the startup script uses
     (sha256, bytes and rows of each results/*.csv; plan.json and environment.json beside).
-    noise.json, the A/A control's decision on the run, is written first, so that both
-    this manifest and the startup script's final one carry it. Every results file this
-    process wrote is checked first (ResultsChanged)."""
+    noise.json, the A/A control's decision on the run, and ranking.json, its candidates
+    ranked, are written first, so that both this manifest and the startup script's final
+    one carry them. Every results file this process wrote is checked first
+    (ResultsChanged)."""
     write_noise(run_dir)
+    write_ranking(run_dir)
     verify_written(run_dir)
     args = argparse.Namespace(
         dir=str(run_dir),
@@ -228,9 +231,32 @@ def write_noise(run_dir: Path) -> Noise | None:
         read_csv(results / "summary.csv", SummaryRow), alpha=1 - _confidence(run_dir),
     )  # fmt: skip
     path = run_dir / "noise.json"
-    if noise is None:
-        path.unlink(missing_ok=True)  # a stale one from an earlier plan would be believed
+    _replace_side_file(path, noise)
+    return noise
+
+
+def write_ranking(run_dir: Path) -> Ranking | None:
+    """ranking.json from the run's own plan.json and results, as noise.json is (none
+    without a candidate to rank)."""
+    from benches.ranking import rank  # numpy: only where a run is summarised
+
+    results = run_dir / RESULTS_SUBDIR
+    if not (results / "summary.csv").is_file():
+        return None
+    plan = Plan.model_validate_json((run_dir / "plan.json").read_text(encoding="utf-8"))
+    ranking = rank(
+        plan, read_csv(results / "measurements.csv", Measurement),
+        read_csv(results / "summary.csv", SummaryRow), confidence=_confidence(run_dir),
+    )  # fmt: skip
+    _replace_side_file(run_dir / "ranking.json", ranking)
+    return ranking
+
+
+def _replace_side_file(path: Path, model: BaseModel | None) -> None:
+    """`model` written whole to `path`, or with none the file removed: a stale one from an
+    earlier plan would be believed."""
+    if model is None:
+        path.unlink(missing_ok=True)
         _WRITTEN.pop(path.resolve(), None)
     else:
-        write_text(path, noise.model_dump_json(indent=2) + "\n")
-    return noise
+        write_text(path, model.model_dump_json(indent=2) + "\n")

@@ -11,6 +11,7 @@ from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, 
 from results_schema.containment import Containment, LeftoverSweep, TreeCheck
 from results_schema.implementations import BASELINE_SUFFIX, CONTROL_SUFFIX
 from results_schema.kernel_contract import KernelIdentity, UserKernel, UserKernelBuild
+from results_schema.ranking import Ranking
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
 from results_schema.record import MAX_LEFTOVER_SWEEPS, PHASES
@@ -751,6 +752,11 @@ class Manifest(_Strict):
     )
     sampling: SamplingRecord | None = Field(
         default=None, description="why the timing stopped sampling (sampling.json)"
+    )
+    ranking: Ranking | None = Field(
+        default=None,
+        description="the candidates ranked by speedup over the baseline, with simultaneous "
+        "intervals (ranking.json: docs/ranking.md)",
     )
     trees: list[TreeCheck] | None = Field(
         default=None,

@@ -73,6 +73,7 @@ SIDE_FILES = {
     "statistics": "statistics.json",
     "comparison": "comparison.json",
     "noise": "noise.json",
+    "ranking": "ranking.json",
     "sampling": "sampling.json",
     "trees": "trees.json",
     "containment": "containment.json",

@@ -120,6 +120,34 @@ def _check_manifest(manifest: Manifest, run_id: str, limits: Limits) -> None:
         raise ValueError("it finished before it started")
     _check_phase_times(manifest, limits)
     _check_sampling(manifest)
+    _check_ranking(manifest)
+
+
+def _check_ranking(manifest: Manifest) -> None:
+    """Its ranking (ranking.json: results_schema/ranking.py) names only what its plan
+    times: the baseline and the candidates among its identities, the configs among its
+    configs, each once."""
+    ranking, plan = manifest.ranking, manifest.plan
+    if ranking is None:
+        return
+    if plan is None:
+        raise ValueError("it carries a ranking without the plan it ranks")
+    identities = set(plan.identities)
+    named = [ranking.baseline, *(c.identity for c in ranking.candidates)]
+    named += [u.identity for u in ranking.unranked]
+    strangers = [n for n in named if n not in identities]
+    if strangers:
+        raise ValueError(
+            f"its ranking names {printable(strangers[0], 80)!r}, which its plan does not time"
+        )
+    if len(set(named)) != len(named):
+        raise ValueError("its ranking names an identity twice")
+    configs = {c.name for c in plan.configs}
+    ranked = [ranking.configs, *([s.config for s in c.configs] for c in ranking.candidates)]
+    if any(set(r) - configs for r in ranked) or any(
+        [s.config for s in c.configs] != ranking.configs for c in ranking.candidates
+    ):
+        raise ValueError("its ranking's configs are not its plan's, or differ between candidates")
 
 
 def _check_sampling(manifest: Manifest) -> None:

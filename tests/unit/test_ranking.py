@@ -4,13 +4,18 @@ variants the chance that ANY of the family's intervals misses the truth stays ne
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from benches.ranking import rank, ranking_sides
 from benches.stats import paired_speedup, summarize
-from results_schema import AttentionConfig, Measurement, Plan
+from benches.writers import write_csv, write_manifest
+from orchestrator.boundary import manifest_from
+from orchestrator.errors import ResultsError
+from results_schema import AttentionConfig, CorrectnessRow, Measurement, Plan, SummaryRow
 from results_schema.ranking import Ranking
 from tests.unit.test_noise_control import NOW
 
@@ -151,3 +156,49 @@ def _single_interval_misses(plan: Plan, rows: list[Measurement]):
                 by_key[(config.name, BASELINE)], by_key[(config.name, variant)], resamples=400
             )
             yield found.ci_low > 1 or found.ci_high < 1
+
+
+def _written_run(tmp_path, plan: Plan, rows: list[Measurement]):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    write_csv(tmp_path / "results" / "measurements.csv", Measurement, rows)
+    write_csv(
+        tmp_path / "results" / "summary.csv", SummaryRow, summarize("r", plan, rows, {}, None)
+    )
+    for checks in ("correctness.csv", "timed_checks.csv"):
+        write_csv(tmp_path / "results" / checks, CorrectnessRow, [])
+    return write_manifest(tmp_path, "r", NOW)
+
+
+def _renamed_leader(ranking: dict, name: str) -> None:
+    ranking["candidates"][0]["identity"] = ranking["tied"][0] = name
+    ranking["best"] = name
+
+
+def test_the_run_writes_its_ranking_and_the_manifest_carries_it(tmp_path):
+    plan = _plan(3)
+    manifest = _written_run(tmp_path, plan, _run(plan, np.random.default_rng(5), {"v2": 1.3}))
+    assert manifest.ranking is not None and manifest.ranking.best == "v2"
+    on_disk = Ranking.model_validate_json((tmp_path / "ranking.json").read_text())
+    assert on_disk == manifest.ranking
+    raw = (tmp_path / "manifest.json").read_bytes()
+    assert manifest_from(raw, "r").ranking == on_disk  # through the boundary
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        (lambda r: _renamed_leader(r, "stranger"), "does not time"),
+        (lambda r: _renamed_leader(r, "base"), "names an identity twice"),
+        (lambda r: r["candidates"][1]["configs"].pop(), "differ between candidates"),
+        (lambda r: r["candidates"][0]["geomean"].update(ci_low=-1.0), "greater than 0"),
+        (lambda r: r.update(schema_version="2"), "schema_version"),
+    ],
+)
+def test_the_boundary_refuses_a_ranking_its_plan_does_not_hold(tmp_path, change, refusal):
+    plan = _plan(2)
+    _written_run(tmp_path, plan, _run(plan, np.random.default_rng(6), {"v1": 1.3}))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    change(manifest["ranking"])
+    with pytest.raises(ResultsError, match=refusal):
+        manifest_from(json.dumps(manifest).encode(), "r")
