@@ -21,6 +21,7 @@ from results_schema.models import (
     Status,
     SummaryRow,
 )
+from results_schema.ranking import Ranking
 
 SCHEMA_DIR = Path(__file__).parent / "jsonschema"
 EXPORTED = {
@@ -33,6 +34,7 @@ EXPORTED = {
     "manifest.schema.json": Manifest,
     "kernel-contract.schema.json": ContractFile,  # bench-kernel.toml, for editors' checks
     "gate-report.schema.json": GateReport,  # `bench report --format json`, gate.json
+    "ranking.schema.json": Ranking,  # ranking.json, in the manifest and gate.json
 }
 
 

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from results_schema.models import CheckStage, GateOn, SamplingRecord, Verdict
+from results_schema.ranking import Ranking
 
 # 2: a pass means shown not slower (non-inferiority), verdicts not-slower and undecided,
 # what would decide an undecided run, each failed check's reason (issue 49).
@@ -135,3 +136,8 @@ class GateReport(_Strict):
         default=0, ge=0, description="rows left out to keep the report within its size bound"
     )
     run: GateRun = Field(default_factory=GateRun)
+    ranking: Ranking | None = Field(
+        default=None,
+        description="the run's candidates ranked by speedup over the baseline with "
+        "simultaneous intervals, as the run made it (ranking.json: docs/ranking.md)",
+    )

@@ -88,6 +88,7 @@ def render_markdown(report: GateReport) -> str:
             lines.append(f"- {what} ({len(configs)}): {_names(configs)}")
     lines += _failures(report)
     lines += [f"- to decide: {printable(way, 400)}" for way in report.to_decide]
+    lines += _ranking(report)
     lines += [
         "",
         _row(table_header(report.confidence)),
@@ -132,6 +133,37 @@ def render_markdown(report: GateReport) -> str:
         "equivalent."
     )
     return "\n".join(lines) + "\n"
+
+
+def _ranking(report: GateReport) -> list[str]:
+    """A run of several candidates: their ranking (results_schema/ranking.py), fastest
+    first, with the best or the tie; at most MAX_RANKED rows by the schema."""
+    ranking = report.ranking
+    if ranking is None or not ranking.leads_report():
+        return []
+    if ranking.best is not None:
+        answer = f"best {code(ranking.best)}, shown faster than the runner-up"
+    elif ranking.tied:
+        answer = f"no best: tied {_names(ranking.tied)}"
+    else:
+        answer = "no candidate could be ranked"
+    lines = [
+        "",
+        f"**Ranking** by speedup over {code(ranking.baseline)} (geometric mean over "
+        f"{config_count(len(ranking.configs))}; {level(ranking.confidence)} simultaneous "
+        f"intervals): {answer}",
+        "",
+        _row(["#", "candidate", "speedup", "leader over it"]),
+        _row(["---:", "---", "---:", "---:"]),
+    ]
+    for c in ranking.candidates:
+        lines.append(
+            _row([str(c.rank), code(c.identity), _speedup(c.geomean), _speedup(c.versus_leader)])
+        )
+    lines += [
+        f"- not ranked: {code(u.identity)}: {printable(u.reason, 300)}" for u in ranking.unranked
+    ]
+    return lines
 
 
 def _failures(report: GateReport, most: int = 20) -> list[str]:

@@ -25,10 +25,14 @@ def report(run_id, compare_id, dest, output_format, fail_on, margin, gate_on):
 
     Plots (latency distributions, speedup with its 95% interval, TFLOP/s
     against sequence length) are written to DEST/<run id>/report/. A run
-    launched with --baseline leads with its A/B comparison (speedup per
-    config and geometric mean, each with interval and verdict); one launched
-    with --profile ends with Nsight Compute's counters (the .ncu-rep files
-    lie in DEST/<run id>/results/, for `ncu --import` or Nsight Compute).
+    of several candidates (a kernel's variants) leads with their ranking:
+    each one's speedup over the baseline with simultaneous intervals, and
+    the best only where it is shown faster than the runner-up, else the
+    tie (docs/ranking.md). A run launched with --baseline leads with its
+    A/B comparison (speedup per config and geometric mean, each with
+    interval and verdict); one launched with --profile ends with Nsight
+    Compute's counters (the .ncu-rep files lie in DEST/<run id>/results/,
+    for `ncu --import` or Nsight Compute).
 
     RUN is a run id (the report reads DEST/<run id>/) or the path of a run
     folder `bench fetch` wrote; nothing else is read or written. A fetch of
@@ -99,6 +103,7 @@ def show_gate(out, run_dir, output_format, margin, gate_on, fail_on) -> int:
 
 
 def show_report(out, report) -> None:
+    from orchestrator.cli.report_ranking import show_ranking
     from orchestrator.cli.report_sections import noise_banner, show_comparison, show_profile
     from orchestrator.cli.report_table import legend, results_table
     from orchestrator.report.telemetry import telemetry_line
@@ -107,6 +112,8 @@ def show_report(out, report) -> None:
     banner = noise_banner(report.noise, report.margin)
     if banner:
         out.print(banner, soft_wrap=False)
+    if report.ranking is not None and report.ranking.leads_report():
+        show_ranking(out, report.ranking)
     for line in report.build_failures:
         out.print(markup_safe(line), soft_wrap=False)
     for line in report.check_failures:

@@ -37,6 +37,7 @@ from orchestrator.report.telemetry import RoundTelemetry
 from results_schema import EnvironmentFingerprint, IntervalMethod, ProfileRow, SummaryRow
 from results_schema.kernel_contract import build_failure_lines, failed_builds
 from results_schema.models import Noise
+from results_schema.ranking import Ranking
 
 REPORT_SUBDIR = boundary.REPORT_SUBDIR
 # In report/: the results and the drawing code its plots were drawn from, and their names.
@@ -90,6 +91,7 @@ class Report:
     margin: float | None = None  # the margin every verdict shown was made at
     telemetry: list[RoundTelemetry] = field(default_factory=list)  # the GPU, round by round
     environment: EnvironmentFingerprint | None = None  # what it ran on: cuDNN, clock ceilings
+    ranking: Ranking | None = None  # the candidates ranked (ranking.json), led with if several
 
     @property
     def confidence(self) -> float | None:
@@ -153,6 +155,7 @@ def _report_of(run: RunResults) -> Report:
     report.margin = run.margin
     report.telemetry = run.telemetry
     report.environment = run.manifest.environment if run.manifest else None
+    report.ranking = run.manifest.ranking if run.manifest else None
     return report
 
 

@@ -117,6 +117,7 @@ def judge(run: RunResults, checks: list[CorrectnessRow], options: GateOptions) -
         sampling=run.manifest.sampling if run.manifest else None,
         configs=[],
         run=_run_facts(run),
+        ranking=run.manifest.ranking if run.manifest else None,
     )
     outcome, reasons = _outcome(report, judged, noise)
     to_decide = _to_decide(run, judged, margin) if outcome == "inconclusive" else []
