@@ -14,6 +14,7 @@ from benches.ranking import rank, ranking_sides
 from benches.stats import paired_speedup, summarize
 from benches.writers import write_csv, write_manifest
 from orchestrator.boundary import manifest_from
+from orchestrator.cli.report_ranking import headline, interval_text
 from orchestrator.errors import ResultsError
 from results_schema import AttentionConfig, CorrectnessRow, Measurement, Plan, SummaryRow
 from results_schema.ranking import Ranking
@@ -202,3 +203,18 @@ def test_the_boundary_refuses_a_ranking_its_plan_does_not_hold(tmp_path, change,
     change(manifest["ranking"])
     with pytest.raises(ResultsError, match=refusal):
         manifest_from(json.dumps(manifest).encode(), "r")
+
+
+def test_the_report_names_the_best_or_the_tie_with_the_interval_that_decides_it():
+    plan = _plan(3)
+    rows = _run(plan, np.random.default_rng(2), {"v0": 1.2, "v1": 1.2, "v2": 0.8})
+    tie = rank(plan, rows, [])
+    closest = tie.candidates[1]
+    assert headline(tie) == (
+        f"tied: {', '.join(tie.tied)}: the leader {tie.candidates[0].identity} is not shown "
+        f"faster than {closest.identity} ({interval_text(closest.versus_leader)}), so no best "
+        "is named"
+    )
+    rows = _run(plan, np.random.default_rng(1), {"v1": 1.3, "v2": 1.05})
+    best = rank(plan, rows, [])
+    assert headline(best).startswith("best: v1, shown faster than the runner-up v2 (")
