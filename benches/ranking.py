@@ -59,6 +59,7 @@ from benches.stats import LogBootstrap, PairKey, geometric_mean_of, row_medians
 from results_schema import Measurement, Plan, SummaryRow
 from results_schema.intervals import BOOTSTRAP_RESAMPLES, CONFIDENCE, student_t_quantile
 from results_schema.ranking import (
+    MAX_CONFIG_INTERVALS,
     ConfigSpeedup,
     RankedCandidate,
     RankedInterval,
@@ -127,7 +128,11 @@ def rank(
         family[(a, b)] = _ratio(mean[a], mean[b])
     intervals = simultaneous(family, confidence)
     order = sorted(ranked, key=lambda i: -mean[i].point)  # stable: the plan's order on ties
-    placed = [_placed(n, i, order, configs, intervals, mean) for n, i in enumerate(order, 1)]
+    per_config = len(ranked) * len(configs) <= MAX_CONFIG_INTERVALS
+    listed = configs if per_config else []
+    placed = [
+        _placed(n, i, order, configs, listed, intervals, mean) for n, i in enumerate(order, 1)
+    ]
     tied = [c.identity for c in placed if c.tied_with_leader]
     return Ranking(
         baseline=baseline,
@@ -140,6 +145,7 @@ def rank(
         best=order[0] if len(tied) == 1 else None,
         tied=tied,
         unranked=unranked,
+        per_config=per_config,
     )
 
 
@@ -247,7 +253,7 @@ def _ratio_interval(found: tuple[float, float, float], flip: bool = False) -> Ra
     return RankedInterval(speedup=math.exp(point), ci_low=math.exp(low), ci_high=math.exp(high))
 
 
-def _placed(number, identity, order, configs, intervals, mean) -> RankedCandidate:
+def _placed(number, identity, order, configs, listed, intervals, mean) -> RankedCandidate:
     leader = order[0]
     versus = None
     if identity != leader:
@@ -260,7 +266,7 @@ def _placed(number, identity, order, configs, intervals, mean) -> RankedCandidat
         geomean=_ratio_interval(intervals[geomean_key]),
         configs=[
             ConfigSpeedup(config=c, **_ratio_interval(intervals[(identity, c)]).model_dump())
-            for c in configs
+            for c in listed
         ],
         versus_leader=versus,
         tied_with_leader=versus is None or versus.ci_low <= 1,

@@ -18,6 +18,9 @@ RANKING_SCHEMA_VERSION = "1"
 MAX_RANKED = 64
 MAX_RANKED_CONFIGS = 256  # a plan's configs (orchestrator/boundary/limits.py)
 MAX_REASON_CHARS = 300
+# Candidate × config intervals a ranking lists: 20 candidates × 256 configs would make the
+# manifest that carries it about 1 MB, its bound (orchestrator/boundary/limits.py).
+MAX_CONFIG_INTERVALS = 2048
 
 
 class _Strict(BaseModel):
@@ -61,7 +64,9 @@ class RankedCandidate(_Strict):
         description="speedup over the baseline: the geometric mean over the ranking's configs"
     )
     configs: list[ConfigSpeedup] = Field(
-        max_length=MAX_RANKED_CONFIGS, description="speedup over the baseline, per config"
+        max_length=MAX_RANKED_CONFIGS,
+        description="speedup over the baseline, per config (empty when the ranking's "
+        "per_config is false)",
     )
     versus_leader: RankedInterval | None = Field(
         default=None,
@@ -111,6 +116,11 @@ class Ranking(_Strict):
         "[best] when there is a best",
     )
     unranked: list[Unranked] = Field(default_factory=list, max_length=MAX_RANKED)
+    per_config: bool = Field(
+        default=True,
+        description=f"false: more than {MAX_CONFIG_INTERVALS} candidate × config intervals, "
+        "left out to keep the manifest within its bound (they were still in the family)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Ranking:
@@ -130,6 +140,11 @@ class Ranking(_Strict):
             raise ValueError("without a best, at least two candidates are tied")
         if any(c.versus_leader is None for c in self.candidates[1:]):
             raise ValueError("every candidate but the leader stands against it")
+        if len(set(self.configs)) != len(self.configs):
+            raise ValueError("a config is ranked over twice")
+        listed = self.configs if self.per_config else []
+        if any([s.config for s in c.configs] != listed for c in self.candidates):
+            raise ValueError("every candidate lists the ranking's configs, in its order")
         return self
 
     def leads_report(self) -> bool:

@@ -119,6 +119,16 @@ def test_a_variant_without_samples_is_left_out_with_its_reason():
     assert {c.identity for c in ranking.candidates} == {"v0", "v1"} and ranking.best == "v1"
 
 
+def test_a_ranking_of_many_intervals_leaves_its_per_config_rows_out(monkeypatch):
+    """Past the bound the manifest would outgrow its own (the family keeps them)."""
+    monkeypatch.setattr("benches.ranking.MAX_CONFIG_INTERVALS", 5)
+    plan = _plan(3)
+    ranking = rank(plan, _run(plan, np.random.default_rng(7), {"v1": 1.3}), [])
+    assert not ranking.per_config and ranking.family == 12
+    assert all(c.configs == [] for c in ranking.candidates) and ranking.best == "v1"
+    Ranking.model_validate_json(ranking.model_dump_json())
+
+
 def test_a_ranking_that_contradicts_itself_is_refused():
     plan = _plan(2)
     rows = _run(plan, np.random.default_rng(4), {"v1": 1.3})
@@ -171,6 +181,12 @@ def _written_run(tmp_path, plan: Plan, rows: list[Measurement]):
     return write_manifest(tmp_path, "r", NOW)
 
 
+def _renamed_config(ranking: dict) -> None:
+    ranking["configs"][0] = "c9"
+    for candidate in ranking["candidates"]:
+        candidate["configs"][0]["config"] = "c9"
+
+
 def _renamed_leader(ranking: dict, name: str) -> None:
     ranking["candidates"][0]["identity"] = ranking["tied"][0] = name
     ranking["best"] = name
@@ -191,7 +207,8 @@ def test_the_run_writes_its_ranking_and_the_manifest_carries_it(tmp_path):
     [
         (lambda r: _renamed_leader(r, "stranger"), "does not time"),
         (lambda r: _renamed_leader(r, "base"), "names an identity twice"),
-        (lambda r: r["candidates"][1]["configs"].pop(), "differ between candidates"),
+        (lambda r: r["candidates"][1]["configs"].pop(), "lists the ranking's configs"),
+        (_renamed_config, "configs its plan does not have"),
         (lambda r: r["candidates"][0]["geomean"].update(ci_low=-1.0), "greater than 0"),
         (lambda r: r.update(schema_version="2"), "schema_version"),
     ],
