@@ -103,29 +103,11 @@ def rank(
         for c in plan.configs
         if pairs.get((c.name, baseline)) and not flags.get((c.name, baseline))
     ]
-    ranked, unranked = [], []
-    for identity in candidates:
-        why = _why_unranked(identity, baseline, configs, pairs, flags)
-        (
-            unranked.append(Unranked(identity=identity, reason=why))
-            if why
-            else ranked.append(identity)
-        )
-    # (candidate, config), (candidate, None): its geometric mean, (a, b): a's mean over b's
-    family: dict[tuple, LogBootstrap] = {}
-    rng = np.random.default_rng(plan.seed)
-    for config in configs if ranked else []:
-        boots = joint_log_bootstraps(
-            pairs[(config, baseline)], {i: pairs[(config, i)] for i in ranked}, resamples, rng
-        )
-        for identity, boot in boots.items():
-            family[(identity, config)] = boot
-    if ranked and len(configs) > 1:  # with one config, the mean is its row
-        for identity in ranked:
-            family[(identity, None)] = geometric_mean_of([family[(identity, c)] for c in configs])
-    mean = {i: family[(i, None if len(configs) > 1 else configs[0])] for i in ranked}
-    for a, b in combinations(ranked, 2):
-        family[(a, b)] = _ratio(mean[a], mean[b])
+    reasons = {i: _why_unranked(i, baseline, configs, pairs, flags) for i in candidates}
+    unranked = [Unranked(identity=i, reason=why) for i, why in reasons.items() if why]
+    ranked = [i for i, why in reasons.items() if not why]
+    family = _family(ranked, baseline, configs, pairs, resamples, np.random.default_rng(plan.seed))
+    mean = {i: family[_geomean_key(i, configs)] for i in ranked}
     intervals = simultaneous(family, confidence)
     order = sorted(ranked, key=lambda i: -mean[i].point)  # stable: the plan's order on ties
     per_config = len(ranked) * len(configs) <= MAX_CONFIG_INTERVALS
@@ -147,6 +129,31 @@ def rank(
         unranked=unranked,
         per_config=per_config,
     )
+
+
+def _family(ranked, baseline, configs, pairs, resamples, rng) -> dict[tuple, LogBootstrap]:
+    """The family's members by key: (candidate, config); (candidate, None), its geometric
+    mean over the configs (with one config, the mean is its row); (a, b), a's geometric mean
+    over b's. All from the same resamples."""
+    family: dict[tuple, LogBootstrap] = {}
+    for config in configs if ranked else []:
+        boots = joint_log_bootstraps(
+            pairs[(config, baseline)], {i: pairs[(config, i)] for i in ranked}, resamples, rng
+        )
+        for identity, boot in boots.items():
+            family[(identity, config)] = boot
+    if len(configs) > 1:
+        for identity in ranked:
+            family[(identity, None)] = geometric_mean_of([family[(identity, c)] for c in configs])
+    mean = {i: family[_geomean_key(i, configs)] for i in ranked}
+    for a, b in combinations(ranked, 2):
+        family[(a, b)] = _ratio(mean[a], mean[b])
+    return family
+
+
+def _geomean_key(identity: str, configs: list[str]) -> tuple[str, str | None]:
+    """The family's key of a candidate's geometric mean: its one config's row if only one."""
+    return (identity, None) if len(configs) > 1 else (identity, configs[0])
 
 
 def _why_unranked(identity, baseline, configs, pairs, flags) -> str | None:
@@ -259,11 +266,10 @@ def _placed(number, identity, order, configs, listed, intervals, mean) -> Ranked
     if identity != leader:
         key = (leader, identity) if (leader, identity) in intervals else (identity, leader)
         versus = _ratio_interval(intervals[key], flip=key[0] != leader)
-    geomean_key = (identity, None) if len(configs) > 1 else (identity, configs[0])
     return RankedCandidate(
         identity=identity,
         rank=number,
-        geomean=_ratio_interval(intervals[geomean_key]),
+        geomean=_ratio_interval(intervals[_geomean_key(identity, configs)]),
         configs=[
             ConfigSpeedup(config=c, **_ratio_interval(intervals[(identity, c)]).model_dump())
             for c in listed
