@@ -124,6 +124,8 @@ def launch(
     run, on one GPU; the summary and `bench report` lead with the speedup per
     config and its geometric mean, each with an interval and a verdict.
     --profile adds Nsight Compute counters, taken after the timing.
+    Many candidates: the kernel's declared variants ([kernel.variants]) and
+    --candidates REFS are each gated and timed in every round of one run.
 
     The performance gate (CI): --fail-on slower with --wait fetches the run
     when it ends and exits 0 only when the candidate is shown not slower
@@ -145,6 +147,7 @@ def launch(
       bench launch --budget 1.00 --baseline main --wait --fail-on slower
       bench launch --backend local --kernel ../my-attn --budget 1 --wait
       bench launch --budget 1.00 --kernel ../my-attn --baseline HEAD~1
+      bench launch --budget 1.00 --kernel ../my-attn --candidates HEAD~1,v2
       bench launch --budget 1.00 --baseline ../old/kernels --profile
       bench launch --budget 1.00 --candidate sdpa-flash --baseline-impl sdpa-cudnn
       bench launch --budget 1.00 --profile fp16-b4h16s1024d64,bf16-b1h16s8192d64

@@ -252,6 +252,14 @@ def comparison_options(command):
             "both are built, gated and timed, interleaved in every round",
         ),
         click.option(
+            "--candidates",
+            metavar="REFS",
+            default=None,
+            help="also time these revisions of the --kernel repository, comma-separated (git "
+            "revisions or directories), each gated and timed as its own implementation "
+            "NAME@<commit 7> beside the working tree's kernel, in every round, on one GPU",
+        ),
+        click.option(
             "--candidate",
             metavar="IMPL",
             default=None,
@@ -307,6 +315,7 @@ def plan_options(
     margin=None,
     samples=None,
     gate_on=None,
+    candidates=None,
 ):
     from orchestrator.kernel_tree.user import default_kernel_dir
     from orchestrator.service.plan_options import PlanOptions
@@ -315,11 +324,17 @@ def plan_options(
     return PlanOptions(
         kernel=kernel if kernel is not None else default_kernel_dir(Path.cwd()),
         candidate=candidate,
+        candidates=_comma_list(candidates),
         baseline=baseline,
         baseline_impl=baseline_impl,
         profile=None if configs is None else tuple(n.strip() for n in configs),
-        peers=tuple(dict.fromkeys(n.strip() for n in (peers or "").split(",") if n.strip())),
+        peers=_comma_list(peers),
         margin=margin,
         samples=samples,
         decide_on=gate_on,
     )
+
+
+def _comma_list(text: str | None) -> tuple[str, ...]:
+    """'a, b,,a' as ('a', 'b'): each name once, in order."""
+    return tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip()))

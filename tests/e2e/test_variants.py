@@ -1,0 +1,118 @@
+"""Many candidates, one run (issue 54), end to end on the CPU: a user's repository declaring
+variants in its bench-kernel.toml ([kernel.variants], each selected by its env) plus a
+revision named with --candidates, all gated and timed in one local run, interleaved in
+every round; a variant that cheats (the cheat suite's NaN wildcard, tests/cheats) and one
+whose build fails each fail alone, and the others are timed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from results_schema import CorrectnessRow, Measurement, SummaryRow
+from tests.e2e.test_user_kernel import example_repository, git
+from tests.e2e.test_user_kernel_build import launch
+
+pytestmark = pytest.mark.timeout(300)
+
+CHEATS = Path(__file__).resolve().parents[1] / "cheats"
+NAME = "torch-attention"
+# The entry: the honest example, or the cheat suite's NaN wildcard, by the variant's env.
+DISPATCH = """\
+import os
+
+if os.environ.get("KERNEL_CHOICE") == "cheat":
+    from cheat.ops import attention  # noqa: F401
+else:
+    from simple_attention.ops import attention  # noqa: F401
+"""
+# The build reads the variant's env: FAIL_BUILD=1 fails it, with a last line that says so.
+BUILD = """\
+import os
+import sys
+
+if os.environ.get("FAIL_BUILD") == "1":
+    print("this variant's block size does not fit")
+    sys.exit(3)
+print("built", os.environ.get("KERNEL_CHOICE"))
+"""
+VARIANTS = """
+[kernel.variants]
+honest = { env = { KERNEL_CHOICE = "honest" } }
+cheat = { env = { KERNEL_CHOICE = "cheat" } }
+broken = { env = { KERNEL_CHOICE = "honest", FAIL_BUILD = "1" } }
+"""
+
+
+def variant_repository(tmp_path: Path) -> tuple[Path, str]:
+    """The torch example with the NaN-wildcard cheat beside it, a dispatching entry and a
+    build that reads the env; committed twice (the first commit is the --candidates one).
+    Returns the repository and the first commit."""
+    repo = example_repository(tmp_path)
+    shutil.copytree(CHEATS / "nan_wildcard" / "cheat", repo / "cheat")
+    (repo / "pick.py").write_text(DISPATCH)
+    (repo / "build_check.py").write_text(BUILD)
+    contract = repo / "bench-kernel.toml"
+    text = contract.read_text().replace(
+        'entry = "simple_attention.ops:attention"',
+        'entry = "pick:attention"\nbuild = "python build_check.py"',
+    )
+    contract.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one kernel, two implementations")
+    first = git(repo, "rev-parse", "HEAD")
+    contract.write_text(text.replace("[kernel.supports]", VARIANTS + "\n[kernel.supports]"))
+    git(repo, "commit", "-qam", "variants")
+    return repo, first
+
+
+def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_build_fails_alone(
+    bench_env, tmp_path
+):
+    repo, first = variant_repository(tmp_path)
+    manifest, run_dir = launch(bench_env, tmp_path, repo, "--candidates", first)
+
+    honest, cheat, broken = (f"{NAME}[{v}]" for v in ("honest", "cheat", "broken"))
+    revision = f"{NAME}@{first[:7]}"
+    plan = manifest.plan
+    assert manifest.status == "complete"
+    assert (plan.candidate, plan.variants) == (honest, [cheat, broken, revision])
+    # Each env variant builds in its own copy of the tree, with its env.
+    folders = {k.identity: k.directory for k in plan.user_kernels}
+    assert len(set(folders.values())) == 4
+    builds = {b.identity: b for b in manifest.user_builds}
+    assert builds[broken].outcome == "failed"
+    assert builds[broken].message == "this variant's block size does not fit"
+    assert {builds[i].outcome for i in (honest, cheat, revision)} == {"built"}
+
+    gate = read(run_dir, "correctness.csv", CorrectnessRow)
+    failed = {r.implementation: r.message for r in gate if not r.passed}
+    assert set(failed) == {cheat, broken}
+    assert "non-finite output elements" in failed[cheat]
+    assert "build failed: this variant's block size does not fit" in failed[broken]
+
+    timed = set(plan.identities) - {cheat, broken}
+    assert {honest, revision, "sdpa"} <= timed
+    # A worker the timing loses (on a loaded machine the timer-patch check can misread one)
+    # leaves that config with a row saying why: it is no result, and no round holds it.
+    checks = read(run_dir, "timed_checks.csv", CorrectnessRow)
+    lost = {(r.config, r.implementation) for r in checks if not r.passed}
+    summary = read(run_dir, "summary.csv", SummaryRow)
+    for config in plan.configs:
+        expected = {name for name in timed if (config.name, name) not in lost}
+        assert {r.implementation for r in summary if r.config == config.name} == expected
+    # Every timed implementation in every round, each round in an order of its own.
+    rounds: dict[tuple[str, int], list[str]] = {}
+    for m in read(run_dir, "measurements.csv", Measurement):
+        rounds.setdefault((m.config, m.round), []).append(m.implementation)
+    for (config, _), names in rounds.items():
+        assert set(names) == {name for name in timed if (config, name) not in lost}
+    assert len({tuple(names) for names in rounds.values()}) > 1
+
+
+def read(run_dir: Path, name: str, model):
+    from results_schema.csvio import read_rows
+
+    return read_rows(run_dir / "results" / name, model)
