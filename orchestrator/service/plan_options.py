@@ -158,6 +158,15 @@ def _shape_user_kernel_plan(plan: Plan, options: PlanOptions) -> ShapedPlan:
     return ShapedPlan(shaped, notes=tuple(notes), kernel_trees=folders)
 
 
+def with_first_candidates(plan: Plan, count: int) -> Plan:
+    """`plan` timing only its first `count` candidates (the candidate and count - 1 of its
+    variants): what a smaller budget could cover."""
+    variants = plan.variants[: max(count - 1, 0)]
+    dropped = set(plan.variants) - set(variants)
+    kernels = [k for k in plan.user_kernels if k.identity not in dropped]
+    return plan.model_copy(update={"variants": variants, "user_kernels": kernels})
+
+
 def _revisions(options: PlanOptions, candidate) -> list[KernelTree]:
     """`--candidates REF,...`: each a further candidate, timed under its own identity."""
     refs = list(dict.fromkeys(options.candidates))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.cli import main
 from results_schema import CorrectnessRow, Measurement, SummaryRow
 from tests.e2e.test_user_kernel import example_repository, git
 from tests.e2e.test_user_kernel_build import launch
@@ -69,10 +70,11 @@ def variant_repository(tmp_path: Path) -> tuple[Path, str]:
 
 
 def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_build_fails_alone(
-    bench_env, tmp_path
+    bench_env, tmp_path, capsys
 ):
     repo, first = variant_repository(tmp_path)
     manifest, run_dir = launch(bench_env, tmp_path, repo, "--candidates", first)
+    launched = capsys.readouterr().out
 
     honest, cheat, broken = (f"{NAME}[{v}]" for v in ("honest", "cheat", "broken"))
     revision = f"{NAME}@{first[:7]}"
@@ -110,9 +112,49 @@ def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_buil
     for (config, _), names in rounds.items():
         assert set(names) == {name for name in timed if (config, name) not in lost}
     assert len({tuple(names) for names in rounds.values()}) > 1
+    # Printed as named: '[honest]' is no rich markup to swallow.
+    assert f"4 candidates, each gated and timed in every round: {honest}, {cheat}," in launched
+    assert main(["fetch", manifest.run_id]) == 0
+    fetched = capsys.readouterr().out
+    assert honest in fetched and revision in fetched and cheat in fetched
 
 
 def read(run_dir: Path, name: str, model):
     from results_schema.csvio import read_rows
 
     return read_rows(run_dir / "results" / name, model)
+
+
+def test_a_budget_short_of_every_variant_is_refused_naming_how_many_it_covers(
+    gce, bench_env, tmp_path, capsys
+):
+    """The runtime model counts each variant's build and samples: a budget that covers a
+    few of twelve is refused (exit 3) before anything is created, in one line naming how
+    many it covers; with that many declared, the same budget launches."""
+    from orchestrator.registry import RunRegistry
+    from tests.e2e.test_gce_cli import plan_file
+
+    repo = example_repository(tmp_path)
+    (repo / "build_check.py").write_text(BUILD)
+    contract = repo / "bench-kernel.toml"
+    base = contract.read_text().replace(
+        'entry = "simple_attention.ops:attention"',
+        'entry = "simple_attention.ops:attention"\nbuild = "python build_check.py"',
+    )
+
+    def declare(count: int) -> None:
+        lines = "".join(f'b{i} = {{ env = {{ BLOCK_M = "{i}" }} }}\n' for i in range(count))
+        text = base.replace("[kernel.supports]", f"[kernel.variants]\n{lines}\n[kernel.supports]")
+        contract.write_text(text)
+
+    declare(12)
+    args = ["launch", "--backend", "gce", "--kernel", str(repo), "--budget", "0.09"]
+    args += ["--plan", plan_file(tmp_path)]
+    assert main(args) == 3
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "but the plan needs about" in line
+    assert "(it covers 3 of the run's 12 candidates, the first through torch-attention[b2]" in line
+    assert gce.inserted == [] and gce.instances() == []
+    assert RunRegistry(bench_env / "state" / "runs.sqlite").all() == []
+    declare(3)
+    assert main(args) == 0
