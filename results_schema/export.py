@@ -21,6 +21,7 @@ from results_schema.models import (
     Status,
     SummaryRow,
 )
+from results_schema.program_output import FetchOutput, LaunchOutput
 
 SCHEMA_DIR = Path(__file__).parent / "jsonschema"
 EXPORTED = {
@@ -33,6 +34,8 @@ EXPORTED = {
     "manifest.schema.json": Manifest,
     "kernel-contract.schema.json": ContractFile,  # bench-kernel.toml, for editors' checks
     "gate-report.schema.json": GateReport,  # `bench report --format json`, gate.json
+    "launch-output.schema.json": LaunchOutput,  # `bench launch --json` (docs/json.md)
+    "fetch-output.schema.json": FetchOutput,  # `bench fetch --json`
 }
 
 

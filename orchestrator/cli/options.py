@@ -183,9 +183,10 @@ def make_context(**flags):
     return Context(load_config(flags={k: v for k, v in flags.items() if v is not None}))
 
 
-def console():
+def console(stderr: bool = False):
     """Tables fit the terminal; a line of text wraps at its spaces (cli/wrap.py), so a run
-    id or a path stays whole for copy and paste."""
+    id or a path stays whole for copy and paste. `stderr`: a command's `--json` keeps
+    stdout for its one JSON object."""
     from rich.console import Console
 
     from orchestrator.cli.wrap import stated_columns
@@ -210,7 +211,17 @@ def console():
             for line in _wrapped(text, self.width):
                 super().print(line, soft_wrap=True)
 
-    return PipedConsole(highlight=False, soft_wrap=True, emoji=False)
+    return PipedConsole(highlight=False, soft_wrap=True, emoji=False, stderr=stderr)
+
+
+def json_option(what: str):
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help=f"for programs: print {what} as one JSON object on stdout, everything else on "
+        "stderr (docs/json.md)",
+    )
 
 
 # What console().print takes of a line of text it wraps itself (soft_wrap: it always wraps).

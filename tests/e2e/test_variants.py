@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.cli import main
 from results_schema import CorrectnessRow, Measurement, SummaryRow
+from results_schema.program_output import FetchOutput, LaunchOutput
 from tests.e2e.test_user_kernel import example_repository, git
 from tests.e2e.test_user_kernel_build import launch
 
@@ -73,8 +74,8 @@ def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_buil
     bench_env, tmp_path, capsys
 ):
     repo, first = variant_repository(tmp_path)
-    manifest, run_dir = launch(bench_env, tmp_path, repo, "--candidates", first)
-    launched = capsys.readouterr().out
+    manifest, run_dir = launch(bench_env, tmp_path, repo, "--candidates", first, "--json")
+    launched = capsys.readouterr()
 
     honest, cheat, broken = (f"{NAME}[{v}]" for v in ("honest", "cheat", "broken"))
     revision = f"{NAME}@{first[:7]}"
@@ -112,11 +113,25 @@ def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_buil
     for (config, _), names in rounds.items():
         assert set(names) == {name for name in timed if (config, name) not in lost}
     assert len({tuple(names) for names in rounds.values()}) > 1
-    # Printed as named: '[honest]' is no rich markup to swallow.
-    assert f"4 candidates, each gated and timed in every round: {honest}, {cheat}," in launched
-    assert main(["fetch", manifest.run_id]) == 0
-    fetched = capsys.readouterr().out
-    assert honest in fetched and revision in fetched and cheat in fetched
+    # For programs: stdout holds one JSON object, in its published schema; a person's
+    # lines (printed as named: '[honest]' is no rich markup to swallow) go to stderr.
+    (run,) = LaunchOutput.model_validate_json(launched.out).runs
+    assert run.run_id == manifest.run_id and run.backend == "local"
+    assert run.worst_case_usd == 0 and run.candidates == [honest, cheat, broken, revision]
+    candidates = f"4 candidates, each gated and timed in every round: {honest}, {cheat},"
+    assert candidates in launched.err
+    assert main(["fetch", manifest.run_id, "--json"]) == 0
+    fetched = capsys.readouterr()
+    (got,) = FetchOutput.model_validate_json(fetched.out).runs
+    assert (got.run_id, got.status, got.candidates) == (
+        manifest.run_id,
+        "complete",
+        plan.candidates,
+    )
+    assert {r.implementation for r in got.summary} == {r.implementation for r in summary}
+    assert {(r.implementation, r.message) for r in got.failures if r.implementation == cheat}
+    assert {b.identity: b.outcome for b in got.builds}[broken] == "failed"
+    assert honest in fetched.err and revision in fetched.err  # the summary, for a person
 
 
 def read(run_dir: Path, name: str, model):
@@ -158,3 +173,33 @@ def test_a_budget_short_of_every_variant_is_refused_naming_how_many_it_covers(
     assert RunRegistry(bench_env / "state" / "runs.sqlite").all() == []
     declare(3)
     assert main(args) == 0
+
+
+def test_a_sweep_times_every_variant_on_each_gpu_type_and_prints_its_runs_as_json(
+    gce, tmp_path, capsys
+):
+    """`--gpu l4,t4` with variants: one VM per GPU type, each building and timing all of
+    them (its startup script builds each variant's folder); --json prints both runs."""
+    from tests.e2e.test_gce_cli import plan_file
+
+    gce.config.run_scripts = False
+    repo = example_repository(tmp_path)
+    contract = repo / "bench-kernel.toml"
+    variants = '[kernel.variants]\nb64 = { env = { BLOCK_M = "64" } }\nb128 = {}\n'
+    text = contract.read_text()
+    contract.write_text(text.replace("[kernel.supports]", variants + "\n[kernel.supports]"))
+    args = ["launch", "--backend", "gce", "--gpu", "l4,t4", "--budget", "5.00", "--json"]
+    assert main([*args, "--kernel", str(repo), "--plan", plan_file(tmp_path)]) == 0
+    printed = capsys.readouterr()
+    output = LaunchOutput.model_validate_json(printed.out)
+    assert output.sweep_id and output.failed == [] and len(output.runs) == 2
+    candidates = [f"{NAME}[b64]", f"{NAME}[b128]"]
+    assert {run.gpu for run in output.runs} == {"l4", "t4"}
+    assert all(run.candidates == candidates for run in output.runs)
+    assert all(0 < run.worst_case_usd <= run.budget_usd for run in output.runs)
+    assert sum(run.budget_usd for run in output.runs) <= 5.00
+    assert "2 of 2 GPU types running" in printed.err
+    for body in gce.inserted:
+        (script,) = [i["value"] for i in body["metadata"]["items"] if i["key"] == "startup-script"]
+        for folder, identity in zip(("a", "b"), candidates, strict=True):
+            assert f"build_user_kernel user_kernel_variant_{folder} '{identity}'" in script
