@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import fcntl
 import json
 import os
 import pwd
@@ -284,19 +283,16 @@ def report(ended: dict[int, str], phase: str, tree: str | None, path: str | None
 
 
 def _append_json(path: str, item: dict) -> None:
-    # Trees build at once (user_build.sh.j2): one sweep read, appended and written at a time.
-    with open(f"{path}.lock", "a", encoding="utf-8") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            with open(path, encoding="utf-8") as f:
-                items = json.load(f)
-        except (OSError, ValueError):
-            items = []
-        items.append(item)
-        part = f"{path}.part{os.getpid()}"
-        with open(part, "w", encoding="utf-8") as f:
-            json.dump(items, f)
-        os.replace(part, path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            items = json.load(f)
+    except (OSError, ValueError):
+        items = []
+    items.append(item)
+    part = f"{path}.part{os.getpid()}"
+    with open(part, "w", encoding="utf-8") as f:
+        json.dump(items, f)
+    os.replace(part, path)
 
 
 def end_kernel_processes(tree: str) -> dict[int, str]:

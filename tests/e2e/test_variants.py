@@ -6,7 +6,6 @@ whose build fails each fail alone, and the others are timed."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -35,11 +34,7 @@ else:
 BUILD = """\
 import os
 import sys
-import time
 
-print("started", time.time())
-time.sleep(float(os.environ.get("BUILD_SECONDS", "0")))
-print("ended", time.time())
 if os.environ.get("FAIL_BUILD") == "1":
     print("this variant's block size does not fit")
     sys.exit(3)
@@ -47,8 +42,8 @@ print("built", os.environ.get("KERNEL_CHOICE"))
 """
 VARIANTS = """
 [kernel.variants]
-honest = { env = { KERNEL_CHOICE = "honest", BUILD_SECONDS = "2" } }
-cheat = { env = { KERNEL_CHOICE = "cheat", BUILD_SECONDS = "2" } }
+honest = { env = { KERNEL_CHOICE = "honest" } }
+cheat = { env = { KERNEL_CHOICE = "cheat" } }
 broken = { env = { KERNEL_CHOICE = "honest", FAIL_BUILD = "1" } }
 """
 
@@ -94,10 +89,6 @@ def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_buil
     assert builds[broken].outcome == "failed"
     assert builds[broken].message == "this variant's block size does not fit"
     assert {builds[i].outcome for i in (honest, cheat, revision)} == {"built"}
-    # Trees that differ build at once, on the machine's cores.
-    if len(os.sched_getaffinity(0)) > 1:
-        spans = [build_span(bench_env, manifest.run_id, folders[i]) for i in (honest, cheat)]
-        assert max(start for start, _ in spans) < min(end for _, end in spans)
 
     gate = read(run_dir, "correctness.csv", CorrectnessRow)
     failed = {r.implementation: r.message for r in gate if not r.passed}
@@ -141,13 +132,6 @@ def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_buil
     assert {(r.implementation, r.message) for r in got.failures if r.implementation == cheat}
     assert {b.identity: b.outcome for b in got.builds}[broken] == "failed"
     assert honest in fetched.err and revision in fetched.err  # the summary, for a person
-
-
-def build_span(bench_env: Path, run_id: str, folder: str) -> tuple[float, float]:
-    """When a tree's build command started and ended, as it printed into its build log."""
-    log = bench_env / "state" / "sandboxes" / run_id / "payload" / f"{folder}.build.log"
-    times = dict(line.split() for line in log.read_text().splitlines() if line[:1] in "se")
-    return float(times["started"]), float(times["ended"])
 
 
 def read(run_dir: Path, name: str, model):
@@ -218,4 +202,4 @@ def test_a_sweep_times_every_variant_on_each_gpu_type_and_prints_its_runs_as_jso
     for body in gce.inserted:
         (script,) = [i["value"] for i in body["metadata"]["items"] if i["key"] == "startup-script"]
         for folder, identity in zip(("a", "b"), candidates, strict=True):
-            assert f"start_user_build user_kernel_variant_{folder} '{identity}'" in script
+            assert f"build_user_kernel user_kernel_variant_{folder} '{identity}'" in script

@@ -104,12 +104,12 @@ def test_ab_script_builds_both_trees_by_their_contract_and_gives_the_profile_tim
     builds = [
         line.split()[1:3]
         for line in render_startup(ab, "/w", vars_).splitlines()
-        if line.strip().startswith("start_user_build ")
+        if line.strip().startswith("build_user_kernel ")
     ]
     assert builds == [["flash_kernel", "flash"], ["baseline", "flash@baseline"]]
     plain_script = render_startup(plain, "/w", vars_)
-    assert "start_user_build flash_kernel flash " in plain_script
-    assert "start_user_build baseline" not in plain_script
+    assert "build_user_kernel flash_kernel flash " in plain_script
+    assert "build_user_kernel baseline" not in plain_script
     assert "'python3 -m kernels.flash_attention.build'" in plain_script
     assert "'FLASH_KERNEL_CACHE={tree}/.kernel-cache'" in plain_script
     assert benchmark_timeout_seconds(ab) == (
