@@ -58,7 +58,7 @@ def declared_unsupported(supports: KernelSupports, config: AttentionConfig) -> s
 def user_implementation(kernel: UserKernel, tree: Path) -> UserImplementation:
     """The kernel imported into this process (a worker's, or the profiler's target), with
     its contract's env set first, as its build had it."""
-    os.environ.update(kernel.contract.env_for(str(tree)))
+    os.environ.update(kernel.env_for(str(tree)))
     loaded: dict[str, Callable] = {}
     contract, supports = kernel.contract, kernel.contract.supports
     ran = f"user:{contract.name}@{kernel.source.label()}"  # which tree ran, in every row

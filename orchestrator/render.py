@@ -101,7 +101,7 @@ def user_kernel_builds(plan) -> list[dict]:
             # requirements, command, env: '{tree}' is replaced by the tree's path on the target
             **kernel.contract.build_words(),
         }
-        for kernel in plan.user_kernels
+        for kernel in plan.kernel_folders()
     ]
 
 
@@ -116,7 +116,8 @@ def kernel_users(plan, backend: str) -> str:
     (the startup script's KERNEL_USERS, the workers' BENCH_KERNEL_USERS); else empty."""
     if not capabilities(backend).confines_kernels:
         return ""
-    return " ".join(f"{k.directory}={kernel_user_name(k.directory)}" for k in plan.user_kernels)
+    folders = plan.kernel_folders()
+    return " ".join(f"{k.directory}={kernel_user_name(k.directory)}" for k in folders)
 
 
 def tree_sha256s(spec: RunSpec) -> str:
@@ -154,7 +155,7 @@ def build_timeout_seconds(spec: RunSpec) -> int:
     each take its build_timeout)."""
     trees = sum(
         (bool(k.contract.requirements) + bool(k.contract.build)) * k.contract.build_timeout_seconds
-        for k in spec.plan.user_kernels
+        for k in spec.plan.kernel_folders()
     )
     return PHASE_TIMEOUTS["build"] + trees
 
@@ -194,7 +195,7 @@ def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any
         "sampling_reserve_seconds": SAMPLING_RESERVE_SECONDS
         + (plan.profile.timeout_seconds if plan.profile else 0),
         "user_kernel_builds": user_kernel_builds(plan),
-        "kernel_folders": [k.directory for k in plan.user_kernels],
+        "kernel_folders": [k.directory for k in plan.kernel_folders()],
         "kernel_users": kernel_users(plan, spec.backend),
         "tree_sha256s": tree_sha256s(spec),
         "peer_installs": peer_installs(plan, spec.backend),

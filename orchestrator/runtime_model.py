@@ -156,7 +156,7 @@ def model_phases(
 def _build(plan: Plan, one: PhaseFigure) -> PhaseFigure:
     """Each kernel tree with a build command (an A/B builds two), each counted as one build
     of ours: a tree's own time is unknown before it ran."""
-    trees = sum(1 for kernel in plan.user_kernels if kernel.contract.build)
+    trees = sum(1 for kernel in plan.kernel_folders() if kernel.contract.build)
     if not trees:
         return PhaseFigure("build", 0.0, "the plan builds no kernel")
     source = f"{trees} kernel tree{'s' if trees > 1 else ''}, each: {one.source}"

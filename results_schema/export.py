@@ -21,6 +21,7 @@ from results_schema.models import (
     Status,
     SummaryRow,
 )
+from results_schema.program_output import FetchOutput, LaunchOutput
 from results_schema.ranking import Ranking
 
 SCHEMA_DIR = Path(__file__).parent / "jsonschema"
@@ -35,6 +36,8 @@ EXPORTED = {
     "kernel-contract.schema.json": ContractFile,  # bench-kernel.toml, for editors' checks
     "gate-report.schema.json": GateReport,  # `bench report --format json`, gate.json
     "ranking.schema.json": Ranking,  # ranking.json, in the manifest and gate.json
+    "launch-output.schema.json": LaunchOutput,  # `bench launch --json` (docs/json.md)
+    "fetch-output.schema.json": FetchOutput,  # `bench fetch --json`
 }
 
 

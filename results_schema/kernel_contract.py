@@ -61,7 +61,12 @@ REFUSED_ENV = {
     "CUDA_DEVICE_ORDER": "it renumbers the GPUs, which bench gave the run",
 }
 ENV_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,63}$"
+MAX_ENV_VALUE_CHARS = 1000
 TREE_PLACEHOLDER = "{tree}"
+# A variant's name is part of an identity ('<name>[<variant>]'): a CSV value, a report
+# heading, a worker's name; the bound keeps a run's variants one GPU's afternoon.
+VARIANT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
+MAX_VARIANTS = 16
 
 ContractDtype = Literal["float16", "bfloat16", "float32", "float64"]
 ContractDevice = Literal["cpu", "cuda"]
@@ -76,6 +81,37 @@ def refused_env_reason(name: str) -> str | None:
 class _Contract(BaseModel):
     # A typo in a key is an error, never a silently ignored setting.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def settable_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` when a contract (or a variant) may set every variable of it, else ValueError
+    naming the first it may not."""
+    for name, value in env.items():
+        if not re.fullmatch(ENV_NAME_PATTERN, name):
+            raise ValueError(f"{name!r} is no variable name (A-Z, 0-9 and _)")
+        why = refused_env_reason(name)
+        if why:
+            raise ValueError(f"{name} is refused: {why}")
+        if len(value) > MAX_ENV_VALUE_CHARS or not value.isprintable():
+            raise ValueError(
+                f"{name}: a value is one printable line of <= {MAX_ENV_VALUE_CHARS} characters"
+            )
+    return env
+
+
+class KernelVariant(_Contract):
+    """One line of [kernel.variants]: what selects the variant."""
+
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="environment variables set over the contract's env for this variant: "
+        "for its worker process, and for its build unless build_shared is true",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _settable(cls, env: dict[str, str]) -> dict[str, str]:
+        return settable_env(env)
 
 
 def duration_seconds(text: str) -> int:
@@ -172,6 +208,18 @@ class KernelContract(_Contract):
     supports: KernelSupports = Field(
         default_factory=KernelSupports, description="what the kernel supports"
     )
+    variants: dict[str, KernelVariant] = Field(
+        default_factory=dict,
+        description=f"at most {MAX_VARIANTS} variants of the kernel, each timed as its own "
+        "implementation '<name>[<variant>]' in the same run: NAME = { env = { BLOCK_M = "
+        '"64" } }; none: the kernel is timed as declared',
+    )
+    build_shared: bool = Field(
+        default=False,
+        description="the build does not read the variants' env: the tree is built once, "
+        "with the contract's env, and every variant runs that build (false: each variant "
+        "builds in its own copy of the tree, with its env)",
+    )
     plan: str | None = Field(
         default=None,
         description="a plan of the kernel's own (the shapes its users care about): a JSON "
@@ -211,15 +259,20 @@ class KernelContract(_Contract):
     @field_validator("env")
     @classmethod
     def _settable(cls, env: dict[str, str]) -> dict[str, str]:
-        for name, value in env.items():
-            if not re.fullmatch(ENV_NAME_PATTERN, name):
-                raise ValueError(f"{name!r} is no variable name (A-Z, 0-9 and _)")
-            why = refused_env_reason(name)
-            if why:
-                raise ValueError(f"{name} is refused: {why}")
-            if len(value) > 1000 or not value.isprintable():
-                raise ValueError(f"{name}: a value is one printable line of <= 1000 characters")
-        return env
+        return settable_env(env)
+
+    @field_validator("variants")
+    @classmethod
+    def _few_and_named(cls, variants: dict[str, KernelVariant]) -> dict[str, KernelVariant]:
+        if len(variants) > MAX_VARIANTS:
+            raise ValueError(f"{len(variants)} variants: a run times at most {MAX_VARIANTS}")
+        for name in variants:
+            if not re.fullmatch(VARIANT_NAME_PATTERN, name):
+                raise ValueError(
+                    f"{name!r} is no variant name (a letter or digit, then letters, digits, "
+                    "'_' or '-', at most 32)"
+                )
+        return variants
 
     def build_words(self) -> dict:
         """The requirements, the build command and the env's NAME=VALUE words (sorted,
@@ -234,6 +287,15 @@ class KernelContract(_Contract):
     def env_for(self, tree: str) -> dict[str, str]:
         """The env with '{tree}' replaced by the tree's path on the target."""
         return {name: value.replace(TREE_PLACEHOLDER, tree) for name, value in self.env.items()}
+
+    def variant(self, name: str) -> tuple[KernelContract, dict[str, str]]:
+        """The contract variant `name` runs under (its env over the contract's, where its
+        build reads it too; no variants of its own), and the env its worker alone adds (a
+        build_shared variant's, which its build must not see)."""
+        env = self.variants[name].env
+        if self.build_shared:
+            return self.model_copy(update={"variants": {}}), dict(env)
+        return self.model_copy(update={"variants": {}, "env": {**self.env, **env}}), {}
 
     @field_validator("build_timeout", "call_timeout")
     @classmethod
@@ -295,14 +357,33 @@ class UserKernel(_Contract):
     """A user's kernel as plan.json carries it: what the payload needs to build and call it."""
 
     identity: str = Field(
-        description="the name it is timed under: the declared name, or "
+        description="the name it is timed under: the declared name, '<name>[<variant>]' for "
+        "a declared variant, '<name>@<commit 7>' for a --candidates revision, or "
         "'<name>@baseline' for the A/B baseline's revision"
     )
     directory: str = Field(
         pattern=r"^[a-z_]+$", description="the tree's folder in the payload, e.g. user_kernel"
     )
-    contract: KernelContract = Field(description="the tree's bench-kernel.toml")
+    contract: KernelContract = Field(
+        description="the tree's bench-kernel.toml (a variant's: its env merged, no variants)"
+    )
     source: KernelIdentity = Field(description="which tree this is")
+    worker_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="a build_shared variant's env: set for its worker over the contract's, "
+        "never for the build it shares",
+    )
+
+    @field_validator("worker_env")
+    @classmethod
+    def _settable(cls, env: dict[str, str]) -> dict[str, str]:
+        return settable_env(env)
+
+    def env_for(self, tree: str) -> dict[str, str]:
+        """What the kernel's worker sets before it imports the kernel: the contract's env,
+        then a shared build's variant env, '{tree}' replaced by the tree's path."""
+        env = {**self.contract.env, **self.worker_env}
+        return {name: value.replace(TREE_PLACEHOLDER, tree) for name, value in env.items()}
 
     def build_cache_prefix(self) -> str:
         """'user-kernels/<name>-<24 hex>': the hash of what the controller knows of the

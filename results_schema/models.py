@@ -156,6 +156,13 @@ class Plan(_Strict):
         description="implementations compared with it: the A/B baseline first if any, then "
         "the yardsticks (SDPA) and public peers",
     )
+    variants: list[str] = Field(
+        default_factory=list,
+        description="further candidates timed beside the candidate, in every round, each "
+        "gated and timed as its own implementation: a kernel's declared variants "
+        "('<name>[<variant>]') and --candidates revisions ('<name>@<commit 7>'), all user "
+        "kernels of the plan",
+    )
     reference: str = Field(description="higher-precision implementation for the correctness gate")
     samples_per_config: int = Field(ge=1, description="timed samples per (config, implementation)")
     warmup_min: int = Field(default=3, ge=0, description="warmup calls before checking stability")
@@ -227,6 +234,11 @@ class Plan(_Strict):
         if self.profile is not None and set(self.profile.configs) - set(names):
             unknown = sorted(set(self.profile.configs) - set(names))
             raise ValueError(f"profile names configs the plan lacks: {', '.join(unknown)}")
+        if len(set(self.identities)) != len(self.identities):
+            raise ValueError("the plan times an identity twice (a variant among the others)")
+        undeclared = [v for v in self.variants if self.user_kernel(v) is None]
+        if undeclared:
+            raise ValueError(f"variants the plan declares no kernel for: {', '.join(undeclared)}")
         untimed = [k.identity for k in self.user_kernels if k.identity not in self.identities]
         if untimed:
             raise ValueError(f"user kernels the plan does not time: {', '.join(untimed)}")
@@ -268,16 +280,30 @@ class Plan(_Strict):
 
     @property
     def identities(self) -> list[str]:
-        """Everything timed: the implementations, the baseline kernel tree's build, then the
-        A/A control's second identity."""
+        """Everything timed: the implementations, the further candidates (variants), the
+        baseline kernel tree's build, then the A/A control's second identity."""
         tree = [self.baseline_identity] if self.baseline_identity else []
-        return [*self.implementations, *tree, *([self.control_identity] if self.control else [])]
+        control = [self.control_identity] if self.control else []
+        return [*self.implementations, *self.variants, *tree, *control]
+
+    @property
+    def candidates(self) -> list[str]:
+        """The candidate and its variants: what a ranking orders."""
+        return [self.candidate, *self.variants]
 
     @property
     def profiled_identities(self) -> list[str]:
         """What a profile covers: every identity but the A/A control, which runs its
         twin's code."""
         return [i for i in self.identities if i != self.control_identity]
+
+    def kernel_folders(self) -> list[UserKernel]:
+        """One user kernel per folder of the payload, the first to name it: what the build
+        phase builds (build_shared variants share the candidate's folder and its build)."""
+        first: dict[str, UserKernel] = {}
+        for kernel in self.user_kernels:
+            first.setdefault(kernel.directory, kernel)
+        return list(first.values())
 
     def user_kernel(self, identity: str) -> UserKernel | None:
         return next((k for k in self.user_kernels if k.identity == identity), None)
@@ -306,7 +332,7 @@ class Plan(_Strict):
 
 
 # Plan fields newer than the content key: absent from it while empty (content_sha256).
-_ADDED_FIELDS = ("user_kernels", "sampling")
+_ADDED_FIELDS = ("user_kernels", "sampling", "variants")
 # Where the candidate came from, not what is measured: a new commit keeps the plan's key
 # (and the runtime model's history of it).
 _PROVENANCE_FIELDS = ("candidate_source",)

@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import cloud_options, console, dest_option, make_context
+from orchestrator.cli.options import (
+    cloud_options,
+    console,
+    dest_option,
+    json_option,
+    make_context,
+)
 
 
 @click.command()
@@ -10,7 +16,8 @@ from orchestrator.cli.options import cloud_options, console, dest_option, make_c
 @click.argument("run_id", required=False, metavar="[RUN|SWEEP]")
 @click.option("--all", "fetch_all", is_flag=True, help="every finished run not fetched yet")
 @dest_option("where results/<run id>/ goes")
-def fetch(run_id, fetch_all, dest):
+@json_option("each fetched run's per-implementation results and ranking")
+def fetch(run_id, fetch_all, dest, as_json):
     """Download a finished run, verify every sha256, validate every row.
 
     Writes DEST/<run id>/ (manifest.json, results/*.csv, logs/) and deletes
@@ -25,18 +32,28 @@ def fetch(run_id, fetch_all, dest):
       bench fetch 20261122-081500-a1b2c3 --dest ~/results
       bench fetch --all
       bench fetch sweep-20261122-081500-d4e5f6
+      bench fetch 20261122-081500-a1b2c3 --json   # for programs
     """
     from orchestrator.errors import ResultsError, UsageError
     from orchestrator.service.fetch import fetch_runs
 
     if run_id and fetch_all:
         raise UsageError("give a RUN_ID or --all, not both")
-    out = console()
-    outcome = fetch_runs(
-        make_context(), run_id, fetch_all, dest, on_fetched=lambda r: show_summary(out, r)
-    )
+    out, fetched = console(stderr=as_json), []
+
+    def on_fetched(result) -> None:
+        fetched.append(result)
+        show_summary(out, result)
+
+    outcome = fetch_runs(make_context(), run_id, fetch_all, dest, on_fetched=on_fetched)
     if fetch_all and outcome.attempted == 0:
         out.print("bench: nothing to fetch: every run in the registry is fetched already")
+    if as_json:
+        from orchestrator.cli.json_output import fetched_run, print_json
+        from results_schema.program_output import FetchOutput
+
+        runs = [fetched_run(result) for result in fetched]
+        print_json(FetchOutput(runs=runs, incomplete=outcome.incomplete))
     if outcome.incomplete:
         raise ResultsError("; ".join(outcome.incomplete))
     return 0

@@ -15,6 +15,7 @@ from orchestrator.cli.options import (
     comparison_options,
     console,
     dest_option,
+    json_option,
     make_context,
     plan_options,
 )
@@ -83,6 +84,7 @@ from orchestrator.errors import UsageError
 @comparison_options
 @gate_options
 @dest_option("with --fetch or --fail-on: where the run is fetched to, as `bench fetch` would")
+@json_option("the run id (each run's, with --gpu) and its worst-case cost")
 def launch(
     backend,
     budget,
@@ -99,6 +101,7 @@ def launch(
     margin,
     gate_on,
     dest,
+    as_json,
     **comparison,
 ):
     """Start a benchmark run; the cloud enforces its budget as a time cap.
@@ -124,6 +127,8 @@ def launch(
     run, on one GPU; the summary and `bench report` lead with the speedup per
     config and its geometric mean, each with an interval and a verdict.
     --profile adds Nsight Compute counters, taken after the timing.
+    Many candidates: the kernel's declared variants ([kernel.variants]) and
+    --candidates REFS are each gated and timed in every round of one run.
 
     The performance gate (CI): --fail-on slower with --wait fetches the run
     when it ends and exits 0 only when the candidate is shown not slower
@@ -145,11 +150,13 @@ def launch(
       bench launch --budget 1.00 --baseline main --wait --fail-on slower
       bench launch --backend local --kernel ../my-attn --budget 1 --wait
       bench launch --budget 1.00 --kernel ../my-attn --baseline HEAD~1
+      bench launch --budget 1.00 --kernel ../my-attn --candidates HEAD~1,v2
       bench launch --budget 1.00 --baseline ../old/kernels --profile
       bench launch --budget 1.00 --candidate sdpa-flash --baseline-impl sdpa-cudnn
       bench launch --budget 1.00 --profile fp16-b4h16s1024d64,bf16-b1h16s8192d64
       bench launch --gpu l4,t4,a100,h100 --budget 5.00
       bench launch --backend local --gpu local --budget 1 --wait
+      bench launch --budget 1.00 --kernel ../my-attn --json   # for programs
     """
     from orchestrator.backends.registry import AUTO_FALLBACK
     from orchestrator.service.launch import LaunchRequest
@@ -164,7 +171,7 @@ def launch(
     name, reason = ctx.resolved_backend()
     if ctx.config.backend == "auto" and name == AUTO_FALLBACK:
         raise UsageError(no_backend_chosen())
-    out = console()
+    out = console(stderr=as_json)
     gate = launch_gate(fail_on, margin, gate_on, dest, wait=wait, gpus=gpus, comparison=comparison)
     if fetch_after and (not wait or gpus is not None):
         raise UsageError("--fetch fetches the one run --wait followed: add --wait, leave out --gpu")
@@ -178,7 +185,8 @@ def launch(
     if gpus is not None:
         from orchestrator.cli.sweep_output import launch_and_print_sweep
 
-        return launch_and_print_sweep(ctx, out, request, gpus, name, reason, wait)
+        started = _print_sweep_json if as_json else None
+        return launch_and_print_sweep(ctx, out, request, gpus, name, reason, wait, started)
     result = launch_run(
         ctx,
         request,
@@ -186,6 +194,11 @@ def launch(
         reason,
         on_validated=lambda: out.print(f"bench: backend [bold]{name}[/]: {reason}"),
     )
+    if as_json:
+        from orchestrator.cli.json_output import launched_run, print_json
+        from results_schema.program_output import LaunchOutput
+
+        print_json(LaunchOutput(runs=[launched_run(ctx, result)]))
     print_launch(out, result)
     bench, run_id = bench_command(), result.spec.run_id
     if wait:
@@ -201,6 +214,12 @@ def launch(
         return fetch_finished_run(ctx, out, run_id, dest) if fetch_after and code == 0 else code
     out.print(f"follow it with: {bench} status {run_id}   then: {bench} fetch {run_id}")
     return 0
+
+
+def _print_sweep_json(sweep) -> None:
+    from orchestrator.cli.json_output import print_json, sweep_output
+
+    print_json(sweep_output(sweep))
 
 
 def fetch_finished_run(ctx, out, run_id: str, dest) -> int:

@@ -30,7 +30,7 @@ def how_it_ends(result) -> str:
 
 
 def print_launch(out, result) -> None:
-    from orchestrator.text import format_duration
+    from orchestrator.text import format_duration, markup_safe
 
     spec, placement = result.spec, result.placement
     for note in result.notes:
@@ -41,8 +41,14 @@ def print_launch(out, result) -> None:
     out.print(
         f"bench: plan [bold]{plan.name}[/]: {len(plan.configs)} configs × "
         f"{plan.samples_per_config} samples{until} × {len(plan.implementations)} "
-        f"implementations ({', '.join(plan.implementations)})"
+        f"implementations ({markup_safe(', '.join(plan.implementations))})"
     )
+    if plan.variants:
+        # '<name>[<variant>]' is rich markup unless escaped.
+        out.print(
+            f"bench: {len(plan.candidates)} candidates, each gated and timed in every round: "
+            + markup_safe(", ".join(plan.candidates))
+        )
     for attempt in placement.attempts:
         out.print(f"bench: tried {attempt}")
     if result.estimate is not None:

@@ -183,9 +183,10 @@ def make_context(**flags):
     return Context(load_config(flags={k: v for k, v in flags.items() if v is not None}))
 
 
-def console():
+def console(stderr: bool = False):
     """Tables fit the terminal; a line of text wraps at its spaces (cli/wrap.py), so a run
-    id or a path stays whole for copy and paste."""
+    id or a path stays whole for copy and paste. `stderr`: a command's `--json` keeps
+    stdout for its one JSON object."""
     from rich.console import Console
 
     from orchestrator.cli.wrap import stated_columns
@@ -210,7 +211,17 @@ def console():
             for line in _wrapped(text, self.width):
                 super().print(line, soft_wrap=True)
 
-    return PipedConsole(highlight=False, soft_wrap=True, emoji=False)
+    return PipedConsole(highlight=False, soft_wrap=True, emoji=False, stderr=stderr)
+
+
+def json_option(what: str):
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help=f"for programs: print {what} as one JSON object on stdout, everything else on "
+        "stderr (docs/json.md)",
+    )
 
 
 # What console().print takes of a line of text it wraps itself (soft_wrap: it always wraps).
@@ -250,6 +261,14 @@ def comparison_options(command):
             "revision (HEAD~1, main, a commit) or a directory, of the --kernel repository "
             "(timed as NAME@baseline) or else of this one's kernels/ tree (flash@baseline); "
             "both are built, gated and timed, interleaved in every round",
+        ),
+        click.option(
+            "--candidates",
+            metavar="REFS",
+            default=None,
+            help="also time these revisions of the --kernel repository, comma-separated (git "
+            "revisions or directories), each gated and timed as its own implementation "
+            "NAME@<commit 7> beside the working tree's kernel, in every round, on one GPU",
         ),
         click.option(
             "--candidate",
@@ -307,6 +326,7 @@ def plan_options(
     margin=None,
     samples=None,
     gate_on=None,
+    candidates=None,
 ):
     from orchestrator.kernel_tree.user import default_kernel_dir
     from orchestrator.service.plan_options import PlanOptions
@@ -315,11 +335,17 @@ def plan_options(
     return PlanOptions(
         kernel=kernel if kernel is not None else default_kernel_dir(Path.cwd()),
         candidate=candidate,
+        candidates=_comma_list(candidates),
         baseline=baseline,
         baseline_impl=baseline_impl,
         profile=None if configs is None else tuple(n.strip() for n in configs),
-        peers=tuple(dict.fromkeys(n.strip() for n in (peers or "").split(",") if n.strip())),
+        peers=_comma_list(peers),
         margin=margin,
         samples=samples,
         decide_on=gate_on,
     )
+
+
+def _comma_list(text: str | None) -> tuple[str, ...]:
+    """'a, b,,a' as ('a', 'b'): each name once, in order."""
+    return tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip()))

@@ -5,7 +5,11 @@ from __future__ import annotations
 from orchestrator.text import format_duration, markup_safe
 
 
-def launch_and_print_sweep(ctx, out, request, gpus: str, backend: str, reason: str, wait: bool):
+def launch_and_print_sweep(
+    ctx, out, request, gpus: str, backend: str, reason: str, wait: bool, on_started=None
+):
+    """Launch one run per GPU type and say how it went; `on_started(sweep)` is called once
+    the members started (launch --json prints them), before any is followed."""
     from orchestrator.cli.launch_output import print_launch
     from orchestrator.gpus import parse_gpu_list
     from orchestrator.service.sweep import launch_sweep
@@ -21,6 +25,8 @@ def launch_and_print_sweep(ctx, out, request, gpus: str, backend: str, reason: s
             )
 
     sweep = launch_sweep(ctx, request, parse_gpu_list(gpus), backend, reason, announce)
+    if on_started is not None:
+        on_started(sweep)
     for outcome in sweep.launched:
         out.print(f"[bold]bench: {outcome.member.key}:[/]")
         print_launch(out, outcome.result)

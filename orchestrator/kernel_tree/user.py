@@ -18,12 +18,22 @@ from orchestrator.errors import UsageError
 from orchestrator.kernel_tree.collect import TreeFiles, collect_tree, tree_sha256
 from orchestrator.kernel_tree.contract import own_plan, parse_contract
 from orchestrator.kernel_tree.git import resolve_commit, working_state
-from results_schema.kernel_contract import CONTRACT_FILE, KernelIdentity, UserKernel
+from results_schema.kernel_contract import (
+    CONTRACT_FILE,
+    MAX_VARIANTS,
+    KernelIdentity,
+    UserKernel,
+)
 from results_schema.models import BASELINE_SUFFIX, Plan
 
 # The trees' folders in the payload, beside benches/ and kernels/.
 CANDIDATE_DIR = "user_kernel"
 BASELINE_DIR = "user_kernel_baseline"
+# A variant's own copy of the tree, and a --candidates revision's: the prefix and a letter
+# per place (a, b, ...), so a folder (and the user it is confined as) stays lowercase.
+VARIANT_DIR = "user_kernel_variant_"
+REVISION_DIR = "user_kernel_revision_"
+MAX_CANDIDATE_REVISIONS = MAX_VARIANTS
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,67 @@ def read_candidate(root: Path) -> KernelTree:
         identity=contract.name, directory=CANDIDATE_DIR, contract=contract, source=source
     )
     return KernelTree(files, kernel, own_plan(files, contract, label))
+
+
+def variant_trees(candidate: KernelTree) -> list[KernelTree]:
+    """The candidate as the run times it: one tree per declared variant, timed as
+    '<name>[<variant>]' (in declaration order), or the candidate alone when it declares none.
+    A variant builds in its own copy of the tree with its env (its build may read it), unless
+    the contract says build_shared: then every variant runs the candidate folder's one build,
+    its env set for its worker only."""
+    contract = candidate.kernel.contract
+    if not contract.variants:
+        return [candidate]
+    trees = []
+    for index, name in enumerate(contract.variants):
+        variant, worker_env = contract.variant(name)
+        directory = CANDIDATE_DIR if contract.build_shared else VARIANT_DIR + _letters(index)
+        kernel = candidate.kernel.model_copy(
+            update={
+                "identity": f"{contract.name}[{name}]",
+                "directory": directory,
+                "contract": variant,
+                "worker_env": worker_env,
+            }
+        )
+        trees.append(KernelTree(candidate.files, kernel, candidate.plan))
+    return trees
+
+
+def read_revision(root: Path, ref: str, index: int, candidate: UserKernel) -> KernelTree:
+    """REF (`--candidates REF,...`) as a further candidate: a git revision of the repository
+    at `root`, or a directory holding a kernel tree, timed as '<name>@<commit 7>' (a
+    directory's: '<name>@tree-<sha 7>') under its own contract, its variants not expanded."""
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        label = f"--candidates {ref}"
+        files = collect_tree(path.resolve(), label=label)
+        identity = KernelIdentity(tree_sha256=tree_sha256(files), **working_state(path.resolve()))
+        short = f"tree-{identity.tree_sha256[:7]}"
+    else:
+        commit = resolve_commit(root, ref)
+        label = f"--candidates {ref} (commit {commit[:12]})"
+        files = collect_tree(root, revision=commit, label=label)
+        identity = KernelIdentity(tree_sha256=tree_sha256(files), commit=commit)
+        short = commit[:7]
+    contract = parse_contract(files, label).model_copy(update={"variants": {}})
+    kernel = UserKernel(
+        identity=f"{candidate.contract.name}@{short}",
+        directory=REVISION_DIR + _letters(index),
+        contract=contract,
+        source=identity,
+    )
+    return KernelTree(files, kernel)
+
+
+def _letters(index: int) -> str:
+    """a, b, ..., z, ba, bb, ...: a place as lowercase letters (a folder's suffix)."""
+    text = ""
+    while True:
+        text = chr(ord("a") + index % 26) + text
+        index //= 26
+        if index == 0:
+            return text
 
 
 def read_baseline(root: Path, ref: str, candidate: UserKernel) -> tuple[KernelTree, str]:

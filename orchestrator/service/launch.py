@@ -10,7 +10,14 @@ from datetime import datetime, timezone
 
 from orchestrator import budget
 from orchestrator.backends.base import GrantsRunAccess, Placement, Rate
-from orchestrator.errors import NoCapacityError, PermissionDeniedError, QuotaError, UsageError
+from orchestrator.errors import (
+    BenchError,
+    NoCapacityError,
+    PermissionDeniedError,
+    QuotaError,
+    RefusedError,
+    UsageError,
+)
 from orchestrator.gpus import (
     LOCAL_GPU,
     key_for_accelerator,
@@ -39,7 +46,7 @@ from orchestrator.service.launch_plan import (
     repriced,
 )
 from orchestrator.service.leftover_vms import delete_own_powered_off
-from orchestrator.service.plan_options import PlanOptions
+from orchestrator.service.plan_options import PlanOptions, with_first_candidates
 from orchestrator.service.plans import refuse_unrunnable
 from orchestrator.spec import RunSpec
 from results_schema import Plan
@@ -112,7 +119,7 @@ def launch(
     notes = list(planned.notes)
     estimate = runtime_estimate(ctx, backend, plan, request.gpu)
     spot = ctx.config.spot
-    rate, cap = _price(ctx, request, backend, estimate, spot)
+    rate, cap = _price_every_candidate(ctx, request, backend, plan, estimate, spot)
     spec = new_spec(
         ctx,
         backend,
@@ -142,7 +149,9 @@ def launch(
     # image's, read from Compute now: the checks above sent nothing; 0: nothing billed).
     disk_gb = machines.boot_disk_gb()
     if disk_gb and rate is not None:
-        rate, cap = _price(ctx, request, backend, estimate, spot, disk_gb=disk_gb)
+        rate, cap = _price_every_candidate(
+            ctx, request, backend, plan, estimate, spot, disk_gb=disk_gb
+        )
         spec = repriced(spec, rate, cap, spot)
     if rate is not None:
         note = machines.leftover_note(
@@ -205,6 +214,54 @@ def _price(
         disk_gb=disk_gb,
         check_minimum=check_minimum,
     )
+
+
+def _price_every_candidate(
+    ctx: Context,
+    request: LaunchRequest,
+    backend: str,
+    plan: Plan,
+    estimate: RuntimeEstimate,
+    spot: bool,
+    disk_gb: int | None = None,
+) -> tuple[Rate | None, int]:
+    """_price, where a refusal of a plan with variants names how many of its candidates
+    the budget (or the local time cap) covers: the runtime model counts each one's build
+    and samples, so fewer may fit where all do not."""
+    try:
+        return _price(ctx, request, backend, estimate, spot, disk_gb)
+    except (RefusedError, UsageError) as refusal:
+        if not plan.variants:
+            raise
+        most = _most_candidates_covered(ctx, request, backend, plan, spot, disk_gb)
+        if most == 0:
+            raise
+        total, last = len(plan.candidates), plan.candidates[most - 1]
+        raise type(refusal)(
+            f"{refusal} (it covers {most} of the run's {total} candidates, the first through "
+            f"{last}: time at most {most}, or raise the budget)"
+        ) from None
+
+
+def _most_candidates_covered(
+    ctx: Context,
+    request: LaunchRequest,
+    backend: str,
+    plan: Plan,
+    spot: bool,
+    disk_gb: int | None,
+) -> int:
+    """The most of the plan's candidates, first first, a launch of this request could time
+    (0: not even the first)."""
+    for count in range(len(plan.candidates) - 1, 0, -1):
+        fewer = with_first_candidates(plan, count)
+        estimate = runtime_estimate(ctx, backend, fewer, request.gpu)
+        try:
+            _price(ctx, request, backend, estimate, spot, disk_gb)
+        except BenchError:
+            continue
+        return count
+    return 0
 
 
 def _spend_check(ctx: Context, request: LaunchRequest, backend: str):

@@ -14,7 +14,14 @@ from pathlib import Path
 from orchestrator.errors import UsageError
 from orchestrator.kernel_tree.collect import TreeFiles
 from orchestrator.kernel_tree.own import own_kernel_name, own_source, with_own_kernel
-from orchestrator.kernel_tree.user import KernelTree, read_baseline, read_candidate
+from orchestrator.kernel_tree.user import (
+    MAX_CANDIDATE_REVISIONS,
+    KernelTree,
+    read_baseline,
+    read_candidate,
+    read_revision,
+    variant_trees,
+)
 from results_schema import Comparison, Plan, ProfileRequest
 from results_schema.kernel_contract import CONTRACT_FILE
 from results_schema.models import Sampling
@@ -42,6 +49,7 @@ PROFILE_SECONDS_PER_CALL = 30
 @dataclass(frozen=True)
 class PlanOptions:
     kernel: Path | None = None  # a user's kernel repository (kernel_tree/user.py)
+    candidates: tuple[str, ...] = ()  # further revisions of `kernel` timed beside it
     candidate: str | None = None
     # a git revision or a tree: of this repository's kernels/, or of `kernel`'s repository
     baseline: str | None = None
@@ -74,6 +82,8 @@ def shape_plan(
         plan = plan.model_copy(update={"margin": options.margin})
     if options.kernel is not None:
         return _shape_user_kernel_plan(plan, options, candidate or read_candidate(options.kernel))
+    if options.candidates:
+        raise UsageError("--candidates names revisions of a kernel tree: give --kernel DIR too")
     notes: list[str] = []
     if options.candidate or options.baseline_impl:
         plan = with_implementations(plan, options.candidate, options.baseline_impl, notes)
@@ -121,10 +131,12 @@ def _shape_user_kernel_plan(plan: Plan, options: PlanOptions, candidate: KernelT
     if options.candidate or options.baseline_impl:
         raise UsageError("--kernel names the candidate: leave out --candidate and --baseline-impl")
     _refuse_our_name(candidate, f"--kernel {options.kernel}")
-    trees = [candidate]
+    candidates = [*variant_trees(candidate), *_revisions(options, candidate.kernel)]
+    trees = list(candidates)
     comparison = None
     if options.baseline:
-        baseline, source = read_baseline(options.kernel, options.baseline, candidate.kernel)
+        first = candidates[0].kernel
+        baseline, source = read_baseline(options.kernel, options.baseline, first)
         _refuse_our_name(baseline, f"--baseline {options.baseline}")
         trees.append(baseline)
         comparison = Comparison(
@@ -136,6 +148,7 @@ def _shape_user_kernel_plan(plan: Plan, options: PlanOptions, candidate: KernelT
         )
     notes: list[str] = []
     shaped = with_user_kernels(plan, [t.kernel for t in trees], comparison, notes)
+    shaped = shaped.model_copy(update={"variants": [t.kernel.identity for t in candidates[1:]]})
     if options.profile is not None:
         shaped = with_profile(shaped, options.profile)
     shaped = with_sampling(shaped, options.samples, options.decide_on)
@@ -143,8 +156,37 @@ def _shape_user_kernel_plan(plan: Plan, options: PlanOptions, candidate: KernelT
     problems = plan_problems(shaped, has_gpu=True)  # the GPU itself was checked already
     if problems:
         raise UsageError(f"--kernel {options.kernel}: " + "; ".join(problems))
-    folders = tuple((t.kernel.directory, t.files) for t in trees)
+    # Variants that share a build share the candidate's folder: the payload carries it once.
+    folders = tuple({t.kernel.directory: t.files for t in trees}.items())
     return ShapedPlan(shaped, notes=tuple(notes), kernel_trees=folders)
+
+
+def with_first_candidates(plan: Plan, count: int) -> Plan:
+    """`plan` timing only its first `count` candidates (the candidate and count - 1 of its
+    variants): what a smaller budget could cover."""
+    variants = plan.variants[: max(count - 1, 0)]
+    dropped = set(plan.variants) - set(variants)
+    kernels = [k for k in plan.user_kernels if k.identity not in dropped]
+    return plan.model_copy(update={"variants": variants, "user_kernels": kernels})
+
+
+def _revisions(options: PlanOptions, candidate) -> list[KernelTree]:
+    """`--candidates REF,...`: each a further candidate, timed under its own identity."""
+    refs = list(dict.fromkeys(options.candidates))
+    if len(refs) > MAX_CANDIDATE_REVISIONS:
+        raise UsageError(
+            f"--candidates names {len(refs)} revisions: a run times at most "
+            f"{MAX_CANDIDATE_REVISIONS}"
+        )
+    trees = [read_revision(options.kernel, ref, i, candidate) for i, ref in enumerate(refs)]
+    seen: dict[str, str] = {}
+    for ref, tree in zip(refs, trees, strict=True):
+        _refuse_our_name(tree, f"--candidates {ref}")
+        identity = tree.kernel.identity
+        if identity in seen:
+            raise UsageError(f"--candidates {seen[identity]} and {ref} are one tree ({identity})")
+        seen[identity] = ref
+    return trees
 
 
 def _refuse_our_name(tree: KernelTree, label: str) -> None:
