@@ -208,7 +208,10 @@ def with_user_kernels(
     baselines (SDPA, the reference), so the verdicts are against them."""
     candidate = kernels[0].identity
     ours = own_kernel_name()
-    kept = [n for n in [plan.candidate, *plan.compared_with] if n not in (ours, candidate)]
+    # A kernel's own plan names it by its declared name, which its variants and revisions
+    # stand in for ('<name>[<variant>]', '<name>@<commit>'): no implementation has that name.
+    timed = {candidate, *(k.contract.name for k in kernels)}
+    kept = [n for n in [plan.candidate, *plan.compared_with] if n != ours and n not in timed]
     dropped = [n for n in plan.implementations if n == ours]
     if dropped:
         notes.append(f"--kernel: our kernel ({', '.join(dropped)}) is not timed")

@@ -108,3 +108,15 @@ def test_candidates_need_a_kernel_tree(bench_env, capsys):
     plan, _ = resolve_plan("cpu-smoke", "local", has_gpu=False)
     with pytest.raises(Exception, match="--candidates names revisions of a kernel tree"):
         shape_plan(plan, PlanOptions(candidates=("HEAD~1",)))
+
+
+def test_a_plan_naming_the_kernel_times_its_variants_in_its_place(tmp_path):
+    """A kernel's own plan names the kernel as its candidate (the Triton example's does):
+    with variants declared the variants take its place, and no implementation of that name
+    is looked for (the launch was refused as 'unknown implementation')."""
+    root = kernel_tree(tmp_path / "repo", with_variants(GOOD))
+    plan, _ = resolve_plan("cpu-smoke", "local", has_gpu=False)
+    plan = plan.model_copy(update={"candidate": "mine"})
+    shaped_plan = shape_plan(plan, PlanOptions(kernel=root)).plan
+    assert (shaped_plan.candidate, shaped_plan.variants) == ("mine[block64]", ["mine[block128]"])
+    assert "mine" not in shaped_plan.identities

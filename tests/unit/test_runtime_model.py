@@ -217,3 +217,14 @@ def test_an_edit_to_the_users_kernel_keeps_the_plans_runtime_history(tmp_path, m
     estimate = launch_service.runtime_estimate(ctx, "local", after)
     assert estimate.seconds_of("benchmark") == pytest.approx(8.0)  # free: no headroom
     assert estimate.error_note() == "1 past run of this plan here took 0.60x its estimate"
+
+
+def test_the_correctness_phase_grows_with_the_identities_gated():
+    """Each identity is gated on every config, a user kernel's (a variant's) in a worker it
+    starts: eight variants cost the gate as much as eight kernels (issue 54)."""
+    plan = default_plan()
+    base = runtime_model.model_phases(plan, "gce", "nvidia-l4").seconds_of("correctness")
+    assert len(plan.identities) == runtime_model.CORRECTNESS_MEASURED_IDENTITIES
+    wider = plan.model_copy(update={"compared_with": [*plan.compared_with, "sdpa-math"]})
+    more = runtime_model.model_phases(wider, "gce", "nvidia-l4").seconds_of("correctness")
+    assert more == pytest.approx(base * len(wider.identities) / len(plan.identities))

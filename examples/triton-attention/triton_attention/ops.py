@@ -3,12 +3,16 @@ streamed in blocks with an online softmax (FlashAttention's recurrence), in floa
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-BLOCK_M = 64
-BLOCK_N = 64
+# The tile, from the environment so that bench-kernel.toml's [kernel.variants] can select it
+# (read once, at import: each variant has a worker process of its own).
+BLOCK_M = int(os.environ.get("BLOCK_M", "64"))
+BLOCK_N = int(os.environ.get("BLOCK_N", "64"))
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2 e): exp2 is the cheaper instruction
 
 
