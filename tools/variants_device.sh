@@ -19,6 +19,7 @@ PHASE=${PHASE:-together}
 SAMPLES=${SAMPLES:-30}
 CONFIGS=${CONFIGS:-4}
 TILES=${TILES:-"32x32 32x64 64x32 64x64 64x128 128x32 128x64 128x128"}
+RUNS=${RUNS:-2}  # how many times `together` runs the eight
 repo=$PWD
 out=${OUT:-/tmp/variants}
 mkdir -p "$out"
@@ -80,17 +81,19 @@ launch() {  # DIR LABEL
 if [ "$PHASE" = together ]; then
   tree all $TILES
   [ "${DRY:-0}" = 1 ] && { echo "L4 cost, 8 variants in one run: $(l4_cost "$work/all")"; exit 0; }
-  launch "$work/all" together-1
-  launch "$work/all" together-2
-  for run in together-1 together-2; do
+  for i in $(seq "$RUNS"); do launch "$work/all" "together-$i"; done
+  for i in $(seq "$RUNS"); do
+    run=together-$i
     python3 - "$work/results" "$out/$run.json" <<'PY'
 import json, sys
 from pathlib import Path
-launched = json.loads(Path(sys.argv[2]).read_text() or "{}")
+text = Path(sys.argv[2]).read_text().strip() or "{}"
+launched, _ = json.JSONDecoder().raw_decode(text)  # launch's object first (fetch's may follow)
 run_id = launched.get("run_id") or (launched.get("runs") or [{}])[0].get("run_id")
 manifest = json.loads((Path(sys.argv[1]) / run_id / "manifest.json").read_text())
 ranking = manifest.get("ranking") or {}
-print(run_id, "best:", ranking.get("best"), "tied:", ranking.get("tied"))
+print(run_id, "best:", ranking.get("best"), "tied:", ranking.get("tied"), "unranked:",
+      [u.get("identity") for u in ranking.get("unranked", [])])
 for c in ranking.get("candidates", []):
     g = c["geomean"]
     print(f"  {c['identity']}: {g['speedup']:.3f}x [{g['ci_low']:.3f}, {g['ci_high']:.3f}]")
