@@ -87,6 +87,35 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
         for item in gpu_items:
             item.add_marker(skip)
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    items[:] = long_tests_first_on_each_worker(items, workers)
+
+
+def long_tests_first_on_each_worker(items: list, workers: int) -> list:
+    """The collection reordered so that the tests marked `long` open the first share of the
+    collection that pytest-xdist's worksteal hands each worker (contiguous, sizes as its
+    first distribution makes them), one after another in turn; the rest keep their order.
+
+    A long test waits more than it computes (a minute of sampling until decided, a call
+    timeout): started first, its wait overlaps the other workers' work. In its place in
+    the collection, the three of test_gate_recipe.py ran last, one after another on one
+    worker, the last ~90 s of the suite (issue 52)."""
+    long = [item for item in items if "long" in item.keywords]
+    if workers < 2 or not long:
+        return items
+    rest = [item for item in items if "long" not in item.keywords]
+    shares: list[list] = [[] for _ in range(workers)]
+    for turn, item in enumerate(long):
+        shares[turn % workers].append(item)
+    left = len(items)
+    ordered: list = []
+    for index, share in enumerate(shares):
+        size = left // (workers - index)  # as xdist's WorkStealingScheduling sends them
+        left -= size
+        filled = max(0, size - len(share))
+        ordered += share + rest[:filled]
+        del rest[:filled]
+    return ordered + rest
 
 
 def pytest_unconfigure(config):

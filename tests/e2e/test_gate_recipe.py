@@ -34,7 +34,8 @@ from results_schema.csvio import read_rows
 from results_schema.gate_report import GateReport
 from tests.e2e.test_user_kernel import EXAMPLE, git
 
-pytestmark = pytest.mark.timeout(600)
+# A minute or more of waiting each (tests/conftest.py starts them first).
+pytestmark = [pytest.mark.timeout(600), pytest.mark.long]
 
 OPS = '''"""softmax(q k^T scale) v, then a wait until the call has lasted SECONDS_A_CALL
 times a lognormal factor of spread JITTER: a noisy kernel of known median cost."""

@@ -173,6 +173,7 @@ def test_a_kernel_that_segfaults_fails_that_config_only(tmp_path, registered):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # waits out its 30 s call timeout
 def test_a_kernel_that_hangs_is_stopped_by_its_call_timeout(tmp_path, registered):
     body = "if q.shape[-1] == 16:\n    time.sleep(3600)\n"
     kernel_tree(tmp_path, "stuck", body)
