@@ -21,7 +21,7 @@ from results_schema.models import (
     Status,
     SummaryRow,
 )
-from results_schema.program_output import FetchOutput, LaunchOutput
+from results_schema.program_output import FetchOutput, LaunchOutput, SweepReportOutput
 from results_schema.ranking import Ranking
 
 SCHEMA_DIR = Path(__file__).parent / "jsonschema"
@@ -38,6 +38,7 @@ EXPORTED = {
     "ranking.schema.json": Ranking,  # ranking.json, in the manifest and gate.json
     "launch-output.schema.json": LaunchOutput,  # `bench launch --json` (docs/json.md)
     "fetch-output.schema.json": FetchOutput,  # `bench fetch --json`
+    "sweep-report.schema.json": SweepReportOutput,  # `bench report SWEEP --format json`
 }
 
 

@@ -94,3 +94,43 @@ class FetchOutput(_Output):
     incomplete: list[str] = Field(
         default_factory=list, description="one line per run that could not be fetched whole"
     )
+
+
+class RankingDisagreement(_Output):
+    """One place where a sweep's GPU types ranked their candidates differently
+    (docs/ranking.md): decisions compared, never numbers of different machines."""
+
+    kind: Literal["best", "order", "ranked", "baseline"] = Field(
+        description="best: different bests or ties; order: a pair one GPU's intervals "
+        "separate one way and another's the other; ranked: a candidate ranked on some GPUs, "
+        "left out on others; baseline: speedups over different baselines"
+    )
+    gpus: list[str] = Field(description="the GPU types concerned")
+    candidates: list[str] = Field(description="the identities concerned")
+    text: str = Field(description="the same in words, as the report prints it")
+
+
+class SweepGpuRanking(_Output):
+    """One GPU type of a sweep: its run and that run's own ranking."""
+
+    gpu: str = Field(description="the GPU type (gpus.toml's key)")
+    run_id: str
+    state: str
+    ranking: dict[str, Any] | None = Field(
+        default=None,
+        description="the run's ranking of its candidates (docs/ranking.md), as its manifest "
+        "carries it; null where the run has none or was not fetched",
+    )
+
+
+class SweepReportOutput(_Output):
+    """`bench report SWEEP --format json`: each GPU type's ranking, and where they disagree."""
+
+    schema_version: Literal["1"] = PROGRAM_OUTPUT_VERSION
+    sweep_id: str
+    gpus: list[SweepGpuRanking] = Field(description="one per GPU type of the sweep")
+    disagreements: list[RankingDisagreement] = Field(
+        default_factory=list,
+        description="where the rankings disagree; empty when they agree or fewer than two "
+        "GPU types have one",
+    )

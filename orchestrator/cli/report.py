@@ -50,6 +50,9 @@ def report(run_id, compare_id, dest, output_format, fail_on, margin, gate_on):
     A sweep id (`launch --gpu a,b`) compares its GPU types instead: per GPU
     the candidate's speedup with its interval and the best TFLOP/s as a share
     of that GPU's peak; the plot goes to DEST/<sweep id>/report/gpus.png.
+    With variants, each GPU's own ranking follows, then where the rankings
+    disagree (another best, a tie, a pair in the other order); --format json
+    prints them for programs (sweep-report.schema.json).
 
     \b
     Examples:
@@ -67,13 +70,19 @@ def report(run_id, compare_id, dest, output_format, fail_on, margin, gate_on):
     if is_sweep_id(run_id):
         if compare_id:
             raise UsageError("--compare takes two runs, not a sweep")
+        if output_format == "markdown" or fail_on:
+            raise UsageError("a sweep's report is text or --format json; gate each run instead")
         from orchestrator.cli.options import make_context
-        from orchestrator.cli.sweep_output import show_sweep_report
+        from orchestrator.cli.sweep_output import show_sweep_report, sweep_report_json
         from orchestrator.report.sweep import make_sweep_report
         from orchestrator.service.runs import records_for
 
         members = records_for(make_context(), run_id)
-        show_sweep_report(console(), make_sweep_report(run_id, members, dest))
+        sweep = make_sweep_report(run_id, members, dest)
+        if output_format == "json":
+            click.echo(sweep_report_json(sweep))
+        else:
+            show_sweep_report(console(), sweep)
         return 0
 
     run_dir = published_run_dir(dest, run_id)

@@ -109,5 +109,55 @@ def show_sweep_report(out, report) -> None:
             out.print(f"{markup_safe(g.gpu)}: {markup_safe(note)}")
         if g.best_implementation:
             out.print(f"{markup_safe(g.gpu)}: best TFLOP/s by {markup_safe(g.best_implementation)}")
+    show_sweep_rankings(out, report)
     if report.plot:
         out.print(f"plot: {markup_safe(str(report.plot))}")
+
+
+def show_sweep_rankings(out, report) -> None:
+    """Each GPU's own ranking of its candidates, then where the rankings disagree (their
+    decisions, never one GPU's numbers against another's: docs/ranking.md)."""
+    from orchestrator.cli.report_ranking import show_ranking
+    from orchestrator.report.sweep_rankings import answer
+
+    ranked = report.rankings()
+    for gpu, ranking in ranked:
+        out.print(f"\n[bold]On {markup_safe(gpu)}[/]:", soft_wrap=False)
+        show_ranking(out, ranking)
+    if len(ranked) < 2:
+        return
+    out.print()
+    if not report.disagreements:
+        agreed = "; ".join(answer(gpu, ranking) for gpu, ranking in ranked)
+        out.print(
+            f"[bold]Across GPU types[/]: the rankings agree ({markup_safe(agreed, 400)}); "
+            "each GPU's numbers are its own",
+            soft_wrap=False,
+        )
+        return
+    out.print(
+        "[bold]Across GPU types[/], where the rankings disagree (each GPU's numbers are its "
+        "own, never compared):",
+        soft_wrap=False,
+    )
+    for disagreement in report.disagreements:
+        out.print(f"  {markup_safe(disagreement.text, 400)}", soft_wrap=False)
+
+
+def sweep_report_json(report) -> str:
+    """`bench report SWEEP --format json`: each GPU's ranking and where they disagree."""
+    from results_schema.program_output import SweepGpuRanking, SweepReportOutput
+
+    gpus = [
+        SweepGpuRanking(
+            gpu=g.gpu,
+            run_id=g.run_id,
+            state=g.state,
+            ranking=g.ranking.model_dump(mode="json") if g.ranking else None,
+        )
+        for g in report.gpus
+    ]
+    output = SweepReportOutput(
+        sweep_id=report.sweep_id, gpus=gpus, disagreements=report.disagreements
+    )
+    return output.model_dump_json()

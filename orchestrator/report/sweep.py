@@ -8,11 +8,15 @@ computes it). Each member is read through the same trust boundary as `bench repo
 (report.load.read_snapshot); its correctness rows say why a candidate never ran (`flash:
 unsupported on sm_75`). One PNG compares the GPUs (`sweep_figure`; a run's own figures are
 plots.py's).
+
+A sweep of several candidates (a kernel's variants) also carries each GPU's own ranking of
+them (the run's manifest's), and where those rankings disagree (sweep_rankings.py): each
+GPU ranks what it timed, so no number of one GPU is compared with another's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import boundary
@@ -22,8 +26,11 @@ from orchestrator.gpus import load_gpu_catalog
 from orchestrator.registry import RunRecord
 from orchestrator.report.load import read_snapshot
 from orchestrator.report.plots import PLOT_DPI
+from orchestrator.report.sweep_rankings import disagreements
 from results_schema import CorrectnessRow, Manifest
 from results_schema.gpu_kinds import SIXTEEN_BIT, percent_of_peak
+from results_schema.program_output import RankingDisagreement
+from results_schema.ranking import Ranking
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class GpuResult:
     best_implementation: str = ""
     peak_tflops: float | None = None
     notes: tuple[str, ...] = ()
+    ranking: Ranking | None = None
 
     @property
     def pct_of_peak(self) -> float | None:
@@ -57,12 +65,18 @@ class SweepReport:
     sweep_id: str
     gpus: list[GpuResult]
     plot: Path | None = None
+    disagreements: list[RankingDisagreement] = field(default_factory=list)
+
+    def rankings(self) -> list[tuple[str, Ranking]]:
+        """(gpu, ranking) of each GPU whose run ranked several candidates."""
+        return [(g.gpu, g.ranking) for g in self.gpus if g.ranking and g.ranking.leads_report()]
 
 
 def make_sweep_report(sweep_id: str, members: list[RunRecord], dest: Path) -> SweepReport:
     peaks = {key: gpu.peak_tflops for key, gpu in load_gpu_catalog().items()}
     results = [_member(record, dest / record.run_id, peaks.get(record.gpu)) for record in members]
     report = SweepReport(sweep_id, results)
+    report.disagreements = disagreements(report.rankings())
     out_dir = dest / sweep_id / REPORT_SUBDIR
     if any(r.speedup or r.best_tflops for r in results):
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +110,7 @@ def _member(record: RunRecord, run_dir: Path, peak: float | None) -> GpuResult:
         best_implementation=best.implementation if best else "",
         peak_tflops=peak,
         notes=_candidate_notes(run_dir, run.run_id, plan.candidate),
+        ranking=run.manifest.ranking if run.manifest else None,
     )
 
 
