@@ -100,7 +100,7 @@ def show_sweep_report(out, report) -> None:
     if shown:
         out.print(
             f"speedup: {markup_safe(shown.candidate)} over {markup_safe(shown.speedup.baseline)}"
-            ", geometric mean over configs;\n  [interval]: the run's own, of that "
+            ", geometric mean over configs;\n  \\[interval]: the run's own, of that "
             "geometric mean (comparison.json),\n  at 95%, or an A/B run's last look's level"
         )
     out.print("TFLOP/s: best 16-bit config; % peak: of that GPU's dense 16-bit peak")
