@@ -59,7 +59,7 @@ def ranking(leader: str, runner_up: str, versus: dict, configs: list[str]) -> di
                 "versus_leader": versus,
                 "tied_with_leader": tied,
             },
-        ],  # fmt: skip
+        ],
         "best": None if tied else leader,
         "tied": [leader, runner_up] if tied else [leader],
         "unranked": [],
@@ -154,11 +154,25 @@ def test_a_tie_on_one_gpu_and_a_best_on_the_other(sweep, capsys, monkeypatch):
     assert [d.kind for d in output.disagreements] == ["best"]
 
 
-def test_agreeing_gpus_say_so(sweep, capsys, monkeypatch):
+def test_agreeing_gpus_say_so_and_an_unstarted_one_has_none(sweep, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     dest, place = sweep
     place({gpu: ("sdpa", "sdpa-extra16", SEPARATED) for gpu in ("l4", "h100")})
+    from orchestrator.cli.options import make_context
+
+    make_context().registry.add(
+        RunRecord("20261122-081500-0a0b0c", "gce", "gce-e2e", 1.0, 1.0, 600, 300,
+                  "2026-11-22T08:15:00+00:00", state="failed", sweep_id=SWEEP, gpu="t4")
+    )  # fmt: skip
     words = " ".join(report(capsys, dest).split())
     assert "the rankings agree (best on l4: sdpa; best on h100: sdpa)" in words
     output = SweepReportOutput.model_validate_json(report(capsys, dest, "--format", "json"))
-    assert output.disagreements == [] and all(g.ranking for g in output.gpus)
+    by_gpu = {g.gpu: g.ranking for g in output.gpus}
+    assert output.disagreements == [] and by_gpu["l4"] and by_gpu["h100"]
+    assert by_gpu["t4"] is None
+
+
+def test_a_sweep_has_no_markdown_gate(sweep, capsys):
+    dest, _ = sweep
+    assert main(["report", SWEEP, "--dest", str(dest), "--format", "markdown"]) == 2
+    assert "a sweep's report is text or --format json" in capsys.readouterr().err
