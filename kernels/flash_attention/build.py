@@ -108,9 +108,7 @@ SWITCHES = {
     "FLASH_FORCE_VARIANT": range(0, 3),
     "FLASH_EMULATE_SMEM_PER_SM": range(0, 2**31),
     "FLASH_DISABLE_SM90": range(0, 2),
-    "FLASH_COMPACT_SHAPE_D64": range(0, 5),
-    "FLASH_COMPACT_SHAPE_D128": range(0, 7),
-    "FLASH_COMPACT_SHAPE_D256": range(0, 3),
+    "FLASH_COMPACT_SHAPE_D128": (0, 5, 6),
     "FLASH_SPREAD_GROUP": range(0, 9),
     "FLASH_PTXAS_REG_LEVEL": range(0, 11),
     "FLASH_SM90_SHAPE_D64": range(0, 4),
@@ -121,7 +119,7 @@ SWITCHES = {
     "FLASH_SM90_TREE_SUM": range(0, 4),
     "FLASH_SM90_LAZY_RESCALE": range(0, 3),
     "FLASH_SM90_Q_STAGES": range(0, 3),
-    "FLASH_SM90_ROW_SUM": range(0, 4),
+    "FLASH_SM90_ROW_SUM": (0, 1, 3),
     "FLASH_SM90_P_BUFFERS": range(0, 3),
 }
 # ptxas --register-usage-level (0-10, ptxas's default 5) per unit. The non-causal D=128 units

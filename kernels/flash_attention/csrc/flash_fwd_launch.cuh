@@ -22,51 +22,17 @@ enum class Variant {
     kCompact,
 };
 
-// Candidate shapes of the compact variant, numbered for the measurement switches
-// FLASH_COMPACT_SHAPE_D64 / _D128 (switches.h); 0 = the shipped choice per causal setting.
-// Each fits an SM of 100 KB with 1 KB reserved per block (checked below); NOTES.md, "L4 path
-// (v9)", has their measurements under L4 emulation.
+// Shapes of the compact variant, numbered as the candidates of NOTES.md's "L4 path (v9)"
+// table; the shipped ones (CompactChoice below). The other candidates, with the switches that
+// build them (FLASH_COMPACT_SHAPE_D64 / _D256, D=128's 1-4), no shipped shape takes:
+// experiments/v9-compact-candidates.patch. Each fits an SM of 100 KB with 1 KB reserved per
+// block (checked below).
 template <typename Elem, int HeadDim, int Shape>
 struct CompactShape;
-// D=64, 1: 128-row Q tile, 64-key K/V tiles, 2 stages, 48 KB (v6).
-template <typename Elem>
-struct CompactShape<Elem, 64, 1> {
-    using type = FwdTraits<Elem, 64, 2, 64, 2>;
-};
 // D=64, 2: 128-row Q tile, 128-key K/V tiles, 1 stage, 48 KB (FA2's own D=64 shape).
 template <typename Elem>
 struct CompactShape<Elem, 64, 2> {
     using type = FwdTraits<Elem, 64, 2, 128, 1>;
-};
-// D=64, 3: 8 warps, 256-row Q tile, 128-key K/V tiles, 2 stages, 96 KB, one block per SM.
-template <typename Elem>
-struct CompactShape<Elem, 64, 3> {
-    using type = FwdTraits<Elem, 64, 2, 128, 2, 8>;
-};
-// D=64, 4: 128-row Q tile, 64-key K/V tiles, 1 stage, 32 KB: three blocks at 168 registers.
-template <typename Elem>
-struct CompactShape<Elem, 64, 4> {
-    using type = FwdTraits<Elem, 64, 2, 64, 1, 4, 3>;
-};
-// D=128, 1: 64-row Q tile (Q in registers), 64-key K/V tiles, 1 stage, 48 KB (v6).
-template <typename Elem>
-struct CompactShape<Elem, 128, 1> {
-    using type = FwdTraits<Elem, 128, 1, 64, 1>;
-};
-// D=128, 2: 8 warps, 256-row Q tile, 64-key K/V tiles, 1 stage, 96 KB, one block per SM.
-template <typename Elem>
-struct CompactShape<Elem, 128, 2> {
-    using type = FwdTraits<Elem, 128, 2, 64, 1, 8>;
-};
-// D=128, 3: 8 warps, 256-row Q tile, 32-key K/V tiles, 2 stages, 96 KB, one block per SM.
-template <typename Elem>
-struct CompactShape<Elem, 128, 3> {
-    using type = FwdTraits<Elem, 128, 2, 32, 2, 8>;
-};
-// D=128, 4: 128-row Q tile, 32-key K/V tiles, 1 stage, 48 KB (FA2's sm8x non-causal shape).
-template <typename Elem>
-struct CompactShape<Elem, 128, 4> {
-    using type = FwdTraits<Elem, 128, 2, 32, 1>;
 };
 // D=128, 5: 64-row Q tile in registers, staged in the K/V buffers, 64-key K/V tiles, 1 stage:
 // 32 KB, three blocks per SM at 168 registers.
@@ -85,12 +51,6 @@ struct CompactShape<Elem, 128, 6> {
 template <typename Elem>
 struct CompactShape<Elem, 256, 1> {
     using type = FwdTraits<Elem, 256, 1, 64, 1, 4, 1>;
-};
-// D=256, 2: 8 warps, 128-row Q tile, 32-key K/V tiles, 1 stage: 96 KB, one block of 8 warps
-// per L4 SM sharing each K/V tile.
-template <typename Elem>
-struct CompactShape<Elem, 256, 2> {
-    using type = FwdTraits<Elem, 256, 1, 32, 1, 8, 1>;
 };
 // The shipped choice (NOTES.md, "L4 path (v9)" and "(v10)"): D=64 FA2's shape; D=128 the
 // split-D two-block shape, but causal launches of at most kShortSeq query rows take three
@@ -113,9 +73,9 @@ struct VariantTraits<Elem, HeadDim, Causal, Variant::kWide> {
 template <typename Elem, int HeadDim, bool Causal>
 struct VariantTraits<Elem, HeadDim, Causal, Variant::kCompact> {
     using Choice = CompactChoice<Elem, HeadDim, Causal>;
-    static constexpr int kSwitch = HeadDim == 64    ? FLASH_COMPACT_SHAPE_D64
-                                   : HeadDim == 128 ? FLASH_COMPACT_SHAPE_D128
-                                                    : FLASH_COMPACT_SHAPE_D256;
+    // FLASH_COMPACT_SHAPE_D128 (switches.h): 5 or 6, one of D=128's two shipped shapes on every
+    // launch; 0 the choice.
+    static constexpr int kSwitch = HeadDim == 128 ? FLASH_COMPACT_SHAPE_D128 : 0;
     using type = typename CompactShape<Elem, HeadDim, kSwitch ? kSwitch : Choice::kShape>::type;
     // For launches of at most Choice::kShortSeq query rows.
     using short_type =

@@ -122,11 +122,7 @@ struct Sm90Traits {
     // (bf16 2^-8, measured up to 1.55e-3; fp16 2^-11, 2e-4; the FADD path's 2e-6): the
     // kernel's documented lse contract. Not D = 128: V's second 64 columns hold the leading
     // offset the ones need; nor solo, whose three blocks an SM leave no room for the ones.
-    static constexpr bool kRowSumMma =
-        HeadDim == 64 && !Solo &&
-        (FLASH_SM90_ROW_SUM == 1   ? false
-         : FLASH_SM90_ROW_SUM == 2 ? __is_same(Elem_, __half)
-                                   : true);
+    static constexpr bool kRowSumMma = HeadDim == 64 && !Solo && FLASH_SM90_ROW_SUM != 1;
     static constexpr int kOnesBytes = kRowSumMma ? 2048 : 0;
     // Q's buffers, O staging, the K and V rings, the ones, + 1 KB to align the buffers to the
     // 1024-byte atom.

@@ -20,17 +20,13 @@
 #define FLASH_DISABLE_SM90 0
 #endif
 
-// Shape of the compact variant (flash_fwd_launch.cuh, CompactShape), per head dim: 0 the
-// shipped choice, 1.. a candidate (re-measuring them on a real L4, say). D=256 has no wide
-// variant: its shape is the sm_80 kernel's on every GPU.
-#ifndef FLASH_COMPACT_SHAPE_D64
-#define FLASH_COMPACT_SHAPE_D64 0
-#endif
+// Shape of the compact variant at D=128 (flash_fwd_launch.cuh, CompactChoice): 0 the shipped
+// choice (6, split-D; 5, three 64-row blocks an SM, for causal launches of at most 2048 query
+// rows); 5 or 6 that shape on every launch (re-measuring the choice on a real L4, say). The
+// other candidate shapes, and the switches of D=64 and D=256, no shipped shape takes:
+// experiments/v9-compact-candidates.patch.
 #ifndef FLASH_COMPACT_SHAPE_D128
 #define FLASH_COMPACT_SHAPE_D128 0
-#endif
-#ifndef FLASH_COMPACT_SHAPE_D256
-#define FLASH_COMPACT_SHAPE_D256 0
 #endif
 
 // Blocks of a head that start at one key tile in that spread order: 0 the shipped 2; 1-8
@@ -103,9 +99,10 @@
 #endif
 
 // Hopper softmax row sums at D = 64 (kernel_traits.h, Sm90Traits::kRowSumMma): 0 the shipped
-// choice (3); 1 FADDs in registers, as every other kernel; 2 the tensor core for fp16 alone (P V
-// as one m64n72k16 whose 8 extra columns read a block of ones; the plan before h36); 3 the
-// tensor core for both dtypes (bf16: lse within 2^-8, NOTES.md h33, h36).
+// choice (3); 1 FADDs in registers, as every other kernel; 3 the tensor core for both dtypes (P V
+// as one m64n72k16 whose 8 extra columns read a block of ones; bf16: lse within 2^-8, NOTES.md
+// h33, h36). 2, the tensor core for fp16 alone (the plan before h36), no shipped unit takes:
+// experiments/h36-fp16-only-row-sums.patch.
 #ifndef FLASH_SM90_ROW_SUM
 #define FLASH_SM90_ROW_SUM 0
 #endif
@@ -122,9 +119,9 @@
 
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
-static_assert(FLASH_COMPACT_SHAPE_D64 >= 0 && FLASH_COMPACT_SHAPE_D64 <= 4, "0..4");
-static_assert(FLASH_COMPACT_SHAPE_D128 >= 0 && FLASH_COMPACT_SHAPE_D128 <= 6, "0..6");
-static_assert(FLASH_COMPACT_SHAPE_D256 >= 0 && FLASH_COMPACT_SHAPE_D256 <= 2, "0..2");
+static_assert(FLASH_COMPACT_SHAPE_D128 == 0 || FLASH_COMPACT_SHAPE_D128 == 5 ||
+                  FLASH_COMPACT_SHAPE_D128 == 6,
+              "0, 5 or 6");
 static_assert(FLASH_SPREAD_GROUP >= 0 && FLASH_SPREAD_GROUP <= 8, "0..8");
 static_assert(FLASH_PTXAS_REG_LEVEL >= 0 && FLASH_PTXAS_REG_LEVEL <= 10, "0..10");
 static_assert(FLASH_SM90_SHAPE_D64 >= 0 && FLASH_SM90_SHAPE_D64 <= 3, "0..3");
@@ -135,5 +132,6 @@ static_assert(FLASH_SM90_TREE_MAX >= 0 && FLASH_SM90_TREE_MAX <= 2, "0..2");
 static_assert(FLASH_SM90_TREE_SUM >= 0 && FLASH_SM90_TREE_SUM <= 3, "0..3");
 static_assert(FLASH_SM90_LAZY_RESCALE >= 0 && FLASH_SM90_LAZY_RESCALE <= 2, "0..2");
 static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
-static_assert(FLASH_SM90_ROW_SUM >= 0 && FLASH_SM90_ROW_SUM <= 3, "0..3");
+static_assert(FLASH_SM90_ROW_SUM == 0 || FLASH_SM90_ROW_SUM == 1 || FLASH_SM90_ROW_SUM == 3,
+              "0, 1 or 3");
 static_assert(FLASH_SM90_P_BUFFERS >= 0 && FLASH_SM90_P_BUFFERS <= 2, "0..2");
