@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -236,8 +237,8 @@ PLANNED_SOFTMAX = [
     # chain: a softmax step that dropped the choice compiled the one chain silently once.
     pytest.param("fwd_hdim128_bf16_sm90", "FLASH_SM90_TREE_SUM", 3, 1, id="d128-two-sums"),
     # bf16 row sums on the tensor core at D = 64 (Sm90Traits::kRowSumMma, NOTES.md h36), not in
-    # FADDs as before h36 (2: the tensor core for fp16 alone).
-    pytest.param("fwd_hdim64_bf16_sm90", "FLASH_SM90_ROW_SUM", 3, 2, id="bf16-d64-mma-sums"),
+    # FADDs as before h36 (1: FADDs for both dtypes).
+    pytest.param("fwd_hdim64_bf16_sm90", "FLASH_SM90_ROW_SUM", 3, 1, id="bf16-d64-mma-sums"),
 ]
 
 
@@ -271,21 +272,106 @@ def test_hopper_causal_d64_unit_builds_the_solo_kernel_alone(tmp_path: Path):
     assert kernels and all("flash_fwd_sm90_solo_kernel" in name for name in kernels), kernels
 
 
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_compact_shape_switch_accepts_exactly_the_shapes_the_launcher_defines(head_dim):
-    """build.py's range for FLASH_COMPACT_SHAPE_D<head_dim>, the bound switches.h asserts and
-    the CompactShape specialisations of the launcher agree: a value build.py accepts compiles."""
-    name = f"FLASH_COMPACT_SHAPE_D{head_dim}"
-    switches = (build.CSRC_DIR / "switches.h").read_text()
-    bound = re.search(rf"static_assert\({name} >= 0 && {name} <= (\d+),", switches)
+def compact_shapes(head_dim: int) -> set[int]:
+    """The shapes the launcher's CompactShape specialisations define for this head dim."""
     launcher = (build.CSRC_DIR / "flash_fwd_launch.cuh").read_text()
-    specialised = re.findall(rf"struct CompactShape<Elem, {head_dim}, (\d+)>", launcher)
-    shapes = {int(n) for n in specialised}
-    assert bound is not None
-    assert shapes == set(range(1, int(bound.group(1)) + 1))
-    assert build.SWITCHES[name] == range(0, int(bound.group(1)) + 1)  # 0: the shipped choice
+    return {int(n) for n in re.findall(rf"struct CompactShape<Elem, {head_dim}, (\d+)>", launcher)}
+
+
+def test_compact_shape_switch_selects_only_the_shipped_shapes():
+    """The tree holds the compact shapes a shipped launch takes: D=64's 2, D=256's 1, D=128's
+    6 and, for short causal launches, 5 (CompactChoice). FLASH_COMPACT_SHAPE_D128 forces one of
+    those two on every launch: build.py, switches.h's assertion and the launcher agree on 5 and
+    6; the other candidates, and the D=64 and D=256 switches, are experiments/ patches."""
+    assert {d: compact_shapes(d) for d in (64, 128, 256)} == {64: {2}, 128: {5, 6}, 256: {1}}
+    name = "FLASH_COMPACT_SHAPE_D128"
+    assert set(build.SWITCHES[name]) == {0} | compact_shapes(128)  # 0: the shipped choice
+    switches = (build.CSRC_DIR / "switches.h").read_text()
+    asserted = re.search(rf"static_assert\(({name} == \d+(?: \|\|\s+{name} == \d+)*),", switches)
+    assert asserted is not None
+    assert {int(n) for n in re.findall(r"== (\d+)", asserted.group(1))} == {0, 5, 6}
+    for value in (1, 4, 7):
+        with pytest.raises(ValueError, match="unknown build switch"):
+            build.define_flags({name: value})
+    assert not {"FLASH_COMPACT_SHAPE_D64", "FLASH_COMPACT_SHAPE_D256"} & set(build.SWITCHES)
+
+
+EXPERIMENTS_DIR = build.PACKAGE_DIR / "experiments"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+@pytest.mark.parametrize("patch", sorted(p.name for p in EXPERIMENTS_DIR.glob("*.patch")))
+def test_experiment_patch_applies_alone_to_the_tree(patch: str):
+    """Each switch taken out of the shipped source comes back by its patch, applied alone."""
+    root = build.PACKAGE_DIR.parents[1]
+    checked = subprocess.run(
+        ["git", "apply", "--check", str(EXPERIMENTS_DIR / patch)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stderr
+
+
+# A switch a patch brings back, and a unit its value reaches: the patched tree compiles it.
+PATCHED_BUILDS = [
+    pytest.param(
+        "v9-compact-candidates.patch",
+        "sm_89",
+        "fwd_hdim64_bf16",
+        {"FLASH_COMPACT_SHAPE_D64": 3},
+        id="v9-d64-eight-warps",
+    ),
+    pytest.param(
+        "h36-fp16-only-row-sums.patch",
+        "sm_90",
+        "fwd_hdim64_fp16_sm90",
+        {"FLASH_SM90_ROW_SUM": 2},
+        id="h36-fp16-only",
+    ),
+]
+PATCHED_COMPILE = """
+import subprocess, sys
+from pathlib import Path
+from kernels.flash_attention import build, generate
+folder, arch, unit, defines = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+generate.write_sources(folder / "src", arch)
+flags = build.build_flags(arch, build.parse_defines(defines)) + build.unit_flags(unit, None)
+src = folder / "src" / f"{unit}.cu"
+command = build.unit_command(build.find_nvcc(), src, folder / "unit.ptx", flags, "-ptx")
+sys.exit(subprocess.run(command).returncode)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+@pytest.mark.parametrize(("patch", "arch", "unit", "defines"), PATCHED_BUILDS)
+def test_experiment_patch_builds_its_switch(
+    tmp_path: Path, patch: str, arch: str, unit: str, defines: dict[str, int]
+):
+    """The tree with the patch applied accepts the switch it brings back and compiles a unit
+    the switch reaches (the shipped build refuses the value)."""
     with pytest.raises(ValueError, match="unknown build switch"):
-        build.define_flags({name: int(bound.group(1)) + 1})
+        build.define_flags(defines)
+    tree = tmp_path / "tree"
+    shutil.copytree(
+        build.PACKAGE_DIR.parent, tree / "kernels", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    applied = subprocess.run(
+        ["git", "apply", str(EXPERIMENTS_DIR / patch)], cwd=tree, capture_output=True, text=True
+    )
+    assert applied.returncode == 0, applied.stderr
+    switches = [f"{name}={value}" for name, value in defines.items()]
+    compiled = subprocess.run(
+        [sys.executable, "-c", PATCHED_COMPILE, str(tmp_path / "out"), arch, unit, *switches],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    assert (tmp_path / "out" / "unit.ptx").stat().st_size > 0
 
 
 def test_shipped_sources_read_no_environment():

@@ -42,7 +42,7 @@ namespace flash {
 // the P_{j-1} V_{j-1} that reads the other, not after it has landed: with kTmaStore 1.01-1.02x
 // the tree before at D = 128; shipped there, and at D = 64 where the registers sum the rows
 // (the non-causal two-consumer kernel in bf16 until h36 moved its sums to the tensor core; the
-// switch FLASH_SM90_ROW_SUM=1 or 2 brings it back); the causal D = 64 two-consumer kernels ran
+// switch FLASH_SM90_ROW_SUM=1 brings it back); the causal D = 64 two-consumer kernels ran
 // 1-4 % slower with it than without (NOTES.md, h28), the fp16 non-causal one (row sums by the
 // tensor core) 1 % slower (h29).
 // Two P buffers with the threads' copy-out spilled at D = 128 (11-24 LDL in the loop).
