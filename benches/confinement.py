@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import json
 import os
 import pwd
@@ -283,16 +284,19 @@ def report(ended: dict[int, str], phase: str, tree: str | None, path: str | None
 
 
 def _append_json(path: str, item: dict) -> None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            items = json.load(f)
-    except (OSError, ValueError):
-        items = []
-    items.append(item)
-    part = f"{path}.part{os.getpid()}"
-    with open(part, "w", encoding="utf-8") as f:
-        json.dump(items, f)
-    os.replace(part, path)
+    # Trees build at once (user_build.sh.j2): one sweep read, appended and written at a time.
+    with open(f"{path}.lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(path, encoding="utf-8") as f:
+                items = json.load(f)
+        except (OSError, ValueError):
+            items = []
+        items.append(item)
+        part = f"{path}.part{os.getpid()}"
+        with open(part, "w", encoding="utf-8") as f:
+            json.dump(items, f)
+        os.replace(part, path)
 
 
 def end_kernel_processes(tree: str) -> dict[int, str]:

@@ -92,7 +92,10 @@ def benchmark_timeout_seconds(spec: RunSpec) -> int:
 
 
 def user_kernel_builds(plan) -> list[dict]:
-    """What the build phase does for each user kernel tree (build.sh.j2)."""
+    """What the build phase does for each user kernel tree (build.sh.j2): the trees build at
+    once, then an A/B baseline's, alone (`after_the_others`): its check against launch's
+    digest just before it builds then covers every other tree's build."""
+    trees, baseline = plan.build_waves()
     return [
         {
             "directory": kernel.directory,
@@ -100,8 +103,9 @@ def user_kernel_builds(plan) -> list[dict]:
             "timeout": kernel.contract.build_timeout_seconds,
             # requirements, command, env: '{tree}' is replaced by the tree's path on the target
             **kernel.contract.build_words(),
+            "after_the_others": bool(trees) and kernel.identity == plan.baseline_identity,
         }
-        for kernel in plan.kernel_folders()
+        for kernel in trees + baseline
     ]
 
 
@@ -151,13 +155,20 @@ def correctness_timeout_seconds(spec: RunSpec) -> int:
 
 
 def build_timeout_seconds(spec: RunSpec) -> int:
-    """The phase's own bound, plus each kernel tree's (its requirements and its build may
-    each take its build_timeout)."""
-    trees = sum(
-        (bool(k.contract.requirements) + bool(k.contract.build)) * k.contract.build_timeout_seconds
-        for k in spec.plan.kernel_folders()
-    )
-    return PHASE_TIMEOUTS["build"] + trees
+    """The phase's own bound, plus the longest of the trees built at once and then the A/B
+    baseline's (build.sh.j2), where a tree's requirements and its build may each take its
+    build_timeout. Where trees share a python (nothing confines them), their requirements'
+    installs take turns: those add up."""
+    shared_python = not capabilities(spec.backend).confines_kernels
+    seconds = PHASE_TIMEOUTS["build"]
+    for wave in spec.plan.build_waves():
+        installs = [bool(k.contract.requirements) * k.contract.build_timeout_seconds for k in wave]
+        builds = [bool(k.contract.build) * k.contract.build_timeout_seconds for k in wave]
+        if shared_python:
+            seconds += sum(installs) + max(builds, default=0)
+        else:
+            seconds += max((i + b for i, b in zip(installs, builds, strict=True)), default=0)
+    return seconds
 
 
 def startup_context(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any]) -> dict:

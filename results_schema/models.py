@@ -305,6 +305,17 @@ class Plan(_Strict):
             first.setdefault(kernel.directory, kernel)
         return list(first.values())
 
+    def build_waves(self) -> tuple[list[UserKernel], list[UserKernel]]:
+        """The kernel folders the build phase builds at once, and the A/B baseline's (if
+        any), built once they all ended: its check against launch's digest just before its
+        build then covers every other tree's build (build.sh.j2)."""
+        folders = self.kernel_folders()
+        baseline = self.baseline_identity
+        return (
+            [k for k in folders if k.identity != baseline],
+            [k for k in folders if k.identity == baseline],
+        )
+
     def user_kernel(self, identity: str) -> UserKernel | None:
         return next((k for k in self.user_kernels if k.identity == identity), None)
 

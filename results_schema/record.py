@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import hashlib
 import json
 import os
@@ -192,8 +193,16 @@ def check_tree(args: argparse.Namespace) -> str:
     """Checks (or, at stage `built`, takes) the tree's digest and appends the record to
     trees.json; returns the one-line reason a check failed, or ''."""
     payload_root = os.path.join(args.dir, "payload")
-    records = read_side_file(args.dir, "trees.json") or []
     found = disk_tree_digest(payload_root, args.tree)
+    # Trees build at once (user_build.sh.j2): each check reads, appends to and rewrites
+    # trees.json under a lock of its own, so no tree's record is lost to another's.
+    with open(os.path.join(args.dir, "trees.json.lock"), "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        records = read_side_file(args.dir, "trees.json") or []
+        return _record_tree_check(args, records, found, payload_root)
+
+
+def _record_tree_check(args: argparse.Namespace, records: list, found: str, payload_root: str):
     expected = args.expect or None
     if args.stage == "measure" and args.tree != HARNESS_TREE:
         built = [r for r in records if r["tree"] == args.tree and r["stage"] == "built"]

@@ -226,8 +226,8 @@ def _price_every_candidate(
     disk_gb: int | None = None,
 ) -> tuple[Rate | None, int]:
     """_price, where a refusal of a plan with variants names how many of its candidates
-    the budget (or the local time cap) covers: the runtime model counts each one's build
-    and samples, so fewer may fit where all do not."""
+    the budget (or the local time cap) covers: the runtime model counts each one's gate and
+    samples (their builds run at once), so fewer may fit where all do not."""
     try:
         return _price(ctx, request, backend, estimate, spot, disk_gb)
     except (RefusedError, UsageError) as refusal:

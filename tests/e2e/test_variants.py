@@ -31,10 +31,16 @@ else:
     from simple_attention.ops import attention  # noqa: F401
 """
 # The build reads the variant's env: FAIL_BUILD=1 fails it, with a last line that says so.
-BUILD = """\
+# It takes BUILD_SECONDS, and prints when it started and ended into its tree's build log.
+BUILD_SECONDS = 3
+BUILD = f"""\
 import os
 import sys
+import time
 
+print("started", time.time())
+time.sleep({BUILD_SECONDS})
+print("ended", time.time())
 if os.environ.get("FAIL_BUILD") == "1":
     print("this variant's block size does not fit")
     sys.exit(3)
@@ -89,6 +95,10 @@ def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_buil
     assert builds[broken].outcome == "failed"
     assert builds[broken].message == "this variant's block size does not fit"
     assert {builds[i].outcome for i in (honest, cheat, revision)} == {"built"}
+    # Trees that differ build at once: each build's span overlaps every other's (one after
+    # the other, the four would take 4 × BUILD_SECONDS).
+    spans = [build_span(bench_env, manifest.run_id, folder) for folder in folders.values()]
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans
 
     gate = read(run_dir, "correctness.csv", CorrectnessRow)
     failed = {r.implementation: r.message for r in gate if not r.passed}
@@ -134,6 +144,14 @@ def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_buil
     assert honest in fetched.err and revision in fetched.err  # the summary, for a person
 
 
+def build_span(bench_env: Path, run_id: str, folder: str) -> tuple[float, float]:
+    """When a tree's build command started and ended, as it printed into its build log."""
+    log = bench_env / "state" / "sandboxes" / run_id / "payload" / f"{folder}.build.log"
+    words = [line.split() for line in log.read_text().splitlines()]
+    times = {w[0]: float(w[1]) for w in words if len(w) == 2 and w[0] in ("started", "ended")}
+    return times["started"], times["ended"]
+
+
 def read(run_dir: Path, name: str, model):
     from results_schema.csvio import read_rows
 
@@ -143,9 +161,10 @@ def read(run_dir: Path, name: str, model):
 def test_a_budget_short_of_every_variant_is_refused_naming_how_many_it_covers(
     gce, bench_env, tmp_path, capsys
 ):
-    """The runtime model counts each variant's build and samples: a budget that covers a
-    few of twelve is refused (exit 3) before anything is created, in one line naming how
-    many it covers; with that many declared, the same budget launches."""
+    """The runtime model counts each variant's gate and samples (their builds run at once,
+    as long as the longest): a budget that covers some of twelve is refused (exit 3) before
+    anything is created, in one line naming how many it covers; with that many declared,
+    the same budget launches."""
     from orchestrator.registry import RunRegistry
     from tests.e2e.test_gce_cli import plan_file
 
@@ -163,15 +182,15 @@ def test_a_budget_short_of_every_variant_is_refused_naming_how_many_it_covers(
         contract.write_text(text)
 
     declare(12)
-    args = ["launch", "--backend", "gce", "--kernel", str(repo), "--budget", "0.09"]
-    args += ["--plan", plan_file(tmp_path)]
+    args = ["launch", "--backend", "gce", "--kernel", str(repo), "--budget", "0.12"]
+    args += ["--plan", plan_file(tmp_path, samples=1000, heavy=True)]
     assert main(args) == 3
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "but the plan needs about" in line
-    assert "(it covers 3 of the run's 12 candidates, the first through torch-attention[b2]" in line
+    assert "(it covers 7 of the run's 12 candidates, the first through torch-attention[b6]" in line
     assert gce.inserted == [] and gce.instances() == []
     assert RunRegistry(bench_env / "state" / "runs.sqlite").all() == []
-    declare(3)
+    declare(7)
     assert main(args) == 0
 
 
@@ -202,4 +221,4 @@ def test_a_sweep_times_every_variant_on_each_gpu_type_and_prints_its_runs_as_jso
     for body in gce.inserted:
         (script,) = [i["value"] for i in body["metadata"]["items"] if i["key"] == "startup-script"]
         for folder, identity in zip(("a", "b"), candidates, strict=True):
-            assert f"build_user_kernel user_kernel_variant_{folder} '{identity}'" in script
+            assert f"start_user_build user_kernel_variant_{folder} '{identity}'" in script

@@ -309,8 +309,7 @@ def test_a_user_build_renders_quoted_and_shellcheck_clean(tmp_path, backend):
     assert result.returncode == 0, result.stdout
     quoted = shquote(HOSTILE_BUILD)
     assert (
-        f"build_user_kernel user_kernel mine 1200 'triton==3.4.0 ninja==1.11.1' {quoted}\n"
-        in script
+        f"start_user_build user_kernel mine 1200 'triton==3.4.0 ninja==1.11.1' {quoted}\n" in script
     )
     assert "run_phase build 2520" in script  # 120 s, then 20 min for the pins and the build each
 
@@ -321,5 +320,5 @@ def test_render_shows_the_users_build_step(bench_env, capsys):
     args = ["render", "--backend", "local", "--plan", "cpu-smoke", "--kernel", str(example)]
     assert main(args) == 0
     script = capsys.readouterr().out
-    assert "build_user_kernel user_kernel torch-attention 900 '' ''" in script
+    assert "start_user_build user_kernel torch-attention 900 '' ''" in script
     assert not (bench_env / "state" / "runs.sqlite").exists()

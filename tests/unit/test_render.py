@@ -98,18 +98,24 @@ def test_gce_script_holds_no_credentials(tmp_path):
 
 def test_ab_script_builds_both_trees_by_their_contract_and_gives_the_profile_time(tmp_path):
     """Our kernel's two trees are built as any kernel's: each by its contract's command,
-    in its own folder, with its contract's env."""
+    in its own folder, with its contract's env; the baseline's once the candidate's ended,
+    so its check against launch's digest covers what the candidate's build did."""
     plain, ab = spec_for("default", "local"), spec_for("default+ab", "local")
     vars_ = backend_vars("local", tmp_path)
     builds = [
-        line.split()[1:3]
+        line.split()[:3]
         for line in render_startup(ab, "/w", vars_).splitlines()
-        if line.strip().startswith("build_user_kernel ")
+        if line.startswith(("  start_user_build ", "  wait_user_builds"))
     ]
-    assert builds == [["flash_kernel", "flash"], ["baseline", "flash@baseline"]]
+    assert builds == [
+        ["start_user_build", "flash_kernel", "flash"],
+        ["wait_user_builds"],
+        ["start_user_build", "baseline", "flash@baseline"],
+        ["wait_user_builds"],
+    ]
     plain_script = render_startup(plain, "/w", vars_)
-    assert "build_user_kernel flash_kernel flash " in plain_script
-    assert "build_user_kernel baseline" not in plain_script
+    assert "start_user_build flash_kernel flash " in plain_script
+    assert "start_user_build baseline" not in plain_script
     assert "'python3 -m kernels.flash_attention.build'" in plain_script
     assert "'FLASH_KERNEL_CACHE={tree}/.kernel-cache'" in plain_script
     assert benchmark_timeout_seconds(ab) == (

@@ -60,6 +60,31 @@ def records(run_dir: Path) -> list[dict]:
     return json.loads((run_dir / "trees.json").read_text())
 
 
+def test_checks_of_trees_building_at_once_each_keep_their_record(launched):
+    """Trees build at once (user_build.sh.j2): their checks, each in a process of its own as
+    the startup script runs them, all land in trees.json; none is lost to another's rewrite."""
+    import subprocess
+    import sys
+
+    import results_schema.record
+
+    digests, _, run_dir = launched
+    tool = results_schema.record.__file__
+    rounds = 12
+    started = []
+    for i in range(rounds):
+        for tree in ("user_kernel", "user_kernel_baseline"):
+            stage = "build" if i % 2 == 0 else "built"
+            args = ["tree", "--dir", str(run_dir), "--run-id", RUN_ID, "--tree", tree]
+            args += ["--stage", stage, "--expect", digests[tree]]
+            started.append(subprocess.Popen([sys.executable, "-I", "-S", tool, *args]))
+    assert [process.wait(timeout=60) for process in started] == [0] * len(started)
+    kept = records(run_dir)
+    assert len(kept) == 2 * rounds
+    assert {r["tree"] for r in kept} == {"user_kernel", "user_kernel_baseline"}
+    assert all(r["problem"] is None for r in kept)
+
+
 def test_the_controller_the_target_and_fetch_agree_on_every_trees_digest(launched):
     digests, data, run_dir = launched
     assert set(digests) == {HARNESS_TREE, "user_kernel", "user_kernel_baseline"}

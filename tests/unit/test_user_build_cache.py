@@ -42,6 +42,7 @@ def user_builds(command: str = BUILD, requirements: str = "", env=()) -> list[di
             "requirements": requirements,
             "command": command,
             "env": list(env),
+            "after_the_others": False,
         }
     ]
 
