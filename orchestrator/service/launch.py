@@ -143,8 +143,10 @@ def launch(
     # The request start will send, built now: one the cloud would refuse (gce: metadata
     # over its limits) is a usage error with nothing recorded, written or sent (issue 32).
     # It is rendered before the boot disk is read (that read is a call to the cloud).
-    built = spec.with_payload(payload)
-    machines.instance_request_json(built, *_render_for(ctx, machines, built, signed=False))
+    # The spec carries the payload's sha256 from here on: the run's reservation records it,
+    # so fetch holds even a run whose controller died before `running` to what launch built.
+    spec = spec.with_payload(payload)
+    machines.instance_request_json(spec, *_render_for(ctx, machines, spec, signed=False))
     # Priced again with the boot disk at the size the start will ask for (on gce the
     # image's, read from Compute now: the checks above sent nothing; 0: nothing billed).
     disk_gb = machines.boot_disk_gb()
@@ -174,7 +176,6 @@ def launch(
         notes += delete_own_powered_off(ctx, backend)
     machine_requested = False  # until Backend.start is called, no machine can exist
     try:
-        spec = spec.with_payload(payload)
         ctx.store(backend).put_bytes(f"{spec.run_prefix}/payload.tar.gz", payload.data)
         machine_requested = True
         placement, spec, rate = _start(ctx, request, backend, spec, rate, estimate, notes)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.boundary import UNKNOWN_PAYLOADS
 from orchestrator.cli import main
 from orchestrator.service.plans import plans_dir
 from tests.limits import HANG_SECONDS
@@ -233,8 +234,13 @@ def test_a_controller_killed_at_any_launch_step_leaves_a_listed_run(
         import sqlite3
 
         with sqlite3.connect(runs) as db:
-            (run_id,) = [row[0] for row in db.execute("SELECT run_id FROM runs")]
+            ((run_id, payload_sha256),) = list(
+                db.execute("SELECT run_id, payload_sha256 FROM runs")
+            )
         assert run_id in out
+        # Reserved with the sha256 of the payload launch built: fetch holds whatever the run
+        # left to it, though the controller never recorded the run `running`.
+        assert payload_sha256 not in UNKNOWN_PAYLOADS, payload_sha256
     finally:
         # A started run keeps going without its controller: stop-all still finds it.
         assert main(["stop-all", "--yes"]) == 0
