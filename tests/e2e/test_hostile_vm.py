@@ -97,6 +97,20 @@ exec "$REAL_PYTHON" "$@"
 """
 
 
+# What the attack tries on another run's objects, each refused: the VM's account holds no
+# role on runs/ (its token reads and writes nothing), and its own run's grants name its own
+# objects (bent to another key, refused).
+REFUSED_ON_ANOTHER_RUN = {
+    "read-summary": "403",
+    "read-payload": "403",
+    "overwrite-summary": "403",
+    "overwrite-manifest": "403",
+    "delete-summary": "403",
+    "signed-read-bent": "403",
+    "signed-overwrite-bent": "403",
+}
+
+
 def _attacker(tmp_path, victim_keys: list[str]):
     """A directory whose python3 attacks once, then runs the real interpreter, and the
     variables that tell it the keys no DNS name gives (through the stand-in's VM
@@ -185,17 +199,7 @@ def test_a_hostile_vm_that_knows_every_name_touches_nothing_but_its_own_run(
     report = _report(tmp_path)
     for key in (finished.run_key, live_key):
         attempts = {what: code for (what, on), code in report.items() if on == key}
-        assert attempts == {
-            # The VM's account holds no role on runs/: its token reads and writes nothing.
-            "read-summary": "403",
-            "read-payload": "403",
-            "overwrite-summary": "403",
-            "overwrite-manifest": "403",
-            "delete-summary": "403",
-            # Its own run's grants name its own objects: bent to another key, refused.
-            "signed-read-bent": "403",
-            "signed-overwrite-bent": "403",
-        }, key
+        assert attempts == REFUSED_ON_ANOTHER_RUN, key
     assert report[("list-runs", "-")] == "403" and report[("list-all", "-")] == "403"
     assert report[("plant-cache-digest", "-")] == "403"  # cache/ is read-only for a VM
     assert report[("plant-cache-tarball", "-")] == "403"
