@@ -11,8 +11,10 @@
 # call), on a lean plan (CONFIGS of the example's plan, SAMPLES each). `together` times all
 # eight in one run, twice (the ranking's stability: the same best, or a tie both times);
 # `separate` times each in a run of its own. Each prints its launch wall times, and the
-# runtime model's cost of the same launch on a spot L4 (`bench render --backend gce`, no
-# project needed); everything else is under $OUT. Put the figures in
+# runtime model's cost of the same launch on a spot L4 comes from DRY=1 (`bench render
+# --backend gce`, no project needed, needs the google clients the device lacks); everything
+# else is under $OUT. The device reaches no package index: the example's pinned Triton is
+# dropped from the copies (the device's own Triton serves). Put the figures in
 # docs/variants.md and the issue's note.
 set -uo pipefail
 PHASE=${PHASE:-together}
@@ -56,6 +58,8 @@ for tile in tiles:
 contract = (root / "bench-kernel.toml").read_text()
 head, _, supports = contract.partition("[kernel.supports]")
 head = head.rstrip() + "\nbuild_shared = true\n" + "\n".join(lines) + "\n\n"
+# The device reaches no package index: the pinned Triton is dropped there (its own serves).
+head = "\n".join(l for l in head.splitlines() if not l.startswith("requirements = ")) + "\n"
 (root / "bench-kernel.toml").write_text(head + "[kernel.supports]" + supports)
 PY
   git -C "$dir" init -q && git -C "$dir" add -A &&
@@ -74,11 +78,12 @@ launch() {  # DIR LABEL
     --dest "$work/results" --json > "$out/$2.json" 2> "$out/$2.log"
   local code=$?
   end=$(date +%s.%N)
-  echo "$2: exit $code, $(python3 -c "print(round($end - $start, 1))") s, L4 $(l4_cost "$1")" |
+  echo "$2: exit $code, $(python3 -c "print(round($end - $start, 1))") s" |
     tee -a "$out/walls.txt"
 }
 
 if [ "$PHASE" = together ]; then
+  # shellcheck disable=SC2086  # TILES is a list of words
   tree all $TILES
   [ "${DRY:-0}" = 1 ] && { echo "L4 cost, 8 variants in one run: $(l4_cost "$work/all")"; exit 0; }
   for i in $(seq "$RUNS"); do launch "$work/all" "together-$i"; done

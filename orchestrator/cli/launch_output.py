@@ -38,10 +38,14 @@ def print_launch(out, result) -> None:
     plan = spec.plan
     looks = plan.look_schedule()  # an A/B run samples until decided, up to the last
     until = f" (up to {looks[-1]} until decided)" if len(looks) > 1 else ""
+    timed = plan.implementations
+    if plan.variants:  # every candidate is timed, then the peers
+        timed = [f"the {len(plan.candidates)} candidates below", *timed[1:]]
+    count = len(plan.candidates) + len(plan.implementations) - 1
     out.print(
         f"bench: plan [bold]{plan.name}[/]: {len(plan.configs)} configs × "
-        f"{plan.samples_per_config} samples{until} × {len(plan.implementations)} "
-        f"implementations ({markup_safe(', '.join(plan.implementations))})"
+        f"{plan.samples_per_config} samples{until} × {count} "
+        f"implementations ({markup_safe(', '.join(timed))})"
     )
     if plan.variants:
         # '<name>[<variant>]' is rich markup unless escaped.

@@ -130,6 +130,11 @@ def test_variants_and_a_revision_are_timed_together_and_a_cheat_or_a_failed_buil
     assert run.worst_case_usd == 0 and run.candidates == [honest, cheat, broken, revision]
     candidates = f"4 candidates, each gated and timed in every round: {honest}, {cheat},"
     assert candidates in launched.err
+    # The plan's line counts what is timed: the four candidates and the peers, not the first
+    # candidate alone (it read '3 implementations' beside 'eight candidates' on the GPU).
+    others = [name for name in plan.implementations if name != plan.candidate]
+    timed_line = f"× {len(plan.candidates) + len(others)} implementations (the 4 candidates"
+    assert timed_line in launched.err.replace("\n", " ")
     assert main(["fetch", manifest.run_id, "--json"]) == 0
     fetched = capsys.readouterr()
     (got,) = FetchOutput.model_validate_json(fetched.out).runs
