@@ -196,9 +196,12 @@ def bracket_for(clock):
     return CudaBracket(clock) if isinstance(clock, timing.CudaClock) else CpuBracket()
 
 
-# Samples of the calibration call per calibration; the first few warm its worker's path.
-CALIBRATION_SAMPLES = 12
+# Samples of the calibration call on a fresh placement, after as many warm-up ones as
+# warm its worker's path; on a placement kept from an earlier block, after one (a kept
+# placement's samples spread about 1 us either side on an H200: isolation.CalibrationSamples).
+CALIBRATION_SAMPLES = 9
 CALIBRATION_WARMUP = 3
+CALIBRATION_SAMPLES_KEPT = 4
 
 
 class Calibration:
@@ -210,7 +213,7 @@ class Calibration:
     def __init__(self, bracket, measure: Callable[[object, str, int, bool], tuple]) -> None:
         self._bracket = bracket
         # (config, mode, copies, gated) -> (the known call's bracketed samples, its samples
-        # in the parent's own process: none on the CPU)
+        # in the parent's own process: none on the CPU), warm-up samples left out
         self._measure = measure
         self._known: dict[tuple, float] = {}
         self._floor: dict[tuple, float] = {}
@@ -219,9 +222,7 @@ class Calibration:
         key = (config.name, mode, copies, gated)
         if key not in self._known:
             bracketed, in_process = self._measure(config, mode, copies, gated)
-            measured = self._bracket.overhead_of(
-                bracketed[CALIBRATION_WARMUP:], in_process[CALIBRATION_WARMUP:]
-            )
+            measured = self._bracket.overhead_of(bracketed, in_process)
             if self._bracket.keeps_the_floor and key in self._floor:
                 measured = min(measured, self._floor[key])
             self._known[key] = self._floor[key] = measured

@@ -32,6 +32,10 @@ class Rows:
     batch: torch.Tensor
     head: torch.Tensor
     position: torch.Tensor
+    # The (batch, head) of each ROWS_PER_HEAD rows, on the host: the reference reads a head
+    # without a device sync to learn which (one per head per sample, each waiting for the
+    # GPU's queue).
+    heads: tuple[tuple[int, int], ...]
 
 
 def pick(shape: tuple[int, ...], rng: np.random.Generator, device: torch.device) -> Rows:
@@ -48,6 +52,7 @@ def pick(shape: tuple[int, ...], rng: np.random.Generator, device: torch.device)
         long(np.repeat(pairs // heads, ROWS_PER_HEAD)),
         long(np.repeat(pairs % heads, ROWS_PER_HEAD)),
         long(positions),
+        tuple((int(pair // heads), int(pair % heads)) for pair in pairs),
     )
 
 
@@ -60,9 +65,8 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, cau
     """The float64 reference of the picked rows, from the harness's own q, k and v."""
     group = q.shape[1] // k.shape[1]
     parts = []
-    for start in range(0, rows.batch.numel(), ROWS_PER_HEAD):
-        b, h = int(rows.batch[start]), int(rows.head[start])
-        position = rows.position[start : start + ROWS_PER_HEAD]
+    for n, (b, h) in enumerate(rows.heads):
+        position = rows.position[n * ROWS_PER_HEAD : (n + 1) * ROWS_PER_HEAD]
         parts.append(
             reference_rows(q[b, h, position], k[b, h // group], v[b, h // group], position, causal)
         )

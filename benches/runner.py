@@ -26,7 +26,12 @@ import torch
 from benches import bracket as brackets
 from benches import correctness, placement, registry, sequential, timing
 from benches.environment import fingerprint
-from benches.isolation import Measuring, WorkerLost, calibration_samples, calibration_worker
+from benches.isolation import (
+    CalibrationSamples,
+    Measuring,
+    WorkerLost,
+    calibration_worker,
+)
 from benches.plan import samples_per_config
 from benches.stats import interval_method, overall_speedups, summarize
 from benches.telemetry import EMPTY, Telemetry
@@ -202,15 +207,17 @@ class WorkerTiming:
         self.secret = secrets.randbits(62)
         self.bracket = brackets.bracket_for(clock)
         self.calibration = brackets.Calibration(self.bracket, self._calibration_samples)
-        self._calibrating: dict[bool, object] = {}  # gated -> the calibration's worker
+        # gated -> the calibration's worker and its samples (placements kept per config)
+        self._calibrating: dict[bool, tuple] = {}
         self._tolerance = {(r.config, r.implementation): r.tolerance for r in gate}
 
     def _calibration_samples(self, config, mode: str, copies: int, gated: bool) -> tuple:
         if gated not in self._calibrating:
             device, flush = self._ctx.device, self._ctx.plan.flush_l2
-            self._calibrating[gated] = calibration_worker(device, flush, gated)
-        worker = self._calibrating[gated]
-        return calibration_samples(worker, self.bracket, self.secret)(config, mode, copies)
+            worker = calibration_worker(device, flush, gated)
+            self._calibrating[gated] = worker, CalibrationSamples(worker, self.bracket, self.secret)
+        _, samples = self._calibrating[gated]
+        return samples(config, mode, copies)
 
     def measuring(self, config, mode: str, calls: int, batches: dict[str, int] | None = None):
         """identity -> its Measuring, for the placements of `config` in `mode` (a worker on
@@ -236,7 +243,8 @@ class WorkerTiming:
         return of
 
     def close(self) -> None:
-        for worker in self._calibrating.values():
+        for worker, samples in self._calibrating.values():
+            samples.close()
             worker.close()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benches import correctness, registry, runner
+from benches import correctness, isolation, registry, runner
 from benches.user_kernel import register
 from benches.writers import StatusWriter, read_csv
 from results_schema import AttentionConfig, CorrectnessRow, Measurement, Plan, SummaryRow
@@ -331,6 +331,45 @@ def test_a_calibration_taken_in_a_loaded_spell_is_taken_again_not_held_against_t
     assert [r.message for r in checks if r.stage == "timing" and not r.passed] == []
     (fine,) = [r for r in summary if r.implementation == "fine"]
     assert fine.n == plan.samples_per_config and fine.median_ms > 0
+
+
+def test_the_calibration_places_its_known_call_once_a_config_not_once_a_block(
+    tmp_path, registered, monkeypatch
+):
+    """Each block calibrates (the bracket's cost drifts between blocks), but on the known
+    call's placement kept from the config's first block: a fresh placement and its warm-up
+    a block held 40-137 ms of each block's first sample on an H200 (10.8 s of a default
+    run). Two configs of three blocks each: one calibration placement per config and way
+    of timing it, dropped before the next config's, every block still calibrated."""
+    placed, dropped, calibrated = [], [], []
+
+    class Counted(isolation.MeasuredPlacement):
+        def __init__(self, remote, config, inputs, mode, calls, *args):
+            super().__init__(remote, config, inputs, mode, calls, *args)
+            if remote.name == "bench-calibration":
+                key = (config.name, mode, args[-1])  # and the lent query buffers
+                placed.append(key)
+                self.drop = lambda drop=self.drop: (dropped.append(key), drop())
+
+    measured = runner.WorkerTiming._calibration_samples
+
+    def counted(self, config, *args):
+        calibrated.append(config.name)
+        return measured(self, config, *args)
+
+    monkeypatch.setattr(isolation, "MeasuredPlacement", Counted)
+    monkeypatch.setattr(runner.WorkerTiming, "_calibration_samples", counted)
+    kernel_tree(tmp_path, "fine", "")
+    plan = cpu_plan([user_kernel("fine", "fine")], [config("a", 8), config("b", 16)], samples=6)
+    plan = registered(plan.model_copy(update={"placements": 3}), tmp_path)
+
+    checks, summary = run_whole(plan, tmp_path / "run")
+    assert [r.message for r in checks if not r.passed] == []
+    assert len(placed) == len(set(placed)) and sorted(dropped) == sorted(placed)
+    assert {key[0] for key in placed} == {"a", "b"}
+    # config a's placements dropped before b's were made
+    assert [key[0] for key in dropped] == sorted(key[0] for key in dropped)
+    assert calibrated.count("a") >= 3 and calibrated.count("b") >= 3  # every block's own
 
 
 def test_a_workers_batch_is_sized_by_its_fastest_warm_call_not_its_cold_ones(tmp_path, registered):
