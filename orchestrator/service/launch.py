@@ -73,6 +73,8 @@ class LaunchResult:
     notes: list[str] = field(default_factory=list)
     rate: Rate | None = None
     estimate: RuntimeEstimate | None = None
+    worst_case_usd: float = 0.0  # the most the run can bill at `rate` up to its cap
+    gpu: str = ""  # the gpus.toml key the registry files it under
 
 
 def target_gpu(ctx: Context, backend: str, requested: str = "") -> str:
@@ -160,13 +162,14 @@ def launch(
     # over its limits) is a usage error with nothing recorded, written or created (issue
     # 32; on gce only the image and the signatures were read).
     machines.instance_request_json(spec, scripts.startup, scripts.shutdown)
+    pricing = ctx.pricing(backend)
     if rate is not None:
         note = machines.leftover_note(
             spec.run_id,
             rate.disk,
             rate.disk_gb,
             spec.max_run_seconds,
-            ctx.pricing(backend).worst_case_usd(rate, spec.max_run_seconds),
+            pricing.worst_case_usd(rate, spec.max_run_seconds),
         )
         notes += [note] if note else []
     # The run is in the registry, holding its budget against the monthly cap, before
@@ -200,7 +203,10 @@ def launch(
         handle=placement.handle,
         attempts=placement.attempts,
     )
-    return LaunchResult(spec, placement, backend_reason, scripts, notes, rate, estimate)
+    worst = 0.0 if rate is None else pricing.worst_case_usd(rate, spec.max_run_seconds)
+    return LaunchResult(
+        spec, placement, backend_reason, scripts, notes, rate, estimate, worst, request.gpu
+    )
 
 
 def _price(
