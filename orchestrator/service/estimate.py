@@ -82,7 +82,7 @@ def price_sheet(
     if on_refreshed is not None:
         on_refreshed(pricing.refresh_price_catalog(ctx.config))
     catalog = pricing.price_catalog(ctx.config)
-    estimate = gce_estimate(ctx, plan_ref)
+    estimate = gce_estimate(ctx, plan_ref, backend)
     return PriceSheet(
         catalog=catalog,
         estimate=estimate,

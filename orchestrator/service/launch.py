@@ -203,9 +203,16 @@ def launch(
         handle=placement.handle,
         attempts=placement.attempts,
     )
-    worst = 0.0 if rate is None else pricing.worst_case_usd(rate, spec.max_run_seconds)
     return LaunchResult(
-        spec, placement, backend_reason, scripts, notes, rate, estimate, worst, request.gpu
+        spec,
+        placement,
+        backend_reason,
+        scripts,
+        notes,
+        rate,
+        estimate,
+        worst_case_usd=0.0 if rate is None else pricing.worst_case_usd(rate, spec.max_run_seconds),
+        gpu=request.gpu,
     )
 
 
