@@ -375,7 +375,7 @@ def run_scripts(backend, spec: RunSpec, signed: bool = True) -> RunScripts:
     work_dir = backend.work_dir(spec.run_id)
     variables = backend.template_vars()
     # The run's own grants are signed only for the script a start sends (`bench render`
-    # shows the script without them, sending nothing: a few hundred bytes less).
+    # shows the script without them, sending nothing: some 2.5 kB less).
     if signed and isinstance(backend, GrantsRunAccess):
         variables = {**variables, **backend.run_access_vars(spec)}
     return render_scripts(spec, work_dir, variables)
