@@ -8,9 +8,11 @@ are made here in Python and reach the template as plain values.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -232,3 +234,20 @@ def render_shutdown(spec: RunSpec, work_dir: str) -> str:
     return template.render(
         run_id=spec.run_id, work_dir=work_dir, grace_seconds=SHUTDOWN_GRACE_SECONDS
     )
+
+
+@dataclass(frozen=True)
+class RunScripts:
+    """A run's startup and shutdown scripts, rendered once: a launch's request check, its
+    start and its result hold the same text."""
+
+    startup: str
+    shutdown: str
+
+    @property
+    def startup_sha256(self) -> str:
+        return hashlib.sha256(self.startup.encode()).hexdigest()
+
+
+def render_scripts(spec: RunSpec, work_dir: str, backend_vars: Mapping[str, Any]) -> RunScripts:
+    return RunScripts(render_startup(spec, work_dir, backend_vars), render_shutdown(spec, work_dir))

@@ -311,6 +311,38 @@ class PricesRuns(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class CatalogRead:
+    """What a fresh read of a cloud's price list found, and where it was kept."""
+
+    source: str  # the list read ("Cloud Billing Catalog API")
+    entries_read: int  # what the source listed (SKUs)
+    items_priced: int  # the catalog's items it gave a price
+    saved_to: Path
+
+
+@runtime_checkable
+class ShowsPriceCatalog(Protocol):
+    """A billed backend whose rates come from a dated price catalog it can show and read
+    again (`bench prices`; gce and batch: backends/gce/pricing.py)."""
+
+    @classmethod
+    def price_catalog(cls, config: BenchConfig) -> dict[str, Any]:
+        """The catalog its rates come from now: its date, currency, sources and each
+        region's items (machines, gpus, disks) with their prices and zones."""
+        ...
+
+    @classmethod
+    def refresh_price_catalog(cls, config: BenchConfig) -> CatalogRead:
+        """Read the cloud's price list again and keep what it priced for later rates."""
+        ...
+
+    @classmethod
+    def rate_text(cls, rate: Rate) -> str:
+        """The rate as a refusal names it."""
+        ...
+
+
 @runtime_checkable
 class GrantsRunAccess(Protocol):
     """A backend whose machine reaches the store only through grants signed for its run

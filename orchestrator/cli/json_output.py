@@ -18,19 +18,16 @@ def print_json(output: LaunchOutput | FetchOutput) -> None:
     click.echo(output.model_dump_json())
 
 
-def launched_run(ctx, result) -> LaunchedRun:
+def launched_run(result) -> LaunchedRun:
     """A started run as launch --json prints it; its worst case at the rate it was
     priced at, up to its time cap (0 where nothing is billed)."""
     spec = result.spec
-    worst = 0.0
-    if result.rate is not None:
-        worst = ctx.pricing(spec.backend).worst_case_usd(result.rate, spec.max_run_seconds)
     return LaunchedRun(
         run_id=spec.run_id,
         backend=spec.backend,
-        gpu=ctx.registry.get(spec.run_id).gpu or None,
+        gpu=result.gpu or None,
         budget_usd=spec.budget_usd,
-        worst_case_usd=round(worst, 6),
+        worst_case_usd=round(result.worst_case_usd, 6),
         estimated_usd=round(spec.estimated_cost_usd(), 6),
         estimated_seconds=spec.estimated_seconds,
         max_run_seconds=spec.max_run_seconds,
@@ -43,7 +40,7 @@ def sweep_output(sweep) -> LaunchOutput:
     """launch --gpu --json: each member that started, and a line per one that did not."""
     return LaunchOutput(
         sweep_id=sweep.sweep_id,
-        runs=[launched_run(o.member.ctx, o.result) for o in sweep.launched],
+        runs=[launched_run(o.result) for o in sweep.launched],
         failed=[f"{o.member.key}: {o.error}" for o in sweep.failed],
     )
 

@@ -198,7 +198,7 @@ def launch(
         from orchestrator.cli.json_output import launched_run, print_json
         from results_schema.program_output import LaunchOutput
 
-        print_json(LaunchOutput(runs=[launched_run(ctx, result)]))
+        print_json(LaunchOutput(runs=[launched_run(result)]))
     print_launch(out, result)
     bench, run_id = bench_command(), result.spec.run_id
     if wait:

@@ -45,20 +45,24 @@ def prices(plan_ref, as_json, refresh):
       bench prices --plan cpu-smoke
       bench prices --json | jq .rate_usd_per_hour
     """
-    from orchestrator.backends.gce.pricing import max_run_seconds_for, price_catalog, rate_text
     from orchestrator.cli.estimate_table import phase_table
-    from orchestrator.service.estimate import gce_estimate
+    from orchestrator.service.estimate import price_sheet
     from orchestrator.text import format_duration
 
     ctx = make_context()
     out = console()
-    if refresh:  # what it read goes to stderr under --json, where stdout is one document
-        click.echo(_refresh(ctx.config), err=as_json)
-    catalog = price_catalog(ctx.config)
-    estimate = gce_estimate(ctx, plan_ref)
-    split = split_budgets(ctx, plan_ref, 1.0)
+
+    def refreshed(read) -> None:  # under --json to stderr: stdout is one document
+        click.echo(
+            f"read {read.entries_read} SKUs from the {read.source}: {read.items_priced} items "
+            f"priced, saved to {read.saved_to}",
+            err=as_json,
+        )
+
+    sheet = price_sheet(ctx, plan_ref, on_refreshed=refreshed if refresh else None)
+    catalog, estimate = sheet.catalog, sheet.estimate
     if as_json:
-        return _print_json(catalog, estimate, split)
+        return _print_json(sheet)
     if catalog.get("price_warning"):
         from orchestrator.text import markup_safe
 
@@ -67,7 +71,7 @@ def prices(plan_ref, as_json, refresh):
     out.print(price_table(catalog))
     for name, source in catalog["sources"].items():
         out.print(f"  source ({name}): {source}")
-    _gpu_types(out)
+    _gpu_types(out, sheet.gpu_types)
     config = ctx.config
     out.print(
         f"\nruntime model: plan [bold]{estimate.plan.name}[/] on {config.machine_type} + "
@@ -84,56 +88,14 @@ def prices(plan_ref, as_json, refresh):
     rate = estimate.rate
     out.print(
         f"total rate ${rate.total:.4f}/h ({', '.join(f'{n} ${p:.4f}' for n, p in rate.items)}) "
-        f"in {rate.region}; $1.00 buys {format_duration(max_run_seconds_for(1.0, rate))}"
-        f" (the time cap, its worst-case bill within $1.00 at {rate_text(rate)})",
+        f"in {rate.region}; $1.00 buys {format_duration(sheet.one_dollar_seconds)}"
+        f" (the time cap, its worst-case bill within $1.00 at {sheet.rate_text})",
         soft_wrap=False,
     )
-    for title, terms in split.values():
+    for title, terms in sheet.one_dollar_attempts.values():
         line = terms if isinstance(terms, str) else f"$1.00 buys {terms.summary}"
         out.print(f"{title}: {line}", markup=False, highlight=False, soft_wrap=False)
     return 0
-
-
-def split_budgets(ctx, plan_ref: str, budget_usd: float) -> dict:
-    """Backend name -> (its title, what `budget_usd` buys there), for each backend whose
-    cloud retries a run (`SplitsBudget`), priced as its launch would price the plan: the
-    same rate, time cap and estimate; the refusal's text where not one attempt fits."""
-    from orchestrator.backends import registry
-    from orchestrator.backends.base import SplitsBudget
-    from orchestrator.errors import RefusedError
-    from orchestrator.service.estimate import gce_estimate
-
-    found = {}
-    for name in registry.names():
-        cls = registry.backend_class(name)
-        if not issubclass(cls, SplitsBudget):
-            continue
-        estimate = gce_estimate(ctx, plan_ref, backend=name)
-        rate = estimate.rate
-        cap = cls.max_run_seconds_for(budget_usd, rate)
-        try:
-            terms = cls.budget_terms(
-                ctx.config, budget_usd, rate, estimate.launch.total_seconds, cap
-            )
-        except RefusedError as e:
-            terms = str(e)
-        found[name] = (registry.capabilities(name).title, terms)
-    return found
-
-
-def _refresh(config) -> str:
-    """Read the Cloud Billing Catalog API into the cache; what it priced, in a line."""
-    from orchestrator.backends.gce import billing_catalog
-    from orchestrator.backends.gce.pricing import load_catalog
-
-    document = billing_catalog.refresh(config, load_catalog()["regions"])
-    found = document["prices"]
-    count = sum(len(items) for r in found["regions"].values() for items in r.values())
-    count += "external_ipv4" in found
-    return (
-        f"read {document['skus_read']} SKUs from the {billing_catalog.SOURCE}: "
-        f"{count} items priced, saved to {billing_catalog.cache_path(config)}"
-    )
 
 
 def _catalog_heading(catalog) -> str:
@@ -147,16 +109,16 @@ def _catalog_heading(catalog) -> str:
     )
 
 
-def _print_json(catalog, estimate, split) -> int:
+def _print_json(sheet) -> int:
     import dataclasses
     import json
 
-    from orchestrator.backends.gce.pricing import max_run_seconds_for
     from results_schema.record import billed_usd
 
     def phases(e):
         return {f.phase: round(f.seconds, 1) for f in e.phases}
 
+    catalog, estimate = sheet.catalog, sheet.estimate
     rate = estimate.rate
     document = {
         "catalog_date": catalog["catalog_date"],
@@ -166,7 +128,7 @@ def _print_json(catalog, estimate, split) -> int:
         "spot": rate.spot,
         "rate_usd_per_hour": rate.total,
         "rate_items": dict(rate.items),
-        "seconds_one_dollar_buys": max_run_seconds_for(1.0, rate),
+        "seconds_one_dollar_buys": sheet.one_dollar_seconds,
         "price_source": rate.price_source,
         "price_warning": catalog.get("price_warning"),
         "plan": estimate.plan.name,
@@ -177,7 +139,7 @@ def _print_json(catalog, estimate, split) -> int:
         # What $1.00 buys where the cloud retries a run, by backend; a string: refused.
         "one_dollar_attempts": {
             name: terms if isinstance(terms, str) else dataclasses.asdict(terms)
-            for name, (_, terms) in split.items()
+            for name, (_, terms) in sheet.one_dollar_attempts.items()
         },
     }
     click.echo(json.dumps(document, indent=2))
@@ -209,13 +171,11 @@ def _marked(name: str, price: dict, catalog: dict) -> str:
     return f"{name}*" if catalog.get("api_read_date") and not price.get("from_api") else name
 
 
-def _gpu_types(out) -> None:
+def _gpu_types(out, catalog) -> None:
     """The GPU types `launch --gpu` takes (orchestrator/data/gpus.toml), each with its kind's
     figures and their sources (results_schema/gpu_kinds.json)."""
     from orchestrator.cli.grouped_table import Group, GroupedTable, Row
-    from orchestrator.gpus import load_gpu_catalog
 
-    catalog = load_gpu_catalog()
     groups = []
     for gpu in catalog.values():
         group = Group(f"{gpu.key} ({gpu.name})")

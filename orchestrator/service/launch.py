@@ -1,6 +1,6 @@
 """launch: validate → launch plan (service/launch_plan.py) → estimate → time cap → spec →
-payload → (a cloud backend) account, image → reserve (cap) → store → render → start →
-record."""
+payload → (a cloud backend) account, image → render once, check the request → reserve
+(cap) → store → start → record."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from orchestrator.gpus import (
 from orchestrator.paths import ensure_writable
 from orchestrator.payload import build_payload
 from orchestrator.registry import RunRecord
-from orchestrator.render import render_shutdown, render_startup
+from orchestrator.render import RunScripts, render_scripts
 from orchestrator.runtime_model import (
     HISTORY_HEADROOM,
     RuntimeEstimate,
@@ -69,9 +69,12 @@ class LaunchResult:
     spec: RunSpec
     placement: Placement
     backend_reason: str
+    scripts: RunScripts  # as the start sent them (the on-demand retry's, where it ran)
     notes: list[str] = field(default_factory=list)
     rate: Rate | None = None
     estimate: RuntimeEstimate | None = None
+    worst_case_usd: float = 0.0  # the most the run can bill at `rate` up to its cap
+    gpu: str = ""  # the gpus.toml key the registry files it under
 
 
 def target_gpu(ctx: Context, backend: str, requested: str = "") -> str:
@@ -140,13 +143,9 @@ def launch(
     ctx.store(backend).require_credentials()
     machines = ctx.backend(backend)
     machines.refuse_leftovers()
-    # The request start will send, built now: one the cloud would refuse (gce: metadata
-    # over its limits) is a usage error with nothing recorded, written or sent (issue 32).
-    # It is rendered before the boot disk is read (that read is a call to the cloud).
     # The spec carries the payload's sha256 from here on: the run's reservation records it,
     # so fetch holds even a run whose controller died before `running` to what launch built.
     spec = spec.with_payload(payload)
-    machines.instance_request_json(spec, *_render_for(ctx, machines, spec, signed=False))
     # Priced again with the boot disk at the size the start will ask for (on gce the
     # image's, read from Compute now: the checks above sent nothing; 0: nothing billed).
     disk_gb = machines.boot_disk_gb()
@@ -155,13 +154,22 @@ def launch(
             ctx, request, backend, plan, estimate, spot, disk_gb=disk_gb
         )
         spec = repriced(spec, rate, cap, spot)
+    # The scripts, rendered once from the spec as it now stands (rate and time cap final,
+    # the run's grants signed): what the request check below holds to the cloud's limits
+    # is byte for byte what the start sends.
+    scripts = run_scripts(machines, spec)
+    # The request start will send, built now: one the cloud would refuse (gce: metadata
+    # over its limits) is a usage error with nothing recorded, written or created (issue
+    # 32; on gce only the image and the signatures were read).
+    machines.instance_request_json(spec, scripts.startup, scripts.shutdown)
+    pricing = ctx.pricing(backend)
     if rate is not None:
         note = machines.leftover_note(
             spec.run_id,
             rate.disk,
             rate.disk_gb,
             spec.max_run_seconds,
-            ctx.pricing(backend).worst_case_usd(rate, spec.max_run_seconds),
+            pricing.worst_case_usd(rate, spec.max_run_seconds),
         )
         notes += [note] if note else []
     # The run is in the registry, holding its budget against the monthly cap, before
@@ -178,7 +186,9 @@ def launch(
     try:
         ctx.store(backend).put_bytes(f"{spec.run_prefix}/payload.tar.gz", payload.data)
         machine_requested = True
-        placement, spec, rate = _start(ctx, request, backend, spec, rate, estimate, notes)
+        placement, spec, rate, scripts = _start(
+            ctx, request, backend, spec, scripts, rate, estimate, notes
+        )
     except BaseException as error:
         cost = _failed_launch_cost(ctx, spec, rate, error, machine_requested)
         _record_failed_launch(ctx, spec, cost)
@@ -193,7 +203,17 @@ def launch(
         handle=placement.handle,
         attempts=placement.attempts,
     )
-    return LaunchResult(spec, placement, backend_reason, notes, rate, estimate)
+    return LaunchResult(
+        spec,
+        placement,
+        backend_reason,
+        scripts,
+        notes,
+        rate,
+        estimate,
+        worst_case_usd=0.0 if rate is None else pricing.worst_case_usd(rate, spec.max_run_seconds),
+        gpu=request.gpu,
+    )
 
 
 def _price(
@@ -320,13 +340,14 @@ def _start(
     request: LaunchRequest,
     backend_name: str,
     spec: RunSpec,
+    scripts: RunScripts,
     rate: Rate | None,
     estimate: RuntimeEstimate,
     notes: list[str],
 ):
     backend = ctx.backend(backend_name)
     try:
-        return _start_once(ctx, backend, spec), spec, rate
+        return backend.start(spec, scripts.startup, scripts.shutdown), spec, rate, scripts
     except NoCapacityError as spot_error:
         if not (spec.spot and ctx.config.on_demand_fallback):
             raise
@@ -343,23 +364,18 @@ def _start(
         )
         on_demand = repriced(spec, rate, cap, spot=False)
         notes.append(f"no spot capacity ({spot_error}); retrying on-demand at ${rate.total:.4f}/h")
-        return _start_once(ctx, backend, on_demand), on_demand, rate
+        # Another spec (its rate and time cap are in the script): its own scripts, once.
+        scripts = run_scripts(backend, on_demand)
+        placement = backend.start(on_demand, scripts.startup, scripts.shutdown)
+        return placement, on_demand, rate, scripts
 
 
-def _start_once(ctx: Context, backend, spec: RunSpec) -> Placement:
-    startup, shutdown = _render_for(ctx, backend, spec)
-    return backend.start(spec, startup, shutdown)
-
-
-def _render_for(ctx: Context, backend, spec: RunSpec, signed: bool = True) -> tuple[str, str]:
+def run_scripts(backend, spec: RunSpec, signed: bool = True) -> RunScripts:
     """The startup and shutdown scripts for this spec on this backend."""
     work_dir = backend.work_dir(spec.run_id)
     variables = backend.template_vars()
-    # The run's own grants are signed only for the script a start sends (`bench render` and
-    # the request check before it show the script without them: a few hundred bytes less).
+    # The run's own grants are signed only for the script a start sends (`bench render`
+    # shows the script without them, sending nothing: some 2.5 kB less).
     if signed and isinstance(backend, GrantsRunAccess):
         variables = {**variables, **backend.run_access_vars(spec)}
-    return (
-        render_startup(spec, work_dir, variables),
-        render_shutdown(spec, work_dir),
-    )
+    return render_scripts(spec, work_dir, variables)

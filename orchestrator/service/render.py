@@ -8,7 +8,7 @@ from pathlib import Path
 from orchestrator.payload import build_payload
 from orchestrator.runtime_model import RuntimeEstimate
 from orchestrator.service.context import Context
-from orchestrator.service.launch import _render_for, runtime_estimate
+from orchestrator.service.launch import run_scripts, runtime_estimate
 from orchestrator.service.launch_plan import make_launch_plan, new_spec, price
 from orchestrator.service.plan_options import PlanOptions
 
@@ -42,6 +42,8 @@ def render_scripts(
     payload = build_payload(planned.plan, kernel_trees=planned.kernel_trees)
     spec = spec.with_payload(payload)
     backend = ctx.backend(backend_name)
-    startup, shutdown = _render_for(ctx, backend, spec, signed=False)
-    instance_json = backend.instance_request_json(spec, startup, shutdown)
-    return Rendered(startup, shutdown, instance_json, estimate, spec.rate_usd_per_hour)
+    scripts = run_scripts(backend, spec, signed=False)
+    instance_json = backend.instance_request_json(spec, scripts.startup, scripts.shutdown)
+    return Rendered(
+        scripts.startup, scripts.shutdown, instance_json, estimate, spec.rate_usd_per_hour
+    )

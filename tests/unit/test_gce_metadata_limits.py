@@ -47,7 +47,7 @@ def test_a_value_over_256_kib_is_refused_with_its_size():
     message = str(refused.value)
     assert "\n" not in message
     assert f"startup-script {METADATA_VALUE_MAX_BYTES + 1:,}" in message
-    assert "startup-script too long" in message and "Nothing was sent" in message
+    assert "startup-script too long" in message and "Nothing was created" in message
 
 
 def test_two_values_each_within_256_kib_but_512_kib_in_all_are_refused_with_the_total():

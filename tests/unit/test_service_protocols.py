@@ -18,6 +18,7 @@ from orchestrator.backends.base import (
     PricesRuns,
     ReportsBilledTime,
     SetsUpProject,
+    ShowsPriceCatalog,
     SplitsBudget,
 )
 from orchestrator.config import BenchConfig
@@ -37,6 +38,7 @@ def declared(protocol) -> set[str]:
 
 OPTIONAL = (
     PricesRuns,
+    ShowsPriceCatalog,
     GrantsRunAccess,
     SplitsBudget,
     ReportsBilledTime,

@@ -108,7 +108,7 @@ def _require_name(kind: str, name: str) -> None:
 
 
 def check_metadata(items: Mapping[str, str]) -> None:
-    """UsageError, before anything is sent, for metadata GCE would refuse: a value over
+    """UsageError, before any insert, for metadata GCE would refuse: a value over
     256 KiB, or keys and values of 512 KiB or more in all. The message gives each size."""
     sizes = {key: len(value.encode()) for key, value in items.items()}
     total = sum(len(key.encode()) + size for key, size in sizes.items())
@@ -122,7 +122,7 @@ def check_metadata(items: Mapping[str, str]) -> None:
         f"for GCE, which takes at most {METADATA_VALUE_MAX_BYTES:,} bytes (256 KiB) a value "
         f"and less than {METADATA_TOTAL_LIMIT_BYTES:,} (512 KiB) in all. Shorten what the "
         "startup script carries (a user kernel's build command or requirements). Nothing "
-        "was sent"
+        "was created"
     )
 
 

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 
+from orchestrator.backends.base import CatalogRead
 from orchestrator.backends.gce.compute import OPERATION_TIMEOUT_SECONDS
 from orchestrator.budget import MAX_RUN_SECONDS_CEILING
 from orchestrator.config import BenchConfig, region_of, regions_of
@@ -290,8 +291,8 @@ def check_covers(
 
 
 class ComputeEnginePricing:
-    """`PricesRuns` for a backend whose runs are Compute Engine VMs (gce, and Cloud Batch's
-    VMs): the rules above, asked for through the backend class."""
+    """`PricesRuns` and `ShowsPriceCatalog` for a backend whose runs are Compute Engine VMs
+    (gce, and Cloud Batch's VMs): the rules above, asked for through the backend class."""
 
     @classmethod
     def run_rate(cls, config: BenchConfig, spot: bool, disk_gb: int | None = None) -> HourlyRate:
@@ -314,3 +315,34 @@ class ComputeEnginePricing:
         cls, budget_usd: float, rate: HourlyRate, estimated_seconds: int, cap_seconds: int
     ) -> None:
         check_covers(budget_usd, rate, estimated_seconds, cap_seconds)
+
+    # `ShowsPriceCatalog`: what `bench prices` shows.
+
+    @classmethod
+    def price_catalog(cls, config: BenchConfig) -> dict:
+        return price_catalog(config)
+
+    @classmethod
+    def refresh_price_catalog(cls, config: BenchConfig) -> CatalogRead:
+        return refresh_catalog(config)
+
+    @classmethod
+    def rate_text(cls, rate: HourlyRate) -> str:
+        return rate_text(rate)
+
+
+def refresh_catalog(config: BenchConfig) -> CatalogRead:
+    """Read the Cloud Billing Catalog API into the cache (`price_catalog` uses it for a
+    week): what it read and priced."""
+    from orchestrator.backends.gce import billing_catalog
+
+    document = billing_catalog.refresh(config, load_catalog()["regions"])
+    found = document["prices"]
+    count = sum(len(items) for r in found["regions"].values() for items in r.values())
+    count += "external_ipv4" in found
+    return CatalogRead(
+        source=billing_catalog.SOURCE,
+        entries_read=document["skus_read"],
+        items_priced=count,
+        saved_to=billing_catalog.cache_path(config),
+    )
