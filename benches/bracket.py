@@ -68,6 +68,9 @@ class Bracketed:
     rows: torch.Tensor
     reply: dict
     late: bool
+    # CPU: how long the parent's thread and the worker's threads sat runnable but not
+    # running inside the bracket (benches/host_load.py), None where unread
+    waited_ms: float | None = None
 
 
 class CudaBracket:
@@ -98,6 +101,7 @@ class CudaBracket:
         deadline: Callable[[], float],
         finish: Callable[[dict], dict],
         cover_key: Hashable = None,
+        load=None,
     ) -> Bracketed:
         """`refresh` writes the call's fresh inputs, `call` asks the worker for the call and
         returns its reply, `read` finds where that reply says the output is and returns
@@ -105,7 +109,8 @@ class CudaBracket:
         `deadline()` is when the worker must have finished (monotonic seconds); `finish`
         takes the worker's last word on the call once the bracket is closed (every call's,
         a retaken one's too), and its answer stands as the sample's reply. `cover_key`
-        names the brackets whose host spans size this one's spin (COVER_FACTOR)."""
+        names the brackets whose host spans size this one's spin (COVER_FACTOR). `load`
+        is the CPU's (CpuBracket): the GPU's events hold no host wait."""
         for _ in range(RETAKES_MAX):
             taken = self._once(link, refresh, call, read, deadline, finish, cover_key)
             if not taken.late:
@@ -184,12 +189,19 @@ class CpuBracket:
         2026-11-29)."""
         return min(bracketed)
 
-    def sample(self, link, refresh, call, read, deadline, finish, cover_key=None) -> Bracketed:
-        """The worker makes the fresh queries itself, from the seed its call brings."""
+    def sample(
+        self, link, refresh, call, read, deadline, finish, cover_key=None, load=None
+    ) -> Bracketed:
+        """The worker makes the fresh queries itself, from the seed its call brings.
+        `load` (host_load.LoadWindow): the host's load inside the bracket, read around it."""
+        if load is not None:
+            load.open()
         start = time.perf_counter()
         reply = call()
         rows = read(reply)()
-        return Bracketed((time.perf_counter() - start) * 1e3, rows, finish(reply), False)
+        ms = (time.perf_counter() - start) * 1e3
+        waited = load.close() if load is not None else None
+        return Bracketed(ms, rows, finish(reply), False, waited)
 
 
 def bracket_for(clock):

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from benches import bracket as brackets
-from benches import confinement, cuda_ipc, row_checks, wire, worker_start
+from benches import confinement, cuda_ipc, host_load, row_checks, wire, worker_start
 from benches.correctness import CallProblem, TwoCalls, modified_input
 from benches.kernel_tree import UserImplementation, declared_unavailable, declared_unsupported
 from benches.shared_buffers import Lender, fill_fresh
@@ -135,6 +135,11 @@ class Worker:
         self._figures: dict[tuple[str, str], _Figures] = {}
         self.lender = Lender(device)
         self.generation = 0  # children started so far: placements of an older one are gone
+
+    def pid(self) -> int | None:
+        """The child's process id while it runs (what host_load reads), else None."""
+        process = self._process
+        return process.pid if process is not None and process.is_alive() else None
 
     def request(self, op: str, **fields) -> dict:
         """The child's reply to one request. A reply carrying an error is raised as
@@ -353,6 +358,8 @@ class _Figures:
     measured: list[float] = field(default_factory=list)
     own: list[float] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)
+    # CPU: the harness's times less the host's load inside each bracket (host_load.py)
+    unloaded: list[float] = field(default_factory=list)
 
 
 class MeasuredPlacement:
@@ -421,11 +428,11 @@ class MeasuredPlacement:
         time, noise, is taken again); on the GPU the worker's own events, bounded by the
         harness's whole bracket and checked against it (GPU_REPORT_ALLOWANCE_MS says why)."""
         for _ in range(NONPOSITIVE_RETAKES + 1):
-            whole, self.harness, self.reported = self._take()
+            whole, self.harness, self.reported, unloaded = self._take()
             reported = self._reported_within(whole)
             value = reported if self._on_gpu() else self.harness
             if value > 0:
-                self._compare(self.harness, self.reported)
+                self._compare(self.harness, self.reported, unloaded)
                 return value
             if not self._on_gpu():
                 # A call's bracket shorter than what a bracket adds: that was measured in a
@@ -463,9 +470,10 @@ class MeasuredPlacement:
             )
         return own
 
-    def _take(self) -> tuple[float, float, float | None]:
+    def _take(self) -> tuple[float, float, float | None, float]:
         """(the whole bracket per call, the harness's time per call less what a bracket
-        adds, the worker's own time per call or None) of one bracketed, checked call."""
+        adds, the worker's own time per call or None, the harness's time less the host's
+        load too: CPU only, else the harness's) of one bracketed, checked call."""
         self._ready()
         worker = self._worker
         worker.settle()  # a reply still in flight is not this call's
@@ -509,6 +517,7 @@ class MeasuredPlacement:
                 deadline,
                 finish,
                 cover_key=len(self._queries),
+                load=None if self._on_gpu() else host_load.LoadWindow(worker.pid()),
             )
         except brackets.Hung:
             raise worker.hung("call") from None
@@ -520,7 +529,8 @@ class MeasuredPlacement:
         ms = (taken.ms - self._measuring.overhead_ms(link is None)) / self.calls
         own = taken.reply.get("own_ms")
         valid = isinstance(own, (int, float)) and math.isfinite(own) and own > 0
-        return taken.ms / self.calls, ms, float(own) if valid else None
+        unloaded = ms - (taken.waited_ms or 0.0) / self.calls
+        return taken.ms / self.calls, ms, float(own) if valid else None, unloaded
 
     def _picks(self) -> list[tuple[int, row_checks.Rows]]:
         """(call, rows) to check: in graph mode the last call and GRAPH_OUTPUTS_CHECKED
@@ -581,14 +591,16 @@ class MeasuredPlacement:
                 )
                 raise Refused(f"sample {self.samples}: {changed or problem}", self._worker)
 
-    def _compare(self, measured: float, own: float | None) -> None:
+    def _compare(self, measured: float, own: float | None, unloaded: float) -> None:
         """The worker's own time against the harness's, once OWN_TIME_MIN_SAMPLES samples
         have both: too short a report is a lie (a longer one than the whole bracket is
         refused at once, `_reported_within`). A loaded machine only ever lengthens the
-        harness's figure, so the CPU's rule reads its fastest sample; on the GPU the rule
-        of GPU_REPORT_ALLOWANCE_MS."""
+        harness's figure, so the CPU's rule reads its fastest sample less the host's load
+        inside it (`unloaded`: host_load.py); on the GPU the rule of
+        GPU_REPORT_ALLOWANCE_MS."""
         figures = self._figures
         figures.measured.append(measured)
+        figures.unloaded.append(unloaded)
         if own is None or self._measuring.tolerance is None:
             return
         figures.own.append(own)
@@ -604,11 +616,14 @@ class MeasuredPlacement:
                 allowance / self.calls + GPU_REPORT_ALLOWANCE_FRACTION * ours
             )
         else:
-            below = theirs < min(figures.measured) * CPU_OWN_FRACTION - CPU_OWN_FLOOR_MS
+            fastest = min(figures.unloaded)
+            below = theirs < fastest * CPU_OWN_FRACTION - CPU_OWN_FLOOR_MS
         if below:
+            unloaded = "" if on_gpu else f", {fastest:.4g} ms less the host's load"
             raise Refused(
                 f"its process reported {theirs:.4g} ms a call where the harness measured "
-                f"{ours:.4g} ms (at least {min(figures.measured):.4g} ms; {paired} samples)",
+                f"{ours:.4g} ms (at least {min(figures.measured):.4g} ms{unloaded}; "
+                f"{paired} samples)",
                 self._worker,
             )
 
