@@ -106,14 +106,16 @@ def printed(main, args: list[str]) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="session")
 def gated_slower_run(made_once) -> dict:
-    """One real local run of sdpa-math against sdpa gated at the CPU's margin, as
-    test_gate.gate_run launches it, made once for the session at 80 columns in an
-    environment of its own: test_gate's slower candidate reads its verdict, and
-    test_eighty_columns what its launch printed and, in a copy of its state, what the
-    commands around it print (each launched this same run of its own before; a launch is
-    ~6 s of CPU). Returns the folder (its state, config and results), the exit code, the run
-    id and folder, the step summary and what the launch printed (stdout and stderr)."""
+    """One real local run of test_ab's A/B (sdpa-math against sdpa) gated at the CPU's
+    margin, as test_gate.gate_run launches it, made once for the session at 80 columns in
+    an environment of its own. test_gate's slower candidate reads its verdict, test_ab its
+    comparison (fetched from a copy of its state), test_eighty_columns what its launch
+    printed and what the commands around it print in a copy of its state. Each launched
+    this same run of its own before (a launch is ~6 s of CPU). Returns the folder (its
+    state, config and results), the launch's arguments and exit code, the run id and
+    folder, the step summary and what the launch printed (stdout and stderr)."""
     from orchestrator.cli import main
+    from tests.e2e.test_ab import BASELINE, CANDIDATE
     from tests.e2e.test_gate import gated_launch_args
 
     def make(root: Path) -> dict:
@@ -123,7 +125,7 @@ def gated_slower_run(made_once) -> dict:
             env.setenv("GITHUB_STEP_SUMMARY", str(summary))
             env.setenv("OMP_NUM_THREADS", "1")  # the local run inherits it (test_gate.py)
             dest = root / "results [/]x"  # printed as written: as markup it would not parse
-            args = gated_launch_args(root / "work", "sdpa-math", "sdpa", dest)
+            args = gated_launch_args(root / "work", CANDIDATE, BASELINE, dest)
             code, out, err = printed(main, args)
         launched = next(line for line in out.splitlines() if "launched run" in line)
         run_id = launched.split("launched run ")[1].split()[0]
@@ -134,6 +136,7 @@ def gated_slower_run(made_once) -> dict:
             "run_dir": str(dest / run_id),
             "summary": summary.read_text(),
             "launch_printed": out + err,
+            "launch_args": args,
         }
 
     return made_once("gated-slower-run", make)
