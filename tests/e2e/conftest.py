@@ -57,43 +57,89 @@ def own_bench_env(root: Path):
 @pytest.fixture(scope="session")
 def two_local_runs(made_once) -> dict:
     """Two real local runs of a two-config plan, made once for the session (a launch is ~6 s
-    of CPU; tests/conftest.py) in an environment of their own, as bench_env makes one: the
-    first launched with --wait and left unfetched, the second with --wait --fetch into
-    `dest`, what that launch printed and fetched and what `status --json` said then kept;
-    then the first fetched beside the second. test_launch_fetch reads what the launch did,
+    of CPU; tests/conftest.py) in an environment of their own, as bench_env makes one, at 80
+    columns: the first launched with --wait and left unfetched, the second with --wait
+    --fetch into `dest`, what that launch printed (stdout, stderr) and fetched and what
+    `status --json` said then kept; then the first fetched beside the second.
+    test_launch_fetch reads what the launch did, test_eighty_columns what it printed,
     test_history the two fetched runs (copies: the tests never write into these)."""
     from orchestrator.cli import main
     from orchestrator.registry import RunRegistry
     from tests.e2e.test_gce_cli import plan_file
 
-    def printed(args: list[str]) -> tuple[int, str]:
-        with contextlib.redirect_stdout(io.StringIO()) as out:
-            code = main(args)
-        return code, out.getvalue()
-
     def make(root: Path) -> dict:
         dest = root / "results"
         registry = RunRegistry(root / "state" / "runs.sqlite")
-        with own_bench_env(root):
+        with own_bench_env(root), pytest.MonkeyPatch.context() as env:
+            env.setenv("COLUMNS", "80")  # test_eighty_columns reads what the launch printed
             launch = ["launch", "--backend", "local", "--budget", "1", "--plan", plan_file(root, 5)]
             assert main([*launch, "--wait"]) == 0  # an earlier run, left unfetched
             (first,) = [r.run_id for r in registry.all()]
-            code, launched = printed([*launch, "--wait", "--fetch", "--dest", str(dest)])
-            assert code == 0, launched
+            code, launched, launch_err = printed(
+                main, [*launch, "--wait", "--fetch", "--dest", str(dest)]
+            )
+            assert code == 0, launched + launch_err
             (second,) = [r.run_id for r in registry.all() if r.run_id != first]
             fetched_by_launch = sorted(p.name for p in dest.iterdir() if p.name != ".gitignore")
-            code, status = printed(["status", "--json"])
+            code, status, _ = printed(main, ["status", "--json"])
             assert code == 0, status
             assert main(["fetch", first, "--dest", str(dest)]) == 0
         return {
             "dest": str(dest),
             "run_ids": [first, second],
             "launch_printed": launched,
+            "launch_err": launch_err,
             "fetched_by_launch": fetched_by_launch,
             "status_json": json.loads(status),
         }
 
     return made_once("two-local-runs", make)
+
+
+def printed(main, args: list[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of bench's main called with args."""
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            code = main(args)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="session")
+def gated_slower_run(made_once) -> dict:
+    """One real local run of test_ab's A/B (sdpa-math against sdpa) gated at the CPU's
+    margin, as test_gate.gate_run launches it, made once for the session at 80 columns in
+    an environment of its own. test_gate's slower candidate reads its verdict, test_ab its
+    comparison (fetched from a copy of its state), test_eighty_columns what its launch
+    printed and what the commands around it print in a copy of its state. Each launched
+    this same run of its own before (a launch is ~6 s of CPU). Returns the folder (its
+    state, config and results), the launch's arguments and exit code, the run id and
+    folder, the step summary and what the launch printed (stdout and stderr)."""
+    from orchestrator.cli import main
+    from tests.e2e.test_ab import BASELINE, CANDIDATE
+    from tests.e2e.test_gate import gated_launch_args
+
+    def make(root: Path) -> dict:
+        summary = root / "step-summary.md"
+        with own_bench_env(root), pytest.MonkeyPatch.context() as env:
+            env.setenv("COLUMNS", "80")
+            env.setenv("GITHUB_STEP_SUMMARY", str(summary))
+            env.setenv("OMP_NUM_THREADS", "1")  # the local run inherits it (test_gate.py)
+            dest = root / "results [/]x"  # printed as written: as markup it would not parse
+            args = gated_launch_args(root / "work", CANDIDATE, BASELINE, dest)
+            code, out, err = printed(main, args)
+        launched = next(line for line in out.splitlines() if "launched run" in line)
+        run_id = launched.split("launched run ")[1].split()[0]
+        return {
+            "root": str(root),
+            "code": code,
+            "run_id": run_id,
+            "run_dir": str(dest / run_id),
+            "summary": summary.read_text(),
+            "launch_printed": out + err,
+            "launch_args": args,
+        }
+
+    return made_once("gated-slower-run", make)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,11 @@ from tests.e2e.test_gce_cli import (
     plan_file,
     run_key_of,
 )
-from tests.e2e.test_gce_scopes import READ_ONLY, bucket_with_iam  # noqa: F401 - fixture
+from tests.e2e.test_gce_scopes import (  # noqa: F401 - bucket_with_iam: the fixture
+    READ_ONLY,
+    assert_the_vms_token_reads_only_and_its_signed_grants_uploaded,
+    bucket_with_iam,
+)
 from tests.e2e.test_local_run import small_plan
 from tests.unit.test_service_protocols import declared
 
@@ -113,8 +117,8 @@ def test_a_gce_run_launched_waited_and_fetched_needs_only_what_the_protocols_dec
     """The whole gce run of an A/B launch: launch --wait, fetch, report, nothing left,
     through a backend and a store that answer only what their protocols declare, its VM
     uploading through the bucket's IAM and scopes (tests/e2e/test_gce_scopes.py's stand-in)
-    with the scopes bench asks for. One run for the four (test_ab.py's gce half): a gce run
-    is ~7 s of CPU."""
+    with the scopes bench asks for. One run for the five (test_ab.py's gce half, and
+    test_gce_scopes.py's run): a gce run is ~7 s of CPU."""
     registered("gce", ProtocolOnlyGce)
     # Scaled 1:60: the insert operation finishes after 90 s and each wait is held up to its
     # 2 minutes; the client's read timeout is 150 s (a 60 s one made this fail before).
@@ -159,6 +163,9 @@ def test_a_gce_run_launched_waited_and_fetched_needs_only_what_the_protocols_dec
         ["stop-all", "--yes"],
     ):
         assert main(command) == 0, (command, capsys.readouterr())
+    assert_the_vms_token_reads_only_and_its_signed_grants_uploaded(
+        gce, gcs_server, gcs_bucket, bucket_with_iam, run_id
+    )
 
 
 def test_a_backend_registered_under_a_new_name_runs_a_plan_end_to_end_through_its_protocols(

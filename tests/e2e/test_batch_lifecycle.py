@@ -16,7 +16,11 @@ from orchestrator.backends.batch.backend import BatchBackend
 from orchestrator.cli import main
 from orchestrator.registry import RunRegistry
 from tests.e2e.test_backend_protocol import ProtocolOnly
-from tests.e2e.test_batch_run import job_id_of, launch
+from tests.e2e.test_batch_run import (
+    assert_the_run_completes_fetches_and_its_job_fits_the_discovery_document,
+    job_id_of,
+    launch,
+)
 from tests.e2e.test_gce_cli import launched_run_id, plan_file
 from tests.fakes import batch_fixtures
 
@@ -91,15 +95,23 @@ class ProtocolOnlyBatch(BatchBackend):
         return ProtocolOnly(BatchBackend.create(host), Backend)
 
 
-def test_a_batch_run_needs_only_what_the_protocols_declare(batch, tmp_path, capsys, monkeypatch):
+def test_a_batch_run_needs_only_what_the_protocols_declare(
+    batch, gcs_server, gcs_bucket, tmp_path, capsys, monkeypatch
+):
+    """A whole batch run through the service seeing the backend only through its protocols:
+    launched, waited for, checked as tests/e2e/test_batch_run.py checks a batch run (its
+    job, its fetch), then each command on it."""
     monkeypatch.setattr(
         names, "BACKENDS", {**names.BACKENDS, "batch": f"{__name__}:ProtocolOnlyBatch"}
     )
     backends.backend_class.cache_clear()
     try:
         plan = plan_file(tmp_path)
-        assert main(launch("--budget", "1", "--plan", plan, "--wait")) == 0, capsys.readouterr()
+        assert main(launch("--budget", "1.00", "--plan", plan, "--wait")) == 0, capsys.readouterr()
         run_id = launched_run_id(capsys)
+        assert_the_run_completes_fetches_and_its_job_fits_the_discovery_document(
+            batch, gcs_server, gcs_bucket, tmp_path, capsys, run_id
+        )
         for command in (
             ["status"],
             ["logs", run_id],

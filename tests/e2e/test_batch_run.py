@@ -39,12 +39,14 @@ def launch(*args: str) -> list[str]:
     return ["launch", "--backend", "batch", *args]
 
 
-def test_a_batch_run_completes_fetches_and_its_job_fits_the_discovery_document(
-    batch, gcs_server, gcs_bucket, tmp_path, capsys
-):
-    plan = plan_file(tmp_path)
-    assert main(launch("--budget", "1.00", "--plan", plan, "--wait")) == 0, capsys.readouterr()
-    run_id = launched_run_id(capsys)
+def assert_the_run_completes_fetches_and_its_job_fits_the_discovery_document(
+    batch, gcs_server, gcs_bucket, tmp_path, capsys, run_id: str
+) -> None:
+    """A batch run of plan_file's plan launched with --budget 1.00 --wait: its one job's body
+    fits the discovery document and asks what bench means it to, the run fetches complete
+    with what the task's machine was, and its job ends SUCCEEDED. Checked on the run that
+    tests/e2e/test_batch_lifecycle.py launches through the protocols alone (one batch run
+    for both)."""
     (body,) = batch.created
     discovery.validate("batch", "v1", "Job", body)
     spec = body["taskGroups"][0]["taskSpec"]

@@ -7,6 +7,9 @@ output is the exception by design: `--json`, `render`'s script, `report --format
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from orchestrator.cli import COMMANDS, main
@@ -42,23 +45,30 @@ def test_every_help_fits_eighty_columns(eighty, capsys, command):
     assert too_long(printed(capsys, args)) == []
 
 
-def test_what_a_first_hour_prints_fits_eighty_columns(eighty, tmp_path, capsys):
+def test_what_a_first_hour_prints_fits_eighty_columns(
+    eighty, tmp_path, capsys, gated_slower_run, two_local_runs
+):
+    """What a first hour prints around real local runs, each launched at 80 columns: an A/B
+    run gated at a margin and a `launch --wait --fetch` (the session's runs,
+    tests/e2e/conftest.py), then every command after them, in a copy of the gated run's
+    state, its results beside the two fetched runs'."""
     plan = plan_file(tmp_path, 20)
-    dest = str(tmp_path / "results")
-    launch = ["launch", "--backend", "local", "--budget", "1", "--plan", plan, "--wait"]
-    ab = ["--candidate", "sdpa-math", "--baseline-impl", "sdpa", "--margin", "25%"]
-    outputs = {}
-    outputs["launch"] = printed(
-        capsys, [*launch, *ab, "--fail-on", "slower", "--dest", dest], codes=(0, 6, 7)
-    )
-    run_id = launched_run_id_from(outputs["launch"])
-    outputs["launch --fetch"] = printed(capsys, [*launch, "--fetch", "--dest", dest])
+    dest = tmp_path / "results"
+    shutil.copytree(Path(gated_slower_run["run_dir"]).parent, dest)
+    shutil.copytree(two_local_runs["dest"], dest, dirs_exist_ok=True)
+    shutil.copytree(Path(gated_slower_run["root"]) / "state", eighty / "state", symlinks=True)
+    run_id = gated_slower_run["run_id"]
+    outputs = {
+        "launch": gated_slower_run["launch_printed"],
+        "launch --fetch": two_local_runs["launch_printed"] + two_local_runs["launch_err"],
+    }
+    assert run_id == launched_run_id_from(outputs["launch"])
     for args in (
         ["status"],
         ["status", run_id],
-        ["fetch", run_id, "--dest", dest],
-        ["report", run_id, "--dest", dest],
-        ["history", "--dest", dest],
+        ["fetch", run_id, "--dest", str(dest)],
+        ["report", run_id, "--dest", str(dest)],
+        ["history", "--dest", str(dest)],
         ["prices"],
         ["clean", "--dry-run"],
         ["stop-all", "--dry-run"],
