@@ -147,5 +147,6 @@ def fingerprint() -> EnvironmentFingerprint:
     facts.update({k: v for k, v in _nvml_facts().items() if v is not None})
     kind = kind_of(facts.get("gpu_name"))  # results_schema/gpu_kinds.json: one row a kind
     facts["peak_tflops"] = kind.peak_tflops if kind else None
+    facts["fp8_peak_tflops"] = kind.fp8_peak_tflops if kind else None
     facts["peak_gbytes_per_s"] = kind.bandwidth_gb_s if kind else None
     return EnvironmentFingerprint.model_validate(facts)
