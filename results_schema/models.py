@@ -670,6 +670,27 @@ class ProfileRow(_Strict):
         default="",
         description="the top warp-stall reasons, 'reason:cycles;…' per issued instruction",
     )
+    tensor_flops: float | None = Field(
+        default=None,
+        ge=0,
+        description="tensor-pipe FLOPs Nsight Compute counted over the call's kernels "
+        "(sm__ops_path_tensor_src_*: an FMA is two)",
+    )
+    formula_flops: float | None = Field(
+        default=None, ge=0, description="the FLOP formula's: 4·B·H·S²·D, halved for causal"
+    )
+    dram_bytes: float | None = Field(
+        default=None, ge=0, description="DRAM bytes read and written (dram__bytes.sum)"
+    )
+    formula_dram_bytes: float | None = Field(
+        default=None, ge=0, description="the least traffic: q, k, v read and o written once"
+    )
+    sm_clock_mhz: float | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="the SM clock over the longest kernel (sm__cycles_elapsed.avg.per_second)",
+    )
 
 
 class Status(_Strict):
