@@ -211,3 +211,34 @@ def test_a_kernel_contract_may_declare_fp8_and_refuses_what_it_does_not_declare(
 def test_a_plan_with_an_fp8_config_validates():
     plan = Plan.model_validate_json(_plan("sdpa", _config()).model_dump_json())
     assert plan.configs[0].dtype == FP8
+
+
+# --- the timed loop hands the descales on -----------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["single", "batch"])
+def test_a_timed_fp8_placement_calls_with_the_descales_and_refills_them(mode):
+    """What the benchmark times (benches/placement.py): each call gets its inputs' descales;
+    the last round's fresh inputs bring descales of their own, and the output checked then
+    is attention on those (a placement that kept the first descales would fail the check)."""
+    import numpy as np
+
+    from benches import placement, timing
+
+    config = _config(seq_len=64, kv_heads=2)
+    first = correctness.make_inputs(config, CPU, 1)
+    held = placement.Placement(
+        timing.CpuClock(), tiled_fp8, first, True, mode, 2, np.random.default_rng(0)
+    )
+    held.sample()
+    ref = reference_attention(*first.dequantized(), True)
+    tolerance = correctness.max_error_tolerance(config, first, ref)
+    assert float((held.last_output().double() - ref).abs().max()) <= tolerance
+    drawn = correctness.make_inputs(config.model_copy(update={"dtype": "float32"}), CPU, 2)
+    fresh = fp8.quantized_inputs(tuple(3 * t for t in drawn))  # other descales
+    assert float(fresh.descales[0]) > 2 * float(first.descales[0])
+    held.refill(fresh)
+    held.sample()
+    ref = reference_attention(*fresh.dequantized(), True)
+    tolerance = correctness.max_error_tolerance(config, fresh, ref)
+    assert float((held.last_output().double() - ref).abs().max()) <= tolerance
