@@ -765,6 +765,10 @@ class EnvironmentFingerprint(BaseModel):
     power_limit_w: float | None = Field(
         default=None, ge=0, le=100_000, description="the power limit in force (enforced)"
     )
+    # When the run started (NVML, else nvidia-smi); measurements.csv has them per sample.
+    sm_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    mem_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    power_draw_w: float | None = Field(default=None, ge=0, le=100_000)
 
 
 class KernelBuild(BaseModel):
