@@ -242,3 +242,25 @@ def test_a_timed_fp8_placement_calls_with_the_descales_and_refills_them(mode):
     ref = reference_attention(*fresh.dequantized(), True)
     tolerance = correctness.max_error_tolerance(config, fresh, ref)
     assert float((held.last_output().double() - ref).abs().max()) <= tolerance
+
+
+def test_a_kernel_in_a_worker_process_says_fp8_is_not_lent_to_it_yet(tmp_path):
+    """A user's kernel that declares FP8 runs in a worker process, whose lent inputs and
+    fresh timed queries carry no descales yet: its FP8 rows say so (no worker is started
+    to learn it), its 16-bit rows are unchanged."""
+    from benches.isolation import WORKER_FP8_REFUSAL, remote_implementation
+    from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
+
+    kernel = UserKernel(
+        identity="mine",
+        directory="user_kernel",
+        contract=KernelContract(
+            name="mine",
+            entry="pkg.ops:attention",
+            supports={"devices": ["cpu"], "dtypes": ["bfloat16", FP8], "gqa": True},
+        ),
+        source=KernelIdentity(tree_sha256="0" * 64),
+    )
+    impl = remote_implementation(kernel, tmp_path, CPU, False)
+    assert impl.unsupported(_config()) == WORKER_FP8_REFUSAL
+    assert impl.unsupported(_config().model_copy(update={"dtype": "bfloat16"})) is None
