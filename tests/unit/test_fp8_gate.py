@@ -244,23 +244,87 @@ def test_a_timed_fp8_placement_calls_with_the_descales_and_refills_them(mode):
     assert float((held.last_output().double() - ref).abs().max()) <= tolerance
 
 
-def test_a_kernel_in_a_worker_process_says_fp8_is_not_lent_to_it_yet(tmp_path):
-    """A user's kernel that declares FP8 runs in a worker process, whose lent inputs and
-    fresh timed queries carry no descales yet: its FP8 rows say so (no worker is started
-    to learn it), its 16-bit rows are unchanged."""
-    from benches.isolation import WORKER_FP8_REFUSAL, remote_implementation
+FP8_KERNEL = """\
+import math
+
+import torch
+
+
+def attention(q, k, v, *, causal, scale, q_descale, k_descale, v_descale):
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = q.float() @ k.float().mT * (q_descale * k_descale * scale)
+    if causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    exps = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    p = (exps * 256).to(torch.float8_e4m3fn).float()
+    out = p @ v.float() * (v_descale / 256) / exps.sum(dim=-1, keepdim=True)
+    return out.to(torch.bfloat16)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_kernel_in_its_worker_process_is_gated_and_timed_on_fp8_inputs(tmp_path):
+    """A user's FP8 kernel in its worker process (benches/isolation.py): the gate lends it
+    the quantized inputs with their descales; each timed sample's fresh queries are
+    quantized with q's descale in both processes, and the harness checks the rows it reads
+    against float64 on their dequantized values. SDPA's rows say it has no FP8 path."""
+    from benches import runner
+    from benches.user_kernel import register
+    from benches.writers import StatusWriter, read_csv
+    from results_schema import CorrectnessRow, SummaryRow
     from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
 
+    tree = tmp_path / "eight"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("")
+    (tree / "pkg" / "ops.py").write_text(FP8_KERNEL)
     kernel = UserKernel(
         identity="mine",
-        directory="user_kernel",
+        directory="eight",
         contract=KernelContract(
             name="mine",
             entry="pkg.ops:attention",
-            supports={"devices": ["cpu"], "dtypes": ["bfloat16", FP8], "gqa": True},
+            supports={"devices": ["cpu"], "dtypes": [FP8], "gqa": True},
         ),
         source=KernelIdentity(tree_sha256="0" * 64),
     )
-    impl = remote_implementation(kernel, tmp_path, CPU, False)
-    assert impl.unsupported(_config()) == WORKER_FP8_REFUSAL
-    assert impl.unsupported(_config().model_copy(update={"dtype": "bfloat16"})) is None
+    plan = Plan(
+        name="fp8-worker",
+        description="",
+        device="cpu",
+        candidate="mine",
+        compared_with=["sdpa"],
+        reference="reference",
+        samples_per_config=6,
+        warmup_min=2,
+        warmup_max=4,
+        flush_l2=False,
+        configs=[_config(seq_len=96, head_dim=32, kv_heads=2)],
+        user_kernels=[kernel],
+    )
+    register(plan, tmp_path)
+    try:
+        run_dir = tmp_path / "run"
+        with runner.StopRequested() as stop:
+            ctx = runner.RunContext(
+                plan, run_dir, "r", StatusWriter(run_dir / "status.json", "r"), stop
+            )
+            gate = runner.run_correctness(ctx)
+            environment = runner.load_or_write_environment(run_dir)
+            runner.run_benchmark(ctx, gate, None, environment)
+    finally:
+        impl = registry.IMPLEMENTATIONS.pop("mine")
+        impl.worker.close()
+    rows = {r.implementation: r for r in gate}
+    assert rows["mine"].passed, rows["mine"].message
+    assert rows["sdpa"].message.startswith("unsupported: dtype float8_e4m3fn (torch's SDPA")
+    timed = read_csv(run_dir / "results" / "timed_checks.csv", CorrectnessRow)
+    mine = [r for r in timed if r.implementation == "mine"]
+    assert mine and all(r.passed for r in mine), [r.message for r in mine]
+    assert all(r.max_abs_error is not None and r.max_abs_error > 0 for r in mine)
+    summary = read_csv(run_dir / "results" / "summary.csv", SummaryRow)
+    assert [s.n for s in summary if s.implementation == "mine"] == [plan.samples_per_config]
