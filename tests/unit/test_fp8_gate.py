@@ -256,7 +256,7 @@ def attention(q, k, v, *, causal, scale, q_descale, k_descale, v_descale):
     v = v.repeat_interleave(group, dim=1)
     scores = q.float() @ k.float().mT * (q_descale * k_descale * scale)
     if causal:
-        keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~keep, float("-inf"))
     exps = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
     p = (exps * 256).to(torch.float8_e4m3fn).float()
