@@ -34,7 +34,7 @@ import torch
 from benches import bracket as brackets
 from benches import confinement, cuda_ipc, row_checks, wire, worker_start
 from benches.correctness import CallProblem, TwoCalls, modified_input, output_dtype
-from benches.fp8 import dequantize, descales_of, is_fp8
+from benches.fp8 import DESCALE_NAMES, descales_of, is_fp8
 from benches.kernel_tree import UserImplementation, declared_unavailable, declared_unsupported
 from benches.shared_buffers import Lender, fill_fresh
 from results_schema import AttentionConfig
@@ -386,6 +386,9 @@ class MeasuredPlacement:
         self._rng = np.random.default_rng(rng_seed ^ measuring.secret)
         q, self._k, self._v = inputs  # the parent's own: the reference reads these
         self._descales = descales_of(inputs)  # FP8: q's quantizes each sample's fresh queries
+        self._scales = (  # and the reference reads the rows as the values they stand for
+            tuple(float(self._descales[name]) for name in DESCALE_NAMES) if self._descales else None
+        )
         if copies is None:  # a query buffer per call: no call can reuse another's answer
             copies = calls if mode != "single" else 1
         lend = worker.lender.lend
@@ -576,7 +579,7 @@ class MeasuredPlacement:
             return
         for (call, rows), got in zip(picks, gathered, strict=True):
             expected = row_checks.reference(
-                *self._values(self._fresh[call]), rows, self._config.causal
+                self._fresh[call], self._k, self._v, rows, self._config.causal, self._scales
             )
             problem, error = row_checks.problem(got, expected, tolerance)
             self.worst_error = error if self.worst_error is None else max(self.worst_error, error)
@@ -586,13 +589,6 @@ class MeasuredPlacement:
                     (self._fresh[call], self._k, self._v),
                 )
                 raise Refused(f"sample {self.samples}: {changed or problem}", self._worker)
-
-    def _values(self, q: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """q, k and v as the reference reads them: FP8 ones dequantized."""
-        if not self._descales:
-            return q, self._k, self._v
-        scales = (self._descales[name] for name in ("q_descale", "k_descale", "v_descale"))
-        return tuple(dequantize(t, d) for t, d in zip((q, self._k, self._v), scales, strict=True))
 
     def _compare(self, measured: float, own: float | None) -> None:
         """The worker's own time against the harness's, once OWN_TIME_MIN_SAMPLES samples
