@@ -83,7 +83,8 @@ def reference(
         position = rows.position[n * ROWS_PER_HEAD : (n + 1) * ROWS_PER_HEAD]
         q_rows, k_head, v_head = q[b, h, position], k[b, h // group], v[b, h // group]
         parts.append(reference_rows(q_rows, k_head, v_head, position, causal, scale))
-    return torch.cat(parts) * out_scale
+    expected = torch.cat(parts)
+    return expected if descales is None else expected * out_scale
 
 
 def problem(
