@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benches import registry
+from benches import fp8, registry
 from benches.reference import expand_kv_heads
 from results_schema import AttentionConfig, CorrectnessRow, Plan
 from results_schema.models import UNAVAILABLE_BACKEND, implementation_of
@@ -62,6 +62,7 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float32": torch.float32,
     "float64": torch.float64,
+    "float8_e4m3fn": fp8.E4M3,
 }
 
 
@@ -86,16 +87,23 @@ def config_seed(plan_seed: int, index: int, purpose: str) -> int:
 
 def make_inputs(config: AttentionConfig, device: torch.device, seed: int):
     """q of shape (B, H, S, D), k and v (B, H_kv, S, D), standard normal: never zeros,
-    which hide bugs."""
+    which hide bugs. Drawn in float32, then rounded to the config's dtype, or for FP8
+    quantized per tensor with a descale each (benches/fp8.py: a QuantizedInputs)."""
     generator = torch.Generator(device=device).manual_seed(seed)
     dims = (config.batch, config.seq_len, config.head_dim)
     shapes = [(dims[0], heads, *dims[1:]) for heads in (config.heads, *[config.key_heads] * 2)]
-    return tuple(
-        torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(
-            DTYPES[config.dtype]
-        )
+    drawn = tuple(
+        torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
         for shape in shapes
     )
+    if fp8.is_fp8(config.dtype):
+        return fp8.quantized_inputs(drawn)
+    return tuple(t.to(DTYPES[config.dtype]) for t in drawn)
+
+
+def output_dtype(config: AttentionConfig) -> torch.dtype:
+    """The dtype an implementation answers in: the inputs', but bfloat16 for FP8 inputs."""
+    return fp8.OUTPUT_DTYPE if fp8.is_fp8(config.dtype) else DTYPES[config.dtype]
 
 
 def chunked_reference(reference: Callable, q, k, v, causal: bool) -> torch.Tensor:
@@ -128,16 +136,18 @@ def same_dtype_attention(q, k, v, causal: bool) -> torch.Tensor:
 
 
 def unit_roundoff(dtype: str) -> float:
-    return float(torch.finfo(DTYPES[dtype]).eps) / 2
+    """Of the output's dtype (bfloat16 for FP8 inputs)."""
+    name = "bfloat16" if fp8.is_fp8(dtype) else dtype
+    return float(torch.finfo(DTYPES[name]).eps) / 2
 
 
-def poisoned_call(run: Callable, q, k, v, causal: bool) -> torch.Tensor:
+def poisoned_call(run: Callable, q, k, v, causal: bool, **descales) -> torch.Tensor:
     """Fill a block of output size with NaN and free it just before the call, so the caching
     allocator most likely hands that block to the output: elements the kernel never writes
     stay NaN and fail the check (best effort: the allocator decides)."""
-    poison = torch.full_like(q, float("nan"))
+    poison = torch.full(q.shape, float("nan"), dtype=torch.float32, device=q.device)
     del poison
-    return run(q, k, v, causal)
+    return run(q, k, v, causal, **descales)
 
 
 def errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, int]:
@@ -150,13 +160,31 @@ def errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, int]:
 
 
 def reference_output(plan: Plan, config: AttentionConfig, inputs: tuple) -> torch.Tensor:
+    """The reference on `inputs`; on FP8 inputs, on the values they stand for (dequantized:
+    the quantization is the config's, not a kernel's error)."""
+    if isinstance(inputs, fp8.QuantizedInputs):
+        inputs = inputs.dequantized()
     return chunked_reference(registry.get(plan.reference).run, *inputs, config.causal)
 
 
+def plain_attention(config: AttentionConfig, inputs: tuple) -> torch.Tensor:
+    """Plain attention in the precision an implementation of `config` works in: the inputs'
+    dtype, or FP8's (benches/fp8.py plain_fp8_attention, descales bound)."""
+    if isinstance(inputs, fp8.QuantizedInputs):
+        descales = dict(zip(fp8.DESCALE_NAMES, inputs.descales, strict=True))
+
+        def low_precision(q, k, v, causal):
+            return fp8.plain_fp8_attention(q, k, v, causal, **descales)
+
+        return chunked_reference(low_precision, *inputs, config.causal)
+    return chunked_reference(same_dtype_attention, *inputs, config.causal)
+
+
 def max_error_tolerance(config: AttentionConfig, inputs: tuple, ref: torch.Tensor) -> float:
-    """Twice plain same-dtype attention's max error, plus one ulp of the largest output; in
-    32 and 64 bits at least the rounding a reordered sum over the keys may add."""
-    plain = chunked_reference(same_dtype_attention, *inputs, config.causal)
+    """Twice plain same-dtype attention's max error (FP8: plain FP8 attention's, on the same
+    quantized inputs), plus one ulp of the largest output; in 32 and 64 bits at least the
+    rounding a reordered sum over the keys may add."""
+    plain = plain_attention(config, inputs)
     plain_error = float((plain.to(torch.float64) - ref).abs().max())
     largest = float(ref.abs().max())
     eps = EPS_UNIT_ROUNDOFFS * unit_roundoff(config.dtype) * largest
@@ -261,10 +289,13 @@ def graph_probe(
 
     impl = registry.as_implementation(run)
     copies = impl.native_inputs(capture_inputs)
-    graph, out = capture(lambda: impl.run(*copies, causal), 1)
+    descales = fp8.descales_of(capture_inputs)  # FP8: rewritten for the replay too
+    graph, out = capture(lambda: impl.run(*copies, causal, **descales), 1)
     out.fill_(float("nan"))
     for tensor, value in zip(copies, impl.native_inputs(replay_inputs), strict=True):
         tensor.copy_(value)
+    for name, value in fp8.descales_of(replay_inputs).items():
+        descales[name].copy_(value)
     graph.replay()
     torch.cuda.synchronize()
     return impl.bhsd_output(out)
@@ -344,9 +375,10 @@ def two_calls(impl, inputs: tuple, causal: bool, dtype) -> TwoCalls | CallProble
     try:
         originals = impl.native_inputs(inputs)
         given = tuple(t.clone() for t in originals)
+        descales = fp8.descales_of(inputs)  # FP8 inputs' descales, as keyword arguments
         backend = impl.backend_for(*given, causal)
-        first = poisoned_call(impl.run, *given, causal)
-        second = poisoned_call(impl.run, *given, causal)
+        first = poisoned_call(impl.run, *given, causal, **descales)
+        second = poisoned_call(impl.run, *given, causal, **descales)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         first, second = impl.bhsd_output(first), impl.bhsd_output(second)
@@ -374,7 +406,7 @@ def _measure(name, inputs, seed, config, ref, reference_name):
         outcome = impl.gate(config, inputs)
     else:
         # The reference answers in float64: that is what it is for.
-        dtype = ref.dtype if implementation_of(name) == reference_name else inputs[0].dtype
+        dtype = ref.dtype if implementation_of(name) == reference_name else output_dtype(config)
         outcome = two_calls(impl, inputs, config.causal, dtype)
     if isinstance(outcome, CallProblem):
         return outcome.backend, None, outcome.message
@@ -388,8 +420,10 @@ def _measure(name, inputs, seed, config, ref, reference_name):
 
 def _unavailable(impl, config, device) -> str | None:
     reason = impl.available(device)
-    if reason is None and hasattr(impl, "unsupported"):  # a user's kernel (kernel_tree.py)
+    if reason is None and hasattr(impl, "unsupported"):  # a user's kernel, a peer
         reason = impl.unsupported(config)
+    elif reason is None:  # SDPA and the reference: the dtypes they take
+        reason = impl.dtype_refusal(config.dtype)
     return reason
 
 

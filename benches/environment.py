@@ -82,20 +82,75 @@ def _nvml_facts() -> dict[str, Any]:
 
 
 def _nvml_ceilings(pynvml: Any, handle: Any) -> dict[str, Any]:
-    """Each on its own: a GPU or driver that lacks one (some report no power limit) keeps
-    the others."""
+    """The ceilings and the clocks and power draw when the run starts. Each on its own: a
+    GPU or driver that lacks one (some report no power limit) keeps the others."""
     queries = {
         "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
         "mem_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(
             handle, pynvml.NVML_CLOCK_MEM
         ),
         "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0,
+        "sm_clock_mhz": lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        "mem_clock_mhz": lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+        "power_draw_w": lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
     }
     facts = {}
     for name, query in queries.items():
         with contextlib.suppress(pynvml.NVMLError):
             facts[name] = query()
     return facts
+
+
+# nvidia-smi's --query-gpu fields (`nvidia-smi --help-query-gpu`) for what NVML would give,
+# read where nvidia-ml-py is missing or answers less: the GPU machine has nvidia-smi.
+SMI_FIELDS = {
+    "name": "gpu_name",
+    "uuid": "gpu_uuid",
+    "driver_version": "driver",
+    "clocks.sm": "sm_clock_mhz",
+    "clocks.mem": "mem_clock_mhz",
+    "clocks.max.sm": "sm_clock_max_mhz",
+    "clocks.max.mem": "mem_clock_max_mhz",
+    "power.draw": "power_draw_w",
+    "enforced.power.limit": "power_limit_w",
+}
+SMI_TIMEOUT_SECONDS = 20
+
+
+def parse_nvidia_smi(text: str) -> dict[str, Any]:
+    """The first GPU's line of `nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,
+    nounits` as fingerprint facts; '[N/A]' and '[Not Supported]' stay unknown."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return {}
+    values = [value.strip() for value in lines[0].split(",")]
+    if len(values) != len(SMI_FIELDS):
+        return {}
+    facts: dict[str, Any] = {}
+    for key, value in zip(SMI_FIELDS.values(), values, strict=True):
+        if not value or value.startswith("["):
+            continue
+        if key.endswith("_mhz"):
+            with contextlib.suppress(ValueError):
+                facts[key] = int(float(value))
+        elif key.endswith("_w"):
+            with contextlib.suppress(ValueError):
+                facts[key] = float(value)
+        else:
+            facts[key] = value
+    return facts
+
+
+def _nvidia_smi_facts() -> dict[str, Any]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    command = [smi, "-i", "0", f"--query-gpu={','.join(SMI_FIELDS)}"]
+    command.append("--format=csv,noheader,nounits")
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(command, capture_output=True, text=True, timeout=SMI_TIMEOUT_SECONDS)
+        return parse_nvidia_smi(out.stdout) if out.returncode == 0 else {}
+    return {}
 
 
 def _text(value: Any) -> str:
@@ -144,8 +199,12 @@ def fingerprint() -> EnvironmentFingerprint:
     }
     facts.update(_torch_facts())
     # NVML's name and UUID win over torch's: they match nvidia-smi and the NVML telemetry.
-    facts.update({k: v for k, v in _nvml_facts().items() if v is not None})
+    nvml = {k: v for k, v in _nvml_facts().items() if v is not None}
+    facts.update(nvml)
+    if not set(SMI_FIELDS.values()) <= set(nvml):  # no nvidia-ml-py, or a GPU it answers less
+        facts.update({k: v for k, v in _nvidia_smi_facts().items() if k not in nvml})
     kind = kind_of(facts.get("gpu_name"))  # results_schema/gpu_kinds.json: one row a kind
     facts["peak_tflops"] = kind.peak_tflops if kind else None
+    facts["fp8_peak_tflops"] = kind.fp8_peak_tflops if kind else None
     facts["peak_gbytes_per_s"] = kind.bandwidth_gb_s if kind else None
     return EnvironmentFingerprint.model_validate(facts)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
+WIDE_AND_HALF_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,17 @@ class Implementation:
     available: Callable[[torch.device], str | None]  # None if usable, else why not
     to_native: Callable[[tuple], tuple] | None = field(default=None, kw_only=True)
     from_native: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, kw_only=True)
+    # The input dtypes `run` takes (an implementation without `unsupported` of its own is
+    # refused the others); FP8 ones mean run also takes q_descale, k_descale, v_descale.
+    dtypes: tuple[str, ...] = field(default=WIDE_AND_HALF_DTYPES, kw_only=True)
+    dtype_note: str = field(default="", kw_only=True)  # why it takes no other: for the row
+
+    def dtype_refusal(self, dtype: str) -> str | None:
+        """A config row's reason when `run` does not take `dtype`, else None."""
+        if dtype in self.dtypes:
+            return None
+        note = self.dtype_note or f"{self.name} takes {', '.join(self.dtypes)}"
+        return f"unsupported: dtype {dtype} ({note})"
 
     def native_inputs(self, inputs: tuple) -> tuple:
         """New tensors holding `inputs` ([B, H, S, D]) as `run` takes them: its own

@@ -33,7 +33,8 @@ import torch
 
 from benches import bracket as brackets
 from benches import confinement, cuda_ipc, host_load, row_checks, wire, worker_start
-from benches.correctness import CallProblem, TwoCalls, modified_input
+from benches.correctness import CallProblem, TwoCalls, modified_input, output_dtype
+from benches.fp8 import DESCALE_NAMES, descales_of, is_fp8
 from benches.kernel_tree import UserImplementation, declared_unavailable, declared_unsupported
 from benches.shared_buffers import Lender, fill_fresh
 from results_schema import AttentionConfig
@@ -391,13 +392,19 @@ class MeasuredPlacement:
         self._key = f"p{MeasuredPlacement._count}"
         self._rng = np.random.default_rng(rng_seed ^ measuring.secret)
         q, self._k, self._v = inputs  # the parent's own: the reference reads these
+        self._descales = descales_of(inputs)  # FP8: q's quantizes each sample's fresh queries
+        self._scales = (  # and the reference reads the rows as the values they stand for
+            tuple(float(self._descales[name]) for name in DESCALE_NAMES) if self._descales else None
+        )
         if copies is None:  # a query buffer per call: no call can reuse another's answer
             copies = calls if mode != "single" else 1
         lend = worker.lender.lend
         self._queries = [lend(q) for _ in range(copies)]
         self._lent_kv = [lend(self._k), lend(self._v)]
+        self._lent_descales = _lend_descales(lend, inputs)
         cpu = worker.device.type != "cuda"
-        self._slots = [lend(torch.full_like(q, float("nan"))) for _ in range(copies)] if cpu else []
+        self._slots = [lend(_output_slot(config, q)) for _ in range(copies)] if cpu else []
+        self._out_dtype = output_dtype(config)
         self._fresh = [torch.empty_like(q) for _ in range(copies)]
         self._outputs: list[cuda_ipc.Descriptor] | None = None
         # A config's figures run across its placements, the warm-up's and its blocks' (a
@@ -418,6 +425,7 @@ class MeasuredPlacement:
             queries=[lent.descriptor for lent in self._queries],
             k=self._lent_kv[0].descriptor,
             v=self._lent_kv[1].descriptor,
+            descales={name: lent.descriptor for name, lent in self._lent_descales.items()},
             slots=[lent.descriptor for lent in self._slots],
         )
         self._generation = worker.generation
@@ -479,7 +487,8 @@ class MeasuredPlacement:
         worker.settle()  # a reply still in flight is not this call's
         link = worker.link()
         seed = int(self._rng.integers(2**63))
-        fill_fresh(self._fresh, seed)  # the sample's queries, in the parent's own memory
+        # the sample's queries, in the parent's own memory
+        fill_fresh(self._fresh, seed, self._descales.get("q_descale"))
         picks = self._picks()
         for slot in self._slots:
             slot.tensor.fill_(float("nan"))
@@ -563,10 +572,10 @@ class MeasuredPlacement:
 
     def _view(self, descriptor: cuda_ipc.Descriptor) -> torch.Tensor:
         expected = tuple(self._fresh[0].shape)
-        if descriptor.shape != expected or descriptor.dtype != self._fresh[0].dtype:
+        if descriptor.shape != expected or descriptor.dtype != self._out_dtype:
             raise Refused(
                 f"returned {descriptor.dtype} of shape {list(descriptor.shape)}, "
-                f"expected {self._fresh[0].dtype} of {list(expected)}",
+                f"expected {self._out_dtype} of {list(expected)}",
                 self._worker,
             )
         try:
@@ -580,7 +589,7 @@ class MeasuredPlacement:
             return
         for (call, rows), got in zip(picks, gathered, strict=True):
             expected = row_checks.reference(
-                self._fresh[call], self._k, self._v, rows, self._config.causal
+                self._fresh[call], self._k, self._v, rows, self._config.causal, self._scales
             )
             problem, error = row_checks.problem(got, expected, tolerance)
             self.worst_error = error if self.worst_error is None else max(self.worst_error, error)
@@ -665,8 +674,8 @@ class MeasuredPlacement:
     def drop(self) -> None:
         """Not waited for: the child frees it while the parent frees its own; the lent
         buffers are freed once the child has answered."""
-        lent = [*self._queries, *self._lent_kv, *self._slots]
-        self._queries, self._lent_kv, self._slots = [], [], []
+        lent = [*self._queries, *self._lent_kv, *self._lent_descales.values(), *self._slots]
+        self._queries, self._lent_kv, self._slots, self._lent_descales = [], [], [], {}
         if self._worker.generation == self._generation:
             self._worker.send("drop", key=self._key)
         self._worker.free_later(lent)
@@ -686,12 +695,14 @@ class RemoteImplementation(UserImplementation):
         worker = self.worker
         lend = worker.lender.lend
         lent = [lend(t) for t in inputs]
-        slots = [lend(torch.full_like(inputs[0], float("nan"))) for _ in range(2)]
+        descales = _lend_descales(lend, inputs)
+        slots = [lend(_output_slot(config, inputs[0])) for _ in range(2)]
         try:
             reply = worker.request(
                 "gate",
                 config=config.model_dump(mode="json"),
                 inputs=[x.descriptor for x in lent],
+                descales={name: x.descriptor for name, x in descales.items()},
                 slots=[x.descriptor for x in slots],
             )
             backend = _text(reply.get("backend", "unknown"))
@@ -704,30 +715,44 @@ class RemoteImplementation(UserImplementation):
         except (WorkerLost, RequestFailed) as exc:
             return CallProblem("error", str(exc))
         finally:
-            worker.free_later([*lent, *slots])
+            worker.free_later([*lent, *descales.values(), *slots])
 
     def probe(self, config: AttentionConfig, capture_inputs: tuple, replay_inputs: tuple):
         """The graph probe's output (replayed on `replay_inputs`), or why there is none."""
         worker = self.worker
         lend = worker.lender.lend
         capture, replay = [lend(t) for t in capture_inputs], [lend(t) for t in replay_inputs]
-        slot = lend(torch.full_like(replay_inputs[0], float("nan")))
+        scales = _lend_descales(lend, capture_inputs), _lend_descales(lend, replay_inputs)
+        slot = lend(_output_slot(config, replay_inputs[0]))
         try:
             reply = worker.request(
                 "probe",
                 config=config.model_dump(mode="json"),
                 capture=[x.descriptor for x in capture],
                 replay=[x.descriptor for x in replay],
+                capture_descales={name: x.descriptor for name, x in scales[0].items()},
+                replay_descales={name: x.descriptor for name, x in scales[1].items()},
                 slot=slot.descriptor,
             )
             return _text(reply["problem"]) if "problem" in reply else slot.tensor.clone()
         except (WorkerLost, RequestFailed) as exc:
             return str(exc)
         finally:
-            worker.free_later([*capture, *replay, slot])
+            lent = [*capture, *replay, *scales[0].values(), *scales[1].values(), slot]
+            worker.free_later(lent)
 
     def place(self, config, inputs, mode, calls, rng_seed, measuring) -> MeasuredPlacement:
         return MeasuredPlacement(self, config, inputs, mode, calls, rng_seed, measuring)
+
+
+def _lend_descales(lend, inputs) -> dict:
+    """FP8 inputs' descales lent beside them, by keyword (none for other inputs)."""
+    return {name: lend(value) for name, value in descales_of(inputs).items()}
+
+
+def _output_slot(config: AttentionConfig, q: torch.Tensor) -> torch.Tensor:
+    """A NaN buffer of the output's shape and dtype (bfloat16 for FP8 inputs)."""
+    return torch.full(q.shape, float("nan"), dtype=output_dtype(config), device=q.device)
 
 
 def remote_implementation(
@@ -833,6 +858,8 @@ class CalibrationSamples:
         from benches.correctness import make_inputs
 
         worker = self._worker
+        if is_fp8(config.dtype):  # the known call is SDPA, which takes no e4m3: the shape's
+            config = config.model_copy(update={"dtype": "bfloat16"})  # bracket in bf16
         inputs = make_inputs(config, worker.device, self._secret % 2**63)
         remote = RemoteImplementation(
             "bench-calibration", _runs_in_worker, lambda *a: "known", lambda d: None, worker=worker

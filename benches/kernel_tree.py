@@ -77,8 +77,9 @@ def user_implementation(kernel: UserKernel, tree: Path) -> UserImplementation:
                 return f"import of {contract.entry} failed: {type(error).__name__}: {error}"
         return reason
 
-    def run(q, k, v, causal):
-        return entry("fn", contract.entry)(q, k, v, causal=bool(causal), scale=q.shape[-1] ** -0.5)
+    def run(q, k, v, causal, **descales):  # FP8: q_descale, k_descale, v_descale
+        fn = entry("fn", contract.entry)
+        return fn(q, k, v, causal=bool(causal), scale=q.shape[-1] ** -0.5, **descales)
 
     def unsupported(config: AttentionConfig) -> str | None:
         reason = declared_unsupported(supports, config)

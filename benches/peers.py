@@ -30,13 +30,14 @@ import collections
 import contextlib
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from benches import fp8
 from benches.implementation import Implementation
 from results_schema.peers import PEERS, Peer
 
@@ -297,10 +298,19 @@ def flashinfer_unsupported(config: AttentionConfig) -> str | None:
 # --- cuDNN through its frontend's graph API ----------------------------------------------------
 
 
+# cuDNN's FP8 SDPA (the frontend's sdpa_fp8): P in [0, 1] is scaled by scale_s before its
+# rounding to e4m3 and descaled after, as FlashAttention-3 scales it (benches/fp8.py, P_SCALE);
+# the output is bfloat16, so its scale is 1. Hopper and newer (cuDNN's support matrix).
+CUDNN_FP8_MIN_CAPABILITY = (9, 0)
+CUDNN_IO_TYPES = {torch.float16: "HALF", torch.bfloat16: "BFLOAT16", fp8.E4M3: "FP8_E4M3"}
+
+
 @dataclass(frozen=True)
 class CudnnGraph:
     """One built SDPA graph: its tensors (what execute binds the caller's buffers to), its
-    workspace, allocated once, and the engine the plan walk built."""
+    workspace, allocated once, and the engine the plan walk built. An FP8 graph also binds
+    `fixed`: its constant scales and its amax outputs, device tensors made once with it,
+    and takes the caller's descales (`descales`: the graph's tensor of each keyword)."""
 
     graph: object
     q: object
@@ -311,6 +321,9 @@ class CudnnGraph:
     workspace: torch.Tensor
     handle: object
     engine: str
+    out_dtype: torch.dtype
+    descales: dict = field(default_factory=dict)
+    fixed: dict = field(default_factory=dict)
 
 
 _cudnn_graphs: collections.OrderedDict = collections.OrderedDict()
@@ -363,10 +376,9 @@ def _cudnn_build(q, k, v, causal) -> CudnnGraph:
     sequence (validate, build_operation_graph, heuristics A then FALLBACK, check_support,
     build_plans), the frontend's own DSL engines left out, and the workspace it asks for."""
     cudnn = load(PEERS["cudnn-fe"])
-    io_type = {
-        torch.float16: cudnn.data_type.HALF,
-        torch.bfloat16: cudnn.data_type.BFLOAT16,
-    }[q.dtype]
+    is_fp8 = q.dtype == fp8.E4M3
+    io_type = getattr(cudnn.data_type, CUDNN_IO_TYPES[q.dtype])
+    out_type = cudnn.data_type.BFLOAT16 if is_fp8 else io_type
     handle = _cudnn_handle(q.device)
     graph = cudnn.pygraph(
         io_data_type=io_type,
@@ -379,8 +391,7 @@ def _cudnn_build(q, k, v, causal) -> CudnnGraph:
         dims, strides = _bhsd_geometry(t)
         declared[name] = graph.tensor(name=name, dim=dims, stride=strides, data_type=io_type)
     out_shape = (*q.shape[:3], v.shape[-1])
-    o, _stats = graph.sdpa(
-        name="sdpa",
+    common = dict(
         q=declared["q"],
         k=declared["k"],
         v=declared["v"],
@@ -388,9 +399,14 @@ def _cudnn_build(q, k, v, causal) -> CudnnGraph:
         attn_scale=q.shape[-1] ** -0.5,
         use_causal_mask=bool(causal),  # top-left, the harness's bottom-right where S_q = S_kv
     )
+    descales, fixed = {}, {}
+    if is_fp8:
+        o, descales, fixed = _cudnn_fp8_sdpa(cudnn, graph, common, q.device)
+    else:
+        o, _stats = graph.sdpa(name="sdpa", **common)
     b, s, heads, dv = out_shape  # a new contiguous BSHD tensor at every call
     o.set_output(True).set_dim([b, heads, s, dv]).set_stride([s * heads * dv, dv, heads * dv, 1])
-    o.set_data_type(io_type)
+    o.set_data_type(out_type)
     graph.validate()
     graph.build_operation_graph()
     graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
@@ -399,8 +415,56 @@ def _cudnn_build(q, k, v, causal) -> CudnnGraph:
     graph.build_plans()
     workspace = torch.empty(max(1, graph.get_workspace_size()), dtype=torch.uint8, device=q.device)
     return CudnnGraph(
-        graph, *declared.values(), o, out_shape, workspace, handle, _cudnn_engine(graph)
+        graph,
+        *declared.values(),
+        o,
+        out_shape,
+        workspace,
+        handle,
+        _cudnn_engine(graph),
+        fp8.OUTPUT_DTYPE if is_fp8 else q.dtype,
+        descales,
+        fixed,
     )
+
+
+def _cudnn_fp8_sdpa(cudnn, graph, common: dict, device) -> tuple[object, dict, dict]:
+    """The frontend's FP8 SDPA node (sdpa_fp8, as its own tests build it): a float32
+    (1, 1, 1, 1) tensor per descale and scale; the amax of S and of O are outputs it must
+    write somewhere. Returns the output, the descales' tensors by keyword, and the fixed
+    tensors (graph tensor -> device tensor) every execute binds."""
+
+    def scalar(name):
+        one = [1, 1, 1, 1]
+        return graph.tensor(name=name, dim=one, stride=one, data_type=cudnn.data_type.FLOAT)
+
+    descales = {name: scalar(name) for name in fp8.DESCALE_NAMES}
+    scale_s, descale_s, scale_o = scalar("scale_s"), scalar("descale_s"), scalar("scale_o")
+    o, _stats, amax_s, amax_o = graph.sdpa_fp8(
+        name="sdpa_fp8",
+        descale_q=descales["q_descale"],
+        descale_k=descales["k_descale"],
+        descale_v=descales["v_descale"],
+        descale_s=descale_s,
+        scale_s=scale_s,
+        scale_o=scale_o,
+        **common,
+    )
+    for amax in (amax_s, amax_o):
+        amax.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1])
+        amax.set_data_type(cudnn.data_type.FLOAT)
+
+    def value(x: float) -> torch.Tensor:
+        return torch.full((1,), x, dtype=torch.float32, device=device)
+
+    fixed = {
+        scale_s: value(fp8.P_SCALE),
+        descale_s: value(1.0 / fp8.P_SCALE),
+        scale_o: value(1.0),  # a bfloat16 output is not scaled
+        amax_s: value(0.0),
+        amax_o: value(0.0),
+    }
+    return o, descales, fixed
 
 
 def _cudnn_engine(graph) -> str:
@@ -429,16 +493,21 @@ def cudnn_graph(q, k, v, causal) -> CudnnGraph:
     return built
 
 
-def cudnn_fe_run(q, k, v, causal):
-    """One execute of the shape's graph on the current stream, into a new BSHD output."""
+def cudnn_fe_run(q, k, v, causal, **descales):
+    """One execute of the shape's graph on the current stream, into a new BSHD output (FP8:
+    the caller's q_descale, k_descale, v_descale bound to the graph's, a bfloat16 output)."""
     built = cudnn_graph(q, k, v, causal)
     cudnn = load(PEERS["cudnn-fe"])
-    out = torch.empty(built.out_shape, dtype=q.dtype, device=q.device)
+    out = torch.empty(built.out_shape, dtype=built.out_dtype, device=q.device)
     stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
     cudnn.set_stream(built.handle, stream)  # the frontend skips the call when it is unchanged
-    built.graph.execute(
-        {built.q: q, built.k: k, built.v: v, built.o: out}, built.workspace, handle=built.handle
-    )
+    variant = {built.q: q, built.k: k, built.v: v, built.o: out, **built.fixed}
+    if set(descales) != set(built.descales):
+        raise TypeError(
+            f"cudnn-fe: takes descales {sorted(built.descales)}, got {sorted(descales)}"
+        )
+    variant.update({built.descales[name]: value for name, value in descales.items()})
+    built.graph.execute(variant, built.workspace, handle=built.handle)
     return out
 
 
@@ -459,12 +528,22 @@ def cudnn_fe_backend(q, k, v, causal) -> str:
 
 def cudnn_fe_unsupported(config: AttentionConfig) -> str | None:
     """cuDNN's SDPA support matrix (cuDNN frontend docs, Attention): prefill fp16/bf16 with
-    head dims up to 256; the tensors' 16-byte alignment asks for a multiple of 8."""
+    head dims up to 256; the tensors' 16-byte alignment asks for a multiple of 8 (of 16 in
+    FP8's one-byte elements); FP8 on Hopper and newer."""
     refusal = dtype_refusal(PEERS["cudnn-fe"], config)
-    if refusal is None and (config.head_dim % 8 or config.head_dim > 256):
+    multiple = 16 if fp8.is_fp8(config.dtype) else 8
+    if refusal is None and (config.head_dim % multiple or config.head_dim > 256):
         refusal = (
-            f"unsupported: head_dim {config.head_dim} (cudnn-fe takes multiples of 8 up to 256)"
+            f"unsupported: head_dim {config.head_dim} (cudnn-fe takes multiples of "
+            f"{multiple} up to 256{' in FP8' if multiple == 16 else ''})"
         )
+    capability = _capability()
+    if refusal is None and fp8.is_fp8(config.dtype) and capability is not None:
+        if capability < CUDNN_FP8_MIN_CAPABILITY:
+            refusal = (
+                f"unsupported on sm_{capability[0]}{capability[1]}: cuDNN's FP8 SDPA needs "
+                "sm_90 (Hopper) or newer"
+            )
     return refusal
 
 

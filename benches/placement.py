@@ -16,7 +16,7 @@ from functools import partial
 
 import numpy as np
 
-from benches import registry, timing
+from benches import fp8, registry, timing
 from results_schema import AttentionConfig
 
 SPACER_MAX_BYTES = 8 << 20
@@ -44,7 +44,8 @@ class Placement:
         self._impl = registry.as_implementation(run)
         self._spacer = _spacer(inputs[0], rng)
         self.inputs = timing.input_copies(self._impl.native_inputs(inputs))
-        fns = [partial(self._impl.run, *x, causal) for x in self.inputs]
+        self.descales = fp8.descales_of(inputs)  # FP8 inputs': rewritten by refill
+        fns = [partial(self._impl.run, *x, causal, **self.descales) for x in self.inputs]
         if mode == "graph":
             batch = clock.graph_batch(fns, calls)
             self.sample = lambda: clock.time_call(batch) / calls
@@ -69,6 +70,8 @@ class Placement:
         for copy in self.inputs:
             for tensor, value in zip(copy, native, strict=True):
                 tensor.copy_(value)
+        for name, value in fp8.descales_of(values).items():
+            self.descales[name].copy_(value)
 
 
 def _spacer(like, rng: np.random.Generator):

@@ -50,6 +50,20 @@ LOCAL_BYTES = re.compile(r"l1tex__t_bytes_pipe_lsu_mem_local_op_(ld|st)\.sum")
 LOCAL_SECTORS = re.compile(r"l1tex__t_sectors_pipe_lsu_mem_local_op_(ld|st)\.sum")
 SECTOR_BYTES = 32
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
+# Measured work beside the formula's (issue 53): the tensor pipes' math ops by source type,
+# where one op is a multiply or an add, so an FMA counts two and ops are FLOPs (a GEMM reads
+# 2·M·N·K: sm__ops_path_tensor_src_fp8.sum on an RTX 4090); DRAM bytes; the SM clock.
+# A source's total (no _dst_) where the GPU has one, else its per-destination counters.
+TENSOR_OPS = re.compile(r"sm__ops_path_tensor_src_(fp16|bf16|fp8)(?:_dst_(fp16|fp32))?\.sum")
+TENSOR_OPS_BASES = tuple(
+    f"sm__ops_path_tensor_src_{source}{dst}"
+    for source in ("fp16", "bf16", "fp8")
+    for dst in ("", "_dst_fp16", "_dst_fp32")
+)
+DRAM_BYTES = "dram__bytes"
+SM_CLOCK = "sm__cycles_elapsed.avg.per_second"  # Hz in base units
+WORK_METRIC_BASES = (*TENSOR_OPS_BASES, DRAM_BYTES, "sm__cycles_elapsed")
+QUERY_TIMEOUT_SECONDS = 60
 
 
 def find_ncu() -> str | None:
@@ -69,11 +83,32 @@ def report_name(index: int) -> str:
     return name
 
 
-def profile_command(ncu: str, plan: Plan, report: Path, target: list[str]) -> list[str]:
+def work_metrics(available: set[str]) -> list[str]:
+    """The counters of measured work this GPU has (`ncu --query-metrics`' base names): a
+    metric ncu does not know on a chip fails the whole profile, so only those are asked."""
+    wanted = [base for base in WORK_METRIC_BASES if base in available]
+    return [SM_CLOCK if base == "sm__cycles_elapsed" else f"{base}.sum" for base in wanted]
+
+
+def parse_metric_names(text: str) -> set[str]:
+    """The base metric names of `ncu --query-metrics`: the first word of each table row."""
+    names = set()
+    for line in text.splitlines():
+        word = line.split(maxsplit=1)[0] if line.strip() else ""
+        if re.fullmatch(r"[a-z0-9]+__[a-z0-9_]+", word):
+            names.add(word)
+    return names
+
+
+def profile_command(
+    ncu: str, plan: Plan, report: Path, target: list[str], metrics: list[str] = ()
+) -> list[str]:
     sections = [arg for s in plan.profile.sections for arg in ("--section", s)]
+    extra = ["--metrics", ",".join(metrics)] if metrics else []
     return [
         ncu,
         *sections,
+        *extra,
         "--profile-from-start",
         "off",
         "--clock-control",
@@ -139,8 +174,41 @@ def top_stalls(kernel: dict[str, str], count: int = TOP_STALLS) -> str:
     return ";".join(f"{name}:{value:.2f}" for name, value in stalls[:count] if value > 0)
 
 
+def tensor_flops(kernel: dict[str, str]) -> float | None:
+    """The kernel's tensor-pipe FLOPs: per source type its total, else its destinations'."""
+    by_source: dict[str, dict[str | None, float]] = {}
+    for name, text in kernel.items():
+        match = TENSOR_OPS.fullmatch(name)
+        value = _number(text)
+        if match and value is not None:
+            by_source.setdefault(match.group(1), {})[match.group(2)] = value
+    if not by_source:
+        return None
+    return sum(
+        counts[None] if None in counts else sum(counts.values()) for counts in by_source.values()
+    )
+
+
+def work_of(kernels: list[dict[str, str]]) -> dict:
+    """What every kernel of the call did, summed: tensor FLOPs and DRAM bytes; and the SM
+    clock of the longest kernel, in MHz (None where the page lacks a counter)."""
+    flops = [tensor_flops(k) for k in kernels]
+    dram = [_first(k, f"{DRAM_BYTES}.sum") for k in kernels]
+    durations = [_first(k, DURATION) or 0.0 for k in kernels]
+    main = kernels[max(range(len(kernels)), key=durations.__getitem__)]
+    clock = _first(main, SM_CLOCK)
+    return {
+        "tensor_flops": sum(f for f in flops if f is not None) if any(flops) else None,
+        "dram_bytes": sum(b for b in dram if b is not None)
+        if any(b is not None for b in dram)
+        else None,
+        "sm_clock_mhz": clock / 1e6 if clock is not None else None,
+    }
+
+
 def metrics_of(kernels: list[dict[str, str]]) -> dict:
-    """A call's metrics: every kernel's duration summed, the rest from the longest kernel."""
+    """A call's metrics: every kernel's duration and work summed, the rest from the longest
+    kernel."""
     if not kernels:
         return {}
     durations = [_first(k, DURATION) or 0.0 for k in kernels]
@@ -164,6 +232,7 @@ def metrics_of(kernels: list[dict[str, str]]) -> dict:
         ),
         "local_memory_bytes": local_memory_bytes(main),
         "top_stalls": top_stalls(main),
+        **work_of(kernels),
     }
 
 
@@ -184,8 +253,33 @@ class Profiler:
         self.deadline = time.monotonic() + plan.profile.timeout_seconds
         self.ncu = find_ncu()
         self.blocked: tuple[str, str] | None = None  # (state, why): every later row says it
+        self._metrics: list[str] | None = None  # asked of ncu once, at the first profile
         if self.ncu is None:
             self.blocked = ("no-ncu", "Nsight Compute (ncu) is not installed on this machine")
+
+    def metrics(self) -> list[str]:
+        """The measured-work counters this GPU has (none where the query fails: the
+        profile then goes without them)."""
+        if self._metrics is None:
+            try:
+                proc = subprocess.run(
+                    [self.ncu, "--query-metrics"],
+                    capture_output=True,
+                    text=True,
+                    timeout=QUERY_TIMEOUT_SECONDS,
+                    check=False,
+                )
+                self._metrics = work_metrics(parse_metric_names(proc.stdout))
+            except (OSError, subprocess.TimeoutExpired):
+                self._metrics = []
+        return self._metrics
+
+    def formula(self, config: str) -> dict:
+        """The FLOP formula's and the least traffic's figures for the config (benches.stats)."""
+        from benches.stats import attention_bytes
+
+        found = next(c for c in self.plan.configs if c.name == config)
+        return {"formula_flops": found.flops(), "formula_dram_bytes": attention_bytes(found)}
 
     def row(self, config: str, identity: str, state: str, message: str = "", **metrics):
         return ProfileRow(
@@ -208,7 +302,7 @@ class Profiler:
         report = self.results_dir / report_name(index)
         target = [sys.executable, "-m", "benches.profile_target", "--plan", str(self.plan_file)]
         target += ["--config", config, "--identity", identity]
-        command = profile_command(self.ncu, self.plan, report, target)
+        command = profile_command(self.ncu, self.plan, report, target, self.metrics())
         try:
             proc = subprocess.run(
                 command, capture_output=True, text=True, timeout=remaining, check=False
@@ -245,7 +339,12 @@ class Profiler:
             message = _last_line(proc.stderr) or "no kernel was profiled"
             return self.row(config, identity, "failed", message, report=self._kept(report))
         return self.row(
-            config, identity, "profiled", report=self._kept(report), **metrics_of(kernels)
+            config,
+            identity,
+            "profiled",
+            report=self._kept(report),
+            **metrics_of(kernels),
+            **self.formula(config),
         )
 
     def _kept(self, report: Path) -> str | None:

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from benches import correctness, registry
+    from benches import correctness, fp8, registry
     from benches.plan import load_plan_file
     from benches.user_kernel import register
     from results_schema.models import implementation_of
@@ -33,17 +33,18 @@ def main(argv: list[str] | None = None) -> int:
     index = next(i for i, c in enumerate(plan.configs) if c.name == args.config)
     config = plan.configs[index]
     device = torch.device("cuda")
-    q, k, v = correctness.make_inputs(
+    inputs = correctness.make_inputs(
         config, device, correctness.config_seed(plan.seed, index, "profile")
     )
+    descales = fp8.descales_of(inputs)  # an FP8 config's q_descale, k_descale, v_descale
     impl = registry.get(implementation_of(args.identity))
-    q, k, v = impl.native_inputs((q, k, v))  # in the layout its kernel takes, as when timed
+    q, k, v = impl.native_inputs(inputs)  # in the layout its kernel takes, as when timed
     run = impl.run
     for _ in range(WARMUP_CALLS):  # library loads, plan builds, autotuning: not profiled
-        run(q, k, v, config.causal)
+        run(q, k, v, config.causal, **descales)
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    run(q, k, v, config.causal)
+    run(q, k, v, config.causal, **descales)
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
     return 0

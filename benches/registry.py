@@ -38,7 +38,13 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from benches.implementation import AttentionFn, Implementation, as_implementation
+from benches.fp8 import DESCALE_NAMES, FP8_DTYPES, dequantize
+from benches.implementation import (
+    WIDE_AND_HALF_DTYPES,
+    AttentionFn,
+    Implementation,
+    as_implementation,
+)
 from benches.reference import reference_attention
 from results_schema.implementations import CALIBRATION_FRACTIONS, SDPA_BACKENDS
 
@@ -109,6 +115,10 @@ def _sdpa_plus_extra(fraction: int) -> AttentionFn:
     return run
 
 
+# torch's SDPA takes no e4m3 inputs and no descales (torch 2.11-2.13): an FP8 config's SDPA
+# rows say so, and cudnn-fe times cuDNN's own FP8 SDPA.
+NO_FP8 = "torch's SDPA takes no FP8 inputs or descales; cudnn-fe times cuDNN's FP8 SDPA"
+
 _CHOICE_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
 
 
@@ -133,22 +143,33 @@ def _always(device: torch.device) -> str | None:
     return None
 
 
+def _reference(q, k, v, causal, **descales):
+    """Float64 attention; on FP8 inputs, on the values they stand for (their descales)."""
+    if descales:
+        names = zip((q, k, v), DESCALE_NAMES, strict=True)
+        q, k, v = (dequantize(t, descales[name]) for t, name in names)
+    return reference_attention(q, k, v, causal)
+
+
 def _registry() -> dict[str, Implementation]:
     from benches import peers
 
     impls = {
-        "sdpa": Implementation("sdpa", _default_sdpa, default_sdpa_backend, _always),
+        "sdpa": Implementation(
+            "sdpa", _default_sdpa, default_sdpa_backend, _always, dtype_note=NO_FP8
+        ),
         "reference": Implementation(
             "reference",
-            lambda q, k, v, causal: reference_attention(q, k, v, causal),
+            _reference,
             lambda *a: "reference:float64",
             _always,
+            dtypes=(*WIDE_AND_HALF_DTYPES, *FP8_DTYPES),
         ),
     }
     for fraction in CALIBRATION_FRACTIONS:
         name = f"sdpa-extra{fraction}"
         impls[name] = Implementation(
-            name, _sdpa_plus_extra(fraction), default_sdpa_backend, _always
+            name, _sdpa_plus_extra(fraction), default_sdpa_backend, _always, dtype_note=NO_FP8
         )
     for name in SDPA_BACKENDS:
         impls[name] = Implementation(
@@ -156,6 +177,7 @@ def _registry() -> dict[str, Implementation]:
             _pinned_sdpa(name),
             _pinned_backend(name),
             _always if name == "sdpa-math" else _needs_cuda,
+            dtype_note=NO_FP8,
         )
     impls.update(peers.implementations())  # public libraries, timed when a plan names them
     return impls

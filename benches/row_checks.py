@@ -13,6 +13,7 @@ after the call reported done.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,16 +62,29 @@ def gather(out: torch.Tensor, rows: Rows) -> torch.Tensor:
     return out[rows.batch, rows.head, rows.position]
 
 
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, causal: bool):
-    """The float64 reference of the picked rows, from the harness's own q, k and v."""
+def reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rows: Rows,
+    causal: bool,
+    descales: tuple[float, float, float] | None = None,
+):
+    """The float64 reference of the picked rows, from the harness's own q, k and v; FP8
+    ones with their (q, k, v) `descales`, read as the values they stand for (the scores
+    scaled by q's and k's, the output by v's: no dequantized copy of the whole inputs)."""
     group = q.shape[1] // k.shape[1]
+    scale, out_scale = None, 1.0
+    if descales is not None:
+        scale = descales[0] * descales[1] / math.sqrt(q.shape[-1])
+        out_scale = descales[2]
     parts = []
     for n, (b, h) in enumerate(rows.heads):
         position = rows.position[n * ROWS_PER_HEAD : (n + 1) * ROWS_PER_HEAD]
-        parts.append(
-            reference_rows(q[b, h, position], k[b, h // group], v[b, h // group], position, causal)
-        )
-    return torch.cat(parts)
+        q_rows, k_head, v_head = q[b, h, position], k[b, h // group], v[b, h // group]
+        parts.append(reference_rows(q_rows, k_head, v_head, position, causal, scale))
+    expected = torch.cat(parts)
+    return expected if descales is None else expected * out_scale
 
 
 def problem(

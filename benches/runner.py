@@ -427,7 +427,7 @@ def run_benchmark(
     workers = WorkerTiming(ctx, clock, gate)
     measurements: list[Measurement] = []
     looks = [ConfigLooks() for _ in plan.configs]
-    peaks = (environment.peak_tflops, environment.peak_gbytes_per_s)
+    peaks = (environment.dense_peaks(), environment.peak_gbytes_per_s)
     started = time.monotonic()
     gc.collect()
     gc.disable()  # a collection inside a timed call would be charged to that sample

@@ -24,6 +24,7 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float32": torch.float32,
     "float64": torch.float64,
+    "float8_e4m3fn": torch.float8_e4m3fn,
 }
 
 
@@ -98,18 +99,23 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def fill_fresh(tensors: list[torch.Tensor], seed: int) -> None:
+def fill_fresh(tensors: list[torch.Tensor], seed: int, descale: torch.Tensor | None = None) -> None:
     """Standard normal values from `seed` in `tensors` (all of one shape and dtype): the
     same numbers in the parent and in a worker (one generator algorithm, one device), so
     that a worker can make a sample's queries from the seed it is sent with the call, and
     the parent the same for its reference. One draw for all and one grouped copy: a graph
-    sample refreshes up to 256 queries, which a draw and a copy each made 512 launches."""
+    sample refreshes up to 256 queries, which a draw and a copy each made 512 launches.
+    FP8 queries (`descale`: the placement's q descale) are the draws divided by it and
+    rounded to e4m3: the standard normal queries the descale stands for."""
     first = tensors[0]
     generator = torch.Generator(device=first.device).manual_seed(seed)
     values = torch.randn(
         (len(tensors), *first.shape), generator=generator, device=first.device, dtype=torch.float32
-    ).to(first.dtype)
-    torch._foreach_copy_(tensors, list(values.unbind(0)))
+    )
+    if descale is not None:  # FP8: quantized with the placement's q descale, as the first
+        largest = torch.finfo(first.dtype).max
+        values = (values / descale.to(values.device)).clamp(-largest, largest)
+    torch._foreach_copy_(tensors, list(values.to(first.dtype).unbind(0)))
 
 
 class Borrowed:

@@ -47,7 +47,7 @@ from results_schema import (
     Plan,
     SummaryRow,
 )
-from results_schema.gpu_kinds import SIXTEEN_BIT, percent_of_peak
+from results_schema.gpu_kinds import DensePeaks, as_dense_peaks, percent_of_peak
 from results_schema.intervals import (
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
@@ -57,7 +57,9 @@ from results_schema.intervals import (
 )
 from results_schema.verdicts import verdict
 
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "float8_e4m3fn": 1}
+# An input dtype whose output is another: FP8 attention answers in bfloat16 (benches/fp8.py).
+OUTPUT_BYTES = {"float8_e4m3fn": 2}
 PairKey = tuple[int, int]  # (placement, round)
 
 
@@ -348,19 +350,24 @@ def overall_speedups(
 
 def attention_bytes(config: AttentionConfig) -> float:
     """The least memory traffic of a forward attention: read q, k, v, write the output
-    (k and v with their own head count under grouped-query attention)."""
+    (k and v with their own head count under grouped-query attention; an FP8 config's
+    output in bfloat16)."""
     per_head = config.batch * config.seq_len * config.head_dim
-    heads = 2 * config.heads + 2 * config.key_heads
-    return float(heads * per_head * ELEMENT_BYTES[config.dtype])
+    element = ELEMENT_BYTES[config.dtype]
+    inputs = (config.heads + 2 * config.key_heads) * element
+    output = config.heads * OUTPUT_BYTES.get(config.dtype, element)
+    return float((inputs + output) * per_head)
 
 
-def impossible(config, median_ms: float, peak_tflops, peak_gbytes_per_s) -> bool:
-    """Faster than the peak tensor rate (16-bit only: the table holds 16-bit peaks) or the
-    peak memory bandwidth allows."""
+def impossible(
+    config, median_ms: float, peak_tflops: DensePeaks | float | None, peak_gbytes_per_s
+) -> bool:
+    """Faster than the dense tensor peak of the config's dtype (16-bit or FP8: the table
+    holds no other) or the peak memory bandwidth allows."""
     seconds = median_ms * 1e-3
-    if peak_tflops and config.dtype in SIXTEEN_BIT:
-        if config.flops() / seconds / 1e12 > peak_tflops:
-            return True
+    peak = as_dense_peaks(peak_tflops).for_dtype(config.dtype)
+    if peak and config.flops() / seconds / 1e12 > peak:
+        return True
     return bool(peak_gbytes_per_s) and attention_bytes(config) / seconds / 1e9 > peak_gbytes_per_s
 
 
@@ -372,7 +379,7 @@ def summarize(
     plan: Plan,
     measurements: Iterable[Measurement],
     backends: Mapping[tuple[str, str], str],
-    peak_tflops: float | None,
+    peak_tflops: DensePeaks | float | None,
     peak_gbytes_per_s: float | None = None,
     wrong_outputs: Collection[tuple[str, str]] = (),
     confidence: float = CONFIDENCE,
@@ -467,8 +474,7 @@ def _summary_row(run_id, config, name, samples, backends, peak_tflops, speedup) 
     )
 
 
-def _pct_of_peak(config, tflops: float, peak_tflops: float | None) -> float | None:
-    """The known peak is the dense 16-bit tensor rate: other dtypes get no percentage."""
-    if config.dtype not in SIXTEEN_BIT:
-        return None
-    return percent_of_peak(tflops, peak_tflops)
+def _pct_of_peak(config, tflops: float, peak_tflops: DensePeaks | float | None) -> float | None:
+    """Of the dense tensor peak of the config's dtype: 16-bit and FP8 configs get one, the
+    others (no peak known) none."""
+    return percent_of_peak(tflops, as_dense_peaks(peak_tflops).for_dtype(config.dtype))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from benches import correctness, cuda_ipc, timing
+from benches import correctness, cuda_ipc, fp8, timing
 from benches.kernel_tree import user_implementation
 from benches.shared_buffers import Borrowed, fill_fresh
 from benches.wire import READY, send_reply
@@ -65,8 +65,9 @@ class Placement:
         self.queries = queries = [self.borrowed.tensor(d) for d in request["queries"]]
         k, v = self.borrowed.tensor(request["k"]), self.borrowed.tensor(request["v"])
         self.slots = [self.borrowed.tensor(d) for d in request.get("slots", [])]
+        self.descales = _borrowed_descales(self.borrowed, request.get("descales", {}))
         causal = state.config(request).causal
-        self.fns = [partial(state.impl.run, q, k, v, causal) for q in queries]
+        self.fns = [partial(state.impl.run, q, k, v, causal, **self.descales) for q in queries]
         self.graph = None
         self.calls = int(request["calls"])
         self.described: dict[int, bytes] = {}
@@ -95,7 +96,7 @@ class Placement:
         can be shared) the sample's fresh queries are made here first, from the seed the
         call brings, so that no work can start before the call is asked for."""
         if seed is not None:
-            fill_fresh(self.queries, seed)
+            fill_fresh(self.queries, seed, self.descales.get("q_descale"))
         return self._gpu_call() if self.own is not None else self._cpu_call()
 
     def _gpu_call(self) -> dict:
@@ -176,8 +177,10 @@ def _gate(state: WorkerState, request: dict) -> dict:
     config = state.config(request)
     borrowed = Borrowed(state.device)
     try:
-        inputs = tuple(borrowed.tensor(d) for d in request["inputs"])
-        outcome = correctness.two_calls(state.impl, inputs, config.causal, inputs[0].dtype)
+        inputs = _inputs(borrowed, request["inputs"], request.get("descales", {}))
+        outcome = correctness.two_calls(
+            state.impl, inputs, config.causal, correctness.output_dtype(config)
+        )
         if isinstance(outcome, correctness.CallProblem):
             return {"backend": outcome.backend, "problem": outcome.message}
         for slot, out in zip(request["slots"], (outcome.first, outcome.second), strict=True):
@@ -188,12 +191,28 @@ def _gate(state: WorkerState, request: dict) -> dict:
         borrowed.close()
 
 
+def _borrowed_descales(borrowed: Borrowed, descriptors: dict) -> dict[str, torch.Tensor]:
+    """FP8 inputs' descales as the call takes them (keyword arguments), none for others."""
+    if set(descriptors) - set(fp8.DESCALE_NAMES):
+        raise ValueError(f"unknown descales {sorted(descriptors)}")
+    return {name: borrowed.tensor(d) for name, d in descriptors.items()}
+
+
+def _inputs(borrowed: Borrowed, descriptors: list, descales: dict) -> tuple:
+    """The lent q, k and v; with descales, FP8 inputs that carry them (benches/fp8.py)."""
+    tensors = tuple(borrowed.tensor(d) for d in descriptors)
+    if not descales:
+        return tensors
+    scales = _borrowed_descales(borrowed, descales)
+    return fp8.QuantizedInputs(tensors, [scales[name] for name in fp8.DESCALE_NAMES])
+
+
 def _probe(state: WorkerState, request: dict) -> dict:
     config = state.config(request)
     borrowed = Borrowed(state.device)
     try:
-        capture = tuple(borrowed.tensor(d) for d in request["capture"])
-        replay = tuple(borrowed.tensor(d) for d in request["replay"])
+        capture = _inputs(borrowed, request["capture"], request.get("capture_descales", {}))
+        replay = _inputs(borrowed, request["replay"], request.get("replay_descales", {}))
         try:
             out = correctness.graph_probe(state.impl, capture, replay, config.causal)
         except Exception as exc:  # capture refused the work: it left the calling stream

@@ -16,8 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 
 TABLE = Path(__file__).with_name("gpu_kinds.json")
-# The dtypes the peaks are for: dense 16-bit tensor-core rates.
+# The dtypes the peaks are for: dense 16-bit tensor-core rates, and dense e4m3 rates.
 SIXTEEN_BIT = ("float16", "bfloat16")
+EIGHT_BIT = ("float8_e4m3fn",)
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,12 @@ class GpuKind:
     peak_tflops_source: str
     bandwidth_gb_s: float  # peak memory bandwidth
     bandwidth_source: str
+    fp8_peak_tflops: float | None = None  # dense e4m3 tensor-core peak; None: none known
+    fp8_peak_tflops_source: str | None = None
+
+    def peak_for(self, dtype: str) -> float | None:
+        """The dense tensor-core peak of `dtype`'s inputs, or None where none is known."""
+        return dense_peak(dtype, self.peak_tflops, self.fp8_peak_tflops)
 
 
 @lru_cache(maxsize=1)
@@ -65,8 +72,36 @@ def near_peak(percent: float | None) -> bool:
     return percent is not None and percent > NEAR_PEAK_PERCENT
 
 
+def dense_peak(
+    dtype: str, sixteen_bit_tflops: float | None, fp8_tflops: float | None
+) -> float | None:
+    """Which of a GPU's peaks a config of `dtype` is held to: the 16-bit one, the FP8 one,
+    or none (32- and 64-bit inputs: the table holds no such rates)."""
+    if dtype in SIXTEEN_BIT:
+        return sixteen_bit_tflops
+    if dtype in EIGHT_BIT:
+        return fp8_tflops
+    return None
+
+
+@dataclass(frozen=True)
+class DensePeaks:
+    """A GPU's dense tensor-core peaks by input dtype (TFLOP/s; None where unknown)."""
+
+    sixteen_bit: float | None
+    fp8: float | None = None
+
+    def for_dtype(self, dtype: str) -> float | None:
+        return dense_peak(dtype, self.sixteen_bit, self.fp8)
+
+
+def as_dense_peaks(peaks: DensePeaks | float | None) -> DensePeaks:
+    """Peaks as given, or a bare number as the 16-bit peak alone."""
+    return peaks if isinstance(peaks, DensePeaks) else DensePeaks(peaks)
+
+
 def percent_of_peak(tflops: float | None, peak_tflops: float | None) -> float | None:
-    """`tflops` as a percentage of a kind's 16-bit peak; None without either."""
+    """`tflops` as a percentage of a kind's peak for its dtype; None without either."""
     if tflops is None or not peak_tflops:
         return None
     return 100.0 * tflops / peak_tflops

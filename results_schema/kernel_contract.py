@@ -68,7 +68,9 @@ TREE_PLACEHOLDER = "{tree}"
 VARIANT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
 MAX_VARIANTS = 16
 
-ContractDtype = Literal["float16", "bfloat16", "float32", "float64"]
+# float8_e4m3fn: the call also takes q_descale, k_descale, v_descale and answers in bfloat16
+# (docs/kernel-contract.md, "FP8").
+ContractDtype = Literal["float16", "bfloat16", "float32", "float64", "float8_e4m3fn"]
 ContractDevice = Literal["cpu", "cuda"]
 
 

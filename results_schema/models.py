@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from results_schema.containment import Containment, LeftoverSweep, TreeCheck
+from results_schema.gpu_kinds import DensePeaks
 from results_schema.implementations import BASELINE_SUFFIX, CONTROL_SUFFIX
 from results_schema.kernel_contract import KernelIdentity, UserKernel, UserKernelBuild
 from results_schema.ranking import Ranking
@@ -18,7 +19,9 @@ from results_schema.record import MAX_LEFTOVER_SWEEPS, PHASES
 from results_schema.sampling import SAMPLES_FACTOR, STOPS, look_confidence, look_schedule
 from results_schema.verdicts import DEFAULT_MARGIN, DIFFERENT, verdict
 
-Dtype = Literal["float16", "bfloat16", "float32", "float64"]
+# float8_e4m3fn: q, k, v quantized per tensor to e4m3, each with a float32 descale, the output
+# in bfloat16 (docs/kernel-contract.md, "FP8").
+Dtype = Literal["float16", "bfloat16", "float32", "float64", "float8_e4m3fn"]
 Device = Literal["cuda", "cpu"]
 RunState = Literal["running", "complete", "partial", "failed"]
 # single: one call a sample; graph: a CUDA graph of back-to-back calls a sample; batch: on
@@ -667,6 +670,27 @@ class ProfileRow(_Strict):
         default="",
         description="the top warp-stall reasons, 'reason:cycles;…' per issued instruction",
     )
+    tensor_flops: float | None = Field(
+        default=None,
+        ge=0,
+        description="tensor-pipe FLOPs Nsight Compute counted over the call's kernels "
+        "(sm__ops_path_tensor_src_*: an FMA is two)",
+    )
+    formula_flops: float | None = Field(
+        default=None, ge=0, description="the FLOP formula's: 4·B·H·S²·D, halved for causal"
+    )
+    dram_bytes: float | None = Field(
+        default=None, ge=0, description="DRAM bytes read and written (dram__bytes.sum)"
+    )
+    formula_dram_bytes: float | None = Field(
+        default=None, ge=0, description="the least traffic: q, k, v read and o written once"
+    )
+    sm_clock_mhz: float | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="the SM clock over the longest kernel (sm__cycles_elapsed.avg.per_second)",
+    )
 
 
 class Status(_Strict):
@@ -724,15 +748,27 @@ class EnvironmentFingerprint(BaseModel):
     peak_tflops: float | None = Field(
         default=None, ge=0, description="dense 16-bit tensor peak used for %"
     )
+    fp8_peak_tflops: float | None = Field(
+        default=None, ge=0, description="dense e4m3 tensor peak used for % of FP8 configs"
+    )
     peak_gbytes_per_s: float | None = Field(
         default=None, description="memory bandwidth peak: faster than it is impossible"
     )
+
+    def dense_peaks(self) -> DensePeaks:
+        """The peaks a summary row's % of peak and `impossible` flag are taken against."""
+        return DensePeaks(self.peak_tflops, self.fp8_peak_tflops)
+
     # NVML's ceilings for the clocks and power measurements.csv records per sample.
     sm_clock_max_mhz: int | None = Field(default=None, ge=0, le=100_000)
     mem_clock_max_mhz: int | None = Field(default=None, ge=0, le=100_000)
     power_limit_w: float | None = Field(
         default=None, ge=0, le=100_000, description="the power limit in force (enforced)"
     )
+    # When the run started (NVML, else nvidia-smi); measurements.csv has them per sample.
+    sm_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    mem_clock_mhz: int | None = Field(default=None, ge=0, le=100_000)
+    power_draw_w: float | None = Field(default=None, ge=0, le=100_000)
 
 
 class KernelBuild(BaseModel):

@@ -80,8 +80,8 @@ PEERS = {
             module="cudnn",
             pins=("nvidia-cudnn-frontend==1.32.0",),
             min_capability=(8, 0),
-            gpus="SM80 (Ampere) or newer",
-            dtypes=("float16", "bfloat16"),
+            gpus="SM80 (Ampere) or newer",  # FP8: SM90 (benches/peers.py)
+            dtypes=("float16", "bfloat16", "float8_e4m3fn"),
             pip_options=("--no-deps",),
         ),
     )

@@ -191,4 +191,19 @@ def _profile_note(row) -> str:
     stalls = ", ".join(part for part in row.top_stalls.split(";") if part)
     said = f"top stalls {markup_safe(stalls, 200)}" if stalls else ""
     report = f"report {markup_safe(row.report)}" if row.report else ""
-    return f"{name}: {'; '.join(p for p in (said, report) if p) or 'profiled'}"
+    parts = (_measured_work(row), said, report)
+    return f"{name}: {'; '.join(p for p in parts if p) or 'profiled'}"
+
+
+def _measured_work(row) -> str:
+    """What Nsight Compute counted beside the formulas: tensor TFLOP, DRAM MB, SM clock."""
+    parts = []
+    if row.tensor_flops is not None:
+        formula = f" (formula {row.formula_flops / 1e12:.3g})" if row.formula_flops else ""
+        parts.append(f"tensor {row.tensor_flops / 1e12:.3g} TFLOP{formula}")
+    if row.dram_bytes is not None:
+        least = f" (least {row.formula_dram_bytes / 1e6:.3g})" if row.formula_dram_bytes else ""
+        parts.append(f"DRAM {row.dram_bytes / 1e6:.3g} MB{least}")
+    if row.sm_clock_mhz is not None:
+        parts.append(f"SM {row.sm_clock_mhz:.0f} MHz")
+    return ", ".join(parts)

@@ -2,7 +2,9 @@
 Its output against SDPA's math path in float64 on MHA, GQA and MQA shapes, causal and not,
 head dims 64/128/256, both 16-bit dtypes, within the gate's own tolerance; the whole gate on
 a few (awkward lengths and the CUDA-graph probe included); the versions its rows name
-against the libraries that ran; one graph per shape, executed on the caller's stream.
+against the libraries that ran; one graph per shape, executed on the caller's stream. On
+Hopper, its FP8 graph against the FP8 rule (float64 on the dequantized inputs), the whole
+gate on FP8 configs beside SDPA's "no FP8 path" row, and the descales read at each call.
 
 Skipped without a CUDA GPU, without the `cudnn` module (nvidia-cudnn-frontend) or where the
 peer says it cannot run (its reason is the skip's)."""
@@ -154,3 +156,70 @@ def test_a_shapes_graph_is_built_once_and_run_on_the_callers_stream(cudnn, monke
     ref = _math_float64(*inputs, config.causal)
     error = float((impl.bhsd_output(out).double() - ref).abs().max())
     assert error <= correctness.max_error_tolerance(config, inputs, ref)
+
+
+# --- FP8 (e4m3): cuDNN's FP8 SDPA graph ----------------------------------------------------------
+
+FP8_SHAPES = [
+    (1, 16, 16, 1024, 128, "float8_e4m3fn", False),
+    (1, 16, 16, 1024, 128, "float8_e4m3fn", True),
+    (1, 16, 4, 2048, 128, "float8_e4m3fn", False),  # GQA 4:1
+    (2, 8, 8, 512, 256, "float8_e4m3fn", False),
+    (2, 8, 2, 512, 256, "float8_e4m3fn", True),
+]
+
+
+@pytest.fixture(scope="module")
+def hopper(cudnn):
+    if torch.cuda.get_device_capability() < peers.CUDNN_FP8_MIN_CAPABILITY:
+        pytest.skip("cuDNN's FP8 SDPA needs sm_90 or newer")
+    return cudnn
+
+
+@pytest.mark.parametrize("shape", FP8_SHAPES, ids=[_config(s).name for s in FP8_SHAPES])
+def test_cudnn_fe_fp8_meets_the_fp8_rule_against_float64_on_the_dequantized_inputs(hopper, shape):
+    config = _config(shape)
+    impl = registry.get("cudnn-fe")
+    assert impl.unsupported(config) is None
+    inputs = correctness.make_inputs(config, DEVICE, 7)
+    out = impl.bhsd_output(
+        impl.run(*impl.native_inputs(inputs), config.causal, **inputs.call_kwargs())
+    )
+    torch.cuda.synchronize()
+    assert out.dtype == torch.bfloat16 and out.shape == inputs[0].shape
+    ref = correctness.chunked_reference(
+        lambda q, k, v, c: _math_float64(q, k, v, c), *inputs.dequantized(), config.causal
+    )
+    error = float((out.double() - ref).abs().max())
+    tolerance = correctness.max_error_tolerance(config, inputs, ref)
+    print(f"{config.name}: max error {error:.4g}, tolerance {tolerance:.4g}")
+    assert error <= tolerance, f"max error {error:.3g} > {tolerance:.3g}"
+
+
+@pytest.mark.parametrize("shape", [FP8_SHAPES[1], FP8_SHAPES[3]], ids=["d128c", "d256"])
+def test_cudnn_fe_fp8_passes_the_whole_gate_and_sdpa_says_it_has_no_fp8_path(hopper, shape):
+    """Two calls, S = 127 and 129, the CUDA-graph probe (its descales rewritten for the
+    replay); SDPA's row an 'unsupported' one, not a crash."""
+    config = _config(shape)
+    rows = correctness.check_config("r", config, _plan(config), 0, DEVICE)
+    by_name = {r.implementation: r for r in rows}
+    assert by_name["cudnn-fe"].passed, by_name["cudnn-fe"].message
+    sdpa = by_name["sdpa-cudnn"]
+    assert not sdpa.passed and sdpa.backend == "unavailable"
+    assert sdpa.message.startswith("unsupported: dtype float8_e4m3fn (torch's SDPA"), sdpa.message
+
+
+def test_cudnn_fe_fp8_reads_the_descales_at_each_call(hopper):
+    """One graph, the descales bound per call: doubling v's descale doubles the output."""
+    config = _config(FP8_SHAPES[0])
+    impl = registry.get("cudnn-fe")
+    inputs = correctness.make_inputs(config, DEVICE, 1)
+    native = impl.native_inputs(inputs)
+    descales = inputs.call_kwargs()
+    first = impl.run(*native, config.causal, **descales)
+    built = peers.cudnn_graph(*native, config.causal)
+    descales["v_descale"] = descales["v_descale"] * 2
+    second = impl.run(*native, config.causal, **descales)
+    torch.cuda.synchronize()
+    assert peers.cudnn_graph(*native, config.causal) is built
+    torch.testing.assert_close(second.float(), 2 * first.float(), rtol=1e-2, atol=1e-2)

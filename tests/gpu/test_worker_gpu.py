@@ -231,3 +231,34 @@ def test_a_graph_sample_of_many_calls_is_rarely_taken_again(tmp_path, registered
     found = re.search(r"(\d+) around a worker's call", log)
     retaken = int(found.group(1)) if found else 0
     assert retaken <= 0.1 * plan.samples_per_config, log[-2000:]
+
+
+def test_an_fp8_kernel_in_its_worker_is_gated_and_timed_with_its_descales(tmp_path, registered):
+    """FP8 through the worker on the GPU: the descales lent beside the e4m3 inputs (CUDA IPC
+    of float8 and float32 buffers), fresh e4m3 queries made from a seed in both processes,
+    the bfloat16 outputs read where they lie, in graph and single mode."""
+    from tests.unit.test_fp8_gate import FP8_KERNEL
+
+    tree = tmp_path / "eight"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("")
+    (tree / "pkg" / "ops.py").write_text(FP8_KERNEL)
+    kernel = gpu_kernel("eight", "eight")
+    supports = kernel.contract.supports.model_copy(
+        update={"dtypes": ["float8_e4m3fn"], "gqa": True}
+    )
+    kernel = kernel.model_copy(
+        update={"contract": kernel.contract.model_copy(update={"supports": supports})}
+    )
+    small = config("small", 64)
+    large = config("large", 64).model_copy(update={"batch": 2, "heads": 8, "seq_len": 1024})
+    plan = gpu_plan([kernel], [small, large])
+    fp8_configs = [c.model_copy(update={"dtype": "float8_e4m3fn"}) for c in plan.configs]
+    plan = registered(plan.model_copy(update={"configs": fp8_configs}), tmp_path)
+
+    checks, summary = run_whole(plan, tmp_path / "run")
+    mine = [r for r in checks if r.implementation == "eight"]
+    assert mine and all(r.passed for r in mine), [r.message for r in mine]
+    rows = {(r.config, r.implementation): r for r in summary}
+    assert {rows[(c, "eight")].n for c in ("small", "large")} == {plan.samples_per_config}
+    assert ("small", "sdpa") not in rows  # SDPA's FP8 rows are "unsupported": never timed

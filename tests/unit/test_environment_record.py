@@ -59,3 +59,63 @@ def test_a_manifests_cudnn_and_gpu_ceilings_pass_the_boundary():
 def test_a_manifests_environment_out_of_bounds_is_refused(environment):
     with pytest.raises(ResultsError, match="manifest.json is invalid"):
         boundary.manifest_from(manifest(**environment), RUN_ID)
+
+
+# nvidia-smi's answer to the fingerprint's query on an H200 (`nvidia-smi -i 0
+# --query-gpu=... --format=csv,noheader,nounits`: one line, fields in the asked order,
+# '[N/A]' where the GPU has no such reading).
+SMI_LINE = (
+    "NVIDIA H200, GPU-0a1b2c3d-0000-1111-2222-333344445555, 570.86.15, "
+    "1980, 3201, 1980, 3201, 118.52, 700.00\n"
+)
+
+
+def fake_nvidia_smi(directory, line: str):
+    directory.mkdir()
+    script = directory / "nvidia-smi"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$@" > "{directory}/args"\n'
+        f"printf '%s\\n' {json.dumps(line.strip())}\n"
+    )
+    script.chmod(0o755)
+
+
+def test_without_nvml_the_fingerprint_reads_clocks_power_and_driver_from_nvidia_smi(
+    tmp_path, monkeypatch
+):
+    import sys
+
+    fake_nvidia_smi(tmp_path / "bin", SMI_LINE)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py not installed
+    env = fingerprint()
+    assert env.gpu_name == "NVIDIA H200" and env.driver == "570.86.15"
+    assert (env.sm_clock_mhz, env.mem_clock_mhz) == (1980, 3201)
+    assert (env.sm_clock_max_mhz, env.mem_clock_max_mhz) == (1980, 3201)
+    assert (env.power_draw_w, env.power_limit_w) == (118.52, 700.0)
+    assert env.peak_tflops == 989.0 and env.fp8_peak_tflops == 1979.0  # the H200's row
+    args = (tmp_path / "bin" / "args").read_text().split()
+    assert "--format=csv,noheader,nounits" in args and "0" in args
+    query = next(a for a in args if a.startswith("--query-gpu="))
+    assert query.split("=", 1)[1].split(",")[3:6] == ["clocks.sm", "clocks.mem", "clocks.max.sm"]
+
+
+def test_an_nvidia_smi_field_the_gpu_lacks_stays_unknown():
+    from benches.environment import parse_nvidia_smi
+
+    facts = parse_nvidia_smi(SMI_LINE.replace("118.52", "[N/A]").replace("700.00", "[N/A]"))
+    assert "power_draw_w" not in facts and "power_limit_w" not in facts
+    assert facts["sm_clock_mhz"] == 1980
+    assert parse_nvidia_smi("") == {} and parse_nvidia_smi("a, b\n") == {}
+
+
+def test_the_clocks_and_power_at_the_start_pass_the_boundary():
+    accepted = boundary.manifest_from(
+        manifest(sm_clock_mhz=1980, mem_clock_mhz=3201, power_draw_w=118.5, driver="570.86.15"),
+        RUN_ID,
+    )
+    env = accepted.environment
+    assert (env.sm_clock_mhz, env.mem_clock_mhz, env.power_draw_w) == (1980, 3201, 118.5)
+    with pytest.raises(ResultsError, match="manifest.json is invalid"):
+        boundary.manifest_from(manifest(power_draw_w=-1.0), RUN_ID)

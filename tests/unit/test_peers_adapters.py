@@ -130,9 +130,9 @@ def _flashinfer(seen: StandIns, **faults) -> dict:
 class _CudnnTensor:
     """A tensor declared to the stand-in graph: dims and strides in (b, h, s, d) order."""
 
-    def __init__(self, name, dim, stride):
+    def __init__(self, name, dim, stride, data_type=None):
         self.name, self.dim, self.stride = name, list(dim), list(stride)
-        self.output = False
+        self.output, self.data_type = False, data_type
 
     def set_output(self, value):
         self.output = value
@@ -147,6 +147,7 @@ class _CudnnTensor:
         return self
 
     def set_data_type(self, data_type):
+        self.data_type = data_type
         return self
 
 
@@ -156,7 +157,9 @@ def _cudnn(seen: StandIns, **faults) -> dict:
     instead, as a graph declared with the harness's layout would)."""
     root = types.ModuleType("cudnn")
     root.__version__ = "1.32.0"
-    root.data_type = types.SimpleNamespace(HALF="half", BFLOAT16="bf16", FLOAT="float")
+    root.data_type = types.SimpleNamespace(
+        HALF="half", BFLOAT16="bf16", FLOAT="float", FP8_E4M3="fp8_e4m3"
+    )
     root.heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
     root.backend_version = lambda: 91900
     root.create_handle = lambda: types.SimpleNamespace(stream=None)
@@ -172,13 +175,27 @@ def _cudnn(seen: StandIns, **faults) -> dict:
             root.graphs.append(self)
 
         def tensor(self, name, dim, stride, data_type):
-            return _CudnnTensor(name, dim, stride)
+            return _CudnnTensor(name, dim, stride, data_type)
 
         def sdpa(self, name, q, k, v, generate_stats, attn_scale, use_causal_mask, **kw):
             assert generate_stats is False
             self.inputs, self.scale, self.causal = (q, k, v), attn_scale, use_causal_mask
             self.o = _CudnnTensor("O", q.dim[:3] + v.dim[3:], [])
+            self.fp8 = None
             return self.o, None
+
+        def sdpa_fp8(self, name, q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s,
+                     scale_o, generate_stats, attn_scale, use_causal_mask, **kw):  # fmt: skip
+            """The frontend's FP8 node (docs/operations/Attention.md): scores of the e4m3
+            values times descale_q, descale_k and attn_scale; P scaled by scale_s, rounded to
+            e4m3 and descaled by descale_s; P V times descale_v and scale_o; amax of S and of
+            O written to outputs of their own."""
+            scalars = (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)
+            assert all(t.data_type == "float" and t.dim == [1, 1, 1, 1] for t in scalars)
+            self.o, _ = self.sdpa(name, q, k, v, generate_stats, attn_scale, use_causal_mask)
+            self.fp8 = (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)
+            self.amax = (_CudnnTensor("amax_s", [], []), _CudnnTensor("amax_o", [], []))
+            return self.o, None, *self.amax
 
         def _step(self, name):
             return lambda *a: self.steps.append(name)
@@ -214,8 +231,29 @@ def _cudnn(seen: StandIns, **faults) -> dict:
                 k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
                 v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
                 causal = self.causal and not faults.get("ignore_causal")
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale)
+                if self.fp8 is not None:
+                    out = self._fp8_attention(pack, q, k, v, causal)
+                else:
+                    out = F.scaled_dot_product_attention(
+                        q, k, v, is_causal=causal, scale=self.scale
+                    )
                 pack[self.o].as_strided(self.o.dim, self.o.stride).copy_(out)
+
+        def _fp8_attention(self, pack, q, k, v, causal):
+            assert all(pack[t].dtype == torch.float32 for t in self.fp8 + self.amax)
+            dq, dk, dv, ds, ss, so = (float(pack[t]) for t in self.fp8)
+            scores = q.float() @ k.float().mT * (dq * dk * self.scale)
+            if causal:
+                keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+                scores = scores.masked_fill(~keep, float("-inf"))
+            # as a flash kernel: exponentials against the row's max, normalized after P V
+            exps = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+            p = (exps * ss).to(torch.float8_e4m3fn).float() * ds
+            dv = 1.0 if faults.get("ignore_descale_v") else dv
+            out = p @ v.float() * dv * so / exps.sum(dim=-1, keepdim=True)
+            pack[self.amax[0]].fill_(float(exps.max()))
+            pack[self.amax[1]].fill_(float(out.abs().max()))
+            return out.to(torch.bfloat16 if self.o.data_type == "bf16" else torch.float32)
 
     root.pygraph = pygraph
     root.set_stream = set_stream
@@ -564,8 +602,46 @@ def test_cudnn_fe_needs_ampere_and_says_what_to_install(monkeypatch):
         ({"head_dim": 256}, None),
         ({"head_dim": 64, "dtype": "float16"}, None),
         ({"head_dim": 100}, "unsupported: head_dim 100 (cudnn-fe takes multiples of 8 up to 256)"),
-        ({"dtype": "float32"}, "unsupported: dtype float32 (cudnn-fe takes float16, bfloat16)"),
+        (
+            {"dtype": "float32"},
+            "unsupported: dtype float32 (cudnn-fe takes float16, bfloat16, float8_e4m3fn)",
+        ),
+        ({"dtype": "float8_e4m3fn", "head_dim": 128}, None),  # off the GPU: no capability
+        (
+            {"dtype": "float8_e4m3fn", "head_dim": 72},
+            "unsupported: head_dim 72 (cudnn-fe takes multiples of 16 up to 256 in FP8)",
+        ),
     ],
 )
 def test_cudnn_fe_takes_cudnns_head_dims_and_16_bit_dtypes(changes, expected):
     assert registry.get("cudnn-fe").unsupported(_config(**changes)) == expected
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_cudnn_fe_times_cudnns_fp8_graph_with_the_callers_descales(stand_in, causal):
+    """An FP8 config builds the frontend's FP8 SDPA node: the harness's descales bound at
+    each call, P's scale and descale fixed (2^8 and 2^-8), a bfloat16 output; it passes the
+    FP8 gate, and the same graph ignoring v's descale fails it."""
+    stand_in("cudnn-fe")
+    config = _config(dtype="float8_e4m3fn", head_dim=32, causal=causal)
+    rows = correctness.check_config("r", config, _plan("cudnn-fe", config), 0, CPU)
+    row = next(r for r in rows if r.implementation == "cudnn-fe")
+    assert row.passed, row.message
+    sdpa = next(r for r in rows if r.implementation == "sdpa-math")
+    assert sdpa.message.startswith("unsupported: dtype float8_e4m3fn (torch's SDPA")
+    built = next(iter(peers._cudnn_graphs.values()))
+    assert built.out_dtype == torch.bfloat16 and set(built.descales) == {
+        "q_descale",
+        "k_descale",
+        "v_descale",
+    }
+    fixed = {t.name: float(value) for t, value in built.fixed.items()}
+    assert fixed["scale_s"] == 256.0 and fixed["descale_s"] == 1 / 256 and fixed["scale_o"] == 1
+
+
+def test_cudnn_fe_fp8_without_v_descale_fails_the_gate(stand_in):
+    stand_in("cudnn-fe", ignore_descale_v=True)
+    config = _config(dtype="float8_e4m3fn", head_dim=32)
+    rows = correctness.check_config("r", config, _plan("cudnn-fe", config), 0, CPU)
+    row = next(r for r in rows if r.implementation == "cudnn-fe")
+    assert not row.passed and "over tolerance" in row.message

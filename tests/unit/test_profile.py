@@ -66,6 +66,7 @@ def test_restricted_counters_stop_the_step_after_one_try(plan, tmp_path, monkeyp
     calls = tmp_path / "calls"
     fake_ncu(
         tmp_path / "bin",
+        'if [[ "$1" == --query-metrics ]]; then exit 0; fi\n'  # the metric list: no profile
         f'echo x >> "{calls}"\n'
         'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access '
         'NVIDIA GPU Performance Counters on the target device 0."\nexit 1\n',
@@ -186,3 +187,116 @@ def test_report_names_are_the_ones_the_boundary_accepts():
     assert result_name("results/" + profile.report_name(7)) == "profile-007.ncu-rep"
     assert result_name("results/profile-7.ncu-rep") is None
     assert os.sep not in profile.report_name(999)
+
+
+# --- measured work beside the formula's -----------------------------------------------------
+
+# `ncu --query-metrics` on an H100 as its table reads (base names, type, description, cut as
+# ncu cuts long ones); the
+# FP8 and 16-bit tensor counters with and without a destination type, DRAM bytes, cycles.
+QUERY_METRICS = """\
+Device NVIDIA H100 80GB HBM3 (GH100)
+-------------------------------------------- ----------- ----------------------------------------
+Metric Name                                  Metric Type Metric Description
+-------------------------------------------- ----------- ----------------------------------------
+dram__bytes                                  Counter     # of bytes accessed in DRAM
+dram__bytes_read                             Counter     # of bytes read from DRAM
+sm__cycles_elapsed                           Counter     # of cycles elapsed on SM
+sm__ops_path_tensor_src_bf16_dst_fp32        Counter     # of math ops executed in Tensor path with
+sm__ops_path_tensor_src_bf16_dst_fp32_sparsity_off Counter # of math ops executed in Tensor path
+sm__ops_path_tensor_src_fp16_dst_fp16        Counter     # of math ops executed in Tensor path with
+sm__ops_path_tensor_src_fp16_dst_fp32        Counter     # of math ops executed in Tensor path with
+sm__ops_path_tensor_src_fp8                  Counter     # of math ops executed in Tensor path with
+sm__ops_path_tensor_src_fp8_dst_fp16         Counter     # of math ops executed in Tensor path with
+sm__ops_path_tensor_src_fp8_dst_fp32         Counter     # of math ops executed in Tensor path with
+sm__ops_path_tensor_src_int8                 Counter     # of math ops executed in Tensor path with
+"""
+
+# An FP8 attention call on the H100 as the raw page gives it (base units: bytes, Hz): the
+# main kernel's FP8 ops (its total and per destination: one count, not two), its bf16 ops
+# (none here), DRAM bytes and SM clock; a second, small kernel with bf16 ops of its own.
+WORK_COLUMNS = [
+    ("ID", "", "0", "1"),
+    ("Kernel Name", "", "void fa_fwd_fp8<128>(Params)", "small(float*)"),
+    ("gpu__time_duration.sum", "nsecond", "1,000,000", "2,000"),
+    ("sm__ops_path_tensor_src_fp8.sum", "", "1,099,511,627,776", "0"),
+    ("sm__ops_path_tensor_src_fp8_dst_fp16.sum", "", "0", "0"),
+    ("sm__ops_path_tensor_src_fp8_dst_fp32.sum", "", "1,099,511,627,776", "0"),
+    ("sm__ops_path_tensor_src_bf16_dst_fp32.sum", "", "0", "4,096"),
+    ("sm__ops_path_tensor_src_fp16_dst_fp32.sum", "", "0", "0"),
+    ("dram__bytes.sum", "byte", "270,532,608", "65,536"),
+    ("sm__cycles_elapsed.avg.per_second", "hertz", "1,755,000,000", "1,500,000,000"),
+]
+
+
+def work_page() -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    for index in range(4):
+        writer.writerow([column[index] for column in WORK_COLUMNS])
+    return out.getvalue()
+
+
+def test_only_the_work_counters_this_gpu_has_are_asked_for():
+    names = profile.parse_metric_names(QUERY_METRICS)
+    assert "sm__ops_path_tensor_src_fp8" in names and "Metric" not in names
+    asked = profile.work_metrics(names)
+    assert asked == [
+        "sm__ops_path_tensor_src_fp16_dst_fp16.sum",
+        "sm__ops_path_tensor_src_fp16_dst_fp32.sum",
+        "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+        "sm__ops_path_tensor_src_fp8.sum",
+        "sm__ops_path_tensor_src_fp8_dst_fp16.sum",
+        "sm__ops_path_tensor_src_fp8_dst_fp32.sum",
+        "dram__bytes.sum",
+        "sm__cycles_elapsed.avg.per_second",
+    ]
+    # an Ampere part has no FP8 counters: none is asked (an unknown metric fails ncu)
+    ampere = names - {n for n in names if "fp8" in n}
+    assert not [m for m in profile.work_metrics(ampere) if "fp8" in m]
+
+
+def test_measured_tensor_flops_and_dram_bytes_sum_every_kernel_without_double_counting():
+    work = profile.work_of(profile.parse_raw_page(work_page()))
+    assert work["tensor_flops"] == 2**40 + 4096  # fp8's total once, plus the bf16 ops
+    assert work["dram_bytes"] == 270_532_608 + 65_536
+    assert work["sm_clock_mhz"] == pytest.approx(1755.0)  # the longest kernel's
+    # a GPU with only per-destination counters: their sum
+    split = {"sm__ops_path_tensor_src_fp8_dst_fp32.sum": "10", "x": "1"}
+    split["sm__ops_path_tensor_src_fp8_dst_fp16.sum"] = "5"
+    assert profile.tensor_flops(split) == 15.0
+    assert profile.tensor_flops({"gpu__time_duration.sum": "1"}) is None
+
+
+def test_a_profiled_row_carries_measured_work_beside_the_formulas(plan, tmp_path, monkeypatch):
+    (tmp_path / "query.txt").write_text(QUERY_METRICS)
+    (tmp_path / "page.csv").write_text(work_page())
+    args = tmp_path / "args"
+    fake_ncu(
+        tmp_path / "bin",
+        f'case "$1" in\n'
+        f'  --query-metrics) cat "{tmp_path}/query.txt" ;;\n'
+        f'  --import) cat "{tmp_path}/page.csv" ;;\n'
+        f'  *) echo "$@" >> "{args}"\n'
+        "     while [[ $# -gt 0 ]]; do\n"
+        '       if [[ "$1" == --export ]]; then echo report > "$2"; fi; shift\n'
+        "     done ;;\n"
+        "esac\n",
+    )
+    only_path(monkeypatch, tmp_path / "bin")
+    rows = run_step(plan, tmp_path)
+    assert {r.state for r in rows} == {"profiled"}
+    config = next(c for c in plan.configs if c.name == rows[0].config)
+    row = rows[0]
+    assert row.tensor_flops == 2**40 + 4096 and row.dram_bytes == 270_532_608 + 65_536
+    assert row.formula_flops == config.flops() and row.sm_clock_mhz == pytest.approx(1755.0)
+    assert row.formula_dram_bytes == pytest.approx(
+        (2 * config.heads + 2 * config.key_heads)
+        * config.batch
+        * config.seq_len
+        * config.head_dim
+        * 2
+    )
+    first_call = args.read_text().splitlines()[0].split()
+    asked = first_call[first_call.index("--metrics") + 1].split(",")
+    assert "sm__ops_path_tensor_src_fp8.sum" in asked and "dram__bytes.sum" in asked

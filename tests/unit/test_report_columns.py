@@ -265,6 +265,11 @@ def profile_rows() -> list[ProfileRow]:
                 shared_mem_per_block_bytes=98304,
                 local_memory_bytes=123456.0,
                 top_stalls="long_scoreboard:1.21;math_pipe_throttle:0.33",
+                tensor_flops=1.1e12,
+                formula_flops=1.0e12,
+                dram_bytes=270.5e6,
+                formula_dram_bytes=268.4e6,
+                sm_clock_mhz=1755.0,
             )
         )
     rows.append(
@@ -311,6 +316,11 @@ def test_the_nsight_compute_table_is_readable(where):
     for row in rows[:4]:
         assert row.implementation in words and row.report in words
     assert "long_scoreboard:1.21," in words and "math_pipe_throttle:0.33;" in words
+    # measured work beside the formulas' (issue 53)
+    joined = " ".join(words)
+    assert "tensor 1.1 TFLOP (formula 1) DRAM 270 MB (least 268) SM 1755 MHz" in joined.replace(
+        ",", ""
+    )
     assert "ncu did not finish within 120 s" in " ".join(words)
     for name in ("occup.:", "smem:", "local:", "tensor,"):  # every short header explained
         assert name in words

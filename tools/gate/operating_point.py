@@ -179,7 +179,7 @@ def load_long_run(run_dir: Path, kind: str) -> LongRun:
     path = run_dir / "results" / "measurements.csv"
     rows = list(boundary.checked_rows(path, "measurements.csv", run.run_id, plan=run.plan))
     env = run.manifest.environment
-    peaks = (env.peak_tflops, env.peak_gbytes_per_s) if env else (None, None)
+    peaks = (env.dense_peaks(), env.peak_gbytes_per_s) if env else (None, None)
     return LongRun(run.run_id, kind, run.plan, rows, list(run.checks), run.manifest, peaks)
 
 
