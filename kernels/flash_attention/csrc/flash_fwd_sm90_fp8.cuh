@@ -152,14 +152,18 @@ __host__ __device__ inline int padded_keys(int seqlen_k) { return (seqlen_k + 12
 // v [B, H_kv, S_k, D] (rows of D bytes, 16-byte aligned) -> vt [B, H_kv, D, padded_keys(S_k)],
 // contiguous, each 32-key block in key_of_slot's order, zeros for keys past S_k (P is 0 there,
 // and 0 x NaN would not be). A block: 64 keys x 64 columns through shared memory, 256 threads,
-// 16 bytes each way.
+// 16 bytes each way; the blocks on one grid axis (key block fastest, then column block, then
+// batch and head: gridDim.y and z stop at 65535).
 __global__ void __launch_bounds__(256)
     transpose_v(const uint8_t* __restrict__ v, int64_t batch_stride, int64_t head_stride,
                 int64_t row_stride, uint8_t* __restrict__ vt, int seqlen_k, int kv_heads,
                 int head_dim) {
     __shared__ __align__(16) uint8_t tile[64][64 + 16];
-    const int key0 = blockIdx.x * 64, d0 = blockIdx.y * 64;
-    const int batch = blockIdx.z / kv_heads, head = blockIdx.z % kv_heads;
+    const int key_blocks = padded_keys(seqlen_k) / 64, d_blocks = head_dim / 64;
+    const int key0 = (blockIdx.x % key_blocks) * 64;
+    const int d0 = (blockIdx.x / key_blocks % d_blocks) * 64;
+    const int bh = blockIdx.x / key_blocks / d_blocks;
+    const int batch = bh / kv_heads, head = bh % kv_heads;
     const int tid = threadIdx.x;
     {
         const int key = key0 + tid / 4, chunk = tid % 4;
@@ -534,8 +538,9 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
     const int keys = padded_keys(p.seqlen_k);
     // 1. V^T into the scratch buffer, in key_of_slot's order.
     {
-        const dim3 grid(keys / 64, HeadDim / 64, (unsigned)(p.batch * kv_heads));
-        transpose_v<<<grid, 256, 0, stream>>>(static_cast<const uint8_t*>(p.v), p.v_batch_stride,
+        const int64_t blocks = (int64_t)(keys / 64) * (HeadDim / 64) * p.batch * kv_heads;
+        if (blocks > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
+        transpose_v<<<(unsigned)blocks, 256, 0, stream>>>(static_cast<const uint8_t*>(p.v), p.v_batch_stride,
                                               p.v_head_stride, p.v_row_stride,
                                               static_cast<uint8_t*>(fp.v_scratch), p.seqlen_k,
                                               kv_heads, HeadDim);
