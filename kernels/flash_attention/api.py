@@ -375,7 +375,7 @@ def flash_attention_with_lse(
     carries that rounding's error besides the inputs' (kernels/flash_attention/NOTES.md,
     "FP8 forward"). Eager only (no torch.compile op).
     """
-    if q.dtype == FP8_DTYPE:
+    if isinstance(q, torch.Tensor) and q.dtype == FP8_DTYPE:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         validate_fp8(q, k, v, scale)
         descales = [
