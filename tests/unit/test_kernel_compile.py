@@ -437,7 +437,7 @@ def test_cache_dir_follows_env(monkeypatch, tmp_path: Path):
 # plus the dispatcher: what CI can afford on 2 cores. Every unit compiles on the GPU machine.
 COMPILED_IN_CI = {
     "sm_89": {"fwd_hdim128_bf16_causal", "flash_dispatch"},
-    "sm_90": {"fwd_hdim128_bf16_causal_sm90", "flash_dispatch"},
+    "sm_90": {"fwd_hdim128_bf16_causal_sm90", "fwd_hdim128_e4m3_sm90", "flash_dispatch"},
 }
 
 
