@@ -312,15 +312,16 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState
         const float base = new_max == -INFINITY ? 0.f : new_max;
         corr[h] = fast_exp2(st.max[h] - base);
         const float offset = 8.f - base;
-        float sum = 0.f;
+        // Two partial sums (even and odd n8 tiles): two chains of adds, not one (h32).
+        float sum[2] = {0.f, 0.f};
 #pragma unroll
         for (int i = 0; i < T::kNTiles; ++i)
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) {
                 s[i][e] = fast_exp2(fmaf(s[i][e], c, offset));
-                sum += s[i][e];
+                sum[i % 2] += s[i][e];
             }
-        st.sum[h] = st.sum[h] * corr[h] + sum;
+        st.sum[h] = st.sum[h] * corr[h] + (sum[0] + sum[1]);
         st.max[h] = new_max;
     }
 }
