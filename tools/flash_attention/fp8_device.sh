@@ -10,16 +10,19 @@
 #     the dequantized inputs, beside an emulated FP8 reference (P rounded to e4m3);
 #  4. timing (`time`): TFLOP/s at S = 16k, B = 2 of our FP8 call (V's transpose included) and
 #     our bf16 kernel; 5. cuDNN's FP8 SDPA (`cudnn`) on the same shapes, if `import cudnn` works;
-#  6. prints the table last. Before 3, each schedule (the consumers' turns on, and off) is
+#  6. runs tests/gpu/test_flash_fp8_gpu.py (if the shipped schedule's probe finished);
+#  7. prints the table last. Before 3, each schedule (the consumers' turns on, and off) is
 #     probed with one small call under a 60 s timeout; 3-5 run the ones that finished.
 # Each step runs under `timeout` in its own process, so a fault or a hang still leaves the
-# rest. Writes build-*.json/log, correct.json, time.json, cudnn.json and the logs under $OUT.
-# About 4-6 minutes; STEPS (default "build correct time cudnn") and DIMS ("128 256") narrow it.
+# rest. Writes build-*.json/log, probe-*, correct.json, time.json, cudnn.json, pytest.txt and
+# the logs under $OUT.
+# About 4-6 minutes; STEPS (default "build correct time cudnn pytest") and DIMS ("128 256")
+# narrow it.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-/tmp/fp8-device}
 site=${SITE:-/tmp/site}
-steps=${STEPS:-build correct time cudnn}
+steps=${STEPS:-build correct time cudnn pytest}
 dims=${DIMS:-128 256}
 mkdir -p "$out" "$site"
 cd "$repo" || exit 1
@@ -104,6 +107,14 @@ if has cudnn; then
     --flags $flags > "$out/cudnn.log" 2>&1
   echo "exit $?"
   tail -n 2 "$out/cudnn.log"
+fi
+
+if has pytest && [[ " $flags " == *" 0 "* ]]; then
+  echo "== GPU tests of the FP8 path (tests/gpu/test_flash_fp8_gpu.py)"
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_flash_fp8_gpu.py \
+    > "$out/pytest.txt" 2>&1
+  echo "exit $?"
+  grep -E "passed|failed|error" "$out/pytest.txt" | tail -n 3
 fi
 
 echo "== table"
