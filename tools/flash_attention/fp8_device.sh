@@ -43,14 +43,14 @@ ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 if has build; then
   echo "== build (cold, all cores)"
   start=$(date +%s%N)
-  timeout 300 python3 -m kernels.flash_attention.build --record "$out/build-all.json" \
+  timeout 300 python3 -m kernels.flash_attention.build --force --record "$out/build-all.json" \
     > "$out/build-all.log" 2>&1
   echo "exit $? in $(ms_since "$start") ms (nproc $(nproc))"
-  tail -n 5 "$out/build-all.log" | grep -i error
+  grep -m 20 -iE "error|failed" "$out/build-all.log"
   echo "== build (cold, 4 cores: taskset -c 0-3)"
   start=$(date +%s%N)
   FLASH_KERNEL_CACHE=/tmp/flash-kernel-cache-4 timeout 300 taskset -c 0-3 \
-    python3 -m kernels.flash_attention.build --jobs 4 --record "$out/build-4.json" \
+    python3 -m kernels.flash_attention.build --force --jobs 4 --record "$out/build-4.json" \
     > "$out/build-4.log" 2>&1
   echo "exit $? in $(ms_since "$start") ms"
   python3 - "$out" <<'UNITS'
