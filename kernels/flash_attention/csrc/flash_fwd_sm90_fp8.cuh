@@ -189,7 +189,8 @@ __global__ void __launch_bounds__(256)
     }
     const int keys = padded_keys(seqlen_k);
     uint8_t* row = vt + (((int64_t)batch * kv_heads + head) * head_dim + d0 + d) * keys;
-    *reinterpret_cast<uint4*>(row + key0 + slot0) = make_uint4(words[0], words[1], words[2], words[3]);
+    *reinterpret_cast<uint4*>(row + key0 + slot0) =
+        make_uint4(words[0], words[1], words[2], words[3]);
 }
 
 // --- the attention kernel ---------------------------------------------------------------------
@@ -205,7 +206,9 @@ struct Fp8Smem {
     uint32_t base;  // 1024-aligned buffers: Q, the K ring, the V^T ring
     uint32_t bars;  // T::kBarriers mbarriers, then a scratch word
     __device__ __forceinline__ uint32_t q() const { return base; }
-    __device__ __forceinline__ uint32_t k(int s) const { return base + T::kQBytes + s * T::kKBytes; }
+    __device__ __forceinline__ uint32_t k(int s) const {
+        return base + T::kQBytes + s * T::kKBytes;
+    }
     __device__ __forceinline__ uint32_t v(int s) const {
         return base + T::kQBytes + T::kStages * T::kKBytes + s * T::kVBytes;
     }
@@ -541,10 +544,9 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
     {
         const int64_t blocks = (int64_t)(keys / 64) * (HeadDim / 64) * p.batch * kv_heads;
         if (blocks > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
-        transpose_v<<<(unsigned)blocks, 256, 0, stream>>>(static_cast<const uint8_t*>(p.v), p.v_batch_stride,
-                                              p.v_head_stride, p.v_row_stride,
-                                              static_cast<uint8_t*>(fp.v_scratch), p.seqlen_k,
-                                              kv_heads, HeadDim);
+        transpose_v<<<(unsigned)blocks, 256, 0, stream>>>(
+            static_cast<const uint8_t*>(p.v), p.v_batch_stride, p.v_head_stride, p.v_row_stride,
+            static_cast<uint8_t*>(fp.v_scratch), p.seqlen_k, kv_heads, HeadDim);
         err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
