@@ -153,13 +153,15 @@ __host__ __device__ inline int padded_keys(int seqlen_k) { return (seqlen_k + 12
 // contiguous, each 32-key block in key_of_slot's order, zeros for keys past S_k (P is 0 there,
 // and 0 x NaN would not be). A block: 64 keys x 64 columns through shared memory, 256 threads,
 // 16 bytes each way; the blocks on one grid axis (key block fastest, then column block, then
-// batch and head: gridDim.y and z stop at 65535).
+// batch and head: gridDim.y and z stop at 65535). A template, as every kernel here: each unit
+// that includes this header instantiates its own (a plain __global__ function would be defined
+// in both FP8 units, and the library would not link).
+template <int HeadDim>
 __global__ void __launch_bounds__(256)
     transpose_v(const uint8_t* __restrict__ v, int64_t batch_stride, int64_t head_stride,
-                int64_t row_stride, uint8_t* __restrict__ vt, int seqlen_k, int kv_heads,
-                int head_dim) {
+                int64_t row_stride, uint8_t* __restrict__ vt, int seqlen_k, int kv_heads) {
     __shared__ __align__(16) uint8_t tile[64][64 + 16];
-    const int key_blocks = padded_keys(seqlen_k) / 64, d_blocks = head_dim / 64;
+    const int key_blocks = padded_keys(seqlen_k) / 64, d_blocks = HeadDim / 64;
     const int key0 = (blockIdx.x % key_blocks) * 64;
     const int d0 = (blockIdx.x / key_blocks % d_blocks) * 64;
     const int bh = blockIdx.x / key_blocks / d_blocks;
@@ -188,7 +190,7 @@ __global__ void __launch_bounds__(256)
         words[w] = word;
     }
     const int keys = padded_keys(seqlen_k);
-    uint8_t* row = vt + (((int64_t)batch * kv_heads + head) * head_dim + d0 + d) * keys;
+    uint8_t* row = vt + (((int64_t)batch * kv_heads + head) * HeadDim + d0 + d) * keys;
     *reinterpret_cast<uint4*>(row + key0 + slot0) =
         make_uint4(words[0], words[1], words[2], words[3]);
 }
@@ -544,9 +546,9 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
     {
         const int64_t blocks = (int64_t)(keys / 64) * (HeadDim / 64) * p.batch * kv_heads;
         if (blocks > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
-        transpose_v<<<(unsigned)blocks, 256, 0, stream>>>(
+        transpose_v<HeadDim><<<(unsigned)blocks, 256, 0, stream>>>(
             static_cast<const uint8_t*>(p.v), p.v_batch_stride, p.v_head_stride, p.v_row_stride,
-            static_cast<uint8_t*>(fp.v_scratch), p.seqlen_k, kv_heads, HeadDim);
+            static_cast<uint8_t*>(fp.v_scratch), p.seqlen_k, kv_heads);
         err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
