@@ -45,6 +45,24 @@ class FlashFwdParams(ctypes.Structure):
 _PARAMS_VERSION_GQA = 2
 
 
+class FlashFp8Params(ctypes.Structure):
+    """Mirror of FlashFp8Params in csrc/flash_api.h (the FP8 entry point's parameters)."""
+
+    _fields_ = [
+        ("base", FlashFwdParams),
+        *[(f"{t}_descale", ctypes.c_void_p) for t in "qkv"],
+        ("v_scratch", ctypes.c_void_p),
+        ("flags", ctypes.c_int32),
+    ]
+
+
+# FP8 (e4m3 in, bf16 out): Hopper only, these head dims (generate.FP8_HEAD_DIMS).
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_HEAD_DIMS = generate.FP8_HEAD_DIMS
+# csrc/flash_fwd_sm90_fp8.cuh: V^T's rows are padded to whole 128-key tiles.
+_FP8_KEY_TILE = 128
+
+
 class _Library:
     """The loaded .so with its entry points' argtypes set once."""
 
@@ -57,6 +75,12 @@ class _Library:
         self.error_string = self.cdll.flash_error_string
         self.error_string.argtypes = [ctypes.c_int]
         self.error_string.restype = ctypes.c_char_p
+        # The FP8 entry point (absent from libraries built before it, and a no-op answering
+        # FLASH_ERR_UNSUPPORTED in builds without sm_90 units).
+        self.fwd_fp8 = getattr(self.cdll, "flash_attention_fwd_fp8", None)
+        if self.fwd_fp8 is not None:
+            self.fwd_fp8.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+            self.fwd_fp8.restype = ctypes.c_int
         # A library built before flash_params_version() existed (an A/B baseline of an older
         # tree) reads version 1's fields and would index k/v by the query head.
         version = getattr(self.cdll, "flash_params_version", None)
@@ -151,7 +175,11 @@ def validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 def backend_name(q: torch.Tensor, causal: bool) -> str:
     """Which compiled unit runs for q, e.g. 'flash:fwd_hdim64_fp16_causal:sm_89', or on an
-    H100 'flash:fwd_hdim128_bf16_sm90:sm_90' (the Hopper path)."""
+    H100 'flash:fwd_hdim128_bf16_sm90:sm_90' (the Hopper path); FP8 q:
+    'flash:fwd_hdim128_e4m3_sm90:sm_90' (one unit holds both causal settings)."""
+    if q.dtype == FP8_DTYPE and q.shape[-1] in FP8_HEAD_DIMS:
+        major, minor = torch.cuda.get_device_capability(q.device)
+        return f"flash:{generate.Fp8Unit(q.shape[-1]).name}:sm_{major}{minor}"
     if q.dtype not in SUPPORTED_DTYPES or q.shape[-1] not in SUPPORTED_HEAD_DIMS:
         _fail(f"no kernel for dtype {q.dtype} with head_dim {q.shape[-1]}")
     major, minor = torch.cuda.get_device_capability(q.device)
@@ -221,6 +249,87 @@ def _forward(
     return out, lse
 
 
+def _descale(value, name: str, device: torch.device) -> torch.Tensor | None:
+    """A descale factor as the kernel reads it: one float32 on q's device (None: 1.0)."""
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor):
+        value = float(value)
+        if not (math.isfinite(value) and value > 0):
+            _fail(f"{name} must be a positive finite number; got {value}")
+        return torch.tensor([value], dtype=torch.float32, device=device)
+    if value.numel() != 1 or value.dtype != torch.float32 or value.device != device:
+        _fail(
+            f"{name} must be one float32 value on {device} (per-tensor descale); got "
+            f"{_describe(value)}"
+        )
+    return value.reshape(1).contiguous()
+
+
+def validate_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> None:
+    """validate() for FP8 inputs: e4m3 q, k, v on an sm_90 GPU, D 128 or 256, 16-byte strides
+    (TMA's), a positive scale."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype != FP8_DTYPE:
+            _fail(f"{name}: FP8 attention takes CUDA tensors of torch.float8_e4m3fn, all three")
+        if t.dim() != 4:
+            _fail(f"{name} must be 4-D (batch, heads, seq, head_dim); got {_describe(t)}")
+        sb, sh, ss, sd = t.stride()
+        if sd != 1 or (sb | sh | ss) & 15:
+            _fail(
+                f"{name}: last dim contiguous and batch/head/seq strides multiples of 16 "
+                f"elements (16 bytes) for FP8; got {_describe(t)}"
+            )
+        if t.data_ptr() & 15:
+            _fail(f"{name} must start at a 16-byte aligned address")
+    if not (q.device == k.device == v.device):
+        _fail(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
+    b, h, _, d = q.shape
+    kb, kh, s_k, kd = k.shape
+    if k.shape != v.shape or kb != b or kd != d:
+        _fail(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit together")
+    if kh == 0 or h % kh:
+        _fail(f"q has {h} heads and k, v have {kh}: h_q must be a multiple of h_kv")
+    if d not in FP8_HEAD_DIMS:
+        _fail(f"FP8 attention takes head_dim {' or '.join(map(str, FP8_HEAD_DIMS))}; got {d}")
+    if s_k == 0 and q.shape[2] > 0:
+        _fail("k and v have no keys (seq length 0)")
+    if b > 65535 or h > 65535 or max(q.shape[2], s_k) > _INT32_MAX:
+        _fail(f"sizes too large: batch and heads must be <= 65535; got q {tuple(q.shape)}")
+    if not scale > 0:
+        _fail(f"FP8 attention takes a positive scale (the row max is of raw scores); got {scale}")
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if (major, minor) != (9, 0):
+        _fail(f"FP8 attention runs on sm_90 (H100, H200) only; {q.device} is {major}.{minor}")
+
+
+def _forward_fp8(q, k, v, causal, scale, descales, flags=0, lib=None):
+    b, h, s_q, d = q.shape
+    out = torch.empty((b, h, s_q, d), dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    kv_heads, s_k = k.shape[1], k.shape[2]
+    keys = -(-s_k // _FP8_KEY_TILE) * _FP8_KEY_TILE
+    scratch = torch.empty(b * kv_heads * d * keys, dtype=torch.uint8, device=q.device)
+    lib = lib or _library or load_library()
+    if lib.fwd_fp8 is None:
+        _fail(f"this build of the kernel ({lib.record['library']}) has no FP8 entry point")
+    base = FlashFwdParams(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        b, h, s_q, s_k, d, scale, h // kv_heads,
+    )  # fmt: skip
+    ptrs = [t.data_ptr() if t is not None else None for t in descales]
+    params = FlashFp8Params(base, *ptrs, scratch.data_ptr(), flags)
+    index = q.get_device()
+    with torch.cuda.device(index):
+        code = lib.fwd_fp8(ctypes.addressof(params), causal, _raw_stream(index))
+    if code != 0:
+        raise RuntimeError(f"flash_attention FP8 kernel failed: {lib.error_string(code).decode()}")
+    return out, lse
+
+
 @torch.library.custom_op("bench_flash::fwd", mutates_args=())
 def _fwd_op(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
@@ -240,6 +349,10 @@ def flash_attention_with_lse(
     v: torch.Tensor,
     causal: bool = False,
     scale: float | None = None,
+    *,
+    q_descale: torch.Tensor | float | None = None,
+    k_descale: torch.Tensor | float | None = None,
+    v_descale: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q k^T * scale) v and its log-sum-exp (float32, (B, H, S_q)).
 
@@ -254,7 +367,24 @@ def flash_attention_with_lse(
     the Hopper kernels at D = 64 non-causal add each row's probabilities as rounded for P V (on
     the tensor core), so O is divided by exactly the weights it holds; the other kernels add
     them in float32 (about 2e-6).
+
+    FP8: q, k, v of torch.float8_e4m3fn (sm_90 only, D 128 or 256, strides multiples of 16)
+    with per-tensor descale factors (one float32 each, a tensor on q's device or a number;
+    None is 1.0): the scores are q.k * scale * q_descale * k_descale, the output (bfloat16)
+    softmax(scores) v * v_descale. scale must be positive. P is rounded to e4m3 for P V, so O
+    carries that rounding's error besides the inputs' (kernels/flash_attention/NOTES.md,
+    "FP8 forward"). Eager only (no torch.compile op).
     """
+    if isinstance(q, torch.Tensor) and q.dtype == FP8_DTYPE:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        validate_fp8(q, k, v, scale)
+        descales = [
+            _descale(x, f"{n}_descale", q.device)
+            for n, x in (("q", q_descale), ("k", k_descale), ("v", v_descale))
+        ]
+        return _forward_fp8(q, k, v, bool(causal), scale, descales)
+    if not (q_descale is None and k_descale is None and v_descale is None):
+        _fail("descale factors are for torch.float8_e4m3fn inputs only")
     if scale is not None:
         scale = float(scale)
         if not math.isfinite(scale):
@@ -272,6 +402,14 @@ def flash_attention(
     v: torch.Tensor,
     causal: bool = False,
     scale: float | None = None,
+    *,
+    q_descale: torch.Tensor | float | None = None,
+    k_descale: torch.Tensor | float | None = None,
+    v_descale: torch.Tensor | float | None = None,
 ) -> torch.Tensor:
-    """softmax(q k^T * scale) v; see flash_attention_with_lse for what is accepted."""
-    return flash_attention_with_lse(q, k, v, causal=causal, scale=scale)[0]
+    """softmax(q k^T * scale) v; see flash_attention_with_lse for what is accepted (FP8 inputs
+    with their descale factors too)."""
+    return flash_attention_with_lse(
+        q, k, v, causal=causal, scale=scale,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+    )[0]  # fmt: skip

@@ -92,6 +92,40 @@ class Unit:
         )
 
 
+# FP8 (e4m3 in, bf16 out) forward units, Hopper only: one per head dim, each holding both causal
+# settings (two units, not four: the cold build's budget, issue 53 item 6).
+FP8_HEAD_DIMS = (128, 256)
+FP8_HEADER = "flash_fwd_sm90_fp8.cuh"
+
+
+@dataclass(frozen=True)
+class Fp8Unit:
+    head_dim: int
+
+    @property
+    def name(self) -> str:
+        return f"fwd_hdim{self.head_dim}_e4m3_sm90"
+
+    @property
+    def symbol(self) -> str:
+        return "flash_" + self.name
+
+    def source(self) -> str:
+        launch = f"flash::fp8::launch_fwd_fp8<{self.head_dim}"
+        return (
+            f'{_BANNER}#include "{FP8_HEADER}"\n\n'
+            f'extern "C" int {self.symbol}(const FlashFp8Params* params, int causal, '
+            "cudaStream_t stream) {\n"
+            f"    return causal ? {launch}, true>(*params, stream)\n"
+            f"                  : {launch}, false>(*params, stream);\n"
+            "}\n"
+        )
+
+
+def fp8_units(arch: str) -> list[Fp8Unit]:
+    return [Fp8Unit(d) for d in FP8_HEAD_DIMS] if has_sm90_path(arch) else []
+
+
 def units(arch: str) -> list[Unit]:
     configs = list(itertools.product((d.name for d in DTYPES), HEAD_DIMS, CAUSAL))
     sm80 = [Unit(d, h, c) for d, h, c in configs]
@@ -105,9 +139,15 @@ def dtype_header() -> str:
     return f"{_BANNER}#pragma once\n\nenum FlashDtype {{\n{values}}};\n"
 
 
-def dispatcher_source(all_units: list[Unit]) -> str:
+def dispatcher_source(all_units: list[Unit], fp8: list[Fp8Unit] = ()) -> str:
     decls = "".join(
         f'extern "C" int {u.symbol}(const FlashFwdParams*, cudaStream_t);\n' for u in all_units
+    )
+    decls += "".join(
+        f'extern "C" int {u.symbol}(const FlashFp8Params*, int, cudaStream_t);\n' for u in fp8
+    )
+    fp8_cases = "".join(
+        f"    if (p->base.head_dim == {u.head_dim}) return {u.symbol}(p, causal, s);\n" for u in fp8
     )
     sm90 = {u.config_name: u for u in all_units if u.path == SM90}
     cases = ""
@@ -143,6 +183,16 @@ extern "C" int flash_attention_fwd(const FlashFwdParams* p, int dtype, int causa
 {cases}    return FLASH_ERR_UNSUPPORTED;
 }}
 
+extern "C" int flash_attention_fwd_fp8(const FlashFp8Params* p, int causal, void* stream) {{
+    if (p == nullptr || p->base.seqlen_q <= 0 || p->base.seqlen_k <= 0 || p->base.batch <= 0 ||
+        p->base.heads <= 0 || p->base.q_heads_per_kv_head <= 0 ||
+        p->base.heads % p->base.q_heads_per_kv_head != 0 || !(p->base.scale > 0.f))
+        return FLASH_ERR_BAD_PARAMS;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    causal = causal ? 1 : 0;
+{fp8_cases}    return FLASH_ERR_UNSUPPORTED;
+}}
+
 extern "C" const char* flash_error_string(int code) {{
     if (code == FLASH_ERR_UNSUPPORTED) return "no kernel for this dtype / head dim";
     if (code == FLASH_ERR_BAD_PARAMS)
@@ -161,13 +211,14 @@ def write_sources(out_dir: Path, arch: str) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / DTYPE_HEADER).write_text(dtype_header())
     all_units = units(arch)
+    fp8 = fp8_units(arch)
     paths = []
-    for unit in all_units:
+    for unit in [*all_units, *fp8]:
         path = out_dir / f"{unit.name}.cu"
         path.write_text(unit.source())
         paths.append(path)
     dispatch = out_dir / DISPATCH_NAME
-    dispatch.write_text(dispatcher_source(all_units))
+    dispatch.write_text(dispatcher_source(all_units, fp8))
     return paths + [dispatch]
 
 

@@ -22,9 +22,11 @@ CONFIGS = {
     for d in (64, 128, 256)
     for c in (False, True)
 }
+# FP8 (e4m3): Hopper only, one unit per head dim holding both causal settings.
+FP8_UNITS = {"fwd_hdim128_e4m3_sm90", "fwd_hdim256_e4m3_sm90"}
 EXPECTED_UNITS = {
     "sm_89": CONFIGS,
-    "sm_90": CONFIGS | {name + "_sm90" for name in CONFIGS},
+    "sm_90": CONFIGS | {name + "_sm90" for name in CONFIGS} | FP8_UNITS,
 }
 
 
@@ -44,6 +46,27 @@ def test_generator_writes_exactly_the_expected_units(tmp_path: Path, arch: str):
         if unit.path == generate.SM90:
             twin = generate.Unit(unit.dtype, unit.head_dim, unit.causal)
             assert f"FLASH_ERR_UNSUPPORTED ? {twin.symbol}(p, s) : code" in dispatch
+
+
+@pytest.mark.parametrize("arch", EXPECTED_UNITS)
+def test_fp8_entry_point_reaches_the_fp8_units_and_answers_unsupported_elsewhere(
+    tmp_path: Path, arch: str
+):
+    generate.write_sources(tmp_path, arch)
+    dispatch = (tmp_path / "flash_dispatch.cu").read_text()
+    assert 'extern "C" int flash_attention_fwd_fp8(const FlashFp8Params* p' in dispatch
+    body = dispatch.split("flash_attention_fwd_fp8(const FlashFp8Params* p", 1)[1]
+    body = body.split("\n}\n", 1)[0]
+    fp8 = generate.fp8_units(arch)
+    assert {u.name for u in fp8} == (FP8_UNITS if arch == "sm_90" else set())
+    for unit in fp8:
+        assert f"p->base.head_dim == {unit.head_dim}) return {unit.symbol}(p, causal, s);" in body
+        source = (tmp_path / f"{unit.name}.cu").read_text()
+        assert f"launch_fwd_fp8<{unit.head_dim}, true>" in source
+        assert f"launch_fwd_fp8<{unit.head_dim}, false>" in source
+    # A non-positive (or NaN) scale and the 16-bit entry point's bad sizes are refused first.
+    assert "!(p->base.scale > 0.f)" in body and "return FLASH_ERR_BAD_PARAMS;" in body
+    assert body.rstrip().endswith("return FLASH_ERR_UNSUPPORTED;")
 
 
 def test_dispatcher_refuses_a_kv_grouping_that_does_not_divide_the_heads(tmp_path: Path):
@@ -421,7 +444,7 @@ def test_cache_dir_follows_env(monkeypatch, tmp_path: Path):
 # plus the dispatcher: what CI can afford on 2 cores. Every unit compiles on the GPU machine.
 COMPILED_IN_CI = {
     "sm_89": {"fwd_hdim128_bf16_causal", "flash_dispatch"},
-    "sm_90": {"fwd_hdim128_bf16_causal_sm90", "flash_dispatch"},
+    "sm_90": {"fwd_hdim128_bf16_causal_sm90", *FP8_UNITS, "flash_dispatch"},
 }
 
 
@@ -449,6 +472,9 @@ def test_representative_units_compile_for_l4_and_h100(tmp_path: Path):
             assert set(seconds) == COMPILED_IN_CI[arch], arch
             objects = {p.stem for p in (tmp_path / arch / "obj").glob("*.o")}
             assert objects == set(seconds), arch
+            # They link into one library (the units left out are its undefined symbols): a
+            # header that defines a plain function in two units fails here, not on the GPU.
+            build._link(nvcc, tmp_path / arch / "obj", tmp_path / arch / build.LIBRARY_NAME)
 
 
 def test_cpu_tensors_are_rejected_with_a_clear_message():
@@ -473,3 +499,56 @@ def test_non_finite_scale_is_rejected_before_anything_runs(scale):
     q = torch.randn(1, 2, 16, 64, dtype=torch.float16)
     with pytest.raises(ValueError, match="scale must be a finite number"):
         flash_attention(q, q, q, scale=scale)
+
+
+def _fp8(*shape):
+    return torch.zeros(*shape, dtype=torch.float8_e4m3fn)
+
+
+def test_fp8_cpu_tensors_are_rejected_with_a_clear_message():
+    from kernels.flash_attention import flash_attention
+
+    q = _fp8(1, 2, 16, 128)
+    with pytest.raises(ValueError, match="FP8 attention takes CUDA tensors of torch.float8_e4m3fn"):
+        flash_attention(q, q, q)
+
+
+def test_fp8_key_order_matches_the_e4m3_a_fragment():
+    """The V^T slot order of csrc/flash_fwd_sm90_fp8.cuh (key_of_slot) against the PTX ISA's
+    fragments: S's accumulator (thread t of a quad: columns 8i + 2t, 8i + 2t + 1 of n8 tile i)
+    packed four to a register as pack_probabilities packs them, read back through the 8-bit A
+    fragment of m64nNk32 (register r, byte e: row g for r in {0, 2}, g + 8 for {1, 3}; column
+    4t + e, + 16 for r in {2, 3}), times V^T in slot order, is P V."""
+    import re
+
+    source = (build.CSRC_DIR / "flash_fwd_sm90_fp8.cuh").read_text()
+    expr = re.search(r"int key_of_slot\(int c\) \{\s*return (.*?);", source, re.S).group(1)
+    key_of_slot = eval("lambda c: " + expr.replace("/", "//"))  # C's int division
+    assert sorted(key_of_slot(c) for c in range(32)) == list(range(32))
+    torch.manual_seed(0)
+    p, v = torch.randn(16, 32, dtype=torch.float64), torch.randn(32, 8, dtype=torch.float64)
+    a = torch.zeros(16, 32, dtype=torch.float64)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        acc = {
+            (i, e): p[g + 8 * (e >> 1), 8 * i + 2 * t + (e & 1)] for i in range(4) for e in range(4)
+        }
+        regs = [  # pack_probabilities, one k32 step
+            [acc[0, 0], acc[0, 1], acc[1, 0], acc[1, 1]],
+            [acc[0, 2], acc[0, 3], acc[1, 2], acc[1, 3]],
+            [acc[2, 0], acc[2, 1], acc[3, 0], acc[3, 1]],
+            [acc[2, 2], acc[2, 3], acc[3, 2], acc[3, 3]],
+        ]
+        for r in range(4):
+            for e in range(4):
+                a[g + 8 * (r % 2), 4 * t + e + 16 * (r // 2)] = regs[r][e]
+    v_slots = torch.stack([v[key_of_slot(c)] for c in range(32)])
+    torch.testing.assert_close(a @ v_slots, p @ v)
+
+
+def test_descales_are_refused_for_16_bit_inputs():
+    from kernels.flash_attention import flash_attention
+
+    q = torch.randn(1, 2, 16, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="descale factors are for torch.float8_e4m3fn inputs"):
+        flash_attention(q, q, q, q_descale=1.0)

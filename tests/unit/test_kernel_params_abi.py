@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.flash_attention.api import FlashFwdParams
+from kernels.flash_attention.api import FlashFp8Params, FlashFwdParams
 from kernels.flash_attention.build import CSRC_DIR
 
 HEADER = CSRC_DIR / "flash_api.h"
@@ -30,7 +30,7 @@ def _host_compiler() -> str | None:
     return shutil.which("g++") or shutil.which("clang++") or shutil.which("c++")
 
 
-def _layout_program(names: list[str], header: Path) -> str:
+def _layout_program(names: list[str], header: Path, struct: str = "FlashFwdParams") -> str:
     """Prints `name offset size kind` per named field, then `sizeof size`; a name the header
     lacks is a compile error."""
     lines = [
@@ -43,7 +43,7 @@ def _layout_program(names: list[str], header: Path) -> str:
             "#include <cstdio>",
             "#include <type_traits>",
             f'#include "{header}"',
-            "using P = FlashFwdParams;",
+            f"using P = {struct};",
             "template <class T> const char* kind() {",
             '    if (std::is_pointer<T>::value) return "pointer";',
             '    if (std::is_floating_point<T>::value) return "float";',
@@ -61,13 +61,13 @@ def _layout_program(names: list[str], header: Path) -> str:
     )
 
 
-def _header_layout(tmp_path: Path, header: Path = HEADER) -> list[str]:
-    names = [name for name, _ in FlashFwdParams._fields_]
+def _header_layout(tmp_path: Path, header: Path = HEADER, mirror=FlashFwdParams) -> list[str]:
+    names = [name for name, _ in mirror._fields_]
     compiler = _host_compiler()
     if compiler is None:
         pytest.skip("no host C++ compiler (g++, clang++ or c++)")
     source, binary = tmp_path / "layout.cpp", tmp_path / "layout"
-    source.write_text(_layout_program(names, header))
+    source.write_text(_layout_program(names, header, mirror.__name__))
     build = subprocess.run(
         [compiler, "-std=c++17", "-o", str(binary), str(source)], capture_output=True, text=True
     )
@@ -77,12 +77,12 @@ def _header_layout(tmp_path: Path, header: Path = HEADER) -> list[str]:
     )[:-1]
 
 
-def _mirror_layout() -> list[str]:
+def _mirror_layout(mirror=FlashFwdParams) -> list[str]:
     rows = [
-        f"{name} {getattr(FlashFwdParams, name).offset} {ctypes.sizeof(ctype)} {_KIND[ctype]}"
-        for name, ctype in FlashFwdParams._fields_
+        f"{name} {getattr(mirror, name).offset} {ctypes.sizeof(ctype)} {_KIND.get(ctype, 'other')}"
+        for name, ctype in mirror._fields_
     ]
-    return [*rows, f"sizeof {ctypes.sizeof(FlashFwdParams)}"]
+    return [*rows, f"sizeof {ctypes.sizeof(mirror)}"]
 
 
 def test_ctypes_mirror_matches_the_headers_layout(tmp_path):
@@ -95,3 +95,20 @@ def test_the_check_sees_a_retyped_field(tmp_path):
     header.write_text(HEADER.read_text().replace("float scale;", "int32_t scale;"))
     assert header.read_text() != HEADER.read_text()
     assert _header_layout(tmp_path, header) != _mirror_layout()
+
+
+def test_fp8_params_mirror_matches_the_headers_layout(tmp_path):
+    """FlashFp8Params (the FP8 entry point's): FlashFwdParams whole, then the descales, the
+    scratch buffer and the flags, at the offsets the host compiler gives them."""
+    assert _header_layout(tmp_path, mirror=FlashFp8Params) == _mirror_layout(FlashFp8Params)
+
+
+def test_the_fp8_check_sees_a_moved_field(tmp_path):
+    header = tmp_path / "flash_api.h"
+    text = HEADER.read_text()
+    moved = text.replace(
+        "    void* v_scratch;\n    int32_t flags;", "    int32_t flags;\n    void* v_scratch;"
+    )
+    assert moved != text
+    header.write_text(moved)
+    assert _header_layout(tmp_path, header, FlashFp8Params) != _mirror_layout(FlashFp8Params)

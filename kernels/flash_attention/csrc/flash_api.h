@@ -34,10 +34,32 @@ typedef struct FlashFwdParams {
 // Error codes beyond cudaError_t's range.
 enum { FLASH_ERR_UNSUPPORTED = 10000, FLASH_ERR_BAD_PARAMS = 10001 };
 
+// FP8 (e4m3) forward, Hopper only (flash_attention_fwd_fp8): q, k and v hold e4m3 bytes (their
+// strides in elements are bytes: multiples of 16, last dim contiguous), o is bfloat16, lse
+// float32 as above; head_dim 128 or 256. Scores are q.k * scale * q_descale * k_descale, O is
+// softmax(scores) v * v_descale: each descale pointer is one float32 on the device (NULL reads
+// as 1.0); scale and the descales must be positive. v_scratch is device memory of
+// batch * (heads / q_heads_per_kv_head) * head_dim * round_up(seqlen_k, 128) bytes that the
+// call writes (V transposed) before the attention kernel reads it, both on `stream`.
+typedef struct FlashFp8Params {
+    FlashFwdParams base;
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
+    void* v_scratch;
+    int32_t flags;  // FLASH_FP8_* bits below, 0 for the shipped schedule
+} FlashFp8Params;
+
+// Measurement flag: the consumer warpgroups issue their MMAs without taking turns.
+enum { FLASH_FP8_NO_PINGPONG = 1 };
+
 // Runs the forward pass on `stream` (a cudaStream_t; NULL is the legacy default stream).
 // dtype is a FlashDtype code (flash_dtypes.h, generated from the binding's dtype table).
 // Returns 0 or an error code; flash_error_string(code) says what it means.
 int flash_attention_fwd(const FlashFwdParams* params, int dtype, int causal, void* stream);
+// FP8 forward (FlashFp8Params above); FLASH_ERR_UNSUPPORTED where the library has no FP8 units
+// (a build for another GPU than sm_90) or the GPU is not an sm_90 one.
+int flash_attention_fwd_fp8(const FlashFp8Params* params, int causal, void* stream);
 const char* flash_error_string(int code);
 int flash_params_version(void);
 

@@ -1,0 +1,588 @@
+// FP8 (e4m3) forward on Hopper (sm_90a): q, k, v in e4m3 with per-tensor float32 descale
+// factors, O in bf16 (issue 53 item 4). A kernel of its own beside the 16-bit one
+// (flash_fwd_kernel_sm90.cuh), so that no 16-bit unit's code moves; its shape is that kernel's
+// first one (h1-h2): a producer warpgroup streams Q and K / V tiles with TMA into a ring of
+// full/empty mbarriers, two consumer warpgroups of 64 query rows each compute S = Q K^T and
+// O += P V with wgmma (m64nNk32, e4m3 in, fp32 accumulators), the online softmax in registers
+// between, S_j issued together with P_{j-1} V_{j-1} and the consumers taking turns at the
+// tensor core. One block per 128-row tile (not persistent).
+//
+// What FP8 changes:
+// - wgmma reads 8-bit operands only K-major from shared memory, for B as for A. K (keys x D,
+//   D contiguous) is K-major for S = Q K^T; V (keys x D) is not for P V, whose reduction runs
+//   over the keys. So V is first transposed by a separate kernel (transpose_v) into a scratch
+//   buffer [B, H_kv, D, S_k padded to 128], which the attention kernel reads by TMA.
+// - P goes from S's accumulators (fp32, mma's C layout: thread t of a quad holds columns 2t,
+//   2t+1 of each n8 tile) to the e4m3 A fragment of the next wgmma (4 bytes a register: thread
+//   t holds columns 4t..4t+3 and 16+4t..16+4t+3 of each 32-key step). Instead of moving bytes
+//   between threads, the transpose writes V's keys in the order P's registers hold them: slot
+//   c of each 32-key block holds key key_of_slot(c) (below), so that the register that the
+//   wgmma reads as columns 4t..4t+3 holds P's keys 2t, 2t+1, 8+2t, 9+2t and the sums pair the
+//   same keys. No shuffle, no byte permute.
+// - The scores' scale is softmax_scale * q_descale * k_descale (folded into the exponent), P
+//   is exp2(s - max + 8): its row maximum maps to 256 (e4m3 reaches 448), so that small
+//   probabilities keep more bits than in [0, 1]; the row sums (fp32, of P before rounding)
+//   carry the same 2^8, and O is multiplied by v_descale / sum at the end.
+// - The softmax scale and the descales must be positive (the binding checks the scale; the
+//   descales are read on the device): the row max is taken over the raw scores.
+#pragma once
+
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "flash_api.h"
+#include "flash_fwd_launch_sm90.cuh"  // tensor_map_encoder, sm90_multiprocessors, kSm90Enabled
+#include "kernel_params.h"
+#include "sm90_utils.h"
+#include "utils.h"
+
+namespace flash::fp8 {
+
+// --- wgmma, e4m3 (PTX ISA "wgmma.mma_async": .e4m3 operands, k32; 8-bit A and B K-major) ---
+
+// S (64 x 128 fp32) = or += Q K^T over 32 columns: A (64 x 32) and B (128 keys x 32), both e4m3
+// K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+        "%64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// O (64 x D fp32) = or += P V over 32 keys: A (P, 64 x 32 e4m3) from registers, B (D x 32 keys,
+// K-major: V transposed) in shared memory. D = 128 and 256.
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+        "{%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[32][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, "
+        "{%128,%129,%130,%131}, %132, p, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+// --- shape ------------------------------------------------------------------------------------
+
+// A block: a producer warpgroup and two consumer warpgroups of 64 query rows; K and V^T tiles of
+// 128 keys through a ring of kStages buffers. 8-bit rows of 128 bytes (TMA's 128-byte swizzle,
+// the largest) are 128 elements: Q and K are stored as HeadDim / 128 column blocks of 128
+// columns, a V^T tile (HeadDim rows of 128 keys) as one. D = 128: Q 16 KB + 3 x (16 + 16) KB;
+// D = 256: Q 32 KB + 2 x (32 + 32) KB.
+template <int HeadDim>
+struct Fp8Traits {
+    static constexpr int kHeadDim = HeadDim;
+    static constexpr int kBlockM = 128;
+    static constexpr int kBlockN = 128;
+    static constexpr int kStages = HeadDim == 256 ? 2 : 3;
+    static constexpr int kConsumerWarps = 8;
+    static constexpr int kThreads = 384;
+    static constexpr int kBlocksPerSm = 1;
+    static constexpr int kRowBytes = 128;
+    static constexpr int kColBlocks = HeadDim / 128;
+    static constexpr int kQBytes = kBlockM * HeadDim;
+    static constexpr int kKBytes = kBlockN * HeadDim;
+    static constexpr int kVBytes = HeadDim * kBlockN;
+    static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S
+    static constexpr int kDTiles = HeadDim / 8;   // n8 tiles of O
+    static constexpr int kKSteps = HeadDim / 32;  // k32 steps of S = Q K^T
+    static constexpr int kPSteps = kBlockN / 32;  // k32 steps of O += P V
+    static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024;
+    static constexpr int kBarriers = 1 + 4 * kStages;  // full_q, full_k, full_v, empty_k, empty_v
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
+    static_assert(HeadDim == 128 || HeadDim == 256, "head dim 128 or 256");
+    static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory");
+    static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "an SM's registers");
+};
+
+// The key that slot c (0..31) of each 32-key block of V^T holds: the key whose P the A
+// fragment's column c holds. S's accumulator gives thread t (of a quad, one row) keys
+// 8i + 2t, 8i + 2t + 1 of n8 tile i; the e4m3 A fragment of m64nNk32 reads a register as
+// columns 4t .. 4t + 3 (registers 0, 1: rows g, g + 8) or 16 + 4t .. 16 + 4t + 3 (registers 2,
+// 3). pack_probabilities puts tiles 4kk, 4kk + 1 (keys 2t, 2t + 1, 8 + 2t, 9 + 2t) in the first
+// and tiles 4kk + 2, 4kk + 3 in the second: column 4t + e holds key 8 (e / 2) + 2t + e % 2.
+__host__ __device__ constexpr int key_of_slot(int c) {
+    return (c / 16) * 16 + ((c % 4) / 2) * 8 + 2 * ((c % 16) / 4) + c % 2;
+}
+
+// Four floats as four e4m3 bytes, a in the lowest (cvt's first source lands in the upper byte
+// of the pair), rounded to nearest, saturated to +-448.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
+    uint16_t lo, hi;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
+    return (uint32_t)lo | ((uint32_t)hi << 16);
+}
+
+// P (fp32 accumulator layout, exp2 already taken) as P V's A fragments, one per 32 keys.
+template <typename T>
+__device__ __forceinline__ void pack_probabilities(uint32_t (&pa)[T::kPSteps][4],
+                                                   const float (&s)[T::kNTiles][4]) {
+#pragma unroll
+    for (int kk = 0; kk < T::kPSteps; ++kk) {
+        const int t0 = 4 * kk;
+        pa[kk][0] = pack_e4m3x4(s[t0][0], s[t0][1], s[t0 + 1][0], s[t0 + 1][1]);
+        pa[kk][1] = pack_e4m3x4(s[t0][2], s[t0][3], s[t0 + 1][2], s[t0 + 1][3]);
+        pa[kk][2] = pack_e4m3x4(s[t0 + 2][0], s[t0 + 2][1], s[t0 + 3][0], s[t0 + 3][1]);
+        pa[kk][3] = pack_e4m3x4(s[t0 + 2][2], s[t0 + 2][3], s[t0 + 3][2], s[t0 + 3][3]);
+    }
+}
+
+// --- V transposed -----------------------------------------------------------------------------
+
+// Keys rounded up to whole 128-key tiles: the scratch buffer's row length.
+__host__ __device__ inline int padded_keys(int seqlen_k) { return (seqlen_k + 127) / 128 * 128; }
+
+// v [B, H_kv, S_k, D] (rows of D bytes, 16-byte aligned) -> vt [B, H_kv, D, padded_keys(S_k)],
+// contiguous, each 32-key block in key_of_slot's order, zeros for keys past S_k (P is 0 there,
+// and 0 x NaN would not be). A block: 64 keys x 64 columns through shared memory, 256 threads,
+// 16 bytes each way; the blocks on one grid axis (key block fastest, then column block, then
+// batch and head: gridDim.y and z stop at 65535). A template, as every kernel here: each unit
+// that includes this header instantiates its own (a plain __global__ function would be defined
+// in both FP8 units, and the library would not link).
+template <int HeadDim>
+__global__ void __launch_bounds__(256)
+    transpose_v(const uint8_t* __restrict__ v, int64_t batch_stride, int64_t head_stride,
+                int64_t row_stride, uint8_t* __restrict__ vt, int seqlen_k, int kv_heads) {
+    __shared__ __align__(16) uint8_t tile[64][64 + 16];
+    const int key_blocks = padded_keys(seqlen_k) / 64, d_blocks = HeadDim / 64;
+    const int key0 = (blockIdx.x % key_blocks) * 64;
+    const int d0 = (blockIdx.x / key_blocks % d_blocks) * 64;
+    const int bh = blockIdx.x / key_blocks / d_blocks;
+    const int batch = bh / kv_heads, head = bh % kv_heads;
+    const int tid = threadIdx.x;
+    {
+        const int key = key0 + tid / 4, chunk = tid % 4;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (key < seqlen_k)
+            x = *reinterpret_cast<const uint4*>(v + batch * batch_stride + head * head_stride +
+                                                key * row_stride + d0 + chunk * 16);
+        *reinterpret_cast<uint4*>(&tile[tid / 4][chunk * 16]) = x;
+    }
+    __syncthreads();
+    const int d = tid / 4, slot0 = (tid % 4) * 16;  // 16 slots of one 32-key half
+    uint32_t words[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int slot = slot0 + 4 * w + e;  // 0..63 in this block of 64 keys
+            const int key = (slot / 32) * 32 + key_of_slot(slot % 32);
+            word |= (uint32_t)tile[key][d] << (8 * e);
+        }
+        words[w] = word;
+    }
+    const int keys = padded_keys(seqlen_k);
+    uint8_t* row = vt + (((int64_t)batch * kv_heads + head) * HeadDim + d0 + d) * keys;
+    *reinterpret_cast<uint4*>(row + key0 + slot0) =
+        make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// --- the attention kernel ---------------------------------------------------------------------
+
+struct Fp8KernelParams {
+    FwdKernelParams p;
+    const float *q_descale, *k_descale, *v_descale;
+    int flags;
+};
+
+template <typename T>
+struct Fp8Smem {
+    uint32_t base;  // 1024-aligned buffers: Q, the K ring, the V^T ring
+    uint32_t bars;  // T::kBarriers mbarriers, then a scratch word
+    __device__ __forceinline__ uint32_t q() const { return base; }
+    __device__ __forceinline__ uint32_t k(int s) const {
+        return base + T::kQBytes + s * T::kKBytes;
+    }
+    __device__ __forceinline__ uint32_t v(int s) const {
+        return base + T::kQBytes + T::kStages * T::kKBytes + s * T::kVBytes;
+    }
+    __device__ __forceinline__ uint32_t bar(int i) const { return bars + 8 * i; }
+    __device__ __forceinline__ uint32_t full_q() const { return bar(0); }
+    __device__ __forceinline__ uint32_t full_k(int s) const { return bar(1 + s); }
+    __device__ __forceinline__ uint32_t full_v(int s) const { return bar(1 + T::kStages + s); }
+    __device__ __forceinline__ uint32_t empty_k(int s) const { return bar(1 + 2 * T::kStages + s); }
+    __device__ __forceinline__ uint32_t empty_v(int s) const { return bar(1 + 3 * T::kStages + s); }
+    __device__ __forceinline__ uint32_t scratch() const { return bar(T::kBarriers); }
+};
+
+// Key tiles of query block m_block: all, or causal up to its last row's diagonal (bottom-right
+// alignment, as the 16-bit kernels); 0 when no row sees a key.
+template <typename T, bool Causal>
+__device__ __forceinline__ int key_tiles(const FlashFwdParams& p, int m_block) {
+    int n_end = p.seqlen_k;
+    if (Causal) n_end = min(n_end, (m_block + 1) * T::kBlockM + p.seqlen_k - p.seqlen_q);
+    return n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0;
+}
+
+// The consumers' turns at the tensor core (as the 16-bit kernel's Pingpong<2>): hardware
+// barriers 1 (warpgroup 0's turn) and 2 (warpgroup 1's), each synced by its warpgroup and
+// arrived at by the other. Warpgroup 1 lets warpgroup 0 go first (start); warpgroup 0 absorbs
+// warpgroup 1's last pass (finish). Both take the same number of turns: every tile is both's.
+struct Turns {
+    int wg;
+    bool on;
+    __device__ __forceinline__ void start() const {
+        if (on && wg == 1) sm90::named_barrier_arrive(1, 256);
+    }
+    __device__ __forceinline__ void take() const {
+        if (on) sm90::named_barrier_sync(1 + wg, 256);
+    }
+    __device__ __forceinline__ void pass() const {
+        if (on) sm90::named_barrier_arrive(2 - wg, 256);
+    }
+    __device__ __forceinline__ void finish() const {
+        if (on && wg == 0) sm90::named_barrier_sync(1, 256);
+    }
+};
+
+// S = Q K_s^T for this warpgroup's 64 rows: k32 steps of 32 bytes inside each 128-byte column
+// block (the swizzle's atom rows; the descriptor as for the 16-bit kernel's 16-column steps).
+template <typename T>
+__device__ __forceinline__ void qk_wgmma(float (&s)[T::kNTiles][4], const Fp8Smem<T>& sm,
+                                         int stage, int wg) {
+#pragma unroll
+    for (int ks = 0; ks < T::kKSteps; ++ks) {
+        const int cb = ks / 4, in_row = (ks % 4) * 32;
+        const uint64_t desc_q = sm90::smem_descriptor(
+            sm.q() + cb * T::kBlockM * T::kRowBytes + wg * 64 * T::kRowBytes + in_row, 0);
+        const uint64_t desc_k =
+            sm90::smem_descriptor(sm.k(stage) + cb * T::kBlockN * T::kRowBytes + in_row, 0);
+        wgmma_ss_e4m3(s, desc_q, desc_k, ks > 0);
+    }
+}
+
+// O += P V_s: V^T's tile is HeadDim rows of 128 key slots, K-major; a k32 step is 32 bytes on.
+template <typename T>
+__device__ __forceinline__ void pv_wgmma(float (&o)[T::kDTiles][4],
+                                         const uint32_t (&pa)[T::kPSteps][4],
+                                         const Fp8Smem<T>& sm, int stage) {
+#pragma unroll
+    for (int kk = 0; kk < T::kPSteps; ++kk)
+        wgmma_rs_e4m3(o, pa[kk], sm90::smem_descriptor(sm.v(stage) + kk * 32, 0), 1);
+}
+
+// This thread's online softmax state for its two rows (g and g + 8 of its warp's 16).
+struct RowState {
+    float max[2];  // running max of the scaled scores (log2 units)
+    float sum[2];  // this thread's partial sums of P (carrying the 2^8 of P's offset)
+};
+
+// Masks, then folds tile s into the state: s becomes P = exp2(s * c - max + 8), corr the factor
+// O's rows take. c > 0, so the max of c * s is c times the raw max.
+template <typename T, bool Causal>
+__device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState& st,
+                                             float (&corr)[2], float c, bool mask, int row_g,
+                                             int n0, int seqlen_k, int causal_offset, int lane) {
+    if (mask) {
+#pragma unroll
+        for (int i = 0; i < T::kNTiles; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = n0 + 8 * i + 2 * (lane % 4) + (e & 1);
+                const int row = row_g + 8 * (e >> 1);
+                if (col >= seqlen_k || (Causal && col > row + causal_offset)) s[i][e] = -INFINITY;
+            }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float part[4];
+#pragma unroll
+        for (int i = 0; i < T::kNTiles; ++i) {
+            const float pair = fmaxf(s[i][2 * h], s[i][2 * h + 1]);
+            part[i % 4] = i < 4 ? pair : fmaxf(part[i % 4], pair);
+        }
+        float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float new_max = fmaxf(st.max[h], mx * c);
+        // A row with no visible key yet: exponents against 0, every P and corr 0.
+        const float base = new_max == -INFINITY ? 0.f : new_max;
+        corr[h] = fast_exp2(st.max[h] - base);
+        const float offset = 8.f - base;
+        // Two partial sums (even and odd n8 tiles): two chains of adds, not one (h32).
+        float sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < T::kNTiles; ++i)
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                s[i][e] = fast_exp2(fmaf(s[i][e], c, offset));
+                sum[i % 2] += s[i][e];
+            }
+        st.sum[h] = st.sum[h] * corr[h] + (sum[0] + sum[1]);
+        st.max[h] = new_max;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void rescale(float (&o)[T::kDTiles][4], const float (&corr)[2]) {
+#pragma unroll
+    for (int i = 0; i < T::kDTiles; ++i) {
+        o[i][0] *= corr[0];
+        o[i][1] *= corr[0];
+        o[i][2] *= corr[1];
+        o[i][3] *= corr[1];
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void produce(const FwdKernelParams& p, const Fp8Smem<T>& sm,
+                                        const CUtensorMap* tma_q, const CUtensorMap* tma_k,
+                                        const CUtensorMap* tma_vt, int m_block, int head,
+                                        int batch, int n_blocks) {
+    constexpr int S = T::kStages;
+    if (n_blocks == 0) return;
+    const int kv_head = p.kv_heads.kv_head(head);
+    sm90::mbarrier_arrive_expect_tx(sm.full_q(), T::kQBytes);
+#pragma unroll
+    for (int cb = 0; cb < T::kColBlocks; ++cb)
+        sm90::tma_load_4d_hint(sm.q() + cb * T::kBlockM * T::kRowBytes, tma_q, sm.full_q(),
+                               cb * 128, m_block * T::kBlockM, head, batch, sm90::kEvictFirst);
+    for (int j = 0; j < n_blocks; ++j) {
+        const int s = j % S;
+        const uint32_t reuse_phase = ((j / S) + 1) & 1;  // the phase of use j - S's release
+        if (j >= S) sm90::mbarrier_wait(sm.empty_k(s), reuse_phase);
+        sm90::mbarrier_arrive_expect_tx(sm.full_k(s), T::kKBytes);
+#pragma unroll
+        for (int cb = 0; cb < T::kColBlocks; ++cb)
+            sm90::tma_load_4d_hint(sm.k(s) + cb * T::kBlockN * T::kRowBytes, tma_k, sm.full_k(s),
+                                   cb * 128, j * T::kBlockN, kv_head, batch, sm90::kEvictLast);
+        if (j >= S) sm90::mbarrier_wait(sm.empty_v(s), reuse_phase);
+        sm90::mbarrier_arrive_expect_tx(sm.full_v(s), T::kVBytes);
+        sm90::tma_load_4d_hint(sm.v(s), tma_vt, sm.full_v(s), j * T::kBlockN, 0, kv_head, batch,
+                               sm90::kEvictLast);
+    }
+}
+
+template <typename T, bool Causal>
+__device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
+                                        int m_block, int head, int batch, int n_blocks,
+                                        int consumer_warp, int lane) {
+    constexpr int S = T::kStages;
+    const FwdKernelParams& p = kp.p;
+    const int wg = consumer_warp / 4;
+    const float q_descale = kp.q_descale ? *kp.q_descale : 1.f;
+    const float k_descale = kp.k_descale ? *kp.k_descale : 1.f;
+    const float v_descale = kp.v_descale ? *kp.v_descale : 1.f;
+    const float c = p.scale * q_descale * k_descale * kLog2e;
+    const int m0 = m_block * T::kBlockM;
+    const int row_g = m0 + consumer_warp * 16 + lane / 4;
+    const int causal_offset = p.seqlen_k - p.seqlen_q;
+    const Turns turns{wg, (kp.flags & FLASH_FP8_NO_PINGPONG) == 0};
+    turns.start();
+
+    float o[T::kDTiles][4];
+#pragma unroll
+    for (int i = 0; i < T::kDTiles; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
+    RowState st{{-INFINITY, -INFINITY}, {0.f, 0.f}};
+    auto needs_mask = [&](int j) {
+        const int n0 = j * T::kBlockN;
+        return n0 + T::kBlockN > p.seqlen_k || (Causal && n0 + T::kBlockN - 1 > m0 + causal_offset);
+    };
+    auto release = [&](uint32_t bar) {
+        if (lane == 0) sm90::mbarrier_arrive(bar);
+    };
+
+    if (n_blocks > 0) {
+        sm90::mbarrier_wait(sm.full_q(), 0);
+        float s[T::kNTiles][4], corr[2];
+        uint32_t pa[T::kPSteps][4];
+        // S_0 alone, its softmax, P_0.
+        sm90::mbarrier_wait(sm.full_k(0), 0);
+        turns.take();
+        sm90::wgmma_fence();
+        qk_wgmma<T>(s, sm, 0, wg);
+        sm90::wgmma_commit();
+        turns.pass();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(s);
+        release(sm.empty_k(0));
+        softmax_tile<T, Causal>(s, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k,
+                                causal_offset, lane);
+        pack_probabilities<T>(pa, s);
+        // S_j with P_{j-1} V_{j-1}; the softmax of S_j under P V, O rescaled once P V landed.
+        for (int j = 1; j < n_blocks; ++j) {
+            const int stage = j % S, prev = (j - 1) % S;
+            sm90::mbarrier_wait(sm.full_k(stage), (j / S) & 1);
+            sm90::mbarrier_wait(sm.full_v(prev), ((j - 1) / S) & 1);
+            turns.take();
+            sm90::wgmma_fence();
+            qk_wgmma<T>(s, sm, stage, wg);
+            sm90::wgmma_commit();
+            pv_wgmma<T>(o, pa, sm, prev);
+            sm90::wgmma_commit();
+            turns.pass();
+            sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
+            sm90::fence_registers(s);
+            release(sm.empty_k(stage));
+            softmax_tile<T, Causal>(s, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
+                                    p.seqlen_k, causal_offset, lane);
+            // Keeps ptxas from hoisting the wait above the softmax (16-bit kernel, h10).
+            sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
+            sm90::wgmma_wait<0>();
+            sm90::fence_registers(o);
+            release(sm.empty_v(prev));
+            if (corr[0] != 1.f || corr[1] != 1.f) rescale<T>(o, corr);
+            pack_probabilities<T>(pa, s);
+        }
+        const int last = (n_blocks - 1) % S;
+        sm90::mbarrier_wait(sm.full_v(last), ((n_blocks - 1) / S) & 1);
+        turns.take();
+        sm90::wgmma_fence();
+        pv_wgmma<T>(o, pa, sm, last);
+        sm90::wgmma_commit();
+        turns.pass();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(o);
+        release(sm.empty_v(last));
+    }
+    turns.finish();
+
+    // O / sum * v_descale in bf16, from registers (4 bytes a store); lse (natural log).
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + batch * p.o_batch_stride +
+                         head * p.o_head_stride;
+    float* lse = p.lse + ((int64_t)batch * p.heads + head) * p.seqlen_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = st.sum[h];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        const float inv = sum > 0.f ? v_descale / sum : 0.f;
+        const int row = row_g + 8 * h;
+        if (row >= p.seqlen_q) continue;
+        if (lane % 4 == 0)
+            lse[row] = sum > 0.f ? (st.max[h] - 8.f + log2f(sum)) * kLn2 : -INFINITY;
+        __nv_bfloat16* dst = out + (int64_t)row * p.o_row_stride + 2 * (lane % 4);
+#pragma unroll
+        for (int i = 0; i < T::kDTiles; ++i)
+            *reinterpret_cast<__nv_bfloat162*>(dst + 8 * i) =
+                __floats2bfloat162_rn(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+    }
+}
+
+template <typename T, bool Causal>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    flash_fwd_fp8_kernel(const Fp8KernelParams kp, const __grid_constant__ CUtensorMap tma_q,
+                         const __grid_constant__ CUtensorMap tma_k,
+                         const __grid_constant__ CUtensorMap tma_vt) {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    __shared__ __align__(8) uint64_t bars[T::kBarriers + 1];
+    Fp8Smem<T> sm;
+    sm.base = (smem_u32(smem_raw) + 1023) & ~1023u;
+    sm.bars = smem_u32(bars);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    // Causal: the heaviest query blocks (the last) first.
+    const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int n_blocks = key_tiles<T, Causal>(kp.p, m_block);
+    if (tid == 0) {
+        sm90::mbarrier_init(sm.full_q(), 1);
+        for (int s = 0; s < T::kStages; ++s) {
+            sm90::mbarrier_init(sm.full_k(s), 1);
+            sm90::mbarrier_init(sm.full_v(s), 1);
+            sm90::mbarrier_init(sm.empty_k(s), T::kConsumerWarps);  // one arrival a consumer warp
+            sm90::mbarrier_init(sm.empty_v(s), T::kConsumerWarps);
+        }
+        sm90::fence_barrier_init();
+    }
+    __syncthreads();
+    if (warp < 4) {
+        sm90::regs_release<T::kProducerRegs>();
+        if (tid == 0)
+            produce<T>(kp.p, sm, &tma_q, &tma_k, &tma_vt, m_block, head, batch, n_blocks);
+    } else {
+        sm90::regs_claim<T::kConsumerRegs>();
+        consume<T, Causal>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
+    }
+}
+
+// --- launcher ---------------------------------------------------------------------------------
+
+// A 4-D byte tensor (dim0 contiguous) read in boxes of box0 x box1 with the 128-byte swizzle;
+// coordinates outside it read as zeros. False if the driver refuses.
+inline bool encode_u8_map(CUtensorMap* map, const void* data, const cuuint64_t (&dims)[4],
+                          const cuuint64_t (&strides)[3], int box0, int box1) {
+    const auto encode = tensor_map_encoder();
+    if (encode == nullptr) return false;
+    const cuuint32_t box[4] = {(cuuint32_t)box0, (cuuint32_t)box1, 1, 1};
+    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(data), dims, strides,
+                  box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int HeadDim, bool Causal>
+int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
+    using T = Fp8Traits<HeadDim>;
+    const FlashFwdParams& p = fp.base;
+    if (!kSm90Enabled || fp.v_scratch == nullptr) return FLASH_ERR_UNSUPPORTED;
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    if (sm90_multiprocessors(device) == 0) return FLASH_ERR_UNSUPPORTED;
+    const int kv_heads = p.heads / p.q_heads_per_kv_head;
+    const int keys = padded_keys(p.seqlen_k);
+    // 1. V^T into the scratch buffer, in key_of_slot's order.
+    {
+        const int64_t blocks = (int64_t)(keys / 64) * (HeadDim / 64) * p.batch * kv_heads;
+        if (blocks > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
+        transpose_v<HeadDim><<<(unsigned)blocks, 256, 0, stream>>>(
+            static_cast<const uint8_t*>(p.v), p.v_batch_stride, p.v_head_stride, p.v_row_stride,
+            static_cast<uint8_t*>(fp.v_scratch), p.seqlen_k, kv_heads);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+    }
+    // 2. The attention kernel.
+    CUtensorMap maps[3];
+    const bool encoded =
+        encode_u8_map(&maps[0], p.q,
+                      {HeadDim, (cuuint64_t)p.seqlen_q, (cuuint64_t)p.heads, (cuuint64_t)p.batch},
+                      {(cuuint64_t)p.q_row_stride, (cuuint64_t)p.q_head_stride,
+                       (cuuint64_t)p.q_batch_stride},
+                      128, T::kBlockM) &&
+        encode_u8_map(&maps[1], p.k,
+                      {HeadDim, (cuuint64_t)p.seqlen_k, (cuuint64_t)kv_heads, (cuuint64_t)p.batch},
+                      {(cuuint64_t)p.k_row_stride, (cuuint64_t)p.k_head_stride,
+                       (cuuint64_t)p.k_batch_stride},
+                      128, T::kBlockN) &&
+        encode_u8_map(&maps[2], fp.v_scratch,
+                      {(cuuint64_t)keys, HeadDim, (cuuint64_t)kv_heads, (cuuint64_t)p.batch},
+                      {(cuuint64_t)keys, (cuuint64_t)keys * HeadDim,
+                       (cuuint64_t)keys * HeadDim * kv_heads},
+                      T::kBlockN, HeadDim);
+    if (!encoded) return FLASH_ERR_UNSUPPORTED;
+    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal>;
+    err = opt_in_shared_memory<T, kernel>(device);
+    if (err != cudaSuccess) return err;
+    Fp8KernelParams kp;
+    kp.p = kernel_params(p);
+    kp.q_descale = fp.q_descale;
+    kp.k_descale = fp.k_descale;
+    kp.v_descale = fp.v_descale;
+    kp.flags = fp.flags;
+    const dim3 grid((p.seqlen_q + T::kBlockM - 1) / T::kBlockM, p.heads, p.batch);
+    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
+    return cudaGetLastError();
+}
+
+}  // namespace flash::fp8
