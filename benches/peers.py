@@ -300,8 +300,12 @@ def flashinfer_unsupported(config: AttentionConfig) -> str | None:
 
 # cuDNN's FP8 SDPA (the frontend's sdpa_fp8): P in [0, 1] is scaled by scale_s before its
 # rounding to e4m3 and descaled after, as FlashAttention-3 scales it (benches/fp8.py, P_SCALE);
-# the output is bfloat16, so its scale is 1. Hopper and newer (cuDNN's support matrix).
-CUDNN_FP8_MIN_CAPABILITY = (9, 0)
+# the output is bfloat16, so its scale is 1. Blackwell and newer: on an H200 (cuDNN 9.19,
+# 2026-11-29) the library declined every such graph, "sdpa fp8 forward with HALF/BFLOAT16
+# output is only supported on Blackwell architecture with cuDNN version 9.13.0 and newer";
+# Hopper's FP8 SDPA writes e4m3, which the contract's bfloat16 output (docs/kernel-contract.md,
+# FP8) does not take, so the peer says so on Hopper instead of failing every row.
+CUDNN_FP8_MIN_CAPABILITY = (10, 0)
 CUDNN_IO_TYPES = {torch.float16: "HALF", torch.bfloat16: "BFLOAT16", fp8.E4M3: "FP8_E4M3"}
 
 
@@ -529,7 +533,7 @@ def cudnn_fe_backend(q, k, v, causal) -> str:
 def cudnn_fe_unsupported(config: AttentionConfig) -> str | None:
     """cuDNN's SDPA support matrix (cuDNN frontend docs, Attention): prefill fp16/bf16 with
     head dims up to 256; the tensors' 16-byte alignment asks for a multiple of 8 (of 16 in
-    FP8's one-byte elements); FP8 on Hopper and newer."""
+    FP8's one-byte elements); FP8 (a bfloat16 output) on Blackwell and newer."""
     refusal = dtype_refusal(PEERS["cudnn-fe"], config)
     multiple = 16 if fp8.is_fp8(config.dtype) else 8
     if refusal is None and (config.head_dim % multiple or config.head_dim > 256):
@@ -541,8 +545,8 @@ def cudnn_fe_unsupported(config: AttentionConfig) -> str | None:
     if refusal is None and fp8.is_fp8(config.dtype) and capability is not None:
         if capability < CUDNN_FP8_MIN_CAPABILITY:
             refusal = (
-                f"unsupported on sm_{capability[0]}{capability[1]}: cuDNN's FP8 SDPA needs "
-                "sm_90 (Hopper) or newer"
+                f"unsupported on sm_{capability[0]}{capability[1]}: cuDNN's FP8 SDPA writes a "
+                "bfloat16 output on Blackwell (sm_100) and newer only; below, e4m3"
             )
     return refusal
 

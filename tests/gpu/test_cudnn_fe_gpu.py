@@ -172,8 +172,17 @@ FP8_SHAPES = [
 @pytest.fixture(scope="module")
 def hopper(cudnn):
     if torch.cuda.get_device_capability() < peers.CUDNN_FP8_MIN_CAPABILITY:
-        pytest.skip("cuDNN's FP8 SDPA needs sm_90 or newer")
+        pytest.skip("cuDNN's FP8 SDPA with a bfloat16 output needs sm_100 or newer")
     return cudnn
+
+
+def test_cudnn_fe_says_why_it_takes_no_fp8_config_below_blackwell(cudnn):
+    """On Hopper cuDNN 9.19 declined every FP8 graph with a bfloat16 output (its FP8 SDPA
+    writes e4m3 there): the peer's row says so before any graph is built."""
+    if torch.cuda.get_device_capability() >= peers.CUDNN_FP8_MIN_CAPABILITY:
+        pytest.skip("Blackwell or newer: cuDNN takes the FP8 config")
+    reason = registry.get("cudnn-fe").unsupported(_config(FP8_SHAPES[0]))
+    assert reason and "bfloat16 output on Blackwell (sm_100) and newer only" in reason
 
 
 @pytest.mark.parametrize("shape", FP8_SHAPES, ids=[_config(s).name for s in FP8_SHAPES])

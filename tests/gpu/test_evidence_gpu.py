@@ -15,7 +15,7 @@ import subprocess
 import pytest
 import torch
 
-from benches import environment, profile
+from benches import environment, peers, profile
 from results_schema import AttentionConfig, Plan
 from results_schema.gpu_kinds import kind_of
 from results_schema.models import ProfileRequest
@@ -102,14 +102,17 @@ def test_a_16_bit_profile_measures_the_formulas_flops_and_at_least_its_bytes(tmp
             f"{row.formula_dram_bytes:.4g}), SM {row.sm_clock_mhz:.0f} MHz"
         )
         assert row.tensor_flops == pytest.approx(row.formula_flops, rel=0.02)
-        assert row.dram_bytes >= 0.9 * row.formula_dram_bytes
+        # The inputs must come from DRAM (ncu flushes the caches before each pass); the
+        # output may still sit in L2 when the kernel ends (an H200 read 57.8 MB of the
+        # 67.1 MB that q, k, v and o hold: 50.3 MB of inputs): q, k, v are 3/4 of it here.
+        assert row.dram_bytes >= 0.9 * 0.75 * row.formula_dram_bytes
         assert 100 < row.sm_clock_mhz < 5000
 
 
 def test_an_fp8_profile_counts_the_fp8_tensor_pipe(tmp_path):
     pytest.importorskip("cudnn")
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("cuDNN's FP8 SDPA needs sm_90 or newer")
+    if torch.cuda.get_device_capability() < peers.CUDNN_FP8_MIN_CAPABILITY:
+        pytest.skip("cuDNN's FP8 SDPA with a bfloat16 output needs sm_100 or newer")
     config = AttentionConfig(
         name="fp8-b1h16s4096d128",
         batch=1,

@@ -617,6 +617,28 @@ def test_cudnn_fe_takes_cudnns_head_dims_and_16_bit_dtypes(changes, expected):
     assert registry.get("cudnn-fe").unsupported(_config(**changes)) == expected
 
 
+@pytest.mark.parametrize(
+    "capability,refused", [((8, 9), True), ((9, 0), True), ((10, 0), False), ((12, 0), False)]
+)
+def test_cudnn_fe_takes_fp8_configs_where_cudnn_writes_a_bfloat16_output(
+    monkeypatch, capability, refused
+):
+    """On an H200 cuDNN 9.19 declined every FP8 SDPA graph with a bfloat16 output ("only
+    supported on Blackwell architecture"): the row says why before a graph is built, where
+    each FP8 row failed with the library's error."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    reason = registry.get("cudnn-fe").unsupported(_config(dtype="float8_e4m3fn", head_dim=128))
+    if refused:
+        sm = f"sm_{capability[0]}{capability[1]}"
+        assert reason == (
+            f"unsupported on {sm}: cuDNN's FP8 SDPA writes a bfloat16 output on Blackwell "
+            "(sm_100) and newer only; below, e4m3"
+        )
+    else:
+        assert reason is None
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_cudnn_fe_times_cudnns_fp8_graph_with_the_callers_descales(stand_in, causal):
     """An FP8 config builds the frontend's FP8 SDPA node: the harness's descales bound at
