@@ -1,0 +1,62 @@
+"""Issue 49 item 4 on this machine's CPU: SDPA as a user kernel in its worker process against
+the registry's SDPA in the harness's own process, one run of the harness, configs of 0.1 ms
+and up; prints per config the parent's median, the harness's median for the worker and their
+ratio. Run it on a quiet machine, with the environment under test set around it:
+
+    .venv/bin/python tools/verdict/cpu_agreement.py [SAMPLES]
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python tools/verdict/cpu_agreement.py
+
+Developer-only (it borrows the isolation tests' helpers)."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+SHAPES = [(1, 2, 128), (1, 4, 256), (1, 4, 512), (1, 8, 512), (2, 8, 512), (1, 8, 1024)]
+
+
+def main() -> None:
+    from benches import registry
+    from benches.user_kernel import register
+    from benches.writers import read_csv
+    from results_schema import AttentionConfig, Measurement
+    from tests.unit import test_isolation as ti
+
+    samples = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+    root = Path(tempfile.mkdtemp())
+    ti.kernel_tree(root, "worker", "")  # SDPA in float32, as the registry's
+    configs = [
+        AttentionConfig(
+            name=f"b{b}h{h}s{s}", batch=b, heads=h, seq_len=s, head_dim=64, dtype="float32",
+            causal=False,
+        )
+        for b, h, s in SHAPES
+    ]
+    plan = ti.cpu_plan([ti.user_kernel("worker", "worker")], configs, samples=samples)
+    register(plan, root)
+    try:
+        ti.run_whole(plan, root / "run")
+    finally:
+        impl = registry.IMPLEMENTATIONS.pop("worker", None)
+        if getattr(impl, "worker", None) is not None:
+            impl.worker.close()
+    rows = read_csv(root / "run" / "results" / "measurements.csv", Measurement)
+    print(f"{'config':<12} {'parent ms':>10} {'worker ms':>10} {'ratio':>7}  mode")
+    for config in configs:
+        of = {
+            name: [r.latency_ms for r in rows if r.config == config.name and r.implementation == name]
+            for name in ("sdpa", "worker")
+        }
+        mode = next((r.mode for r in rows if r.config == config.name and r.implementation == "worker"), "")
+        parent, worker = statistics.median(of["sdpa"]), statistics.median(of["worker"])
+        print(f"{config.name:<12} {parent:>10.4f} {worker:>10.4f} {worker / parent:>7.3f}  {mode}")
+
+
+if __name__ == "__main__":
+    main()
