@@ -315,8 +315,11 @@ def test_an_honest_report_on_a_loaded_host_is_not_called_a_lie(tmp_path, registe
     core with a process busy 4 ms in 5, sched(7)), the worker free on the others: the
     harness's fastest bracket then reads several times the worker's honest report, which
     the CPU's rule called a lie ("its process reported 2.094 ms ... at least 13.5 ms", an
-    honest row of the CI gate's test on a loaded 2-core machine; this test, 3 of 4 runs).
-    Less the time the parent and the worker sat runnable but not running, it is the call."""
+    honest row of the CI gate's test on a loaded 2-core machine). Less the time the parent
+    and the worker sat runnable but not running, it is the call. A guard more than a
+    reproduction: the rule without that correction failed it in 1 of 6 runs (2 of 2 with a
+    process busy all the time, which made the run take minutes); tests/unit/test_host_load.py
+    holds the measurement itself."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     kernel_tree(tmp_path, "fine", "")
     small = AttentionConfig(
