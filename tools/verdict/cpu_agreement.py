@@ -33,7 +33,12 @@ def main() -> None:
     ti.kernel_tree(root, "worker", "")  # SDPA in float32, as the registry's
     configs = [
         AttentionConfig(
-            name=f"b{b}h{h}s{s}", batch=b, heads=h, seq_len=s, head_dim=64, dtype="float32",
+            name=f"b{b}h{h}s{s}",
+            batch=b,
+            heads=h,
+            seq_len=s,
+            head_dim=64,
+            dtype="float32",
             causal=False,
         )
         for b, h, s in SHAPES
@@ -49,12 +54,11 @@ def main() -> None:
     rows = read_csv(root / "run" / "results" / "measurements.csv", Measurement)
     print(f"{'config':<12} {'parent ms':>10} {'worker ms':>10} {'ratio':>7}  mode")
     for config in configs:
-        of = {
-            name: [r.latency_ms for r in rows if r.config == config.name and r.implementation == name]
-            for name in ("sdpa", "worker")
-        }
-        mode = next((r.mode for r in rows if r.config == config.name and r.implementation == "worker"), "")
-        parent, worker = statistics.median(of["sdpa"]), statistics.median(of["worker"])
+        mine = [r for r in rows if r.config == config.name]
+        parent = statistics.median(r.latency_ms for r in mine if r.implementation == "sdpa")
+        theirs = [r for r in mine if r.implementation == "worker"]
+        worker = statistics.median(r.latency_ms for r in theirs)
+        mode = theirs[0].mode if theirs else ""
         print(f"{config.name:<12} {parent:>10.4f} {worker:>10.4f} {worker / parent:>7.3f}  {mode}")
 
 
