@@ -148,10 +148,20 @@ def validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             _fail(f"{name}'s last dim must be contiguous (stride 1); got {_describe(t)}")
         if (sb | sh | ss) & 7:
             _fail(f"{name}'s batch/head/seq strides must be multiples of 8; got {_describe(t)}")
-    if not (q.device == k.device == v.device):
-        _fail(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
     if not (q.dtype == k.dtype == v.dtype):
         _fail(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    _check_shapes(q, k, v)
+    reason = head_dim_unsupported_reason(q.shape[-1])
+    if reason:
+        _fail(reason)
+    _check_device_capability(q.get_device())
+
+
+def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """What every entry point asks of q, k, v together: one device, shapes that fit (k/v
+    heads dividing q's), keys where there are queries, sizes the launch grid takes."""
+    if not (q.device == k.device == v.device):
+        _fail(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
     b, h, s_q, d = q.shape
     kb, kh, s_k, kd = k.shape
     if k.shape != v.shape:
@@ -163,14 +173,10 @@ def validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"q has {h} heads and k, v have {kh}: grouped-query attention needs the query heads "
             f"to be a whole multiple of the k/v heads (h_q % h_kv == 0)"
         )
-    reason = head_dim_unsupported_reason(d)
-    if reason:
-        _fail(reason)
     if s_k == 0 and s_q > 0:
         _fail("k and v have no keys (seq length 0)")
     if b > 65535 or h > 65535 or max(s_q, s_k) > _INT32_MAX:
         _fail(f"sizes too large: batch and heads must be <= 65535; got q {tuple(q.shape)}")
-    _check_device_capability(q.get_device())
 
 
 def backend_name(q: torch.Tensor, causal: bool) -> str:
@@ -282,20 +288,10 @@ def validate_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
             )
         if t.data_ptr() & 15:
             _fail(f"{name} must start at a 16-byte aligned address")
-    if not (q.device == k.device == v.device):
-        _fail(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
-    b, h, _, d = q.shape
-    kb, kh, s_k, kd = k.shape
-    if k.shape != v.shape or kb != b or kd != d:
-        _fail(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit together")
-    if kh == 0 or h % kh:
-        _fail(f"q has {h} heads and k, v have {kh}: h_q must be a multiple of h_kv")
+    _check_shapes(q, k, v)
+    d = q.shape[-1]
     if d not in FP8_HEAD_DIMS:
         _fail(f"FP8 attention takes head_dim {' or '.join(map(str, FP8_HEAD_DIMS))}; got {d}")
-    if s_k == 0 and q.shape[2] > 0:
-        _fail("k and v have no keys (seq length 0)")
-    if b > 65535 or h > 65535 or max(q.shape[2], s_k) > _INT32_MAX:
-        _fail(f"sizes too large: batch and heads must be <= 65535; got q {tuple(q.shape)}")
     if not scale > 0:
         _fail(f"FP8 attention takes a positive scale (the row max is of raw scores); got {scale}")
     major, minor = torch.cuda.get_device_capability(q.device)
