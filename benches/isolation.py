@@ -399,7 +399,7 @@ class MeasuredPlacement:
         if copies is None:  # a query buffer per call: no call can reuse another's answer
             copies = calls if mode != "single" else 1
         lend = worker.lender.lend
-        self._queries = [lend(q) for _ in range(copies)]
+        self._queries = worker.lender.lend_copies(q, copies)
         self._lent_kv = [lend(self._k), lend(self._v)]
         self._lent_descales = _lend_descales(lend, inputs)
         cpu = worker.device.type != "cuda"
@@ -587,11 +587,14 @@ class MeasuredPlacement:
         tolerance = self._measuring.tolerance
         if tolerance is None:
             return
-        for (call, rows), got in zip(picks, gathered, strict=True):
-            expected = row_checks.reference(
+        expected = [
+            row_checks.reference(
                 self._fresh[call], self._k, self._v, rows, self._config.causal, self._scales
             )
-            problem, error = row_checks.problem(got, expected, tolerance)
+            for call, rows in picks
+        ]
+        verdicts = row_checks.problems(gathered, expected, tolerance)
+        for (call, _), (problem, error) in zip(picks, verdicts, strict=True):
             self.worst_error = error if self.worst_error is None else max(self.worst_error, error)
             if problem:
                 changed = modified_input(

@@ -51,15 +51,16 @@ def reference_rows(
     causal: bool,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Rows of `reference_attention` for one head: `q_rows` (R, D) are the queries at
-    `positions` (R,) of a q as long as the keys, `k_head` and `v_head` (S, D) that head's
-    keys and values; the same float64 arithmetic, a query seeing the keys up to its own
-    position when causal."""
+    """Rows of `reference_attention` for one head, or for a batch of heads at once:
+    `q_rows` (..., R, D) are the queries at `positions` (..., R) of a q as long as the
+    keys, `k_head` and `v_head` (..., S, D) those heads' keys and values; the same float64
+    arithmetic, a query seeing the keys up to its own position when causal."""
     scale = 1.0 / math.sqrt(q_rows.shape[-1]) if scale is None else scale
-    scores = torch.matmul(q_rows.to(torch.float64), k_head.to(torch.float64).T) * scale
+    keys = k_head.to(torch.float64).transpose(-1, -2)
+    scores = torch.matmul(q_rows.to(torch.float64), keys) * scale
     if causal:
-        keys = torch.arange(k_head.shape[0], device=q_rows.device)
-        scores = scores.masked_fill(keys[None, :] > positions[:, None], float("-inf"))
+        key_positions = torch.arange(k_head.shape[-2], device=q_rows.device)
+        scores = scores.masked_fill(key_positions > positions[..., None], float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), v_head.to(torch.float64))
 
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from benches.correctness import errors
 from benches.reference import reference_rows
 
 ROW_HEADS = 4
@@ -70,28 +69,47 @@ def reference(
     causal: bool,
     descales: tuple[float, float, float] | None = None,
 ):
-    """The float64 reference of the picked rows, from the harness's own q, k and v; FP8
-    ones with their (q, k, v) `descales`, read as the values they stand for (the scores
-    scaled by q's and k's, the output by v's: no dequantized copy of the whole inputs)."""
+    """The float64 reference of the picked rows, from the harness's own q, k and v, all
+    ROW_HEADS heads in one batch (a loop over them launched 4x the kernels, a cost each
+    sample of a worker's call pays); FP8 ones with their (q, k, v) `descales`, read as the
+    values they stand for (the scores scaled by q's and k's, the output by v's: no
+    dequantized copy of the whole inputs)."""
     group = q.shape[1] // k.shape[1]
     scale, out_scale = None, 1.0
     if descales is not None:
         scale = descales[0] * descales[1] / math.sqrt(q.shape[-1])
         out_scale = descales[2]
-    parts = []
-    for n, (b, h) in enumerate(rows.heads):
-        position = rows.position[n * ROWS_PER_HEAD : (n + 1) * ROWS_PER_HEAD]
-        q_rows, k_head, v_head = q[b, h, position], k[b, h // group], v[b, h // group]
-        parts.append(reference_rows(q_rows, k_head, v_head, position, causal, scale))
-    expected = torch.cat(parts)
+    heads = len(rows.heads)
+    batch = rows.batch.view(heads, ROWS_PER_HEAD)[:, 0]
+    kv_head = rows.head.view(heads, ROWS_PER_HEAD)[:, 0] // group
+    position = rows.position.view(heads, ROWS_PER_HEAD)
+    q_rows = q[rows.batch, rows.head, rows.position].view(heads, ROWS_PER_HEAD, -1)
+    expected = reference_rows(q_rows, k[batch, kv_head], v[batch, kv_head], position, causal, scale)
+    expected = expected.reshape(heads * ROWS_PER_HEAD, -1)
     return expected if descales is None else expected * out_scale
 
 
-def problem(
-    gathered: torch.Tensor, expected: torch.Tensor, tolerance: float
-) -> tuple[str | None, float]:
-    """(why the rows fail the gate's tolerance or None, their max error)."""
-    _, max_error, nonfinite = errors(gathered, expected)
+def problems(
+    gathered: list[torch.Tensor], expected: list[torch.Tensor], tolerance: float
+) -> list[tuple[str | None, float]]:
+    """(why the rows fail the gate's tolerance or None, their max error) of each pair of
+    gathered and expected rows, read from the device at once (a read a pair, three
+    each, held the host for every pick of every sample)."""
+    figures = torch.stack(
+        [_figures(got, want) for got, want in zip(gathered, expected, strict=True)]
+    ).tolist()
+    return [_verdict(int(nonfinite), error, tolerance) for nonfinite, error in figures]
+
+
+def _figures(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+    """(elements non-finite where the reference is finite, max abs error) of `got`, in
+    float64 on the device (correctness.errors' figures, no host read). A NaN left in the
+    difference makes the error NaN: never a pass."""
+    nonfinite = (~torch.isfinite(got) & torch.isfinite(want)).sum().to(torch.float64)
+    return torch.stack([nonfinite, (got.to(torch.float64) - want).abs().max()])
+
+
+def _verdict(nonfinite: int, max_error: float, tolerance: float) -> tuple[str | None, float]:
     if nonfinite:
         return f"{nonfinite} non-finite elements in the rows checked", max_error
     if not max_error <= tolerance:

@@ -1,0 +1,56 @@
+"""The rows a harness reads of a worker's output, checked against float64 attention on
+the harness's own inputs (benches/row_checks.py): every picked head at once, and every
+pick of a sample judged from one read of the device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from benches import row_checks
+from benches.reference import reference_attention
+
+
+def inputs(heads: int, kv_heads: int, seq: int = 40, dim: int = 16):
+    generator = torch.Generator().manual_seed(7)
+
+    def draw(h):
+        return torch.randn(2, h, seq, dim, generator=generator).to(torch.float16)
+
+    return draw(heads), draw(kv_heads), draw(kv_heads)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (8, 2)], ids=["mha", "gqa"])
+def test_the_picked_rows_are_the_rows_of_whole_float64_attention(heads, kv_heads, causal):
+    q, k, v = inputs(heads, kv_heads)
+    rows = row_checks.pick(tuple(q.shape), np.random.default_rng(3), torch.device("cpu"))
+    whole = reference_attention(q, k, v, causal)
+    expected = whole[rows.batch, rows.head, rows.position]
+    got = row_checks.reference(q, k, v, rows, causal)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_fp8_rows_read_the_values_their_descales_stand_for():
+    q, k, v = inputs(4, 4)
+    descales = (0.5, 0.25, 2.0)
+    rows = row_checks.pick(tuple(q.shape), np.random.default_rng(5), torch.device("cpu"))
+    whole = reference_attention(q.double() * 0.5, k.double() * 0.25, v.double() * 2.0, False)
+    got = row_checks.reference(q, k, v, rows, False, descales)
+    torch.testing.assert_close(got, whole[rows.batch, rows.head, rows.position])
+
+
+def test_each_pick_of_a_sample_gets_its_own_verdict_in_order():
+    right = torch.zeros(32, 16, dtype=torch.float64)
+    off = right.clone()
+    off[3, 4] = 0.5
+    holed = right.clone()
+    holed[0, :2] = float("nan")
+    verdicts = row_checks.problems(
+        [right.half(), off.half(), holed.half()], [right, right, right], tolerance=0.01
+    )
+    assert verdicts[0] == (None, 0.0)
+    assert verdicts[1] == ("max error 0.5 over tolerance 0.01 in the rows checked", 0.5)
+    assert verdicts[2][0] == "2 non-finite elements in the rows checked"
