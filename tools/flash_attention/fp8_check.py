@@ -225,7 +225,7 @@ def step_time(args) -> dict:
         scale = d**-0.5
         descales = [dq, dk, dv]
         calls = {
-            ("fp8" if flags == 0 else "fp8_no_pingpong"): partial(
+            SCHEDULES[flags].replace("ours", "fp8"): partial(
                 api._forward_fp8, q8, k8, v8, causal, scale, descales, flags
             )
             for flags in args.flags
