@@ -91,6 +91,48 @@ def test_head_dims_are_one_list_and_the_rest_are_refused_with_a_reason():
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_fp8_launcher_keeps_the_turns_only_where_they_were_measured_faster(tmp_path: Path):
+    """The shipped FP8 schedule (flags 0) takes the consumers' turns at MHA D = 128 non-causal
+    only (NOTES "f1": slower with them in the 4 other cells); the measurement flags force
+    either schedule, NO_PINGPONG winning. Host code: runs without a GPU."""
+    program = tmp_path / "turns.cu"
+    program.write_text(
+        '#include <cstdio>\n#include "flash_fwd_sm90_fp8.cuh"\n'
+        "#define T(d, c) (int)flash::fp8::fp8_takes_turns<d, c>(p, flags)\n"
+        "int main() {\n"
+        "  FlashFwdParams p{};\n"
+        "  for (int group : {1, 8})\n"
+        "    for (int flags = 0; flags < 4; ++flags) {\n"
+        "      p.q_heads_per_kv_head = group;\n"
+        '      std::printf("%d %d %d%d%d%d\\n", group, flags,\n'
+        "        T(128, false), T(128, true), T(256, false), T(256, true));\n"
+        "    }\n"
+        "}\n"
+    )
+    binary = tmp_path / "turns"
+    flags = ["-std=c++17", "-arch=sm_90a", f"-I{build.CSRC_DIR}"]
+    compiled = subprocess.run(
+        [build.find_nvcc(), *flags, str(program), "-o", str(binary)],
+        capture_output=True,
+        text=True,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    lines = subprocess.run([str(binary)], capture_output=True, text=True).stdout.split("\n")
+    # group flags: turns at (D 128, D 128 causal, D 256, D 256 causal)
+    assert lines[:8] == [
+        "1 0 1000",  # shipped: MHA D = 128 non-causal alone
+        "1 1 0000",  # FLASH_FP8_NO_PINGPONG
+        "1 2 1111",  # FLASH_FP8_PINGPONG
+        "1 3 0000",
+        "8 0 0000",  # GQA: none (f1's GQA 64/8 read 2 % faster without)
+        "8 1 0000",
+        "8 2 1111",
+        "8 3 0000",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_kv_head_map_divides_exactly_for_every_group(tmp_path: Path):
     """KvHeadMap (csrc/kernel_params.h) replaces head / group by a multiply-high: exact for
     every group up to 65535, over all heads for small groups and the largest heads (where the

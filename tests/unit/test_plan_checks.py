@@ -94,7 +94,7 @@ def test_our_kernels_contract_says_what_its_code_supports():
 
     (flash,) = own_kernel("flash", None).kernels
     supports = flash.contract.supports
-    dtypes = [str(dtype).removeprefix("torch.") for dtype in api.SUPPORTED_DTYPES]
+    dtypes = [str(dtype).removeprefix("torch.") for dtype in api.ACCEPTED_DTYPES]
     assert sorted(supports.dtypes) == sorted(dtypes)
     assert tuple(supports.head_dims) == tuple(api.SUPPORTED_HEAD_DIMS) == support.HEAD_DIMS
     assert supports.min_capability() == support.MIN_CAPABILITY
@@ -103,7 +103,7 @@ def test_our_kernels_contract_says_what_its_code_supports():
     assert (package_dir("kernels").parent / entry).is_file()
 
 
-@pytest.mark.parametrize("name", ["cpu-smoke", "default", "sensitivity"])
+@pytest.mark.parametrize("name", ["cpu-smoke", "default", "sensitivity", "fp8"])
 def test_every_shipped_plan_passes_the_checks_on_a_gpu_target(name):
     from benches.plan import resolve_plan
     from orchestrator.kernel_tree.own import declaring_own_kernel

@@ -3,6 +3,7 @@
     python3 tools/flash_attention/fp8_check.py correct OUT.json [--dims 128 256]
     python3 tools/flash_attention/fp8_check.py time OUT.json [--dims 128 256] [--iters N]
     python3 tools/flash_attention/fp8_check.py cudnn OUT.json [--dims 128 256] [--iters N]
+    python3 tools/flash_attention/fp8_check.py turns OUT.json [--dims 128 256] [--reps 3]
     python3 tools/flash_attention/fp8_check.py table OUT.json... (the last table)
 
 Each step is its own process (fp8_device.sh runs them under `timeout`), so that a kernel that
@@ -13,7 +14,9 @@ float64 attention on the DEQUANTIZED inputs (what the kernel is asked to compute
 emulated FP8 reference in torch: the same float64 scores, P = exp(s - max) * 2^8 rounded to
 e4m3 as the kernel rounds it, O = (P V) / (the unrounded row sums). Its error against float64 is
 the error FP8's P alone brings; the kernel's should be of that size (plus bf16's output
-rounding). Each case also runs with the consumers' turns off (flag FLASH_FP8_NO_PINGPONG).
+rounding). Each case runs every schedule of --flags: 0 the shipped choice per shape (the
+consumers' turns where they pay), 1 the turns off (FLASH_FP8_NO_PINGPONG), 2 always on
+(FLASH_FP8_PINGPONG).
 
 time: TFLOP/s (4 b h s^2 d, halved for causal) of our FP8 call (the V transpose included), of
 our bf16 kernel on the same shapes, at S = 16k, B = 2: MHA 16 heads at D = 128 and 256, GQA 64/8 at
@@ -21,6 +24,10 @@ D = 128; median of CUDA-event times over ITERS calls after warm-up.
 
 cudnn: the same shapes through cuDNN's frontend graph API (graph.sdpa_fp8: e4m3 in, per-tensor
 descales, O in bf16 where the frontend takes it, else e4m3), if `import cudnn` works.
+
+turns: the --flags schedules and cuDNN's FP8 SDPA on the `time` shapes, interleaved in one
+process: --reps rounds, each timing every one of them once (in a rotated order), per shape;
+each figure the median of its rounds' medians (tools/flash_attention/fp8_turns_device.sh).
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
 FLAG_NO_PINGPONG = 1  # csrc/flash_api.h FLASH_FP8_NO_PINGPONG
+FLAG_PINGPONG = 2  # csrc/flash_api.h FLASH_FP8_PINGPONG
+# Each schedule's label in the JSON (err_<label>) and the table.
+SCHEDULES = {0: "ours", FLAG_NO_PINGPONG: "ours_no_pingpong", FLAG_PINGPONG: "ours_pingpong"}
 
 
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,8 +92,7 @@ def save(args, result: dict) -> None:
 
 def variants(args) -> list[tuple[str, int]]:
     """The kernel's schedules to run: those whose probe finished (--flags)."""
-    names = {0: "ours", FLAG_NO_PINGPONG: "ours_no_pingpong"}
-    return [(names[f], f) for f in args.flags]
+    return [(SCHEDULES[f], f) for f in args.flags]
 
 
 def step_probe(args) -> dict:
@@ -127,10 +136,15 @@ def step_correct(args) -> dict:
         ref64, emu, lse64 = references(q8, k8, v8, (dq, dk, dv), causal, scale)
         row = {"d": d, "b": b, "hq": hq, "hkv": hkv, "s": s, "causal": causal}
         row["err_emulated"] = (emu - ref64).abs().max().item()
+        first = None  # the first schedule's O: the turns reorder issue, not arithmetic
         for label, flags in variants(args):
             try:
                 out, lse = api._forward_fp8(q8, k8, v8, causal, scale, [dq, dk, dv], flags)
                 torch.cuda.synchronize()
+                if first is None:
+                    first = out
+                else:
+                    row[f"bitwise_equal_{label}"] = bool(torch.equal(out, first))
                 row[f"err_{label}"] = (out.double() - ref64).abs().max().item()
                 row[f"lse_err_{label}"] = (lse.double() - lse64).abs().max().item()
                 row[f"nan_{label}"] = bool(torch.isnan(out).any().item())
@@ -216,7 +230,7 @@ def step_time(args) -> dict:
         scale = d**-0.5
         descales = [dq, dk, dv]
         calls = {
-            ("fp8" if flags == 0 else "fp8_no_pingpong"): partial(
+            SCHEDULES[flags].replace("ours", "fp8"): partial(
                 api._forward_fp8, q8, k8, v8, causal, scale, descales, flags
             )
             for flags in args.flags
@@ -342,6 +356,64 @@ def step_cudnn(args) -> dict:
     return {"cudnn_backend_version": version, "rows": rows}
 
 
+def step_turns(args) -> dict:
+    """Every --flags schedule and cuDNN's FP8 SDPA per shape, interleaved: --reps rounds, each
+    timing every callable once in a rotated order, so drift (clocks, heat) spreads over all."""
+    from kernels.flash_attention import api
+
+    try:
+        import cudnn
+
+        version = str(cudnn.backend_version())
+    except Exception as err:
+        cudnn, version = None, f"import cudnn: {err}"
+    result = {
+        "schedules": [SCHEDULES[f] for f in args.flags],
+        "reps": args.reps,
+        "cudnn_backend_version": version,
+        "rows": [],
+    }
+    for label, b, hq, hkv, s, d, causal in shapes(args.dims):
+        row = {"label": label, "rounds": {}}
+        q = torch.randn(b, hq, s, d, device="cuda")
+        k = torch.randn(b, hkv, s, d, device="cuda")
+        v = torch.randn(b, hkv, s, d, device="cuda")
+        (q8, dq), (k8, dk), (v8, dv) = quantize(q), quantize(k), quantize(v)
+        del q, k, v
+        calls = {
+            SCHEDULES[f]: partial(api._forward_fp8, q8, k8, v8, causal, d**-0.5, [dq, dk, dv], f)
+            for f in args.flags
+        }
+        if cudnn is not None:
+            try:
+                calls["cudnn_fp8"], o_dtype = cudnn_fp8_runner(
+                    q8, k8, v8, (dq, dk, dv), causal, d**-0.5
+                )
+                result["cudnn_o_dtype"] = row["cudnn_o_dtype"] = o_dtype
+            except Exception as err:
+                row["cudnn_fp8_error"] = f"{type(err).__name__}: {err}"[:400]
+        names = list(calls)
+        for rep in range(args.reps):
+            order = names[rep % len(names) :] + names[: rep % len(names)]
+            for name in order:
+                if f"{name}_error" in row:
+                    continue
+                try:
+                    ms = time_call(calls[name], args.warmup, args.iters)
+                    row["rounds"].setdefault(name, []).append(
+                        round(tflops(b, hq, s, d, causal, ms), 1)
+                    )
+                except Exception as err:
+                    row[f"{name}_error"] = f"{type(err).__name__}: {err}"[:300]
+        row["median"] = {n: statistics.median(v) for n, v in row["rounds"].items()}
+        result["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        save(args, result)
+        del calls, q8, k8, v8
+        torch.cuda.empty_cache()
+    return result
+
+
 def step_table(paths: list[Path]) -> None:
     data = {}
     for path in paths:
@@ -352,15 +424,20 @@ def step_table(paths: list[Path]) -> None:
     correct = data.get("correct", {})
     if correct.get("rows"):
         print("correctness (max |O - float64 on dequantized inputs|):")
-        print(f"{'case':34} {'ours':>9} {'no-turns':>9} {'emulated':>9} {'bound':>9}  ok")
+        print(
+            f"{'case':34} {'auto':>9} {'no-turns':>9} {'turns':>9} {'emulated':>9} {'bound':>9}  ok"
+        )
+        keys = [f"err_{label}" for label in SCHEDULES.values()] + ["err_emulated", "bound"]
         for r in correct["rows"]:
             case = f"d{r['d']} b{r['b']} h{r['hq']}/{r['hkv']} s{r['s']}"
             case += " causal" if r["causal"] else ""
-            cells = [
-                r.get(k) for k in ("err_ours", "err_ours_no_pingpong", "err_emulated", "bound")
-            ]
-            text = " ".join(f"{c:9.2e}" if isinstance(c, float) else f"{'ERR':>9}" for c in cells)
+            cells = [r.get(k) for k in keys]
+            # '-': the schedule did not run (its error, if any, is in the row's error_*).
+            text = " ".join(f"{c:9.2e}" if isinstance(c, float) else f"{'-':>9}" for c in cells)
             print(f"{case:34} {text}  {r.get('ok')}")
+        equal = [v for r in correct["rows"] for k, v in r.items() if k.startswith("bitwise_eq")]
+        if equal:
+            print(f"O bitwise equal to the first schedule's: {sum(equal)} of {len(equal)}")
         if "aborted" in correct:
             print(f"ABORTED: {correct['aborted']}")
     elif correct:
@@ -384,15 +461,48 @@ def step_table(paths: list[Path]) -> None:
                 for key, value in r.items():
                     if key.endswith("_error"):
                         print(f"  {key}: {value[:160]}")
+    turns = data.get("turns", {})
+    if turns.get("rows"):
+        print_turns_table(turns)
+    elif turns:
+        print(f"turns: {turns}")
+
+
+def print_turns_table(turns: dict) -> None:
+    """The `turns` step's medians: each schedule's TFLOP/s, cuDNN's, and the shipped choice
+    against the better of the two fixed schedules."""
+    names = [*turns["schedules"], "cudnn_fp8"]
+    version = turns.get("cudnn_backend_version", "-")
+    print(
+        f"TFLOP/s, B = 2, S = 16k, median of {turns['reps']} interleaved rounds "
+        f"(cuDNN backend {version}, O {turns.get('cudnn_o_dtype', '-')}):"
+    )
+    shown = {"ours": "auto", "ours_no_pingpong": "no-turns", "ours_pingpong": "turns"}
+    heads = " ".join(f"{shown.get(n, n):>10}" for n in names)
+    print(f"{'shape':20} {heads}  auto/best best/cudnn")
+    for r in turns["rows"]:
+        med = r.get("median", {})
+        cells = " ".join(
+            f"{med[n]:10.1f}" if isinstance(med.get(n), float) else f"{'-':>10}" for n in names
+        )
+        fixed = [med.get(n) for n in ("ours_no_pingpong", "ours_pingpong") if med.get(n)]
+        best = max([*fixed, med.get("ours") or 0.0])
+        auto = f"{med['ours'] / max(fixed):10.3f}" if med.get("ours") and fixed else f"{'-':>10}"
+        vs = f"{best / med['cudnn_fp8']:10.3f}" if best and med.get("cudnn_fp8") else f"{'-':>10}"
+        print(f"{r['label']:20} {cells} {auto} {vs}")
+        for key, value in r.items():
+            if key.endswith("_error"):
+                print(f"  {key}: {value[:160]}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("probe", "correct", "time", "cudnn", "table"))
+    parser.add_argument("step", choices=("probe", "correct", "time", "cudnn", "turns", "table"))
     parser.add_argument("out", type=Path, nargs="+")
     parser.add_argument("--dims", type=int, nargs="+", default=[128, 256])
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=3, help="turns: interleaved rounds")
     parser.add_argument(
         "--flags",
         type=int,
@@ -405,7 +515,13 @@ def main(argv=None) -> int:
         step_table(args.out)
         return 0
     start = time.time()
-    steps = {"probe": step_probe, "correct": step_correct, "time": step_time, "cudnn": step_cudnn}
+    steps = {
+        "probe": step_probe,
+        "correct": step_correct,
+        "time": step_time,
+        "cudnn": step_cudnn,
+        "turns": step_turns,
+    }
     result = steps[args.step](args)
     result["seconds"] = round(time.time() - start, 1)
     result["device"] = torch.cuda.get_device_name()

@@ -11,8 +11,9 @@
 #  4. timing (`time`): TFLOP/s at S = 16k, B = 2 of our FP8 call (V's transpose included) and
 #     our bf16 kernel; 5. cuDNN's FP8 SDPA (`cudnn`) on the same shapes, if `import cudnn` works;
 #  6. runs tests/gpu/test_flash_fp8_gpu.py (if the shipped schedule's probe finished);
-#  7. prints the table last. Before 3, each schedule (the consumers' turns on, and off) is
-#     probed with one small call under a 60 s timeout; 3-5 run the ones that finished.
+#  7. prints the table last. Before 3, each schedule (flags 0, the shipped choice per shape,
+#     and 1, the consumers' turns off) is probed with one small call under a 60 s timeout; 3-5
+#     run the ones that finished. fp8_turns_device.sh compares the schedules (turns forced on too).
 # Each step runs under `timeout` in its own process, so a fault or a hang still leaves the
 # rest. Writes build-*.json/log, probe-*, correct.json, time.json, cudnn.json, pytest.txt and
 # the logs under $OUT.

@@ -50,8 +50,10 @@ typedef struct FlashFp8Params {
     int32_t flags;  // FLASH_FP8_* bits below, 0 for the shipped schedule
 } FlashFp8Params;
 
-// Measurement flag: the consumer warpgroups issue their MMAs without taking turns.
-enum { FLASH_FP8_NO_PINGPONG = 1 };
+// Measurement flags. 0: the consumer warpgroups take turns at the tensor core where that was
+// measured faster, per shape (flash_fwd_sm90_fp8.cuh, fp8_takes_turns); NO_PINGPONG: never;
+// PINGPONG: always (NO_PINGPONG wins if both are set).
+enum { FLASH_FP8_NO_PINGPONG = 1, FLASH_FP8_PINGPONG = 2 };
 
 // Runs the forward pass on `stream` (a cudaStream_t; NULL is the legacy default stream).
 // dtype is a FlashDtype code (flash_dtypes.h, generated from the binding's dtype table).
