@@ -26,7 +26,10 @@ demo: $(STAMP)
 # and every run it starts, uses one torch thread (tests/conftest.py).
 # Bytecode is written (the suite starts a few hundred python processes of this tree) even
 # where the environment says not to; __pycache__ is git-ignored and never in the payload.
+# What the kernel tests' nvcc calls made is kept in the environment for the next run, keyed
+# by everything it depends on (tests/nvcc_cache.py): a fresh clone's first run compiles.
 test: export PYTHONDONTWRITEBYTECODE=
+test: export NVCC_TEST_CACHE=$(abspath $(VENV))/nvcc-test-cache
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 4 --dist worksteal
 
