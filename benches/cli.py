@@ -149,9 +149,12 @@ def effective_plan(plan, measurements: int | None, margin: float | None = None):
 
 def run_phases(args: argparse.Namespace) -> int:
     # The kernels' workers first: their `import torch` overlaps the one below.
+    from benches.cpu_threads import set_environment
     from benches.worker_start import prestart
 
     resolved = resolve_plan(args.plan)
+    # The workers' environment is taken now: their intra-op threads first.
+    set_environment(resolved.device)
     prestart(resolved, args.implementation or resolved.identities)
     # torch is imported here, not at the top: `plans` and `--help` stay instant.
     from benches.long_lived import imported_for_good

@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from benches import cpu_threads
 from results_schema import EnvironmentFingerprint
 from results_schema.gpu_kinds import kind_of
 
@@ -196,6 +197,7 @@ def fingerprint() -> EnvironmentFingerprint:
         "machine_type": os.environ.get("BENCH_MACHINE_TYPE") or None,
         "zone": os.environ.get("BENCH_ZONE") or None,
         "spot": _bool_env("BENCH_SPOT"),
+        "cpu_threads": cpu_threads.in_force(),
     }
     facts.update(_torch_facts())
     # NVML's name and UUID win over torch's: they match nvidia-smi and the NVML telemetry.

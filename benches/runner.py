@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from benches import bracket as brackets
-from benches import correctness, placement, registry, sequential, timing
+from benches import correctness, cpu_threads, placement, registry, sequential, timing
 from benches.environment import fingerprint
 from benches.isolation import (
     CalibrationSamples,
@@ -112,6 +112,7 @@ class RunContext:
 
     def __post_init__(self) -> None:
         self.device = torch.device("cuda" if self.plan.device == "cuda" else "cpu")
+        cpu_threads.use(self.device.type)  # the workers' too (benches/worker.py)
         self.results_dir.mkdir(parents=True, exist_ok=True)
 
     @property

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from benches import correctness, cuda_ipc, fp8, timing
+from benches import correctness, cpu_threads, cuda_ipc, fp8, timing
 from benches.kernel_tree import user_implementation
 from benches.shared_buffers import Borrowed, fill_fresh
 from benches.wire import READY, send_reply
@@ -293,6 +293,9 @@ def context_lost(device: torch.device, probe: bool = True) -> bool:
 def serve(conn, kernel_json: str, tree: str, device: str, flush_l2: bool) -> None:
     """The child's loop: one reply per request until the parent closes the pipe. (The
     parent flushes the L2 itself now; `flush_l2` is kept in the start arguments.)"""
+    # The parent's intra-op threads, by the same rule (benches/cpu_threads.py): set here, as
+    # torch was imported in the fork server, before this run's environment reached it.
+    cpu_threads.use(device)
     try:
         state = WorkerState(UserKernel.model_validate_json(kernel_json), Path(tree), device)
     except Exception as exc:

@@ -745,6 +745,13 @@ class EnvironmentFingerprint(BaseModel):
     machine_type: str | None = None
     zone: str | None = None
     spot: bool | None = None
+    cpu_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="torch's intra-op threads in the harness and in each kernel's worker, "
+        "set alike where they time on the CPU (benches/cpu_threads.py); None where torch's "
+        "default was left (CUDA)",
+    )
     peak_tflops: float | None = Field(
         default=None, ge=0, description="dense 16-bit tensor peak used for %"
     )

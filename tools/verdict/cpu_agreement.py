@@ -1,7 +1,10 @@
 """Issue 49 item 4 on this machine's CPU: SDPA as a user kernel in its worker process against
 the registry's SDPA in the harness's own process, one run of the harness, configs of 0.1 ms
 and up; prints per config the parent's median, the harness's median for the worker and their
-ratio. Run it on a quiet machine, with the environment under test set around it:
+ratio. Run it on a quiet machine, with the environment under test set around it (the run
+sets each process's intra-op threads itself, benches/cpu_threads.py, keeping a smaller
+OMP_NUM_THREADS); it prints the threads in force and how loaded the host was before and
+after (the share of a busy thread's time spent waiting for a core):
 
     .venv/bin/python tools/verdict/cpu_agreement.py [SAMPLES]
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python tools/verdict/cpu_agreement.py
@@ -10,6 +13,7 @@ Developer-only (it borrows the isolation tests' helpers)."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import tempfile
@@ -27,6 +31,7 @@ def main() -> None:
     from benches.writers import read_csv
     from results_schema import AttentionConfig, Measurement
     from tests.unit import test_isolation as ti
+    from tests.unit.test_cpu_threads import waiting_fraction
 
     samples = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     root = Path(tempfile.mkdtemp())
@@ -45,13 +50,17 @@ def main() -> None:
     ]
     plan = ti.cpu_plan([ti.user_kernel("worker", "worker")], configs, samples=samples)
     register(plan, root)
+    before = waiting_fraction()
     try:
         ti.run_whole(plan, root / "run")
     finally:
         impl = registry.IMPLEMENTATIONS.pop("worker", None)
         if getattr(impl, "worker", None) is not None:
             impl.worker.close()
+    after = waiting_fraction()
     rows = read_csv(root / "run" / "results" / "measurements.csv", Measurement)
+    threads = json.loads((root / "run" / "environment.json").read_text()).get("cpu_threads")
+    print(f"cpu_threads {threads}; a busy thread waited {before:.0%} before, {after:.0%} after")
     print(f"{'config':<12} {'parent ms':>10} {'worker ms':>10} {'ratio':>7}  mode")
     for config in configs:
         mine = [r for r in rows if r.config == config.name]
