@@ -625,10 +625,16 @@ class _Block:
                     return
 
     def _lose(self, name: str, exc: WorkerLost) -> None:
+        """The identity leaves the block and the config; its placement is dropped, as at a
+        block's end: a worker refused but alive (a time of its own far from the harness's)
+        otherwise kept the placement's lent buffers mapped after the parent freed them, and
+        its next placement's open of the same addresses failed (cuIpcOpenMemHandle:
+        CUDA_ERROR_ALREADY_MAPPED, an FP8 kernel's next config on an H200, 2026-11-29)."""
         self._checks.lost(self._config, name, str(exc))
         self._setup.runs.pop(name, None)
-        if name in getattr(self, "placements", {}):
-            del self.placements[name]
+        held = getattr(self, "placements", {}).pop(name, None)
+        if held is not None:
+            placement.release({name: held})
 
     def settle(self, seconds: float) -> None:
         while self.placements:

@@ -5,6 +5,7 @@ of the run is still measured."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -281,6 +282,48 @@ def test_a_worker_whose_clock_lies_changes_only_its_own_report_and_fails_for_it(
     assert reported, lost.message
     assert float(reported[1]) > 1000 * float(reported[2])  # 1e6 ms a sample, each of its calls
     assert all(r.implementation != "liar" or r.flag for r in summary)
+
+
+@pytest.mark.slow
+def test_a_refused_config_leaves_nothing_of_its_placement_in_the_worker(tmp_path, registered):
+    """A worker refused on one config mid-timing (its clock divided by 20 there: the
+    harness names the lie once five samples have both figures) but still alive times the
+    next: the refused placement was dropped there, as at a block's end. Left in the worker,
+    its lent buffers stayed mapped after the harness let them go (on the GPU the parent
+    freed them, and the next placement's open of those addresses failed:
+    CUDA_ERROR_ALREADY_MAPPED, an FP8 kernel on an H200, 2026-11-29)."""
+    slow = (
+        "from benches import timing\n"
+        "LIE = [False]\n"
+        "_time_call = timing.CpuClock.time_call\n"
+        "timing.CpuClock.time_call = lambda self, fn: (lambda ms: ms / 20 if LIE[0] else ms)(\n"
+        "    _time_call(self, fn)\n"
+        ")\n"
+    )
+    log = tmp_path / "mapped.log"  # each call: its head dim, the lent files its process maps
+    body = (
+        "import pkg\n"
+        "pkg.LIE[0] = q.shape[-1] == 8\n"
+        "time.sleep(0.002)\n"
+        "with open('/proc/self/maps') as maps:\n"
+        "    lent = sorted({line.split()[-1] for line in maps if 'bench-lent' in line})\n"
+        f"with open({str(log)!r}, 'a') as out:\n"
+        "    out.write(repr((q.shape[-1], lent)) + chr(10))\n"
+    )
+    kernel_tree(tmp_path, "slow", body, {"__init__.py": slow})
+    plan = cpu_plan([user_kernel("slow", "slow")], [config("d8", 8), config("d16", 16)])
+    plan = plan.model_copy(update={"placements": 3, "warmup_min": 1, "warmup_max": 2})
+    registered(plan, tmp_path)
+
+    checks, summary = run_whole(plan, tmp_path / "run")
+    lost = {r.config: r.message for r in checks if r.stage == "timing" and not r.passed}
+    assert list(lost) == ["d8"] and "where the harness measured" in lost["d8"], lost
+    calls = [ast.literal_eval(line) for line in log.read_text().splitlines()]
+    mapped_for_d8 = {path for dim, paths in calls if dim == 8 for path in paths}
+    still = mapped_for_d8 & set([paths for dim, paths in calls if dim == 16][-1])
+    assert mapped_for_d8 and not still, sorted(still)
+    rows = {(r.config, r.implementation): r for r in summary}
+    assert rows[("d16", "slow")].n == plan.samples_per_config
 
 
 @pytest.mark.slow
