@@ -531,14 +531,15 @@ inline bool encode_u8_map(CUtensorMap* map, const void* data, const cuuint64_t (
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Whether the consumers take turns at the tensor core for this shape. The turns pay at 16 bits
-// (h2) but, measured at S = 16k (NOTES "f1"), cost in 4 of 5 FP8 shapes (-1.2 to -8.9 %: causal,
-// GQA, D = 256); only MHA D = 128 non-causal read faster with them (+1.2 %). NOTES "f2".
+// Whether the consumers take turns at the tensor core: never, unless forced for measurement.
+// The turns pay at 16 bits (h2) but not at FP8: at S = 16k, D = 128 causal ran 6-10 % slower
+// with them (NOTES "f1", "f2"), and the other cells within the noise of one process (MHA
+// D = 128 non-causal +1.2 % with them in f1, -1.3 % in f2).
 template <int HeadDim, bool Causal>
 bool fp8_takes_turns(const FlashFwdParams& p, int flags) {
+    (void)p;
     if (flags & FLASH_FP8_NO_PINGPONG) return false;
-    if (flags & FLASH_FP8_PINGPONG) return true;
-    return HeadDim == 128 && !Causal && p.q_heads_per_kv_head == 1;
+    return (flags & FLASH_FP8_PINGPONG) != 0;
 }
 
 template <int HeadDim, bool Causal>
