@@ -41,6 +41,23 @@ AGREEMENT = 0.05  # issue 49 item 4: within 5 % on the CPU
 LOADED = 0.2
 
 
+def fp32_configs(shapes) -> list[AttentionConfig]:
+    """Non-causal float32 configs of head dim 64, one per (batch, heads, seq_len), named
+    after them (this test's and tools/verdict/cpu_agreement.py's)."""
+    return [
+        AttentionConfig(
+            name=f"b{b}h{h}s{s}",
+            batch=b,
+            heads=h,
+            seq_len=s,
+            head_dim=64,
+            dtype="float32",
+            causal=False,
+        )
+        for b, h, s in shapes
+    ]
+
+
 def waiting_fraction(seconds: float = 0.3) -> float | None:
     """The share of `seconds` of busy work that this thread spent waiting for a core (the
     host's load from outside, benches/host_load.py), or None where Linux does not say."""
@@ -139,18 +156,7 @@ def test_a_call_timed_through_its_worker_agrees_with_the_same_call_in_the_harnes
     threads = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)  # torch's default without the variables
     kernel_tree(tmp_path, "same", "")
-    configs = [
-        AttentionConfig(
-            name=f"b{b}h{h}s{s}",
-            batch=b,
-            heads=h,
-            seq_len=s,
-            head_dim=64,
-            dtype="float32",
-            causal=False,
-        )
-        for b, h, s in SHAPES
-    ]
+    configs = fp32_configs(SHAPES)
     plan = registered(cpu_plan([user_kernel("same", "same")], configs, samples=30), tmp_path)
     skip_if_loaded("before")
     try:

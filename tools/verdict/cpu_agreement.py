@@ -29,25 +29,14 @@ def main() -> None:
     from benches import registry
     from benches.user_kernel import register
     from benches.writers import read_csv
-    from results_schema import AttentionConfig, Measurement
+    from results_schema import Measurement
     from tests.unit import test_isolation as ti
-    from tests.unit.test_cpu_threads import waiting_fraction
+    from tests.unit.test_cpu_threads import fp32_configs, waiting_fraction
 
     samples = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     root = Path(tempfile.mkdtemp())
     ti.kernel_tree(root, "worker", "")  # SDPA in float32, as the registry's
-    configs = [
-        AttentionConfig(
-            name=f"b{b}h{h}s{s}",
-            batch=b,
-            heads=h,
-            seq_len=s,
-            head_dim=64,
-            dtype="float32",
-            causal=False,
-        )
-        for b, h, s in SHAPES
-    ]
+    configs = fp32_configs(SHAPES)
     plan = ti.cpu_plan([ti.user_kernel("worker", "worker")], configs, samples=samples)
     register(plan, root)
     before = waiting_fraction()
