@@ -70,7 +70,7 @@ class Bracketed:
     rows: torch.Tensor
     reply: dict
     late: bool
-    # CPU: how long the parent's thread and the worker's threads sat runnable but not
+    # CPU: how long the parent's thread and the worker's main thread sat runnable but not
     # running inside the bracket (benches/host_load.py), None where unread
     waited_ms: float | None = None
 

@@ -5,9 +5,13 @@ the worker was ready to run and another process held the core. Its check of the 
 own report (benches/isolation.py, CPU_OWN_FRACTION) reads the bracket less that wait, so
 that a loaded host does not make an honest report look like a lie (an honest 2.1 ms call
 read 13.5 ms at its fastest of 5 samples with four busy processes on 2 cores, and was
-refused, 2026-11-29). The figure only ever weakens that check (a worker that loads the
-host itself only lengthens its own wait): the sample the verdict reads is the whole
-bracket less the calibration, as before.
+refused, 2026-11-29). The figure only ever weakens that check, so it is held to what it
+can honestly be: the wait of the worker's main thread (the one that makes the call) and
+the parent's, never more than the bracket's wall time; a worker's other threads do not
+count, however long they wait (a worker could start them to hide a lie). The sample the
+verdict reads is the whole bracket less the calibration, as before. A kernel whose own
+threads do its work (an intra-op pool on a machine of many cores) has their waits left
+in its bracket: on a loaded host its report reads further under the harness's figure.
 
 The second field of /proc/<pid>/task/<tid>/schedstat is the thread's time spent waiting
 on a runqueue, in nanoseconds (the kernel's Documentation/scheduler/sched-stats.rst,
@@ -17,7 +21,7 @@ schedstats, /proc hidden) there is no figure and the check reads the bracket who
 
 from __future__ import annotations
 
-import os
+import time
 
 
 def _wait_ns(path: str) -> int:
@@ -25,19 +29,16 @@ def _wait_ns(path: str) -> int:
         return int(f.read().split()[1])
 
 
-def process_wait_ns(pid: int) -> int | None:
-    """The summed runqueue wait of every thread of process `pid` so far, or None."""
-    total = 0
+def main_thread_wait_ns(pid: int) -> int | None:
+    """The runqueue wait so far of process `pid`'s main thread, the one a worker makes its
+    calls in (benches/worker.py serves its requests there), or None. Its other threads are
+    left out: their waits overlap each other and the call's, and a sum over them read
+    several times the wall time (four busy threads on one core: 1.2 s of wait in a 0.4 s
+    window), which a worker could start on purpose to hide a lie from the check."""
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-        for tid in tasks:
-            try:
-                total += _wait_ns(f"/proc/{pid}/task/{tid}/schedstat")
-            except FileNotFoundError:
-                continue  # a thread that ended between the listing and the read
+        return _wait_ns(f"/proc/{pid}/task/{pid}/schedstat")
     except (OSError, ValueError, IndexError):
         return None
-    return total
 
 
 def own_thread_wait_ns() -> int | None:
@@ -49,8 +50,9 @@ def own_thread_wait_ns() -> int | None:
 
 
 class LoadWindow:
-    """The runqueue wait of a worker's threads and of the calling thread between `open`
-    and `close` (ms); None where either cannot be read."""
+    """The runqueue wait of a worker's main thread and of the calling thread between
+    `open` and `close` (ms), at most the window's wall time; None where either cannot be
+    read."""
 
     def __init__(self, pid: int | None) -> None:
         self._pid = pid
@@ -59,15 +61,18 @@ class LoadWindow:
     def _now(self) -> tuple[int, int] | None:
         if self._pid is None:
             return None
-        theirs, ours = process_wait_ns(self._pid), own_thread_wait_ns()
+        theirs, ours = main_thread_wait_ns(self._pid), own_thread_wait_ns()
         return None if theirs is None or ours is None else (theirs, ours)
 
     def open(self) -> None:
         self._start = self._now()
+        self._opened = time.perf_counter()
 
     def close(self) -> float | None:
         end, start = self._now(), self._start
         if end is None or start is None:
             return None
-        # A thread that ended inside the window takes its wait out of the sum: never below 0.
-        return max(0, end[0] - start[0]) / 1e6 + max(0, end[1] - start[1]) / 1e6
+        waited = (end[0] - start[0] + end[1] - start[1]) / 1e6
+        # The parent waits for the worker's reply asleep, so the two threads' waits do not
+        # overlap: together never more than the window, whatever a counter says.
+        return min(max(0.0, waited), (time.perf_counter() - self._opened) * 1e3)

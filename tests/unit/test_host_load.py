@@ -55,3 +55,35 @@ def test_a_process_that_is_gone_has_no_figure():
     window.open()
     assert window.close() is None
     assert host_load.LoadWindow(None).close() is None
+
+
+def test_only_the_thread_that_makes_the_call_counts_not_a_workers_other_threads():
+    """A worker's other threads waiting for a core are not its call's wait: the window reads
+    the thread that makes the call (the worker's main thread). Summed over every thread, a
+    worker with four busy threads on one core (its own pool, or started on purpose) read
+    several times the window's wall time as wait, which left the harness's fastest sample
+    near nothing and let a clock divided by 20 pass the CPU's rule (the cheat suite's
+    `timer_patch`, a loaded 2-core machine, 2026-11-29)."""
+    core = min(os.sched_getaffinity(0))
+    crowd = (
+        "import hashlib, os, threading, time\n"
+        f"os.sched_setaffinity(0, {{{core}}})\n"
+        "block = bytes(1 << 20)\n"
+        "def hash_forever():\n"
+        "    while True:\n"
+        "        hashlib.sha256(block).digest()  # without the GIL: four threads, one core\n"
+        "for _ in range(4):\n"
+        "    threading.Thread(target=hash_forever, daemon=True).start()\n"
+        "time.sleep(60)\n"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", crowd])
+    try:
+        time.sleep(0.5)  # the threads started and crowding their core
+        window = host_load.LoadWindow(worker.pid)
+        window.open()
+        time.sleep(0.4)
+        waited = window.close()
+    finally:
+        worker.kill()
+        worker.wait()
+    assert waited is not None and waited < 0.25 * 400, waited  # ms of a 400 ms window
