@@ -70,16 +70,20 @@ def session_processes(session: int, run_id: str) -> list[int]:
         return []
     mark = f"{RUN_MARK_ENV}={run_id}".encode() + b"\0"
     found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    # Listed, then each entry read in a try: a process that ends meanwhile answers ESRCH,
+    # which a glob over /proc raised out of the loop (it ignores only ENOENT and the like).
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
             # Fields after the command name, which may itself hold spaces or parentheses.
-            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
-            environ = (stat.parent / "environ").read_bytes()
+            fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
         except (OSError, IndexError):
             continue
         state, sid = fields[0], int(fields[3])
         if sid == session and state != b"Z" and mark in b"\0" + environ:
-            found.append(int(stat.parent.name))
+            found.append(int(entry))
     return found
 
 
