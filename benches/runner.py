@@ -33,6 +33,7 @@ from benches.isolation import (
     calibration_worker,
 )
 from benches.plan import samples_per_config
+from benches.round_order import RoundOrder
 from benches.stats import interval_method, overall_speedups, summarize
 from benches.telemetry import EMPTY, Telemetry
 from benches.writers import (
@@ -283,7 +284,7 @@ def prepare_config(
     seed = correctness.config_seed(plan.seed, index, "timing")
     inputs = placement.SeededInputs(config, seed, correctness.make_inputs(config, ctx.device, seed))
     runs = {n: registry.get(implementation_of(n)) for n in names}
-    rng = np.random.default_rng(correctness.config_seed(plan.seed, index, "order"))
+    rng = np.random.default_rng(layout_seed(plan, index, workers))
     lost: dict[str, str] = {}
     while True:
         trial: dict = {}
@@ -537,6 +538,15 @@ def _retaken_words(in_parent: int, bracketed: int) -> str:
     )
 
 
+def layout_seed(plan: Plan, index: int, workers: WorkerTiming) -> int:
+    """The seed of a config's placements (where its buffers land) and of its rounds' order:
+    the plan's and this run's secret, so that each run draws its own. From the plan's seed
+    alone every run of a plan drew the same: one placement of a loaded 2-core CPU read SDPA
+    1.6x its A/A twin in 12 runs of 12, another 0.6x, and the twins' config read the same
+    bias every run (2026-11-29). The inputs stay the plan's: a row's repro makes them."""
+    return correctness.config_seed(plan.seed, index, "order") ^ workers.secret
+
+
 def look_seed(seed: int, look: int) -> int:
     """A seed of look `look`: the first look's own, each later look's apart from it (its
     placements and fresh inputs are new, not the first look's again)."""
@@ -562,8 +572,10 @@ def time_config(
     the plan's): a later look's placements and rounds are numbered on from the earlier."""
     plan, config = ctx.plan, ctx.plan.configs[index]
     which, first_block, first_round, placements = look
-    order = correctness.config_seed(plan.seed, index, "order")
+    order = layout_seed(plan, index, workers)
     rng = np.random.default_rng(look_seed(order, which))
+    # The rounds' order carries on across blocks and looks (benches/round_order.py).
+    round_order = RoundOrder(order, rounds_before=first_round)
     blocks = placement.rounds_per_placement(rounds, placements or plan.placements)
     for name, why in setup.lost.items():
         checks.lost(config, name, why)
@@ -571,7 +583,7 @@ def time_config(
     for block, block_rounds in enumerate(blocks):
         if not setup.runs:
             return
-        block_set = _Block(ctx, clock, setup, checks, config, rng)
+        block_set = _Block(ctx, clock, setup, checks, config, rng, round_order)
         if ctx.device.type == "cuda":
             seconds = timing.SETTLE_SECONDS if block == 0 else 0.0
             block_set.settle(seconds)
@@ -610,8 +622,11 @@ class _Block:
     """One block's placements of every identity still timed, and what a lost worker
     costs: its identity leaves the block and the config (`_lose`)."""
 
-    def __init__(self, ctx, clock, setup: ConfigTiming, checks: TimedChecks, config, rng):
+    def __init__(
+        self, ctx, clock, setup: ConfigTiming, checks: TimedChecks, config, rng, order: RoundOrder
+    ):
         self._setup, self._checks, self._config, self._rng = setup, checks, config, rng
+        self._order = order
         while True:
             try:
                 self.placements = placement.build(
@@ -646,14 +661,11 @@ class _Block:
                 self._lose(_lost_worker(self._setup.runs, exc), exc)
 
     def round(self, should_stop) -> Iterator[tuple[str, float, object]]:
-        """(identity, ms, its placement) for one sample of each identity, in a fresh random
-        order (the order timing.interleaved_rounds draws: the same generator, the same
-        draws)."""
-        names = list(self.placements)
-        for position in self._rng.permutation(len(names)):
+        """(identity, ms, its placement) for one sample of each identity, in the round order's
+        next round (benches/round_order.py: balanced for the sample just before)."""
+        for name in self._order.next_round(list(self.placements)):
             if should_stop():
                 return
-            name = names[position]
             try:
                 ms = self.placements[name].sample()
             except WorkerLost as exc:
