@@ -125,8 +125,12 @@ def test_identical_trees_are_never_a_regression(bench_env, tmp_path, capsys, mon
     code, report, markdown = recipe(tmp_path, capsys, monkeypatch, repo)
 
     assert code in (0, 7), markdown
-    assert report.slower_configs == [] and report.failures == []
+    assert report.failures == [] and report.gate_on == "geomean"
     assert report.overall is None or report.overall.verdict != "slower"
+    # Not asserted: that no single config reads slower. The gate judges the geometric mean
+    # (the default, one statistic); each config's own interval misses at 2.5 % two-sided,
+    # so of 6 configs one reads slower in up to 7.5 % of identical runs by design (4 of 36
+    # loaded runs on 2 cores did, 2026-11-29; every one of the 36 exited 7).
     if code == 0:
         assert report.overall.verdict in ("faster", "equivalent", "not-slower")
         assert report.control.verdict == "equivalent"
