@@ -111,7 +111,9 @@ def test_identical_candidate_is_never_a_regression(bench_env, tmp_path, capsys, 
     markdown = (run_dir / "gate.md").read_text()
     assert summary == markdown
     report = GateReport.model_validate_json((run_dir / "gate.json").read_text())
-    assert report.slower_configs == [] and report.overall.verdict != "slower"
+    # The gate's statistic is the geometric mean; a single config's interval reads slower
+    # in up to 2.5 % of identical runs each by design (test_gate_recipe.py), not a regression.
+    assert report.gate_on == "geomean" and report.overall.verdict != "slower"
     assert verdicts_shown(capsys, run_id, run_dir) == [report.overall.verdict] * 3
     if code == 0:
         assert markdown.startswith("### bench gate: pass (exit 0)")
