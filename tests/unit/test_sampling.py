@@ -215,20 +215,24 @@ def test_the_controller_holds_a_runs_sampling_to_its_plan():
             boundary.manifest_from(_manifest(plan, record, rows), None)
 
 
-def test_an_ab_run_decided_at_its_first_look_records_why_it_stopped(tmp_path):
+def test_an_ab_run_decided_before_its_last_look_records_why_it_stopped(tmp_path):
     """The real harness on the CPU: SDPA's math path, about 4x slower than its default CPU
-    path at S = 17, against it: shown slower at the first look (8 samples a config, of
-    looks at 8, 16 and 32), so sampling stops there, and the run says so."""
+    path at S = 17, against it: shown slower before the last look (8 samples a config, of
+    looks at 8, 16 and 32), so sampling stops there, and the run says so. Usually at the
+    first look; a loaded machine (its placements' layouts each run's own) can leave the
+    first look's interval too wide, as it did once in a full suite (2026-11-29)."""
     plan = _plan(samples=8).model_copy(update={"configs": _plan().configs[:2]})
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(plan.model_dump_json())
     assert benches_main(["run", "--plan", str(plan_path), "--out", str(tmp_path / "run")]) == 0
     run = tmp_path / "run"
     manifest = Manifest.model_validate_json((run / "manifest.json").read_text())
-    assert manifest.sampling.stopped == "decided" and manifest.sampling.looks == 1
+    looks = manifest.sampling.looks
+    assert manifest.sampling.stopped == "decided" and looks in (1, 2)
     assert manifest.sampling.schedule == [8, 16, 32]
+    # Looks 1 and 2 each spend 8 of 32 samples' share of the 5 %: 98.75 % intervals.
     assert manifest.statistics.confidence == manifest.sampling.confidence == 1 - 0.05 * 8 / 32
     assert "98.75% interval" in manifest.statistics.description
     rows = read_rows(run / "results" / "measurements.csv", Measurement)
-    assert len(rows) == 8 * len(plan.configs) * len(plan.identities)
+    assert len(rows) == 8 * looks * len(plan.configs) * len(plan.identities)
     assert manifest.ab_overall().verdict == "slower"
