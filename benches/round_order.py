@@ -12,18 +12,19 @@ earn.
 
 So the rounds follow a carryover-balanced design (Williams, "Experimental designs balanced
 for the estimation of residual effects of treatments", Aust. J. Sci. Res. 2, 1949): k rows
-in which each identity takes each position once and follows each other identity once,
-then the same rows reversed, which balances odd k as well. Consecutive rounds add one more
-neighbour, the last of a round before the first of the next; the rows are chained so that
-each round starts with the identity that ended the one before. Over a whole cycle of 2k
-rounds every identity then comes after every identity, itself included, exactly twice, and
-takes every position twice (a strongly balanced design): whatever the one before does to a
-sample, it does to each identity alike. A partial cycle at a look's end leaves at most one
-cycle's imbalance, where independent draws grew theirs with the run.
+in which each identity takes each position once and follows each other identity once (for
+even k; odd k needs the rows reversed as well), then k more rows (`design_rows`).
+Consecutive rounds add one more neighbour, the last of a round before the first of the
+next; the rows are chained so that each round starts with the identity that ended the one
+before. Over a whole cycle of 2k rounds every identity then comes after every identity,
+itself included, exactly twice, and takes every position twice (a strongly balanced
+design): whatever the one before does to a sample, it does to each identity alike. A
+partial cycle at a look's end leaves at most one cycle's imbalance, where independent
+draws grew theirs with the run.
 
 Which identity takes which place in the design, and where the cycle starts, come from the
-config's order seed: reproducible, and the same across a config's looks, whose rounds carry
-on the cycle.
+seed it is given (runner.layout_seed: the plan's and the run's secret, so each run draws
+its own), the same across a config's looks, whose rounds carry on the cycle.
 """
 
 from __future__ import annotations
