@@ -44,7 +44,8 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import SetupStep
@@ -134,23 +135,25 @@ def check_launcher(member: str) -> str:
 
 def default_launchers() -> list[str]:
     """The caller, when that is knowable without a network call: Application Default
-    Credentials from a service account's key file (GOOGLE_APPLICATION_CREDENTIALS) carry
-    its email. A person's credentials (gcloud's) carry none; the metadata server's would
-    need a request: then nobody, and setup's follow-up names --launcher."""
+    Credentials from a service account's key file (GOOGLE_APPLICATION_CREDENTIALS, type
+    "service_account") name its account in "client_email", what google-auth's
+    service_account_email answers. A person's credentials (gcloud's) name nobody and the
+    metadata server's would need a request: then none, and setup's follow-up names
+    --launcher."""
     path = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
-    if not path:
-        return []
-    from orchestrator.backends.gce.adaptor import auth, auth_exceptions
-
     try:
-        credentials, _ = auth.load_credentials_from_file(path)
-    except (auth_exceptions.DefaultCredentialsError, OSError, ValueError):
+        info = json.loads(Path(path).read_text()) if path else {}
+    except (OSError, ValueError):
         return []
-    email = getattr(credentials, "service_account_email", None)
-    return [f"serviceAccount:{email}"] if email and "@" in email else []
+    if not isinstance(info, dict) or info.get("type") != "service_account":
+        return []
+    email = info.get("client_email")
+    if not isinstance(email, str) or "@" not in email:
+        return []
+    return [f"serviceAccount:{email}"]
 
 
-def launchers_for(given: list[str] | tuple[str, ...]) -> list[str]:
+def launchers_for(given: Sequence[str]) -> list[str]:
     """Who gets to sign as the signer: those named (each checked), else the caller if known."""
     return [check_launcher(m) for m in given] if given else default_launchers()
 
@@ -177,7 +180,7 @@ def setup_steps(
     region: str,
     prefix: str = "",
     retention_days: int = 30,
-    launchers: list[str] | tuple[str, ...] = (),
+    launchers: Sequence[str] = (),
 ) -> list[SetupStep]:
     email = vm_account_email(project)
     member = f"serviceAccount:{email}"
