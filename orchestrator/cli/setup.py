@@ -38,7 +38,7 @@ def setup(apply_, launchers):
     Examples:
       bench setup                 # print the commands
       bench setup --apply   # do it (needs a project Owner or the IAM admin roles)
-      bench setup --apply --launcher user:alice@example.com   # and alice may launch
+      bench setup --apply --launcher user:alice@example.com  # alice may launch
     """
     from orchestrator.cli.wrap import shell_command, shell_comment, stated_columns
     from orchestrator.service.setup import apply_setup, plan_setup
