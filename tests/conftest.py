@@ -127,10 +127,12 @@ def pytest_unconfigure(config):
 
 @pytest.fixture
 def bench_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working directory and state dir of its own, and no BENCH_* leaking in from outside."""
+    """A working directory and state dir of its own, and no BENCH_* (nor a credentials
+    file, which `bench setup` reads its caller from) leaking in from outside."""
     for name in list(os.environ):
         if name.startswith("BENCH_"):
             monkeypatch.delenv(name)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

@@ -10,7 +10,7 @@ backends/registry.py names them all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -397,7 +397,10 @@ class ChecksProject(Protocol):
 class SetsUpProject(Protocol):
     """A backend with a one-time, least-privilege setup of its project (`bench setup`)."""
 
-    def setup_steps(self) -> list[SetupStep]: ...
+    def setup_steps(self, launchers: Sequence[str] = ()) -> list[SetupStep]:
+        """Every step, in order; `launchers`: the IAM members `bench setup --launcher`
+        named, who will launch runs (a backend that needs no grant for them ignores it)."""
+        ...
 
     def apply_setup(
         self,
@@ -409,6 +412,6 @@ class SetsUpProject(Protocol):
         new account is not visible to yet."""
         ...
 
-    def setup_followups(self) -> list[str]:
+    def setup_followups(self, launchers: Sequence[str] = ()) -> list[str]:
         """What the user does once the steps are done, one line each."""
         ...

@@ -8,7 +8,16 @@ from orchestrator.cli.options import cloud_options, console, make_context
 @click.command()
 @cloud_options
 @click.option("--apply", "apply_", is_flag=True, help="perform the steps (default: print them)")
-def setup(apply_):
+@click.option(
+    "--launcher",
+    "launchers",
+    multiple=True,
+    metavar="MEMBER",
+    help="who will run `bench launch` (repeatable), as an IAM member: user:EMAIL, "
+    "group:EMAIL or serviceAccount:EMAIL; granted roles/iam.serviceAccountTokenCreator on "
+    "the signer account alone (default: these credentials, when a service account's)",
+)
+def setup(apply_, launchers):
     """Print (or with --apply perform) the least-privilege one-time setup of a project.
 
     Creates the bucket; a service account for bench VMs with object access to
@@ -18,8 +27,10 @@ def setup(apply_):
     deletes itself when it ends: nothing is left billing. With Cloud Batch in use
     (backend = "batch", or a batch run launched from here) it also grants that
     account roles/batch.agentReporter and roles/logging.logWriter on the
-    project, what a Batch job's VMs need. Without --apply it only prints the gcloud
-    commands, so you can check them line by line (or run them yourself).
+    project, what a Batch job's VMs need. Each --launcher may sign each run's
+    storage grants as the signer account, which `bench launch` needs. Without
+    --apply it only prints the gcloud commands, so you can check them line by
+    line (or run them yourself).
     --apply runs the same steps through Google's APIs and is safe to repeat; it
     waits (up to about two minutes) for the new account to become usable.
 
@@ -27,13 +38,14 @@ def setup(apply_):
     Examples:
       bench setup                 # print the commands
       bench setup --apply   # do it (needs a project Owner or the IAM admin roles)
+      bench setup --apply --launcher user:alice@example.com  # alice may launch
     """
     from orchestrator.cli.wrap import shell_command, shell_comment, stated_columns
     from orchestrator.service.setup import apply_setup, plan_setup
 
     ctx = make_context()
     out = console()
-    plan = plan_setup(ctx)
+    plan = plan_setup(ctx, launchers=launchers)
     if not apply_:
         # Lines to paste into a shell: a comment wraps as comments, a command with ` \`.
         width = out.width if out.is_terminal or stated_columns() is not None else None

@@ -8,7 +8,7 @@ set up.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -38,15 +38,19 @@ class SetupPlan:
         return [line for part in self.parts for line in part.followups]
 
 
-def plan_setup(ctx: Context, backend: str | None = None) -> SetupPlan:
+def plan_setup(
+    ctx: Context, backend: str | None = None, launchers: Sequence[str] = ()
+) -> SetupPlan:
     """Every step, printed before anything is done; `backend`: that one alone (UsageError
-    when it has nothing to set up)."""
+    when it has nothing to set up); `launchers`: the IAM members who will launch runs
+    (UsageError on one that is not a member's form, before any step is done)."""
     names = [backend] if backend else projects_in_use(ctx.config)
     parts = []
     for name in names:
         prepared = ctx.backend(name)
         if isinstance(prepared, SetsUpProject):
-            parts.append(BackendSetup(name, prepared.setup_steps(), prepared.setup_followups()))
+            steps = prepared.setup_steps(launchers)
+            parts.append(BackendSetup(name, steps, prepared.setup_followups(launchers)))
         elif backend:
             raise UsageError(f"the {name} backend has nothing to set up")
     return SetupPlan(parts)

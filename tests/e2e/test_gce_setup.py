@@ -264,3 +264,141 @@ def test_apply_sets_the_runs_lifecycle_rule_keeps_other_rules_and_follows_the_se
     bucket.lifecycle_rules = [{"action": {"type": "Delete"}, "condition": {}}]
     with pytest.raises(Exception, match="400"):
         bucket.patch()
+
+
+# Launch signs each run's grants as the signer (signBlob), which needs
+# roles/iam.serviceAccountTokenCreator on that account: setup grants it to each launcher.
+ALICE = "user:alice@example.com"
+
+
+def _token_creators(iam) -> list[dict]:
+    return [
+        b
+        for b in iam.account_policy(SIGNER).get("bindings", [])
+        if b["role"] == gce_setup.TOKEN_CREATOR
+    ]
+
+
+def test_setup_plans_the_launchers_grant_on_the_signer_alone(bench_env, capsys, monkeypatch):
+    monkeypatch.setenv("BENCH_PROJECT", PROJECT)
+    monkeypatch.setenv("BENCH_BUCKET", "my-bench-results")
+    assert main(["setup", "--launcher", ALICE, "--launcher", "group:ci@example.com"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    grants = [line for line in lines if "service-accounts add-iam-policy-binding" in line]
+    assert grants == [
+        f"gcloud iam service-accounts add-iam-policy-binding {SIGNER} --project={PROJECT} "
+        f"--member={member} --role=roles/iam.serviceAccountTokenCreator"
+        for member in (ALICE, "group:ci@example.com")
+    ]
+    assert not any("YOUR_EMAIL" in line for line in lines)  # nothing left to do by hand
+
+
+def test_setup_without_a_launcher_names_the_option(bench_env, capsys, monkeypatch):
+    monkeypatch.setenv("BENCH_PROJECT", PROJECT)
+    monkeypatch.setenv("BENCH_BUCKET", "my-bench-results")
+    assert main(["setup"]) == 0
+    out = capsys.readouterr().out
+    assert "TokenCreator" not in out.split("whoever launches")[0]  # no step grants it
+    assert "bench setup --apply --launcher user:YOUR_EMAIL" in out
+
+
+def test_setup_offers_a_service_accounts_credentials_as_the_launcher(
+    bench_env, tmp_path, capsys, monkeypatch
+):
+    """Credentials from a service account's key file name their account (no network
+    call): setup grants it unless told whom."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    ci = f"ci-runner@{PROJECT}.iam.gserviceaccount.com"
+    credentials = tmp_path / "ci-key.json"
+    credentials.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": PROJECT,
+                "private_key_id": "k1",
+                "private_key": pem,
+                "client_email": ci,
+                "client_id": "1",
+                "token_uri": "https://oauth2.googleapis.com/token",
+            }
+        )
+    )
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(credentials))
+    monkeypatch.setenv("BENCH_PROJECT", PROJECT)
+    monkeypatch.setenv("BENCH_BUCKET", "my-bench-results")
+    assert main(["setup"]) == 0
+    out = capsys.readouterr().out
+    assert f"--member=serviceAccount:{ci} --role=roles/iam.serviceAccountTokenCreator" in out
+    assert "YOUR_EMAIL" not in out
+    assert main(["setup", "--launcher", ALICE]) == 0  # named launchers replace it
+    out = capsys.readouterr().out
+    assert f"--member={ALICE} " in out and ci not in out
+
+
+def test_apply_grants_each_launcher_token_creator_on_the_signer_and_is_repeatable(iam, capsys):
+    assert main(["setup", "--apply", "--launcher", ALICE]) == 0
+    out = capsys.readouterr().out
+    assert f"roles/iam.serviceAccountTokenCreator for {ALICE} on {SIGNER} only" in out
+    assert f"as {ALICE} signs each run's grants as that account: granted\n" in out
+    assert "YOUR_EMAIL" not in out
+    assert _token_creators(iam) == [{"role": gce_setup.TOKEN_CREATOR, "members": [ALICE]}]
+    # On the signer alone: not on the project, not on the VM's account.
+    assert not any(b["role"] == gce_setup.TOKEN_CREATOR for b in iam.policy(PROJECT)["bindings"])
+    assert ACCOUNT not in iam.account_policies
+    etag = iam.account_policy(SIGNER)["etag"]
+    assert main(["setup", "--apply", "--launcher", ALICE]) == 0  # a second run: no change
+    out = capsys.readouterr().out
+    assert f"`bench launch` as {ALICE} signs each run's grants as that account: granted " in (
+        out.replace("granted already", "granted ")
+    )
+    assert out.count("granted already") == 4  # the three grants above, and this one
+    assert iam.account_policy(SIGNER)["etag"] == etag
+    # Another launcher joins the same binding; the first stays.
+    assert main(["setup", "--apply", "--launcher", "group:ci@example.com"]) == 0
+    members = ["user:alice@example.com", "group:ci@example.com"]
+    assert _token_creators(iam) == [{"role": gce_setup.TOKEN_CREATOR, "members": members}]
+
+
+@pytest.mark.parametrize(
+    "member", ["alice@example.com", "user:alice", "owner:alice@example.com", "user:"]
+)
+def test_apply_refuses_a_launcher_that_is_not_a_member_and_does_nothing(iam, capsys, member):
+    assert main(["setup", "--apply", "--launcher", ALICE, "--launcher", member]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert f"--launcher {member!r} is not an IAM member" in line
+    assert "user:EMAIL, group:EMAIL or serviceAccount:EMAIL" in line
+    assert captured.out == "" and iam.calls == [] and iam.proxy.bindings == []
+
+
+def test_a_launcher_setup_named_signs_and_anyone_else_is_refused(
+    iam, gce, tmp_path, capsys, monkeypatch
+):
+    """The member setup granted launches (its run's grants signed as the signer); a member
+    without the grant gets the refusal that says what to hold, and no VM."""
+    from tests.e2e.test_gce_cli import plan_file
+
+    assert main(["setup", "--apply", "--launcher", ALICE]) == 0
+    monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", ACCOUNT)
+    plan = plan_file(tmp_path)
+    iam.caller = "user:bob@example.com"
+    capsys.readouterr()
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 4
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"may not sign as {SIGNER} (403)" in err
+    assert "hold roles/iam.serviceAccountTokenCreator on it" in err
+    assert not gce.instances()
+    iam.caller = ALICE
+    signed = len([c for c in iam.calls if c[0] == "projects.serviceAccounts.signBlob"])
+    assert main(["launch", "--backend", "gce", "--budget", "1", "--plan", plan]) == 0
+    calls = [c for c in iam.calls if c[0] == "projects.serviceAccounts.signBlob"]
+    assert len(calls) == signed + 2  # the payload's URL and the upload policy
+    assert len(gce.instances()) == 1

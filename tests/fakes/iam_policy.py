@@ -71,6 +71,14 @@ PREDEFINED_ROLES: dict[str, Collection[str]] = {
     },
     "roles/batch.agentReporter": {"batch.states.report"},
     "roles/logging.logWriter": {"logging.logEntries.create"},
+    # https://cloud.google.com/iam/docs/service-account-permissions#token-creator-role
+    "roles/iam.serviceAccountTokenCreator": {
+        "iam.serviceAccounts.getAccessToken",
+        "iam.serviceAccounts.getOpenIdToken",
+        "iam.serviceAccounts.implicitDelegation",
+        "iam.serviceAccounts.signBlob",
+        "iam.serviceAccounts.signJwt",
+    },
     "roles/iam.serviceAccountUser": {
         "iam.serviceAccounts.actAs",
         "iam.serviceAccounts.get",

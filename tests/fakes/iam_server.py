@@ -4,6 +4,10 @@
   GET  /v1/projects/{p}/serviceAccounts/{email}      iam projects.serviceAccounts.get
   POST /v1/projects/{p}/serviceAccounts/{email}:testIamPermissions
                                                      iam projects.serviceAccounts.testIamPermissions
+  POST /v1/projects/{p}/serviceAccounts/{email}:getIamPolicy
+                                                     iam projects.serviceAccounts.getIamPolicy
+  POST /v1/projects/{p}/serviceAccounts/{email}:setIamPolicy
+                                                     iam projects.serviceAccounts.setIamPolicy
   POST /v1/projects/{p}/roles                        iam projects.roles.create
   GET  /v1/projects/{p}/roles/{id}                   iam projects.roles.get
   PATCH /v1/projects/{p}/roles/{id}                  iam projects.roles.patch
@@ -34,8 +38,21 @@ answers a grant to an account it cannot see yet (`member_problem`, also used by 
 proxy). Every request and answer is checked against the iam v1 / cloudresourcemanager v3
 discovery documents.
 
+A service account is a resource with an allow policy of its own, read and written with
+getIamPolicy / setIamPolicy ("Use this method to grant or revoke access to the service
+account", https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/setIamPolicy,
+https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/getIamPolicy):
+the caller needs iam.serviceAccounts.getIamPolicy / setIamPolicy on the account (the
+project's owner has them), the account must exist (404), and setIamPolicy keeps the etag
+and member rules of the project's. A permission on the account is held through the
+project's policy or the account's own (https://cloud.google.com/iam/docs/manage-access-service-accounts).
+`caller` is who a request comes from (requests carry no token here): the developer running
+bench, CONTROLLER_MEMBER, unless a test launches as someone else.
+
 signBlob signs with the account's own key, "a system-managed private key" that never leaves
-Google; the caller needs iam.serviceAccounts.signBlob on the account, and with the `-`
+Google; the caller needs iam.serviceAccounts.signBlob on the account, which
+roles/iam.serviceAccountTokenCreator holds
+(https://cloud.google.com/iam/docs/service-account-permissions#token-creator-role), and with the `-`
 wildcard an account that does not exist answers 403, not 404
 (https://cloud.google.com/iam/docs/reference/credentials/rest/v1/projects.serviceAccounts/signBlob,
 https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/signBlob). The
@@ -87,6 +104,20 @@ _ROUTES = [
         "iam",
         "v1",
         "projects.serviceAccounts.testIamPermissions",
+    ),
+    (
+        "POST",
+        r"^/v1/projects/(?P<p>[^/]+)/serviceAccounts/(?P<id>[^/:]+):getIamPolicy$",
+        "iam",
+        "v1",
+        "projects.serviceAccounts.getIamPolicy",
+    ),
+    (
+        "POST",
+        r"^/v1/projects/(?P<p>[^/]+)/serviceAccounts/(?P<id>[^/:]+):setIamPolicy$",
+        "iam",
+        "v1",
+        "projects.serviceAccounts.setIamPolicy",
     ),
     ("POST", r"^/v1/projects/(?P<p>[^/]+)/roles$", "iam", "v1", "projects.roles.create"),
     ("GET", r"^/v1/projects/(?P<p>[^/]+)/roles/(?P<id>[^/]+)$", "iam", "v1", "projects.roles.get"),
@@ -175,6 +206,8 @@ class FakeIamServer(LoopbackStandIn):
         self.accounts: dict[str, dict[str, Any]] = {}  # email -> ServiceAccount
         self.roles: dict[str, dict[str, Any]] = {}  # projects/p/roles/id -> Role
         self.policies: dict[str, dict[str, Any]] = {}  # project -> Policy
+        self.account_policies: dict[str, dict[str, Any]] = {}  # email -> its own Policy
+        self.caller = CONTROLLER_MEMBER
         # (project, constraint) -> the effective OrgPolicy getEffectiveOrgPolicy answers.
         self.org_policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, Any]] = []
@@ -246,6 +279,11 @@ class FakeIamServer(LoopbackStandIn):
             if p["id"] not in self.accounts:
                 raise IamError(404, "NOT_FOUND", f"Unknown service account {p['id']}")
             return self.accounts[p["id"]]
+        if name in (
+            "projects.serviceAccounts.getIamPolicy",
+            "projects.serviceAccounts.setIamPolicy",
+        ):
+            return self._account_policy(name, project, p["id"], body)
         if name == "projects.serviceAccounts.testIamPermissions":
             if not self.account_exists(p["id"]):
                 raise IamError(404, "NOT_FOUND", f"Unknown service account {p['id']}")
@@ -301,6 +339,31 @@ class FakeIamServer(LoopbackStandIn):
             self.roles[role_name]["includedPermissions"] = list(body["includedPermissions"])
         return self.roles[role_name]
 
+    def account_policy(self, email: str) -> dict[str, Any]:
+        """A service account's own policy: a new account's is empty."""
+        return self.account_policies.setdefault(email, {"version": 1, "etag": "BwAAAA=="})
+
+    def _account_policy(self, name: str, project: str, email: str, body: Any) -> dict[str, Any]:
+        if email not in self.accounts:
+            raise IamError(404, "NOT_FOUND", f"Unknown service account {email}")
+        permission = f"iam.{name.removeprefix('projects.')}"
+        resource = Resource(
+            "iam.googleapis.com/ServiceAccount", f"projects/{project}/serviceAccounts/{email}"
+        )
+        if not self._granted(project, resource, [permission]):
+            raise IamError(
+                403, "PERMISSION_DENIED", f"Permission '{permission}' denied on resource"
+            )
+        current = self.account_policy(email)
+        if name.endswith("getIamPolicy"):
+            return current
+        policy = body["policy"]
+        self._check_policy(current, policy)
+        self._etags += 1
+        stored = {**policy, "etag": f"BwAAA{self._etags}=="}
+        self.account_policies[email] = stored
+        return stored
+
     def _require(self, project: str, permission: str) -> None:
         resource = Resource(_PROJECT, f"projects/{project}")
         if not self._granted(project, resource, [permission]):
@@ -311,16 +374,23 @@ class FakeIamServer(LoopbackStandIn):
             )
 
     def _granted(self, project: str, resource: Resource, permissions: list[str]) -> list[str]:
-        bindings = self.policy(project).get("bindings", [])
+        """Held through the project's policy, or the service account's own when `resource`
+        is one (a policy is inherited down the hierarchy,
+        https://cloud.google.com/iam/docs/policies#inheritance)."""
+        bindings = list(self.policy(project).get("bindings", []))
+        if resource.type == "iam.googleapis.com/ServiceAccount":
+            email = resource.name.rsplit("/", 1)[1]
+            bindings += self.account_policies.get(email, {}).get("bindings", [])
         roles = predefined_or(self.roles)
-        return granted(bindings, roles, CONTROLLER_MEMBER, permissions, resource)
+        return granted(bindings, roles, self.caller, permissions, resource)
 
     def _test(self, project: str, resource: Resource, body: Any) -> dict[str, Any]:
         held = self._granted(project, resource, list(body.get("permissions") or []))
         return {"permissions": held} if held else {}
 
-    def _set_policy(self, project: str, policy: dict[str, Any]) -> dict[str, Any]:
-        current = self.policy(project)
+    def _check_policy(self, current: dict[str, Any], policy: dict[str, Any]) -> None:
+        """setIamPolicy's rules: the etag read, version 3 with conditions, and a member the
+        policy did not name before one Google can see now."""
         if policy.get("etag") != current["etag"]:
             raise IamError(409, "ABORTED", "There were concurrent policy changes.")
         if any("condition" in b for b in policy.get("bindings", [])) and policy.get("version") != 3:
@@ -331,6 +401,10 @@ class FakeIamServer(LoopbackStandIn):
                 problem = self.member_problem(member)
                 if problem:
                     raise IamError(400, "INVALID_ARGUMENT", problem)
+
+    def _set_policy(self, project: str, policy: dict[str, Any]) -> dict[str, Any]:
+        current = self.policy(project)
+        self._check_policy(current, policy)
         self._etags += 1
         stored = {**policy, "etag": f"BwAAA{self._etags}=="}
         self.policies[project] = stored

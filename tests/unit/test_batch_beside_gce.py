@@ -30,14 +30,14 @@ class FirstCloud(LocalBackend):
     def doctor_checks(self, gpu_keys, probe):
         yield Check(f"{self.name} project", True, "fine")
 
-    def setup_steps(self):
+    def setup_steps(self, launchers=()):
         return [SetupStep(f"{self.name} grant", ["true"], lambda client: "granted")]
 
     def apply_setup(self, steps, on_done, on_wait):
         for step in steps:
             on_done(step, step.apply(None))
 
-    def setup_followups(self):
+    def setup_followups(self, launchers=()):
         return [f"{self.name}: done"]
 
 

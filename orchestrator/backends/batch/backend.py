@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -401,7 +401,8 @@ class BatchBackend(ComputeEnginePricing):
 
         return run_checks(self.config, self.api)
 
-    def setup_steps(self) -> list[SetupStep]:
+    def setup_steps(self, launchers: Sequence[str] = ()) -> list[SetupStep]:
+        """`launchers` sign as gce's signer account: gce's setup grants them that."""
         from orchestrator.backends.batch.setup import setup_steps_for
 
         return setup_steps_for(self.config)
@@ -416,7 +417,7 @@ class BatchBackend(ComputeEnginePricing):
 
         apply_setup(self.config, steps, on_done, on_wait)
 
-    def setup_followups(self) -> list[str]:
+    def setup_followups(self, launchers: Sequence[str] = ()) -> list[str]:
         from orchestrator.backends.batch.setup import setup_followups
 
         return setup_followups(self.config)

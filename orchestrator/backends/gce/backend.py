@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -451,10 +451,10 @@ class GceBackend(ComputeEnginePricing):
 
         return run_checks(self.config, self.api, self.store, gpu_keys, probe, self.poll_seconds)
 
-    def setup_steps(self) -> list[SetupStep]:
-        from orchestrator.backends.gce.setup import setup_steps_for
+    def setup_steps(self, launchers: Sequence[str] = ()) -> list[SetupStep]:
+        from orchestrator.backends.gce.setup import launchers_for, setup_steps_for
 
-        return setup_steps_for(self.config)
+        return setup_steps_for(self.config, launchers_for(launchers))
 
     def apply_setup(
         self,
@@ -466,10 +466,10 @@ class GceBackend(ComputeEnginePricing):
 
         apply_setup(self.config, self.store, steps, on_done, on_wait)
 
-    def setup_followups(self) -> list[str]:
-        from orchestrator.backends.gce.setup import setup_followups
+    def setup_followups(self, launchers: Sequence[str] = ()) -> list[str]:
+        from orchestrator.backends.gce.setup import launchers_for, setup_followups
 
-        return setup_followups(self.config)
+        return setup_followups(self.config, launchers_for(launchers))
 
     def _rate(self, zone: str, instance: Instance, catalog: dict) -> float:
         """What this instance bills per hour now, priced from what it is (it may come from

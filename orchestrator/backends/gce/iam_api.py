@@ -1,5 +1,6 @@
 """IAM v1 and Resource Manager v3 over REST (google-auth's session): the only module that
-calls them. `bench setup --apply` creates the VM account and its roles; `bench doctor` asks
+calls them. `bench setup --apply` creates the VM account and its roles, and lets launchers
+sign as the signer account (its own policy); `bench doctor` asks
 what the caller may do (testIamPermissions), reads the project's policy and (Resource
 Manager v1) the organization policies in effect on the project.
 
@@ -116,6 +117,28 @@ class IamApi:
                 return None
             raise
         return set(answer.get("permissions", []))
+
+    def account_policy(self, email: str) -> dict[str, Any]:
+        """The service account's own allow policy, version 3 so that conditional bindings
+        come back whole (https://cloud.google.com/iam/docs/reference/rest/v1/
+        projects.serviceAccounts/getIamPolicy)."""
+        _, policy = self.request(
+            "POST",
+            f"{self._iam}/v1/projects/{self.project}/serviceAccounts/{email}:getIamPolicy"
+            "?options.requestedPolicyVersion=3",
+        )
+        return policy
+
+    def set_account_policy(self, email: str, policy: dict[str, Any]) -> bool:
+        """False when the policy changed since it was read (409: its etag is stale)
+        (https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/
+        setIamPolicy)."""
+        status, _ = self.request(
+            "POST",
+            f"{self._iam}/v1/projects/{self.project}/serviceAccounts/{email}:setIamPolicy",
+            {"policy": policy},
+        )
+        return status != 409
 
     # -- Resource Manager v3 ---------------------------------------------------------------
 

@@ -21,7 +21,13 @@ run's VM (a stranger's pull request, in CI) touches only its own run (docs/secur
 6. that role granted to the VM account under an IAM condition on full resource names:
    instances and disks named bench-* in this project only. Names are public (internal DNS),
    so a VM could delete another live bench VM: docs/security.md states it and the audit-log
-   query that shows it.
+   query that shows it;
+7. for each launcher (`--launcher MEMBER`, by default the caller when its credentials are
+   a service account's), roles/iam.serviceAccountTokenCreator on the signer account alone:
+   what signBlob needs (https://cloud.google.com/iam/docs/service-account-permissions#token-creator-role),
+   granted in the account's own policy
+   (https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/setIamPolicy),
+   not the project's, so it reaches no other account.
 
 After creating a service account "you might need to wait for 60 seconds or more before you
 use the service account" (https://cloud.google.com/iam/docs/service-accounts-create): the
@@ -35,8 +41,11 @@ and each run's VM deletes itself when done.
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import SetupStep
@@ -55,7 +64,13 @@ from orchestrator.backends.gce.iam import (
 from orchestrator.backends.gce.iam_api import IamApi, IamRefused
 from orchestrator.backends.gce.signing import SIGNER_ACCOUNT_ID
 from orchestrator.config import region_of
-from orchestrator.errors import BenchError, CloudError, ConfigError, PermissionDeniedError
+from orchestrator.errors import (
+    BenchError,
+    CloudError,
+    ConfigError,
+    PermissionDeniedError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     from orchestrator.config import BenchConfig
@@ -65,6 +80,10 @@ if TYPE_CHECKING:
 # truncated exponential backoff (https://cloud.google.com/iam/docs/retry-strategy).
 PROPAGATION_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 SELF_DELETE_TITLE = "bench instances only"
+TOKEN_CREATOR = "roles/iam.serviceAccountTokenCreator"
+# The principal forms a launcher may take: one person, a group, a service account
+# (https://cloud.google.com/iam/docs/principal-identifiers).
+_LAUNCHER = re.compile(r"^(user|group|serviceAccount):[^@\s:]+@[^@\s:]+\.[^@\s:]+$")
 
 
 def vm_account_email(project: str) -> str:
@@ -104,8 +123,64 @@ def lifecycle_step(bucket: str, prefix: str, days: int) -> SetupStep:
     )
 
 
+def check_launcher(member: str) -> str:
+    """`member` when it names one principal as IAM writes it; UsageError otherwise."""
+    if not _LAUNCHER.match(member):
+        raise UsageError(
+            f"--launcher {member!r} is not an IAM member: write user:EMAIL, group:EMAIL or "
+            "serviceAccount:EMAIL (e.g. --launcher user:alice@example.com)"
+        )
+    return member
+
+
+def default_launchers() -> list[str]:
+    """The caller, when that is knowable without a network call: Application Default
+    Credentials from a service account's key file (GOOGLE_APPLICATION_CREDENTIALS, type
+    "service_account") name its account in "client_email", what google-auth's
+    service_account_email answers. A person's credentials (gcloud's) name nobody and the
+    metadata server's would need a request: then none, and setup's follow-up names
+    --launcher."""
+    path = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    try:
+        info = json.loads(Path(path).read_text()) if path else {}
+    except (OSError, ValueError):
+        return []
+    if not isinstance(info, dict) or info.get("type") != "service_account":
+        return []
+    email = info.get("client_email")
+    if not isinstance(email, str) or "@" not in email:
+        return []
+    return [f"serviceAccount:{email}"]
+
+
+def launchers_for(given: Sequence[str]) -> list[str]:
+    """Who gets to sign as the signer: those named (each checked), else the caller if known."""
+    return [check_launcher(m) for m in given] if given else default_launchers()
+
+
+def token_creator_step(project: str, member: str) -> SetupStep:
+    signer = signer_account_email(project)
+    return SetupStep(
+        f"{TOKEN_CREATOR} for {member} on {signer} only: `bench launch` as {member} signs "
+        "each run's grants as that account",
+        [
+            *("gcloud", "iam", "service-accounts", "add-iam-policy-binding", signer),
+            f"--project={project}",
+            f"--member={member}",
+            f"--role={TOKEN_CREATOR}",
+        ],
+        lambda c: c.grant_token_creator(signer, member),
+        names_account=True,
+    )
+
+
 def setup_steps(
-    project: str, bucket: str, region: str, prefix: str = "", retention_days: int = 30
+    project: str,
+    bucket: str,
+    region: str,
+    prefix: str = "",
+    retention_days: int = 30,
+    launchers: Sequence[str] = (),
 ) -> list[SetupStep]:
     email = vm_account_email(project)
     member = f"serviceAccount:{email}"
@@ -165,6 +240,7 @@ def setup_steps(
             lambda c: c.grant_role_with_condition(member, delete_role, delete_only),
             names_account=True,
         ),
+        *(token_creator_step(project, launcher) for launcher in launchers),
     ]
 
 
@@ -274,25 +350,46 @@ class SetupClient:
             raise CloudError("the project's IAM policy changed meanwhile; run setup again")
         return "granted"
 
+    def grant_token_creator(self, email: str, member: str) -> str:
+        """`member` added to the account's own policy (read, changed, written back with its
+        etag) under TOKEN_CREATOR, with no condition; nothing else in the policy changes."""
+        policy = self.api.account_policy(email)
+        bindings = [dict(b) for b in policy.get("bindings", [])]
+        plain = [b for b in bindings if b.get("role") == TOKEN_CREATOR and "condition" not in b]
+        if any(member in b.get("members", []) for b in plain):
+            return "granted already"
+        if plain:
+            plain[0]["members"] = [*plain[0].get("members", []), member]
+        else:
+            bindings.append({"role": TOKEN_CREATOR, "members": [member]})
+        if not self.api.set_account_policy(email, {**policy, "bindings": bindings}):
+            raise CloudError(f"the IAM policy of {email} changed meanwhile; run setup again")
+        return "granted"
 
-def setup_steps_for(config: BenchConfig) -> list[SetupStep]:
+
+def setup_steps_for(config: BenchConfig, launchers: list[str]) -> list[SetupStep]:
+    """`launchers`: as launchers_for answered."""
     return setup_steps(
         config.project,
         config.bucket,
         region_of(config.zones[0]),
         config.prefix,
         config.runs_retention_days,
+        launchers,
     )
 
 
-def setup_followups(config: BenchConfig) -> list[str]:
+def setup_followups(config: BenchConfig, launchers: list[str]) -> list[str]:
     signer = signer_account_email(config.project)
+    # signBlob needs roles/iam.serviceAccountTokenCreator on the signer, which no basic
+    # role gives (https://cloud.google.com/iam/docs/service-account-permissions).
+    signing = [
+        "whoever launches needs to sign as the signer account (once per person): "
+        "bench setup --apply --launcher user:YOUR_EMAIL (or gcloud iam service-accounts "
+        f"add-iam-policy-binding {signer} --member=user:YOUR_EMAIL --role={TOKEN_CREATOR})"
+    ]
     return [
-        # signBlob needs roles/iam.serviceAccountTokenCreator on the signer, which no basic
-        # role gives (https://cloud.google.com/iam/docs/service-account-permissions).
-        "whoever launches needs to sign as the signer account (once per person): gcloud iam "
-        f"service-accounts add-iam-policy-binding {signer} --member=user:YOUR_EMAIL "
-        "--role=roles/iam.serviceAccountTokenCreator",
+        *([] if launchers else signing),
         f'then add to bench.toml: service_account = "{vm_account_email(config.project)}"',
         "and check the project with: bench doctor",
     ]
