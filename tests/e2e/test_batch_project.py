@@ -229,6 +229,8 @@ def test_a_launcher_setup_named_creates_batch_jobs_and_was_refused_before(
     assert main(launch("--budget", "1.00", "--plan", plan)) == 4
     err = " ".join(capsys.readouterr().err.split())
     assert "Cloud Batch denied the request" in err and "'batch.jobs.create' denied" in err
+    assert f"you need {JOBS_EDITOR} on the project and {ACCOUNT_USER} on the job's" in err
+    assert "bench setup --apply --launcher" in err and "compute.instanceAdmin" not in err
     ((member, permission, _),) = batch_in_use.denied
     assert (member, permission) == (BOB, "batch.jobs.create")
     assert not batch_in_use.created
