@@ -15,7 +15,9 @@ from orchestrator.cli.options import cloud_options, console, make_context
     metavar="MEMBER",
     help="who will run `bench launch` (repeatable), as an IAM member: user:EMAIL, "
     "group:EMAIL or serviceAccount:EMAIL; granted roles/iam.serviceAccountTokenCreator on "
-    "the signer account alone (default: these credentials, when a service account's)",
+    "the signer account alone, and with Cloud Batch in use roles/batch.jobsEditor on the "
+    "project and roles/iam.serviceAccountUser on the VM account alone (default: these "
+    "credentials, when a service account's)",
 )
 def setup(apply_, launchers):
     """Print (or with --apply perform) the least-privilege one-time setup of a project.
@@ -28,7 +30,8 @@ def setup(apply_, launchers):
     (backend = "batch", or a batch run launched from here) it also grants that
     account roles/batch.agentReporter and roles/logging.logWriter on the
     project, what a Batch job's VMs need. Each --launcher may sign each run's
-    storage grants as the signer account, which `bench launch` needs. Without
+    storage grants as the signer account, which `bench launch` needs (and, with
+    Batch, create jobs and act as the VM account). Without
     --apply it only prints the gcloud commands, so you can check them line by
     line (or run them yourself).
     --apply runs the same steps through Google's APIs and is safe to repeat; it

@@ -14,6 +14,7 @@ from tests.e2e.test_batch_run import launch
 from tests.e2e.test_gce_cli import launched_run_id, plan_file
 from tests.e2e.test_gce_setup import ACCOUNT, PROJECT, iam  # noqa: F401 - fixture
 from tests.fakes import batch_fixtures
+from tests.fakes.iam_policy import CONTROLLER_MEMBER
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -141,3 +142,103 @@ def test_prices_states_the_batch_attempts_that_launch_configures(batch, tmp_path
     spec = batch.created[0]["taskGroups"][0]["taskSpec"]
     assert spec["maxRunDuration"] == f"{terms['attempt_seconds']}s"
     assert 1 + spec["maxRetryCount"] == terms["attempts"]
+
+
+# Who launches a Batch job needs roles/batch.jobsEditor on the project and
+# roles/iam.serviceAccountUser on the job's account
+# (https://cloud.google.com/batch/docs/create-run-job-custom-service-account): setup grants
+# them to each --launcher.
+BOB = "user:bob@example.com"
+JOBS_EDITOR = "roles/batch.jobsEditor"
+ACCOUNT_USER = "roles/iam.serviceAccountUser"
+
+
+def test_setup_plans_each_launchers_batch_grants_and_drops_the_manual_line(
+    bench_env, capsys, monkeypatch
+):
+    monkeypatch.setenv("BENCH_PROJECT", PROJECT)
+    monkeypatch.setenv("BENCH_BUCKET", "my-bench-results")
+    monkeypatch.setenv("BENCH_BACKEND", "batch")
+    assert main(["setup", "--launcher", BOB]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("gcloud ")]
+    assert lines[-2:] == [
+        f"gcloud projects add-iam-policy-binding {PROJECT} --member={BOB} "
+        f"--role={JOBS_EDITOR} --condition=None",
+        f"gcloud iam service-accounts add-iam-policy-binding {ACCOUNT} --project={PROJECT} "
+        f"--member={BOB} --role={ACCOUNT_USER}",
+    ]
+    assert f"{ACCOUNT_USER} for {BOB} on {ACCOUNT} only" in out
+    assert "user:EMAIL" not in out and "whoever launches" not in out  # nothing by hand
+    # Without Batch in use, a launcher gets the signer's grant alone.
+    monkeypatch.delenv("BENCH_BACKEND")
+    assert main(["setup", "--launcher", BOB]) == 0
+    out = capsys.readouterr().out
+    assert JOBS_EDITOR not in out and ACCOUNT_USER not in out
+
+
+def _holders(bindings: list[dict], role: str) -> list[dict]:
+    return [b for b in bindings if b["role"] == role]
+
+
+def test_setup_grants_a_launcher_jobs_on_the_project_and_the_vm_account_alone(
+    iam,  # noqa: F811 - the fixture imported above
+    batch_in_use,
+    capsys,
+):
+    assert main(["setup", "--apply", "--launcher", BOB]) == 0
+    out = capsys.readouterr().out
+    assert "creates, reads and deletes Batch jobs: granted\n" in out
+    assert "its Batch jobs run as that account: granted\n" in out
+    project = iam.policy(PROJECT)["bindings"]
+    assert _holders(project, JOBS_EDITOR) == [{"role": JOBS_EDITOR, "members": [BOB]}]
+    assert not _holders(project, ACCOUNT_USER)  # not on every account of the project
+    own = iam.account_policy(ACCOUNT)["bindings"]
+    assert _holders(own, ACCOUNT_USER) == [{"role": ACCOUNT_USER, "members": [BOB]}]
+    etag = iam.account_policy(ACCOUNT)["etag"]
+    assert main(["setup", "--apply", "--launcher", BOB]) == 0  # a second run: no change
+    out = capsys.readouterr().out
+    assert "Batch jobs: granted already\n" in out
+    assert "run as that account: granted already\n" in out
+    assert iam.account_policy(ACCOUNT)["etag"] == etag
+    assert len(iam.policy(PROJECT)["bindings"]) == len(project)
+
+
+def test_a_launcher_setup_named_creates_batch_jobs_and_was_refused_before(
+    iam,  # noqa: F811 - the fixture imported above
+    batch_in_use,
+    tmp_path,
+    capsys,
+    monkeypatch,
+):
+    """Bob may sign as the signer (gce's setup named him) but holds nothing for Batch: his
+    Batch launch is refused at jobs.create and creates nothing. Once setup with Batch in use
+    names him, his job is created, running as bench's VM account."""
+    batch_in_use.iam = iam  # Batch authorizes against the IAM stand-in's caller and policies
+    batch_in_use.run_scripts = False
+    for name in ("BENCH_BACKEND", "BENCH_BATCH_ENDPOINT"):  # Batch not in use yet
+        monkeypatch.delenv(name)
+    assert main(["setup", "--apply", "--launcher", BOB]) == 0  # gce's grants alone
+    assert JOBS_EDITOR not in capsys.readouterr().out
+    monkeypatch.setenv("BENCH_BACKEND", "batch")
+    monkeypatch.setenv("BENCH_BATCH_ENDPOINT", batch_in_use.endpoint)
+    monkeypatch.setenv("BENCH_SERVICE_ACCOUNT", ACCOUNT)
+    plan = plan_file(tmp_path)
+    iam.caller = BOB
+    capsys.readouterr()
+    assert main(launch("--budget", "1.00", "--plan", plan)) == 4
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Cloud Batch denied the request" in err and "'batch.jobs.create' denied" in err
+    assert f"you need {JOBS_EDITOR} on the project and {ACCOUNT_USER} on the job's" in err
+    assert "bench setup --apply --launcher" in err and "compute.instanceAdmin" not in err
+    ((member, permission, _),) = batch_in_use.denied
+    assert (member, permission) == (BOB, "batch.jobs.create")
+    assert not batch_in_use.created
+    iam.caller = CONTROLLER_MEMBER  # the owner runs setup
+    assert main(["setup", "--apply", "--launcher", BOB]) == 0
+    iam.caller = BOB
+    capsys.readouterr()
+    assert main(launch("--budget", "1.00", "--plan", plan)) == 0
+    (body,) = batch_in_use.created
+    assert body["allocationPolicy"]["serviceAccount"]["email"] == ACCOUNT
+    assert len(batch_in_use.denied) == 1

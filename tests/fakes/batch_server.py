@@ -19,8 +19,11 @@ IAM, as the compute stand-in checks it: a request without Authorization is the c
 (`iam_policy.CONTROLLER_MEMBER`, a new project's owner), one with `Bearer fake-token-<VM>` is
 that job VM's service account; each needs its method's permission under the project's policy
 (`self.iam`, the compute stand-in's `ProjectIam` or the IAM stand-in: the `batch` fixture
-shares one), conditions evaluated (iam_policy.py). The methods' permissions are their
-reference pages' (https://cloud.google.com/batch/docs/reference/rest/v1/projects.locations.jobs/create
+shares one), conditions evaluated (iam_policy.py); with the IAM stand-in, a request without a
+token is its `caller` (a test may launch as someone other than the owner), and a permission on
+a service account is held through that account's own policy too
+(https://cloud.google.com/iam/docs/manage-access-service-accounts). The methods' permissions
+are their reference pages' (https://cloud.google.com/batch/docs/reference/rest/v1/projects.locations.jobs/create
 and the others: batch.jobs.create, .get, .list, .delete, batch.tasks.list,
 batch.locations.list); creating a job also needs iam.serviceAccounts.actAs on the job's
 service account, "Service Account User (roles/iam.serviceAccountUser) on the job's service
@@ -277,7 +280,7 @@ class FakeBatchServer(LoopbackStandIn):
         job = re.match(r"^projects/[^/]+/locations/[^/]+/jobs/[^/]+", resource)
         on = Resource("batch.googleapis.com/Job", job[0]) if job else None
         on = on or Resource("cloudresourcemanager.googleapis.com/Project", f"projects/{project}")
-        member = CONTROLLER_MEMBER
+        member = getattr(self.iam, "caller", CONTROLLER_MEMBER)  # the IAM stand-in's
         if token.startswith(VM_TOKEN_PREFIX):
             identity = self.identity_of_token(token)
             if identity is None:
@@ -290,9 +293,13 @@ class FakeBatchServer(LoopbackStandIn):
                 "iam.googleapis.com/ServiceAccount", f"projects/{project}/serviceAccounts/{email}"
             )
             needs.append(("iam.serviceAccounts.actAs", account))
-        bindings = self.iam.policy(project).get("bindings", [])
         roles = predefined_or(self.iam.roles)
         for permission, on in needs:
+            bindings = list(self.iam.policy(project).get("bindings", []))
+            if on.type == "iam.googleapis.com/ServiceAccount":  # and the account's own
+                email = on.name.rsplit("/", 1)[1]
+                own = getattr(self.iam, "account_policies", {}).get(email, {})
+                bindings += own.get("bindings", [])
             if not allows(bindings, roles, member, permission, on):
                 self.denied.append((member, permission, on.name))
                 raise _refused(permission, on.name)

@@ -11,13 +11,19 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.backends.batch.adaptor import batch_v1
+from orchestrator.backends.batch.iam import ACCOUNT_USER, JOBS_EDITOR
 from orchestrator.backends.gce.adaptor import (
     api_exceptions,
     auth_credentials,
     auth_exceptions,
     client_options,
 )
-from orchestrator.backends.gce.errors import call_google, transient_read_retry, translate
+from orchestrator.backends.gce.errors import (
+    LAUNCHER_ROLES,
+    call_google,
+    transient_read_retry,
+    translate,
+)
 from orchestrator.errors import BenchError, ConfigError
 
 if TYPE_CHECKING:
@@ -31,6 +37,11 @@ HTTP_TIMEOUT_SECONDS = 60.0
 READ_RETRY_SECONDS = 60.0
 # A job's delete is a long-running operation; stop-all waits this long for each.
 DELETE_TIMEOUT_SECONDS = 300.0
+# What a refused launch needs here, and where it comes from.
+BATCH_LAUNCHER_ROLES = (
+    f"{JOBS_EDITOR} on the project and {ACCOUNT_USER} on the job's service account "
+    "(bench setup --apply --launcher user:YOUR_EMAIL grants both)"
+)
 
 
 class BatchApi:
@@ -151,9 +162,11 @@ class BatchApi:
 
 def _batch_error(exc: Exception, project: str) -> BenchError:
     """gce's translation of an API error (the same codes mean the same on Batch), naming the
-    API that answered."""
+    API that answered and, on a refusal, the roles a Batch launch needs (batch/iam.py)."""
     error = translate(exc, project=project)
+    text = str(error).replace("Compute Engine", "Cloud Batch")
+    text = text.replace(LAUNCHER_ROLES, BATCH_LAUNCHER_ROLES)
     try:
-        return type(error)(str(error).replace("Compute Engine", "Cloud Batch"))
+        return type(error)(text)
     except TypeError:  # an error class built from parts: keep it as it is
         return error

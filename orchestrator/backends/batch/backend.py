@@ -402,10 +402,12 @@ class BatchBackend(ComputeEnginePricing):
         return run_checks(self.config, self.api)
 
     def setup_steps(self, launchers: Sequence[str] = ()) -> list[SetupStep]:
-        """`launchers` sign as gce's signer account: gce's setup grants them that."""
+        """Each of `launchers` may create jobs and act as the VM account (gce's setup lets
+        them sign as its signer account)."""
         from orchestrator.backends.batch.setup import setup_steps_for
+        from orchestrator.backends.gce.setup import launchers_for
 
-        return setup_steps_for(self.config)
+        return setup_steps_for(self.config, launchers_for(launchers))
 
     def apply_setup(
         self,
@@ -419,8 +421,9 @@ class BatchBackend(ComputeEnginePricing):
 
     def setup_followups(self, launchers: Sequence[str] = ()) -> list[str]:
         from orchestrator.backends.batch.setup import setup_followups
+        from orchestrator.backends.gce.setup import launchers_for
 
-        return setup_followups(self.config)
+        return setup_followups(self.config, launchers_for(launchers))
 
 
 def _batch_runs_here(config: BenchConfig) -> bool:

@@ -96,6 +96,12 @@ def _status(exc: Exception) -> int | None:
     return int(code) if isinstance(code, int) else None
 
 
+# What a 403 from Compute Engine says the caller needs (Batch's translation replaces it).
+LAUNCHER_ROLES = (
+    "roles/compute.instanceAdmin.v1 and roles/iam.serviceAccountUser on the VM's service account"
+)
+
+
 def translate(exc: Exception, *, project: str, zone: str | None = None) -> BenchError:
     """One bench error for one google.api_core exception; `zone` is where it happened."""
     codes, text = _codes_and_text(exc)
@@ -115,8 +121,7 @@ def translate(exc: Exception, *, project: str, zone: str | None = None) -> Bench
     if status == 403:
         return PermissionDeniedError(
             f"Compute Engine denied the request in project {project} ({text}); you need "
-            "roles/compute.instanceAdmin.v1 and roles/iam.serviceAccountUser on the VM's "
-            "service account"
+            f"{LAUNCHER_ROLES}"
         )
     if status == 404:
         return ConfigError(

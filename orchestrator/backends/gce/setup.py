@@ -169,7 +169,7 @@ def token_creator_step(project: str, member: str) -> SetupStep:
             f"--member={member}",
             f"--role={TOKEN_CREATOR}",
         ],
-        lambda c: c.grant_token_creator(signer, member),
+        lambda c: grant_on_account(c.api, signer, member, TOKEN_CREATOR),
         names_account=True,
     )
 
@@ -350,21 +350,23 @@ class SetupClient:
             raise CloudError("the project's IAM policy changed meanwhile; run setup again")
         return "granted"
 
-    def grant_token_creator(self, email: str, member: str) -> str:
-        """`member` added to the account's own policy (read, changed, written back with its
-        etag) under TOKEN_CREATOR, with no condition; nothing else in the policy changes."""
-        policy = self.api.account_policy(email)
-        bindings = [dict(b) for b in policy.get("bindings", [])]
-        plain = [b for b in bindings if b.get("role") == TOKEN_CREATOR and "condition" not in b]
-        if any(member in b.get("members", []) for b in plain):
-            return "granted already"
-        if plain:
-            plain[0]["members"] = [*plain[0].get("members", []), member]
-        else:
-            bindings.append({"role": TOKEN_CREATOR, "members": [member]})
-        if not self.api.set_account_policy(email, {**policy, "bindings": bindings}):
-            raise CloudError(f"the IAM policy of {email} changed meanwhile; run setup again")
-        return "granted"
+
+def grant_on_account(api: IamApi, email: str, member: str, role: str) -> str:
+    """`member` added under `role`, with no condition, to the service account's own policy
+    (read, changed, written back with its etag), so it reaches that account alone; nothing
+    else in the policy changes."""
+    policy = api.account_policy(email)
+    bindings = [dict(b) for b in policy.get("bindings", [])]
+    plain = [b for b in bindings if b.get("role") == role and "condition" not in b]
+    if any(member in b.get("members", []) for b in plain):
+        return "granted already"
+    if plain:
+        plain[0]["members"] = [*plain[0].get("members", []), member]
+    else:
+        bindings.append({"role": role, "members": [member]})
+    if not api.set_account_policy(email, {**policy, "bindings": bindings}):
+        raise CloudError(f"the IAM policy of {email} changed meanwhile; run setup again")
+    return "granted"
 
 
 def setup_steps_for(config: BenchConfig, launchers: list[str]) -> list[SetupStep]:
