@@ -51,7 +51,7 @@ from . import discovery
 from .batch_tasks import FakeJob, TaskRunner, now_rfc3339, vm_account
 from .compute_server import ProjectIam
 from .http_base import JsonHandler, LoopbackStandIn
-from .iam_policy import CONTROLLER_MEMBER, Resource, allows, predefined_or
+from .iam_policy import Resource, allows, predefined_or
 from .metadata_server import VM_TOKEN_PREFIX, MetadataServer, TokenIdentity
 from .peer_process import session_of_peer
 
@@ -280,7 +280,7 @@ class FakeBatchServer(LoopbackStandIn):
         job = re.match(r"^projects/[^/]+/locations/[^/]+/jobs/[^/]+", resource)
         on = Resource("batch.googleapis.com/Job", job[0]) if job else None
         on = on or Resource("cloudresourcemanager.googleapis.com/Project", f"projects/{project}")
-        member = getattr(self.iam, "caller", CONTROLLER_MEMBER)  # the IAM stand-in's
+        member = self.iam.caller
         if token.startswith(VM_TOKEN_PREFIX):
             identity = self.identity_of_token(token)
             if identity is None:
@@ -295,12 +295,7 @@ class FakeBatchServer(LoopbackStandIn):
             needs.append(("iam.serviceAccounts.actAs", account))
         roles = predefined_or(self.iam.roles)
         for permission, on in needs:
-            bindings = list(self.iam.policy(project).get("bindings", []))
-            if on.type == "iam.googleapis.com/ServiceAccount":  # and the account's own
-                email = on.name.rsplit("/", 1)[1]
-                own = getattr(self.iam, "account_policies", {}).get(email, {})
-                bindings += own.get("bindings", [])
-            if not allows(bindings, roles, member, permission, on):
+            if not allows(self.iam.bindings_on(project, on), roles, member, permission, on):
                 self.denied.append((member, permission, on.name))
                 raise _refused(permission, on.name)
 

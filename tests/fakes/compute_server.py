@@ -188,12 +188,19 @@ class ProjectIam:
     """Project IAM policies and custom roles when no IAM stand-in is wired in. Any service
     account named exists here (the IAM stand-in, iam_server.py, knows which do)."""
 
+    caller = CONTROLLER_MEMBER  # who a request without a token comes from
+
     def __init__(self) -> None:
         self.policies: dict[str, dict[str, Any]] = {}
         self.roles: dict[str, dict[str, Any]] = {}
 
     def policy(self, project: str) -> dict[str, Any]:
         return self.policies.setdefault(project, new_project_policy())
+
+    def bindings_on(self, project: str, resource: Resource) -> list[dict[str, Any]]:
+        """The bindings that hold on `resource`: the project's (no account has a policy of
+        its own here; the IAM stand-in's `bindings_on` adds it)."""
+        return list(self.policy(project).get("bindings", []))
 
     def account_exists(self, email: str) -> bool:
         return True

@@ -373,15 +373,19 @@ class FakeIamServer(LoopbackStandIn):
                 f"The caller does not have permission {permission} on projects/{project}",
             )
 
-    def _granted(self, project: str, resource: Resource, permissions: list[str]) -> list[str]:
-        """Held through the project's policy, or the service account's own when `resource`
-        is one (a policy is inherited down the hierarchy,
-        https://cloud.google.com/iam/docs/policies#inheritance)."""
+    def bindings_on(self, project: str, resource: Resource) -> list[dict[str, Any]]:
+        """The bindings that hold on `resource`: the project's, and the service account's
+        own when `resource` is one (a policy is inherited down the hierarchy,
+        https://cloud.google.com/iam/docs/policies#inheritance). The Batch stand-in asks
+        this too."""
         bindings = list(self.policy(project).get("bindings", []))
         if resource.type == "iam.googleapis.com/ServiceAccount":
             email = resource.name.rsplit("/", 1)[1]
             bindings += self.account_policies.get(email, {}).get("bindings", [])
-        roles = predefined_or(self.roles)
+        return bindings
+
+    def _granted(self, project: str, resource: Resource, permissions: list[str]) -> list[str]:
+        bindings, roles = self.bindings_on(project, resource), predefined_or(self.roles)
         return granted(bindings, roles, self.caller, permissions, resource)
 
     def _test(self, project: str, resource: Resource, body: Any) -> dict[str, Any]:
