@@ -18,7 +18,9 @@
 # Each step runs in its own process under `timeout`, capped by the time left to the script's
 # deadline (TOTAL_S, default 285 s), so a fault or a hang costs that step only. Everything is
 # written under one folder and tarred into $OUT as ONE file, fp8-turns.tgz (on exit, whatever
-# happened). DIMS ("128 256") and REPS (3) narrow or widen it.
+# happened). DIMS ("128 256") and REPS (3) narrow or widen it; FLAGS ("0 1 2") names the
+# schedules; NCU_FLAGS (none by default), the schedules whose MHA D = 128 16k kernel ncu profiles
+# (pipes and issue), after the table.
 set -uo pipefail
 t0=$(date +%s)
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -84,7 +86,7 @@ print(f"build: build() {rec['seconds']:.1f} s on all cores, {len(units)} units, 
 UNITS
 
 flags=""
-for f in 0 1 2; do
+for f in ${FLAGS:-0 1 2}; do
   # shellcheck disable=SC2086
   step 45 "probe-$f" python3 tools/flash_attention/fp8_check.py probe "$work/probe-$f.json" \
     --dims $dims --flags "$f" && flags="$flags $f"
@@ -113,6 +115,17 @@ fi
 echo "== table ($(($(date +%s) - t0)) s so far)"
 python3 tools/flash_attention/fp8_check.py table "$work/correct.json" "$work/turns.json" 2>&1 \
   | tee "$work/table.txt"
+
+for f in ${NCU_FLAGS:-}; do
+  step 60 "ncu-$f" ncu --clock-control none --section ComputeWorkloadAnalysis \
+    --section WarpStateStats --section InstructionStats \
+    --metrics sm__inst_executed_pipe_xu.sum,sm__inst_executed.sum,sm__cycles_elapsed.avg \
+    -k regex:flash_fwd_fp8 --launch-skip 3 --launch-count 1 \
+    python3 tools/flash_attention/fp8_check.py probe "$work/ncu-probe-$f.json" --dims 128 \
+    --flags "$f" --big
+  grep -E "Issue Slots|Executed Ipc|pipe_xu|inst_executed.sum|cycles_elapsed|No Eligible|Stall|Warp Cycles" \
+    "$work/ncu-$f.log" | head -n 14
+done
 }
 
 main 2>&1 | tee "$work/console.txt"

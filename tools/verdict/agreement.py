@@ -3,12 +3,16 @@ phase times, and per config our kernel's median sample (`latency_ms`: on the GPU
 events, checked), the harness's median figure for the same calls (`harness_ms`: its bracket
 less the calibration), their ratio, and the old tree's median sample.
 
-    python3 tools/verdict/agreement.py WORK_DIR
+    OLD_LABELS="old2 old" python3 tools/verdict/agreement.py WORK_DIR
+
+OLD_LABELS: the other launches' labels (default "old"); the first is compared per config.
 """
 
 from __future__ import annotations
 
+import collections
 import csv
+import datetime
 import glob
 import json
 import os
@@ -49,11 +53,28 @@ def phases(run: str) -> str:
     return ", ".join(f"{p['name']} {p.get('seconds', 0):.1f}" for p in manifest.get("phases", []))
 
 
+def spacing(run: str) -> str:
+    """The measurements' span, and the time since the row before summed by the row's
+    implementation and mode: where the benchmark phase's time went."""
+    with open(os.path.join(run, "results", "measurements.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    stamps = [datetime.datetime.fromisoformat(r["timestamp"]) for r in rows]
+    spent: dict[str, float] = collections.defaultdict(float)
+    for row, before, stamp in zip(rows[1:], stamps, stamps[1:], strict=False):
+        spent[f"{row['implementation']}/{row['mode']}"] += (stamp - before).total_seconds()
+    parts = ", ".join(f"{key} {seconds:.2f}" for key, seconds in sorted(spent.items()))
+    return f"span {(stamps[-1] - stamps[0]).total_seconds():.2f} s: {parts}"
+
+
 def main() -> None:
     work = sys.argv[1]
-    runs = {label: run_dir(work, label) for label in ("new", "old")}
-    for label, run in runs.items():
+    labels = ["new", *os.environ.get("OLD_LABELS", "old").split()]
+    all_runs = {label: run_dir(work, label) for label in labels}
+    for label, run in all_runs.items():
         print(f"{label}: {run}\n  phases (s): {phases(run) if run else 'no run'}")
+        if run:
+            print(f"  measurements: {spacing(run)}")
+    runs = {"new": all_runs["new"], "old": all_runs[labels[1]]}
     if not runs["new"]:
         return
     new = medians(runs["new"], "flash")

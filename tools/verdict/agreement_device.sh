@@ -30,11 +30,19 @@ launch() {  # tree label
   tail -n 5 "$work/$label-launch.log"
 }
 
+# A label other than `new` names a carried tree: old -> .old, old2 -> .old2.
 for label in ${ORDER:-new old}; do
-  if [ "$label" = old ]; then launch "$repo/.old" old; else launch "$repo" new; fi
+  if [ "$label" = new ]; then launch "$repo" new; else launch "$repo/.$label" "$label"; fi
 done
-python3 "$repo/tools/verdict/agreement.py" "$work" | tee "$out/agreement.txt"
+others=$(for label in ${ORDER:-new old}; do [ "$label" = new ] || printf '%s ' "$label"; done)
+OLD_LABELS="$others" python3 "$repo/tools/verdict/agreement.py" "$work" | tee "$out/agreement.txt"
+if [ "${BREAKDOWN:-0}" = 1 ]; then
+  PYTHONPATH="/tmp/site:$repo" timeout 240 python3 "$repo/tools/verdict/sample_breakdown.py" \
+    2>&1 | grep -v "^benchmark\|^correctness" | tee "$out/breakdown.txt" | tail -n 45
+fi
 if [ "${TESTS:-1}" = 1 ]; then
+  # EXTRA_TESTS may name several paths: split on purpose.
+  # shellcheck disable=SC2086
   PYTHONPATH="/tmp/site:$repo" timeout 480 python3 -m pytest -q -p no:cacheprovider -m gpu \
     tests/gpu/test_worker_gpu.py tests/gpu/test_cheats.py tests/gpu/test_cheat_suite_gpu.py \
     ${EXTRA_TESTS:-} 2>&1 \
