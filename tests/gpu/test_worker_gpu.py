@@ -262,3 +262,37 @@ def test_an_fp8_kernel_in_its_worker_is_gated_and_timed_with_its_descales(tmp_pa
     rows = {(r.config, r.implementation): r for r in summary}
     assert {rows[(c, "eight")].n for c in ("small", "large")} == {plan.samples_per_config}
     assert ("small", "sdpa") not in rows  # SDPA's FP8 rows are "unsupported": never timed
+
+
+def test_the_calibrations_in_process_samples_are_taken_once_per_kept_placement():
+    """A block's calibration brackets the known call afresh (the bracket drifts between
+    blocks) but takes its in-process samples once per kept placement: they hold no worker
+    and no handshake (benches/isolation.py CalibrationSamples). A new config takes them
+    again."""
+    from benches import bracket as brackets
+    from benches import timing
+    from benches.isolation import CalibrationSamples, calibration_worker
+
+    device = torch.device("cuda")
+    bracket = brackets.CudaBracket(timing.CudaClock(device, flush_l2=True))
+    taken = []
+    own_time_call = bracket.clock.time_call
+    bracket.clock.time_call = lambda fn: taken.append(fn) or own_time_call(fn)
+    worker = calibration_worker(device, flush_l2=True, gated=False)
+    samples = CalibrationSamples(worker, bracket, secret=20261129)
+    fp16 = {"dtype": "float16", "seq_len": 256}
+    first = config("once", 64).model_copy(update=fp16)
+    try:
+        bracketed, in_process = samples(first, "single", 1)
+        at_first_block = len(taken)
+        assert len(in_process) == brackets.CALIBRATION_SAMPLES
+        bracketed_again, in_process_again = samples(first, "single", 1)
+        assert len(taken) == at_first_block  # no in-process sample at the second block
+        assert in_process_again == in_process
+        assert len(bracketed_again) == brackets.CALIBRATION_SAMPLES_KEPT
+        assert min(bracketed_again) > statistics.median(in_process)  # the bracket holds more
+        samples(config("again", 64).model_copy(update=fp16), "single", 1)
+        assert len(taken) == 2 * at_first_block  # a new config's placement: taken again
+    finally:
+        samples.close()
+        worker.close()

@@ -53,9 +53,7 @@ typedef struct FlashFp8Params {
 // Measurement flags. 0: the consumer warpgroups take turns at the tensor core where that was
 // measured faster, per shape (flash_fwd_sm90_fp8.cuh, fp8_takes_turns); NO_PINGPONG: never;
 // PINGPONG: always (NO_PINGPONG wins if both are set).
-// POLY_EXP2_UNIT x n (n = 1, 2, 3; D = 128): 2, 3 or 4 of each 8 n8 tiles of P take their
-// exponentials on the FMA pipe, not the MUFU (flash_fwd_sm90_fp8.cuh, poly_exp2).
-enum { FLASH_FP8_NO_PINGPONG = 1, FLASH_FP8_PINGPONG = 2, FLASH_FP8_POLY_EXP2_UNIT = 4 };
+enum { FLASH_FP8_NO_PINGPONG = 1, FLASH_FP8_PINGPONG = 2 };
 
 // Runs the forward pass on `stream` (a cudaStream_t; NULL is the legacy default stream).
 // dtype is a FlashDtype code (flash_dtypes.h, generated from the binding's dtype table).

@@ -285,27 +285,9 @@ struct RowState {
     float sum[2];  // this thread's partial sums of P (carrying the 2^8 of P's offset)
 };
 
-// 2^x on the FMA and integer pipes instead of the MUFU (the idea FlashAttention-4 uses on
-// Blackwell). At FP8 the MUFU's 16 exponentials a clock per SM take as long as a tile's S and
-// P V on the tensor core together (128 x 128 keys: 1,024 clocks each), so a share of P's
-// exponentials is computed this way to balance the pipes. x = j + f with j = rint(x), read
-// from the low bits of x + 1.5 * 2^23, and f in [-0.5, 0.5]; 2^f by a degree-2 polynomial
-// (relative error 1.7e-3, fitted on [-0.5, 0.5] by reweighted least squares; P is rounded to
-// e4m3's 2^-4 next); j added to the result's exponent bits (t's bits << 23 are j << 23 mod
-// 2^32). x is clamped at -125 so that the exponent stays normal: 2^-125 where MUFU gives 0
-// (a masked key), which e4m3 rounds to 0 and the row sums do not see.
-__device__ __forceinline__ float poly_exp2(float x) {
-    x = fmaxf(x, -125.f);
-    const float t = x + 12582912.f;
-    const float f = x - (t - 12582912.f);
-    const float p = fmaf(fmaf(0.2384257f, f, 0.70344281f), f, 1.00044296f);
-    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 // Masks, then folds tile s into the state: s becomes P = exp2(s * c - max + 8), corr the factor
-// O's rows take. c > 0, so the max of c * s is c times the raw max. PolyOf8: of each 8 n8 tiles,
-// how many take poly_exp2 instead of the MUFU's.
-template <typename T, bool Causal, int PolyOf8 = 0>
+// O's rows take. c > 0, so the max of c * s is c times the raw max.
+template <typename T, bool Causal>
 __device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState& st,
                                              float (&corr)[2], float c, bool mask, int row_g,
                                              int n0, int seqlen_k, int causal_offset, int lane) {
@@ -341,8 +323,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState
         for (int i = 0; i < T::kNTiles; ++i)
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                const float x = fmaf(s[i][e], c, offset);
-                s[i][e] = i % 8 < PolyOf8 ? poly_exp2(x) : fast_exp2(x);
+                s[i][e] = fast_exp2(fmaf(s[i][e], c, offset));
                 sum[i % 2] += s[i][e];
             }
         st.sum[h] = st.sum[h] * corr[h] + (sum[0] + sum[1]);
@@ -390,7 +371,7 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Fp8Smem<
     }
 }
 
-template <typename T, bool Causal, int PolyOf8>
+template <typename T, bool Causal>
 __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
                                         int m_block, int head, int batch, int n_blocks,
                                         int consumer_warp, int lane) {
@@ -435,7 +416,7 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
         sm90::wgmma_wait<0>();
         sm90::fence_registers(s);
         release(sm.empty_k(0));
-        softmax_tile<T, Causal, PolyOf8>(s, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k,
+        softmax_tile<T, Causal>(s, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k,
                                 causal_offset, lane);
         pack_probabilities<T>(pa, s);
         // S_j with P_{j-1} V_{j-1}; the softmax of S_j under P V, O rescaled once P V landed.
@@ -453,7 +434,7 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
             sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
             sm90::fence_registers(s);
             release(sm.empty_k(stage));
-            softmax_tile<T, Causal, PolyOf8>(s, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
+            softmax_tile<T, Causal>(s, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
                                     p.seqlen_k, causal_offset, lane);
             // Keeps ptxas from hoisting the wait above the softmax (16-bit kernel, h10).
             sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
@@ -498,7 +479,7 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
     }
 }
 
-template <typename T, bool Causal, int PolyOf8>
+template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_fp8_kernel(const Fp8KernelParams kp, const __grid_constant__ CUtensorMap tma_q,
                          const __grid_constant__ CUtensorMap tma_k,
@@ -530,7 +511,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             produce<T>(kp.p, sm, &tma_q, &tma_k, &tma_vt, m_block, head, batch, n_blocks);
     } else {
         sm90::regs_claim<T::kConsumerRegs>();
-        consume<T, Causal, PolyOf8>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
+        consume<T, Causal>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
     }
 }
 
@@ -559,16 +540,6 @@ bool fp8_takes_turns(const FlashFwdParams& p, int flags) {
     (void)p;
     if (flags & FLASH_FP8_NO_PINGPONG) return false;
     return (flags & FLASH_FP8_PINGPONG) != 0;
-}
-
-template <typename T, bool Causal, int PolyOf8>
-int launch_attention(const Fp8KernelParams& kp, const CUtensorMap (&maps)[3], dim3 grid, int device,
-                     cudaStream_t stream) {
-    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal, PolyOf8>;
-    const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
-    if (err != cudaSuccess) return err;
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
-    return cudaGetLastError();
 }
 
 template <int HeadDim, bool Causal>
@@ -611,6 +582,9 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
                        (cuuint64_t)keys * HeadDim * kv_heads},
                       T::kBlockN, HeadDim);
     if (!encoded) return FLASH_ERR_UNSUPPORTED;
+    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal>;
+    err = opt_in_shared_memory<T, kernel>(device);
+    if (err != cudaSuccess) return err;
     Fp8KernelParams kp;
     kp.p = kernel_params(p);
     kp.q_descale = fp.q_descale;
@@ -619,16 +593,8 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
     // The kernel reads one bit: the turns are on unless NO_PINGPONG is set.
     kp.flags = fp8_takes_turns<HeadDim, Causal>(p, fp.flags) ? 0 : FLASH_FP8_NO_PINGPONG;
     const dim3 grid((p.seqlen_q + T::kBlockM - 1) / T::kBlockM, p.heads, p.batch);
-    // The exponentials' split (FLASH_FP8_POLY_EXP2_UNIT bits; measured at D = 128 alone).
-    if constexpr (HeadDim == 128) {
-        switch ((fp.flags / FLASH_FP8_POLY_EXP2_UNIT) & 3) {
-            case 1: return launch_attention<T, Causal, 2>(kp, maps, grid, device, stream);
-            case 2: return launch_attention<T, Causal, 3>(kp, maps, grid, device, stream);
-            case 3: return launch_attention<T, Causal, 4>(kp, maps, grid, device, stream);
-            default: break;
-        }
-    }
-    return launch_attention<T, Causal, 0>(kp, maps, grid, device, stream);
+    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
+    return cudaGetLastError();
 }
 
 }  // namespace flash::fp8
