@@ -86,6 +86,7 @@ class CudaBracket:
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
         self.retaken = 0
+        self.looked_again = 0  # the own-time rule's second looks (isolation._look_again)
         self._handshakes: dict[Hashable, collections.deque[float]] = {}
 
     @staticmethod
@@ -177,6 +178,7 @@ class CpuBracket:
     """The parent's wall clock around a worker's call."""
 
     retaken = 0
+    looked_again = 0  # the CPU's own-time rule takes no second look
     # The fastest bracket of the calibration call in any block: a loaded spell during one
     # block's calibration would otherwise take more off its samples than the bracket adds
     # (and leave an honest call with no time at all).

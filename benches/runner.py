@@ -494,7 +494,8 @@ def run_benchmark(
             telemetry.close()
     print(
         f"benchmark: {len(measurements)}/{total} samples in {time.monotonic() - started:.1f} s"
-        + _retaken_words(getattr(clock, "retaken", 0), workers.bracket.retaken),
+        + _retaken_words(getattr(clock, "retaken", 0), workers.bracket.retaken)
+        + _second_look_words(workers.bracket.looked_again),
         file=sys.stderr,
     )
     record = sampling.record()
@@ -547,6 +548,14 @@ def _retaken_words(in_parent: int, bracketed: int) -> str:
         f" ({in_parent + bracketed} taken again after a host stall: {in_parent} in the "
         f"parent, {bracketed} around a worker's call)"
     )
+
+
+def _second_look_words(looks: int) -> str:
+    """What the log says of the GPU's own-time rule judging a kernel again on fresh
+    brackets before a refusal (isolation.MeasuredPlacement._look_again)."""
+    if not looks:
+        return ""
+    return f" ({looks} own-time check{'s' if looks > 1 else ''} judged again on fresh brackets)"
 
 
 def layout_seed(plan: Plan, index: int, workers: WorkerTiming) -> int:

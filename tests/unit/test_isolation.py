@@ -483,3 +483,51 @@ def test_a_workers_batch_is_sized_by_its_fastest_warm_call_not_its_cold_ones(tmp
     rows = read_csv(tmp_path / "run" / "results" / "measurements.csv", Measurement)
     cold = [r for r in rows if r.implementation == "cold"]
     assert cold and {r.mode for r in cold} == {"batch"} and min(r.calls for r in cold) > 1
+
+
+def _gpu_rule_placement(brackets: list[tuple[float, float]]):
+    """A placement judged by the GPU's rule (single launches, 1 call a sample) whose
+    bracketed calls read `brackets` in turn: (the harness's figure, the worker's own)."""
+    from types import SimpleNamespace
+
+    placement = isolation.MeasuredPlacement.__new__(isolation.MeasuredPlacement)
+    recalibrated = []
+    placement._figures = isolation._Figures()
+    placement._measuring = isolation.Measuring(
+        bracket=SimpleNamespace(looked_again=0),
+        overhead_ms=lambda gated: 0.0,
+        tolerance=0.01,
+        secret=1,
+        recalibrate=recalibrated.append,
+    )
+    placement._worker = SimpleNamespace(device=torch.device("cuda"), gated=lambda: False)
+    placement.mode, placement.calls, placement.reported = "single", 1, None
+    taken = iter(brackets)
+
+    def take():
+        harness, own = next(taken)
+        return harness + 0.01, harness, own, harness  # whole, harness, own, unloaded
+
+    placement._take = take
+    return placement, recalibrated
+
+
+def test_a_gpu_report_under_the_harness_is_judged_again_before_it_is_refused():
+    """On the GPU the rule takes a second look before a refusal: its first five samples'
+    brackets may hold other work (an honest kernel of the cheat suite read 1.5-6x its own
+    events there, refused in 5 of 11 GPU runs). Fresh brackets judged alone clear an
+    honest kernel; a kernel that lies is refused at the second look."""
+    disturbed, honest = (1.0, 0.5), (0.505, 0.5)
+    placement, recalibrated = _gpu_rule_placement([honest] * 5)
+    for harness, own in [disturbed] * 5:
+        placement._compare(harness, own, harness)
+    assert recalibrated == [False]  # measured afresh for the second look
+    assert placement._figures.own == [0.5] * 5 and placement._figures.looked_again
+    assert placement._measuring.bracket.looked_again == 1  # what the run's log counts
+
+    liar, _ = _gpu_rule_placement([disturbed] * 5)
+    with pytest.raises(
+        isolation.Refused, match=r"; 5 fresh samples after a first look read the same\)"
+    ):
+        for harness, own in [disturbed] * 5:
+            liar._compare(harness, own, harness)
