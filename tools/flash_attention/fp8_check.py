@@ -51,7 +51,12 @@ FLAG_NO_PINGPONG = 1  # csrc/flash_api.h FLASH_FP8_NO_PINGPONG
 FLAG_PINGPONG = 2  # csrc/flash_api.h FLASH_FP8_PINGPONG
 # Each schedule's label in the JSON (err_<label>) and the table. (f3's poly_exp2 flags,
 # experiments/f3-poly-exp2.patch, were 4, 8, 12: "ours_poly2of8", "ours_poly3of8", ...)
-SCHEDULES = {0: "ours", FLAG_NO_PINGPONG: "ours_no_pingpong", FLAG_PINGPONG: "ours_pingpong"}
+SCHEDULES = {
+    0: "ours",
+    FLAG_NO_PINGPONG: "ours_no_pingpong",
+    FLAG_PINGPONG: "ours_pingpong",
+    4: "ours_interleaved",  # FLASH_FP8_INTERLEAVED_ROWS (f4)
+}
 
 
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -331,6 +331,61 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState
     }
 }
 
+// softmax_tile with the two row halves' work interleaved in one pass each (measurement
+// variant "f4", FLASH_FP8_INTERLEAVED_ROWS): both maxima's FMNMX chains side by side, their
+// shuffles together, then every exponential of the tile in one loop with four sum chains.
+// The same arithmetic in another order, for the dependency stalls ncu reports (f3).
+template <typename T, bool Causal>
+__device__ __forceinline__ void softmax_tile_interleaved(float (&s)[T::kNTiles][4], RowState& st,
+                                                         float (&corr)[2], float c, bool mask,
+                                                         int row_g, int n0, int seqlen_k,
+                                                         int causal_offset, int lane) {
+    if (mask) {
+#pragma unroll
+        for (int i = 0; i < T::kNTiles; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = n0 + 8 * i + 2 * (lane % 4) + (e & 1);
+                const int row = row_g + 8 * (e >> 1);
+                if (col >= seqlen_k || (Causal && col > row + causal_offset)) s[i][e] = -INFINITY;
+            }
+    }
+    float part[2][4];
+#pragma unroll
+    for (int i = 0; i < T::kNTiles; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float pair = fmaxf(s[i][2 * h], s[i][2 * h + 1]);
+            part[h][i % 4] = i < 4 ? pair : fmaxf(part[h][i % 4], pair);
+        }
+    float mx[2], offset[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        mx[h] = fmaxf(fmaxf(part[h][0], part[h][1]), fmaxf(part[h][2], part[h][3]));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float new_max = fmaxf(st.max[h], mx[h] * c);
+        const float base = new_max == -INFINITY ? 0.f : new_max;
+        corr[h] = fast_exp2(st.max[h] - base);
+        offset[h] = 8.f - base;
+        st.max[h] = new_max;
+    }
+    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+    for (int i = 0; i < T::kNTiles; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[i][e] = fast_exp2(fmaf(s[i][e], c, offset[e >> 1]));
+            sum[e >> 1][i % 2] += s[i][e];
+        }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) st.sum[h] = st.sum[h] * corr[h] + (sum[h][0] + sum[h][1]);
+}
+
 template <typename T>
 __device__ __forceinline__ void rescale(float (&o)[T::kDTiles][4], const float (&corr)[2]) {
 #pragma unroll
@@ -371,7 +426,7 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Fp8Smem<
     }
 }
 
-template <typename T, bool Causal>
+template <typename T, bool Causal, bool Interleaved>
 __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
                                         int m_block, int head, int batch, int n_blocks,
                                         int consumer_warp, int lane) {
@@ -416,8 +471,12 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
         sm90::wgmma_wait<0>();
         sm90::fence_registers(s);
         release(sm.empty_k(0));
-        softmax_tile<T, Causal>(s, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k,
-                                causal_offset, lane);
+        if constexpr (Interleaved)
+            softmax_tile_interleaved<T, Causal>(s, st, corr, c, needs_mask(0), row_g, 0,
+                                                p.seqlen_k, causal_offset, lane);
+        else
+            softmax_tile<T, Causal>(s, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k,
+                                    causal_offset, lane);
         pack_probabilities<T>(pa, s);
         // S_j with P_{j-1} V_{j-1}; the softmax of S_j under P V, O rescaled once P V landed.
         for (int j = 1; j < n_blocks; ++j) {
@@ -434,8 +493,13 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
             sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
             sm90::fence_registers(s);
             release(sm.empty_k(stage));
-            softmax_tile<T, Causal>(s, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
-                                    p.seqlen_k, causal_offset, lane);
+            if constexpr (Interleaved)
+                softmax_tile_interleaved<T, Causal>(s, st, corr, c, needs_mask(j), row_g,
+                                                    j * T::kBlockN, p.seqlen_k, causal_offset,
+                                                    lane);
+            else
+                softmax_tile<T, Causal>(s, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
+                                        p.seqlen_k, causal_offset, lane);
             // Keeps ptxas from hoisting the wait above the softmax (16-bit kernel, h10).
             sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
             sm90::wgmma_wait<0>();
@@ -479,7 +543,7 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
     }
 }
 
-template <typename T, bool Causal>
+template <typename T, bool Causal, bool Interleaved>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_fp8_kernel(const Fp8KernelParams kp, const __grid_constant__ CUtensorMap tma_q,
                          const __grid_constant__ CUtensorMap tma_k,
@@ -511,7 +575,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             produce<T>(kp.p, sm, &tma_q, &tma_k, &tma_vt, m_block, head, batch, n_blocks);
     } else {
         sm90::regs_claim<T::kConsumerRegs>();
-        consume<T, Causal>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
+        consume<T, Causal, Interleaved>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
     }
 }
 
@@ -540,6 +604,16 @@ bool fp8_takes_turns(const FlashFwdParams& p, int flags) {
     (void)p;
     if (flags & FLASH_FP8_NO_PINGPONG) return false;
     return (flags & FLASH_FP8_PINGPONG) != 0;
+}
+
+template <typename T, bool Causal, bool Interleaved>
+int launch_attention(const Fp8KernelParams& kp, const CUtensorMap (&maps)[3], dim3 grid, int device,
+                     cudaStream_t stream) {
+    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal, Interleaved>;
+    const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
+    if (err != cudaSuccess) return err;
+    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
+    return cudaGetLastError();
 }
 
 template <int HeadDim, bool Causal>
@@ -582,9 +656,6 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
                        (cuuint64_t)keys * HeadDim * kv_heads},
                       T::kBlockN, HeadDim);
     if (!encoded) return FLASH_ERR_UNSUPPORTED;
-    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal>;
-    err = opt_in_shared_memory<T, kernel>(device);
-    if (err != cudaSuccess) return err;
     Fp8KernelParams kp;
     kp.p = kernel_params(p);
     kp.q_descale = fp.q_descale;
@@ -593,8 +664,9 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
     // The kernel reads one bit: the turns are on unless NO_PINGPONG is set.
     kp.flags = fp8_takes_turns<HeadDim, Causal>(p, fp.flags) ? 0 : FLASH_FP8_NO_PINGPONG;
     const dim3 grid((p.seqlen_q + T::kBlockM - 1) / T::kBlockM, p.heads, p.batch);
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
-    return cudaGetLastError();
+    if (fp.flags & FLASH_FP8_INTERLEAVED_ROWS)
+        return launch_attention<T, Causal, true>(kp, maps, grid, device, stream);
+    return launch_attention<T, Causal, false>(kp, maps, grid, device, stream);
 }
 
 }  // namespace flash::fp8
