@@ -333,7 +333,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState
 
 // softmax_tile with the two row halves' work interleaved in one pass each (measurement
 // variant "f4", FLASH_FP8_INTERLEAVED_ROWS): both maxima's FMNMX chains side by side, their
-// shuffles together, then every exponential of the tile in one loop with four sum chains.
+// shuffles together, then every exponential of the tile in one loop (two sum chains a row).
 // The same arithmetic in another order, for the dependency stalls ncu reports (f3).
 template <typename T, bool Causal>
 __device__ __forceinline__ void softmax_tile_interleaved(float (&s)[T::kNTiles][4], RowState& st,
