@@ -55,7 +55,6 @@ SCHEDULES = {
     0: "ours",
     FLAG_NO_PINGPONG: "ours_no_pingpong",
     FLAG_PINGPONG: "ours_pingpong",
-    4: "ours_interleaved",  # FLASH_FP8_INTERLEAVED_ROWS (f4)
 }
 
 

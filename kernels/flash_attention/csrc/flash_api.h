@@ -53,8 +53,7 @@ typedef struct FlashFp8Params {
 // Measurement flags. 0: the consumer warpgroups take turns at the tensor core where that was
 // measured faster, per shape (flash_fwd_sm90_fp8.cuh, fp8_takes_turns); NO_PINGPONG: never;
 // PINGPONG: always (NO_PINGPONG wins if both are set).
-// INTERLEAVED_ROWS: the softmax's two row halves interleaved (measurement variant f4).
-enum { FLASH_FP8_NO_PINGPONG = 1, FLASH_FP8_PINGPONG = 2, FLASH_FP8_INTERLEAVED_ROWS = 4 };
+enum { FLASH_FP8_NO_PINGPONG = 1, FLASH_FP8_PINGPONG = 2 };
 
 // Runs the forward pass on `stream` (a cudaStream_t; NULL is the legacy default stream).
 // dtype is a FlashDtype code (flash_dtypes.h, generated from the binding's dtype table).

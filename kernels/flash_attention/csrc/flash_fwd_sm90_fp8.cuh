@@ -286,60 +286,15 @@ struct RowState {
 };
 
 // Masks, then folds tile s into the state: s becomes P = exp2(s * c - max + 8), corr the factor
-// O's rows take. c > 0, so the max of c * s is c times the raw max.
+// O's rows take. c > 0, so the max of c * s is c times the raw max. The thread's two rows side
+// by side: both maxima's FMNMX chains, their shuffles together, then every exponential of the
+// tile in one loop, two sum chains a row (f4: the same arithmetic as one row after the other,
+// O bitwise equal, not slower in any of 5 cells at 16k and 2.7 % faster at D = 128 causal, one
+// process; f3's ncu read 1.88 of 5.2 cycles an instruction waiting on such dependencies).
 template <typename T, bool Causal>
 __device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState& st,
                                              float (&corr)[2], float c, bool mask, int row_g,
                                              int n0, int seqlen_k, int causal_offset, int lane) {
-    if (mask) {
-#pragma unroll
-        for (int i = 0; i < T::kNTiles; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = n0 + 8 * i + 2 * (lane % 4) + (e & 1);
-                const int row = row_g + 8 * (e >> 1);
-                if (col >= seqlen_k || (Causal && col > row + causal_offset)) s[i][e] = -INFINITY;
-            }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float part[4];
-#pragma unroll
-        for (int i = 0; i < T::kNTiles; ++i) {
-            const float pair = fmaxf(s[i][2 * h], s[i][2 * h + 1]);
-            part[i % 4] = i < 4 ? pair : fmaxf(part[i % 4], pair);
-        }
-        float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        const float new_max = fmaxf(st.max[h], mx * c);
-        // A row with no visible key yet: exponents against 0, every P and corr 0.
-        const float base = new_max == -INFINITY ? 0.f : new_max;
-        corr[h] = fast_exp2(st.max[h] - base);
-        const float offset = 8.f - base;
-        // Two partial sums (even and odd n8 tiles): two chains of adds, not one (h32).
-        float sum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int i = 0; i < T::kNTiles; ++i)
-#pragma unroll
-            for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                s[i][e] = fast_exp2(fmaf(s[i][e], c, offset));
-                sum[i % 2] += s[i][e];
-            }
-        st.sum[h] = st.sum[h] * corr[h] + (sum[0] + sum[1]);
-        st.max[h] = new_max;
-    }
-}
-
-// softmax_tile with the two row halves' work interleaved in one pass each (measurement
-// variant "f4", FLASH_FP8_INTERLEAVED_ROWS): both maxima's FMNMX chains side by side, their
-// shuffles together, then every exponential of the tile in one loop (two sum chains a row).
-// The same arithmetic in another order, for the dependency stalls ncu reports (f3).
-template <typename T, bool Causal>
-__device__ __forceinline__ void softmax_tile_interleaved(float (&s)[T::kNTiles][4], RowState& st,
-                                                         float (&corr)[2], float c, bool mask,
-                                                         int row_g, int n0, int seqlen_k,
-                                                         int causal_offset, int lane) {
     if (mask) {
 #pragma unroll
         for (int i = 0; i < T::kNTiles; ++i)
@@ -369,11 +324,13 @@ __device__ __forceinline__ void softmax_tile_interleaved(float (&s)[T::kNTiles][
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const float new_max = fmaxf(st.max[h], mx[h] * c);
+        // A row with no visible key yet: exponents against 0, every P and corr 0.
         const float base = new_max == -INFINITY ? 0.f : new_max;
         corr[h] = fast_exp2(st.max[h] - base);
         offset[h] = 8.f - base;
         st.max[h] = new_max;
     }
+    // Two partial sums a row (even and odd n8 tiles): two chains of adds, not one (h32).
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
     for (int i = 0; i < T::kNTiles; ++i)
@@ -426,7 +383,7 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Fp8Smem<
     }
 }
 
-template <typename T, bool Causal, bool Interleaved>
+template <typename T, bool Causal>
 __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
                                         int m_block, int head, int batch, int n_blocks,
                                         int consumer_warp, int lane) {
@@ -471,12 +428,8 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
         sm90::wgmma_wait<0>();
         sm90::fence_registers(s);
         release(sm.empty_k(0));
-        if constexpr (Interleaved)
-            softmax_tile_interleaved<T, Causal>(s, st, corr, c, needs_mask(0), row_g, 0,
-                                                p.seqlen_k, causal_offset, lane);
-        else
-            softmax_tile<T, Causal>(s, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k,
-                                    causal_offset, lane);
+        softmax_tile<T, Causal>(s, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k,
+                                causal_offset, lane);
         pack_probabilities<T>(pa, s);
         // S_j with P_{j-1} V_{j-1}; the softmax of S_j under P V, O rescaled once P V landed.
         for (int j = 1; j < n_blocks; ++j) {
@@ -493,13 +446,8 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
             sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
             sm90::fence_registers(s);
             release(sm.empty_k(stage));
-            if constexpr (Interleaved)
-                softmax_tile_interleaved<T, Causal>(s, st, corr, c, needs_mask(j), row_g,
-                                                    j * T::kBlockN, p.seqlen_k, causal_offset,
-                                                    lane);
-            else
-                softmax_tile<T, Causal>(s, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
-                                        p.seqlen_k, causal_offset, lane);
+            softmax_tile<T, Causal>(s, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
+                                    p.seqlen_k, causal_offset, lane);
             // Keeps ptxas from hoisting the wait above the softmax (16-bit kernel, h10).
             sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
             sm90::wgmma_wait<0>();
@@ -543,7 +491,7 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
     }
 }
 
-template <typename T, bool Causal, bool Interleaved>
+template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_fp8_kernel(const Fp8KernelParams kp, const __grid_constant__ CUtensorMap tma_q,
                          const __grid_constant__ CUtensorMap tma_k,
@@ -575,7 +523,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             produce<T>(kp.p, sm, &tma_q, &tma_k, &tma_vt, m_block, head, batch, n_blocks);
     } else {
         sm90::regs_claim<T::kConsumerRegs>();
-        consume<T, Causal, Interleaved>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
+        consume<T, Causal>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
     }
 }
 
@@ -604,16 +552,6 @@ bool fp8_takes_turns(const FlashFwdParams& p, int flags) {
     (void)p;
     if (flags & FLASH_FP8_NO_PINGPONG) return false;
     return (flags & FLASH_FP8_PINGPONG) != 0;
-}
-
-template <typename T, bool Causal, bool Interleaved>
-int launch_attention(const Fp8KernelParams& kp, const CUtensorMap (&maps)[3], dim3 grid, int device,
-                     cudaStream_t stream) {
-    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal, Interleaved>;
-    const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
-    if (err != cudaSuccess) return err;
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
-    return cudaGetLastError();
 }
 
 template <int HeadDim, bool Causal>
@@ -656,6 +594,9 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
                        (cuuint64_t)keys * HeadDim * kv_heads},
                       T::kBlockN, HeadDim);
     if (!encoded) return FLASH_ERR_UNSUPPORTED;
+    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal>;
+    err = opt_in_shared_memory<T, kernel>(device);
+    if (err != cudaSuccess) return err;
     Fp8KernelParams kp;
     kp.p = kernel_params(p);
     kp.q_descale = fp.q_descale;
@@ -664,9 +605,8 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
     // The kernel reads one bit: the turns are on unless NO_PINGPONG is set.
     kp.flags = fp8_takes_turns<HeadDim, Causal>(p, fp.flags) ? 0 : FLASH_FP8_NO_PINGPONG;
     const dim3 grid((p.seqlen_q + T::kBlockM - 1) / T::kBlockM, p.heads, p.batch);
-    if (fp.flags & FLASH_FP8_INTERLEAVED_ROWS)
-        return launch_attention<T, Causal, true>(kp, maps, grid, device, stream);
-    return launch_attention<T, Causal, false>(kp, maps, grid, device, stream);
+    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
+    return cudaGetLastError();
 }
 
 }  // namespace flash::fp8
