@@ -26,7 +26,7 @@ from benches.stats import overall_speedups, summarize
 from results_schema import CorrectnessRow, Measurement, Plan, SummaryRow
 from results_schema.gate_rule import judge_statistics
 from results_schema.models import UNAVAILABLE_BACKEND, SamplingRecord
-from results_schema.sampling import STOPS, look_confidence
+from results_schema.sampling import FAMILY_ALPHA, STOPS, look_confidence
 
 
 @dataclass
@@ -42,6 +42,7 @@ class Sampling:
     stopped: str | None = None
     undecided: list[str] = field(default_factory=list)
     statistics: int = 0  # what the last look judged: the gated statistics and the control
+    family: int = 1  # gated statistics sharing the error (Plan.gate_family; 1 for one look)
     _started: float = field(default_factory=time.monotonic)
 
     @classmethod
@@ -53,7 +54,8 @@ class Sampling:
         bounds = [("time-cap", seconds_left)]
         bounds.append(("max-seconds", plan.sampling.max_seconds if plan.sampling else None))
         known = sorted((seconds, stop) for stop, seconds in bounds if seconds is not None)
-        sampling = cls(plan, counts, schedule, _started=now)
+        family = 1 if one_look or plan.comparison is None else plan.gate_family()
+        sampling = cls(plan, counts, schedule, family=family, _started=now)
         if known:
             sampling.deadline, sampling.deadline_stop = now + known[0][0], known[0][1]
         if len(schedule) == 1:
@@ -73,7 +75,10 @@ class Sampling:
 
     @property
     def confidence(self) -> float:
-        return look_confidence(self.schedule, self.look)
+        """This look's share of the error, split evenly over the gated statistics (with
+        `--gate-on any` each config is one: 6 configs at 95 % each called identical trees
+        slower in 4 of 36 runs, 2026-11-29; results_schema/sampling.py)."""
+        return look_confidence(self.schedule, self.look, FAMILY_ALPHA / self.family)
 
     def after_look(
         self,
@@ -157,6 +162,7 @@ class Sampling:
             looks=self.look + 1,
             samples_per_config=self.schedule[self.look],
             confidence=self.confidence,
+            family=self.family,
             undecided=self.undecided,
         )
 

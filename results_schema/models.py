@@ -16,7 +16,13 @@ from results_schema.ranking import Ranking
 
 # One definition of both, in the stdlib-only record tool the startup script carries.
 from results_schema.record import MAX_LEFTOVER_SWEEPS, PHASES
-from results_schema.sampling import SAMPLES_FACTOR, STOPS, look_confidence, look_schedule
+from results_schema.sampling import (
+    FAMILY_ALPHA,
+    SAMPLES_FACTOR,
+    STOPS,
+    look_confidence,
+    look_schedule,
+)
 from results_schema.verdicts import DEFAULT_MARGIN, DIFFERENT, verdict
 
 # float8_e4m3fn: q, k, v quantized per tensor to e4m3, each with a float32 descale, the output
@@ -266,6 +272,13 @@ class Plan(_Strict):
     def decide_on(self) -> GateOn:
         """What its sampling decides before it stops: the geometric mean, or every config."""
         return self.sampling.decide_on if self.sampling else "geomean"
+
+    def gate_family(self) -> int:
+        """How many gated statistics share a look's error (results_schema/sampling.py): the
+        geometric mean, and with decide_on any each config too; 1 without a comparison."""
+        if self.comparison is None or self.decide_on != "any":
+            return 1
+        return 1 + len(self.configs)
 
     @property
     def implementations(self) -> list[str]:
@@ -617,6 +630,12 @@ class SamplingRecord(_Strict):
     looks: int = Field(ge=1, description="looks taken")
     samples_per_config: int = Field(ge=1, description="samples a config had at the last look")
     confidence: float = Field(gt=0, lt=1, description="of the intervals made at that look")
+    family: int = Field(
+        default=1,
+        ge=1,
+        description="gated statistics sharing the run's error, each judged at its share "
+        "(1; with --gate-on any, 1 + the plan's configs: Bonferroni)",
+    )
     undecided: list[str] = Field(
         default_factory=list,
         max_length=300,
@@ -632,8 +651,12 @@ class SamplingRecord(_Strict):
             raise ValueError(f"schedule {self.schedule} is not one look_schedule sets")
         if self.samples_per_config != self.schedule[self.looks - 1]:
             raise ValueError("samples_per_config is not the last look's")
-        if abs(self.confidence - look_confidence(self.schedule, self.looks - 1)) > 1e-9:
-            raise ValueError(f"confidence {self.confidence} is not look {self.looks}'s")
+        expected = look_confidence(self.schedule, self.looks - 1, FAMILY_ALPHA / self.family)
+        if abs(self.confidence - expected) > 1e-9:
+            raise ValueError(
+                f"confidence {self.confidence} is not look {self.looks}'s "
+                f"(for a family of {self.family})"
+            )
         if self.stopped == "max-samples" and self.looks != len(self.schedule):
             raise ValueError("max-samples before the last look")
         if self.stopped == "decided" and self.undecided:

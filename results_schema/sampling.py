@@ -19,7 +19,9 @@ true value with probability at least 1 - α, and so does the gate's decision fro
 one-sided one: at most α/2 of wrongly calling a slowdown). The price: a run that may take
 three looks (20, 40, 80 samples) reports 98.75% intervals at its first two and 97.5% at its
 last, against 95% for a run of one look; a plan without an A/B comparison has nothing to
-decide and keeps one look at 95%.
+decide and keeps one look at 95%. A run that gates every config (`--gate-on any`) splits each
+look's α again, evenly over its gated statistics (the geometric mean and each config:
+Plan.gate_family), by the same inequality: the chance any of them misses stays α.
 
 stdlib only: the controller imports it without numpy.
 """

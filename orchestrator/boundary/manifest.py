@@ -148,8 +148,9 @@ def _check_ranking(manifest: Manifest) -> None:
 
 def _check_sampling(manifest: Manifest) -> None:
     """Its sampling record (sampling.json: results_schema/sampling.py) holds to its plan:
-    the looks that plan sets (one for a run with nothing to decide), no more samples a
-    config than the look it stopped at, its statistics at that look's confidence."""
+    the looks that plan sets (one for a run with nothing to decide), its error split over
+    the statistics the plan gates, no more samples a config than the look it stopped at, its
+    statistics at that look's confidence."""
     sampling, plan = manifest.sampling, manifest.plan
     if sampling is None or plan is None:
         return
@@ -159,6 +160,12 @@ def _check_sampling(manifest: Manifest) -> None:
         raise ValueError(
             f"its sampling set looks at {sampling.schedule[:8]} samples a config; its plan "
             f"sets {sets}"
+        )
+    family = 1 if sampling.stopped == "nothing-to-decide" else plan.gate_family()
+    if sampling.family != family:
+        raise ValueError(
+            f"its sampling split its error over {sampling.family} statistics; its plan "
+            f"gates {family}"
         )
     measured = manifest.file("results/measurements.csv")
     most = sampling.samples_per_config * len(plan.configs) * len(plan.identities)

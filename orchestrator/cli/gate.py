@@ -65,8 +65,9 @@ def gate_options(command):
             type=click.Choice(["geomean", "any"]),
             default=DEFAULT_GATE_ON,
             show_default=True,
-            help="judge the geometric mean over configs (one statistic: fewest false alarms) "
-            "or any single config (catches a slowdown of one shape; more false alarms)",
+            help="judge the geometric mean over configs (one statistic) or it and every "
+            "config (catches a slowdown of one shape; a run launched so splits its error "
+            "over them all, so each interval is wider and may need more samples)",
         ),
     ]
     for option in reversed(options):

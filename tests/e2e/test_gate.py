@@ -166,3 +166,21 @@ def test_slower_candidate_is_a_regression_naming_its_configs(
     assert main(["report", str(run_dir), "--format", "json", "--margin", CPU_MARGIN]) == 0
     report = GateReport.model_validate_json(capsys.readouterr().out)
     assert (report.outcome, report.slower_configs) == ("regression", slower)
+
+
+def test_a_run_gated_on_every_config_splits_its_error_over_them(tmp_path, capsys, monkeypatch):
+    """`launch --gate-on any` through the real CLI and harness: the run's sampling record
+    (the manifest's) says the family (the geometric mean and the plan's two configs) and
+    its intervals are at that family's share of the look's error, which the controller held
+    it to when it fetched; the 4x slower candidate is still a regression."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    dest = tmp_path / "results"
+    args = gated_launch_args(tmp_path, "sdpa-math", "sdpa", dest) + ["--gate-on", "any"]
+    code = main(args)
+    run_dir = dest / launched_run_id(capsys)
+    sampling = json.loads((run_dir / "manifest.json").read_text())["sampling"]
+    assert sampling["family"] == 1 + len(PLAN_CONFIGS)
+    looks = [20, 40, 80][: sampling["looks"]]
+    added = looks[-1] - (looks[-2] if len(looks) > 1 else 0)
+    assert sampling["confidence"] == pytest.approx(1 - 0.05 * added / 80 / 3)
+    assert code == 6

@@ -236,3 +236,29 @@ def test_an_ab_run_decided_before_its_last_look_records_why_it_stopped(tmp_path)
     rows = read_rows(run / "results" / "measurements.csv", Measurement)
     assert len(rows) == 8 * looks * len(plan.configs) * len(plan.identities)
     assert manifest.ab_overall().verdict == "slower"
+
+
+def test_gating_every_config_splits_the_error_over_the_configs_too():
+    """`--gate-on any` gates the geometric mean and each config: 1 + 3 statistics here,
+    each judged at a quarter of the look's error (Bonferroni), so that the chance any of
+    them calls identical trees slower stays the run's 5 %, not 5 % a config (at 95 % each,
+    6 configs called identical trees slower in 4 of 36 runs, 2026-11-29). The record says
+    the family, and the controller holds it to the plan."""
+    plan = _plan(sampling={"decide_on": "any"})
+    assert (plan.gate_family(), _plan().gate_family()) == (4, 1)
+    sampling = Sampling.of(plan, [8] * 3, one_look=False, seconds_left=None)
+    alphas = look_alphas([8, 16, 32])
+    assert sampling.confidence == pytest.approx(1 - alphas[0] / 4)
+    sampling.look = 1
+    record = sampling.record()
+    assert (record.family, record.confidence) == (4, pytest.approx(1 - alphas[1] / 4))
+    with pytest.raises(ValueError, match="is not look 2's \\(for a family of 1\\)"):
+        SamplingRecord.model_validate(record.model_dump() | {"family": 1})
+
+    assert boundary.manifest_from(_manifest(plan, record.model_dump(), 16 * 6), None)
+    geomean_only = _record()  # a family of one, at a look's whole share
+    with pytest.raises(ResultsError, match="split its error over 1 statistics; its plan gates 4"):
+        boundary.manifest_from(_manifest(plan, geomean_only, 16 * 6), None)
+    # One look (nothing to decide) stays at 95 %, whatever it gates.
+    one = Sampling.of(plan, [8] * 3, one_look=True, seconds_left=None).record()
+    assert (one.family, one.confidence) == (1, pytest.approx(0.95))
