@@ -13,7 +13,8 @@ environment too), and counts two things:
   the last CPU it was seen with. A fixture's run counts under the test that first asked.
 
 A process shorter than a sample is missed (a git, a `python3 -I -S` of a startup script):
-the whole suite's CPU (its children's rusage) is printed beside, so what was missed shows.
+the whole suite's CPU (its children's rusage) is printed beside, so what was missed shows,
+and the machine's busy time (/proc/stat), which also holds what no rusage counts.
 """
 
 from __future__ import annotations
@@ -104,14 +105,22 @@ def suite_env(folder: str) -> dict[str, str]:
     return env
 
 
+def busy_core_seconds() -> float:
+    """The machine's CPU time spent on anything but idle and I/O wait since boot (proc(5))."""
+    ticks = [int(word) for word in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / TICKS
+
+
 def measure(pytest_args: list[str]) -> dict:
     folder = tempfile.mkdtemp(prefix="suite-cpu-")
     sampler = Sampler()
     sampler.start()
+    busy = busy_core_seconds()
     started = time.perf_counter()
     command = [sys.executable, "-m", "pytest", "-p", "tools.suite_cpu", *pytest_args]
     code = subprocess.run(command, cwd=REPO, env=suite_env(folder), check=False).returncode
     wall = time.perf_counter() - started
+    busy = busy_core_seconds() - busy
     sampler.stop.set()
     sampler.join()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -120,6 +129,7 @@ def measure(pytest_args: list[str]) -> dict:
         "exit": code,
         "wall_s": wall,
         "cpu_s": children.ru_utime + children.ru_stime,
+        "machine_busy_s": busy,
         "pytest_cpu_s": sum(p["cpu"] for p in processes),
         "tests": [t for p in processes for t in p["tests"]],
         "started": [(test, cpu, command) for (_, command), (test, cpu) in sampler.seen.items()],
@@ -135,6 +145,9 @@ def report(result: dict, top: int) -> None:
         words = command.split() or ["?"]
         by_program[" ".join([Path(words[0]).name, *words[1:3]])[:70]] += cpu
     print(f"exit {result['exit']}, {result['wall_s']:.1f} s wall, {result['cpu_s']:.1f} CPU-s")
+    # What the machine spent beyond the suite's rusage: processes left to init (a
+    # session's script or server never waited for), kernel threads, anyone else's work.
+    print(f"  the machine was busy {result['machine_busy_s']:.1f} core-s meanwhile")
     print(f"  pytest processes' own: {result['pytest_cpu_s']:.1f} CPU-s")
     print(f"  processes the tests started, seen: {sum(started.values()):.1f} CPU-s")
     print(f"\n{'own':>6} {'started':>7}  test (top {top} by both)")
