@@ -134,6 +134,61 @@ def test_fp8_launcher_takes_no_turns_unless_forced(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_fp8_two_s_flag_takes_the_two_s_kernel_at_d128_only(tmp_path: Path):
+    """FLASH_FP8_TWO_S (16) runs the two-S kernel at D = 128 and the shipped one at D = 256
+    (NOTES "f5"); it leaves the turns' choice to their own bits. Host code: no GPU."""
+    program = tmp_path / "two_s.cu"
+    program.write_text(
+        '#include <cstdio>\n#include "flash_fwd_sm90_fp8.cuh"\n'
+        "int main() {\n"
+        "  FlashFwdParams p{};\n"
+        "  p.q_heads_per_kv_head = 1;\n"
+        "  for (int flags : {0, 1, 2, 16, 17, 18})\n"
+        '    std::printf("%d %d%d %d\\n", flags, (int)flash::fp8::fp8_two_s<128>(flags),\n'
+        "      (int)flash::fp8::fp8_two_s<256>(flags),\n"
+        "      (int)flash::fp8::fp8_takes_turns<128, false>(p, flags));\n"
+        "}\n"
+    )
+    binary = tmp_path / "two_s"
+    flags = ["-std=c++17", "-arch=sm_90a", f"-I{build.CSRC_DIR}"]
+    compiled = subprocess.run(
+        [build.find_nvcc(), *flags, str(program), "-o", str(binary)],
+        capture_output=True,
+        text=True,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    lines = subprocess.run([str(binary)], capture_output=True, text=True).stdout.split("\n")
+    # flags: two-S at (D 128, D 256), turns at D 128
+    assert lines[:6] == ["0 00 0", "1 00 0", "2 00 1", "16 10 0", "17 10 0", "18 10 1"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_fp8_d128_unit_holds_the_two_s_kernels_unserialized_and_unspilled(tmp_path: Path):
+    """ptxas on the D = 128 FP8 unit, as a build compiles it: both two-S kernels are there, no
+    wgmma is serialized (C7514: a first two-S version kept an S accumulator in flight across
+    its loop's back edge, and ptxas put a wait after every wgmma of the kernel), nothing spills
+    (the two-S consumers hold O, two S tiles and P: 236 of their 240 registers)."""
+    unit = next(p for p in generate.write_sources(tmp_path, "sm_90") if "hdim128_e4m3" in p.stem)
+    flags = build.build_flags("sm_90") + build.unit_flags(unit.stem, None) + ["-Xptxas=-v"]
+    out = tmp_path / "unit.cubin"
+    compiled = subprocess.run(
+        build.unit_command(build.find_nvcc(), unit, out, flags, step="-cubin"),
+        capture_output=True,
+        text=True,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    log = compiled.stdout + compiled.stderr
+    for causal in (0, 1):
+        kernel = f"flash_fwd_fp8_two_s_kernelINS0_9Fp8TraitsILi128EEELb{causal}E"
+        assert f"Function properties for _ZN5flash3fp826{kernel}" in log
+    assert "C7514" not in log and "serialized" not in log, log
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert len(spills) >= 5 and all(s == ("0", "0") for s in spills), spills
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_kv_head_map_divides_exactly_for_every_group(tmp_path: Path):
     """KvHeadMap (csrc/kernel_params.h) replaces head / group by a multiply-high: exact for
     every group up to 65535, over all heads for small groups and the largest heads (where the

@@ -16,7 +16,9 @@ e4m3 as the kernel rounds it, O = (P V) / (the unrounded row sums). Its error ag
 the error FP8's P alone brings; the kernel's should be of that size (plus bf16's output
 rounding). Each case runs every schedule of --flags: 0 the shipped choice per shape (the
 consumers' turns where they pay), 1 the turns off (FLASH_FP8_NO_PINGPONG), 2 always on
-(FLASH_FP8_PINGPONG).
+(FLASH_FP8_PINGPONG), 16 two S tiles in flight per consumer warpgroup (FLASH_FP8_TWO_S, D = 128;
+D = 256 runs the shipped kernel under it), 17 and 18 that with the turns forced off or on.
+Every schedule does the same arithmetic in the same order: O bitwise equal to the first's.
 
 time: TFLOP/s (4 b h s^2 d, halved for causal) of our FP8 call (the V transpose included), of
 our bf16 kernel on the same shapes, at S = 16k, B = 2: MHA 16 heads at D = 128 and 256, GQA 64/8 at
@@ -49,12 +51,25 @@ E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
 FLAG_NO_PINGPONG = 1  # csrc/flash_api.h FLASH_FP8_NO_PINGPONG
 FLAG_PINGPONG = 2  # csrc/flash_api.h FLASH_FP8_PINGPONG
+FLAG_TWO_S = 16  # csrc/flash_api.h FLASH_FP8_TWO_S: two S tiles in flight, D = 128 (NOTES "f5")
 # Each schedule's label in the JSON (err_<label>) and the table. (f3's poly_exp2 flags,
 # experiments/f3-poly-exp2.patch, were 4, 8, 12: "ours_poly2of8", "ours_poly3of8", ...)
 SCHEDULES = {
     0: "ours",
     FLAG_NO_PINGPONG: "ours_no_pingpong",
     FLAG_PINGPONG: "ours_pingpong",
+    FLAG_TWO_S: "ours_two_s",
+    FLAG_TWO_S | FLAG_NO_PINGPONG: "ours_two_s_no_pingpong",
+    FLAG_TWO_S | FLAG_PINGPONG: "ours_two_s_pingpong",
+}
+# The tables' column names.
+SHOWN = {
+    "ours": "auto",
+    "ours_no_pingpong": "no-turns",
+    "ours_pingpong": "turns",
+    "ours_two_s": "two-S",
+    "ours_two_s_no_pingpong": "2S-noturn",
+    "ours_two_s_pingpong": "2S-turns",
 }
 
 
@@ -435,10 +450,15 @@ def step_table(paths: list[Path]) -> None:
     correct = data.get("correct", {})
     if correct.get("rows"):
         print("correctness (max |O - float64 on dequantized inputs|):")
-        print(
-            f"{'case':34} {'auto':>9} {'no-turns':>9} {'turns':>9} {'emulated':>9} {'bound':>9}  ok"
-        )
-        keys = [f"err_{label}" for label in SCHEDULES.values()] + ["err_emulated", "bound"]
+        # The schedules that ran (a column each), in SCHEDULES' order.
+        ran = [
+            label
+            for label in SCHEDULES.values()
+            if any(f"err_{label}" in r or f"error_{label}" in r for r in correct["rows"])
+        ]
+        heads = " ".join(f"{SHOWN[label]:>9}" for label in ran)
+        print(f"{'case':34} {heads} {'emulated':>9} {'bound':>9}  ok")
+        keys = [f"err_{label}" for label in ran] + ["err_emulated", "bound"]
         for r in correct["rows"]:
             case = f"d{r['d']} b{r['b']} h{r['hq']}/{r['hkv']} s{r['s']}"
             case += " causal" if r["causal"] else ""
@@ -488,7 +508,7 @@ def print_turns_table(turns: dict) -> None:
         f"TFLOP/s, B = 2, S = 16k, median of {turns['reps']} interleaved rounds "
         f"(cuDNN backend {version}, O {turns.get('cudnn_o_dtype', '-')}):"
     )
-    shown = {"ours": "auto", "ours_no_pingpong": "no-turns", "ours_pingpong": "turns"}
+    shown = SHOWN
     heads = " ".join(f"{shown.get(n, n):>10}" for n in names)
     print(f"{'shape':20} {heads}  auto/best best/cudnn")
     for r in turns["rows"]:

@@ -383,7 +383,131 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Fp8Smem<
     }
 }
 
+// A tag for a step of the two-S schedule (two_s_mainloop): whether it issues the next tile's S.
+template <bool B>
+struct IssuesNext {
+    static constexpr bool value = B;
+};
+
+// The key tiles of the two-S schedule (FLASH_FP8_TWO_S; consume's comment says why). Each step
+// j (1 .. n_blocks - 1) enters with S_j landed in `cur` (issued a step before, or by the
+// prologue) and P_{j-1} packed in pa; it issues P_{j-1} V_{j-1}, then S_{j+1} into `nxt` (the
+// buffer of S_{j-1}, packed and dead), takes the softmax of S_j under both MMAs, waits for
+// P V alone (wgmma groups complete in order), rescales O, packs P_j, and then waits for
+// S_{j+1}, which has had the whole softmax to run. Nothing is in flight from one step to the
+// next: an accumulator still in flight across the loop's back edge and read after it made
+// ptxas serialize every wgmma of the kernel (C7514, "non wgmma instructions reading
+// accumulator registers of a wgmma between start and end of the pipeline stage"; a first
+// version here). The two buffers swap roles each step: the loop runs two steps a trip with
+// the buffers named, not indexed (an indexed register array goes to local memory), and the
+// last one or two steps are peeled so that the step without a next tile issues no wgmma in a
+// branch and every wait count is a constant.
 template <typename T, bool Causal>
+__device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
+                                               const Turns& turns, float (&o)[T::kDTiles][4],
+                                               RowState& st, int m0, int row_g, int wg, float c,
+                                               int causal_offset, int n_blocks, int lane) {
+    constexpr int S = T::kStages;
+    const FwdKernelParams& p = kp.p;
+    auto needs_mask = [&](int j) {
+        const int n0 = j * T::kBlockN;
+        return n0 + T::kBlockN > p.seqlen_k || (Causal && n0 + T::kBlockN - 1 > m0 + causal_offset);
+    };
+    auto release = [&](uint32_t bar) {
+        if (lane == 0) sm90::mbarrier_arrive(bar);
+    };
+    float s0[T::kNTiles][4], s1[T::kNTiles][4], corr[2];
+    uint32_t pa[T::kPSteps][4];
+
+    // Prologue: S_0 and S_1 issued together, S_0's softmax under S_1, P_0, S_1 landed. With one
+    // key tile, S_1 is still issued, on stage 1 that no load wrote (no wait: nothing will arrive
+    // there): its result is never read, and its wgmma needs no branch around it.
+    sm90::mbarrier_wait(sm.full_q(), 0);
+    sm90::mbarrier_wait(sm.full_k(0), 0);
+    turns.take();
+    sm90::wgmma_fence();
+    qk_wgmma<T>(s0, sm, 0, wg);
+    sm90::wgmma_commit();
+    if (n_blocks > 1) sm90::mbarrier_wait(sm.full_k(1), 0);  // S >= 2: tile 1 is stage 1, use 0
+    qk_wgmma<T>(s1, sm, 1, wg);
+    sm90::wgmma_commit();
+    turns.pass();
+    sm90::wgmma_wait<1>();  // S_0 landed; S_1 may still run
+    sm90::fence_registers(s0);
+    release(sm.empty_k(0));
+    softmax_tile<T, Causal>(s0, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k, causal_offset,
+                            lane);
+    pack_probabilities<T>(pa, s0);
+    sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
+    sm90::wgmma_wait<0>();  // S_1 landed
+    sm90::fence_registers(s1);
+    if (n_blocks > 1) release(sm.empty_k(1));
+
+    auto step = [&](int j, float (&cur)[T::kNTiles][4], float (&nxt)[T::kNTiles][4], auto tag) {
+        constexpr bool kNext = decltype(tag)::value;
+        const int prev = (j - 1) % S;
+        sm90::mbarrier_wait(sm.full_v(prev), ((j - 1) / S) & 1);
+        if constexpr (kNext) sm90::mbarrier_wait(sm.full_k((j + 1) % S), ((j + 1) / S) & 1);
+        turns.take();
+        sm90::wgmma_fence();
+        pv_wgmma<T>(o, pa, sm, prev);
+        sm90::wgmma_commit();
+        if constexpr (kNext) {
+            qk_wgmma<T>(nxt, sm, (j + 1) % S, wg);
+            sm90::wgmma_commit();
+        }
+        turns.pass();
+        softmax_tile<T, Causal>(cur, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
+                                p.seqlen_k, causal_offset, lane);
+        // Keeps ptxas from hoisting the wait above the softmax (16-bit kernel, h10).
+        sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
+        sm90::wgmma_wait<kNext ? 1 : 0>();  // P_{j-1} V_{j-1} landed; S_{j+1} may still run
+        sm90::fence_registers(o);
+        release(sm.empty_v(prev));
+        if (corr[0] != 1.f || corr[1] != 1.f) rescale<T>(o, corr);
+        pack_probabilities<T>(pa, cur);
+        if constexpr (kNext) {
+            sm90::wgmma_wait<0>();  // S_{j+1} landed
+            sm90::fence_registers(nxt);
+            release(sm.empty_k((j + 1) % S));
+        }
+    };
+    // Odd j holds S_j in s1, even j in s0. The loop's steps both have a next tile (j + 2 <
+    // n_blocks); then the last tile n_blocks - 1, alone or after one more step.
+    int j = 1;
+    for (; j + 2 < n_blocks; j += 2) {
+        step(j, s1, s0, IssuesNext<true>{});
+        step(j + 1, s0, s1, IssuesNext<true>{});
+    }
+    if (j + 1 < n_blocks) {
+        step(j, s1, s0, IssuesNext<true>{});
+        step(j + 1, s0, s1, IssuesNext<false>{});
+    } else if (j < n_blocks) {
+        step(j, s1, s0, IssuesNext<false>{});
+    }
+
+    // P_{n-1} V_{n-1}.
+    const int last = (n_blocks - 1) % S;
+    sm90::mbarrier_wait(sm.full_v(last), ((n_blocks - 1) / S) & 1);
+    turns.take();
+    sm90::wgmma_fence();
+    pv_wgmma<T>(o, pa, sm, last);
+    sm90::wgmma_commit();
+    turns.pass();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(o);
+    release(sm.empty_v(last));
+}
+
+// TwoS (FLASH_FP8_TWO_S, D = 128 only; NOTES "f5"): two S tiles in flight per consumer
+// warpgroup. The shipped schedule (TwoS false) issues S_j with P_{j-1} V_{j-1} and waits for
+// S_j before its softmax: S_j's MMA is on each warp's path every tile. TwoS issues S_{j+1}
+// with P_{j-1} V_{j-1}, before the softmax of S_j, whose MMA was issued a tile earlier: the
+// softmax of S_j runs under P_{j-1} V_{j-1} and S_{j+1}, and no warp waits for a QK^T after
+// the first. Registers: O, S_j, S_{j+1} and P_{j-1} live together (64 + 64 + 64 + 16 a thread
+// at D = 128; at D = 256 O alone is 128, past the 240 a consumer has). The arithmetic is the
+// shipped schedule's, in the same order: O bitwise equal.
+template <typename T, bool Causal, bool TwoS = false>
 __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
                                         int m_block, int head, int batch, int n_blocks,
                                         int consumer_warp, int lane) {
@@ -414,7 +538,11 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
         if (lane == 0) sm90::mbarrier_arrive(bar);
     };
 
-    if (n_blocks > 0) {
+    if constexpr (TwoS) {
+        static_assert(T::kHeadDim == 128 && T::kStages >= 2, "two S tiles: D = 128 only");
+        if (n_blocks > 0) two_s_mainloop<T, Causal>(kp, sm, turns, o, st, m0, row_g, wg, c,
+                                                     causal_offset, n_blocks, lane);
+    } else if (n_blocks > 0) {
         sm90::mbarrier_wait(sm.full_q(), 0);
         float s[T::kNTiles][4], corr[2];
         uint32_t pa[T::kPSteps][4];
@@ -527,6 +655,44 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
 }
 
+// The shipped kernel's block with the two-S schedule (FLASH_FP8_TWO_S, D = 128): a kernel of
+// its own, so that the shipped one keeps its name and machine code.
+template <typename T, bool Causal>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    flash_fwd_fp8_two_s_kernel(const Fp8KernelParams kp, const __grid_constant__ CUtensorMap tma_q,
+                         const __grid_constant__ CUtensorMap tma_k,
+                         const __grid_constant__ CUtensorMap tma_vt) {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    __shared__ __align__(8) uint64_t bars[T::kBarriers + 1];
+    Fp8Smem<T> sm;
+    sm.base = (smem_u32(smem_raw) + 1023) & ~1023u;
+    sm.bars = smem_u32(bars);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    // Causal: the heaviest query blocks (the last) first.
+    const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int n_blocks = key_tiles<T, Causal>(kp.p, m_block);
+    if (tid == 0) {
+        sm90::mbarrier_init(sm.full_q(), 1);
+        for (int s = 0; s < T::kStages; ++s) {
+            sm90::mbarrier_init(sm.full_k(s), 1);
+            sm90::mbarrier_init(sm.full_v(s), 1);
+            sm90::mbarrier_init(sm.empty_k(s), T::kConsumerWarps);  // one arrival a consumer warp
+            sm90::mbarrier_init(sm.empty_v(s), T::kConsumerWarps);
+        }
+        sm90::fence_barrier_init();
+    }
+    __syncthreads();
+    if (warp < 4) {
+        sm90::regs_release<T::kProducerRegs>();
+        if (tid == 0)
+            produce<T>(kp.p, sm, &tma_q, &tma_k, &tma_vt, m_block, head, batch, n_blocks);
+    } else {
+        sm90::regs_claim<T::kConsumerRegs>();
+        consume<T, Causal, true>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
+    }
+}
+
 // --- launcher ---------------------------------------------------------------------------------
 
 // A 4-D byte tensor (dim0 contiguous) read in boxes of box0 x box1 with the 128-byte swizzle;
@@ -552,6 +718,13 @@ bool fp8_takes_turns(const FlashFwdParams& p, int flags) {
     (void)p;
     if (flags & FLASH_FP8_NO_PINGPONG) return false;
     return (flags & FLASH_FP8_PINGPONG) != 0;
+}
+
+// Whether a call runs the two-S kernel (FLASH_FP8_TWO_S, NOTES "f5"): at D = 128 when the flag
+// asks; never at D = 256, whose registers do not hold a second S (the shipped kernel runs).
+template <int HeadDim>
+constexpr bool fp8_two_s(int flags) {
+    return HeadDim == 128 && (flags & FLASH_FP8_TWO_S) != 0;
 }
 
 template <int HeadDim, bool Causal>
@@ -594,9 +767,6 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
                        (cuuint64_t)keys * HeadDim * kv_heads},
                       T::kBlockN, HeadDim);
     if (!encoded) return FLASH_ERR_UNSUPPORTED;
-    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal>;
-    err = opt_in_shared_memory<T, kernel>(device);
-    if (err != cudaSuccess) return err;
     Fp8KernelParams kp;
     kp.p = kernel_params(p);
     kp.q_descale = fp.q_descale;
@@ -605,6 +775,18 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
     // The kernel reads one bit: the turns are on unless NO_PINGPONG is set.
     kp.flags = fp8_takes_turns<HeadDim, Causal>(p, fp.flags) ? 0 : FLASH_FP8_NO_PINGPONG;
     const dim3 grid((p.seqlen_q + T::kBlockM - 1) / T::kBlockM, p.heads, p.batch);
+    if constexpr (HeadDim == 128) {
+        if (fp8_two_s<HeadDim>(fp.flags)) {
+            constexpr auto two_s = flash_fwd_fp8_two_s_kernel<T, Causal>;
+            err = opt_in_shared_memory<T, two_s>(device);
+            if (err != cudaSuccess) return err;
+            two_s<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
+            return cudaGetLastError();
+        }
+    }
+    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal>;
+    err = opt_in_shared_memory<T, kernel>(device);
+    if (err != cudaSuccess) return err;
     kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
     return cudaGetLastError();
 }
