@@ -429,6 +429,7 @@ __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const 
     qk_wgmma<T>(s0, sm, 0, wg);
     sm90::wgmma_commit();
     if (n_blocks > 1) sm90::mbarrier_wait(sm.full_k(1), 0);  // S >= 2: tile 1 is stage 1, use 0
+    sm90::wgmma_fence();  // after the branch (ptxas would inject it: C7519)
     qk_wgmma<T>(s1, sm, 1, wg);
     sm90::wgmma_commit();
     turns.pass();
