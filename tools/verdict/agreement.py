@@ -6,6 +6,7 @@ less the calibration), their ratio, and the old tree's median sample.
     OLD_LABELS="old2 old" python3 tools/verdict/agreement.py WORK_DIR
 
 OLD_LABELS: the other launches' labels (default "old"); the first is compared per config.
+IDENTITY: the implementation compared (default "flash", our kernel; an example's name).
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ def main() -> None:
     runs = {"new": all_runs["new"], "old": all_runs[labels[1]]}
     if not runs["new"]:
         return
-    new = medians(runs["new"], "flash")
-    old = medians(runs["old"], "flash") if runs["old"] else {}
+    identity = os.environ.get("IDENTITY", "flash")
+    new = medians(runs["new"], identity)
+    old = medians(runs["old"], identity) if runs["old"] else {}
     print(
         f"\n{'config':32} {'mode':6} {'sample ms':>10} {'harness':>9} {'h/s':>6} {'old ms':>9} {'new/old':>7}"  # noqa: E501 (a table's row)
     )

@@ -14,14 +14,27 @@ repo=$PWD
 out=${OUT:-/tmp/agreement}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/agreement.XXXXXX)
+# The runs come back whatever happens (a timeout's TERM included).
+trap 'tar -czf "$out/runs.tgz" -C "$work" . 2>/dev/null' EXIT
+trap 'exit 143' TERM INT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+
+# KERNEL=examples/NAME: that example instead of our kernel, for every tree (this tree's copy,
+# its Triton pin dropped: the device has no package index and its own Triton), with
+# IDENTITY=its name for the table.
+kernel=()
+if [ -n "${KERNEL:-}" ]; then
+  cp -r "$repo/$KERNEL" "$work/kernel"
+  sed -i '/^requirements *=/d' "$work/kernel/bench-kernel.toml"
+  kernel=(--kernel "$work/kernel")
+fi
 
 launch() {  # tree label
   local tree=$1 label=$2 start end
   start=$(date +%s.%N)
   (cd "$tree" && BENCH_STATE_DIR="$work/$label-state" PYTHONPATH="/tmp/site:$tree" \
-    python3 -m orchestrator launch --backend local --plan "${PLAN:-default}" --budget 1.00 --wait) \
-    > "$work/$label-launch.log" 2>&1
+    python3 -m orchestrator launch --backend local --plan "${PLAN:-default}" --budget 1.00 \
+    "${kernel[@]}" --wait) > "$work/$label-launch.log" 2>&1
   local code=$?
   end=$(date +%s.%N)
   echo "$label: launch exit $code in $(python3 -c "print(round($end - $start, 1))") s" | tee -a "$work/walls.txt"
@@ -35,7 +48,7 @@ for label in ${ORDER:-new old}; do
   if [ "$label" = new ]; then launch "$repo" new; else launch "$repo/.$label" "$label"; fi
 done
 others=$(for label in ${ORDER:-new old}; do [ "$label" = new ] || printf '%s ' "$label"; done)
-OLD_LABELS="$others" python3 "$repo/tools/verdict/agreement.py" "$work" | tee "$out/agreement.txt"
+OLD_LABELS="$others" IDENTITY="${IDENTITY:-flash}" python3 "$repo/tools/verdict/agreement.py" "$work" | tee "$out/agreement.txt"
 if [ "${BREAKDOWN:-0}" = 1 ]; then
   PYTHONPATH="/tmp/site:$repo" timeout 240 python3 "$repo/tools/verdict/sample_breakdown.py" \
     2>&1 | grep -v "^benchmark\|^correctness" | tee "$out/breakdown.txt" | tail -n 45
@@ -48,5 +61,4 @@ if [ "${TESTS:-1}" = 1 ]; then
     ${EXTRA_TESTS:-} 2>&1 \
     | tee "$out/pytest.txt" | tail -n 25
 fi
-tar -czf "$out/runs.tgz" -C "$work" . 2>/dev/null
 cat "$work/walls.txt"
