@@ -620,6 +620,41 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
     }
 }
 
+// One block's work: the barriers set up, then the producer warp's loads and the consumer
+// warpgroups' schedule, the shipped one or the two-S one (TwoS). The kernels below are this
+// alone, under two names: the shipped one keeps its name and machine code.
+template <typename T, bool Causal, bool TwoS>
+__device__ __forceinline__ void fp8_block(const Fp8KernelParams& kp, const CUtensorMap* tma_q,
+                                          const CUtensorMap* tma_k, const CUtensorMap* tma_vt,
+                                          uint32_t smem_base, uint32_t bars_base) {
+    Fp8Smem<T> sm;
+    sm.base = (smem_base + 1023) & ~1023u;
+    sm.bars = bars_base;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    // Causal: the heaviest query blocks (the last) first.
+    const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int n_blocks = key_tiles<T, Causal>(kp.p, m_block);
+    if (tid == 0) {
+        sm90::mbarrier_init(sm.full_q(), 1);
+        for (int s = 0; s < T::kStages; ++s) {
+            sm90::mbarrier_init(sm.full_k(s), 1);
+            sm90::mbarrier_init(sm.full_v(s), 1);
+            sm90::mbarrier_init(sm.empty_k(s), T::kConsumerWarps);  // one arrival a consumer warp
+            sm90::mbarrier_init(sm.empty_v(s), T::kConsumerWarps);
+        }
+        sm90::fence_barrier_init();
+    }
+    __syncthreads();
+    if (warp < 4) {
+        sm90::regs_release<T::kProducerRegs>();
+        if (tid == 0) produce<T>(kp.p, sm, tma_q, tma_k, tma_vt, m_block, head, batch, n_blocks);
+    } else {
+        sm90::regs_claim<T::kConsumerRegs>();
+        consume<T, Causal, TwoS>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
+    }
+}
+
 template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_fp8_kernel(const Fp8KernelParams kp, const __grid_constant__ CUtensorMap tma_q,
@@ -627,71 +662,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                          const __grid_constant__ CUtensorMap tma_vt) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[T::kBarriers + 1];
-    Fp8Smem<T> sm;
-    sm.base = (smem_u32(smem_raw) + 1023) & ~1023u;
-    sm.bars = smem_u32(bars);
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    // Causal: the heaviest query blocks (the last) first.
-    const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int head = blockIdx.y, batch = blockIdx.z;
-    const int n_blocks = key_tiles<T, Causal>(kp.p, m_block);
-    if (tid == 0) {
-        sm90::mbarrier_init(sm.full_q(), 1);
-        for (int s = 0; s < T::kStages; ++s) {
-            sm90::mbarrier_init(sm.full_k(s), 1);
-            sm90::mbarrier_init(sm.full_v(s), 1);
-            sm90::mbarrier_init(sm.empty_k(s), T::kConsumerWarps);  // one arrival a consumer warp
-            sm90::mbarrier_init(sm.empty_v(s), T::kConsumerWarps);
-        }
-        sm90::fence_barrier_init();
-    }
-    __syncthreads();
-    if (warp < 4) {
-        sm90::regs_release<T::kProducerRegs>();
-        if (tid == 0)
-            produce<T>(kp.p, sm, &tma_q, &tma_k, &tma_vt, m_block, head, batch, n_blocks);
-    } else {
-        sm90::regs_claim<T::kConsumerRegs>();
-        consume<T, Causal>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
-    }
+    fp8_block<T, Causal, false>(kp, &tma_q, &tma_k, &tma_vt, smem_u32(smem_raw), smem_u32(bars));
 }
 
-// The shipped kernel's block with the two-S schedule (FLASH_FP8_TWO_S, D = 128): a kernel of
-// its own, so that the shipped one keeps its name and machine code.
+// The two-S schedule (FLASH_FP8_TWO_S, D = 128).
 template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
-    flash_fwd_fp8_two_s_kernel(const Fp8KernelParams kp, const __grid_constant__ CUtensorMap tma_q,
-                         const __grid_constant__ CUtensorMap tma_k,
-                         const __grid_constant__ CUtensorMap tma_vt) {
+    flash_fwd_fp8_two_s_kernel(const Fp8KernelParams kp,
+                               const __grid_constant__ CUtensorMap tma_q,
+                               const __grid_constant__ CUtensorMap tma_k,
+                               const __grid_constant__ CUtensorMap tma_vt) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[T::kBarriers + 1];
-    Fp8Smem<T> sm;
-    sm.base = (smem_u32(smem_raw) + 1023) & ~1023u;
-    sm.bars = smem_u32(bars);
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    // Causal: the heaviest query blocks (the last) first.
-    const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int head = blockIdx.y, batch = blockIdx.z;
-    const int n_blocks = key_tiles<T, Causal>(kp.p, m_block);
-    if (tid == 0) {
-        sm90::mbarrier_init(sm.full_q(), 1);
-        for (int s = 0; s < T::kStages; ++s) {
-            sm90::mbarrier_init(sm.full_k(s), 1);
-            sm90::mbarrier_init(sm.full_v(s), 1);
-            sm90::mbarrier_init(sm.empty_k(s), T::kConsumerWarps);  // one arrival a consumer warp
-            sm90::mbarrier_init(sm.empty_v(s), T::kConsumerWarps);
-        }
-        sm90::fence_barrier_init();
-    }
-    __syncthreads();
-    if (warp < 4) {
-        sm90::regs_release<T::kProducerRegs>();
-        if (tid == 0)
-            produce<T>(kp.p, sm, &tma_q, &tma_k, &tma_vt, m_block, head, batch, n_blocks);
-    } else {
-        sm90::regs_claim<T::kConsumerRegs>();
-        consume<T, Causal, true>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
-    }
+    fp8_block<T, Causal, true>(kp, &tma_q, &tma_k, &tma_vt, smem_u32(smem_raw), smem_u32(bars));
 }
 
 // --- launcher ---------------------------------------------------------------------------------
