@@ -90,6 +90,18 @@ def test_head_dims_are_one_list_and_the_rest_are_refused_with_a_reason():
     assert "no unit is generated" in support.head_dim_unsupported_reason(80)
 
 
+def _host_program_lines(program: Path, binary: Path) -> list[str]:
+    """What a host program including the kernel's headers prints, compiled for sm_90a, by line."""
+    flags = ["-std=c++17", "-arch=sm_90a", f"-I{build.CSRC_DIR}"]
+    compiled = subprocess.run(
+        [build.find_nvcc(), *flags, str(program), "-o", str(binary)],
+        capture_output=True,
+        text=True,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    return subprocess.run([str(binary)], capture_output=True, text=True).stdout.split("\n")
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_fp8_launcher_takes_no_turns_unless_forced(tmp_path: Path):
@@ -110,15 +122,7 @@ def test_fp8_launcher_takes_no_turns_unless_forced(tmp_path: Path):
         "    }\n"
         "}\n"
     )
-    binary = tmp_path / "turns"
-    flags = ["-std=c++17", "-arch=sm_90a", f"-I{build.CSRC_DIR}"]
-    compiled = subprocess.run(
-        [build.find_nvcc(), *flags, str(program), "-o", str(binary)],
-        capture_output=True,
-        text=True,
-    )
-    assert compiled.returncode == 0, compiled.stderr
-    lines = subprocess.run([str(binary)], capture_output=True, text=True).stdout.split("\n")
+    lines = _host_program_lines(program, tmp_path / "turns")
     # group flags: turns at (D 128, D 128 causal, D 256, D 256 causal)
     assert lines[:8] == [
         "1 0 0000",  # shipped: none
@@ -149,15 +153,7 @@ def test_fp8_two_s_flag_takes_the_two_s_kernel_at_d128_only(tmp_path: Path):
         "      (int)flash::fp8::fp8_takes_turns<128, false>(p, flags));\n"
         "}\n"
     )
-    binary = tmp_path / "two_s"
-    flags = ["-std=c++17", "-arch=sm_90a", f"-I{build.CSRC_DIR}"]
-    compiled = subprocess.run(
-        [build.find_nvcc(), *flags, str(program), "-o", str(binary)],
-        capture_output=True,
-        text=True,
-    )
-    assert compiled.returncode == 0, compiled.stderr
-    lines = subprocess.run([str(binary)], capture_output=True, text=True).stdout.split("\n")
+    lines = _host_program_lines(program, tmp_path / "two_s")
     # flags: two-S at (D 128, D 256), turns at D 128
     assert lines[:6] == ["0 00 0", "1 00 0", "2 00 1", "16 10 0", "17 10 0", "18 10 1"]
 
