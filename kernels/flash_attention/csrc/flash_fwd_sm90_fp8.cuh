@@ -402,6 +402,23 @@ struct IssuesNext {
 // the buffers named, not indexed (an indexed register array goes to local memory), and the
 // last one or two steps are peeled so that the step without a next tile issues no wgmma in a
 // branch and every wait count is a constant.
+// The last tile's P V, once its V has landed (both schedules end so), its stage released.
+template <typename T>
+__device__ __forceinline__ void last_pv(float (&o)[T::kDTiles][4],
+                                        const uint32_t (&pa)[T::kPSteps][4], const Fp8Smem<T>& sm,
+                                        const Turns& turns, int n_blocks, int lane) {
+    const int last = (n_blocks - 1) % T::kStages;
+    sm90::mbarrier_wait(sm.full_v(last), ((n_blocks - 1) / T::kStages) & 1);
+    turns.take();
+    sm90::wgmma_fence();
+    pv_wgmma<T>(o, pa, sm, last);
+    sm90::wgmma_commit();
+    turns.pass();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(o);
+    if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(last));
+}
+
 template <typename T, bool Causal>
 __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
                                                const Turns& turns, float (&o)[T::kDTiles][4],
@@ -487,17 +504,7 @@ __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const 
         step(j, s1, s0, IssuesNext<false>{});
     }
 
-    // P_{n-1} V_{n-1}.
-    const int last = (n_blocks - 1) % S;
-    sm90::mbarrier_wait(sm.full_v(last), ((n_blocks - 1) / S) & 1);
-    turns.take();
-    sm90::wgmma_fence();
-    pv_wgmma<T>(o, pa, sm, last);
-    sm90::wgmma_commit();
-    turns.pass();
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(o);
-    release(sm.empty_v(last));
+    last_pv<T>(o, pa, sm, turns, n_blocks, lane);
 }
 
 // TwoS (FLASH_FP8_TWO_S, D = 128 only; NOTES "f5"): two S tiles in flight per consumer
@@ -585,16 +592,7 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
             if (corr[0] != 1.f || corr[1] != 1.f) rescale<T>(o, corr);
             pack_probabilities<T>(pa, s);
         }
-        const int last = (n_blocks - 1) % S;
-        sm90::mbarrier_wait(sm.full_v(last), ((n_blocks - 1) / S) & 1);
-        turns.take();
-        sm90::wgmma_fence();
-        pv_wgmma<T>(o, pa, sm, last);
-        sm90::wgmma_commit();
-        turns.pass();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(o);
-        release(sm.empty_v(last));
+        last_pv<T>(o, pa, sm, turns, n_blocks, lane);
     }
     turns.finish();
 
