@@ -15,10 +15,12 @@ end event cannot come before the work (benches/row_checks.py).
 
 CPU, and a GPU worker that runs as another user than the harness (the driver shares no
 interprocess event between users): gated from the host. The parent starts its clock (GPU:
-its start event, then the flush, waited for), then asks for the call, which brings a seed:
-the worker makes the sample's fresh queries from it in the lent buffers (the parent makes
-the same numbers for its reference), so nothing can start before the call is asked for;
-then the worker's word that the work is over, the rows read, the end of the clock.
+its start event, then the flush, waited for), then asks for the call. On the CPU the
+parent writes the sample's fresh queries into the lent buffers between the two; on the GPU
+the call brings a seed, from which the worker makes them in the lent buffers (the parent
+makes the same numbers for its reference). Either way nothing can start on them before the
+clock does. Then the worker's word that the work is over, the rows read, the end of the
+clock.
 
 Either way the bracket holds more than the call: the context switch to the worker and
 back (about 0.33 ms on an H200), the refresh, the flush, the poll, the row reads, the
@@ -196,11 +198,13 @@ class CpuBracket:
     def sample(
         self, link, refresh, call, read, deadline, finish, cover_key=None, load=None
     ) -> Bracketed:
-        """The worker makes the fresh queries itself, from the seed its call brings.
-        `load` (host_load.LoadWindow): the host's load inside the bracket, read around it."""
+        """The parent's clock, then the fresh queries written into the lent buffers
+        (`refresh`), then the call asked for. `load` (host_load.LoadWindow): the host's load
+        inside the bracket, read around it."""
         if load is not None:
             load.open()
         start = time.perf_counter()
+        refresh()
         reply = call()
         rows = read(reply)()
         ms = (time.perf_counter() - start) * 1e3

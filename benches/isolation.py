@@ -498,18 +498,28 @@ class MeasuredPlacement:
         for slot in self._slots:
             slot.tensor.fill_(float("nan"))
 
+        # A GPU worker gated from the host makes the sample's queries itself, from the seed
+        # its call brings (a draw on its own GPU); everywhere else the parent writes them
+        # into the lent buffers once its clock has started.
+        seeded = link is None and self._on_gpu()
+
         def refresh() -> None:
-            """Linked: the parent writes the queries into the lent buffers inside the
-            bracket, before GO; gated from the host: the worker makes them from the seed
-            the call brings, so that nothing can start before the call is asked for."""
-            if link is not None:
+            """Inside the bracket, before the call can start (linked: before GO; on the
+            CPU: before the call is asked for): the parent writes the queries into the lent
+            buffers, so that no work on them can start before the clock does. On the CPU a
+            copy is what the bracket holds of the queries: the worker's own draw from a seed
+            took 0.5-3.5 ms a sample at 1-2 x 8 x 512 x 64 on this 2-core host, varying from
+            one draw to the next and between the kernel's worker and the calibration's, and
+            read the worker's calls 2-14 % slower than the parent's (issue 49 item 4;
+            tools/verdict/README.md)."""
+            if not seeded:
                 # One grouped copy: a copy a query (256 in a graph sample) kept the host
                 # enqueueing past the spin that covers the handshake, so that most graph
                 # samples came late and were taken again (930 of 2,600 in one run, H200).
                 torch._foreach_copy_([lent.tensor for lent in self._queries], self._fresh)
 
         def call() -> dict:
-            fields = {"key": self._key} if link is not None else {"key": self._key, "seed": seed}
+            fields = {"key": self._key, "seed": seed} if seeded else {"key": self._key}
             try:
                 return worker.request("call", **fields)
             except RequestFailed as exc:

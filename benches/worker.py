@@ -91,10 +91,11 @@ class Placement:
         return {"outputs": [self._describe(out) for out in self.outputs]}
 
     def call(self, seed: int | None) -> dict:
-        """One sample's call(s). With a `seed` (a bracket gated from the host: the CPU, or a
-        worker running as another user than the harness, with which no interprocess event
-        can be shared) the sample's fresh queries are made here first, from the seed the
-        call brings, so that no work can start before the call is asked for."""
+        """One sample's call(s). With a `seed` (a GPU worker running as another user than
+        the harness, with which no interprocess event can be shared: its bracket is gated
+        from the host) the sample's fresh queries are made here first, from the seed the
+        call brings, so that no work can start before the call is asked for; otherwise the
+        parent has written them into the lent buffers already, inside its bracket."""
         if seed is not None:
             fill_fresh(self.queries, seed, self.descales.get("q_descale"))
         return self._gpu_call() if self.own is not None else self._cpu_call()
