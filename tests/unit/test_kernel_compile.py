@@ -138,24 +138,37 @@ def test_fp8_launcher_takes_no_turns_unless_forced(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_fp8_two_s_flag_takes_the_two_s_kernel_at_d128_only(tmp_path: Path):
-    """FLASH_FP8_TWO_S (16) runs the two-S kernel at D = 128 and the shipped one at D = 256
-    (NOTES "f5"); it leaves the turns' choice to their own bits. Host code: no GPU."""
+def test_fp8_two_s_kernel_runs_at_d128_non_causal_unless_flags_say_otherwise(tmp_path: Path):
+    """Two S tiles in flight (NOTES "f5") by default at D = 128 non-causal (1.035 MHA, 1.033
+    GQA 64/8 at 16k, three processes), not causal (1.001) unless FLASH_FP8_TWO_S (16) asks,
+    never under FLASH_FP8_ONE_S (32, which wins) nor at D = 256; the turns' choice stays with
+    their own bits. Host code: no GPU."""
     program = tmp_path / "two_s.cu"
     program.write_text(
         '#include <cstdio>\n#include "flash_fwd_sm90_fp8.cuh"\n'
+        "using flash::fp8::fp8_two_s;\n"
         "int main() {\n"
         "  FlashFwdParams p{};\n"
         "  p.q_heads_per_kv_head = 1;\n"
-        "  for (int flags : {0, 1, 2, 16, 17, 18})\n"
-        '    std::printf("%d %d%d %d\\n", flags, (int)flash::fp8::fp8_two_s<128>(flags),\n'
-        "      (int)flash::fp8::fp8_two_s<256>(flags),\n"
+        "  for (int flags : {0, 1, 2, 16, 17, 18, 32, 48})\n"
+        '    std::printf("%d %d%d%d%d %d\\n", flags, (int)fp8_two_s<128, false>(flags),\n'
+        "      (int)fp8_two_s<128, true>(flags), (int)fp8_two_s<256, false>(flags),\n"
+        "      (int)fp8_two_s<256, true>(flags),\n"
         "      (int)flash::fp8::fp8_takes_turns<128, false>(p, flags));\n"
         "}\n"
     )
     lines = _host_program_lines(program, tmp_path / "two_s")
-    # flags: two-S at (D 128, D 256), turns at D 128
-    assert lines[:6] == ["0 00 0", "1 00 0", "2 00 1", "16 10 0", "17 10 0", "18 10 1"]
+    # flags: two-S at (D 128, D 128 causal, D 256, D 256 causal), turns at D 128
+    assert lines[:8] == [
+        "0 1000 0",
+        "1 1000 0",
+        "2 1000 1",
+        "16 1100 0",
+        "17 1100 0",
+        "18 1100 1",
+        "32 0000 0",
+        "48 0000 0",
+    ]
 
 
 @pytest.mark.slow

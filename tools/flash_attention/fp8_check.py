@@ -17,7 +17,8 @@ the error FP8's P alone brings; the kernel's should be of that size (plus bf16's
 rounding). Each case runs every schedule of --flags: 0 the shipped choice per shape (the
 consumers' turns where they pay), 1 the turns off (FLASH_FP8_NO_PINGPONG), 2 always on
 (FLASH_FP8_PINGPONG), 16 two S tiles in flight per consumer warpgroup (FLASH_FP8_TWO_S, D = 128;
-D = 256 runs the shipped kernel under it), 17 and 18 that with the turns forced off or on.
+D = 256 runs the shipped kernel under it), 17 and 18 that with the turns forced off or on, 32
+one S tile (FLASH_FP8_ONE_S: the schedule 0 took at D = 128 non-causal before it took two).
 Every schedule does the same arithmetic in the same order: O bitwise equal to the first's.
 
 time: TFLOP/s (4 b h s^2 d, halved for causal) of our FP8 call (the V transpose included), of
@@ -52,6 +53,7 @@ E4M3_MAX = 448.0
 FLAG_NO_PINGPONG = 1  # csrc/flash_api.h FLASH_FP8_NO_PINGPONG
 FLAG_PINGPONG = 2  # csrc/flash_api.h FLASH_FP8_PINGPONG
 FLAG_TWO_S = 16  # csrc/flash_api.h FLASH_FP8_TWO_S: two S tiles in flight, D = 128 (NOTES "f5")
+FLAG_ONE_S = 32  # csrc/flash_api.h FLASH_FP8_ONE_S: never (the schedule before f5's default)
 # Each schedule's label in the JSON (err_<label>) and the table. (f3's poly_exp2 flags,
 # experiments/f3-poly-exp2.patch, were 4, 8, 12: "ours_poly2of8", "ours_poly3of8", ...)
 SCHEDULES = {
@@ -61,6 +63,7 @@ SCHEDULES = {
     FLAG_TWO_S: "ours_two_s",
     FLAG_TWO_S | FLAG_NO_PINGPONG: "ours_two_s_no_pingpong",
     FLAG_TWO_S | FLAG_PINGPONG: "ours_two_s_pingpong",
+    FLAG_ONE_S: "ours_one_s",
 }
 # The tables' column names.
 SHOWN = {
@@ -70,6 +73,7 @@ SHOWN = {
     "ours_two_s": "two-S",
     "ours_two_s_no_pingpong": "2S-noturn",
     "ours_two_s_pingpong": "2S-turns",
+    "ours_one_s": "one-S",
 }
 
 

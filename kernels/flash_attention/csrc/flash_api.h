@@ -52,11 +52,18 @@ typedef struct FlashFp8Params {
 
 // Measurement flags. 0: the consumer warpgroups take turns at the tensor core where that was
 // measured faster, per shape (flash_fwd_sm90_fp8.cuh, fp8_takes_turns); NO_PINGPONG: never;
-// PINGPONG: always (NO_PINGPONG wins if both are set). TWO_S: two S tiles in flight per
-// consumer warpgroup (S_{j+1} issued before the softmax of S_j), D = 128 only (D = 256 runs the
-// shipped kernel: its registers do not hold a second S); combines with the turns' bits.
-// (4, 8 and 12 were f3's and f4's flags, since removed: not reused.)
-enum { FLASH_FP8_NO_PINGPONG = 1, FLASH_FP8_PINGPONG = 2, FLASH_FP8_TWO_S = 16 };
+// PINGPONG: always (NO_PINGPONG wins if both are set). Two S tiles in flight per consumer
+// warpgroup (S_{j+1} issued before the softmax of S_j) at D = 128 only (D = 256's registers do
+// not hold a second S): 0 takes them where that was measured faster (non-causal,
+// flash_fwd_sm90_fp8.cuh fp8_two_s); TWO_S: always, ONE_S: never (ONE_S wins if both are set);
+// both combine with the turns' bits. (4, 8 and 12 were f3's and f4's flags, since removed: not
+// reused.)
+enum {
+    FLASH_FP8_NO_PINGPONG = 1,
+    FLASH_FP8_PINGPONG = 2,
+    FLASH_FP8_TWO_S = 16,
+    FLASH_FP8_ONE_S = 32,
+};
 
 // Runs the forward pass on `stream` (a cudaStream_t; NULL is the legacy default stream).
 // dtype is a FlashDtype code (flash_dtypes.h, generated from the binding's dtype table).
