@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bracket_profile import plan_of  # noqa: E402
 
-from benches import bracket, isolation, row_checks, shared_buffers, timing  # noqa: E402
+from benches import bracket, cuda_ipc, isolation, row_checks, shared_buffers, timing  # noqa: E402
 from tests.gpu.test_worker_gpu import NATIVE_SDPA  # noqa: E402
 from tests.unit.test_isolation import kernel_tree, run_whole  # noqa: E402
 
@@ -66,6 +66,16 @@ def wrap_all() -> None:
     clocked(row_checks, "problems")
     clocked(timing.CudaClock, "_sample", "in-process _sample")
     clocked(timing.CudaClock, "flush")
+    # A block's start and end (most of the default plan's extra benchmark time on an H200
+    # lies in gaps of 15 ms or more between rows: tools/verdict/README.md, session 8).
+    clocked(isolation.MeasuredPlacement, "__init__", "placement made")
+    clocked(isolation.MeasuredPlacement, "_ready", "placement ready (place reply)")
+    clocked(isolation.MeasuredPlacement, "drop", "placement dropped")
+    clocked(isolation.CalibrationSamples, "__call__", "calibration (a block's)")
+    clocked(isolation.Worker, "free_later")
+    clocked(shared_buffers.Lender, "lend_copies")
+    clocked(cuda_ipc.Mappings, "_open", "ipc open (parent)")
+    clocked(bracket.Calibration, "overhead_ms")
 
 
 def main() -> None:
