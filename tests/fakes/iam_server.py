@@ -70,6 +70,7 @@ it (https://cloud.google.com/iam/docs/roles-permissions/orgpolicy); a project's 
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 from . import discovery
@@ -215,13 +216,17 @@ class FakeIamServer(LoopbackStandIn):
         self.refused_uses: dict[str, int] = {}  # email -> uses refused while propagating
         self._etags = 0
         self._keys: dict[str, Any] = {}  # email -> its private key, made on first use
+        self._keys_made = threading.Lock()
 
     def _key(self, email: str):
+        """The account's one signing key, made once even when its first signBlob calls come
+        together (the server answers each request on a thread of its own)."""
         from cryptography.hazmat.primitives.asymmetric import rsa
 
-        if email not in self._keys:
-            self._keys[email] = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        return self._keys[email]
+        with self._keys_made:
+            if email not in self._keys:
+                self._keys[email] = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            return self._keys[email]
 
     def public_key(self, email: str):
         """The account's public key (None: it signed nothing), as Google publishes it."""

@@ -62,3 +62,36 @@ def test_token_creator_on_the_account_lets_its_holder_sign_and_no_one_else(iam):
     assert _sign(iam) == 200
     iam.caller = "user:bob@example.com"
     assert _sign(iam) == 403
+
+
+def test_concurrent_first_signatures_all_verify_with_the_accounts_one_key(iam):
+    """signBlob signs with the account's one system-managed key
+    (https://cloud.google.com/iam/docs/reference/credentials/rest/v1/projects.serviceAccounts/signBlob):
+    every signature of a fresh account's first concurrent calls verifies against the key the
+    stand-in publishes. Before, each call made a key when it found none, and the last one
+    stored won: a sweep's two launches signed at once and one run's payload URL was refused
+    (SignatureDoesNotMatch), seen under load."""
+    import threading
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    url = f"{iam.endpoint}/v1/projects/-/serviceAccounts/{SIGNER}:signBlob"
+    start = threading.Barrier(8)
+    signed: list[tuple[int, bytes]] = []
+
+    def sign(n: int) -> None:
+        payload = {"payload": base64.b64encode(b"blob %d" % n).decode()}
+        start.wait()
+        reply = requests.post(url, json=payload, timeout=60).json()
+        signed.append((n, base64.b64decode(reply["signedBlob"])))
+
+    threads = [threading.Thread(target=sign, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    key = iam.public_key(SIGNER)
+    assert len(signed) == 8
+    for n, signature in signed:  # raises InvalidSignature where another key signed
+        key.verify(signature, b"blob %d" % n, padding.PKCS1v15(), hashes.SHA256())
