@@ -389,19 +389,15 @@ struct IssuesNext {
     static constexpr bool value = B;
 };
 
-// The key tiles of the two-S schedule (FLASH_FP8_TWO_S; consume's comment says why). Each step
-// j (1 .. n_blocks - 1) enters with S_j landed in `cur` (issued a step before, or by the
-// prologue) and P_{j-1} packed in pa; it issues P_{j-1} V_{j-1}, then S_{j+1} into `nxt` (the
-// buffer of S_{j-1}, packed and dead), takes the softmax of S_j under both MMAs, waits for
-// P V alone (wgmma groups complete in order), rescales O, packs P_j, and then waits for
-// S_{j+1}, which has had the whole softmax to run. Nothing is in flight from one step to the
-// next: an accumulator still in flight across the loop's back edge and read after it made
-// ptxas serialize every wgmma of the kernel (C7514, "non wgmma instructions reading
-// accumulator registers of a wgmma between start and end of the pipeline stage"; a first
-// version here). The two buffers swap roles each step: the loop runs two steps a trip with
-// the buffers named, not indexed (an indexed register array goes to local memory), and the
-// last one or two steps are peeled so that the step without a next tile issues no wgmma in a
-// branch and every wait count is a constant.
+// Whether key tile j of the query block at row m0 needs a mask: it runs past the keys, or
+// (causal) past a row's last key.
+template <typename T, bool Causal>
+__device__ __forceinline__ bool tile_needs_mask(const FwdKernelParams& p, int j, int m0,
+                                                int causal_offset) {
+    const int n0 = j * T::kBlockN;
+    return n0 + T::kBlockN > p.seqlen_k || (Causal && n0 + T::kBlockN - 1 > m0 + causal_offset);
+}
+
 // The last tile's P V, once its V has landed (both schedules end so), its stage released.
 template <typename T>
 __device__ __forceinline__ void last_pv(float (&o)[T::kDTiles][4],
@@ -419,6 +415,18 @@ __device__ __forceinline__ void last_pv(float (&o)[T::kDTiles][4],
     if (lane == 0) sm90::mbarrier_arrive(sm.empty_v(last));
 }
 
+// The key tiles of the two-S schedule (fp8_two_s chooses it; consume's comment says why). Each step
+// j (1 .. n_blocks - 1) enters with S_j landed in `cur` (issued a step before, or by the prologue)
+// and P_{j-1} packed in pa; it issues P_{j-1} V_{j-1}, then S_{j+1} into `nxt` (the buffer of
+// S_{j-1}, packed and dead), takes the softmax of S_j under both MMAs, waits for P V alone (wgmma
+// groups complete in order), rescales O, packs P_j, and then waits for S_{j+1}, which has had the
+// whole softmax to run. Nothing is in flight from one step to the next: an accumulator still in
+// flight across the loop's back edge and read after it made ptxas serialize every wgmma of the
+// kernel (C7514, "non wgmma instructions reading accumulator registers of a wgmma between start and
+// end of the pipeline stage"; a first version here). The two buffers swap roles each step: the loop
+// runs two steps a trip with the buffers named, not indexed (an indexed register array goes to
+// local memory), and the last one or two steps are peeled so that the step without a next tile
+// issues no wgmma in a branch and every wait count is a constant.
 template <typename T, bool Causal>
 __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
                                                const Turns& turns, float (&o)[T::kDTiles][4],
@@ -426,10 +434,7 @@ __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const 
                                                int causal_offset, int n_blocks, int lane) {
     constexpr int S = T::kStages;
     const FwdKernelParams& p = kp.p;
-    auto needs_mask = [&](int j) {
-        const int n0 = j * T::kBlockN;
-        return n0 + T::kBlockN > p.seqlen_k || (Causal && n0 + T::kBlockN - 1 > m0 + causal_offset);
-    };
+    auto needs_mask = [&](int j) { return tile_needs_mask<T, Causal>(p, j, m0, causal_offset); };
     auto release = [&](uint32_t bar) {
         if (lane == 0) sm90::mbarrier_arrive(bar);
     };
@@ -538,10 +543,7 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
     RowState st{{-INFINITY, -INFINITY}, {0.f, 0.f}};
-    auto needs_mask = [&](int j) {
-        const int n0 = j * T::kBlockN;
-        return n0 + T::kBlockN > p.seqlen_k || (Causal && n0 + T::kBlockN - 1 > m0 + causal_offset);
-    };
+    auto needs_mask = [&](int j) { return tile_needs_mask<T, Causal>(p, j, m0, causal_offset); };
     auto release = [&](uint32_t bar) {
         if (lane == 0) sm90::mbarrier_arrive(bar);
     };
@@ -663,7 +665,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     fp8_block<T, Causal, false>(kp, &tma_q, &tma_k, &tma_vt, smem_u32(smem_raw), smem_u32(bars));
 }
 
-// The two-S schedule (FLASH_FP8_TWO_S, D = 128).
+// The two-S schedule (D = 128; fp8_two_s says when).
 template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_fp8_two_s_kernel(const Fp8KernelParams kp,
