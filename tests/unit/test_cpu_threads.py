@@ -203,10 +203,10 @@ def test_what_a_cpu_bracket_adds_grows_with_the_queries_by_a_copy_not_a_draw():
     bracket: a copy. The worker used to draw them itself from a seed the call brought, 0.5-3.5
     ms a sample at 1-2 x 8 x 512 x 64 on a 2-core host, varying from one draw to the next and
     between the kernel's worker and the calibration's: the harness read a worker's SDPA 2-14 %
-    slower than the same SDPA in the parent, where its own events read 0.94-0.99 (issue 49
+    slower than the same SDPA in the parent, where its own clock read 0.94-0.99 (issue 49
     item 4). What a bracket adds (the calibration's fastest bracket) from a config to one 4x
     larger now grows by well under the draw of the extra queries; on the tree before, it grew
-    by about 1.4 times that draw."""
+    by 1.5-1.8 times that draw."""
     from benches import bracket as brackets
     from benches.isolation import CalibrationSamples, calibration_worker
 

@@ -512,8 +512,7 @@ def print_turns_table(turns: dict) -> None:
         f"TFLOP/s, B = 2, S = 16k, median of {turns['reps']} interleaved rounds "
         f"(cuDNN backend {version}, O {turns.get('cudnn_o_dtype', '-')}):"
     )
-    shown = SHOWN
-    heads = " ".join(f"{shown.get(n, n):>10}" for n in names)
+    heads = " ".join(f"{SHOWN.get(n, n):>10}" for n in names)
     print(f"{'shape':20} {heads}  auto/best best/cudnn")
     for r in turns["rows"]:
         med = r.get("median", {})
@@ -527,7 +526,7 @@ def print_turns_table(turns: dict) -> None:
         print(f"{r['label']:20} {cells} {auto} {vs}")
         if med.get("ours"):
             each = ", ".join(
-                f"{shown.get(n, n)} {med[n] / med['ours']:.3f}"
+                f"{SHOWN.get(n, n)} {med[n] / med['ours']:.3f}"
                 for n in turns["schedules"]
                 if n != "ours" and med.get(n)
             )
