@@ -24,15 +24,19 @@ clock.
 
 Either way the bracket holds more than the call: the context switch to the worker and
 back (about 0.33 ms on an H200), the refresh, the flush, the poll, the row reads, the
-pipe. A worker of the harness's own runs a known call (`benches/calibration_kernel.py`),
-bracketed the same way: on the GPU, SDPA, whose time the parent also takes in its own
-process, the two medians' difference being what a bracket adds; on the CPU a call that does
-nothing, whose fastest bracket is. What is left, less that, is the call.
+pipe. A worker of the harness's own runs a known call, SDPA (`benches/calibration_kernel.py`),
+bracketed the same way. On the GPU the parent also times it in its own process, at each
+block's start: the two medians' difference is what a bracket adds. On the CPU its worker's
+own clock is the harness's too: what a bracket adds is the median of its brackets less its
+own time, taken one a round between the kernel's samples (`Calibration.between`), where the
+processes have slept and the caches been stirred as before the kernel's. What is left,
+less that, is the call.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import statistics
 import time
 from collections.abc import Callable, Hashable
@@ -81,7 +85,7 @@ class CudaBracket:
     """The parent's events around a worker's call; one per parent, used for every worker
     (`link`: the worker's GO and DONE)."""
 
-    keeps_the_floor = False  # the GPU's calibration is a median, taken afresh each block
+    interleaves = False  # the GPU's calibration is taken afresh at each block's start
 
     def __init__(self, clock: timing.CudaClock) -> None:
         self.clock = clock
@@ -181,19 +185,23 @@ class CpuBracket:
 
     retaken = 0
     looked_again = 0  # the CPU's own-time rule takes no second look
-    # The fastest bracket of the calibration call in any block: a loaded spell during one
-    # block's calibration would otherwise take more off its samples than the bracket adds
-    # (and leave an honest call with no time at all).
-    keeps_the_floor = True
+    # What a bracket adds is read from the known call's brackets taken between the kernel's
+    # samples, in its rounds (`Calibration.between`): on the CPU it depends on what the
+    # processes did just before, which back-to-back brackets do not reproduce.
+    interleaves = True
 
     @staticmethod
-    def overhead_of(bracketed: list[float], in_process: list[float]) -> float:
-        """The calibration call's fastest bracket (it does nothing): on the CPU the
-        bracket's spread is the host's scheduling, one-sided, which the parent's own
-        samples carry too (subtracting the median would take typical noise off a worker's
-        samples alone, and leave a noisy one below zero: seen on a loaded 2-core machine,
-        2026-11-29)."""
-        return min(bracketed)
+    def overhead_of(gaps: list[float], in_process: list[float]) -> float:
+        """The median of the known call's brackets less its own time (`gaps`: the
+        calibration worker's own clock, the harness's own code). The known call is SDPA on
+        the sample's inputs, as on the GPU: a call that did nothing left its worker and the
+        parent asleep for less time than a real call does, and its fresh output and queries
+        in no other core's cache; such a bracket read 0.8 ms where an SDPA of 20 ms held
+        2.5 ms beyond its own time (fp32 1 x 8 x 1024 x 64, one thread each, a quiet 2-core
+        host, 2026-11-29: the worker's and the parent's wake-ups 0.7 ms, the copies in and
+        out 0.8). The fastest such bracket, taken back to back, read the worker's SDPA
+        1.04-1.12 of the parent's there (issue 49 item 4)."""
+        return statistics.median(gaps)
 
     def sample(
         self, link, refresh, call, read, deadline, finish, cover_key=None, load=None
@@ -225,36 +233,75 @@ CALIBRATION_WARMUP = 3
 CALIBRATION_SAMPLES_KEPT = 3
 
 
+# On the CPU, the latest known-call brackets taken between a config's samples that what a
+# bracket adds is read from (`Calibration.between`).
+CALIBRATION_WINDOW = 9
+
+
 class Calibration:
     """What a bracket adds to a call, per (config, mode, inputs refreshed, gated): from a
-    known call's bracketed samples (`benches/calibration_kernel.py`, in a worker of the harness's
-    own) and, on the GPU, the same call's samples in the parent's own process, as the
-    bracket reads them (`overhead_of`), taken at the first use after each `forget`."""
+    known call's bracketed samples (`benches/calibration_kernel.py`, in a worker of the
+    harness's own) as the bracket reads them (`overhead_of`). GPU: against the same call's
+    samples in the parent's own process, taken at the first use after each `forget` (a
+    block's start). CPU: the known call's brackets less its own time, taken once at a
+    config's first use and then one a round between the kernel's samples
+    (`between`, the runner's rounds), the latest CALIBRATION_WINDOW of them read."""
 
-    def __init__(self, bracket, measure: Callable[[object, str, int, bool], tuple]) -> None:
+    def __init__(self, bracket, measure: Callable[..., tuple]) -> None:
         self._bracket = bracket
-        # (config, mode, copies, gated) -> (the known call's bracketed samples, its samples
-        # in the parent's own process: none on the CPU), warm-up samples left out
+        # (config, mode, copies, gated, count) -> (the known call's bracketed samples, or
+        # on the CPU their gaps over its own time; its samples in the parent's own process:
+        # none on the CPU), warm-up samples left out
         self._measure = measure
         self._known: dict[tuple, float] = {}
-        self._floor: dict[tuple, float] = {}
+        self._between: dict[tuple, collections.deque[float]] = {}
+        # CPU: the least any bracket of the key has added, and the keys whose next sample
+        # reads it (`measure_again`)
+        self._least: dict[tuple, float] = {}
+        self._least_next: set[tuple] = set()
 
     def overhead_ms(self, config, mode: str, copies: int, gated: bool) -> float:
         key = (config.name, mode, copies, gated)
+        if key in self._least_next:
+            return self._least[key]
+        window = self._between.get(key)
+        if window:
+            return statistics.median(window)
         if key not in self._known:
             bracketed, in_process = self._measure(config, mode, copies, gated)
-            measured = self._bracket.overhead_of(bracketed, in_process)
-            if self._bracket.keeps_the_floor and key in self._floor:
-                measured = min(measured, self._floor[key])
-            self._known[key] = self._floor[key] = measured
+            self._known[key] = self._bracket.overhead_of(bracketed, in_process)
+            self._keep_least(key, bracketed)
         return self._known[key]
 
+    def between(self, config, mode: str, copies: int, gated: bool) -> None:
+        """CPU: one bracket of the known call taken now, between the kernel's samples, into
+        the window what a bracket adds is read from."""
+        key = (config.name, mode, copies, gated)
+        gaps, _ = self._measure(config, mode, copies, gated, 1)
+        window = self._between.setdefault(key, collections.deque(maxlen=CALIBRATION_WINDOW))
+        window.extend(gaps)
+        self._keep_least(key, gaps)
+        self._least_next.discard(key)
+
+    def _keep_least(self, key: tuple, gaps: list[float]) -> None:
+        if self._bracket.interleaves:
+            self._least[key] = min(gaps + [self._least.get(key, math.inf)])
+
     def measure_again(self, config, mode: str, copies: int, gated: bool) -> None:
-        """At the next use, measured afresh; on the CPU never above what was measured before
-        (`keeps_the_floor`), so the next sample can only keep more of its time."""
-        self._known.pop((config.name, mode, copies, gated), None)
+        """A sample that kept no time: on the GPU measured afresh at the next use. On the
+        CPU measured afresh now, and the sample taken again reads the least any of the
+        key's brackets has added, until the next one between samples: a median taken in a
+        loaded spell, or a call too short for the brackets' spread, would otherwise leave
+        an honest call no time (tiny calls on a loaded 2-core host were refused so). The
+        sample taken again can only keep more of its time."""
+        key = (config.name, mode, copies, gated)
+        self._known.pop(key, None)
+        if self._bracket.interleaves:
+            gaps, _ = self._measure(config, mode, copies, gated)
+            self._keep_least(key, gaps)
+            self._least_next.add(key)
 
     def forget(self) -> None:
-        """A new block: measured again at its first use (on the CPU, never above what an
-        earlier block measured: `keeps_the_floor`)."""
+        """A new block: on the GPU measured again at its first use. (The CPU's window runs
+        on across a config's blocks.)"""
         self._known.clear()

@@ -349,6 +349,9 @@ class Measuring:
     calls: int | None = None
     # (gated from the host) -> None: what a bracket adds measured again, never above before
     recalibrate: Callable[[bool], None] = lambda gated: None
+    # (gated from the host) -> None: one bracket of the known call between the kernel's
+    # samples (CPU: brackets.Calibration.between); None where a bracket is not read so
+    between: Callable[[bool], None] | None = None
 
 
 @dataclass
@@ -462,6 +465,23 @@ class MeasuredPlacement:
     def bracketed(self) -> float:
         """The harness's whole bracket of one call, nothing subtracted (the calibration's)."""
         return self._take()[0] * self.calls
+
+    def bracketed_gap(self) -> float:
+        """The harness's whole bracket of one call less the worker's own time for it: the
+        calibration's on the CPU, whose worker and known call are the harness's own."""
+        whole, _, own, _ = self._take()
+        if own is None:
+            raise RuntimeError("the calibration's worker reported no time of its own")
+        return (whole - own) * self.calls
+
+    @property
+    def calibrates_between(self) -> bool:
+        """Whether the round takes a bracket of the known call for this placement too
+        (`calibrate_between`, at a place of its own in the round's order)."""
+        return self._measuring.between is not None
+
+    def calibrate_between(self) -> None:
+        self._measuring.between(self._worker.gated())
 
     def _on_gpu(self) -> bool:
         return self._worker.device.type == "cuda"
@@ -881,21 +901,25 @@ class CalibrationSamples:
         self._held: dict[tuple, tuple[MeasuredPlacement, tuple]] = {}
         self._in_process: dict[tuple, list[float]] = {}  # per kept placement, as _held
 
-    def __call__(self, config: AttentionConfig, mode: str, copies: int) -> tuple:
+    def __call__(
+        self, config: AttentionConfig, mode: str, copies: int, count: int | None = None
+    ) -> tuple:
+        """`count`: that many samples, no warm-up, on a kept placement (the CPU's brackets
+        between a kernel's samples, `brackets.Calibration.between`)."""
         from benches.calibration_kernel import attention as known
 
         key = (config.name, mode, copies)
         if key in self._held:
             held, inputs = self._held[key]
-            warmup, count = 1, brackets.CALIBRATION_SAMPLES_KEPT
+            warmup, count = (1, brackets.CALIBRATION_SAMPLES_KEPT) if count is None else (0, count)
         else:
             self._drop(lambda name: name != config.name)  # configs are timed one at a time
             held, inputs = self._place(config, mode, copies)
             self._held[key] = held, inputs
             warmup, count = brackets.CALIBRATION_WARMUP, brackets.CALIBRATION_SAMPLES
-        bracketed = [held.bracketed() for _ in range(warmup + count)][warmup:]
         if self._worker.device.type != "cuda":
-            return bracketed, []
+            return [held.bracketed_gap() for _ in range(warmup + count)][warmup:], []
+        bracketed = [held.bracketed() for _ in range(warmup + count)][warmup:]
         if key not in self._in_process:
             q, k, v = inputs
             scale = q.shape[-1] ** -0.5
@@ -922,8 +946,8 @@ class CalibrationSamples:
         )
         measuring = Measuring(self._bracket, lambda gated: 0.0, None, self._secret)
         # On the GPU one known call whatever the copies (what is measured is the bracket, not
-        # calls); on the CPU as many calls (each doing nothing) as the real ones, each copying
-        # its output out as theirs do.
+        # calls); on the CPU as many calls as the real ones, each copying its output out as
+        # theirs do (their own time is taken off: CalibrationSamples).
         calls = copies if worker.device.type == "cpu" else 1
         secret = self._secret
         held = MeasuredPlacement(remote, config, inputs, mode, calls, secret, measuring, copies)

@@ -215,13 +215,15 @@ class WorkerTiming:
         self._calibrating: dict[bool, tuple] = {}
         self._tolerance = {(r.config, r.implementation): r.tolerance for r in gate}
 
-    def _calibration_samples(self, config, mode: str, copies: int, gated: bool) -> tuple:
+    def _calibration_samples(
+        self, config, mode: str, copies: int, gated: bool, count: int | None = None
+    ) -> tuple:
         if gated not in self._calibrating:
             device, flush = self._ctx.device, self._ctx.plan.flush_l2
             worker = calibration_worker(device, flush, gated)
             self._calibrating[gated] = worker, CalibrationSamples(worker, self.bracket, self.secret)
         _, samples = self._calibrating[gated]
-        return samples(config, mode, copies)
+        return samples(config, mode, copies, count)
 
     def measuring(self, config, mode: str, calls: int, batches: dict[str, int] | None = None):
         """identity -> its Measuring, for the placements of `config` in `mode` (a worker on
@@ -239,9 +241,19 @@ class WorkerTiming:
             def recalibrate(gated: bool) -> None:
                 self.calibration.measure_again(config, own_mode, copies, gated)
 
+            def between(gated: bool) -> None:
+                self.calibration.between(config, own_mode, copies, gated)
+
             tolerance = self._tolerance.get((config.name, name))
             return Measuring(
-                self.bracket, overhead, tolerance, self.secret, own_mode, own_calls, recalibrate
+                self.bracket,
+                overhead,
+                tolerance,
+                self.secret,
+                own_mode,
+                own_calls,
+                recalibrate,
+                between if self.bracket.interleaves else None,
             )
 
         return of
@@ -638,6 +650,11 @@ def time_config(
         block_set.release()
 
 
+# The name of a worker's calibration bracket in a round's order (_Block.round): a space
+# keeps it apart from every identity's name.
+CALIBRATION_PLACE = "(calibration)"
+
+
 class _Block:
     """One block's placements of every identity still timed, and what a lost worker
     costs: its identity leaves the block and the config (`_lose`)."""
@@ -682,14 +699,27 @@ class _Block:
 
     def round(self, should_stop) -> Iterator[tuple[str, float, object]]:
         """(identity, ms, its placement) for one sample of each identity, in the round order's
-        next round (benches/round_order.py: balanced for the sample just before)."""
-        for name in self._order.next_round(list(self.placements)):
+        next round (benches/round_order.py: balanced for the sample just before). On the
+        CPU a worker's identity has a second place in the order, unrecorded: a bracket of
+        the known call, taken where the kernel's samples are (`calibrates_between`)."""
+        between = {
+            f"{name} {CALIBRATION_PLACE}": name
+            for name, held in self.placements.items()
+            if getattr(held, "calibrates_between", False)
+        }
+        for name in self._order.next_round([*self.placements, *between]):
             if should_stop():
                 return
+            timed = between.get(name, name)
+            if timed not in self.placements:
+                continue  # its worker was lost earlier in the round
             try:
+                if name in between:
+                    self.placements[timed].calibrate_between()
+                    continue
                 ms = self.placements[name].sample()
             except WorkerLost as exc:
-                self._lose(name, exc)
+                self._lose(timed, exc)
                 continue
             yield name, ms, self.placements[name]
 

@@ -128,7 +128,9 @@ def test_a_gpu_workers_sample_is_its_own_time_held_by_the_harnesss_bracket(tmp_p
     assert fine and all(r.latency_ms == r.reported_ms and r.harness_ms is not None for r in fine)
     worker = statistics.median(r.latency_ms for r in fine)
     sdpa = statistics.median(r.latency_ms for r in rows if r.implementation == "sdpa")
-    assert abs(worker / sdpa - 1) < 0.05, (worker, sdpa)  # the same SDPA, in the parent
+    # the same SDPA in the parent: within 1 % (issue 49 item 4, configs of 0.1 ms or more;
+    # this one 0.22 ms on an H200)
+    assert abs(worker / sdpa - 1) <= 0.01, (worker, sdpa)
 
 
 def test_a_kernel_that_never_finishes_on_the_gpu_is_ended_and_the_run_goes_on(tmp_path, registered):

@@ -427,8 +427,9 @@ def test_a_calibration_taken_in_a_loaded_spell_is_taken_again_not_held_against_t
 def test_the_calibration_places_its_known_call_once_a_config_not_once_a_block(
     tmp_path, registered, monkeypatch
 ):
-    """Each block calibrates (the bracket's cost drifts between blocks), but on the known
-    call's placement kept from the config's first block: a fresh placement and its warm-up
+    """The calibration (at each block's start on the GPU, the bracket's cost drifting
+    between blocks; between each round's samples on the CPU) uses the known call's placement
+    kept from the config's first use: a fresh placement and its warm-up
     a block held 40-137 ms of each block's first sample on an H200 (10.8 s of a default
     run). Two configs of three blocks each: one calibration placement per config and way
     of timing it, dropped before the next config's, every block still calibrated."""

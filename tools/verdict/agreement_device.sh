@@ -53,6 +53,14 @@ if [ "${BREAKDOWN:-0}" = 1 ]; then
   PYTHONPATH="/tmp/site:$repo" timeout 240 python3 "$repo/tools/verdict/sample_breakdown.py" \
     2>&1 | grep -v "^benchmark\|^correctness" | tee "$out/breakdown.txt" | tail -n 45
 fi
+if [ "${PLAN_BREAKDOWN:-0}" = 1 ]; then
+  # The last run of this tree, again in one process with its parts clocked (plan_breakdown.py).
+  sandboxes=("$work"/new-state/sandboxes/*/)  # run ids sort by their start
+  sandbox=${sandboxes[-1]}
+  PYTHONPATH=/tmp/site timeout 240 python3 "$repo/tools/verdict/plan_breakdown.py" "$sandbox" \
+    "$work/breakdown-run" > "$out/plan_breakdown.txt" 2>&1
+  tail -n 40 "$out/plan_breakdown.txt"
+fi
 if [ "${TESTS:-1}" = 1 ]; then
   # EXTRA_TESTS may name several paths: split on purpose.
   # shellcheck disable=SC2086

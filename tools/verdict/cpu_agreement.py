@@ -50,14 +50,18 @@ def main() -> None:
     rows = read_csv(root / "run" / "results" / "measurements.csv", Measurement)
     threads = json.loads((root / "run" / "environment.json").read_text()).get("cpu_threads")
     print(f"cpu_threads {threads}; a busy thread waited {before:.0%} before, {after:.0%} after")
-    print(f"{'config':<12} {'parent ms':>10} {'worker ms':>10} {'ratio':>7}  mode")
+    print(f"{'config':<12} {'parent ms':>10} {'worker ms':>10} {'ratio':>7} {'own':>7}  mode")
     for config in configs:
         mine = [r for r in rows if r.config == config.name]
         parent = statistics.median(r.latency_ms for r in mine if r.implementation == "sdpa")
         theirs = [r for r in mine if r.implementation == "worker"]
         worker = statistics.median(r.latency_ms for r in theirs)
         mode = theirs[0].mode if theirs else ""
-        print(f"{config.name:<12} {parent:>10.4f} {worker:>10.4f} {worker / parent:>7.3f}  {mode}")
+        own = statistics.median(r.reported_ms for r in theirs if r.reported_ms is not None)
+        print(
+            f"{config.name:<12} {parent:>10.4f} {worker:>10.4f} {worker / parent:>7.3f} "
+            f"{own / parent:>7.3f}  {mode}"
+        )
 
 
 if __name__ == "__main__":

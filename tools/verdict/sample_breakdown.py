@@ -12,8 +12,6 @@ sample.
 
 from __future__ import annotations
 
-import collections
-import functools
 import os
 import sys
 import tempfile
@@ -24,58 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bracket_profile import plan_of  # noqa: E402
+from clocks import SPENT, wrap_all  # noqa: E402
 
-from benches import bracket, cuda_ipc, isolation, row_checks, shared_buffers, timing  # noqa: E402
 from tests.gpu.test_worker_gpu import NATIVE_SDPA  # noqa: E402
 from tests.unit.test_isolation import kernel_tree, run_whole  # noqa: E402
-
-SPENT: dict[str, list[float]] = collections.defaultdict(list)
-
-
-def clocked(owner, name: str, label: str | None = None, by_first_arg: bool = False) -> None:
-    original = getattr(owner, name)
-
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            key = label or name
-            if by_first_arg and len(args) > 1:
-                key = f"{key}({args[1]})"
-            SPENT[key].append(time.perf_counter() - start)
-
-    setattr(owner, name, wrapper)
-
-
-def wrap_all() -> None:
-    clocked(isolation.MeasuredPlacement, "_take")
-    clocked(isolation.MeasuredPlacement, "_picks")
-    clocked(isolation.MeasuredPlacement, "_check")
-    clocked(isolation.MeasuredPlacement, "_compare")
-    clocked(isolation, "fill_fresh")
-    clocked(shared_buffers, "fill_fresh", "fill_fresh(module)")
-    clocked(isolation.Worker, "request", by_first_arg=True)
-    clocked(isolation.Worker, "finished")
-    clocked(isolation.Worker, "settle")
-    clocked(bracket.CudaBracket, "_once")
-    clocked(bracket.CudaBracket, "sample", "bracket.sample")
-    clocked(row_checks, "gather")
-    clocked(row_checks, "reference")
-    clocked(row_checks, "problems")
-    clocked(timing.CudaClock, "_sample", "in-process _sample")
-    clocked(timing.CudaClock, "flush")
-    # A block's start and end (most of the default plan's extra benchmark time on an H200
-    # lies in gaps of 15 ms or more between rows: tools/verdict/README.md, session 8).
-    clocked(isolation.MeasuredPlacement, "__init__", "placement made")
-    clocked(isolation.MeasuredPlacement, "_ready", "placement ready (place reply)")
-    clocked(isolation.MeasuredPlacement, "drop", "placement dropped")
-    clocked(isolation.CalibrationSamples, "__call__", "calibration (a block's)")
-    clocked(isolation.Worker, "free_later")
-    clocked(shared_buffers.Lender, "lend_copies")
-    clocked(cuda_ipc.Mappings, "_open", "ipc open (parent)")
-    clocked(bracket.Calibration, "overhead_ms")
 
 
 def main() -> None:
