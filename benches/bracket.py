@@ -28,9 +28,9 @@ pipe. A worker of the harness's own runs a known call, SDPA (`benches/calibratio
 bracketed the same way. On the GPU the parent also times it in its own process, at each
 block's start: the two medians' difference is what a bracket adds. On the CPU its worker's
 own clock is the harness's too: what a bracket adds is the median of its brackets less its
-own time, taken one a round between the kernel's samples (`Calibration.between`), where the
-processes have slept and the caches been stirred as before the kernel's. What is left,
-less that, is the call.
+own time (and the host's load), taken one a round between the kernel's samples
+(`Calibration.between`), where the processes have slept and the caches been stirred as
+before the kernel's. What is left, less that, is the call.
 """
 
 from __future__ import annotations
@@ -192,8 +192,9 @@ class CpuBracket:
 
     @staticmethod
     def overhead_of(gaps: list[float], in_process: list[float]) -> float:
-        """The median of the known call's brackets less its own time (`gaps`: the
-        calibration worker's own clock, the harness's own code). The known call is SDPA on
+        """The median of the known call's brackets less its own time and the host's load
+        inside them (`gaps`: the calibration worker's own clock, the harness's own code;
+        isolation.MeasuredPlacement.bracketed_gap). The known call is SDPA on
         the sample's inputs, as on the GPU: a call that did nothing left its worker and the
         parent asleep for less time than a real call does, and its fresh output and queries
         in no other core's cache; such a bracket read 0.8 ms where an SDPA of 20 ms held

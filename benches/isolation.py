@@ -467,12 +467,15 @@ class MeasuredPlacement:
         return self._take()[0] * self.calls
 
     def bracketed_gap(self) -> float:
-        """The harness's whole bracket of one call less the worker's own time for it: the
-        calibration's on the CPU, whose worker and known call are the harness's own."""
-        whole, _, own, _ = self._take()
-        if own is None:
+        """The harness's whole bracket of one call less the worker's own time for it and
+        the time the parent and the worker sat runnable but not running inside it (the
+        host's load, host_load.LoadWindow): the calibration's on the CPU, whose worker and
+        known call are the harness's own. Without the load, a kernel that loads the host
+        between its own calls would swell what is taken off its samples."""
+        _, _, own, unloaded = self._take()  # unloaded: the whole less the load (nothing
+        if own is None:  # is taken off the calibration's own brackets)
             raise RuntimeError("the calibration's worker reported no time of its own")
-        return (whole - own) * self.calls
+        return (unloaded - own) * self.calls
 
     @property
     def calibrates_between(self) -> bool:
