@@ -1,0 +1,99 @@
+"""What a worker sample's row check costs the parent's host, eagerly (as
+isolation.MeasuredPlacement._check runs it) and replayed from a CUDA graph captured once per
+placement (issue 48 item 6: the check is 1.23 ms of a worker sample's 4.55 ms on an H200, most
+of it small launches). A developer probe for the device machine: prints, per config, the
+median host time of one check both ways, and whether the two gave the same figures.
+
+    PYTHONPATH=/tmp/site:$PWD python3 tools/verdict/check_graph_probe.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benches import row_checks  # noqa: E402
+
+SHAPES = [  # (batch, heads, kv heads, seq_len, head_dim, causal): default-plan configs
+    (4, 16, 16, 2048, 128, False),
+    (2, 16, 16, 4096, 64, True),
+    (1, 16, 16, 8192, 128, True),
+    (2, 32, 8, 4096, 128, True),
+]
+ITERATIONS = 300
+TOLERANCE = 1e-2
+
+
+def probe(shape6, rng, device) -> tuple[float, float, bool]:
+    """(eager ms, graph ms, the same figures every time) of one shape's checks."""
+    b, h, hkv, s, d, causal = shape6
+    q = torch.randn(b, h, s, d, device=device, dtype=torch.bfloat16)
+    k = torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h)
+    shape = tuple(q.shape)
+
+    def eager(rows):
+        gathered = row_checks.gather(out, rows)
+        expected = row_checks.reference(q, k, v, rows, causal)
+        return row_checks.problems([gathered], [expected], TOLERANCE)
+
+    # The graph's rows: static index buffers, refilled each check.
+    static = row_checks.pick(shape, rng, device)
+    gathered = torch.empty(len(static.batch), d, device=device, dtype=out.dtype)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm the kernels before the capture
+            row_checks.reference(q, k, v, static, causal)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        expected = row_checks.reference(q, k, v, static, causal)
+        figures = row_checks._figures(gathered, expected)
+
+    def replayed(rows):
+        static.batch.copy_(rows.batch, non_blocking=True)
+        static.head.copy_(rows.head, non_blocking=True)
+        static.position.copy_(rows.position, non_blocking=True)
+        gathered.copy_(row_checks.gather(out, static))
+        graph.replay()
+        nonfinite, error = figures.tolist()
+        return [row_checks._verdict(int(nonfinite), error, TOLERANCE)]
+
+    times = {"eager": [], "graph": []}
+    same = True
+    for _ in range(ITERATIONS):
+        rows = row_checks.pick(shape, rng, device)
+        results = {}
+        for name, check in (("eager", eager), ("graph", replayed)):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            results[name] = check(rows)
+            times[name].append((time.perf_counter() - start) * 1e3)
+        first, second = results["eager"][0][1], results["graph"][0][1]
+        same &= abs(first - second) <= 1e-12 * max(1.0, abs(first))
+    return statistics.median(times["eager"]), statistics.median(times["graph"]), same
+
+
+def main() -> None:
+    device = torch.device("cuda")
+    rng = np.random.default_rng(20261129)
+    print(f"{'shape':<28} {'eager ms':>9} {'graph ms':>9} {'ratio':>6}  same")
+    for shape6 in SHAPES:
+        eager_ms, graph_ms, same = probe(shape6, rng, device)
+        b, h, hkv, s, d, causal = shape6
+        label = f"{b}x{h}/{hkv}x{s}x{d}{' causal' if causal else ''}"
+        print(f"{label:<28} {eager_ms:9.3f} {graph_ms:9.3f} {eager_ms / graph_ms:6.2f}  {same}")
+
+
+if __name__ == "__main__":
+    main()
