@@ -472,8 +472,10 @@ class MeasuredPlacement:
         host's load, host_load.LoadWindow): the calibration's on the CPU, whose worker and
         known call are the harness's own. Without the load, a kernel that loads the host
         between its own calls would swell what is taken off its samples."""
-        _, _, own, unloaded = self._take()  # unloaded: the whole less the load (nothing
-        if own is None:  # is taken off the calibration's own brackets)
+        # `unloaded` is the whole bracket less the load: the calibration's own placement
+        # has nothing taken off its brackets.
+        _, _, own, unloaded = self._take()
+        if own is None:
             raise RuntimeError("the calibration's worker reported no time of its own")
         return (unloaded - own) * self.calls
 

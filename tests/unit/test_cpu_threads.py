@@ -79,12 +79,16 @@ def waiting_fraction(seconds: float = 0.3) -> float | None:
     return (host_load.own_thread_wait_ns() - waited) / 1e9 / elapsed
 
 
-def skip_if_loaded(when: str) -> None:
+def skip_if_the_suite_fills_the_cores() -> None:
+    """`make test`'s workers keep every core busy: the run would take 13 s of CPU and then
+    be skipped as loaded (it was, in 5 of 5 suites on 2 cores, 2026-11-29)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if when == "before" and workers >= len(os.sched_getaffinity(0)):
-        # `make test`'s workers keep every core busy: the run would take 13 s of CPU and
-        # then be skipped as loaded (it was, in 5 of 5 suites on 2 cores, 2026-11-29).
-        pytest.skip(f"{workers} test processes on {len(os.sched_getaffinity(0))} cores: run alone")
+    cores = len(os.sched_getaffinity(0))
+    if workers >= cores:
+        pytest.skip(f"{workers} test processes on {cores} cores: run alone")
+
+
+def skip_if_loaded(when: str) -> None:
     fraction = waiting_fraction()
     if fraction is not None and fraction > LOADED:
         pytest.skip(f"host loaded {when} the run: a busy thread waited {fraction:.0%} for a core")
@@ -168,6 +172,7 @@ def test_a_call_timed_through_its_worker_agrees_with_the_same_call_in_the_harnes
     configs = fp32_configs(SHAPES)
     plan = cpu_plan([user_kernel("same", "same")], configs, samples=AGREEMENT_SAMPLES)
     plan = registered(plan.model_copy(update={"placements": AGREEMENT_PLACEMENTS}), tmp_path)
+    skip_if_the_suite_fills_the_cores()
     skip_if_loaded("before")
     try:
         checks, _ = run_whole(plan, tmp_path / "run")
@@ -206,35 +211,26 @@ def test_on_the_cpu_the_parent_writes_the_fresh_queries_and_asks_for_the_call_wi
     from benches import bracket as brackets
     from benches import isolation
 
-    asked = []
-    request = isolation.Worker.request
+    asked, refreshed, taking = [], [], []
+    request, take = isolation.Worker.request, isolation.MeasuredPlacement._take
 
-    def spied(self, op, **fields):
-        if op == "call":
-            asked.append(fields)
-        return request(self, op, **fields)
-
-    monkeypatch.setattr(isolation.Worker, "request", spied)
-    refreshed = []
-    take = isolation.MeasuredPlacement._take
-
-    def checked(self):
-        def call_seen(*args, **kwargs):
-            refreshed.append(
-                all(
-                    torch.equal(lent.tensor, fresh)
-                    for lent, fresh in zip(self._queries, self._fresh, strict=True)
-                )
-            )
-            return spied(*args, **kwargs)
-
-        monkeypatch.setattr(isolation.Worker, "request", call_seen)
+    def taken(self):
+        taking.append(self)
         try:
             return take(self)
         finally:
-            monkeypatch.setattr(isolation.Worker, "request", spied)
+            taking.pop()
 
-    monkeypatch.setattr(isolation.MeasuredPlacement, "_take", checked)
+    def spied(self, op, **fields):
+        if op == "call":
+            held = taking[-1]
+            asked.append(fields)
+            pairs = zip(held._queries, held._fresh, strict=True)
+            refreshed.append(all(torch.equal(lent.tensor, fresh) for lent, fresh in pairs))
+        return request(self, op, **fields)
+
+    monkeypatch.setattr(isolation.MeasuredPlacement, "_take", taken)
+    monkeypatch.setattr(isolation.Worker, "request", spied)
     (small,) = fp32_configs([(1, 4, 64)])
     worker = isolation.calibration_worker(torch.device("cpu"), flush_l2=False, gated=True)
     samples = isolation.CalibrationSamples(worker, brackets.CpuBracket(), secret=20261129)

@@ -1,10 +1,11 @@
-"""Issue 49 item 4 on this machine's CPU: SDPA as a user kernel in its worker process against
-the registry's SDPA in the harness's own process, one run of the harness, configs of 0.1 ms
-and up; prints per config the parent's median, the harness's median for the worker and their
-ratio. Run it on a quiet machine, with the environment under test set around it (the run
-sets each process's intra-op threads itself, benches/cpu_threads.py, keeping a smaller
-OMP_NUM_THREADS); it prints the threads in force and how loaded the host was before and
-after (the share of a busy thread's time spent waiting for a core):
+"""Issue 49 item 4 on this machine's CPU: SDPA as a user kernel in its worker process against the
+registry's SDPA in the harness's own process, one run of the harness, configs of 0.1 ms and up;
+prints per config the parent's median, the harness's median for the worker, their ratio and the
+worker's own clock's median over the parent's. Run it on a quiet machine, with the environment
+under test set around it (the run sets each process's intra-op threads itself,
+benches/cpu_threads.py, keeping a smaller OMP_NUM_THREADS); it prints the threads in force and
+how loaded the host was before and after (the share of a busy thread's time spent waiting for a
+core):
 
     .venv/bin/python tools/verdict/cpu_agreement.py [SAMPLES]
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python tools/verdict/cpu_agreement.py
