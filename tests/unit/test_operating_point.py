@@ -278,3 +278,54 @@ def test_the_long_plan_takes_one_look_of_whole_placements():
         op.long_plan(base, ["nope"], 600, 5)
     with pytest.raises(SystemExit):
         op.long_plan(base, [base["configs"][0]["name"]], 601, 5)
+
+
+def gate_run(run_id: str, kind: str, slowdown: float, series: str, launch_exit: int, seed: int):
+    """A run of the gate plan itself (decisions_device.sh) that stopped at its first look:
+    the first 4 placements of 5 rounds, the plan's looks 20, 40, 80."""
+    run = synthetic_run(run_id, kind, slowdown, rounds=80, seed=seed)
+    run.plan = op.gate_plan(run.plan, GATE)
+    run.measurements = [m for m in run.measurements if m.placement < 4]
+    run.series, run.launch_exit = series, launch_exit
+    return run
+
+
+@pytest.mark.slow
+def test_a_run_of_the_gate_plan_is_one_decision_of_its_own_held_to_its_launchs_exit():
+    run = gate_run("20261201-000001-aaaaaa", "identical", 1.0, "gpu0", 0, seed=11)
+    assert op.is_gate_run(run.plan, op.gate_plan(run.plan, GATE))
+    assert not op.is_gate_run(long_plan(400), op.gate_plan(long_plan(400), GATE))
+    [decision] = op.decide_run(run, GATE, "looks")
+    assert (decision.placements, decision.looks, decision.exit_code) == (4, 1, 0)
+    assert (decision.series, decision.launch_exit) == ("gpu0", 0)
+
+    wrong = gate_run("20261201-000002-aaaaaa", "identical", 1.0, "gpu0", 6, seed=12)
+    result = op.analyze([run, wrong], GATE, "looks", jobs=1)
+    assert result["replay_agrees"]["agree"] == 1
+    assert result["replay_agrees"]["differ"] == [{"run": wrong.run_id, "replay": 0, "launch": 6}]
+    assert "1 of 2 agree" in op.render(result)
+
+
+@pytest.mark.slow
+def test_independence_of_gate_runs_is_read_across_their_lanes():
+    def decision(series, index, value):
+        return op.Decision(f"2026120{index:02d}-{series}", "identical", 0, 0, 4, 0, "pass",
+                           "decided", 1, 20, 1.0, 0.99, 1.01, 1.0, value, series)  # fmt: skip
+
+    rng = np.random.default_rng(13)
+    lanes_apart = [decision(f"gpu{g}", i, g * 0.01 + rng.normal(0, 0.001))
+                   for g in range(2) for i in range(30)]  # fmt: skip
+    found = op.independence(lanes_apart)
+    assert not found.independent and found.material_between["identical"]
+    assert {row["run"] for row in found.per_run} == {"gpu0", "gpu1"}
+    alike = [decision(f"gpu{g}", i, rng.normal(0, 0.001)) for g in range(2) for i in range(30)]
+    assert op.independence(alike).independent
+
+
+def test_a_listing_of_gate_runs_skips_a_launch_that_left_no_run(tmp_path):
+    listing = tmp_path / "launches.tsv"
+    listing.write_text("gpu0 identical 5 results-0/none\n")
+    assert op.series_runs(listing) == []
+    listing.write_text(f"gpu0 faster 0 {tmp_path}\n")
+    with pytest.raises(SystemExit, match="kind 'faster'"):
+        op.series_runs(listing)

@@ -71,6 +71,7 @@ from results_schema.models import Sampling as PlanSampling  # noqa: E402
 KINDS = ("identical", "slowed")
 EXIT_WORDS = {0: "pass", 6: "regression", 7: "inconclusive", 8: "incorrect"}
 DEFAULT_GATES = ("20/4/80",)
+RUNS_LISTED = 12  # more runs than this are shown per series
 PERMUTATIONS = 2000
 
 
@@ -99,6 +100,15 @@ class GateSpec:
 def gate_plan(long_plan: Plan, spec: GateSpec) -> Plan:
     """The plan a pull request's gated run would have: the long run's plan (configs,
     identities, trees, control, margin, seed) with the gate's samples, placements and bound."""
+    plan = gated(long_plan, spec)
+    if plan.comparison is None:
+        raise SystemExit("the long run has no A/B comparison: nothing to gate")
+    return plan
+
+
+def gated(long_plan: Plan, spec: GateSpec) -> Plan:
+    """`long_plan` with the gate's samples, placements and bound (`plan --gate`: the plan
+    gate runs launch with, their comparison added by `--baseline`)."""
     sampling = (long_plan.sampling or PlanSampling()).model_copy(
         update={"max_samples_per_config": spec.most, "max_seconds": None}
     )
@@ -110,10 +120,7 @@ def gate_plan(long_plan: Plan, spec: GateSpec) -> Plan:
             "profile": None,
         }
     )
-    plan = Plan.model_validate(plan.model_dump())
-    if plan.comparison is None:
-        raise SystemExit("the long run has no A/B comparison: nothing to gate")
-    return plan
+    return Plan.model_validate(plan.model_dump())
 
 
 def look_blocks(plan: Plan) -> list[list[int]]:
@@ -153,6 +160,11 @@ class LongRun:
     checks: list[CorrectnessRow]
     manifest: Manifest
     peaks: tuple[float | None, float | None] = (None, None)
+    # A run of the gate plan itself (decisions_device.sh): the series it belongs to (a lane:
+    # one GPU of one device call, its launches in time order) and the exit its own launch
+    # gave. A long run is its own series.
+    series: str | None = None
+    launch_exit: int | None = None
 
     @property
     def gate_rows(self) -> list[CorrectnessRow]:
@@ -168,7 +180,9 @@ class LongRun:
         }
 
 
-def load_long_run(run_dir: Path, kind: str) -> LongRun:
+def load_long_run(
+    run_dir: Path, kind: str, series: str | None = None, launch_exit: int | None = None
+) -> LongRun:
     """A fetched run folder (DEST/<run id>/) through the controller's own reader."""
     from orchestrator import boundary
     from orchestrator.report.load import load_run
@@ -180,7 +194,10 @@ def load_long_run(run_dir: Path, kind: str) -> LongRun:
     rows = list(boundary.checked_rows(path, "measurements.csv", run.run_id, plan=run.plan))
     env = run.manifest.environment
     peaks = (env.dense_peaks(), env.peak_gbytes_per_s) if env else (None, None)
-    return LongRun(run.run_id, kind, run.plan, rows, list(run.checks), run.manifest, peaks)
+    checks = list(run.checks)
+    return LongRun(
+        run.run_id, kind, run.plan, rows, checks, run.manifest, peaks, series, launch_exit
+    )
 
 
 # --- chunks --------------------------------------------------------------------------------
@@ -257,6 +274,8 @@ class Decision:
     high: float | None
     control: float | None
     log_estimate: float | None  # log speedup over the placements used (independence)
+    series: str = ""  # the run's, or its lane's (LongRun.series)
+    launch_exit: int | None = None  # a gate run's own launch's exit, to hold the replay to
 
 
 def replay(
@@ -343,13 +362,28 @@ def decide_run(run: LongRun, spec: GateSpec, consume: str) -> list[Decision]:
     placements = Placements.of(run.plan, run.measurements)
     usable = placements.usable(per_block)
     whole = sum(len(look) for look in layout)
+    mine = {"series": run.series or run.run_id, "launch_exit": run.launch_exit}
+    if is_gate_run(run.plan, plan):
+        # Its own sampling stopped where it decided: one decision, on what it took.
+        used, decided = replay(plan, placements.chunk(0, usable), run, layout)
+        return [Decision(run.run_id, run.kind, 0, 0, used, **decided, **mine)]
     decisions, start = [], 0
     while start + whole <= usable:
         chunk = placements.chunk(start, whole)
         used, decided = replay(plan, chunk, run, layout)
-        decisions.append(Decision(run.run_id, run.kind, len(decisions), start, used, **decided))
+        decisions.append(
+            Decision(run.run_id, run.kind, len(decisions), start, used, **decided, **mine)
+        )
         start += used if consume == "looks" else whole
     return decisions
+
+
+def is_gate_run(run_plan: Plan, gate: Plan) -> bool:
+    """Whether a run was made with the gate plan itself (its looks and placements), not a
+    long run to cut into chunks."""
+    return (
+        run_plan.look_schedule() == gate.look_schedule() and run_plan.placements == gate.placements
+    )
 
 
 def _decide_task(args):
@@ -544,9 +578,11 @@ def independence(decisions: list[Decision], alpha: float = 0.05) -> Independence
     Bonferroni over runs) and no kind's between-run variance is (permutation F)."""
     found = Independence()
     series: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for d in sorted(decisions, key=lambda d: (d.run_id, d.index)):
+    # In time order within a series: a long run's chunks, or a lane's runs (run ids start
+    # with the launch's time, and a lane launches one run at a time).
+    for d in sorted(decisions, key=lambda d: (d.series or d.run_id, d.run_id, d.index)):
         if d.log_estimate is not None:
-            series[(d.kind, d.run_id)].append(d.log_estimate)
+            series[(d.kind, d.series or d.run_id)].append(d.log_estimate)
     tests = max(len(series), 1)
     for (kind, run_id), values in series.items():
         r1, p = lag1(values), lag1_permutation_p(values)
@@ -559,8 +595,8 @@ def independence(decisions: list[Decision], alpha: float = 0.05) -> Independence
         if significant:
             found.independent = False
             found.notes.append(
-                f"run {run_id} ({kind}): lag-1 {r1:.3f}, p {p:.3g} < {alpha / tests:.3g}: "
-                "consecutive chunks are correlated"
+                f"series {run_id} ({kind}): lag-1 {r1:.3f}, p {p:.3g} < {alpha / tests:.3g}: "
+                "consecutive decisions are correlated"
             )
     for kind in KINDS:
         groups = [v for (k, _), v in series.items() if k == kind]
@@ -571,14 +607,14 @@ def independence(decisions: list[Decision], alpha: float = 0.05) -> Independence
         if material:
             found.independent = False
             found.notes.append(
-                f"{kind}: between-run variance is material (F {result.f:.2f}, permutation p "
+                f"{kind}: between-series variance is material (F {result.f:.2f}, permutation p "
                 f"{result.p_permutation:.3g}, ICC {result.icc:.3f}, design effect "
-                f"{result.design_effect:.2f}): chunks of one run share an offset a new run "
-                "would not"
+                f"{result.design_effect:.2f}): decisions of one series share an offset a new "
+                "series would not"
             )
         elif result is None and groups:
             found.notes.append(
-                f"{kind}: fewer than two runs with two or more decisions: between-run "
+                f"{kind}: fewer than two series with two or more decisions: between-series "
                 "variance not measured"
             )
     return found
@@ -705,6 +741,19 @@ def analyze(runs: list[LongRun], spec: GateSpec, consume: str = "looks", jobs: i
         if shares:
             run_level[name] = {"runs": len(shares), "mean": float(np.mean(shares)),
                                "per_run": shares}  # fmt: skip
+    by_series = defaultdict(Counter)
+    for d in decisions:
+        by_series[(d.series, d.kind)][d.exit_code] += 1
+    launched = [d for d in decisions if d.launch_exit is not None]
+    replay_agrees = {
+        "decisions": len(launched),
+        "agree": sum(d.exit_code == d.launch_exit for d in launched),
+        "differ": [
+            {"run": d.run_id, "replay": d.exit_code, "launch": d.launch_exit}
+            for d in launched
+            if d.exit_code != d.launch_exit
+        ],
+    }
     cost = cost_summary(gate_plan(runs[0].plan, spec), identical or decisions) if runs else {}
     cost_slowed = cost_summary(gate_plan(runs[0].plan, spec), slowed) if slowed else {}
     return {
@@ -725,6 +774,11 @@ def analyze(runs: list[LongRun], spec: GateSpec, consume: str = "looks", jobs: i
         "effective": effective,
         "run_level": run_level,
         "per_run": per_run,
+        "per_series": [
+            {"series": s, "kind": k, "exits": dict(sorted(c.items()))}
+            for (s, k), c in sorted(by_series.items())
+        ],
+        "replay_agrees": replay_agrees,
         "measured_speedup": measured_slowdown(runs),
         "cost_l4": cost,
         "cost_l4_slowed": cost_slowed,
@@ -740,40 +794,60 @@ def render(result: dict) -> str:
     rates: dict[str, Rate] = result["_rates"]
     lines = [f"== operating point: gate {result['gate']} (first/placements/bound), "
              f"chunks by {result['consume']}"]  # fmt: skip
-    for run in result["per_run"]:
-        speed = result["measured_speedup"].get(run["run"])
-        shown = f"{speed:.4f}x" if speed else "-"
+    if len(result["per_run"]) <= RUNS_LISTED:
+        for run in result["per_run"]:
+            speed = result["measured_speedup"].get(run["run"])
+            shown = f"{speed:.4f}x" if speed else "-"
+            lines.append(
+                f"  run {run['run']} ({run['kind']}): {run['decisions']} decisions, exits "
+                f"{run['exits']}; whole-run speedup {shown}"
+            )
+    else:
+        speeds = defaultdict(list)
+        for run in result["per_run"]:
+            speed = result["measured_speedup"].get(run["run"])
+            if speed:
+                speeds[run["kind"]].append(speed)
+        for row in result["per_series"]:
+            lines.append(f"  series {row['series']} ({row['kind']}): exits {row['exits']}")
+        for kind, values in speeds.items():
+            lines.append(
+                f"  {kind}: {len(values)} runs' whole-run speedups, median "
+                f"{float(np.median(values)):.4f}x, range {min(values):.4f}-{max(values):.4f}x"
+            )
+    agrees = result["replay_agrees"]
+    if agrees["decisions"]:
         lines.append(
-            f"  run {run['run']} ({run['kind']}): {run['decisions']} decisions, exits "
-            f"{run['exits']}; whole-run speedup {shown}"
+            f"  the replay against each run's own launch exit: {agrees['agree']} of "
+            f"{agrees['decisions']} agree {agrees['differ'] or ''}"
         )
     for key in ("false_alarm", "inconclusive_identical", "pass_identical", "power",
                 "inconclusive_slowed", "pass_slowed"):  # fmt: skip
         lines.append(f"  {rates[key].what:36} {_interval(rates[key])}")
     indep = result["independence"]
-    lines.append("  independence of chunk decisions:")
+    lines.append("  independence (a series: a long run's chunks, or one lane's gate runs):")
     for row in indep["per_run"]:
         r1 = "-" if row["lag1"] is None else f"{row['lag1']:+.3f}"
         p = "-" if row["p"] is None else f"{row['p']:.3g}"
         lines.append(
-            f"    run {row['run']} ({row['kind']}): n {row['n']}, lag-1 {r1} "
+            f"    series {row['run']} ({row['kind']}): n {row['n']}, lag-1 {r1} "
             f"(band ±{row['band']:.3f}), permutation p {p}"
         )
     for kind, a in indep["anova"].items():
         if a is None:
-            lines.append(f"    {kind}: ANOVA not possible (fewer than two runs of 2+ chunks)")
+            lines.append(f"    {kind}: ANOVA not possible (fewer than two series of 2+ decisions)")
             continue
         lines.append(
-            f"    {kind}: ANOVA over {a['runs']} runs, {a['n']} chunks: MS between "
+            f"    {kind}: ANOVA over {a['runs']} series, {a['n']} decisions: MS between "
             f"{a['ms_between']:.3g}, within {a['ms_within']:.3g}, F {a['f']:.2f}, permutation p "
             f"{a['p_permutation']:.3g}; var between {a['var_between']:.3g}, within "
             f"{a['var_within']:.3g}, ICC {a['icc']:.3f}, design effect {a['design_effect']:.2f}"
         )
     verdict = (
-        "chunks CAN be treated as independent decisions (no significant lag-1 autocorrelation "
-        "within a run, no significant between-run variance)"
+        "the decisions CAN be treated as independent (no significant lag-1 autocorrelation "
+        "within a series, no significant between-series variance)"
         if indep["independent"]
-        else "chunks can NOT all be treated as independent decisions: " + "; ".join(indep["notes"])
+        else "the decisions can NOT all be treated as independent: " + "; ".join(indep["notes"])
     )
     lines.append(f"  => {verdict}")
     for note in indep["notes"]:
@@ -853,12 +927,30 @@ def pace(run_dir: Path) -> dict:
     }
 
 
+def series_runs(listing: Path) -> list[LongRun]:
+    """The runs of a listing of gate runs (decisions_device.sh): one "SERIES KIND EXIT DIR"
+    line a launch, in launch order, DIR relative to the listing's folder; a launch that left
+    no run folder is skipped."""
+    runs = []
+    for line in listing.read_text().splitlines():
+        series, kind, code, folder = line.split(maxsplit=3)
+        if kind not in KINDS:
+            raise SystemExit(f"{listing}: kind {kind!r} is not one of {', '.join(KINDS)}")
+        run_dir = listing.parent / folder
+        if (run_dir / "results" / "measurements.csv").is_file():
+            runs.append(load_long_run(run_dir, kind, series, int(code)))
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     a = sub.add_parser("analyze")
     a.add_argument("--identical", nargs="*", default=[], type=Path)
     a.add_argument("--slowed", nargs="*", default=[], type=Path)
+    a.add_argument(
+        "--series", nargs="*", default=[], type=Path, help="gate runs: SERIES KIND EXIT DIR"
+    )
     a.add_argument("--gate", action="append", default=None, help="first/placements/bound")
     a.add_argument("--consume", choices=("looks", "bound"), default="looks")
     a.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
@@ -868,6 +960,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", required=True)
     p.add_argument("--rounds", type=int, required=True)
     p.add_argument("--per-placement", type=int, required=True)
+    p.add_argument("--gate", default=None, help="first/placements/bound: the gate plan itself")
     p.add_argument("out", type=Path)
     s = sub.add_parser("pace")
     s.add_argument("run_dir", type=Path)
@@ -875,6 +968,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         base = json.loads(args.base.read_text())
         plan = long_plan(base, args.configs.split(","), args.rounds, args.per_placement)
+        if args.gate:
+            gate = gated(Plan.model_validate(plan), GateSpec.parse(args.gate))
+            plan = json.loads(gate.model_dump_json(exclude_none=True))
         args.out.write_text(json.dumps(plan, indent=2) + "\n")
         return 0
     if args.command == "pace":
@@ -882,6 +978,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runs = [load_long_run(d, "identical") for d in args.identical]
     runs += [load_long_run(d, "slowed") for d in args.slowed]
+    runs += [run for listing in args.series for run in series_runs(listing)]
     if not runs:
         raise SystemExit("no runs given")
     results, texts = [], []
