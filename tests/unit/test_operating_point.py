@@ -303,7 +303,7 @@ def test_a_run_of_the_gate_plan_is_one_decision_of_its_own_held_to_its_launchs_e
     result = op.analyze([run, wrong], GATE, "looks", jobs=1)
     assert result["replay_agrees"]["agree"] == 1
     assert result["replay_agrees"]["differ"] == [{"run": wrong.run_id, "replay": 0, "launch": 6}]
-    assert "1 of 2 agree" in op.render(result)
+    assert "1 of 2 agree: differ" in op.render(result)
 
 
 @pytest.mark.slow

@@ -817,9 +817,10 @@ def render(result: dict) -> str:
             )
     agrees = result["replay_agrees"]
     if agrees["decisions"]:
+        differ = f": differ {agrees['differ']}" if agrees["differ"] else ""
         lines.append(
             f"  the replay against each run's own launch exit: {agrees['agree']} of "
-            f"{agrees['decisions']} agree {agrees['differ'] or ''}"
+            f"{agrees['decisions']} agree{differ}"
         )
     for key in ("false_alarm", "inconclusive_identical", "pass_identical", "power",
                 "inconclusive_slowed", "pass_slowed"):  # fmt: skip
@@ -859,7 +860,10 @@ def render(result: dict) -> str:
             f"  {name} with the design effect: effective n {eff['n_effective']:.1f}, Wilson95 "
             f"[{_pct(w[0])}, {_pct(w[1])}]"
         )
-    if not indep["independent"] or any(indep["material_between"].values()):
+    # Per-run rates mean something where runs hold many decisions (long runs), not where
+    # each is one (gate runs: the rates above are per run).
+    listed = len(result["per_run"]) <= RUNS_LISTED
+    if listed and (not indep["independent"] or any(indep["material_between"].values())):
         for name, level in result["run_level"].items():
             shares = ", ".join(_pct(s) for s in level["per_run"])
             lines.append(
