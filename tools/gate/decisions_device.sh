@@ -33,26 +33,14 @@ PATTERN=${PATTERN:-identical identical identical identical slowed}
 FIRST_LAUNCH_S=${FIRST_LAUNCH_S:-120}  # what a launch that builds its tree may take
 LANE_OFFSET=${LANE_OFFSET:-4}  # lane g starts g x this far into PATTERN (its slowed runs early)
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONUNBUFFERED=1
-export PYTHONPATH="/tmp/site:$PWD"
-repo=$PWD
-out=${OUT:-/tmp/decisions}
-mkdir -p "$out"
-work=$(mktemp -d /tmp/decisions.XXXXXX)
-tool="$repo/tools/gate/operating_point.py"
+# shellcheck source=tools/gate/trees.sh
+. tools/gate/trees.sh
+gate_setup decisions || exit 1
 LANES=${LANES:-$(nvidia-smi -L | wc -l)}
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv,noheader | tee "$out/gpu.txt"
 
-# The trees: the base (a copy of kernels/), the slowed copy of the repository.
-mkdir -p "$work/base" "$work/slowed"
-cp -r "$repo/kernels" "$work/base/"
-tar -C "$repo" --exclude=./.git --exclude=./.whl --exclude=./.venv --exclude=./shared \
-  --exclude=./results --exclude=__pycache__ --exclude=.kernel-cache -cf - . | tar -C "$work/slowed" -xf -
-PLANT=sleep PLANT_PCT=$PLANT_PCT python3 "$repo/tools/gate/plant_slowdown.py" \
-  "$work/slowed/kernels" || exit 1
+PLANT=sleep PLANT_PCT=$PLANT_PCT make_trees "$repo" "$work" || exit 1
 read -r first placements bound <<< "${GATE//\// }"
 python3 "$tool" plan --configs "$CONFIGS" --rounds "$bound" \
   --per-placement $(( first / placements )) --gate "$GATE" "$work/gate.json" || exit 1

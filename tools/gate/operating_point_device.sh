@@ -37,27 +37,14 @@ GATES=${GATES:-20/4/80 40/8/160}
 SEQUENCE=${SEQUENCE:-slowed identical slowed}
 IDENTICAL_SHARE=${IDENTICAL_SHARE:-0.55}
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONUNBUFFERED=1
-# The tool itself imports the repository (results_schema needs pydantic from /tmp/site).
-export PYTHONPATH="/tmp/site:$PWD"
-repo=$PWD
-out=${OUT:-/tmp/oppoint}
-mkdir -p "$out"
-work=$(mktemp -d /tmp/oppoint.XXXXXX)
+# shellcheck source=tools/gate/trees.sh
+. tools/gate/trees.sh
+gate_setup oppoint || exit 1
 export BENCH_STATE_DIR="$work/state"
-tool="$repo/tools/gate/operating_point.py"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv,noheader | tee "$out/gpu.txt"
 
-# The trees: the base (a copy of kernels/), the slowed copy of the repository.
-mkdir -p "$work/base" "$work/slowed"
-cp -r "$repo/kernels" "$work/base/"
-tar -C "$repo" --exclude=./.git --exclude=./.whl --exclude=./.venv --exclude=./shared \
-  --exclude=./results --exclude=__pycache__ --exclude=.kernel-cache -cf - . | tar -C "$work/slowed" -xf -
-PLANT=$PLANT PLANT_PCT=$PLANT_PCT DELAY_NS=$DELAY_NS python3 "$repo/tools/gate/plant_slowdown.py" \
-  "$work/slowed/kernels" || exit 1
+PLANT=$PLANT PLANT_PCT=$PLANT_PCT DELAY_NS=$DELAY_NS make_trees "$repo" "$work" || exit 1
 diff -r "$repo/kernels" "$work/slowed/kernels" | head -5
 
 launch() {  # KIND LABEL ROUNDS: one long run, fetched; its folder listed in runs.txt
