@@ -15,18 +15,32 @@ only the import of torch is shared. A restarted worker (after a crash or a hang)
 second kernel tree, is then a fork, not another interpreter importing torch (1.5-2 s of
 CPU each on a 2-core machine; the suite started ~30 a run, issue 31).
 
-This module imports no torch: it must run before the parent does.
+On the CPU the server is the parent itself, forked once it imported torch and numpy
+(`serve_forks_from_here`): the overlap buys nothing where the run's cores are few, and the
+server's own import of torch cost about 1.1 s of CPU a run with a user kernel on a 2-core
+machine (21 of the suite's runs, issue 52). It is forked before the parent holds anything of
+the run's but its plan (which the payload carries, readable to a kernel) and arguments: no
+secret drawn, no input made, no thread started, no device touched; it keeps no file of the
+parent's open but the ones a started server would have. Its workers are forked from it as
+from a started one. Where the parent already runs other threads or a server, or this
+Python's multiprocessing holds more than the one this was written against, a server is
+started as on the GPU.
+
+This module imports no torch, but on the CPU's path: it must run before the parent does.
 """
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
+import socket
 import threading
 from concurrent.futures import Future
 from pathlib import Path
 
 from benches import confinement
+from benches.long_lived import imported_for_good
 from results_schema import Plan
 from results_schema.kernel_contract import BUILD_FAILED_SUFFIX
 
@@ -109,8 +123,73 @@ def prestart(plan: Plan, identities: list[str], root: Path | None = None) -> int
             _started[args] = Future()
             work.append((args, f"bench-worker-{kernel.identity}"))
     if work:
+        if device == "cpu":
+            serve_forks_from_here()
         _start_in_background(work)
     return len(work)
+
+
+# What multiprocessing's ForkServer holds of a running server, in the Pythons this was written
+# against (3.10-3.13.0); a later one that adds to it (3.14's authentication key) starts its
+# server itself.
+_SERVER_STATE = {
+    "_forkserver_address",
+    "_forkserver_alive_fd",
+    "_forkserver_pid",
+    "_inherited_fds",
+    "_lock",
+    "_preload_modules",
+}
+
+
+def serve_forks_from_here() -> bool:
+    """Makes a fork of this process, once it imported SERVER_PRELOAD, multiprocessing's fork
+    server for the workers it starts from now on (what `ForkServer.ensure_running` does, but
+    forked instead of started: no second import of torch); returns whether it did."""
+    from multiprocessing import connection, forkserver, resource_tracker, util
+
+    server = forkserver._forkserver
+    if (
+        threading.active_count() > 1
+        or set(vars(server)) != _SERVER_STATE
+        or server._forkserver_pid is not None
+    ):
+        return False
+    with imported_for_good():
+        for name in SERVER_PRELOAD:
+            importlib.import_module(name)
+    resource_tracker.ensure_running()
+    # Not under server._lock (a fork would copy it held); no other thread runs here.
+    with socket.socket(socket.AF_UNIX) as listener:
+        address = connection.arbitrary_address("AF_UNIX")
+        listener.bind(address)
+        if not util.is_abstract_socket_namespace(address):
+            os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _serve(listener.fileno(), alive_r)
+        os.close(alive_r)
+        server._forkserver_address = address
+        server._forkserver_alive_fd = alive_w
+        server._forkserver_pid = pid
+    return True
+
+
+def _serve(listener: int, alive_r: int) -> None:
+    """The forked server's whole life: the files a started server has, then its loop, then
+    an exit that runs nothing of the parent's (no atexit handler, no finalizer)."""
+    from multiprocessing import forkserver
+
+    try:
+        keep = sorted({listener, alive_r})
+        os.closerange(3, keep[0])
+        os.closerange(keep[0] + 1, keep[1])
+        os.closerange(keep[1] + 1, os.sysconf("SC_OPEN_MAX"))
+        forkserver.main(listener, alive_r, [])
+    finally:
+        os._exit(0)
 
 
 def adopt(args: tuple[str, str, str, bool]):

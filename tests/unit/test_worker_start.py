@@ -183,6 +183,102 @@ def test_a_worker_takes_the_parents_folder_and_environment_at_its_start_and_no_t
     assert row.passed, row.message
 
 
+# A harness's first steps on the CPU, in a process of its own (one thread, as the harness
+# has then): a file opened, the workers prestarted, then the folder, the environment and
+# torch changed as the run goes on; a later worker must see the first two and not the third.
+HARNESS_ON_THE_CPU = """
+import json, os, sys
+from pathlib import Path
+from multiprocessing import forkserver
+from benches import correctness, worker_start
+from benches.user_kernel import register
+from tests.unit.test_worker_start import CHECKS_WHERE_IT_RUNS, kernel, plan_of
+
+root, later = Path(sys.argv[1]), Path(sys.argv[2])
+held = os.open(root / "harness-file", os.O_CREAT | os.O_RDONLY)  # never its server's
+first = plan_of([kernel(root, "first", "one")])
+assert worker_start.prestart(first, ["first"], root) == 1
+((process, _),) = [starting.result() for starting in worker_start._started.values()]
+server = forkserver._forkserver._forkserver_pid
+
+def parent(pid):
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+import torch
+os.chdir(later)
+os.environ["WORKER_START_MARK"] = "set after the server started"
+torch._parent_mark = True
+ops = CHECKS_WHERE_IT_RUNS.format(folder=os.path.realpath(later))
+second = plan_of([kernel(root, "second", "two", ops)])
+register(second, root)
+rows = correctness.check_config("r", second.configs[0], second, 0, torch.device("cpu"))
+print(json.dumps({
+    "forked": parent(server) == os.getpid()
+    and Path(f"/proc/{server}/cmdline").read_bytes() == Path("/proc/self/cmdline").read_bytes(),
+    "server_files": {
+        fd: os.readlink(f"/proc/{server}/fd/{fd}") for fd in os.listdir(f"/proc/{server}/fd")
+    },
+    "held": os.readlink(f"/proc/self/fd/{held}"),
+    "workers_of_the_server": parent(process.pid) == server,
+    "second": [(r.passed, r.message) for r in rows if r.implementation == "second"],
+}))
+"""
+
+
+@pytest.mark.slow
+def test_on_the_cpu_the_server_is_the_harness_forked_before_the_run(tmp_path):
+    """On the CPU the workers' server is no interpreter of its own importing torch again:
+    a fork of the harness made at prestart, holding none of the harness's files but the two
+    a started server holds (and 0-2), whose workers, started then or later, run in the
+    harness's folder and environment of their start and with none of its later torch."""
+    import subprocess
+    import sys
+
+    later = tmp_path / "later"
+    later.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", HARNESS_ON_THE_CPU, str(tmp_path), str(later)],
+        capture_output=True,
+        text=True,
+        cwd=Path(worker_start.__file__).parents[1],
+        timeout=HANG_SECONDS,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["forked"] and seen["workers_of_the_server"]
+    assert seen["held"] == str(tmp_path / "harness-file")
+    files = {int(fd): name for fd, name in seen["server_files"].items()}
+    assert {0, 1, 2} <= set(files)
+    # Past 0-2, a started server's alone: its socket and pipes, its selector, and the
+    # null device multiprocessing opens for its standard input; no file of the harness's.
+    kinds = ("socket:", "pipe:", "anon_inode:", os.devnull)
+    assert all(name.startswith(kinds) for fd, name in files.items() if fd > 2), files
+    assert seen["second"] == [[True, seen["second"][0][1]]], seen["second"]
+
+
+def test_a_process_running_threads_starts_its_server_instead():
+    """A fork would copy a process in the middle of its other threads' work."""
+    import subprocess
+    import sys
+
+    running = (
+        "import threading, time\n"
+        "from multiprocessing import forkserver\n"
+        "from benches import worker_start\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "print(worker_start.serve_forks_from_here(), forkserver._forkserver._forkserver_pid)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", running],
+        capture_output=True,
+        text=True,
+        cwd=Path(worker_start.__file__).parents[1],
+        timeout=HANG_SECONDS,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "None"]
+
+
 @pytest.mark.slow
 def test_the_fork_servers_preload_imports_torch_and_numpy_frozen():
     """multiprocessing's fork server skips a preload name that does not import, silently:
