@@ -8,12 +8,15 @@ everything the output depends on, as build.cache_key does for a whole build and 
 nvcc and host compiler found (their paths and `--version`), every source the kernel's build
 reads (build.source_sha256: csrc/, the generator, build.py), the command's arguments with
 the test's own folders named by their role, and each file of the input's folder (the unit's
-generated sources or the PTX read). A miss runs the real command and keeps what it made."""
+generated sources or the PTX read). A miss runs the real command and keeps what it made:
+the output with its mode (a host program stays executable) and, for `run`, what the command
+printed (ptxas's -v report), so that a hit answers as the call did."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -62,7 +65,7 @@ def fetch(name: str | None, out: Path) -> bool:
     kept = Path(os.environ[CACHE_ENV]) / name
     if not kept.is_file():
         return False
-    shutil.copyfile(kept, out)
+    shutil.copy(kept, out)  # with its mode
     return True
 
 
@@ -74,7 +77,7 @@ def keep(name: str | None, out: Path) -> None:
     folder = Path(os.environ[CACHE_ENV])
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f".{name}.{os.getpid()}.{threading.get_ident()}"
-    shutil.copyfile(out, partial)
+    shutil.copy(out, partial)
     os.replace(partial, folder / name)
 
 
@@ -82,9 +85,14 @@ def run(command: list[str], source: Path, out: Path) -> subprocess.CompletedProc
     """Runs nvcc's `command`, which makes `out` from `source`, or writes `out` from the
     cache (a kept output is one a call that succeeded made)."""
     name = key(command, source, out)
-    if fetch(name, out):
-        return subprocess.CompletedProcess(command, 0, "", "")
+    said = Path(os.environ[CACHE_ENV], f"{name}.said") if name else None
+    if said is not None and said.is_file() and fetch(name, out):
+        streams = json.loads(said.read_text())
+        return subprocess.CompletedProcess(command, 0, streams["stdout"], streams["stderr"])
     made = subprocess.run(command, capture_output=True, text=True)
-    if made.returncode == 0 and out.is_file():
+    if made.returncode == 0 and out.is_file() and said is not None:
         keep(name, out)
+        partial = said.with_name(f".{said.name}.{os.getpid()}.{threading.get_ident()}")
+        partial.write_text(json.dumps({"stdout": made.stdout, "stderr": made.stderr}))
+        os.replace(partial, said)  # after the output: a hit finds both
     return made

@@ -93,11 +93,8 @@ def test_head_dims_are_one_list_and_the_rest_are_refused_with_a_reason():
 def _host_program_lines(program: Path, binary: Path) -> list[str]:
     """What a host program including the kernel's headers prints, compiled for sm_90a, by line."""
     flags = ["-std=c++17", "-arch=sm_90a", f"-I{build.CSRC_DIR}"]
-    compiled = subprocess.run(
-        [build.find_nvcc(), *flags, str(program), "-o", str(binary)],
-        capture_output=True,
-        text=True,
-    )
+    command = [build.find_nvcc(), *flags, str(program), "-o", str(binary)]
+    compiled = nvcc_cache.run(command, program, binary)  # the program itself runs below
     assert compiled.returncode == 0, compiled.stderr
     return subprocess.run([str(binary)], capture_output=True, text=True).stdout.split("\n")
 
@@ -181,11 +178,8 @@ def test_fp8_d128_unit_holds_the_two_s_kernels_unserialized_and_unspilled(tmp_pa
     unit = next(p for p in generate.write_sources(tmp_path, "sm_90") if "hdim128_e4m3" in p.stem)
     flags = build.build_flags("sm_90") + build.unit_flags(unit.stem, None) + ["-Xptxas=-v"]
     out = tmp_path / "unit.cubin"
-    compiled = subprocess.run(
-        build.unit_command(build.find_nvcc(), unit, out, flags, step="-cubin"),
-        capture_output=True,
-        text=True,
-    )
+    command = build.unit_command(build.find_nvcc(), unit, out, flags, step="-cubin")
+    compiled = nvcc_cache.run(command, unit, out)  # a hit says what ptxas said
     assert compiled.returncode == 0, compiled.stderr
     log = compiled.stdout + compiled.stderr
     for causal in (0, 1):

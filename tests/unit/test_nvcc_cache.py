@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,25 @@ def test_a_kept_output_comes_back_whole_and_a_miss_says_so(tmp_path, monkeypatch
     assert nvcc_cache.fetch("k" * 64, tmp_path / "out.ptx")
     assert (tmp_path / "out.ptx").read_bytes() == b"ptx bytes"
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["k" * 64]  # no partial left
+
+
+def test_a_hit_answers_as_the_call_did_with_the_outputs_mode(tmp_path, monkeypatch):
+    """What a test reads of a call (ptxas's -v report, a host program it runs) comes back
+    from the cache as the call made it, and the call is not made again."""
+    monkeypatch.setenv(nvcc_cache.CACHE_ENV, str(tmp_path / "cache"))
+    source, out, calls = unit(tmp_path / "a"), tmp_path / "program", tmp_path / "calls"
+    script = (
+        "import os, sys\n"
+        "open(sys.argv[2], 'a').write('call\\n')\n"
+        "open(sys.argv[1], 'w').write('#!/bin/sh\\necho ran\\n')\n"
+        "os.chmod(sys.argv[1], 0o755)\n"
+        "print('said'); print('warned', file=sys.stderr)\n"
+    )
+    command = [sys.executable, "-c", script, str(out), str(calls)]
+    made = nvcc_cache.run(command, source, out)
+    out.unlink()
+    again = nvcc_cache.run(command, source, out)
+    assert (again.returncode, again.stdout, again.stderr) == (0, "said\n", "warned\n")
+    assert (made.stdout, made.stderr) == (again.stdout, again.stderr)
+    assert calls.read_text() == "call\n"  # once: the second answer was the cache's
+    assert subprocess.run([str(out)], capture_output=True, text=True).stdout == "ran\n"
