@@ -27,7 +27,8 @@ demo: $(STAMP)
 # Bytecode is written (the suite starts a few hundred python processes of this tree) even
 # where the environment says not to; __pycache__ is git-ignored and never in the payload.
 # What the kernel tests' nvcc calls made is kept in the environment for the next run, keyed
-# by everything it depends on (tests/nvcc_cache.py): a fresh clone's first run compiles.
+# by everything it depends on (tests/nvcc_cache.py): a fresh clone's first run compiles. So
+# is shellcheck's verdict on each rendered script (tests/unit/test_render.py, `shellcheck`).
 # The environment's bin first, as an activated one has it: the scripts' stdlib tools
 # (`python3 -I -S`) then start the environment's interpreter itself, where a version
 # manager's `python3` is a shell shim (pyenv's: 72 ms of CPU a start against 7.5 ms; the
@@ -35,6 +36,7 @@ demo: $(STAMP)
 test: export PATH := $(abspath $(BIN)):$(PATH)
 test: export PYTHONDONTWRITEBYTECODE=
 test: export NVCC_TEST_CACHE=$(abspath $(VENV))/nvcc-test-cache
+test: export SHELLCHECK_TEST_CACHE=$(abspath $(VENV))/shellcheck-test-cache
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 4 --dist worksteal
 

@@ -100,7 +100,9 @@ def suite_env(folder: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONDONTWRITEBYTECODE"] = ""
-    env.setdefault("NVCC_TEST_CACHE", str(Path(sys.executable).parents[1] / "nvcc-test-cache"))
+    venv = Path(sys.executable).parents[1]
+    env.setdefault("NVCC_TEST_CACHE", str(venv / "nvcc-test-cache"))
+    env.setdefault("SHELLCHECK_TEST_CACHE", str(venv / "shellcheck-test-cache"))
     env[OUT_ENV] = folder
     return env
 

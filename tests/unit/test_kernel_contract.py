@@ -15,7 +15,7 @@ from orchestrator.kernel_tree.user import read_candidate
 from orchestrator.render import render_startup, shquote
 from orchestrator.service.plan_options import PlanOptions, shape_plan
 from orchestrator.service.plans import resolve_plan
-from orchestrator.spec import RunSpec, new_run_id
+from orchestrator.spec import RunSpec
 from results_schema.kernel_contract import (
     CONTRACT_FILE,
     KernelContract,
@@ -23,7 +23,7 @@ from results_schema.kernel_contract import (
     UserKernel,
     duration_seconds,
 )
-from tests.unit.test_render import backend_vars, shellcheck
+from tests.unit.test_render import RUN_ID, backend_vars, shellcheck
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (REPO / "examples").iterdir() if (p / CONTRACT_FILE).is_file())
@@ -294,7 +294,7 @@ def test_a_user_build_renders_quoted_and_shellcheck_clean(tmp_path, backend):
     assert read_candidate(root).kernel.contract.build == HOSTILE_BUILD
     plan, _ = resolve_plan("cpu-smoke", backend, has_gpu=True)
     spec = RunSpec(
-        run_id=new_run_id(),
+        run_id=RUN_ID,
         backend=backend,
         plan=shape_plan(plan, PlanOptions(kernel=root)).plan,
         owner="tester",
@@ -304,7 +304,7 @@ def test_a_user_build_renders_quoted_and_shellcheck_clean(tmp_path, backend):
         estimated_seconds=300,
         payload_sha256="a" * 64,
     )
-    script = render_startup(spec, "/var/lib/bench/run", backend_vars(backend, tmp_path))
+    script = render_startup(spec, "/var/lib/bench/run", backend_vars(backend))
     result = shellcheck(script)
     assert result.returncode == 0, result.stdout
     quoted = shquote(HOSTILE_BUILD)

@@ -105,9 +105,9 @@ def test_gce_installs_each_requested_peers_pins_and_local_installs_nothing():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["gce", "local"])
-def test_the_script_with_peers_is_shellcheck_clean(tmp_path, backend):
+def test_the_script_with_peers_is_shellcheck_clean(backend):
     spec = _spec_with_peers(backend, ("xformers", "fa4", "flashinfer"))
-    script = render_startup(spec, "/var/lib/bench/run", backend_vars(backend, tmp_path))
+    script = render_startup(spec, "/var/lib/bench/run", backend_vars(backend))
     result = shellcheck(script)
     assert result.returncode == 0, result.stdout
     installs = "install_peer xformers 'xformers==0.0.35 xformers==0.0.34"
