@@ -66,10 +66,11 @@ class _Options:
 
 
 @pytest.mark.parametrize("workers", [2, 3, 4])
-def test_each_xdist_worker_starts_with_a_long_test(workers):
-    """`make test`'s workers (-n 4 --dist worksteal) each open their share with one of the
-    tests marked long, all of them started before any other on that worker, the rest in
-    their collected order: xdist's own scheduler hands out the reordered collection."""
+def test_half_the_xdist_workers_start_with_the_long_tests(workers):
+    """`make test`'s workers (-n 4 --dist worksteal): half of them (at least one) open their
+    share with the tests marked long, dealt in turn, all started before any other on that
+    worker; the other half start with none; the rest in their collected order: xdist's own
+    scheduler hands out the reordered collection."""
     from xdist.scheduler.worksteal import WorkStealingScheduling
 
     from tests.conftest import long_tests_first_on_each_worker
@@ -88,8 +89,10 @@ def test_each_xdist_worker_starts_with_a_long_test(workers):
     scheduler.schedule()
     shares = [[ordered[i] for i in node.sent] for node in nodes]
     assert sum(len(share) for share in shares) == len(items)
-    first = [share[0] for share in shares]
-    assert all("long" in item.keywords for item in first)
-    for share in shares:
-        opened = [item for item in share[: 4 // workers + 1] if "long" in item.keywords]
+    opening = workers // 2
+    assert all("long" in share[0].keywords for share in shares[:opening])
+    assert not any("long" in item.keywords for share in shares[opening:] for item in share)
+    for share in shares[:opening]:
+        opened = [item for item in share[: 4 // opening] if "long" in item.keywords]
         assert opened == [item for item in share if "long" in item.keywords]
+        assert len(opened) == 4 // opening  # dealt in turn: as many each
