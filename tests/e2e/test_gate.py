@@ -168,7 +168,9 @@ def test_slower_candidate_is_a_regression_naming_its_configs(
     assert (report.outcome, report.slower_configs) == ("regression", slower)
 
 
-def test_a_run_gated_on_every_config_splits_its_error_over_them(tmp_path, capsys, monkeypatch):
+def test_a_run_gated_on_every_config_splits_its_error_over_them(
+    bench_env, tmp_path, capsys, monkeypatch
+):
     """`launch --gate-on any` through the real CLI and harness: the run's sampling record
     (the manifest's) says the family (the geometric mean and the plan's two configs) and
     its intervals are at that family's share of the look's error, which the controller held
