@@ -14,7 +14,7 @@
 # offset, ICC 0.41).
 #
 # One lane a GPU (LANES, default every GPU): each launches runs one after another, kinds in the
-# order of PATTERN (lane g starting g places on), until a launch would end past WALL_S less
+# order of PATTERN (lane g starting g x LANE_OFFSET places on), until a launch would end past WALL_S less
 # ANALYSIS_S, with its own state folder (its own caches: its first launch builds). Each launch
 # appends "SERIES KIND EXIT RUN_DIR" to launches.tsv (SERIES: CALL-gpuG; RUN_DIR beside it), then
 # tools/gate/operating_point.py analyze --series replays each run's decision (held to the

@@ -39,6 +39,10 @@ one-minute minimum (results_schema.record.billed_usd).
 
     python3 tools/gate/operating_point.py analyze --identical RUN_DIR... --slowed RUN_DIR...
         [--gate 20/4/80 ...] [--consume looks|bound] [--jobs N] [--json OUT]
+    python3 tools/gate/operating_point.py analyze --series LAUNCHES.tsv...   # gate runs
+
+Gate runs (decisions_device.sh) are runs of the gate plan itself, one decision each: the
+replay is held to the launch's own exit, and a series is a lane of them in launch order.
     python3 tools/gate/operating_point.py plan --rounds N --per-placement R --configs A,B OUT
     python3 tools/gate/operating_point.py pace RUN_DIR   # seconds per round of one config
 """
