@@ -31,6 +31,11 @@ own clock is the harness's too: what a bracket adds is the median of its bracket
 own time (and the host's load), taken one a round between the kernel's samples
 (`Calibration.between`), where the processes have slept and the caches been stirred as
 before the kernel's. What is left, less that, is the call.
+
+On the GPU the sample is the worker's own events' time (isolation.py says why), which reads
+a call a little longer than the same call timed in the parent's process: the known call's
+own time in its worker less its time in the parent is taken off it too
+(`Calibration.own_offset_ms`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import statistics
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -238,6 +244,32 @@ CALIBRATION_SAMPLES_KEPT = 3
 # bracket adds is read from (`Calibration.between`).
 CALIBRATION_WINDOW = 9
 
+# A GPU worker's own events read a call longer than the parent's events read the same call
+# in the parent's process: SDPA (fp16, 2048 keys, D 128) +1.6-1.7 us at 0.22 ms a call,
+# +1.1-1.4 us at 0.12 ms, +0.4 us at 0.06 ms, medians of 120 paired rounds; the worker's
+# path through the harness read 0.8-1.1 % over the parent's at 0.22 ms in 6 of 6 runs (H200,
+# 2026-11-30, tools/verdict/own_time_probe.py). Not the lent memory (the parent on it, or
+# the child on its own copies: within 0.3 us of the parent) nor another process (the child
+# timing itself, unlinked: the same), but the wait on the parent's GO event before the
+# call, the GPU switching from the parent's context to the worker's. What the switch adds
+# is read from the known call in single mode, where it is the one call of a bracket (a
+# graph replay shares it between its calls): the medians of its own times over the latest
+# OWN_OFFSET_WINDOW of its calibrations' brackets and of its in-process samples. At most
+# OWN_OFFSET_MAX_FRACTION of the known call's time is taken off: the most a kernel can
+# gain by slowing the harness's own worker while it calibrates (docs/security.md).
+OWN_OFFSET_WINDOW = 64
+OWN_OFFSET_MAX_FRACTION = 0.015
+
+
+class KnownSamples(NamedTuple):
+    """A calibration's samples of the known call, warm-up left out: its brackets (on the
+    CPU, their gaps over its own time); GPU only, the same call in the parent's process by
+    the parent's clock, and its own time in its worker by its own events, a bracket each."""
+
+    bracketed: list[float]
+    in_process: list[float] = []
+    own: list[float] = []
+
 
 class Calibration:
     """What a bracket adds to a call, per (config, mode, inputs refreshed, gated): from a
@@ -248,13 +280,15 @@ class Calibration:
     config's first use and then one a round between the kernel's samples
     (`between`, the runner's rounds), the latest CALIBRATION_WINDOW of them read."""
 
-    def __init__(self, bracket, measure: Callable[..., tuple]) -> None:
+    def __init__(self, bracket, measure: Callable[..., KnownSamples]) -> None:
         self._bracket = bracket
-        # (config, mode, copies, gated, count) -> (the known call's bracketed samples, or
-        # on the CPU their gaps over its own time; its samples in the parent's own process:
-        # none on the CPU), warm-up samples left out
+        # (config, mode, copies, gated, count) -> KnownSamples
         self._measure = measure
         self._known: dict[tuple, float] = {}
+        # GPU: the known call's latest own times in its worker, and its latest in-process
+        # samples (`own_offset_ms`)
+        self._own: dict[tuple, collections.deque[float]] = {}
+        self._in_process: dict[tuple, list[float]] = {}
         self._between: dict[tuple, collections.deque[float]] = {}
         # CPU: the least any bracket of the key has added, and the keys whose next sample
         # reads it (`measure_again`)
@@ -269,16 +303,35 @@ class Calibration:
         if window:
             return statistics.median(window)
         if key not in self._known:
-            bracketed, in_process = self._measure(config, mode, copies, gated)
-            self._known[key] = self._bracket.overhead_of(bracketed, in_process)
-            self._keep_least(key, bracketed)
+            known = self._measure(config, mode, copies, gated)
+            self._known[key] = self._bracket.overhead_of(known.bracketed, known.in_process)
+            self._keep_least(key, known.bracketed)
+            if known.own and known.in_process:
+                own = self._own.setdefault(key, collections.deque(maxlen=OWN_OFFSET_WINDOW))
+                own.extend(known.own)
+                self._in_process[key] = known.in_process
         return self._known[key]
+
+    def own_offset_ms(self, config, mode: str, copies: int, gated: bool) -> float:
+        """GPU, single mode: what a worker's own events add to a call over the parent's
+        (OWN_OFFSET_WINDOW says why and how much), never below 0 nor above
+        OWN_OFFSET_MAX_FRACTION of the known call; 0 elsewhere (a CPU sample is the
+        harness's own)."""
+        if mode != "single":
+            return 0.0
+        key = (config.name, mode, copies, gated)
+        self.overhead_ms(config, mode, copies, gated)  # the key's calibration, if not taken yet
+        own, in_process = self._own.get(key), self._in_process.get(key)
+        if not own or not in_process:
+            return 0.0
+        call = statistics.median(in_process)
+        return min(max(statistics.median(own) - call, 0.0), OWN_OFFSET_MAX_FRACTION * call)
 
     def between(self, config, mode: str, copies: int, gated: bool) -> None:
         """CPU: one bracket of the known call taken now, between the kernel's samples, into
         the window what a bracket adds is read from."""
         key = (config.name, mode, copies, gated)
-        gaps, _ = self._measure(config, mode, copies, gated, 1)
+        gaps = self._measure(config, mode, copies, gated, 1).bracketed
         window = self._between.setdefault(key, collections.deque(maxlen=CALIBRATION_WINDOW))
         window.extend(gaps)
         self._keep_least(key, gaps)
@@ -298,7 +351,7 @@ class Calibration:
         key = (config.name, mode, copies, gated)
         self._known.pop(key, None)
         if self._bracket.interleaves:
-            gaps, _ = self._measure(config, mode, copies, gated)
+            gaps = self._measure(config, mode, copies, gated).bracketed
             self._keep_least(key, gaps)
             self._least_next.add(key)
 

@@ -352,6 +352,9 @@ class Measuring:
     # (gated from the host) -> None: one bracket of the known call between the kernel's
     # samples (CPU: brackets.Calibration.between); None where a bracket is not read so
     between: Callable[[bool], None] | None = None
+    # (gated from the host) -> ms a call: what the worker's own events add to a call over
+    # the same call in the parent's process (brackets.Calibration.own_offset_ms)
+    own_offset_ms: Callable[[bool], float] = lambda gated: 0.0
 
 
 @dataclass
@@ -442,11 +445,15 @@ class MeasuredPlacement:
         """The time of one call (ms), its output checked where the harness read it. On
         the CPU the harness's bracket less what a bracket adds (a sample that leaves no
         time, noise, is taken again); on the GPU the worker's own events, bounded by the
-        harness's whole bracket and checked against it (GPU_REPORT_ALLOWANCE_MS says why)."""
+        harness's whole bracket and checked against it (GPU_REPORT_ALLOWANCE_MS says why),
+        less what a worker's own events add (brackets.Calibration.own_offset_ms)."""
         for _ in range(NONPOSITIVE_RETAKES + 1):
             whole, self.harness, self.reported, unloaded = self._take()
             reported = self._reported_within(whole)
-            value = reported if self._on_gpu() else self.harness
+            if self._on_gpu():
+                value = reported - self._measuring.own_offset_ms(self._worker.gated())
+            else:
+                value = self.harness
             if value > 0:
                 self._compare(self.harness, self.reported, unloaded)
                 return value
@@ -462,9 +469,11 @@ class MeasuredPlacement:
             self._worker,
         )
 
-    def bracketed(self) -> float:
-        """The harness's whole bracket of one call, nothing subtracted (the calibration's)."""
-        return self._take()[0] * self.calls
+    def bracketed(self) -> tuple[float, float | None]:
+        """The harness's whole bracket of one call, nothing subtracted, and the worker's own
+        time for it, None where it reported none (the calibration's, on the GPU)."""
+        whole, _, own, _ = self._take()
+        return whole * self.calls, None if own is None else own * self.calls
 
     def bracketed_gap(self) -> float:
         """The harness's whole bracket of one call less the worker's own time for it and
@@ -885,14 +894,15 @@ def calibration_worker(device: torch.device, flush_l2: bool, gated: bool) -> Wor
 
 
 class CalibrationSamples:
-    """What `brackets.Calibration` calls: (config, mode, copies) -> (the known call's
-    bracketed samples; the same call's samples in this process by the parent's clock, GPU
-    only), warm-up samples left out. The known call's placement of `copies` lent query
-    buffers is kept while its config is timed: a block's calibration (taken at every block,
-    the bracket's cost drifting between blocks) then pays no placement and no warm-up, and
-    takes CALIBRATION_SAMPLES_KEPT samples where a fresh placement takes
-    CALIBRATION_SAMPLES after CALIBRATION_WARMUP (the first sample of each block held
-    40-137 ms of calibration, 10.8 s a run of the default plan on an H200, 2026-11-29).
+    """What `brackets.Calibration` calls: (config, mode, copies) -> brackets.KnownSamples
+    (the known call's bracketed samples; GPU only, the same call's samples in this process
+    by the parent's clock and its own time in its worker), warm-up samples left out. The
+    known call's placement of `copies` lent query buffers is kept while its config is
+    timed: a block's calibration (taken at every block, the bracket's cost drifting
+    between blocks) then pays no placement and no warm-up, and takes
+    CALIBRATION_SAMPLES_KEPT samples where a fresh placement takes CALIBRATION_SAMPLES
+    after CALIBRATION_WARMUP (the first sample of each block held 40-137 ms of
+    calibration, 10.8 s a run of the default plan on an H200, 2026-11-29).
 
     The samples in this process are taken once for a kept placement, at its first block:
     they are the parent's own call on the same inputs, with no worker and no handshake in
@@ -908,7 +918,7 @@ class CalibrationSamples:
 
     def __call__(
         self, config: AttentionConfig, mode: str, copies: int, count: int | None = None
-    ) -> tuple:
+    ) -> brackets.KnownSamples:
         """`count`: that many samples, no warm-up, on a kept placement (the CPU's brackets
         between a kernel's samples, `brackets.Calibration.between`)."""
         from benches.calibration_kernel import attention as known
@@ -923,7 +933,9 @@ class CalibrationSamples:
             self._held[key] = held, inputs
             warmup, count = brackets.CALIBRATION_WARMUP, brackets.CALIBRATION_SAMPLES
         if self._worker.device.type != "cuda":
-            return [held.bracketed_gap() for _ in range(warmup + count)][warmup:], []
+            return brackets.KnownSamples(
+                [held.bracketed_gap() for _ in range(warmup + count)][warmup:]
+            )
         bracketed = [held.bracketed() for _ in range(warmup + count)][warmup:]
         if key not in self._in_process:
             q, k, v = inputs
@@ -937,7 +949,11 @@ class CalibrationSamples:
             self._in_process[key] = [clock.time_call(call) for _ in range(taken)][
                 brackets.CALIBRATION_WARMUP :
             ]
-        return bracketed, self._in_process[key]
+        return brackets.KnownSamples(
+            [whole for whole, _ in bracketed],
+            self._in_process[key],
+            [own for _, own in bracketed if own is not None],
+        )
 
     def _place(self, config: AttentionConfig, mode: str, copies: int) -> tuple:
         from benches.correctness import make_inputs

@@ -244,6 +244,9 @@ class WorkerTiming:
             def between(gated: bool) -> None:
                 self.calibration.between(config, own_mode, copies, gated)
 
+            def own_offset(gated: bool) -> float:
+                return self.calibration.own_offset_ms(config, own_mode, copies, gated)
+
             tolerance = self._tolerance.get((config.name, name))
             return Measuring(
                 self.bracket,
@@ -254,6 +257,7 @@ class WorkerTiming:
                 own_calls,
                 recalibrate,
                 between if self.bracket.interleaves else None,
+                own_offset,
             )
 
         return of

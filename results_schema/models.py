@@ -388,8 +388,9 @@ class Measurement(_Strict):
     latency_ms: float = Field(
         gt=0,
         description="time per call: the harness's own clock's, but for a kernel in a worker "
-        "process on the GPU, whose own CUDA events' time this is, held by the harness's "
-        "bracket (harness_ms; docs/security.md says why and what that leaves)",
+        "process on the GPU, whose own CUDA events' time this is (reported_ms, less what a "
+        "worker's own events add over the harness's process in single launches), held by "
+        "the harness's bracket (harness_ms; docs/security.md says why and what that leaves)",
     )
     reported_ms: float | None = Field(
         default=None,

@@ -106,31 +106,52 @@ def test_a_kernel_in_its_worker_is_timed_in_graph_and_single_mode(tmp_path, regi
     assert all(r.n == plan.samples_per_config for r in summary)
 
 
-def test_a_gpu_workers_sample_is_its_own_time_held_by_the_harnesss_bracket(tmp_path, registered):
+def test_a_gpu_workers_sample_is_its_own_time_held_by_the_harnesss_bracket(
+    tmp_path, registered, record_property
+):
     """On the GPU a worker's sample is its own events' time, which the harness's bracket
-    holds (isolation.GPU_REPORT_ALLOWANCE_MS says why not the bracket): for SDPA called
-    in a worker, that time agrees with the same SDPA timed in the harness's process, every
-    row records the harness's figure beside it, and every timed call was checked where the
-    harness read it."""
+    holds (isolation.GPU_REPORT_ALLOWANCE_MS says why not the bracket), less what a
+    worker's own events add (brackets.OWN_OFFSET_WINDOW): for SDPA called in a worker, that
+    time agrees with the same SDPA timed in the harness's process, every row records the
+    worker's own figure and the harness's beside it, and every timed call was checked
+    where the harness read it."""
+    from benches.bracket import OWN_OFFSET_MAX_FRACTION
+
     kernel_tree(tmp_path, "fine", NATIVE_SDPA)
-    large = config("large", 128).model_copy(update={"batch": 4, "heads": 16, "seq_len": 2048})
-    plan = gpu_plan([gpu_kernel("fine", "fine")], [large], samples=30)
-    plan = plan.model_copy(
-        update={"configs": [large.model_copy(update={"dtype": "float16", "causal": False})]}
-    )
+    # 0.22 and 0.11 ms a call on an H200: issue 49 item 4 holds configs of 0.1 ms or more
+    sizes = {"b4": 4, "b2": 2}
+    configs = [
+        config(name, 128).model_copy(
+            update={"batch": batch, "heads": 16, "seq_len": 2048, "causal": False}
+        )
+        for name, batch in sizes.items()
+    ]
+    plan = gpu_plan([gpu_kernel("fine", "fine")], configs, samples=30)  # float16 configs
     registered(plan, tmp_path)
 
     checks, summary = run_whole(plan, tmp_path / "run")
     assert all(r.passed for r in checks), [r.message for r in checks if not r.passed]
     assert any(r.implementation == "fine" and "timed calls checked" in r.message for r in checks)
     rows = read_csv(tmp_path / "run" / "results" / "measurements.csv", Measurement)
-    fine = [r for r in rows if r.implementation == "fine"]
-    assert fine and all(r.latency_ms == r.reported_ms and r.harness_ms is not None for r in fine)
-    worker = statistics.median(r.latency_ms for r in fine)
-    sdpa = statistics.median(r.latency_ms for r in rows if r.implementation == "sdpa")
-    # the same SDPA in the parent: within 1 % (issue 49 item 4, configs of 0.1 ms or more;
-    # this one 0.22 ms on an H200)
-    assert abs(worker / sdpa - 1) <= 0.01, (worker, sdpa)
+    ratios = {}
+    for name in sizes:
+        fine = [r for r in rows if r.config == name and r.implementation == "fine"]
+        assert fine and all(r.harness_ms is not None for r in fine)
+        assert all(
+            0 <= r.reported_ms - r.latency_ms <= OWN_OFFSET_MAX_FRACTION * r.reported_ms
+            for r in fine
+        )
+        worker = statistics.median(r.latency_ms for r in fine)
+        sdpa = statistics.median(
+            r.latency_ms for r in rows if r.config == name and r.implementation == "sdpa"
+        )
+        ratios[name] = worker / sdpa
+        offset_us = statistics.median(r.reported_ms - r.latency_ms for r in fine) * 1e3
+        # junit.xml's record, pass or fail
+        record_property(f"worker_over_sdpa_{name}", ratios[name])
+        record_property(f"offset_us_{name}", offset_us)
+    # the same SDPA in the parent: within 1 % (issue 49 item 4, configs of 0.1 ms or more)
+    assert all(abs(ratio - 1) <= 0.01 for ratio in ratios.values()), ratios
 
 
 def test_a_kernel_that_never_finishes_on_the_gpu_is_ended_and_the_run_goes_on(tmp_path, registered):
@@ -285,14 +306,15 @@ def test_the_calibrations_in_process_samples_are_taken_once_per_kept_placement()
     fp16 = {"dtype": "float16", "seq_len": 256}
     first = config("once", 64).model_copy(update=fp16)
     try:
-        bracketed, in_process = samples(first, "single", 1)
+        known = samples(first, "single", 1)
         at_first_block = len(taken)
-        assert len(in_process) == brackets.CALIBRATION_SAMPLES
-        bracketed_again, in_process_again = samples(first, "single", 1)
+        assert len(known.in_process) == brackets.CALIBRATION_SAMPLES
+        assert len(known.own) == len(known.bracketed)  # the known call's own events too
+        again = samples(first, "single", 1)
         assert len(taken) == at_first_block  # no in-process sample at the second block
-        assert in_process_again == in_process
-        assert len(bracketed_again) == brackets.CALIBRATION_SAMPLES_KEPT
-        assert min(bracketed_again) > statistics.median(in_process)  # the bracket holds more
+        assert again.in_process == known.in_process
+        assert len(again.bracketed) == len(again.own) == brackets.CALIBRATION_SAMPLES_KEPT
+        assert min(again.bracketed) > statistics.median(known.in_process)  # it holds more
         samples(config("again", 64).model_copy(update=fp16), "single", 1)
         assert len(taken) == 2 * at_first_block  # a new config's placement: taken again
     finally:

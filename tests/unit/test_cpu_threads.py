@@ -235,7 +235,7 @@ def test_on_the_cpu_the_parent_writes_the_fresh_queries_and_asks_for_the_call_wi
     worker = isolation.calibration_worker(torch.device("cpu"), flush_l2=False, gated=True)
     samples = isolation.CalibrationSamples(worker, brackets.CpuBracket(), secret=20261129)
     try:
-        gaps, _ = samples(small, "single", 1)
+        gaps = samples(small, "single", 1).bracketed
     finally:
         samples.close()
         worker.close()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One device call (issue 49 item 4), from the repository root with .whl/ carried: where a
+# GPU worker's own time gains on the same SDPA in the harness's process
+# (tools/verdict/own_time_probe.py), then the GPU test that holds it to 1 % run REPEATS
+# times, its ratios and any failure's whole message kept (test_runs.txt under $OUT).
+# PROBE=0 skips the probe; run from another tree's root (an older commit's, say), with
+# /tmp/site installed already, it tests that tree.
+set -uo pipefail
+out=${OUT:-/tmp/own_time_probe}
+junit=$(mktemp -d)
+mkdir -p "$out"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+    .whl/*.whl 2>&1 | tail -n 3
+fi
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+if [ "${PROBE:-1}" != 0 ]; then
+  python3 tools/verdict/own_time_probe.py "$out/own_time_probe.json" \
+    > "$out/own_time_probe.log" 2>&1
+  tail -n 6 "$out/own_time_probe.log"
+fi
+for i in $(seq "${REPEATS:-6}"); do
+  timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu -p no:randomly \
+    --junitxml="$junit/$i.xml" \
+    "tests/gpu/test_worker_gpu.py::${TEST:-test_a_gpu_workers_sample_is_its_own_time_held_by_the_harnesss_bracket}" \
+    > "$junit/$i.txt" 2>&1
+  echo "run $i exit $?"
+done
+python3 - "$out/test_runs.txt" "$junit" <<'PY'
+import glob, sys, xml.etree.ElementTree as ET
+lines = []
+for path in sorted(glob.glob(sys.argv[2] + "/*.xml")):
+    for case in ET.parse(path).iter("testcase"):
+        figure = [(p.get("name"), round(float(p.get("value")), 4)) for p in case.iter("property")]
+        failed = [f.get("message", "") + "\n" + (f.text or "")[-3000:]
+                  for kind in ("failure", "error") for f in case.iter(kind)]
+        lines.append(f"run {path[-5]}: {figure} {'FAILED' if failed else 'passed'}")
+        lines += failed
+open(sys.argv[1], "w").write("\n".join(lines) + "\n")
+print("\n".join(l for l in lines if l.startswith("run ")))
+PY
