@@ -81,7 +81,7 @@ def widest_gap_over_spread(x: np.ndarray) -> float:
         return _widest_gap_one_split_at_a_time(logs, steps, tick, splits)
     # Every split at once: the same medians of the same values as one split at a time
     # (below), without two numpy calls a side a split (a summary's rows at 80 samples:
-    # 2.1 -> 0.11 ms a row; the suite's shape_flag calls 3.5 -> 0.5 s of CPU, issue 52).
+    # 2.1 -> 0.11 ms a row; the suite spent 3.5 s of CPU in shape_flag before, issue 52).
     spread = np.maximum(
         np.maximum(_prefix_mads(logs, splits), _prefix_mads(logs[::-1], n - splits)), tick
     )

@@ -60,7 +60,7 @@ def student_t_cdf(t: float, df: int) -> float:
 
 # Kept per (p, df): a summary asks for the same few (its confidence, its placements) at
 # every row and look, and each answer is ~110 evaluations of student_t_cdf (the suite's
-# pytest workers: 9188 calls, 0.8 s of CPU -> 0.01, issue 52).
+# pytest workers: 9188 calls, 0.8 s of CPU before, issue 52).
 @functools.lru_cache(maxsize=256)
 def student_t_quantile(p: float, df: int) -> float:
     """The t with P(T <= t) = p (0.5 <= p < 1), by bisection on student_t_cdf."""
