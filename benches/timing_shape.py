@@ -76,11 +76,45 @@ def widest_gap_over_spread(x: np.ndarray) -> float:
     tick = float(steps[steps > 0].min())
     n = logs.size
     least = max(MIN_MODE_SAMPLES, math.ceil(n * MIN_MODE_SHARE))
+    splits = np.arange(least, n - least + 1)
+    if splits.size == 0 or not np.all(np.isfinite(logs)):
+        return _widest_gap_one_split_at_a_time(logs, steps, tick, splits)
+    # Every split at once: the same medians of the same values as one split at a time
+    # (below), without two numpy calls a side a split (a summary's rows at 80 samples:
+    # 2.1 -> 0.11 ms a row; the suite spent 3.5 s of CPU in shape_flag before, issue 52).
+    spread = np.maximum(
+        np.maximum(_prefix_mads(logs, splits), _prefix_mads(logs[::-1], n - splits)), tick
+    )
+    return max(0.0, float(np.max(steps[splits - 1] / spread)))
+
+
+def _prefix_mads(ordered: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The median absolute deviation of ordered[:k] for each k of lengths, `ordered` sorted
+    either way: its median is its middle value (or the mean of the middle two, as
+    np.median takes it), then the deviations' median is read off each row sorted."""
+    middle = np.where(
+        lengths % 2 == 1,
+        ordered[lengths // 2],
+        (ordered[(lengths - 1) // 2] + ordered[lengths // 2]) / 2,
+    )
+    deviations = np.abs(ordered[None, :] - middle[:, None])
+    deviations[np.arange(ordered.size)[None, :] >= lengths[:, None]] = np.inf  # past the prefix
+    deviations.sort(axis=1)
+    rows = np.arange(lengths.size)
+    low, high = deviations[rows, (lengths - 1) // 2], deviations[rows, lengths // 2]
+    return np.where(lengths % 2 == 1, high, (low + high) / 2)
+
+
+def _widest_gap_one_split_at_a_time(
+    logs: np.ndarray, steps: np.ndarray, tick: float, splits: np.ndarray
+) -> float:
+    """widest_gap_over_spread split by split: where a latency is not finite, whose NaN
+    deviations np.median and a sort order differently."""
     worst = 0.0
-    for split in range(least, n - least + 1):
+    for split in splits:
         spread = max(_mad(logs[:split]), _mad(logs[split:]), tick)
         worst = max(worst, steps[split - 1] / spread)
-    return worst
+    return float(worst)
 
 
 def _mad(values: np.ndarray) -> float:
