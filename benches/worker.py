@@ -118,9 +118,11 @@ class Placement:
         gated = self.state.go is None
         if gated:
             # Nothing holds the GPU while the host enqueues the call, so the first event
-            # would fire at once and the call's own time hold the host's enqueue (SDPA's
-            # from Python: 10-20 us a call): a spin first, sized as timing.CudaClock sizes
-            # its own (GATED_COVER_MAX_US says why its bound is lower).
+            # would fire at once and the call's own time hold the host's enqueue (without
+            # this spin a confined worker's SDPA read 0.98-1.33x the same call in the
+            # harness's process at 0.11-0.22 ms, H200; with it 0.995-1.001, 8 runs): a spin
+            # first, sized as timing.CudaClock sizes its own (GATED_COVER_MAX_US says why
+            # its bound is lower).
             torch.cuda._sleep(int(self._cover_us() * timing.COVER_CYCLES_PER_US))
             enqueue_start = time.perf_counter()
         else:

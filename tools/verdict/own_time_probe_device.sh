@@ -28,14 +28,14 @@ for i in $(seq "${REPEATS:-6}"); do
   echo "run $i exit $?"
 done
 python3 - "$out/test_runs.txt" "$junit" <<'PY'
-import glob, sys, xml.etree.ElementTree as ET
+import glob, os, sys, xml.etree.ElementTree as ET
 lines = []
-for path in sorted(glob.glob(sys.argv[2] + "/*.xml")):
+for path in sorted(glob.glob(sys.argv[2] + "/*.xml"), key=lambda p: int(os.path.basename(p)[:-4])):
     for case in ET.parse(path).iter("testcase"):
         figure = [(p.get("name"), round(float(p.get("value")), 4)) for p in case.iter("property")]
         failed = [f.get("message", "") + "\n" + (f.text or "")[-3000:]
                   for kind in ("failure", "error") for f in case.iter(kind)]
-        lines.append(f"run {path[-5]}: {figure} {'FAILED' if failed else 'passed'}")
+        lines.append(f"run {os.path.basename(path)[:-4]}: {figure} {'FAILED' if failed else 'passed'}")
         lines += failed
 open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 print("\n".join(l for l in lines if l.startswith("run ")))
