@@ -16,8 +16,7 @@ benches/timing.CudaClock does (a spin, the L2 flushed, then events around the ca
   linked-own    the same, on the child's own copies
 
 parent-lent / parent and solo-lent / solo-own isolate the lent memory; solo-own / parent
-the process;
-linked-* / solo-* the wait on another process's event.
+the process; linked-* / solo-* the wait on another process's event.
 """
 
 from __future__ import annotations
