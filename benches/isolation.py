@@ -416,7 +416,10 @@ class MeasuredPlacement:
         cpu = worker.device.type != "cuda"
         self._slots = [lend(_output_slot(config, q)) for _ in range(copies)] if cpu else []
         self._out_dtype = output_dtype(config)
-        self._fresh = [torch.empty_like(q) for _ in range(copies)]
+        # The sample's queries, in the parent's own memory: one buffer a copy, stacked, so
+        # that a sample's check reads any picked call's rows in one go (row_checks.reference)
+        self._fresh_stacked = torch.empty((copies, *q.shape), dtype=q.dtype, device=q.device)
+        self._fresh = list(self._fresh_stacked.unbind(0))
         self._outputs: list[cuda_ipc.Descriptor] | None = None
         # A config's figures run across its placements, the warm-up's and its blocks' (a
         # block may hold fewer samples than the check needs).
@@ -468,6 +471,30 @@ class MeasuredPlacement:
             "a bracket adds): too short to time this way, on this machine",
             self._worker,
         )
+
+    def warm(self) -> None:
+        """One untimed call (a block's first warm rounds, runner._Block.settle): nothing of
+        it becomes a sample, so it is neither bracketed nor checked; the worker calls on the
+        queries its buffers hold and the parent waits for the work to end. (Bracketed and
+        checked, each cost our kernel's block 4-9 ms on an H200: issue 48 item 6.)"""
+        self._ready()
+        worker = self._worker
+        worker.settle()
+        link = worker.link()
+        fields = {"key": self._key}
+        if link is None and self._on_gpu():  # a gated GPU worker draws its queries itself
+            fields["seed"] = int(self._rng.integers(2**63))
+        try:
+            reply = worker.request("call", **fields)
+            if self.mode != "graph" and not self._slots:
+                self._output(reply, 0)  # its output mapped now, not inside a later bracket
+        except RequestFailed as exc:
+            raise WorkerLost(f"raised while warmed: {exc}", worker) from None
+        except Refused:
+            worker.close_after_refusal()
+            raise
+        if self._on_gpu():
+            worker.finished()
 
     def bracketed(self) -> tuple[float, float | None]:
         """The harness's whole bracket of one call, nothing subtracted, and the worker's own
@@ -590,22 +617,21 @@ class MeasuredPlacement:
         unloaded = ms - (taken.waited_ms or 0.0) / self.calls
         return taken.ms / self.calls, ms, float(own) if valid else None, unloaded
 
-    def _picks(self) -> list[tuple[int, row_checks.Rows]]:
-        """(call, rows) to check: in graph mode the last call and GRAPH_OUTPUTS_CHECKED
+    def _picks(self) -> tuple[tuple[int, ...], row_checks.Rows]:
+        """(calls, rows) to check: in graph mode the last call and GRAPH_OUTPUTS_CHECKED
         others drawn now (as many reads whatever the calls, so that the calibration's
         bracket reads as much)."""
-        shape = tuple(self._fresh[0].shape)
-        device = self._worker.device
         calls = [self.calls - 1]
         if self.mode != "single":
             calls += [int(i) for i in self._rng.integers(0, self.calls, GRAPH_OUTPUTS_CHECKED)]
-        return [(i, row_checks.pick(shape, self._rng, device)) for i in calls]
+        shape = tuple(self._fresh[0].shape)
+        return tuple(calls), row_checks.pick(shape, self._rng, self._worker.device, tuple(calls))
 
     def _read(self, reply: dict, picks) -> Callable[[], list[torch.Tensor]]:
         """What reads the picked rows of each picked call's output where it lies (its
         memory found, and mapped if new, now)."""
-        outputs = [(self._output(reply, i), rows) for i, rows in picks]
-        return lambda: [row_checks.gather(out, rows) for out, rows in outputs]
+        calls, rows = picks
+        return row_checks.gatherer([self._output(reply, i) for i in calls], rows)
 
     def _output(self, reply: dict, call: int) -> torch.Tensor:
         if self._slots:
@@ -636,14 +662,12 @@ class MeasuredPlacement:
         tolerance = self._measuring.tolerance
         if tolerance is None:
             return
-        expected = [
-            row_checks.reference(
-                self._fresh[call], self._k, self._v, rows, self._config.causal, self._scales
-            )
-            for call, rows in picks
-        ]
+        calls, rows = picks
+        expected = row_checks.reference(
+            self._fresh_stacked, self._k, self._v, rows, self._config.causal, self._scales
+        )
         verdicts = row_checks.problems(gathered, expected, tolerance)
-        for (call, _), (problem, error) in zip(picks, verdicts, strict=True):
+        for call, (problem, error) in zip(calls, verdicts, strict=True):
             self.worst_error = error if self.worst_error is None else max(self.worst_error, error)
             if problem:
                 changed = modified_input(

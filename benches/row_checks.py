@@ -8,12 +8,14 @@ buffer, after it reads back rows of the output that it picks then — ROW_HEADS 
 (benches/bracket.py), and compares them with the float64 reference computed here from its
 own copy of the inputs. A kernel does not know which rows will be read, nor the queries
 before the call starts: a cached, stale, partial or lazy answer fails, as does one written
-after the call reported done.
+after the call reported done. (A block's warm calls, before its samples, are neither timed
+nor checked: nothing of them becomes a sample.)
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,12 +25,16 @@ from benches.reference import reference_rows
 
 ROW_HEADS = 4
 ROWS_PER_HEAD = 8
+ROWS_PER_PICK = ROW_HEADS * ROWS_PER_HEAD
 
 
 @dataclass(frozen=True)
 class Rows:
-    """Which output rows a sample's check reads: index tensors of one length."""
+    """Which output rows a sample's check reads, for each of its picks (a call whose output
+    is read: graph mode reads several): index tensors of one length, ROW_HEADS x
+    ROWS_PER_HEAD entries a pick, pick after pick."""
 
+    call: torch.Tensor  # which of the harness's query buffers the call was given
     batch: torch.Tensor
     head: torch.Tensor
     position: torch.Tensor
@@ -37,76 +43,99 @@ class Rows:
     # GPU's queue).
     heads: tuple[tuple[int, int], ...]
 
+    def of_pick(self, index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(batch, head, position) of one pick's rows (views: no copy, no launch)."""
+        span = slice(index * ROWS_PER_PICK, (index + 1) * ROWS_PER_PICK)
+        return self.batch[span], self.head[span], self.position[span]
 
-def pick(shape: tuple[int, ...], rng: np.random.Generator, device: torch.device) -> Rows:
-    """ROW_HEADS (batch, head) pairs of a [B, H, S, D] output and ROWS_PER_HEAD positions
-    in each, drawn from `rng` (the harness's, never the worker's)."""
+
+def pick(
+    shape: tuple[int, ...],
+    rng: np.random.Generator,
+    device: torch.device,
+    calls: tuple[int, ...] = (0,),
+) -> Rows:
+    """For each of `calls`, ROW_HEADS (batch, head) pairs of a [B, H, S, D] output and
+    ROWS_PER_HEAD positions in each, drawn from `rng` (the harness's, never the worker's).
+    One copy to the device for all: three a pick held the host for each (a graph sample
+    reads four calls' rows)."""
     batches, heads, seq = shape[0], shape[1], shape[2]
-    pairs = rng.integers(0, batches * heads, ROW_HEADS)
-    positions = rng.integers(0, seq, (ROW_HEADS, ROWS_PER_HEAD))
-
-    def long(values) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(values).reshape(-1), dtype=torch.long, device=device)
-
+    pairs = rng.integers(0, batches * heads, (len(calls), ROW_HEADS)).reshape(-1)
+    positions = rng.integers(0, seq, (len(calls), ROW_HEADS, ROWS_PER_HEAD)).reshape(-1)
+    columns = np.stack(
+        [
+            np.repeat(np.asarray(calls), ROWS_PER_PICK),
+            np.repeat(pairs // heads, ROWS_PER_HEAD),
+            np.repeat(pairs % heads, ROWS_PER_HEAD),
+            positions,
+        ]
+    )
+    call, batch, head, position = torch.as_tensor(columns, dtype=torch.long, device=device)
     return Rows(
-        long(np.repeat(pairs // heads, ROWS_PER_HEAD)),
-        long(np.repeat(pairs % heads, ROWS_PER_HEAD)),
-        long(positions),
-        tuple((int(pair // heads), int(pair % heads)) for pair in pairs),
+        call, batch, head, position, tuple((int(p // heads), int(p % heads)) for p in pairs)
     )
 
 
-def gather(out: torch.Tensor, rows: Rows) -> torch.Tensor:
-    """The picked rows of `out` ([B, H, S, D]), (R, D), copied where the harness keeps them."""
-    return out[rows.batch, rows.head, rows.position]
+def gatherer(outs: list[torch.Tensor], rows: Rows) -> Callable[[], list[torch.Tensor]]:
+    """What reads each pick's rows of its call's output (`outs`, one [B, H, S, D] a pick,
+    in order), (ROWS_PER_PICK, D) each, into tensors the harness keeps. The picks' index
+    views are made now: the read itself, inside the harness's bracket once the call is
+    done, is the gathers alone (views made there read the harness 4 us over the worker's
+    own time, our kernel on an H200)."""
+    reads = [(out, rows.of_pick(i)) for i, out in enumerate(outs)]
+    return lambda: [out[index] for out, index in reads]
 
 
 def reference(
-    q: torch.Tensor,
+    queries: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     rows: Rows,
     causal: bool,
     descales: tuple[float, float, float] | None = None,
 ):
-    """The float64 reference of the picked rows, from the harness's own q, k and v, all
-    ROW_HEADS heads in one batch (a loop over them launched 4x the kernels, a cost each
+    """The float64 reference of every pick's rows, (picks x ROWS_PER_PICK, D), from the
+    harness's own inputs: `queries` its query buffers stacked ([calls, B, H, S, D]: the
+    rows' `call` indexes them), k and v. All picks' heads in one batch (a loop over heads,
+    or over a graph sample's picks, launched that many times the kernels, a cost each
     sample of a worker's call pays); FP8 ones with their (q, k, v) `descales`, read as the
     values they stand for (the scores scaled by q's and k's, the output by v's: no
     dequantized copy of the whole inputs)."""
-    group = q.shape[1] // k.shape[1]
+    group = queries.shape[2] // k.shape[1]
     scale, out_scale = None, 1.0
     if descales is not None:
-        scale = descales[0] * descales[1] / math.sqrt(q.shape[-1])
+        scale = descales[0] * descales[1] / math.sqrt(queries.shape[-1])
         out_scale = descales[2]
     heads = len(rows.heads)
     batch = rows.batch.view(heads, ROWS_PER_HEAD)[:, 0]
     kv_head = rows.head.view(heads, ROWS_PER_HEAD)[:, 0] // group
     position = rows.position.view(heads, ROWS_PER_HEAD)
-    q_rows = q[rows.batch, rows.head, rows.position].view(heads, ROWS_PER_HEAD, -1)
+    q_rows = queries[rows.call, rows.batch, rows.head, rows.position].view(heads, ROWS_PER_HEAD, -1)
     expected = reference_rows(q_rows, k[batch, kv_head], v[batch, kv_head], position, causal, scale)
     expected = expected.reshape(heads * ROWS_PER_HEAD, -1)
     return expected if descales is None else expected * out_scale
 
 
 def problems(
-    gathered: list[torch.Tensor], expected: list[torch.Tensor], tolerance: float
+    gathered: list[torch.Tensor], expected: torch.Tensor, tolerance: float
 ) -> list[tuple[str | None, float]]:
-    """(why the rows fail the gate's tolerance or None, their max error) of each pair of
-    gathered and expected rows, read from the device at once (a read a pair, three
-    each, held the host for every pick of every sample)."""
-    figures = torch.stack(
-        [_figures(got, want) for got, want in zip(gathered, expected, strict=True)]
-    ).tolist()
+    """(why the rows fail the gate's tolerance or None, their max error) of each pick's
+    gathered rows against its part of `expected` (`reference`'s), all picks' figures
+    computed at once and read from the device in one read (a read a pick, three each,
+    held the host for every pick of every sample)."""
+    figures = _figures(torch.cat(gathered), expected, len(gathered)).tolist()
     return [_verdict(int(nonfinite), error, tolerance) for nonfinite, error in figures]
 
 
-def _figures(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
-    """(elements non-finite where the reference is finite, max abs error) of `got`, in
-    float64 on the device (correctness.errors' figures, no host read). A NaN left in the
-    difference makes the error NaN: never a pass."""
-    nonfinite = (~torch.isfinite(got) & torch.isfinite(want)).sum().to(torch.float64)
-    return torch.stack([nonfinite, (got.to(torch.float64) - want).abs().max()])
+def _figures(got: torch.Tensor, want: torch.Tensor, picks: int) -> torch.Tensor:
+    """(elements non-finite where the reference is finite, max abs error) of each of the
+    `picks` equal parts of `got`, (picks, 2) in float64 on the device (correctness.errors'
+    figures, no host read). A NaN left in the difference makes the error NaN: never a
+    pass."""
+    got, want = got.view(picks, -1), want.view(picks, -1)
+    nonfinite = (~torch.isfinite(got) & torch.isfinite(want)).sum(dim=1).to(torch.float64)
+    error = (got.to(torch.float64) - want).abs().amax(dim=1)
+    return torch.stack([nonfinite, error], dim=1)
 
 
 def _verdict(nonfinite: int, max_error: float, tolerance: float) -> tuple[str | None, float]:

@@ -569,3 +569,63 @@ def test_a_gpu_report_under_the_harness_is_judged_again_before_it_is_refused():
     ):
         for harness, own in [disturbed] * 5:
             liar._compare(harness, own, harness)
+
+
+@pytest.mark.slow
+def test_a_warm_call_runs_the_workers_kernel_with_no_bracket_and_no_check(tmp_path, registered):
+    """A block's warm rounds (runner._Block.settle) become no sample: a worker's warm call
+    is the kernel's call alone, unbracketed and unchecked (each of our kernel's cost its
+    block 4-9 ms bracketed and checked, issue 48 item 6), and no calibration is taken for
+    it."""
+    calls = tmp_path / "calls"
+    kernel_tree(tmp_path, "fine", f"open({str(calls)!r}, 'a').write('x')\n")
+    plan = registered(cpu_plan([user_kernel("fine", "fine")], [config("d8", 8)]), tmp_path)
+    cfg = plan.configs[0]
+    inputs = correctness.make_inputs(cfg, torch.device("cpu"), 3)
+    calibrated = []
+
+    class NoBracket:
+        def sample(self, *args, **kwargs):
+            raise AssertionError("a warm call was bracketed")
+
+    measuring = isolation.Measuring(NoBracket(), calibrated.append, 0.01, secret=1)
+    held = registry.get("fine").place(cfg, inputs, "single", 1, 5, measuring)
+    try:
+        held.warm()
+        held.warm()
+        assert calls.read_text() == "xx"
+        assert held.checked() == (0, None)  # no sample taken, none checked
+        assert calibrated == []
+    finally:
+        held.drop()
+
+
+def test_a_blocks_warm_rounds_warm_a_workers_placement_and_sample_it_last():
+    """The warm rounds before a block's samples: a worker's placement by its untimed warm
+    calls, then one sample (its bracket and the block's calibration taken warm before the
+    timed rounds); the parent's own (no `warm`) by samples, as its timed rounds take them."""
+    import numpy as np
+
+    from benches import placement
+
+    done: dict[str, list[str]] = {"kernel": [], "sdpa": []}
+
+    class Worker:
+        def warm(self):
+            done["kernel"].append("warm")
+
+        def sample(self):
+            done["kernel"].append("sample")
+            return 1.0
+
+    class Parents:
+        def sample(self):
+            done["sdpa"].append("sample")
+            return 1.0
+
+    block = runner._Block.__new__(runner._Block)
+    block.placements = {"kernel": Worker(), "sdpa": Parents()}
+    block._rng = np.random.default_rng(0)
+    block.settle(0.0)
+    assert done["kernel"] == ["warm"] * (placement.WARM_ROUNDS - 1) + ["sample"]
+    assert done["sdpa"] == ["sample"] * placement.WARM_ROUNDS

@@ -28,7 +28,7 @@ def test_the_picked_rows_are_the_rows_of_whole_float64_attention(heads, kv_heads
     rows = row_checks.pick(tuple(q.shape), np.random.default_rng(3), torch.device("cpu"))
     whole = reference_attention(q, k, v, causal)
     expected = whole[rows.batch, rows.head, rows.position]
-    got = row_checks.reference(q, k, v, rows, causal)
+    got = row_checks.reference(q[None], k, v, rows, causal)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
@@ -38,8 +38,29 @@ def test_fp8_rows_read_the_values_their_descales_stand_for():
     descales = (0.5, 0.25, 2.0)
     rows = row_checks.pick(tuple(q.shape), np.random.default_rng(5), torch.device("cpu"))
     whole = reference_attention(q.double() * 0.5, k.double() * 0.25, v.double() * 2.0, False)
-    got = row_checks.reference(q, k, v, rows, False, descales)
+    got = row_checks.reference(q[None], k, v, rows, False, descales)
     torch.testing.assert_close(got, whole[rows.batch, rows.head, rows.position])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_graph_samples_picks_of_several_calls_are_each_their_own_calls_rows(causal):
+    """Four picks, each of another of the harness's query buffers, referenced in one
+    batch: each pick's part is the whole attention of its own call's queries."""
+    q, k, v = inputs(8, 2)
+    queries = torch.stack([q, -q, q * 0.5, q.flip(2)])
+    calls = (3, 0, 2, 1)
+    rows = row_checks.pick(tuple(q.shape), np.random.default_rng(9), torch.device("cpu"), calls)
+    got = row_checks.reference(queries, k, v, rows, causal).view(len(calls), -1, q.shape[-1])
+    for index, call in enumerate(calls):
+        whole = reference_attention(queries[call], k, v, causal)
+        torch.testing.assert_close(got[index], whole[rows.of_pick(index)], rtol=1e-12, atol=1e-12)
+    outs = [reference_attention(queries[call], k, v, causal).half() for call in calls]
+    outs[2] = outs[2].clone()
+    outs[2][rows.of_pick(2)[0][5], rows.of_pick(2)[1][5], rows.of_pick(2)[2][5]] += 1.0
+    verdicts = row_checks.problems(
+        row_checks.gatherer(outs, rows)(), got.view(-1, q.shape[-1]), 0.01
+    )
+    assert [problem is None for problem, _ in verdicts] == [True, True, False, True]
 
 
 def test_each_pick_of_a_sample_gets_its_own_verdict_in_order():
@@ -49,7 +70,7 @@ def test_each_pick_of_a_sample_gets_its_own_verdict_in_order():
     holed = right.clone()
     holed[0, :2] = float("nan")
     verdicts = row_checks.problems(
-        [right.half(), off.half(), holed.half()], [right, right, right], tolerance=0.01
+        [right.half(), off.half(), holed.half()], torch.cat([right, right, right]), tolerance=0.01
     )
     assert verdicts[0] == (None, 0.0)
     assert verdicts[1] == ("max error 0.5 over tolerance 0.01 in the rows checked", 0.5)

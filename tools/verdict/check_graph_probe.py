@@ -42,9 +42,9 @@ def probe(shape6, rng, device) -> tuple[float, float, bool]:
     shape = tuple(q.shape)
 
     def eager(rows):
-        gathered = row_checks.gather(out, rows)
-        expected = row_checks.reference(q, k, v, rows, causal)
-        return row_checks.problems([gathered], [expected], TOLERANCE)
+        gathered = row_checks.gatherer([out], rows)()
+        expected = row_checks.reference(q[None], k, v, rows, causal)
+        return row_checks.problems(gathered, expected, TOLERANCE)
 
     # The graph's rows: static index buffers, refilled each check.
     static = row_checks.pick(shape, rng, device)
@@ -53,20 +53,20 @@ def probe(shape6, rng, device) -> tuple[float, float, bool]:
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):  # warm the kernels before the capture
-            row_checks.reference(q, k, v, static, causal)
+            row_checks.reference(q[None], k, v, static, causal)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        expected = row_checks.reference(q, k, v, static, causal)
-        figures = row_checks._figures(gathered, expected)
+        expected = row_checks.reference(q[None], k, v, static, causal)
+        figures = row_checks._figures(gathered, expected, 1)
 
     def replayed(rows):
         static.batch.copy_(rows.batch, non_blocking=True)
         static.head.copy_(rows.head, non_blocking=True)
         static.position.copy_(rows.position, non_blocking=True)
-        gathered.copy_(row_checks.gather(out, static))
+        gathered.copy_(row_checks.gatherer([out], static)()[0])
         graph.replay()
-        nonfinite, error = figures.tolist()
+        ((nonfinite, error),) = figures.tolist()
         return [row_checks._verdict(int(nonfinite), error, TOLERANCE)]
 
     times = {"eager": [], "graph": []}
