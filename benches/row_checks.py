@@ -79,9 +79,8 @@ def pick(
 def gatherer(outs: list[torch.Tensor], rows: Rows) -> Callable[[], list[torch.Tensor]]:
     """What reads each pick's rows of its call's output (`outs`, one [B, H, S, D] a pick,
     in order), (ROWS_PER_PICK, D) each, into tensors the harness keeps. The picks' index
-    views are made now: the read itself, inside the harness's bracket once the call is
-    done, is the gathers alone (views made there read the harness 4 us over the worker's
-    own time, our kernel on an H200)."""
+    views are made now, before the call is done: the read itself, inside the harness's
+    bracket after the call's end, is the gathers alone."""
     reads = [(out, rows.of_pick(i)) for i, out in enumerate(outs)]
     return lambda: [out[index] for out, index in reads]
 
