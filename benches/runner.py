@@ -697,8 +697,8 @@ class _Block:
         (MeasuredPlacement.warm: no bracket, no check), but in the last round with a
         sample as its timed rounds take: with no bracket before them, the first bracketed
         sample of each block read the harness 36 us over the worker's own time (median;
-        with this one, 7-9 us; the rest 4 us; with two, as before, 2 us: our kernel on an
-        H200, 2026-11-30). The parent's own placements warm with samples throughout."""
+        with this one, 7-9 us, the rest 2-4 us; with two, as before, -1 to 2 us: our kernel
+        on an H200, 2026-11-30). The parent's own placements warm with samples throughout."""
         while self.placements:
             held = self.placements.items()
             warm = {n: getattr(p, "warm", p.sample) for n, p in held}

@@ -602,8 +602,8 @@ def test_a_warm_call_runs_the_workers_kernel_with_no_bracket_and_no_check(tmp_pa
 
 def test_a_blocks_warm_rounds_warm_a_workers_placement_and_sample_it_last():
     """The warm rounds before a block's samples: a worker's placement by its untimed warm
-    calls, then one sample (its bracket and the block's calibration taken warm before the
-    timed rounds); the parent's own (no `warm`) by samples, as its timed rounds take them."""
+    calls, then one sample (a bracket taken before the timed rounds' first); the parent's
+    own (no `warm`) by samples, as its timed rounds take them."""
     import numpy as np
 
     from benches import placement
