@@ -480,7 +480,7 @@ class MeasuredPlacement:
         self._ready()
         worker = self._worker
         worker.settle()
-        link = worker.link()
+        link = worker.link()  # bound as for a sample: the worker waits on GO, not a spin
         fields = {"key": self._key}
         if link is None and self._on_gpu():  # a gated GPU worker draws its queries itself
             fields["seed"] = int(self._rng.integers(2**63))

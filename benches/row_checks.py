@@ -38,10 +38,6 @@ class Rows:
     batch: torch.Tensor
     head: torch.Tensor
     position: torch.Tensor
-    # The (batch, head) of each ROWS_PER_HEAD rows, on the host: the reference reads a head
-    # without a device sync to learn which (one per head per sample, each waiting for the
-    # GPU's queue).
-    heads: tuple[tuple[int, int], ...]
 
     def of_pick(self, index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(batch, head, position) of one pick's rows (views: no copy, no launch)."""
@@ -70,10 +66,7 @@ def pick(
             positions,
         ]
     )
-    call, batch, head, position = torch.as_tensor(columns, dtype=torch.long, device=device)
-    return Rows(
-        call, batch, head, position, tuple((int(p // heads), int(p % heads)) for p in pairs)
-    )
+    return Rows(*torch.as_tensor(columns, dtype=torch.long, device=device))
 
 
 def gatherer(outs: list[torch.Tensor], rows: Rows) -> Callable[[], list[torch.Tensor]]:
@@ -105,7 +98,7 @@ def reference(
     if descales is not None:
         scale = descales[0] * descales[1] / math.sqrt(queries.shape[-1])
         out_scale = descales[2]
-    heads = len(rows.heads)
+    heads = rows.batch.numel() // ROWS_PER_HEAD  # the picks' heads (shape only: no sync)
     batch = rows.batch.view(heads, ROWS_PER_HEAD)[:, 0]
     kv_head = rows.head.view(heads, ROWS_PER_HEAD)[:, 0] // group
     position = rows.position.view(heads, ROWS_PER_HEAD)
