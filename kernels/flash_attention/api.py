@@ -66,8 +66,14 @@ FP8_HEAD_DIMS = generate.FP8_HEAD_DIMS
 # Every input dtype flash_attention takes: what bench-kernel.toml declares (a test holds them
 # equal), so the harness hands our kernel FP8 configs too.
 ACCEPTED_DTYPES = (*SUPPORTED_DTYPES, FP8_DTYPE)
-# csrc/flash_fwd_sm90_fp8.cuh: V^T's rows are padded to whole 128-key tiles.
-_FP8_KEY_TILE = 128
+# V^T's scratch (csrc/flash_api.h, FlashFp8Params): tile images of 128 keys (head_dim x 128
+# bytes) or of 224 (head_dim x 256), the larger of the two layouts' sizes.
+_FP8_TILE_LAYOUTS = ((128, 128), (224, 256))  # (keys a tile, bytes a V^T row of its image)
+
+
+def _fp8_scratch_bytes(batch: int, kv_heads: int, head_dim: int, seqlen_k: int) -> int:
+    row = max(-(-seqlen_k // keys) * width for keys, width in _FP8_TILE_LAYOUTS)
+    return batch * kv_heads * head_dim * row
 
 
 class _Library:
@@ -310,8 +316,8 @@ def _forward_fp8(q, k, v, causal, scale, descales, flags=0, lib=None):
     if out.numel() == 0:
         return out, lse
     kv_heads, s_k = k.shape[1], k.shape[2]
-    keys = -(-s_k // _FP8_KEY_TILE) * _FP8_KEY_TILE
-    scratch = torch.empty(b * kv_heads * d * keys, dtype=torch.uint8, device=q.device)
+    scratch_bytes = _fp8_scratch_bytes(b, kv_heads, d, s_k)
+    scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=q.device)
     lib = lib or _library or load_library()
     if lib.fwd_fp8 is None:
         _fail(f"this build of the kernel ({lib.record['library']}) has no FP8 entry point")

@@ -135,46 +135,48 @@ def test_fp8_launcher_takes_no_turns_unless_forced(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_fp8_two_s_kernel_runs_at_d128_non_causal_unless_flags_say_otherwise(tmp_path: Path):
-    """Two S tiles in flight (NOTES "f5") by default at D = 128 non-causal (1.035 MHA, 1.033
-    GQA 64/8 at 16k, three processes), not causal (1.001) unless FLASH_FP8_TWO_S (16) asks,
-    never under FLASH_FP8_ONE_S (32, which wins) nor at D = 256; the turns' choice stays with
-    their own bits. Host code: no GPU."""
-    program = tmp_path / "two_s.cu"
+def test_fp8_d128_takes_wide_key_tiles_unless_flags_ask_for_128_key_ones(tmp_path: Path):
+    """224-key tiles by default at D = 128, causal or not (NOTES "f6": 1.029 MHA, 1.017 GQA
+    64/8, 1.098 causal over the 128-key schedules before, 16k, three processes); FLASH_FP8_TWO_S
+    (16) and FLASH_FP8_ONE_S (32, which wins) take 128-key tiles with two S tiles in flight or
+    one; D = 256 always 128-key tiles and one S. The turns' choice stays with their own bits.
+    Host code: no GPU."""
+    program = tmp_path / "tiles.cu"
     program.write_text(
         '#include <cstdio>\n#include "flash_fwd_sm90_fp8.cuh"\n'
-        "using flash::fp8::fp8_two_s;\n"
+        "using flash::fp8::fp8_two_s;\nusing flash::fp8::fp8_wide;\n"
         "int main() {\n"
         "  FlashFwdParams p{};\n"
         "  p.q_heads_per_kv_head = 1;\n"
         "  for (int flags : {0, 1, 2, 16, 17, 18, 32, 48})\n"
-        '    std::printf("%d %d%d%d%d %d\\n", flags, (int)fp8_two_s<128, false>(flags),\n'
-        "      (int)fp8_two_s<128, true>(flags), (int)fp8_two_s<256, false>(flags),\n"
-        "      (int)fp8_two_s<256, true>(flags),\n"
+        '    std::printf("%d %d%d %d%d %d\\n", flags, (int)fp8_wide<128>(flags),\n'
+        "      (int)fp8_two_s<128>(flags), (int)fp8_wide<256>(flags), (int)fp8_two_s<256>(flags),\n"
         "      (int)flash::fp8::fp8_takes_turns<128, false>(p, flags));\n"
         "}\n"
     )
-    lines = _host_program_lines(program, tmp_path / "two_s")
-    # flags: two-S at (D 128, D 128 causal, D 256, D 256 causal), turns at D 128
+    lines = _host_program_lines(program, tmp_path / "tiles")
+    # flags: (wide, two-S) at D 128, (wide, two-S) at D 256, turns at D 128
     assert lines[:8] == [
-        "0 1000 0",
-        "1 1000 0",
-        "2 1000 1",
-        "16 1100 0",
-        "17 1100 0",
-        "18 1100 1",
-        "32 0000 0",
-        "48 0000 0",
+        "0 10 00 0",
+        "1 10 00 0",
+        "2 10 00 1",
+        "16 01 00 0",
+        "17 01 00 0",
+        "18 01 00 1",
+        "32 00 00 0",
+        "48 00 00 0",
     ]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_fp8_d128_unit_holds_the_two_s_kernels_unserialized_and_unspilled(tmp_path: Path):
-    """ptxas on the D = 128 FP8 unit, as a build compiles it: both two-S kernels are there, no
-    wgmma is serialized (C7514: a first two-S version kept an S accumulator in flight across
-    its loop's back edge, and ptxas put a wait after every wgmma of the kernel), nothing spills
-    (the two-S consumers hold O, two S tiles and P: 236 of their 240 registers)."""
+def test_fp8_d128_unit_holds_its_kernels_unserialized_and_unspilled(tmp_path: Path):
+    """ptxas on the D = 128 FP8 unit, as a build compiles it: the wide-tile kernels (the default)
+    and both two-S ones are there, no wgmma is serialized (C7514: a first two-S version kept an
+    S accumulator in flight across its loop's back edge, and ptxas put a wait after every wgmma
+    of the kernel; C7512 at 256-key tiles, too few registers), nothing spills (the two-S
+    consumers hold O, two S tiles and P: 236 of their 240 registers; the wide ones O, a
+    224-key S and its P)."""
     unit = next(p for p in generate.write_sources(tmp_path, "sm_90") if "hdim128_e4m3" in p.stem)
     flags = build.build_flags("sm_90") + build.unit_flags(unit.stem, None) + ["-Xptxas=-v"]
     out = tmp_path / "unit.cubin"
@@ -183,11 +185,13 @@ def test_fp8_d128_unit_holds_the_two_s_kernels_unserialized_and_unspilled(tmp_pa
     assert compiled.returncode == 0, compiled.stderr
     log = compiled.stdout + compiled.stderr
     for causal in (0, 1):
-        kernel = f"flash_fwd_fp8_two_s_kernelINS0_9Fp8TraitsILi128EEELb{causal}E"
-        assert f"Function properties for _ZN5flash3fp826{kernel}" in log
-    assert "C7514" not in log and "serialized" not in log, log
+        two_s = f"26flash_fwd_fp8_two_s_kernelINS0_9Fp8TraitsILi128ELi128EEELb{causal}E"
+        wide = f"20flash_fwd_fp8_kernelINS0_9Fp8TraitsILi128ELi224EEELb{causal}E"
+        for kernel in (two_s, wide):
+            assert f"Function properties for _ZN5flash3fp8{kernel}" in log
+    assert "C7514" not in log and "C7512" not in log and "serialized" not in log, log
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    assert len(spills) >= 5 and all(s == ("0", "0") for s in spills), spills
+    assert len(spills) >= 7 and all(s == ("0", "0") for s in spills), spills
 
 
 @pytest.mark.slow

@@ -18,8 +18,10 @@ rounding). Each case runs every schedule of --flags: 0 the shipped choice per sh
 consumers' turns where they pay), 1 the turns off (FLASH_FP8_NO_PINGPONG), 2 always on
 (FLASH_FP8_PINGPONG), 16 two S tiles in flight per consumer warpgroup (FLASH_FP8_TWO_S, D = 128;
 D = 256 runs the shipped kernel under it), 17 and 18 that with the turns forced off or on, 32
-one S tile (FLASH_FP8_ONE_S: the schedule 0 took at D = 128 non-causal before it took two).
-Every schedule does the same arithmetic in the same order: O bitwise equal to the first's.
+one S tile (FLASH_FP8_ONE_S). At D = 128, 0 takes 224-key tiles (NOTES "f6") and 16, 17, 18 and 32
+128-key ones: their online softmax folds other key blocks together, so O is not bitwise equal
+to 0's there (within the bound); every 128-key schedule does the same arithmetic in the same
+order (O bitwise equal among them), and at D = 256 all take 128-key tiles.
 
 time: TFLOP/s (4 b h s^2 d, halved for causal) of our FP8 call (the V transpose included), of
 our bf16 kernel on the same shapes, at S = 16k, B = 2: MHA 16 heads at D = 128 and 256, GQA 64/8 at
@@ -52,8 +54,8 @@ E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
 FLAG_NO_PINGPONG = 1  # csrc/flash_api.h FLASH_FP8_NO_PINGPONG
 FLAG_PINGPONG = 2  # csrc/flash_api.h FLASH_FP8_PINGPONG
-FLAG_TWO_S = 16  # csrc/flash_api.h FLASH_FP8_TWO_S: two S tiles in flight, D = 128 (NOTES "f5")
-FLAG_ONE_S = 32  # csrc/flash_api.h FLASH_FP8_ONE_S: never (the schedule before f5's default)
+FLAG_TWO_S = 16  # csrc/flash_api.h FLASH_FP8_TWO_S: 128-key tiles, two S in flight (NOTES "f5")
+FLAG_ONE_S = 32  # csrc/flash_api.h FLASH_FP8_ONE_S: 128-key tiles, one S
 # Each schedule's label in the JSON (err_<label>) and the table. (f3's poly_exp2 flags,
 # experiments/f3-poly-exp2.patch, were 4, 8, 12: "ours_poly2of8", "ours_poly3of8", ...)
 SCHEDULES = {

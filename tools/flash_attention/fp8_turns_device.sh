@@ -2,9 +2,10 @@
 # On the H200 (the device tool), from the repository root, with .whl/ and .whl-cudnn/ carried:
 # the FP8 forward's schedules (issue 53, NOTES "f2"), in one call of at most 5 minutes.
 # Schedules (FlashFp8Params.flags, csrc/flash_api.h): 0 `auto`, the shipped choice per shape
-# (no turns since f2; MHA D = 128 non-causal alone before), 1 `no-turns`, 2 `turns`, 16 `two-S`
-# (two S tiles in flight per consumer warpgroup, D = 128 only: NOTES "f5"; 17 and 18 with the
-# turns forced off / on). fp8_check.py's SCHEDULES lists the flags it takes.
+# (no turns since f2; 224-key tiles at D = 128 since f6), 1 `no-turns`, 2 `turns`, 16 `two-S`
+# and 32 `one-S` (128-key tiles at D = 128 with two S tiles in flight per consumer warpgroup, or
+# one: NOTES "f5"; 17 and 18 two-S with the turns forced off / on). fp8_check.py's SCHEDULES
+# lists the flags it takes.
 #  1. installs the wheels into /tmp/site (no dependencies);
 #  2. builds the library once, cold, on all cores; prints its time and the FP8 units' seconds;
 #  3. probes each schedule with one small call per head dim and causal setting (a schedule

@@ -39,8 +39,10 @@ enum { FLASH_ERR_UNSUPPORTED = 10000, FLASH_ERR_BAD_PARAMS = 10001 };
 // float32 as above; head_dim 128 or 256. Scores are q.k * scale * q_descale * k_descale, O is
 // softmax(scores) v * v_descale: each descale pointer is one float32 on the device (NULL reads
 // as 1.0); scale and the descales must be positive. v_scratch is device memory of
-// batch * (heads / q_heads_per_kv_head) * head_dim * round_up(seqlen_k, 128) bytes that the
-// call writes (V transposed) before the attention kernel reads it, both on `stream`.
+// batch * (heads / q_heads_per_kv_head) * head_dim * max(round_up(seqlen_k, 128),
+// 256 * ceil(seqlen_k / 224)) bytes that the call writes (V transposed, as the kernel's tiles of
+// 128 or 224 keys hold it, head_dim x 128 or x 256 bytes a tile) before the attention kernel
+// reads it, both on `stream`.
 typedef struct FlashFp8Params {
     FlashFwdParams base;
     const float* q_descale;
@@ -52,12 +54,12 @@ typedef struct FlashFp8Params {
 
 // Measurement flags. 0: the consumer warpgroups take turns at the tensor core where that was
 // measured faster, per shape (flash_fwd_sm90_fp8.cuh, fp8_takes_turns); NO_PINGPONG: never;
-// PINGPONG: always (NO_PINGPONG wins if both are set). Two S tiles in flight per consumer
-// warpgroup (S_{j+1} issued before the softmax of S_j) at D = 128 only (D = 256's registers do
-// not hold a second S): 0 takes them where that was measured faster (non-causal,
-// flash_fwd_sm90_fp8.cuh fp8_two_s); TWO_S: always, ONE_S: never (ONE_S wins if both are set);
-// both combine with the turns' bits. (4, 8 and 12 were f3's and f4's flags, since removed: not
-// reused.)
+// PINGPONG: always (NO_PINGPONG wins if both are set). Key tiles: 0 takes 224-key tiles at
+// D = 128 (one S tile a consumer warpgroup; NOTES "f6", fp8_wide) and 128-key ones at D = 256;
+// TWO_S and ONE_S take 128-key tiles at D = 128 too, with two S tiles in flight per consumer
+// warpgroup (S_{j+1} issued before the softmax of S_j; NOTES "f5") or one (ONE_S wins if both
+// are set); D = 256's registers hold one S only. Both combine with the turns' bits. (4, 8 and 12
+// were f3's and f4's flags, since removed: not reused.)
 enum {
     FLASH_FP8_NO_PINGPONG = 1,
     FLASH_FP8_PINGPONG = 2,

@@ -11,7 +11,10 @@
 // - wgmma reads 8-bit operands only K-major from shared memory, for B as for A. K (keys x D,
 //   D contiguous) is K-major for S = Q K^T; V (keys x D) is not for P V, whose reduction runs
 //   over the keys. So V is first transposed by a separate kernel (transpose_v) into a scratch
-//   buffer [B, H_kv, D, S_k padded to 128], which the attention kernel reads by TMA.
+//   buffer of key tiles, each written as the shared-memory image the attention kernel copies in
+//   with one bulk copy.
+// - Key tiles of 224 at D = 128 (NOTES "f6"; 128 at D = 256, and at D = 128 under the flags):
+//   the softmax's per-tile work (row maxima, correction, O's rescale, barriers) over more keys.
 // - P goes from S's accumulators (fp32, mma's C layout: thread t of a quad holds columns 2t,
 //   2t+1 of each n8 tile) to the e4m3 A fragment of the next wgmma (4 bytes a register: thread
 //   t holds columns 4t..4t+3 and 16+4t..16+4t+3 of each 32-key step). Instead of moving bytes
@@ -55,6 +58,18 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[16][4], uint64_t desc_a
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// S (64 x 224 fp32) = or += Q K^T over 32 columns: the wide key tile's (Fp8Traits, BlockN 224).
+__device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[28][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n224k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111}, "
+        "%112, %113, p, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+
 // O (64 x D fp32) = or += P V over 32 keys: A (P, 64 x 32 e4m3) from registers, B (D x 32 keys,
 // K-major: V transposed) in shared memory. D = 128 and 256.
 __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
@@ -80,24 +95,27 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[32][4], const uint32_t 
 // --- shape ------------------------------------------------------------------------------------
 
 // A block: a producer warpgroup and two consumer warpgroups of 64 query rows; K and V^T tiles of
-// 128 keys through a ring of kStages buffers. 8-bit rows of 128 bytes (TMA's 128-byte swizzle,
+// BlockN keys through a ring of kStages buffers. 8-bit rows of 128 bytes (TMA's 128-byte swizzle,
 // the largest) are 128 elements: Q and K are stored as HeadDim / 128 column blocks of 128
-// columns, a V^T tile (HeadDim rows of 128 keys) as one. D = 128: Q 16 KB + 3 x (16 + 16) KB;
+// columns, a V^T tile (HeadDim rows of BlockN key slots) as kVColBlocks blocks of HeadDim rows x
+// 128 slots (at BlockN 224 the second holds 96 keys, its last 32 bytes a row unused). D = 128:
+// Q 16 KB + 3 x (16 + 16) KB, or at BlockN 224 (FLASH_FP8_WIDE_N) 16 KB + 3 x (28 + 32) KB;
 // D = 256: Q 32 KB + 2 x (32 + 32) KB.
-template <int HeadDim>
+template <int HeadDim, int BlockN = 128>
 struct Fp8Traits {
     static constexpr int kHeadDim = HeadDim;
     static constexpr int kBlockM = 128;
-    static constexpr int kBlockN = 128;
+    static constexpr int kBlockN = BlockN;
     static constexpr int kStages = HeadDim == 256 ? 2 : 3;
     static constexpr int kConsumerWarps = 8;
     static constexpr int kThreads = 384;
     static constexpr int kBlocksPerSm = 1;
     static constexpr int kRowBytes = 128;
     static constexpr int kColBlocks = HeadDim / 128;
+    static constexpr int kVColBlocks = (BlockN + 127) / 128;
     static constexpr int kQBytes = kBlockM * HeadDim;
     static constexpr int kKBytes = kBlockN * HeadDim;
-    static constexpr int kVBytes = HeadDim * kBlockN;
+    static constexpr int kVBytes = kVColBlocks * HeadDim * kRowBytes;  // a tile's V^T image
     static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S
     static constexpr int kDTiles = HeadDim / 8;   // n8 tiles of O
     static constexpr int kKSteps = HeadDim / 32;  // k32 steps of S = Q K^T
@@ -107,6 +125,8 @@ struct Fp8Traits {
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = 240;
     static_assert(HeadDim == 128 || HeadDim == 256, "head dim 128 or 256");
+    static_assert(BlockN == 128 || (BlockN == 224 && HeadDim == 128), "key tiles of 128, or 224 at D = 128");
+    static_assert(kKBytes % 1024 == 0 && kVBytes % 1024 == 0, "1024-aligned ring buffers");
     static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory");
     static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "an SM's registers");
 };
@@ -146,52 +166,65 @@ __device__ __forceinline__ void pack_probabilities(uint32_t (&pa)[T::kPSteps][4]
 
 // --- V transposed -----------------------------------------------------------------------------
 
-// Keys rounded up to whole 128-key tiles: the scratch buffer's row length.
-__host__ __device__ inline int padded_keys(int seqlen_k) { return (seqlen_k + 127) / 128 * 128; }
+// Key tiles of S_k keys, and where tile t's V^T image starts in the scratch buffer
+// [B, H_kv, tiles, T::kVBytes] of the (batch, kv head) at index bh.
+template <typename T>
+__host__ __device__ inline int key_tile_count(int seqlen_k) {
+    return (seqlen_k + T::kBlockN - 1) / T::kBlockN;
+}
+template <typename T>
+__host__ __device__ inline int64_t v_image_offset(int64_t bh, int tiles, int t) {
+    return (bh * tiles + t) * T::kVBytes;
+}
 
-// v [B, H_kv, S_k, D] (rows of D bytes, 16-byte aligned) -> vt [B, H_kv, D, padded_keys(S_k)],
-// contiguous, each 32-key block in key_of_slot's order, zeros for keys past S_k (P is 0 there,
-// and 0 x NaN would not be). A block: 64 keys x 64 columns through shared memory, 256 threads,
-// 16 bytes each way; the blocks on one grid axis (key block fastest, then column block, then
-// batch and head: gridDim.y and z stop at 65535). A template, as every kernel here: each unit
-// that includes this header instantiates its own (a plain __global__ function would be defined
-// in both FP8 units, and the library would not link).
-template <int HeadDim>
+// v [B, H_kv, S_k, D] (rows of D bytes, 16-byte aligned) -> the scratch buffer of V^T tile
+// images: each tile's bytes exactly as its shared-memory buffer holds them, so that the producer
+// copies a tile with one bulk copy (no tensor map: a 224-key row is wider than the 128-byte
+// swizzle's box). Image row d (of HeadDim) of column block cb holds key slots 128 cb .. 128 cb +
+// 127 of V^T's row d, each 32-key block in key_of_slot's order, 16-byte units placed by the
+// 128-byte swizzle (unit u of row d at unit u ^ (d % 8): the pattern TMA writes, by address,
+// into a 1024-aligned buffer); zeros for keys past S_k (P is 0 there, and 0 x NaN would not be).
+// A block: 32 keys x 128 columns of V through shared memory, 256 threads, 16 bytes each way;
+// the blocks on one grid axis (32-key chunk fastest, then column block, then batch and head:
+// gridDim.y and z stop at 65535). A template, as every kernel here: each unit that includes this
+// header instantiates its own (a plain __global__ function would be defined in both FP8 units,
+// and the library would not link).
+template <typename T>
 __global__ void __launch_bounds__(256)
     transpose_v(const uint8_t* __restrict__ v, int64_t batch_stride, int64_t head_stride,
                 int64_t row_stride, uint8_t* __restrict__ vt, int seqlen_k, int kv_heads) {
-    __shared__ __align__(16) uint8_t tile[64][64 + 16];
-    const int key_blocks = padded_keys(seqlen_k) / 64, d_blocks = HeadDim / 64;
-    const int key0 = (blockIdx.x % key_blocks) * 64;
-    const int d0 = (blockIdx.x / key_blocks % d_blocks) * 64;
-    const int bh = blockIdx.x / key_blocks / d_blocks;
+    __shared__ __align__(16) uint8_t tile[32][128 + 16];
+    constexpr int kChunks = T::kBlockN / 32;  // 32-key chunks a key tile
+    const int tiles = key_tile_count<T>(seqlen_k), chunks = tiles * kChunks;
+    const int chunk = blockIdx.x % chunks;
+    const int d0 = (blockIdx.x / chunks % T::kColBlocks) * 128;
+    const int bh = blockIdx.x / chunks / T::kColBlocks;
     const int batch = bh / kv_heads, head = bh % kv_heads;
     const int tid = threadIdx.x;
     {
-        const int key = key0 + tid / 4, chunk = tid % 4;
+        const int key = chunk * 32 + tid / 8, part = tid % 8;
         uint4 x = make_uint4(0, 0, 0, 0);
         if (key < seqlen_k)
             x = *reinterpret_cast<const uint4*>(v + batch * batch_stride + head * head_stride +
-                                                key * row_stride + d0 + chunk * 16);
-        *reinterpret_cast<uint4*>(&tile[tid / 4][chunk * 16]) = x;
+                                                key * row_stride + d0 + part * 16);
+        *reinterpret_cast<uint4*>(&tile[tid / 8][part * 16]) = x;
     }
     __syncthreads();
-    const int d = tid / 4, slot0 = (tid % 4) * 16;  // 16 slots of one 32-key half
+    const int d = d0 + tid / 2, half = tid % 2;  // V^T row d, slots 16 half .. 16 half + 15
     uint32_t words[4];
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
         uint32_t word = 0;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int slot = slot0 + 4 * w + e;  // 0..63 in this block of 64 keys
-            const int key = (slot / 32) * 32 + key_of_slot(slot % 32);
-            word |= (uint32_t)tile[key][d] << (8 * e);
-        }
+        for (int e = 0; e < 4; ++e)
+            word |= (uint32_t)tile[key_of_slot(16 * half + 4 * w + e)][d - d0] << (8 * e);
         words[w] = word;
     }
-    const int keys = padded_keys(seqlen_k);
-    uint8_t* row = vt + (((int64_t)batch * kv_heads + head) * HeadDim + d0 + d) * keys;
-    *reinterpret_cast<uint4*>(row + key0 + slot0) =
+    const int slot = (chunk % kChunks) * 32 + 16 * half;  // in the key tile
+    const int unit = (slot % 128) / 16;
+    uint8_t* image = vt + v_image_offset<T>(bh, tiles, chunk / kChunks) +
+                     (slot / 128) * T::kHeadDim * T::kRowBytes;
+    *reinterpret_cast<uint4*>(image + d * T::kRowBytes + ((unit ^ (d % 8)) * 16)) =
         make_uint4(words[0], words[1], words[2], words[3]);
 }
 
@@ -200,6 +233,7 @@ __global__ void __launch_bounds__(256)
 struct Fp8KernelParams {
     FwdKernelParams p;
     const float *q_descale, *k_descale, *v_descale;
+    const uint8_t* vt;  // V^T tile images (transpose_v)
     int flags;
 };
 
@@ -269,14 +303,17 @@ __device__ __forceinline__ void qk_wgmma(float (&s)[T::kNTiles][4], const Fp8Sme
     }
 }
 
-// O += P V_s: V^T's tile is HeadDim rows of 128 key slots, K-major; a k32 step is 32 bytes on.
+// O += P V_s: V^T's tile is kVColBlocks blocks of HeadDim rows of 128 key slots, K-major; a k32
+// step is 32 bytes on, the fifth in the next block.
 template <typename T>
 __device__ __forceinline__ void pv_wgmma(float (&o)[T::kDTiles][4],
                                          const uint32_t (&pa)[T::kPSteps][4],
                                          const Fp8Smem<T>& sm, int stage) {
 #pragma unroll
-    for (int kk = 0; kk < T::kPSteps; ++kk)
-        wgmma_rs_e4m3(o, pa[kk], sm90::smem_descriptor(sm.v(stage) + kk * 32, 0), 1);
+    for (int kk = 0; kk < T::kPSteps; ++kk) {
+        const uint32_t at = sm.v(stage) + (kk / 4) * T::kHeadDim * T::kRowBytes + (kk % 4) * 32;
+        wgmma_rs_e4m3(o, pa[kk], sm90::smem_descriptor(at, 0), 1);
+    }
 }
 
 // This thread's online softmax state for its two rows (g and g + 8 of its warp's 16).
@@ -355,13 +392,16 @@ __device__ __forceinline__ void rescale(float (&o)[T::kDTiles][4], const float (
 }
 
 template <typename T>
-__device__ __forceinline__ void produce(const FwdKernelParams& p, const Fp8Smem<T>& sm,
+__device__ __forceinline__ void produce(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
                                         const CUtensorMap* tma_q, const CUtensorMap* tma_k,
-                                        const CUtensorMap* tma_vt, int m_block, int head,
-                                        int batch, int n_blocks) {
+                                        int m_block, int head, int batch, int n_blocks) {
     constexpr int S = T::kStages;
+    const FwdKernelParams& p = kp.p;
     if (n_blocks == 0) return;
     const int kv_head = p.kv_heads.kv_head(head);
+    const int tiles = key_tile_count<T>(p.seqlen_k);
+    const uint8_t* vt = kp.vt + v_image_offset<T>(
+        (int64_t)batch * (p.heads / p.q_heads_per_kv_head) + kv_head, tiles, 0);
     sm90::mbarrier_arrive_expect_tx(sm.full_q(), T::kQBytes);
 #pragma unroll
     for (int cb = 0; cb < T::kColBlocks; ++cb)
@@ -378,8 +418,8 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Fp8Smem<
                                    cb * 128, j * T::kBlockN, kv_head, batch, sm90::kEvictLast);
         if (j >= S) sm90::mbarrier_wait(sm.empty_v(s), reuse_phase);
         sm90::mbarrier_arrive_expect_tx(sm.full_v(s), T::kVBytes);
-        sm90::tma_load_4d_hint(sm.v(s), tma_vt, sm.full_v(s), j * T::kBlockN, 0, kv_head, batch,
-                               sm90::kEvictLast);
+        sm90::bulk_load_hint(sm.v(s), vt + (int64_t)j * T::kVBytes, T::kVBytes, sm.full_v(s),
+                             sm90::kEvictLast);
     }
 }
 
@@ -625,8 +665,8 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
 // alone, under two names: the shipped one keeps its name and machine code.
 template <typename T, bool Causal, bool TwoS>
 __device__ __forceinline__ void fp8_block(const Fp8KernelParams& kp, const CUtensorMap* tma_q,
-                                          const CUtensorMap* tma_k, const CUtensorMap* tma_vt,
-                                          uint32_t smem_base, uint32_t bars_base) {
+                                          const CUtensorMap* tma_k, uint32_t smem_base,
+                                          uint32_t bars_base) {
     Fp8Smem<T> sm;
     sm.base = (smem_base + 1023) & ~1023u;
     sm.bars = bars_base;
@@ -648,7 +688,7 @@ __device__ __forceinline__ void fp8_block(const Fp8KernelParams& kp, const CUten
     __syncthreads();
     if (warp < 4) {
         sm90::regs_release<T::kProducerRegs>();
-        if (tid == 0) produce<T>(kp.p, sm, tma_q, tma_k, tma_vt, m_block, head, batch, n_blocks);
+        if (tid == 0) produce<T>(kp, sm, tma_q, tma_k, m_block, head, batch, n_blocks);
     } else {
         sm90::regs_claim<T::kConsumerRegs>();
         consume<T, Causal, TwoS>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
@@ -658,11 +698,10 @@ __device__ __forceinline__ void fp8_block(const Fp8KernelParams& kp, const CUten
 template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_fp8_kernel(const Fp8KernelParams kp, const __grid_constant__ CUtensorMap tma_q,
-                         const __grid_constant__ CUtensorMap tma_k,
-                         const __grid_constant__ CUtensorMap tma_vt) {
+                         const __grid_constant__ CUtensorMap tma_k) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[T::kBarriers + 1];
-    fp8_block<T, Causal, false>(kp, &tma_q, &tma_k, &tma_vt, smem_u32(smem_raw), smem_u32(bars));
+    fp8_block<T, Causal, false>(kp, &tma_q, &tma_k, smem_u32(smem_raw), smem_u32(bars));
 }
 
 // The two-S schedule (D = 128; fp8_two_s says when).
@@ -670,11 +709,10 @@ template <typename T, bool Causal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_fp8_two_s_kernel(const Fp8KernelParams kp,
                                const __grid_constant__ CUtensorMap tma_q,
-                               const __grid_constant__ CUtensorMap tma_k,
-                               const __grid_constant__ CUtensorMap tma_vt) {
+                               const __grid_constant__ CUtensorMap tma_k) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[T::kBarriers + 1];
-    fp8_block<T, Causal, true>(kp, &tma_q, &tma_k, &tma_vt, smem_u32(smem_raw), smem_u32(bars));
+    fp8_block<T, Causal, true>(kp, &tma_q, &tma_k, smem_u32(smem_raw), smem_u32(bars));
 }
 
 // --- launcher ---------------------------------------------------------------------------------
@@ -704,78 +742,92 @@ bool fp8_takes_turns(const FlashFwdParams& p, int flags) {
     return (flags & FLASH_FP8_PINGPONG) != 0;
 }
 
-// Whether a call runs the two-S kernel (NOTES "f5"): never at D = 256, whose registers do not
-// hold a second S; at D = 128 non-causal unless FLASH_FP8_ONE_S says otherwise (1.035 MHA and
-// 1.033 GQA 64/8 at 16k, medians of three processes on an H200), causal only under
-// FLASH_FP8_TWO_S (1.001 there: no gain).
-template <int HeadDim, bool Causal>
+// Whether a call runs the two-S kernel on 128-key tiles (NOTES "f5"; the D = 128 non-causal
+// default until f6's wide tiles): under FLASH_FP8_TWO_S at D = 128, unless FLASH_FP8_ONE_S (which
+// wins) asks for one S. Never at D = 256, whose registers do not hold a second S.
+template <int HeadDim>
 constexpr bool fp8_two_s(int flags) {
-    if (HeadDim != 128 || (flags & FLASH_FP8_ONE_S) != 0) return false;
-    return !Causal || (flags & FLASH_FP8_TWO_S) != 0;
+    return HeadDim == 128 && (flags & FLASH_FP8_TWO_S) != 0 && (flags & FLASH_FP8_ONE_S) == 0;
 }
 
-template <int HeadDim, bool Causal>
-int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
-    using T = Fp8Traits<HeadDim>;
+// Whether a call runs the wide key tiles (BlockN 224, one S a consumer warpgroup; NOTES "f6"): at
+// D = 128 unless FLASH_FP8_TWO_S or FLASH_FP8_ONE_S asks for 128-key tiles (1.029 MHA, 1.017 GQA
+// 64/8 and 1.098 causal over the two-S / one-S default before, 16k, medians of three processes
+// on an H200; 224 is the widest S tile whose accumulators fit beside O and P: at 256 ptxas
+// spills and serializes the wgmmas).
+template <int HeadDim>
+constexpr bool fp8_wide(int flags) {
+    return HeadDim == 128 && (flags & (FLASH_FP8_TWO_S | FLASH_FP8_ONE_S)) == 0;
+}
+
+// One call on shape T: V^T's tile images into the scratch buffer, then the attention kernel, the
+// two-S one where `two_s` (D = 128 at 128-key tiles only).
+template <typename T, bool Causal>
+int launch_fp8_shape(const FlashFp8Params& fp, int device, bool two_s, cudaStream_t stream) {
     const FlashFwdParams& p = fp.base;
-    if (!kSm90Enabled || fp.v_scratch == nullptr) return FLASH_ERR_UNSUPPORTED;
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    if (sm90_multiprocessors(device) == 0) return FLASH_ERR_UNSUPPORTED;
     const int kv_heads = p.heads / p.q_heads_per_kv_head;
-    const int keys = padded_keys(p.seqlen_k);
-    // 1. V^T into the scratch buffer, in key_of_slot's order.
     {
-        const int64_t blocks = (int64_t)(keys / 64) * (HeadDim / 64) * p.batch * kv_heads;
+        const int64_t blocks = (int64_t)key_tile_count<T>(p.seqlen_k) * (T::kBlockN / 32) *
+                               T::kColBlocks * p.batch * kv_heads;
         if (blocks > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
-        transpose_v<HeadDim><<<(unsigned)blocks, 256, 0, stream>>>(
+        transpose_v<T><<<(unsigned)blocks, 256, 0, stream>>>(
             static_cast<const uint8_t*>(p.v), p.v_batch_stride, p.v_head_stride, p.v_row_stride,
             static_cast<uint8_t*>(fp.v_scratch), p.seqlen_k, kv_heads);
-        err = cudaGetLastError();
+        const cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
-    // 2. The attention kernel.
-    CUtensorMap maps[3];
+    constexpr int D = T::kHeadDim;
+    CUtensorMap maps[2];
     const bool encoded =
         encode_u8_map(&maps[0], p.q,
-                      {HeadDim, (cuuint64_t)p.seqlen_q, (cuuint64_t)p.heads, (cuuint64_t)p.batch},
+                      {D, (cuuint64_t)p.seqlen_q, (cuuint64_t)p.heads, (cuuint64_t)p.batch},
                       {(cuuint64_t)p.q_row_stride, (cuuint64_t)p.q_head_stride,
                        (cuuint64_t)p.q_batch_stride},
                       128, T::kBlockM) &&
         encode_u8_map(&maps[1], p.k,
-                      {HeadDim, (cuuint64_t)p.seqlen_k, (cuuint64_t)kv_heads, (cuuint64_t)p.batch},
+                      {D, (cuuint64_t)p.seqlen_k, (cuuint64_t)kv_heads, (cuuint64_t)p.batch},
                       {(cuuint64_t)p.k_row_stride, (cuuint64_t)p.k_head_stride,
                        (cuuint64_t)p.k_batch_stride},
-                      128, T::kBlockN) &&
-        encode_u8_map(&maps[2], fp.v_scratch,
-                      {(cuuint64_t)keys, HeadDim, (cuuint64_t)kv_heads, (cuuint64_t)p.batch},
-                      {(cuuint64_t)keys, (cuuint64_t)keys * HeadDim,
-                       (cuuint64_t)keys * HeadDim * kv_heads},
-                      T::kBlockN, HeadDim);
+                      128, T::kBlockN);
     if (!encoded) return FLASH_ERR_UNSUPPORTED;
     Fp8KernelParams kp;
     kp.p = kernel_params(p);
     kp.q_descale = fp.q_descale;
     kp.k_descale = fp.k_descale;
     kp.v_descale = fp.v_descale;
+    kp.vt = static_cast<const uint8_t*>(fp.v_scratch);
     // The kernel reads one bit: the turns are on unless NO_PINGPONG is set.
-    kp.flags = fp8_takes_turns<HeadDim, Causal>(p, fp.flags) ? 0 : FLASH_FP8_NO_PINGPONG;
+    kp.flags = fp8_takes_turns<D, Causal>(p, fp.flags) ? 0 : FLASH_FP8_NO_PINGPONG;
     const dim3 grid((p.seqlen_q + T::kBlockM - 1) / T::kBlockM, p.heads, p.batch);
-    if constexpr (HeadDim == 128) {
-        if (fp8_two_s<HeadDim, Causal>(fp.flags)) {
-            constexpr auto two_s = flash_fwd_fp8_two_s_kernel<T, Causal>;
-            err = opt_in_shared_memory<T, two_s>(device);
+    if constexpr (D == 128 && T::kBlockN == 128) {
+        if (two_s) {
+            constexpr auto kernel = flash_fwd_fp8_two_s_kernel<T, Causal>;
+            const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
             if (err != cudaSuccess) return err;
-            two_s<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
+            kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1]);
             return cudaGetLastError();
         }
     }
     constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal>;
-    err = opt_in_shared_memory<T, kernel>(device);
+    const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
     if (err != cudaSuccess) return err;
-    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2]);
+    kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1]);
     return cudaGetLastError();
+}
+
+template <int HeadDim, bool Causal>
+int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
+    if (!kSm90Enabled || fp.v_scratch == nullptr) return FLASH_ERR_UNSUPPORTED;
+    int device = 0;
+    const cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    if (sm90_multiprocessors(device) == 0) return FLASH_ERR_UNSUPPORTED;
+    if constexpr (HeadDim == 128) {
+        if (fp8_wide<HeadDim>(fp.flags))
+            return launch_fp8_shape<Fp8Traits<128, 224>, Causal>(fp, device, false, stream);
+    }
+    return launch_fp8_shape<Fp8Traits<HeadDim>, Causal>(fp, device, fp8_two_s<HeadDim>(fp.flags),
+                                                        stream);
 }
 
 }  // namespace flash::fp8

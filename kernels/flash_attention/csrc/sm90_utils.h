@@ -57,6 +57,16 @@ __device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const CUtensorMap
         "l"(policy)
         : "memory");
 }
+// Copies `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from global
+// memory into shared memory, with an L2 eviction priority; completion counts them on `bar`.
+__device__ __forceinline__ void bulk_load_hint(uint32_t dst, const void* src, uint32_t bytes,
+                                               uint32_t bar, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar), "l"(policy)
+        : "memory");
+}
 // Copies one box from shared memory at `src` into a 4-D tensor (the store direction of
 // tma_load_4d_hint): rows and columns outside the tensor are not written. Its reads of `src` are
 // tracked by this thread's bulk groups (bulk_commit_group, bulk_wait_group_read).
