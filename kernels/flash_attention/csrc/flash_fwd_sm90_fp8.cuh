@@ -69,7 +69,6 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[28][4], uint64_t desc_a
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-
 // O (64 x D fp32) = or += P V over 32 keys: A (P, 64 x 32 e4m3) from registers, B (D x 32 keys,
 // K-major: V transposed) in shared memory. D = 128 and 256.
 __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
@@ -99,7 +98,7 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[32][4], const uint32_t 
 // the largest) are 128 elements: Q and K are stored as HeadDim / 128 column blocks of 128
 // columns, a V^T tile (HeadDim rows of BlockN key slots) as kVColBlocks blocks of HeadDim rows x
 // 128 slots (at BlockN 224 the second holds 96 keys, its last 32 bytes a row unused). D = 128:
-// Q 16 KB + 3 x (16 + 16) KB, or at BlockN 224 (FLASH_FP8_WIDE_N) 16 KB + 3 x (28 + 32) KB;
+// Q 16 KB + 3 x (16 + 16) KB, or at BlockN 224 (its default, fp8_wide) 16 KB + 3 x (28 + 32) KB;
 // D = 256: Q 32 KB + 2 x (32 + 32) KB.
 template <int HeadDim, int BlockN = 128>
 struct Fp8Traits {
@@ -125,7 +124,8 @@ struct Fp8Traits {
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = 240;
     static_assert(HeadDim == 128 || HeadDim == 256, "head dim 128 or 256");
-    static_assert(BlockN == 128 || (BlockN == 224 && HeadDim == 128), "key tiles of 128, or 224 at D = 128");
+    static_assert(BlockN == 128 || (BlockN == 224 && HeadDim == 128),
+                  "key tiles of 128, or 224 at D = 128");
     static_assert(kKBytes % 1024 == 0 && kVBytes % 1024 == 0, "1024-aligned ring buffers");
     static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory");
     static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "an SM's registers");
