@@ -244,15 +244,23 @@ def time_call(fn, warmup: int, iters: int) -> float:
     return statistics.median(times)
 
 
-def shapes(dims):
-    return [row for row in SHAPES if row[5] in dims]
+def shapes(args):
+    """SHAPES at --dims, and at each of --seqlens as 32k tokens (S = 16k: B = 2; 1024: B = 32)."""
+    rows = [row for row in SHAPES if row[5] in args.dims]
+    if not args.seqlens:
+        return rows
+    return [
+        (f"{label} s{s}", b * 16384 // s, hq, hkv, s, d, causal)
+        for s in args.seqlens
+        for label, b, hq, hkv, _, d, causal in rows
+    ]
 
 
 def step_time(args) -> dict:
     from kernels.flash_attention import api
 
     rows = []
-    for label, b, hq, hkv, s, d, causal in shapes(args.dims):
+    for label, b, hq, hkv, s, d, causal in shapes(args):
         row = {"label": label}
         q = torch.randn(b, hq, s, d, device="cuda")
         k = torch.randn(b, hkv, s, d, device="cuda")
@@ -362,7 +370,7 @@ def step_cudnn(args) -> dict:
         return {"skipped": f"import cudnn: {err}"}
     version = str(cudnn.backend_version())
     rows = []
-    for label, b, hq, hkv, s, d, causal in shapes(args.dims):
+    for label, b, hq, hkv, s, d, causal in shapes(args):
         row = {"label": label}
         q = torch.randn(b, hq, s, d, device="cuda")
         k = torch.randn(b, hkv, s, d, device="cuda")
@@ -405,7 +413,7 @@ def step_turns(args) -> dict:
         "cudnn_backend_version": version,
         "rows": [],
     }
-    for label, b, hq, hkv, s, d, causal in shapes(args.dims):
+    for label, b, hq, hkv, s, d, causal in shapes(args):
         row = {"label": label, "rounds": {}}
         q = torch.randn(b, hq, s, d, device="cuda")
         k = torch.randn(b, hkv, s, d, device="cuda")
@@ -483,7 +491,10 @@ def step_table(paths: list[Path]) -> None:
     cud = {r["label"]: r for r in data.get("cudnn", {}).get("rows", [])}
     if timing or cud:
         version = data.get("cudnn", {}).get("cudnn_backend_version", "-")
-        print(f"TFLOP/s, B = 2, S = 16k (cuDNN backend {version}):")
+        print(
+            f"TFLOP/s, 32k tokens a shape (B = 2, S = 16k unless its label says; "
+            f"cuDNN backend {version}):"
+        )
         print(
             f"{'shape':20} {'fp8 ours':>9} {'no-turns':>9} {'bf16 ours':>9} {'cudnn fp8':>9} "
             f"{'ours/cudnn':>10}"
@@ -511,7 +522,8 @@ def print_turns_table(turns: dict) -> None:
     names = [*turns["schedules"], "cudnn_fp8"]
     version = turns.get("cudnn_backend_version", "-")
     print(
-        f"TFLOP/s, B = 2, S = 16k, median of {turns['reps']} interleaved rounds "
+        f"TFLOP/s, 32k tokens a shape (B = 2, S = 16k unless its label says), "
+        f"median of {turns['reps']} interleaved rounds "
         f"(cuDNN backend {version}, O {turns.get('cudnn_o_dtype', '-')}):"
     )
     heads = " ".join(f"{SHOWN.get(n, n):>10}" for n in names)
@@ -547,6 +559,13 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=3, help="turns: interleaved rounds")
     parser.add_argument("--big", action="store_true", help="probe: one 16k shape for ncu")
+    parser.add_argument(
+        "--seqlens",
+        type=int,
+        nargs="*",
+        default=[],
+        help="time, cudnn, turns: these sequence lengths (B x S = 32k tokens) instead of 16k",
+    )
     parser.add_argument(
         "--flags",
         type=int,

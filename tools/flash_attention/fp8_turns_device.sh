@@ -21,7 +21,8 @@
 # Each step runs in its own process under `timeout`, capped by the time left to the script's
 # deadline (TOTAL_S, default 285 s), so a fault or a hang costs that step only. Everything is
 # written under one folder and tarred into $OUT as ONE file, fp8-turns.tgz (on exit, whatever
-# happened). DIMS ("128 256") and REPS (3) narrow or widen it; FLAGS ("0 1 2") names the
+# happened). DIMS ("128 256") and REPS (3) narrow or widen it; SEQLENS (none: 16k) times other
+# lengths at 32k tokens a shape; FLAGS ("0 1 2") names the
 # schedules; NCU_FLAGS (none by default), the schedules whose MHA D = 128 16k kernel ncu profiles
 # (pipes and issue), after the table.
 set -uo pipefail
@@ -107,7 +108,7 @@ fi
 # cuDNN alone when no schedule finished: its figures still say where the target is.
 # shellcheck disable=SC2086
 step 150 turns python3 tools/flash_attention/fp8_check.py turns "$work/turns.json" \
-  --dims $dims --reps "$reps" --flags $flags
+  --dims $dims --reps "$reps" --flags $flags --seqlens ${SEQLENS:-}
 tail -n 2 "$work/turns.log" | cut -c1-300
 
 if [[ " $flags " == *" 0 "* ]]; then
