@@ -135,12 +135,15 @@ def test_fp8_launcher_takes_no_turns_unless_forced(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_fp8_d128_takes_wide_key_tiles_unless_flags_ask_for_128_key_ones(tmp_path: Path):
-    """224-key tiles by default at D = 128, causal or not (NOTES "f6": 1.029 MHA, 1.017 GQA
-    64/8, 1.098 causal over the 128-key schedules before, 16k, three processes); FLASH_FP8_TWO_S
-    (16) and FLASH_FP8_ONE_S (32, which wins) take 128-key tiles with two S tiles in flight or
-    one; D = 256 always 128-key tiles and one S. The turns' choice stays with their own bits.
-    Host code: no GPU."""
+def test_fp8_d128_takes_wide_key_tiles_on_long_keys_unless_flags_ask_for_128_key_ones(
+    tmp_path: Path,
+):
+    """224-key tiles at D = 128 from 8192 keys non-causal and 4096 causal (NOTES "f6": 1.029
+    MHA, 1.017 GQA 64/8, 1.098 causal at 16k over the 128-key schedules, three processes; 0.90-0.98
+    at 1024-4096 non-causal and 1024-2048 causal); below, 128-key tiles with two S in flight
+    non-causal and one causal (f5). FLASH_FP8_TWO_S (16) and FLASH_FP8_ONE_S (32, which wins) take
+    128-key tiles at every length, two S (causal too) or one; D = 256 always 128-key tiles and one
+    S. The turns' choice stays with their own bits. Host code: no GPU."""
     program = tmp_path / "tiles.cu"
     program.write_text(
         '#include <cstdio>\n#include "flash_fwd_sm90_fp8.cuh"\n'
@@ -148,23 +151,45 @@ def test_fp8_d128_takes_wide_key_tiles_unless_flags_ask_for_128_key_ones(tmp_pat
         "int main() {\n"
         "  FlashFwdParams p{};\n"
         "  p.q_heads_per_kv_head = 1;\n"
-        "  for (int flags : {0, 1, 2, 16, 17, 18, 32, 48})\n"
-        '    std::printf("%d %d%d %d%d %d\\n", flags, (int)fp8_wide<128>(flags),\n'
-        "      (int)fp8_two_s<128>(flags), (int)fp8_wide<256>(flags), (int)fp8_two_s<256>(flags),\n"
-        "      (int)flash::fp8::fp8_takes_turns<128, false>(p, flags));\n"
+        "  for (int keys : {2048, 4096, 8192})\n"
+        "    for (int flags : {0, 1, 2, 16, 17, 18, 32, 48}) {\n"
+        "      p.seqlen_k = keys;\n"
+        '      std::printf("%d %d %d%d%d%d %d%d %d\\n", keys, flags,\n'
+        "        (int)fp8_wide<128, false>(p, flags), (int)fp8_two_s<128, false>(flags),\n"
+        "        (int)fp8_wide<128, true>(p, flags), (int)fp8_two_s<128, true>(flags),\n"
+        "        (int)fp8_wide<256, false>(p, flags), (int)fp8_two_s<256, true>(flags),\n"
+        "        (int)flash::fp8::fp8_takes_turns<128, false>(p, flags));\n"
+        "    }\n"
         "}\n"
     )
     lines = _host_program_lines(program, tmp_path / "tiles")
-    # flags: (wide, two-S) at D 128, (wide, two-S) at D 256, turns at D 128
-    assert lines[:8] == [
-        "0 10 00 0",
-        "1 10 00 0",
-        "2 10 00 1",
-        "16 01 00 0",
-        "17 01 00 0",
-        "18 01 00 1",
-        "32 00 00 0",
-        "48 00 00 0",
+    # keys flags: D 128 (wide, two-S) non-causal then causal, D 256 (wide, two-S), turns at D 128.
+    # Two-S only counts where the call is not wide.
+    assert lines[:24] == [
+        "2048 0 0100 00 0",
+        "2048 1 0100 00 0",
+        "2048 2 0100 00 1",
+        "2048 16 0101 00 0",
+        "2048 17 0101 00 0",
+        "2048 18 0101 00 1",
+        "2048 32 0000 00 0",
+        "2048 48 0000 00 0",
+        "4096 0 0110 00 0",
+        "4096 1 0110 00 0",
+        "4096 2 0110 00 1",
+        "4096 16 0101 00 0",
+        "4096 17 0101 00 0",
+        "4096 18 0101 00 1",
+        "4096 32 0000 00 0",
+        "4096 48 0000 00 0",
+        "8192 0 1110 00 0",
+        "8192 1 1110 00 0",
+        "8192 2 1110 00 1",
+        "8192 16 0101 00 0",
+        "8192 17 0101 00 0",
+        "8192 18 0101 00 1",
+        "8192 32 0000 00 0",
+        "8192 48 0000 00 0",
     ]
 
 

@@ -742,22 +742,27 @@ bool fp8_takes_turns(const FlashFwdParams& p, int flags) {
     return (flags & FLASH_FP8_PINGPONG) != 0;
 }
 
-// Whether a call runs the two-S kernel on 128-key tiles (NOTES "f5"; the D = 128 non-causal
-// default until f6's wide tiles): under FLASH_FP8_TWO_S at D = 128, unless FLASH_FP8_ONE_S (which
-// wins) asks for one S. Never at D = 256, whose registers do not hold a second S.
-template <int HeadDim>
+// Whether a 128-key call runs the two-S kernel (NOTES "f5"): at D = 128 non-causal (1.035 MHA and
+// 1.033 GQA 64/8 over one S at 16k, three processes; 1.005-1.038 at 1024-4096 keys, one), causal
+// only under FLASH_FP8_TWO_S (1.001 at 16k; 0.97-0.99 at 1024-4096), never under FLASH_FP8_ONE_S
+// (which wins) nor at D = 256, whose registers do not hold a second S.
+template <int HeadDim, bool Causal>
 constexpr bool fp8_two_s(int flags) {
-    return HeadDim == 128 && (flags & FLASH_FP8_TWO_S) != 0 && (flags & FLASH_FP8_ONE_S) == 0;
+    if (HeadDim != 128 || (flags & FLASH_FP8_ONE_S) != 0) return false;
+    return !Causal || (flags & FLASH_FP8_TWO_S) != 0;
 }
 
 // Whether a call runs the wide key tiles (BlockN 224, one S a consumer warpgroup; NOTES "f6"): at
-// D = 128 unless FLASH_FP8_TWO_S or FLASH_FP8_ONE_S asks for 128-key tiles (1.029 MHA, 1.017 GQA
-// 64/8 and 1.098 causal over the two-S / one-S default before, 16k, medians of three processes
-// on an H200; 224 is the widest S tile whose accumulators fit beside O and P: at 256 ptxas
-// spills and serializes the wgmmas).
-template <int HeadDim>
-constexpr bool fp8_wide(int flags) {
-    return HeadDim == 128 && (flags & (FLASH_FP8_TWO_S | FLASH_FP8_ONE_S)) == 0;
+// D = 128 from 8192 keys non-causal and from 4096 causal, unless FLASH_FP8_TWO_S or
+// FLASH_FP8_ONE_S asks for 128-key tiles. At 16k: 1.029 MHA, 1.017 GQA 64/8 and 1.098 causal
+// over the 128-key schedules (medians of three processes on an H200); at 1024-4096 keys
+// non-causal and 1024-2048 causal they lost (0.90-0.98: a ragged last tile of 224 wastes more,
+// and there are fewer tiles to pipeline), causal 4096 1.008. 224 is the widest S tile whose
+// accumulators fit beside O and P: at 256 ptxas spills and serializes the wgmmas.
+template <int HeadDim, bool Causal>
+constexpr bool fp8_wide(const FlashFwdParams& p, int flags) {
+    if (HeadDim != 128 || (flags & (FLASH_FP8_TWO_S | FLASH_FP8_ONE_S)) != 0) return false;
+    return p.seqlen_k >= (Causal ? 4096 : 8192);
 }
 
 // One call on shape T: V^T's tile images into the scratch buffer, then the attention kernel, the
@@ -823,11 +828,11 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     if (sm90_multiprocessors(device) == 0) return FLASH_ERR_UNSUPPORTED;
     if constexpr (HeadDim == 128) {
-        if (fp8_wide<HeadDim>(fp.flags))
+        if (fp8_wide<HeadDim, Causal>(fp.base, fp.flags))
             return launch_fp8_shape<Fp8Traits<128, 224>, Causal>(fp, device, false, stream);
     }
-    return launch_fp8_shape<Fp8Traits<HeadDim>, Causal>(fp, device, fp8_two_s<HeadDim>(fp.flags),
-                                                        stream);
+    return launch_fp8_shape<Fp8Traits<HeadDim>, Causal>(
+        fp, device, fp8_two_s<HeadDim, Causal>(fp.flags), stream);
 }
 
 }  // namespace flash::fp8
