@@ -55,7 +55,7 @@ typedef struct FlashFp8Params {
 // Measurement flags. 0: the consumer warpgroups take turns at the tensor core where that was
 // measured faster, per shape (flash_fwd_sm90_fp8.cuh, fp8_takes_turns); NO_PINGPONG: never;
 // PINGPONG: always (NO_PINGPONG wins if both are set). Key tiles: 0 takes 224-key tiles at
-// D = 128 from 8192 keys non-causal and 4096 causal (one S tile a consumer warpgroup; NOTES "f6",
+// D = 128 from 8192 keys non-causal and 16384 causal (one S tile a consumer warpgroup; NOTES "f6",
 // fp8_wide), else 128-key ones, with two S tiles in flight per consumer warpgroup (S_{j+1} issued
 // before the softmax of S_j; NOTES "f5") at D = 128 non-causal and one elsewhere; TWO_S and
 // ONE_S take 128-key tiles always, with two S (causal too) or one (ONE_S wins if both are set);

@@ -753,16 +753,18 @@ constexpr bool fp8_two_s(int flags) {
 }
 
 // Whether a call runs the wide key tiles (BlockN 224, one S a consumer warpgroup; NOTES "f6"): at
-// D = 128 from 8192 keys non-causal and from 4096 causal, unless FLASH_FP8_TWO_S or
-// FLASH_FP8_ONE_S asks for 128-key tiles. At 16k: 1.029 MHA, 1.017 GQA 64/8 and 1.098 causal
-// over the 128-key schedules (medians of three processes on an H200); at 1024-4096 keys
-// non-causal and 1024-2048 causal they lost (0.90-0.98: a ragged last tile of 224 wastes more,
-// and there are fewer tiles to pipeline), causal 4096 1.008. 224 is the widest S tile whose
-// accumulators fit beside O and P: at 256 ptxas spills and serializes the wgmmas.
+// D = 128 from 8192 keys non-causal and from 16384 causal, unless FLASH_FP8_TWO_S or
+// FLASH_FP8_ONE_S asks for 128-key tiles. Over the best 128-key schedule, medians of three
+// processes on an H200: non-causal 1.029 MHA and 1.017 GQA 64/8 at 16k, 1.017 and 1.018 at 8192;
+// causal 1.098 at 16k, 0.954 at 8192, 0.992 at 4096. One process: non-causal 0.96-0.98 at 4096,
+// 0.92-0.95 at 1024-2048, causal 0.90-0.94 (a ragged last tile of 224 wastes more, and a block
+// has fewer tiles to pipeline).
+// 224 is the widest S tile whose accumulators fit beside O and P: at 256 ptxas spills and
+// serializes the wgmmas.
 template <int HeadDim, bool Causal>
 constexpr bool fp8_wide(const FlashFwdParams& p, int flags) {
     if (HeadDim != 128 || (flags & (FLASH_FP8_TWO_S | FLASH_FP8_ONE_S)) != 0) return false;
-    return p.seqlen_k >= (Causal ? 4096 : 8192);
+    return p.seqlen_k >= (Causal ? 16384 : 8192);
 }
 
 // One call on shape T: V^T's tile images into the scratch buffer, then the attention kernel, the
