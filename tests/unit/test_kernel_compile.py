@@ -195,6 +195,37 @@ def test_fp8_d128_takes_wide_key_tiles_on_long_keys_unless_flags_ask_for_128_key
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_fp8_scratch_the_binding_allocates_holds_every_tile_layouts_images(tmp_path: Path):
+    """The V^T scratch the binding allocates (api._fp8_scratch_bytes) is at least what the
+    transpose writes for either key-tile layout (every tile's image, csrc/flash_fwd_sm90_fp8.cuh),
+    for key counts on and off both tiles' multiples: a short buffer would be written past its
+    end. Host code: no GPU."""
+    from kernels.flash_attention import api
+
+    program = tmp_path / "scratch.cu"
+    program.write_text(
+        '#include <cstdio>\n#include "flash_fwd_sm90_fp8.cuh"\n'
+        "using namespace flash::fp8;\n"
+        "template <typename T> long long need(int b, int h, int s) {\n"
+        "  return (long long)b * h * key_tile_count<T>(s) * T::kVBytes;\n"
+        "}\n"
+        "int main() {\n"
+        "  for (int s : {1, 127, 128, 224, 225, 1000, 4096, 16384})\n"
+        '    std::printf("%d %lld %lld %lld\\n", s, need<Fp8Traits<128>>(2, 3, s),\n'
+        "      need<Fp8Traits<128, 224>>(2, 3, s), need<Fp8Traits<256>>(2, 3, s));\n"
+        "}\n"
+    )
+    rows = [line.split() for line in _host_program_lines(program, tmp_path / "scratch") if line]
+    assert len(rows) == 8
+    for s, narrow, wide, d256 in ((int(v) for v in row) for row in rows):
+        assert api._fp8_scratch_bytes(2, 3, 128, s) >= max(narrow, wide), s
+        assert api._fp8_scratch_bytes(2, 3, 256, s) >= d256, s
+    # and not wastefully more than the larger layout needs at D = 128
+    assert api._fp8_scratch_bytes(2, 3, 128, 16384) == max(int(v) for v in rows[-1][1:3])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_fp8_d128_unit_holds_its_kernels_unserialized_and_unspilled(tmp_path: Path):
     """ptxas on the D = 128 FP8 unit, as a build compiles it: the wide-tile kernels (the default)
     and both two-S ones are there, no wgmma is serialized (C7514: a first two-S version kept an
