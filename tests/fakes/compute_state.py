@@ -498,6 +498,11 @@ class FakeCompute:
     def _tick_loop(self) -> None:
         while not self._stop.wait(0.01):
             with self.lock:
+                # A tick that waited for the lock while shutdown looked for VMs to kill: a VM
+                # it booted now would outlive the stand-in (seen: a startup script alive 30
+                # minutes after its test passed, under a loaded suite).
+                if self._stop.is_set():
+                    return
                 now = time.monotonic()
                 for inst in list(self.instances.values()):
                     self._advance(inst, now)

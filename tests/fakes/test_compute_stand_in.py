@@ -530,3 +530,24 @@ def test_a_vm_token_may_delete_only_when_its_identity_allows(compute_server, cli
     with urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=token)):
         pass
     compute_server.wait_for_status(ZONE, "bench-self", "DELETED")
+
+
+def test_a_tick_waiting_on_the_lock_when_the_stand_in_stops_boots_nothing(compute_server, clients):
+    """A VM the clock boots after shutdown looked for VMs to kill outlives the test (seen:
+    a startup script alive 30 minutes after the suite, its test long passed). Shutdown sets
+    the stop, then looks under the lock; a tick that was already waiting for the lock must
+    not boot anything once it gets it."""
+    instances, _ = clients
+    compute_server.config.staging_s = 3600  # held in STAGING until the test lets it boot
+    # Not waited for: the insert's operation ends at RUNNING.
+    instances.insert(project=PROJECT, zone=ZONE, instance_resource=make_instance("late"))
+    wait_instance(instances, "late", lambda seen: seen == "STAGING", "staging")
+    compute = compute_server.compute
+    with compute.lock:
+        compute_server.config.staging_s = 0.0  # the next tick would boot it
+        time.sleep(0.1)  # the clock's next tick is now waiting for the lock
+        compute._stop.set()  # what shutdown does first
+    time.sleep(0.2)
+    with compute.lock:
+        inst = compute.instances[(PROJECT, ZONE, "late")]
+        assert (inst.status, inst.sandbox) == ("STAGING", None)
