@@ -743,9 +743,9 @@ bool fp8_takes_turns(const FlashFwdParams& p, int flags) {
 }
 
 // Whether a 128-key call runs the two-S kernel (NOTES "f5"): at D = 128 non-causal (1.035 MHA and
-// 1.033 GQA 64/8 over one S at 16k, three processes; 1.005-1.038 at 1024-4096 keys, one), causal
-// only under FLASH_FP8_TWO_S (1.001 at 16k; 0.97-0.99 at 1024-4096), never under FLASH_FP8_ONE_S
-// (which wins) nor at D = 256, whose registers do not hold a second S.
+// 1.033 GQA 64/8 over one S at 16k, three processes; 1.005-1.038 at 1024-4096 keys, one
+// process), causal only under FLASH_FP8_TWO_S (1.001 at 16k; 0.97-0.99 at 1024-4096), never under
+// FLASH_FP8_ONE_S (which wins) nor at D = 256, whose registers do not hold a second S.
 template <int HeadDim, bool Causal>
 constexpr bool fp8_two_s(int flags) {
     if (HeadDim != 128 || (flags & FLASH_FP8_ONE_S) != 0) return false;
