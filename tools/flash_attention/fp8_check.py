@@ -18,10 +18,11 @@ rounding). Each case runs every schedule of --flags: 0 the shipped choice per sh
 consumers' turns where they pay), 1 the turns off (FLASH_FP8_NO_PINGPONG), 2 always on
 (FLASH_FP8_PINGPONG), 16 two S tiles in flight per consumer warpgroup (FLASH_FP8_TWO_S, D = 128;
 D = 256 runs the shipped kernel under it), 17 and 18 that with the turns forced off or on, 32
-one S tile (FLASH_FP8_ONE_S). At D = 128, 0 takes 224-key tiles (NOTES "f6") and 16, 17, 18 and 32
-128-key ones: their online softmax folds other key blocks together, so O is not bitwise equal
-to 0's there (within the bound); every 128-key schedule does the same arithmetic in the same
-order (O bitwise equal among them), and at D = 256 all take 128-key tiles.
+one S tile (FLASH_FP8_ONE_S). At D = 128, 0 takes 224-key tiles from 8192 keys (16384 causal;
+NOTES "f6") and 16, 17, 18 and 32 128-key ones: where they differ, the online softmax folds other
+key blocks together, so O is not bitwise equal to 0's (within the bound); every 128-key schedule
+does the same arithmetic in the same order (O bitwise equal among them), and at D = 256 all
+take 128-key tiles.
 
 time: TFLOP/s (4 b h s^2 d, halved for causal) of our FP8 call (the V transpose included), of
 our bf16 kernel on the same shapes, at S = 16k, B = 2: MHA 16 heads at D = 128 and 256, GQA 64/8 at

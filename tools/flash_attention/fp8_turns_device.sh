@@ -2,10 +2,10 @@
 # On the H200 (the device tool), from the repository root, with .whl/ and .whl-cudnn/ carried:
 # the FP8 forward's schedules (issue 53, NOTES "f2"), in one call of at most 5 minutes.
 # Schedules (FlashFp8Params.flags, csrc/flash_api.h): 0 `auto`, the shipped choice per shape
-# (no turns since f2; 224-key tiles at D = 128 since f6), 1 `no-turns`, 2 `turns`, 16 `two-S`
-# and 32 `one-S` (128-key tiles at D = 128 with two S tiles in flight per consumer warpgroup, or
-# one: NOTES "f5"; 17 and 18 two-S with the turns forced off / on). fp8_check.py's SCHEDULES
-# lists the flags it takes.
+# (no turns since f2; at D = 128 224-key tiles from 8192 keys, 16384 causal, since f6), 1
+# `no-turns`, 2 `turns`, 16 `two-S` and 32 `one-S` (128-key tiles at D = 128 with two S tiles in
+# flight per consumer warpgroup, or one: NOTES "f5"; 17 and 18 two-S with the turns forced off /
+# on). fp8_check.py's SCHEDULES lists the flags it takes.
 #  1. installs the wheels into /tmp/site (no dependencies);
 #  2. builds the library once, cold, on all cores; prints its time and the FP8 units' seconds;
 #  3. probes each schedule with one small call per head dim and causal setting (a schedule
@@ -22,9 +22,9 @@
 # deadline (TOTAL_S, default 285 s), so a fault or a hang costs that step only. Everything is
 # written under one folder and tarred into $OUT as ONE file, fp8-turns.tgz (on exit, whatever
 # happened). DIMS ("128 256") and REPS (3) narrow or widen it; SEQLENS (none: 16k) times other
-# lengths at 32k tokens a shape; FLAGS ("0 1 2") names the
-# schedules; NCU_FLAGS (none by default), the schedules whose MHA D = 128 16k kernel ncu profiles
-# (pipes and issue), after the table.
+# lengths at 32k tokens a shape; FLAGS ("0 1 2") names the schedules; NCU_FLAGS (none by
+# default), the schedules whose MHA D = 128 16k kernel ncu profiles (pipes and issue), after the
+# table.
 set -uo pipefail
 t0=$(date +%s)
 repo=$(cd "$(dirname "$0")/../.." && pwd)
