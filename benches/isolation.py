@@ -377,9 +377,9 @@ class _Figures:
 class MeasuredPlacement:
     """A placement of a worker's kernel, timed by the parent: the inputs are the parent's,
     lent; each `sample` writes fresh queries, brackets one call (graph mode: one replay of
-    `calls` calls) and checks rows of its output where it lies. The Placement interface
-    the timing loop uses: sample, drop; `checked` stands in for last_output (every call was
-    checked already)."""
+    `calls` calls) and reads rows of its output where it lies, checked a batch at a time
+    (`confirm`). The Placement interface the timing loop uses: sample, drop; `confirm` and
+    `checked` stand in for last_output (every call checked, once confirmed)."""
 
     _count = 0
 
@@ -421,6 +421,8 @@ class MeasuredPlacement:
         self._fresh_stacked = torch.empty((copies, *q.shape), dtype=q.dtype, device=q.device)
         self._fresh = list(self._fresh_stacked.unbind(0))
         self._outputs: list[cuda_ipc.Descriptor] | None = None
+        # the samples' rows read, checked in batches (`confirm`)
+        self._unchecked = row_checks.Unchecked(self._k.shape[-2] * self._k.shape[-1])
         # A config's figures run across its placements, the warm-up's and its blocks' (a
         # block may hold fewer samples than the check needs).
         self._figures = worker.figures(config.name, measuring.mode or mode)
@@ -610,7 +612,7 @@ class MeasuredPlacement:
             worker.close_after_refusal()
             raise
         self.samples += 1
-        self._check(picks, taken.rows)
+        self._keep(picks, taken.rows)
         ms = (taken.ms - self._measuring.overhead_ms(link is None)) / self.calls
         own = taken.reply.get("own_ms")
         valid = isinstance(own, (int, float)) and math.isfinite(own) and own > 0
@@ -658,23 +660,46 @@ class MeasuredPlacement:
         except cuda_ipc.IpcError as exc:
             raise Refused(f"its output could not be read: {_text(exc)}", self._worker) from None
 
-    def _check(self, picks, gathered: list[torch.Tensor]) -> None:
-        tolerance = self._measuring.tolerance
-        if tolerance is None:
+    def _keep(self, picks, gathered: list[torch.Tensor]) -> None:
+        """The sample's rows read kept for `confirm`, with the queries they need (gathered
+        now: the next sample overwrites the buffers); confirmed now if the batch is full."""
+        if self._measuring.tolerance is None:
             return
         calls, rows = picks
-        expected = row_checks.reference(
-            self._fresh_stacked, self._k, self._v, rows, self._config.causal, self._scales
-        )
-        verdicts = row_checks.problems(gathered, expected, tolerance)
-        for call, (problem, error) in zip(calls, verdicts, strict=True):
+        q_rows = row_checks.query_rows(self._fresh_stacked, rows)
+        self._unchecked.add(self.samples, calls, rows, q_rows, gathered)
+        if self._unchecked.full:
+            self.confirm()
+
+    def confirm(self) -> None:
+        """Every sample's rows read so far checked against the reference: Refused, naming
+        the first sample whose rows fail (and the input the kernel modified, if it did).
+        The runner confirms a block's samples before its timed checks and its end, a
+        throwaway placement's before its warm-up's figures are used (benches/runner.py)."""
+        tolerance = self._measuring.tolerance
+        if tolerance is None or not self._unchecked:
+            return
+        verdicts = self._unchecked.verdicts(
+            self._k, self._v, self._config.causal, self._fresh[0].shape[1], tolerance,
+            self._scales,
+        )  # fmt: skip
+        for verdict in verdicts:
+            error = verdict.error
             self.worst_error = error if self.worst_error is None else max(self.worst_error, error)
-            if problem:
-                changed = modified_input(
-                    (self._fresh[call], *(lent.tensor for lent in self._lent_kv)),
-                    (self._fresh[call], self._k, self._v),
-                )
-                raise Refused(f"sample {self.samples}: {changed or problem}", self._worker)
+        failed = next((verdict for verdict in verdicts if verdict.problem), None)
+        if failed is not None:
+            changed = self._modified_input()
+            raise Refused(f"sample {failed.sample}: {changed or failed.problem}", self._worker)
+
+    def _modified_input(self) -> str | None:
+        """Which input the kernel's calls changed, if any: k and v as lent for the whole
+        placement; q as the latest sample left each of its buffers."""
+        lent_k, lent_v = (lent.tensor for lent in self._lent_kv)
+        for lent, fresh in zip(self._queries, self._fresh, strict=True):
+            changed = modified_input((lent.tensor, lent_k, lent_v), (fresh, self._k, self._v))
+            if changed:
+                return changed
+        return None
 
     def _compare(self, measured: float, own: float | None, unloaded: float) -> None:
         """The worker's own time against the harness's, once OWN_TIME_MIN_SAMPLES samples
@@ -745,7 +770,8 @@ class MeasuredPlacement:
         return min(self._figures.own) if self._figures.own else None
 
     def checked(self) -> tuple[int, float | None]:
-        """(samples checked, the worst max error among their rows)."""
+        """(samples taken, the worst max error among their rows): every one checked once
+        `confirm` has run since the latest."""
         return self.samples, self.worst_error
 
     def _ready(self) -> None:

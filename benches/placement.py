@@ -128,6 +128,14 @@ def release(placements: dict) -> None:
     placements.clear()
 
 
+def confirm(held) -> None:
+    """A worker's placement's samples checked, those it has not checked yet (isolation:
+    MeasuredPlacement.confirm); the parent's own placements are checked by the runner."""
+    confirm = getattr(held, "confirm", None)
+    if confirm is not None:
+        confirm()
+
+
 def rounds_per_placement(rounds: int, placements: int) -> list[int]:
     """`rounds` split as evenly as possible over at most `placements` blocks, none empty."""
     count = max(1, min(placements, rounds))

@@ -10,13 +10,22 @@ own copy of the inputs. A kernel does not know which rows will be read, nor the 
 before the call starts: a cached, stale, partial or lazy answer fails, as does one written
 after the call reported done. (A block's warm calls, before its samples, are neither timed
 nor checked: nothing of them becomes a sample.)
+
+The rows are read inside each sample's bracket; their reference is computed and compared
+later, for many samples at once (`Unchecked`): a sample's own check, its float64 reference
+launched and its figures read back, held the host for 0.8-0.9 ms of every worker sample on
+an H200, about a fifth of the host's path (issue 48 item 6). The queries a sample's rows
+need are gathered at once, before the next sample's overwrite them. Every sample is checked
+before its block ends, before its config's timed checks and so before any verdict
+(benches/runner.py): a wrong row still refuses the kernel, naming its sample, a few samples
+later.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -26,6 +35,10 @@ from benches.reference import reference_rows
 ROW_HEADS = 4
 ROWS_PER_HEAD = 8
 ROWS_PER_PICK = ROW_HEADS * ROWS_PER_HEAD
+# How many keys (elements, and as many values) one batched reference may hold in float64
+# (`Unchecked.full`): 128 MiB each. A sample of 4 heads adds 2^18 at 1,024 keys and D = 64,
+# 2^23 at 16,384 keys and D = 128: a long config is checked a sample or two at a time.
+REFERENCE_KEYS_MAX = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -78,33 +91,40 @@ def gatherer(outs: list[torch.Tensor], rows: Rows) -> Callable[[], list[torch.Te
     return lambda: [out[index] for out, index in reads]
 
 
+def query_rows(queries: torch.Tensor, rows: Rows) -> torch.Tensor:
+    """Every pick's query rows, (picks x ROWS_PER_PICK, D), from the harness's query
+    buffers stacked ([calls, B, H, S, D]: the rows' `call` indexes them): one gather, so
+    that the next sample may overwrite the buffers before these rows are checked."""
+    return queries[rows.call, rows.batch, rows.head, rows.position]
+
+
 def reference(
-    queries: torch.Tensor,
+    q_rows: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     rows: Rows,
     causal: bool,
+    heads: int,
     descales: tuple[float, float, float] | None = None,
 ):
-    """The float64 reference of every pick's rows, (picks x ROWS_PER_PICK, D), from the
-    harness's own inputs: `queries` its query buffers stacked ([calls, B, H, S, D]: the
-    rows' `call` indexes them), k and v. All picks' heads in one batch (a loop over heads,
-    or over a graph sample's picks, launched that many times the kernels, a cost each
-    sample of a worker's call pays); FP8 ones with their (q, k, v) `descales`, read as the
-    values they stand for (the scores scaled by q's and k's, the output by v's: no
-    dequantized copy of the whole inputs)."""
-    group = queries.shape[2] // k.shape[1]
+    """The float64 reference of every pick's rows, (picks x ROWS_PER_PICK, D), from their
+    queries (`query_rows`) and the harness's own k and v; `heads` is the query's head
+    count. All picks' heads in one batch (a loop over heads, or over a graph sample's
+    picks, launched that many times the kernels); FP8 ones with their (q, k, v)
+    `descales`, read as the values they stand for (the scores scaled by q's and k's, the
+    output by v's: no dequantized copy of the whole inputs)."""
+    group = heads // k.shape[1]
     scale, out_scale = None, 1.0
     if descales is not None:
-        scale = descales[0] * descales[1] / math.sqrt(queries.shape[-1])
+        scale = descales[0] * descales[1] / math.sqrt(q_rows.shape[-1])
         out_scale = descales[2]
-    heads = rows.batch.numel() // ROWS_PER_HEAD  # the picks' heads (shape only: no sync)
-    batch = rows.batch.view(heads, ROWS_PER_HEAD)[:, 0]
-    kv_head = rows.head.view(heads, ROWS_PER_HEAD)[:, 0] // group
-    position = rows.position.view(heads, ROWS_PER_HEAD)
-    q_rows = queries[rows.call, rows.batch, rows.head, rows.position].view(heads, ROWS_PER_HEAD, -1)
+    picked = rows.batch.numel() // ROWS_PER_HEAD  # the picks' heads (shape only: no sync)
+    batch = rows.batch.view(picked, ROWS_PER_HEAD)[:, 0]
+    kv_head = rows.head.view(picked, ROWS_PER_HEAD)[:, 0] // group
+    position = rows.position.view(picked, ROWS_PER_HEAD)
+    q_rows = q_rows.view(picked, ROWS_PER_HEAD, -1)
     expected = reference_rows(q_rows, k[batch, kv_head], v[batch, kv_head], position, causal, scale)
-    expected = expected.reshape(heads * ROWS_PER_HEAD, -1)
+    expected = expected.reshape(picked * ROWS_PER_HEAD, -1)
     return expected if descales is None else expected * out_scale
 
 
@@ -117,6 +137,78 @@ def problems(
     held the host for every pick of every sample)."""
     figures = _figures(torch.cat(gathered), expected, len(gathered)).tolist()
     return [_verdict(int(nonfinite), error, tolerance) for nonfinite, error in figures]
+
+
+@dataclass(frozen=True)
+class PickVerdict:
+    """One pick's check: the sample it was read in, which of the sample's calls, why its
+    rows fail (None: they pass) and their max error."""
+
+    sample: int
+    call: int
+    problem: str | None
+    error: float
+
+
+class Unchecked:
+    """A placement's samples whose rows were read but not yet checked: their picks, the
+    rows read and the queries those rows need, kept until `verdicts` references them all
+    in one batch (the module's docstring says why)."""
+
+    def __init__(self, keys_per_head: int) -> None:
+        self._keys_per_head = keys_per_head  # S x D: what each picked head's reference holds
+        self._clear()
+
+    def _clear(self) -> None:
+        self._picks: list[tuple[int, int]] = []  # (sample, call), pick after pick
+        self._rows: list[Rows] = []
+        self._queries: list[torch.Tensor] = []
+        self._gathered: list[torch.Tensor] = []
+
+    def __len__(self) -> int:
+        return len(self._picks)
+
+    def add(
+        self,
+        sample: int,
+        calls: tuple[int, ...],
+        rows: Rows,
+        q_rows: torch.Tensor,
+        gathered: list[torch.Tensor],
+    ) -> None:
+        self._picks += [(sample, call) for call in calls]
+        self._rows.append(rows)
+        self._queries.append(q_rows)
+        self._gathered += gathered
+
+    @property
+    def full(self) -> bool:
+        """Whether one more sample's heads could take the batch past REFERENCE_KEYS_MAX."""
+        heads = len(self._picks) * ROW_HEADS
+        return (heads + ROW_HEADS) * self._keys_per_head > REFERENCE_KEYS_MAX
+
+    def verdicts(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        heads: int,
+        tolerance: float,
+        descales: tuple[float, float, float] | None = None,
+    ) -> list[PickVerdict]:
+        """Every kept pick's verdict, in the order read (one reference, one read from the
+        device); nothing is kept afterwards."""
+        if not self._picks:
+            return []
+        rows = Rows(*(torch.cat([getattr(r, f.name) for r in self._rows]) for f in fields(Rows)))
+        expected = reference(torch.cat(self._queries), k, v, rows, causal, heads, descales)
+        found = problems(self._gathered, expected, tolerance)
+        picks = self._picks
+        self._clear()
+        return [
+            PickVerdict(sample, call, problem, error)
+            for (sample, call), (problem, error) in zip(picks, found, strict=True)
+        ]
 
 
 def _figures(got: torch.Tensor, want: torch.Tensor, picks: int) -> torch.Tensor:

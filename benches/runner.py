@@ -315,6 +315,8 @@ def prepare_config(
                 )
                 for n, p in trial.items()
             }
+            for held in trial.values():  # a wrong answer while warming up refuses it too
+                placement.confirm(held)
             batches = _cpu_batches(clock, trial, settled)
             break
         except WorkerLost as exc:
@@ -747,11 +749,23 @@ class _Block:
                 self._lose(name, exc)
 
     def check(self, inputs: tuple, stage: str) -> None:
+        self.confirm()
         for name in self._checks.check(self._config, self.placements, inputs, stage):
             self._setup.runs.pop(name, None)
             del self.placements[name]
 
+    def confirm(self) -> None:
+        """Every worker sample's rows checked (a worker's placement checks them in batches:
+        MeasuredPlacement.confirm); a kernel whose rows failed leaves the block and the
+        config, its samples no result."""
+        for name, held in list(self.placements.items()):
+            try:
+                placement.confirm(held)
+            except WorkerLost as exc:
+                self._lose(name, exc)
+
     def release(self) -> None:
+        self.confirm()
         placement.release(self.placements)
         gc.collect()  # between blocks, untimed: whatever a cycle held goes now, not at exit
 

@@ -629,3 +629,43 @@ def test_a_blocks_warm_rounds_warm_a_workers_placement_and_sample_it_last():
     block.settle(0.0)
     assert done["kernel"] == ["warm"] * (placement.WARM_ROUNDS - 1) + ["sample"]
     assert done["sdpa"] == ["sample"] * placement.WARM_ROUNDS
+
+
+def test_a_blocks_samples_are_checked_in_one_batch_and_a_wrong_one_is_named(
+    tmp_path, registered, monkeypatch
+):
+    """Each worker sample's rows are read inside its bracket, but referenced and compared
+    later, many samples at once (row_checks.Unchecked: a check a sample held the host 0.8-0.9
+    ms of each, issue 48 item 6): no reference while the block samples; at `confirm`, one for
+    all of them, refusing the kernel by the first sample whose rows were wrong."""
+    from benches import bracket, row_checks
+
+    calls = tmp_path / "calls"
+    body = (
+        f"seen = len(open({str(calls)!r}).read()) if os.path.exists({str(calls)!r}) else 0\n"
+        f"open({str(calls)!r}, 'a').write('x')\n"
+        "if seen == 4:\n    return q * 0 + 7\n"
+    )
+    kernel_tree(tmp_path, "fifth", body)
+    plan = registered(cpu_plan([user_kernel("fifth", "fifth")], [config("d8", 8)]), tmp_path)
+    cfg = plan.configs[0]
+    inputs = correctness.make_inputs(cfg, torch.device("cpu"), 3)
+    referenced = []
+    reference = row_checks.reference
+
+    def counted(q_rows, *args, **kwargs):
+        referenced.append(len(q_rows))
+        return reference(q_rows, *args, **kwargs)
+
+    monkeypatch.setattr(row_checks, "reference", counted)
+    measuring = isolation.Measuring(bracket.CpuBracket(), lambda gated: 0.0, 1e-3, secret=1)
+    held = registry.get("fifth").place(cfg, inputs, "single", 1, 5, measuring)
+    try:
+        for _ in range(8):
+            held.sample()
+        assert referenced == []  # read, not yet checked
+        with pytest.raises(isolation.Refused, match=r"^sample 5: max error .* in the rows checked"):
+            held.confirm()
+        assert referenced == [8 * row_checks.ROWS_PER_PICK]  # the 8 samples' rows at once
+    finally:
+        held.drop()

@@ -31,10 +31,25 @@ def clocked(owner, name: str, label: str | None = None, by_first_arg: bool = Fal
     setattr(owner, name, wrapper)
 
 
+def valued(owner, name: str, label: str, scale: float) -> None:
+    """Records what `name` returns, times `scale`, as if it were seconds spent (printed
+    beside the clocks: a value's median and total)."""
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        value = original(*args, **kwargs)
+        SPENT[label].append(value * scale)
+        return value
+
+    setattr(owner, name, wrapper)
+
+
 def wrap_all() -> None:
     clocked(isolation.MeasuredPlacement, "_take")
     clocked(isolation.MeasuredPlacement, "_picks")
-    clocked(isolation.MeasuredPlacement, "_check")
+    clocked(isolation.MeasuredPlacement, "_keep")
+    clocked(isolation.MeasuredPlacement, "confirm")
     clocked(isolation.MeasuredPlacement, "_compare")
     clocked(isolation, "fill_fresh")
     clocked(shared_buffers, "fill_fresh", "fill_fresh(module)")
@@ -42,8 +57,10 @@ def wrap_all() -> None:
     clocked(isolation.Worker, "finished")
     clocked(isolation.Worker, "settle")
     clocked(bracket.CudaBracket, "_once")
+    valued(bracket.CudaBracket, "cover_us", "spin before a bracket (its length)", 1e-6)
     clocked(bracket.CudaBracket, "sample", "bracket.sample")
-    clocked(row_checks, "gather")
+    clocked(row_checks, "gatherer")
+    clocked(row_checks, "query_rows")
     clocked(row_checks, "reference")
     clocked(row_checks, "problems")
     clocked(timing.CudaClock, "_sample", "in-process _sample")
