@@ -447,11 +447,21 @@ class MeasuredPlacement:
         self._generation = worker.generation
 
     def sample(self) -> float:
-        """The time of one call (ms), its output checked where the harness read it. On
-        the CPU the harness's bracket less what a bracket adds (a sample that leaves no
-        time, noise, is taken again); on the GPU the worker's own events, bounded by the
-        harness's whole bracket and checked against it (GPU_REPORT_ALLOWANCE_MS says why),
-        less what a worker's own events add (brackets.Calibration.own_offset_ms)."""
+        """The time of one call (ms), its output read where the harness read it (checked
+        by `confirm`). On the CPU the harness's bracket less what a bracket adds (a sample
+        that leaves no time, noise, is taken again); on the GPU the worker's own events,
+        bounded by the harness's whole bracket and checked against it
+        (GPU_REPORT_ALLOWANCE_MS says why), less what a worker's own events add
+        (brackets.Calibration.own_offset_ms). A refusal names a wrong row read before it
+        first: garbage answered at once also takes no time, and its refusal read so (two
+        cheats of the GPU suite, H200, 2026-11-30)."""
+        try:
+            return self._sample()
+        except Refused:
+            self.confirm()
+            raise
+
+    def _sample(self) -> float:
         for _ in range(NONPOSITIVE_RETAKES + 1):
             whole, self.harness, self.reported, unloaded = self._take()
             reported = self._reported_within(whole)

@@ -669,3 +669,26 @@ def test_a_blocks_samples_are_checked_in_one_batch_and_a_wrong_one_is_named(
         assert referenced == [8 * row_checks.ROWS_PER_PICK]  # the 8 samples' rows at once
     finally:
         held.drop()
+
+
+def test_a_refusal_while_timed_names_a_wrong_row_read_before_it():
+    """Rows are checked a batch at a time (MeasuredPlacement.confirm); a kernel that answers
+    garbage at once also takes no time, or lies: refused for that first, it would be named
+    for its time where its rows were wrong (the GPU cheat suite's garbage-while-timed and
+    lazy-output, H200, 2026-11-30). The rows read before the refusal are checked first."""
+    from types import SimpleNamespace
+
+    from benches import row_checks
+
+    placement, _ = _gpu_rule_placement([(0.05, 0.0)] * (isolation.NONPOSITIVE_RETAKES + 1))
+    wrong = row_checks.PickVerdict(3, 0, "max error 5 over tolerance 0.01 in the rows checked", 5.0)
+    placement._unchecked = type(
+        "Kept", (), {"__len__": lambda self: 1, "verdicts": lambda self, *a: [wrong]}
+    )()
+    placement._k = placement._v = None
+    placement._fresh, placement._scales = [torch.empty(1, 2, 3, 4)], None
+    placement._config = SimpleNamespace(causal=False)
+    placement._modified_input = lambda: None
+    placement.worst_error = None
+    with pytest.raises(isolation.Refused, match=r"^sample 3: max error 5 over tolerance"):
+        placement.sample()
