@@ -21,6 +21,13 @@ def inputs(heads: int, kv_heads: int, seq: int = 40, dim: int = 16):
     return draw(heads), draw(kv_heads), draw(kv_heads)
 
 
+def reference(queries, k, v, rows, causal, descales=None):
+    """The picks' reference from the stacked query buffers, as a placement's batch takes it
+    (their rows gathered first)."""
+    q_rows = row_checks.query_rows(queries, rows)
+    return row_checks.reference(q_rows, k, v, rows, causal, queries.shape[2], descales)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (8, 2)], ids=["mha", "gqa"])
 def test_the_picked_rows_are_the_rows_of_whole_float64_attention(heads, kv_heads, causal):
@@ -28,7 +35,7 @@ def test_the_picked_rows_are_the_rows_of_whole_float64_attention(heads, kv_heads
     rows = row_checks.pick(tuple(q.shape), np.random.default_rng(3), torch.device("cpu"))
     whole = reference_attention(q, k, v, causal)
     expected = whole[rows.batch, rows.head, rows.position]
-    got = row_checks.reference(q[None], k, v, rows, causal)
+    got = reference(q[None], k, v, rows, causal)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
@@ -38,7 +45,7 @@ def test_fp8_rows_read_the_values_their_descales_stand_for():
     descales = (0.5, 0.25, 2.0)
     rows = row_checks.pick(tuple(q.shape), np.random.default_rng(5), torch.device("cpu"))
     whole = reference_attention(q.double() * 0.5, k.double() * 0.25, v.double() * 2.0, False)
-    got = row_checks.reference(q[None], k, v, rows, False, descales)
+    got = reference(q[None], k, v, rows, False, descales)
     torch.testing.assert_close(got, whole[rows.batch, rows.head, rows.position])
 
 
@@ -50,7 +57,7 @@ def test_a_graph_samples_picks_of_several_calls_are_each_their_own_calls_rows(ca
     queries = torch.stack([q, -q, q * 0.5, q.flip(2)])
     calls = (3, 0, 2, 1)
     rows = row_checks.pick(tuple(q.shape), np.random.default_rng(9), torch.device("cpu"), calls)
-    got = row_checks.reference(queries, k, v, rows, causal).view(len(calls), -1, q.shape[-1])
+    got = reference(queries, k, v, rows, causal).view(len(calls), -1, q.shape[-1])
     for index, call in enumerate(calls):
         whole = reference_attention(queries[call], k, v, causal)
         torch.testing.assert_close(got[index], whole[rows.of_pick(index)], rtol=1e-12, atol=1e-12)
@@ -75,3 +82,39 @@ def test_each_pick_of_a_sample_gets_its_own_verdict_in_order():
     assert verdicts[0] == (None, 0.0)
     assert verdicts[1] == ("max error 0.5 over tolerance 0.01 in the rows checked", 0.5)
     assert verdicts[2][0] == "2 non-finite elements in the rows checked"
+
+
+def test_samples_kept_unchecked_are_judged_together_each_by_its_own_queries():
+    """A placement's samples, each with its own fresh queries, kept (row_checks.Unchecked)
+    and judged in one batch: each pick is held to its own sample's attention, and a wrong row
+    is named by its sample and call."""
+    q, k, v = inputs(8, 2)
+    unchecked = row_checks.Unchecked(k.shape[-2] * k.shape[-1])
+    rng = np.random.default_rng(11)
+    for sample, queries in enumerate((q, -q, q * 0.5), start=1):
+        rows = row_checks.pick(tuple(q.shape), rng, torch.device("cpu"))
+        out = reference_attention(queries, k, v, True).half()
+        if sample == 2:
+            batch, head, position = rows.of_pick(0)
+            out[batch[7], head[7], position[7]] += 1.0
+        q_rows = row_checks.query_rows(queries[None], rows)
+        unchecked.add(sample, (0,), rows, q_rows, row_checks.gatherer([out], rows)())
+    assert len(unchecked) == 3
+    verdicts = unchecked.verdicts(k, v, True, q.shape[1], 0.01)
+    assert [(v.sample, v.call, v.problem is None) for v in verdicts] == [
+        (1, 0, True),
+        (2, 0, False),
+        (3, 0, True),
+    ]
+    assert len(unchecked) == 0 and unchecked.verdicts(k, v, True, q.shape[1], 0.01) == []
+
+
+def test_a_batch_is_full_before_one_more_sample_would_pass_the_keys_bound():
+    per_head = row_checks.REFERENCE_KEYS_MAX // (3 * row_checks.ROW_HEADS)
+    unchecked = row_checks.Unchecked(per_head)
+    rows = row_checks.pick((1, 4, 8, 2), np.random.default_rng(1), torch.device("cpu"))
+    for sample in (1, 2):
+        unchecked.add(sample, (0,), rows, torch.zeros(row_checks.ROWS_PER_PICK, 2), [])
+        assert not unchecked.full
+    unchecked.add(3, (0,), rows, torch.zeros(row_checks.ROWS_PER_PICK, 2), [])
+    assert unchecked.full  # a fourth sample's heads would pass it
