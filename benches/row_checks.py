@@ -183,9 +183,9 @@ class Unchecked:
 
     @property
     def full(self) -> bool:
-        """Whether one more sample's heads could take the batch past REFERENCE_KEYS_MAX."""
-        heads = len(self._picks) * ROW_HEADS
-        return (heads + ROW_HEADS) * self._keys_per_head > REFERENCE_KEYS_MAX
+        """Whether the kept heads' keys have reached REFERENCE_KEYS_MAX (a batch holds at
+        most one sample's more: 4 heads, 16 for a graph sample's picks)."""
+        return len(self._picks) * ROW_HEADS * self._keys_per_head >= REFERENCE_KEYS_MAX
 
     def verdicts(
         self,

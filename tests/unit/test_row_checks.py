@@ -109,12 +109,10 @@ def test_samples_kept_unchecked_are_judged_together_each_by_its_own_queries():
     assert len(unchecked) == 0 and unchecked.verdicts(k, v, True, q.shape[1], 0.01) == []
 
 
-def test_a_batch_is_full_before_one_more_sample_would_pass_the_keys_bound():
-    per_head = row_checks.REFERENCE_KEYS_MAX // (3 * row_checks.ROW_HEADS)
-    unchecked = row_checks.Unchecked(per_head)
+def test_a_batch_is_full_once_its_heads_keys_reach_the_bound():
+    unchecked = row_checks.Unchecked(row_checks.REFERENCE_KEYS_MAX // (2 * row_checks.ROW_HEADS))
     rows = row_checks.pick((1, 4, 8, 2), np.random.default_rng(1), torch.device("cpu"))
-    for sample in (1, 2):
-        unchecked.add(sample, (0,), rows, torch.zeros(row_checks.ROWS_PER_PICK, 2), [])
-        assert not unchecked.full
-    unchecked.add(3, (0,), rows, torch.zeros(row_checks.ROWS_PER_PICK, 2), [])
-    assert unchecked.full  # a fourth sample's heads would pass it
+    unchecked.add(1, (0,), rows, torch.zeros(row_checks.ROWS_PER_PICK, 2), [])
+    assert not unchecked.full
+    unchecked.add(2, (0,), rows, torch.zeros(row_checks.ROWS_PER_PICK, 2), [])
+    assert unchecked.full
