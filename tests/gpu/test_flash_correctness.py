@@ -146,6 +146,19 @@ def test_hopper_three_consumers_and_paired_tiles_everywhere():
     run_with_switches("FLASH_SM90_SHAPE_D64=2 FLASH_SM90_CAUSAL_SCHEDULE=2")
 
 
+@pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="the Hopper path's ring",
+)
+def test_hopper_ring_from_zero_everywhere():
+    """Every Hopper kernel's persistent block taking each of its tiles from the K/V ring's stage
+    0, the stages' use parities carried (FLASH_SM90_RING_FROM_ZERO=2; 1, the three-consumer
+    kernels alone, is the choice NOTES "h45" would ship), with three consumers at every D = 64
+    shape, in a fresh process."""
+    run_with_switches("FLASH_SM90_RING_FROM_ZERO=2 FLASH_SM90_SHAPE_D64=2")
+
+
 def exponentials_under_pv(sass: str) -> dict[str, int]:
     """Per Hopper kernel in cuobjdump's SASS: the MUFU.EX2 between the key loop's wait for
     S_j (WARPGROUP.DEPBAR.LE gsb0, 0x1) and its wait for P_{j-1} V_{j-1} (0x0), that is,

@@ -226,6 +226,43 @@ def test_fp8_scratch_the_binding_allocates_holds_every_tile_layouts_images(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_every_key_tile_waits_on_its_stages_own_use_parity_either_way_the_ring_is_carried(
+    tmp_path: Path,
+):
+    """The Hopper K/V ring over a persistent block's tiles (RingPosition), carried as its count
+    (shipped) or each tile from stage 0 with the stages' use parities carried
+    (FLASH_SM90_RING_FROM_ZERO=1): walked over tiles of 0 to 9 key tiles at 2 and 3 stages,
+    every key tile's stage is the one its representation says and the phase it waits on is that
+    stage's uses so far, mod 2 (what the full and empty barriers count), here on the host."""
+    for from_zero in (0, 1):
+        program = tmp_path / f"ring{from_zero}.cu"
+        program.write_text(
+            f"#define FLASH_SM90_RING_FROM_ZERO {from_zero}\n"
+            '#include <cstdio>\n#include "flash_fwd_sm90_schedule.cuh"\n'
+            "using namespace flash;\n"
+            "template <int S> int walk() {\n"
+            "  RingPosition ring;\n"
+            "  int uses[S] = {}, count = 0, bad = 0;\n"
+            "  const int tiles[] = {8, 0, 1, 5, 3, 2, 9, 4, 7, 6, 1, 1, 3, 0, 2};\n"
+            "  for (int n : tiles) {\n"
+            "    for (int j = 0; j < n; ++j) {\n"
+            "      const int stage = ring.stage<S>(j);\n"
+            "      bad += stage != (FLASH_SM90_RING_FROM_ZERO ? j % S : (count + j) % S);\n"
+            "      bad += ring.phase<S>(j) != uint32_t(uses[stage]++ & 1);\n"
+            "    }\n"
+            "    ring.after<S>(n);\n"
+            "    count += n;\n"
+            "  }\n"
+            "  return bad;\n"
+            "}\n"
+            'int main() { std::printf("%d %d\\n", walk<2>(), walk<3>()); }\n'
+        )
+        lines = _host_program_lines(program, tmp_path / f"ring{from_zero}")
+        assert lines[0] == "0 0", (from_zero, lines)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_fp8_d128_unit_holds_its_kernels_unserialized_and_unspilled(tmp_path: Path):
     """ptxas on the D = 128 FP8 unit, as a build compiles it: the wide-tile kernels (the default)
     and both two-S ones are there, no wgmma is serialized (C7514: a first two-S version kept an

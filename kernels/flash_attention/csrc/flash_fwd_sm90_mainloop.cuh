@@ -479,11 +479,20 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
         const bool idle = T::kConsumerWarpgroups > 2 &&
                           tile.m_block * T::kBlockM + turns.consumer_wg * 64 >= p.seqlen_q;
         const QPosition<T> q(q_loads);
+#if FLASH_SM90_RING_FROM_ZERO
+        // The stages' parities broadcast from lane 0: ptxas then checks their uniformity once
+        // a tile and keeps the key loop's waits convergent (three consumers: 561 -> 558
+        // instructions, BSSY 3 -> 1; NOTES "h45").
+        RingPosition at = ring;
+        at.used = __shfl_sync(0xffffffffu, ring.used, 0);
+#else
+        const RingPosition& at = ring;
+#endif
         if (idle)
-            pass_tile<T>(sm, tile, ring, q, turns, lane);
+            pass_tile<T>(sm, tile, at, q, turns, lane);
         else
-            consume_tile<T, Causal>(p, sm, tile, ring, q, turns, tma_o, consumer_warp, lane);
-        ring.count += tile.n_blocks;
+            consume_tile<T, Causal>(p, sm, tile, at, q, turns, tma_o, consumer_warp, lane);
+        ring.after<T::kStages>(tile.n_blocks);
         q_loads += tile.n_blocks > 0;
     }
     turns.finish();

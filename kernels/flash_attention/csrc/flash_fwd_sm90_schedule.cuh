@@ -156,15 +156,41 @@ struct UnitWalk {
 };
 
 
-// Position in the K/V ring, carried across tiles: stage and the parity of its use.
+// Position in the K/V ring, carried across tiles: a tile's key tile j's stage and the parity
+// of its use. As shipped the ring's count is carried (a tile's key tiles go on where the block's
+// earlier ones left the ring). FLASH_SM90_RING_FROM_ZERO: every tile from stage 0, each stage's
+// use parity carried instead, a bit a stage, which only the barrier waits read: ptxas computed
+// the three-consumer key loop's stage descriptors per thread from a count carried through the
+// tile loop (NOTES "h45", f8).
 struct RingPosition {
+#if FLASH_SM90_RING_FROM_ZERO
+    uint32_t used = 0;  // bit s: the parity of stage s's uses by the block's earlier tiles
+    template <int Stages>
+    __host__ __device__ __forceinline__ int stage(int j) const { return j % Stages; }
+    template <int Stages>
+    __host__ __device__ __forceinline__ uint32_t phase(int j) const {
+        return ((used >> (j % Stages)) ^ uint32_t(j / Stages)) & 1u;
+    }
+    // After a tile of n key tiles: stage s took (n - s + Stages - 1) / Stages of them.
+    template <int Stages>
+    __host__ __device__ __forceinline__ void after(int n) {
+#pragma unroll
+        for (int s = 0; s < Stages; ++s)
+            if (n > s) used ^= (uint32_t((n - s + Stages - 1) / Stages) & 1u) << s;
+    }
+#else
     int count = 0;
     template <int Stages>
-    __device__ __forceinline__ int stage(int j) const { return (count + j) % Stages; }
+    __host__ __device__ __forceinline__ int stage(int j) const { return (count + j) % Stages; }
     template <int Stages>
-    __device__ __forceinline__ uint32_t phase(int j) const {
+    __host__ __device__ __forceinline__ uint32_t phase(int j) const {
         return uint32_t(((count + j) / Stages) & 1);
     }
+    template <int Stages>
+    __host__ __device__ __forceinline__ void after(int n) {
+        count += n;
+    }
+#endif
 };
 // The Q buffer of a block's q_loads-th loaded tile (tiles without keys load none), and the
 // parity of that buffer's use.
@@ -225,7 +251,7 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
             load_kv(sm.k(stage), tma_k, sm.full_k(stage), sm.empty_k(stage), phase, j);
             load_kv(sm.v(stage), tma_v, sm.full_v(stage), sm.empty_v(stage), phase, j);
         }
-        ring.count += tile.n_blocks;
+        ring.after<S>(tile.n_blocks);
     }
 }
 
