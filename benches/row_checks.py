@@ -13,8 +13,9 @@ nor checked: nothing of them becomes a sample.)
 
 The rows are read inside each sample's bracket; their reference is computed and compared
 later, for many samples at once (`Unchecked`): a sample's own check, its float64 reference
-launched and its figures read back, held the host for 0.8-0.9 ms of every worker sample on
-an H200, about a fifth of the host's path (issue 48 item 6). The queries a sample's rows
+launched and its figures read back, held the host for 0.6 ms of every worker sample on an
+H200, where a batch's costs 0.1-0.2 ms a sample (tools/verdict/check_graph_probe.py, issue 48
+item 6). The queries a sample's rows
 need are gathered at once, before the next sample's overwrite them. Every sample is checked
 before its block ends, before its config's timed checks and so before any verdict
 (benches/runner.py): a wrong row still refuses the kernel, naming its sample, a few samples

@@ -635,9 +635,9 @@ def test_a_blocks_samples_are_checked_in_one_batch_and_a_wrong_one_is_named(
     tmp_path, registered, monkeypatch
 ):
     """Each worker sample's rows are read inside its bracket, but referenced and compared
-    later, many samples at once (row_checks.Unchecked: a check a sample held the host 0.8-0.9
-    ms of each, issue 48 item 6): no reference while the block samples; at `confirm`, one for
-    all of them, refusing the kernel by the first sample whose rows were wrong."""
+    later, many samples at once (row_checks.Unchecked: a check a sample held the host 0.6 ms
+    of each on an H200, issue 48 item 6): no reference while the block samples; at `confirm`,
+    one for all of them, refusing the kernel by the first sample whose rows were wrong."""
     from benches import bracket, row_checks
 
     calls = tmp_path / "calls"
@@ -682,6 +682,7 @@ def test_a_refusal_while_timed_names_a_wrong_row_read_before_it():
 
     placement, _ = _gpu_rule_placement([(0.05, 0.0)] * (isolation.NONPOSITIVE_RETAKES + 1))
     wrong = row_checks.PickVerdict(3, 0, "max error 5 over tolerance 0.01 in the rows checked", 5.0)
+    # one kept pick, sample 3's, whose rows were wrong (a class: len() reads the type's)
     placement._unchecked = type(
         "Kept", (), {"__len__": lambda self: 1, "verdicts": lambda self, *a: [wrong]}
     )()
