@@ -3,15 +3,18 @@
 The code under test may patch anything in its own process, timers included, so no time
 read there becomes a sample. The parent brackets each call instead:
 
-GPU. The parent's stream: a spin long enough to cover the handshake below, its start
-event, fresh queries written into the worker's input buffer, the L2 flush, then an
-interprocess event GO. The worker's stream waits for GO, makes the call and records its
-interprocess event DONE; the worker replies where its output lies. The parent polls DONE
-from the host (its stream never waits on an event of the worker's: a worker that dies
-with such a wait pending leaves the parent's stream blocked for good, measured on an
-H200, 2026-11-29), reads the sampled rows of the output on its own stream, then records
-its end event. The rows are read after the call's work is done or they are wrong: the
-end event cannot come before the work (benches/row_checks.py).
+GPU. The parent asks the worker for the call with the next value of its go counter (a
+32-bit counter in the parent's memory, lent to the worker: shared_buffers.GoCounter). The
+worker enqueues a wait until the counter reaches that value, the call and its interprocess
+event DONE, and replies where its output lies. Only then does the parent's stream take its
+start event, the fresh queries written into the worker's input buffers, the L2 flush and
+the counter's new value, after which the worker's call runs. The parent polls DONE from
+the host (its stream never waits on anything of the worker's: a worker that dies with such
+a wait pending leaves the parent's stream blocked for good, H200, 2026-11-29), reads the
+sampled rows of the output on its own stream, then records its end event. The rows are
+read after the call's work is done or they are wrong: the end event cannot come before the
+work (benches/row_checks.py). The host's handshake with the worker lies before the start
+event, however long it takes.
 
 CPU, and a GPU worker that runs as another user than the harness (the driver shares no
 interprocess event between users): gated from the host. The parent starts its clock (GPU:
@@ -44,44 +47,56 @@ import collections
 import math
 import statistics
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 
 from benches import timing
 
-# The spin before each sample covers what the host does before the worker's call is
-# enqueued behind GO: the sample's refresh, the flush and GO enqueued, the request, the
-# worker's enqueue and its reply (0.2-0.4 ms for our kernel's worker on an H200). It lasts
-# COVER_FACTOR x the median of the latest HANDSHAKE_HISTORY such spans of brackets with as
-# many lent queries (a graph sample refreshes up to 256), within these bounds. Brackets of
-# one key share a history, the calibration's included: a late handshake (GPU idle inside the
-# bracket, waiting on the host) is what a bracket must never hold. (A 0.4 ms floor was
-# tried: two honest kernels' brackets then read 0.03 ms a call over their own events in the
-# GPU tests, refused as liars; H200, 2026-11-29.)
-COVER_US = 1000.0
-COVER_MAX_US = 20000.0
-COVER_FACTOR = 2.0
-HANDSHAKE_HISTORY = 16
-RETAKES_MAX = 3  # a sample whose handshake outlasted the cover is taken again
+# A worker's reply to a linked call comes once the call is enqueued behind the wait on the
+# go counter, before anything is timed. A worker that synchronizes inside its call before
+# it replies (a kernel's own sync; the driver loading a kernel at its first launch may
+# synchronize the context: CUDA Programming Guide, "Lazy Loading", Potential Hazards,
+# https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/lazy-loading.html)
+# cannot reply before
+# the go it waits for: the harness's own calibration worker hung so at its first timed call
+# in the first GPU run of this bracket (H200, 2026-11-30). So the parent waits for the reply at most
+# REPLY_FACTOR x the median of the link's latest REPLY_HISTORY replies, within these bounds,
+# then starts its bracket and releases the call anyway; such a sample holds the worker's
+# host time and is taken again, at most RETAKES_MAX times.
+REPLY_WAIT_US = 1000.0
+REPLY_WAIT_MAX_US = 20000.0
+REPLY_FACTOR = 2.0
+REPLY_HISTORY = 16
+RETAKES_MAX = 3
 
 
 class Hung(Exception):
     """The worker's call did not finish by the request's deadline."""
 
 
+class Asked(Protocol):
+    """A call asked of a worker, its reply not yet read."""
+
+    def within(self, seconds: float) -> bool:
+        """Whether the reply has come, waiting at most `seconds` for it."""
+        ...
+
+    def reply(self) -> dict: ...
+
+
 @dataclass(frozen=True)
 class Bracketed:
     """One bracketed call: the parent's time (ms, overhead included), the rows it read,
-    the worker's reply, and whether the handshake outlasted the cover (then the time also
-    holds the worker's host enqueue)."""
+    the worker's reply, and whether the reply came late (then the time also holds the
+    worker's host time)."""
 
     ms: float
     rows: torch.Tensor
     reply: dict
-    late: bool
+    late: bool = False
     # CPU: how long the parent's thread and the worker's main thread sat runnable but not
     # running inside the bracket (benches/host_load.py), None where unread
     waited_ms: float | None = None
@@ -89,7 +104,7 @@ class Bracketed:
 
 class CudaBracket:
     """The parent's events around a worker's call; one per parent, used for every worker
-    (`link`: the worker's GO and DONE)."""
+    (`link`: the worker's go counter and DONE)."""
 
     interleaves = False  # the GPU's calibration is taken afresh at each block's start
 
@@ -99,7 +114,6 @@ class CudaBracket:
         self._end = torch.cuda.Event(enable_timing=True)
         self.retaken = 0
         self.looked_again = 0  # the own-time rule's second looks (isolation._look_again)
-        self._handshakes: dict[Hashable, collections.deque[float]] = {}
 
     @staticmethod
     def overhead_of(bracketed: list[float], in_process: list[float]) -> float:
@@ -111,54 +125,63 @@ class CudaBracket:
         self,
         link,
         refresh: Callable[[], None],
-        call: Callable[[], dict],
-        read: Callable[[dict], torch.Tensor],
+        ask: Callable[[int | None], Asked],
+        read: Callable[[dict], Callable[[], torch.Tensor]],
         deadline: Callable[[], float],
         finish: Callable[[dict], dict],
-        cover_key: Hashable = None,
         load=None,
     ) -> Bracketed:
-        """`refresh` writes the call's fresh inputs, `call` asks the worker for the call and
-        returns its reply, `read` finds where that reply says the output is and returns
-        what reads the rows there, once the call is done;
+        """`refresh` writes the call's fresh inputs, `ask(go)` asks the worker for the call
+        (linked: to start once the go counter reaches `go`), `read` finds where the reply
+        says the output is and returns what reads the rows there, once the call is done;
         `deadline()` is when the worker must have finished (monotonic seconds); `finish`
         takes the worker's last word on the call once the bracket is closed (every call's,
-        a retaken one's too), and its answer stands as the sample's reply. `cover_key`
-        names the brackets whose host spans size this one's spin (COVER_FACTOR). `load`
-        is the CPU's (CpuBracket): the GPU's events hold no host wait."""
+        a retaken one's too), and its answer stands as the sample's reply. `load` is the
+        CPU's (CpuBracket): the GPU's events hold no host wait."""
+        if link is None:
+            return self._gated(ask, read, finish)
         for _ in range(RETAKES_MAX):
-            taken = self._once(link, refresh, call, read, deadline, finish, cover_key)
+            taken = self._linked(link, refresh, ask, read, deadline, finish)
             if not taken.late:
                 return taken
             self.retaken += 1
-        return self._once(link, refresh, call, read, deadline, finish, cover_key)
+        return self._linked(link, refresh, ask, read, deadline, finish)
 
-    def cover_us(self, cover_key: Hashable = None) -> float:
-        """The spin before a bracket of `cover_key` (see COVER_FACTOR)."""
-        history = self._handshakes.get(cover_key)
-        if not history:
-            return COVER_US
-        return min(COVER_MAX_US, max(COVER_US, COVER_FACTOR * statistics.median(history)))
+    @staticmethod
+    def reply_wait_us(link) -> float:
+        """How long the parent waits for a linked call's reply (see REPLY_FACTOR)."""
+        if not link.replies:
+            return REPLY_WAIT_US
+        wait = REPLY_FACTOR * statistics.median(link.replies)
+        return min(REPLY_WAIT_MAX_US, max(REPLY_WAIT_US, wait))
 
-    def _once(self, link, refresh, call, read, deadline, finish, cover_key=None) -> Bracketed:
-        if link is None:
-            return self._gated(call, read, finish)
-        torch.cuda._sleep(int(self.cover_us(cover_key) * timing.COVER_CYCLES_PER_US))
-        spin_enqueued = time.perf_counter()
+    def _linked(self, link, refresh, ask, read, deadline, finish) -> Bracketed:
+        # The call is asked for, and enqueued by the worker behind its wait on the go
+        # counter, before anything is timed: the host's handshake lies before the start
+        # event. (A spin before the start event covered it before, twice the recent
+        # handshakes' median: 1.5 ms a sample on an H200, 2026-11-29.) Where the output
+        # lies is found before the start too (a new allocation is mapped: the driver's IPC
+        # open takes a while); its rows are read once the call is done.
+        go = link.go.arm()
+        asked_at = time.perf_counter()
+        try:
+            asked = ask(go)
+            on_time = asked.within(self.reply_wait_us(link) * 1e-6)
+            if on_time:
+                link.replies.append((time.perf_counter() - asked_at) * 1e6)
+                reply = asked.reply()
+                rows_of = read(reply)
+        except BaseException:
+            link.go.release()  # the worker's stream is not left waiting
+            raise
         self._start.record()
         refresh()
         self.clock.flush()
-        link.go.record()
-        reply = call()
-        late = link.go.query()
-        history = self._handshakes.setdefault(
-            cover_key, collections.deque(maxlen=HANDSHAKE_HISTORY)
-        )
-        history.append((time.perf_counter() - spin_enqueued) * 1e6)
-        # Where the output lies is found (an allocation seen for the first time is mapped:
-        # the driver's IPC open takes a while) while the call runs, not inside what follows
-        # its end; the rows themselves are read once it is done.
-        rows_of = read(reply)
+        link.go.release()
+        if not on_time:  # a slow host's reply lengthens the next wait, as a quick one's
+            reply = asked.reply()
+            link.replies.append((time.perf_counter() - asked_at) * 1e6)
+            rows_of = read(reply)
         limit = deadline()
         while not link.done.query():
             if time.monotonic() > limit:
@@ -166,9 +189,9 @@ class CudaBracket:
         rows = rows_of()
         self._end.record()
         self._end.synchronize()
-        return Bracketed(self._start.elapsed_time(self._end), rows, finish(reply), late)
+        return Bracketed(self._start.elapsed_time(self._end), rows, finish(reply), not on_time)
 
-    def _gated(self, call, read, finish) -> Bracketed:
+    def _gated(self, ask, read, finish) -> Bracketed:
         """Gated from the host (a worker running as another user: no event in common): the
         parent's start event, the flush, and only once the GPU has reached them the call
         (whose fresh queries the worker makes from the seed it brings); the worker's word
@@ -177,13 +200,13 @@ class CudaBracket:
         self._start.record()
         self.clock.flush()
         torch.cuda.current_stream().synchronize()
-        reply = call()
+        reply = ask(None).reply()
         rows_of = read(reply)
         last = finish(reply)
         rows = rows_of()
         self._end.record()
         self._end.synchronize()
-        return Bracketed(self._start.elapsed_time(self._end), rows, last, False)
+        return Bracketed(self._start.elapsed_time(self._end), rows, last)
 
 
 class CpuBracket:
@@ -210,9 +233,7 @@ class CpuBracket:
         1.04-1.12 of the parent's there (issue 49 item 4)."""
         return statistics.median(gaps)
 
-    def sample(
-        self, link, refresh, call, read, deadline, finish, cover_key=None, load=None
-    ) -> Bracketed:
+    def sample(self, link, refresh, ask, read, deadline, finish, load=None) -> Bracketed:
         """The parent's clock, then the fresh queries written into the lent buffers
         (`refresh`), then the call asked for. `load` (host_load.LoadWindow): the host's load
         inside the bracket, read around it."""
@@ -220,11 +241,11 @@ class CpuBracket:
             load.open()
         start = time.perf_counter()
         refresh()
-        reply = call()
+        reply = ask(None).reply()
         rows = read(reply)()
         ms = (time.perf_counter() - start) * 1e3
         waited = load.close() if load is not None else None
-        return Bracketed(ms, rows, finish(reply), False, waited)
+        return Bracketed(ms, rows, finish(reply), waited_ms=waited)
 
 
 def bracket_for(clock):
@@ -250,8 +271,9 @@ CALIBRATION_WINDOW = 9
 # path through the harness read 0.8-1.1 % over the parent's at 0.22 ms in 6 of 6 runs (H200,
 # 2026-11-30, tools/verdict/own_time_probe.py). Not the lent memory (the parent on it, or
 # the child on its own copies: within 0.3 us of the parent) nor another process (the child
-# timing itself, unlinked: the same), but the wait on the parent's GO event before the
-# call, the GPU switching from the parent's context to the worker's. What the switch adds
+# timing itself, unlinked: the same), but the wait on the parent's go before the call
+# (then an interprocess GO event), the GPU switching from the parent's context to the
+# worker's. What the switch adds
 # is read from the known call in single mode, where it is the one call of a bracket (a
 # graph replay shares it between its calls): the medians of its own times over the latest
 # OWN_OFFSET_WINDOW of its calibrations' brackets and of its in-process samples. At most

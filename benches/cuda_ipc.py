@@ -50,12 +50,42 @@ def _driver():
     lib.cuIpcCloseMemHandle.argtypes = [_U64]
     lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(_U64), _SIZE]
     lib.cuMemFree_v2.argtypes = [_U64]
+    # Stream memory operations, the V2 entry points: available on every platform without
+    # the driver's NVreg_EnableStreamMemOPs (CUDA driver API, "Stream Memory Operations":
+    # https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEMOP.html)
+    for name in ("cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p, _U64, ctypes.c_uint32, ctypes.c_uint]
     return lib
 
 
 def _check(rc: int, what: str) -> None:
     if rc != 0:
         raise IpcError(f"{what} failed (CUDA driver error {rc})")
+
+
+# CU_STREAM_WAIT_VALUE_GEQ: the stream waits until (int32_t)(*addr - value) >= 0, so a
+# counter may wrap. CU_STREAM_WRITE_VALUE_DEFAULT: the write is preceded by a memory fence,
+# so what the stream wrote before it is visible to whoever it releases.
+_WAIT_VALUE_GEQ = 0x0
+_WRITE_VALUE_DEFAULT = 0x0
+
+
+def wait_until_at_least(stream: torch.cuda.Stream, pointer: int, value: int) -> None:
+    """`stream`'s later work waits until the 32-bit counter at device address `pointer`
+    reaches `value` (enqueued; the host goes on at once)."""
+    rc = _driver().cuStreamWaitValue32_v2(
+        stream.cuda_stream, pointer, value & 0xFFFFFFFF, _WAIT_VALUE_GEQ
+    )
+    _check(rc, "cuStreamWaitValue32")
+
+
+def write_counter(stream: torch.cuda.Stream, pointer: int, value: int) -> None:
+    """`stream` writes `value` to the 32-bit counter at `pointer` once its earlier work is
+    done (enqueued)."""
+    rc = _driver().cuStreamWriteValue32_v2(
+        stream.cuda_stream, pointer, value & 0xFFFFFFFF, _WRITE_VALUE_DEFAULT
+    )
+    _check(rc, "cuStreamWriteValue32")
 
 
 _CURRENT: set[int] = set()

@@ -17,6 +17,7 @@ harness's) is `Refused` the same way.
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import multiprocessing
@@ -36,7 +37,7 @@ from benches import confinement, cuda_ipc, host_load, row_checks, wire, worker_s
 from benches.correctness import CallProblem, TwoCalls, modified_input, output_dtype
 from benches.fp8 import DESCALE_NAMES, descales_of, is_fp8
 from benches.kernel_tree import UserImplementation, declared_unavailable, declared_unsupported
-from benches.shared_buffers import Lender, fill_fresh
+from benches.shared_buffers import GoCounter, Lender, fill_fresh
 from results_schema import AttentionConfig
 from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
 
@@ -68,8 +69,8 @@ CPU_OWN_FRACTION = 0.25
 # records its end event). Why not the harness's figure as the sample: at that spread it would
 # take 10-20x the samples to see 3 %, and read a worker's kernel up to 11 % slower than the
 # same call in the parent. A graph replay is judged by the same rule, its allowance per
-# replay: once its spin covered the host's refresh of up to 256 lent queries (bracket.py),
-# the harness's median sat 2-3 % over honest reports of 4-7 us calls (the default plan's
+# replay: once no handshake was left inside its bracket (bracket.py), the harness's median
+# sat 2-3 % over honest reports of 4-7 us calls (the default plan's
 # three graph configs, H200, 2026-11-29); before, most graph samples held the host's
 # enqueue and read up to 4x. What a report may still shave is this allowance
 # (docs/security.md, "The verdict belongs to the harness"). Gated from the host (a worker of
@@ -102,11 +103,16 @@ class RequestFailed(Exception):
 
 @dataclass
 class Link:
-    """A GPU worker's link to the parent's clock: the parent's GO event, the worker's DONE."""
+    """A GPU worker's link to the parent's clock: the parent's go counter, the worker's
+    DONE event, and how long its latest replies to a call took (us: what the parent waits
+    for the next, bracket.REPLY_FACTOR)."""
 
-    go: torch.cuda.Event
+    go: GoCounter
     done: torch.cuda.Event
     generation: int
+    replies: collections.deque[float] = field(
+        default_factory=lambda: collections.deque(maxlen=brackets.REPLY_HISTORY)
+    )
 
 
 class Worker:
@@ -170,6 +176,14 @@ class Worker:
                 pending.outcome = exc
         self._free_returned()
 
+    def answered(self, seconds: float) -> bool:
+        """Whether the request in flight has its reply waiting (or the child ended), after
+        at most `seconds`."""
+        try:
+            return self._conn is None or self._conn.poll(seconds)
+        except (EOFError, OSError):
+            return True
+
     def figures(self, config: str, mode: str) -> _Figures:
         """The harness's and this kernel's own times of its calls on `config` in `mode`,
         as they came (`MeasuredPlacement._compare`), for as long as this Worker lives."""
@@ -208,15 +222,25 @@ class Worker:
         if self._process is None:
             self._start()
         if self._link is None or self._link.generation != self.generation:
-            go = torch.cuda.Event(interprocess=True)
-            reply = self.request("bind", go=go.ipc_handle().hex())
+            self._unlink()
+            go = GoCounter(self.device)
             try:
+                reply = self.request("bind", go=go.descriptor)
                 done = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(reply["done"]))
             except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+                go.free()
                 self._end()
                 raise WorkerLost(f"broke the protocol (bind): {_text(exc)}", self) from None
+            except BaseException:
+                go.free()
+                raise
             self._link = Link(go, done, self.generation)
         return self._link
+
+    def _unlink(self) -> None:
+        if self._link is not None:
+            self._link.go.free()
+            self._link = None
 
     def gated(self) -> bool:
         """Whether this worker's calls are bracketed from the host (see `link`)."""
@@ -301,7 +325,8 @@ class Worker:
                 confinement.end_kernel_processes(str(self.tree))
         if self._conn is not None:
             self._conn.close()
-        self._process, self._conn, self._link = None, None, None
+        self._process, self._conn = None, None
+        self._unlink()
         if self.lender.outputs is not None:
             self.lender.outputs.close()  # the dead child's memory
         self._free_returned()
@@ -320,12 +345,33 @@ class Pending:
     deadline: float  # the request's time bound runs from its sending
     outcome: dict | Exception | None = None
 
+    def arrived(self, seconds: float) -> bool:
+        """Whether the reply (or the worker's end) has come, waiting at most `seconds`."""
+        return self.outcome is not None or self.worker.answered(seconds)
+
     def reply(self) -> dict:
         if self.outcome is None:  # still in flight: every other request settled it
             self.worker.settle()
         if isinstance(self.outcome, Exception):
             raise self.outcome
         return self.outcome
+
+
+@dataclass
+class _Asked:
+    """A timed call asked of a worker (bracket.Asked): its reply read when it has come."""
+
+    worker: Worker
+    pending: Pending
+
+    def within(self, seconds: float) -> bool:
+        return self.pending.arrived(seconds)
+
+    def reply(self) -> dict:
+        try:
+            return self.pending.reply()
+        except RequestFailed as exc:
+            raise WorkerLost(f"raised while timed: {exc}", self.worker) from None
 
 
 def _text(value) -> str:
@@ -492,9 +538,11 @@ class MeasuredPlacement:
         self._ready()
         worker = self._worker
         worker.settle()
-        link = worker.link()  # bound as for a sample: the worker waits on GO, not a spin
+        link = worker.link()
         fields = {"key": self._key}
-        if link is None and self._on_gpu():  # a gated GPU worker draws its queries itself
+        if link is not None:  # a value the parent's stream has been given already: no wait
+            fields["go"] = link.go.released
+        elif self._on_gpu():  # a gated GPU worker draws its queries itself
             fields["seed"] = int(self._rng.integers(2**63))
         try:
             reply = worker.request("call", **fields)
@@ -577,7 +625,7 @@ class MeasuredPlacement:
         seeded = link is None and self._on_gpu()
 
         def refresh() -> None:
-            """Inside the bracket, before the call can start (linked: before GO; on the
+            """Inside the bracket, before the call can start (linked: before the go; on the
             CPU: before the call is asked for): the parent writes the queries into the lent
             buffers, so that no work on them can start before the clock does. On the CPU a
             copy is what the bracket holds of the queries: the worker's own draw from a seed
@@ -586,17 +634,15 @@ class MeasuredPlacement:
             read the worker's calls 2-14 % slower than the parent's (issue 49 item 4;
             tools/verdict/README.md)."""
             if not seeded:
-                # One grouped copy: a copy a query (256 in a graph sample) kept the host
-                # enqueueing past the spin that covers the handshake, so that most graph
-                # samples came late and were taken again (930 of 2,600 in one run, H200).
+                # One grouped copy: a copy a query is 256 launches in a graph sample.
                 torch._foreach_copy_([lent.tensor for lent in self._queries], self._fresh)
 
-        def call() -> dict:
+        def ask(go: int | None) -> _Asked:
+            """The call asked for; linked, it waits for the go counter to reach `go`."""
             fields = {"key": self._key, "seed": seed} if seeded else {"key": self._key}
-            try:
-                return worker.request("call", **fields)
-            except RequestFailed as exc:
-                raise WorkerLost(f"raised while timed: {exc}", worker) from None
+            if go is not None:
+                fields["go"] = go
+            return _Asked(worker, worker.send("call", **fields))
 
         def deadline() -> float:
             return time.monotonic() + worker.call_timeout
@@ -609,11 +655,10 @@ class MeasuredPlacement:
             taken = self._measuring.bracket.sample(
                 link,
                 refresh,
-                call,
+                ask,
                 lambda reply: self._read(reply, picks),
                 deadline,
                 finish,
-                cover_key=len(self._queries),
                 load=None if self._on_gpu() else host_load.LoadWindow(worker.pid()),
             )
         except brackets.Hung:

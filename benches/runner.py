@@ -557,9 +557,8 @@ LOOK_SEED_STRIDE = (1 << 40) + 15
 
 def _retaken_words(in_parent: int, bracketed: int) -> str:
     """What the log says of samples taken again: in the parent, the host's enqueue outlasted
-    the spin before the call; around a worker's call, the handshake outlasted the bracket's
-    cover (told apart: a GPU run's benchmark phase took twice the old path's, with 930
-    samples taken again against 46, and which kind was unknown)."""
+    the spin before the call; around a worker's call, its reply came too late to be asked
+    for before the bracket started (bracket.REPLY_FACTOR: a sync inside the call)."""
     if not in_parent + bracketed:
         return ""
     return (

@@ -95,6 +95,42 @@ class Lender:
             self._folder = None
 
 
+class GoCounter:
+    """The parent's go to a GPU worker's calls (benches/bracket.py): a 32-bit counter in an
+    allocation of the parent's, lent to the worker. A call is asked for with the counter's
+    next value (`arm`); the worker's stream waits until the counter reaches it, then calls.
+    The parent's stream writes the value (`release`) behind the bracket's start, the fresh
+    queries and the flush. The parent's stream never waits on anything of the worker's: a
+    worker that dies leaves only its own stream waiting (an event of the worker's waited on
+    in the parent's stream blocked it for good, H200, 2026-11-29)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._buffer = cuda_ipc.DeviceBuffer((1,), torch.int32, device)
+        self._buffer.tensor.zero_()
+        torch.cuda.current_stream(device).synchronize()  # zero before the worker can look
+        self.descriptor = self._buffer.descriptor.to_json()
+        self.armed = 0  # the latest value a call was asked for with
+        self.released = 0  # the latest value the parent's stream was given to write
+
+    def arm(self) -> int:
+        """The value the next call waits for: each call's its own, so that a value written
+        later also releases a call left waiting earlier (the wait is "at least")."""
+        self.armed += 1
+        return self.armed
+
+    def release(self) -> None:
+        """Every call armed so far may start once the parent's stream reaches this point
+        (nothing, once freed: the worker it was lent to has ended)."""
+        if self._buffer.tensor is None:
+            return
+        stream = torch.cuda.current_stream(self._buffer.tensor.device)
+        cuda_ipc.write_counter(stream, self._buffer.tensor.data_ptr(), self.armed)
+        self.released = self.armed
+
+    def free(self) -> None:
+        self._buffer.free()
+
+
 class Lent:
     """A lent buffer: the parent's view, its descriptor for the worker, and how to free it."""
 

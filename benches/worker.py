@@ -45,7 +45,7 @@ GATED_COVER_MAX_US = 500.0
 
 class WorkerState:
     """What one child holds: the kernel, the device, its link to the parent's clock (GPU:
-    the parent's GO event and its own DONE), and its live placements."""
+    the parent's go counter and its own DONE event), and its live placements."""
 
     def __init__(self, kernel: UserKernel, tree: Path, device: str) -> None:
         self.impl = user_implementation(kernel, tree)
@@ -54,7 +54,8 @@ class WorkerState:
             if self.device.index is None:  # the parent's "cuda": the current device, named
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
-        self.go: torch.cuda.Event | None = None
+        self.go: torch.Tensor | None = None  # the parent's go counter, int32, lent
+        self.go_lent: Borrowed | None = None
         self.done: torch.cuda.Event | None = None
         self.placements: dict[str, Placement] = {}
 
@@ -92,7 +93,7 @@ class Placement:
         )
         self.own_pending = False
         self.cpu_clock = None if cuda else timing.CpuClock()
-        # Gated from the host (no GO to wait on), the host's enqueue of the call, lately
+        # Gated from the host (no go counter to wait on), the host's enqueue of the call, lately
         # (microseconds), which sizes the spin before its first event (`_gpu_call`)
         self.enqueue_us: collections.deque[float] = collections.deque(maxlen=timing.HOST_HISTORY)
 
@@ -102,17 +103,18 @@ class Placement:
             return {}
         return {"outputs": [self._describe(out) for out in self.outputs]}
 
-    def call(self, seed: int | None) -> dict:
+    def call(self, seed: int | None, go: int | None) -> dict:
         """One sample's call(s). With a `seed` (a GPU worker running as another user than
         the harness, with which no interprocess event can be shared: its bracket is gated
         from the host) the sample's fresh queries are made here first, from the seed the
-        call brings, so that no work can start before the call is asked for; otherwise the
-        parent has written them into the lent buffers already, inside its bracket."""
+        call brings, so that no work can start before the call is asked for. Linked, the
+        call waits on the GPU for the parent's go counter to reach `go`: the parent writes
+        the fresh queries into the lent buffers before it, inside its bracket."""
         if seed is not None:
             fill_fresh(self.queries, seed, self.descales.get("q_descale"))
-        return self._gpu_call() if self.own is not None else self._cpu_call()
+        return self._gpu_call(go) if self.own is not None else self._cpu_call()
 
-    def _gpu_call(self) -> dict:
+    def _gpu_call(self, go: int | None) -> dict:
         reply = {}
         stream = torch.cuda.current_stream(self.state.device)
         gated = self.state.go is None
@@ -126,7 +128,9 @@ class Placement:
             torch.cuda._sleep(int(self._cover_us() * timing.COVER_CYCLES_PER_US))
             enqueue_start = time.perf_counter()
         else:
-            stream.wait_event(self.state.go)
+            if not isinstance(go, int):
+                raise ValueError("a linked call needs the go counter's value")
+            cuda_ipc.wait_until_at_least(stream, self.state.go.data_ptr(), go)
         self.own[0].record(stream)
         if self.graph is not None:
             self.graph.replay()
@@ -184,9 +188,15 @@ class Placement:
 
 
 def _bind(state: WorkerState, request: dict) -> dict:
-    """The GPU link to the parent's clock: the parent's GO event opened (this worker's
-    stream waits for it before each call), this worker's DONE made (recorded after each)."""
-    state.go = torch.cuda.Event.from_ipc_handle(state.device, bytes.fromhex(request["go"]))
+    """The GPU link to the parent's clock: the parent's go counter mapped (this worker's
+    stream waits for it to reach each call's value before the call), this worker's DONE
+    made (recorded after each)."""
+    if state.go_lent is not None:
+        state.go_lent.close()
+    state.go_lent = Borrowed(state.device)
+    state.go = state.go_lent.tensor(request["go"])
+    if state.go.dtype != torch.int32 or state.go.numel() != 1:
+        raise ValueError("the go counter is one int32")
     state.done = torch.cuda.Event(interprocess=True)
     return {"done": state.done.ipc_handle().hex()}
 
@@ -263,8 +273,9 @@ def _place(state: WorkerState, request: dict) -> dict:
 
 
 def _call(state: WorkerState, request: dict) -> dict:
-    seed = request.get("seed")
-    return state.placements[request["key"]].call(None if seed is None else int(seed))
+    seed, go = request.get("seed"), request.get("go")
+    placement = state.placements[request["key"]]
+    return placement.call(None if seed is None else int(seed), None if go is None else int(go))
 
 
 def _drop(state: WorkerState, request: dict) -> dict:

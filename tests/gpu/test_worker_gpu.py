@@ -253,25 +253,31 @@ def test_a_lent_buffer_holds_its_copy_before_the_worker_can_see_it():
         lender.close()
 
 
-def test_a_graph_sample_of_many_calls_is_rarely_taken_again(tmp_path, registered, capsys):
-    """A graph sample of a short call refreshes one lent query a call (256 here) inside the
-    bracket: the spin before it must cover that refresh, the flush, GO and the worker's
-    handshake, or the GPU waits on the host inside the bracket and the sample is taken
-    again (930 of 2,600 samples of one default-plan run, H200, 2026-11-29: one copy a query
-    and a fixed 1 ms spin)."""
-    kernel_tree(tmp_path, "fine", NATIVE_SDPA)
-    plan = gpu_plan([gpu_kernel("fine", "fine")], [config("small", 64)], samples=40)
+def test_a_kernel_that_synchronizes_inside_its_call_is_judged_not_hung(
+    tmp_path, registered, capsys
+):
+    """A worker's call is asked for before the bracket starts and waits on the GPU for the
+    parent's go (benches/bracket.py): a kernel that synchronizes inside its call cannot
+    reply until the go comes. The parent waits for the reply a bounded while, then starts
+    its bracket and releases the call anyway, and takes such a sample again; the run goes
+    on to its end. (The first version of this bracket waited for the reply without bound:
+    the harness's own calibration worker hung at its first timed call, H200, 2026-11-30.)
+    Such a kernel's brackets hold its host's sync and the parent's reading of its reply,
+    which its own events do not: the own-time rule refuses it, naming both figures
+    (0.52 ms reported, 0.97 measured, an H200), as it refused it behind a spin."""
+    syncs = "import torch\nif not torch.cuda.is_current_stream_capturing():\n"
+    syncs += "    torch.cuda.synchronize()\n"  # a graph's capture refuses a sync: the gate's probe
+    kernel_tree(tmp_path, "syncs", syncs + NATIVE_SDPA)
+    plan = gpu_plan([gpu_kernel("syncs", "syncs")], agreement_configs(), samples=12)
     registered(plan, tmp_path)
 
     checks, summary = run_whole(plan, tmp_path / "run")
-    assert all(r.passed for r in checks), [r.message for r in checks if not r.passed]
-    rows = read_csv(tmp_path / "run" / "results" / "measurements.csv", Measurement)
-    fine = [r for r in rows if r.implementation == "fine"]
-    assert fine and all(r.mode == "graph" and r.calls >= 128 for r in fine), fine[:1]
-    log = capsys.readouterr().err
-    found = re.search(r"(\d+) around a worker's call", log)
-    retaken = int(found.group(1)) if found else 0
-    assert retaken <= 0.1 * plan.samples_per_config, log[-2000:]
+    mine = [r for r in checks if r.implementation == "syncs"]
+    assert all(r.passed or "harness measured" in r.message for r in mine), mine
+    counts = {(r.config, r.implementation): r.n for r in summary}
+    assert all(counts[(c.name, "sdpa")] == plan.samples_per_config for c in plan.configs)
+    found = re.search(r"(\d+) around a worker's call", capsys.readouterr().err)
+    assert found and int(found.group(1)) > 0, "no sample of the syncing kernel came late"
 
 
 def test_an_fp8_kernel_in_its_worker_is_gated_and_timed_with_its_descales(tmp_path, registered):

@@ -212,7 +212,7 @@ def test_on_the_cpu_the_parent_writes_the_fresh_queries_and_asks_for_the_call_wi
     from benches import isolation
 
     asked, refreshed, taking = [], [], []
-    request, take = isolation.Worker.request, isolation.MeasuredPlacement._take
+    send, take = isolation.Worker.send, isolation.MeasuredPlacement._take
 
     def taken(self):
         taking.append(self)
@@ -227,10 +227,10 @@ def test_on_the_cpu_the_parent_writes_the_fresh_queries_and_asks_for_the_call_wi
             asked.append(fields)
             pairs = zip(held._queries, held._fresh, strict=True)
             refreshed.append(all(torch.equal(lent.tensor, fresh) for lent, fresh in pairs))
-        return request(self, op, **fields)
+        return send(self, op, **fields)
 
     monkeypatch.setattr(isolation.MeasuredPlacement, "_take", taken)
-    monkeypatch.setattr(isolation.Worker, "request", spied)
+    monkeypatch.setattr(isolation.Worker, "send", spied)
     (small,) = fp32_configs([(1, 4, 64)])
     worker = isolation.calibration_worker(torch.device("cpu"), flush_l2=False, gated=True)
     samples = isolation.CalibrationSamples(worker, brackets.CpuBracket(), secret=20261129)

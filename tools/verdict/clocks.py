@@ -31,20 +31,6 @@ def clocked(owner, name: str, label: str | None = None, by_first_arg: bool = Fal
     setattr(owner, name, wrapper)
 
 
-def valued(owner, name: str, label: str, scale: float) -> None:
-    """Records what `name` returns, times `scale`, as if it were seconds spent (printed
-    beside the clocks: a value's median and total)."""
-    original = getattr(owner, name)
-
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        value = original(*args, **kwargs)
-        SPENT[label].append(value * scale)
-        return value
-
-    setattr(owner, name, wrapper)
-
-
 def wrap_all() -> None:
     clocked(isolation.MeasuredPlacement, "_take")
     clocked(isolation.MeasuredPlacement, "_picks")
@@ -56,9 +42,8 @@ def wrap_all() -> None:
     clocked(isolation.Worker, "request", by_first_arg=True)
     clocked(isolation.Worker, "finished")
     clocked(isolation.Worker, "settle")
-    clocked(bracket.CudaBracket, "_once")
-    valued(bracket.CudaBracket, "cover_us", "spin before a bracket (its length)", 1e-6)
     clocked(bracket.CudaBracket, "sample", "bracket.sample")
+    clocked(shared_buffers.GoCounter, "release", "go released (enqueued)")
     clocked(row_checks, "gatherer")
     clocked(row_checks, "query_rows")
     clocked(row_checks, "reference")

@@ -5,9 +5,9 @@ slows every Python call, the host's handshake most; this wraps a few functions i
 Runs bracket_profile's plan twice in one process, the same SDPA in process and as a user
 kernel in its worker, and prints each wall, then for the worker run the time spent in each
 wrapped part (total s, calls, mean ms). The parts nest: `_take` holds the sample's whole
-host time, `_once` the bracket, `request(call)` the handshake inside it, `gather` the row
-reads; `_check` and `_compare` follow the bracket. In process, `CudaClock._sample` is a
-sample.
+host time, `bracket.sample` the bracket and the handshake before it (`request(call)`),
+`gatherer` the row reads; `_keep` and `_compare` follow the bracket. In process,
+`CudaClock._sample` is a sample.
 """
 
 from __future__ import annotations
