@@ -19,8 +19,12 @@ start=$(date +%s)
 python3 -m kernels.flash_attention.smoke > "$out/smoke.txt" 2>&1
 echo "smoke exit $? in $(( $(date +%s) - start )) s"
 tail -n 4 "$out/smoke.txt"
-# TESTS may name several paths: split on purpose.
+# TESTS may name several paths: split on purpose. Into a file, not a pipe: a worker that
+# outlives a killed pytest keeps a pipe open, and the call then waits out its whole limit
+# (session 15 lost a call so, with nothing to read).
 # shellcheck disable=SC2086
-timeout "${PYTEST_TIMEOUT:-480}" python3 -m pytest -q -p no:cacheprovider -m gpu \
-  --junitxml="$out/junit.xml" --durations=15 ${TESTS:-tests/gpu} 2>&1 \
-  | tee "$out/pytest.txt" | grep -E "passed|failed|error|FAILED|ERROR|^[0-9.]+s " | tail -n 40
+timeout -k 10 "${PYTEST_TIMEOUT:-480}" python3 -m pytest -q -rfE -p no:cacheprovider -m gpu \
+  --junitxml="$out/junit.xml" --durations=15 ${TESTS:-tests/gpu} > "$out/pytest.txt" 2>&1 \
+  < /dev/null
+echo "pytest exit $?"
+grep -E "passed|failed|error|FAILED|ERROR|^[0-9.]+s " "$out/pytest.txt" | tail -n 40

@@ -64,9 +64,10 @@ fi
 if [ "${TESTS:-1}" = 1 ]; then
   # EXTRA_TESTS may name several paths: split on purpose.
   # shellcheck disable=SC2086
-  PYTHONPATH="/tmp/site:$repo" timeout 480 python3 -m pytest -q -p no:cacheprovider -m gpu \
-    tests/gpu/test_worker_gpu.py tests/gpu/test_cheats.py tests/gpu/test_cheat_suite_gpu.py \
-    ${EXTRA_TESTS:-} 2>&1 \
-    | tee "$out/pytest.txt" | tail -n 25
+  # Into a file, not a pipe (tools/gpu_suite_device.sh says why).
+  PYTHONPATH="/tmp/site:$repo" timeout -k 10 480 python3 -m pytest -q -rfE -p no:cacheprovider \
+    -m gpu tests/gpu/test_worker_gpu.py tests/gpu/test_cheats.py tests/gpu/test_cheat_suite_gpu.py \
+    ${EXTRA_TESTS:-} > "$out/pytest.txt" 2>&1 < /dev/null
+  tail -n 25 "$out/pytest.txt"
 fi
 cat "$work/walls.txt"

@@ -1,27 +1,36 @@
-"""Where does a GPU worker's own time gain on the same call timed in the harness's process?
-(Issue 49 item 4: SDPA read 0.5-1.1 % longer through its worker at 0.22 ms, never shorter,
-H200.) A developer tool for the device machine, run by own_time_probe_device.sh.
+"""Where does a GPU worker's own time differ from the same call timed in the harness's
+process? (Issue 49 item 4: SDPA read 0.5-1.1 % longer through its worker at 0.22 ms, never
+shorter, H200. Issue 48 item 6: cuda-extension's naive kernel read 1.059x through its worker
+at fp16 2x16x4096x64 causal, sessions 8 and 15.) A developer tool for the device machine, run
+by own_time_probe_device.sh.
 
 One child process, the parent's q, k, v lent to it as benches/shared_buffers.py lends them
 (driver allocations, benches/cuda_ipc.DeviceBuffer, opened by handle) and copies of its own
-made from them. Each round times, in a shuffled order, the same SDPA call six ways, each as
+made from them. Each round times, in a shuffled order, the same call six ways, each as
 benches/timing.CudaClock does (a spin, the L2 flushed, then events around the call alone):
 
   parent        in the parent's own process, on its torch allocations (the harness's `sdpa`)
   parent-lent   in the parent, on the driver allocations it lends
   solo-lent     in the child alone, on the lent buffers
   solo-own      in the child alone, on its own copies
-  linked-lent   the child's stream held on the parent's GO event (recorded after the
-                parent's spin and flush), its own events around the call: the worker's path
+  linked-lent   the child's call enqueued behind a wait on the parent's go counter, which
+                the parent's stream writes after its flush: the worker's path (bracket.py)
   linked-own    the same, on the child's own copies
 
 parent-lent / parent and solo-lent / solo-own isolate the lent memory; solo-own / parent
-the process; linked-* / solo-* the wait on another process's event.
+the process; linked-* / solo-* the wait on the parent.
+
+Settings (environment): PROBE_CALL, `sdpa` (default) or `module:function` of a kernel tree
+taking (q, k, v, *, causal, scale), with PROBE_TREE the tree's folder on sys.path (built
+already); PROBE_CONFIGS, `b,h,s,d[,causal]` separated by spaces (default: three SDPA
+configs); PROBE_ROUNDS (default 120).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import statistics
 import sys
 
@@ -30,13 +39,10 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from benches import cuda_ipc
+from benches.shared_buffers import GoCounter
 
-CONFIGS = [  # batch, heads, seq, dim: fp16, non-causal
-    (4, 16, 2048, 128),  # the GPU test's config, ~0.22 ms on an H200
-    (2, 16, 2048, 128),  # ~0.11 ms
-    (1, 16, 2048, 128),  # ~0.06 ms
-]
-ROUNDS = 120
+DEFAULT_CONFIGS = "4,16,2048,128 2,16,2048,128 1,16,2048,128"  # ~0.22, 0.11, 0.06 ms (H200)
+ROUNDS = int(os.environ.get("PROBE_ROUNDS", "120"))
 WARMUP = 10
 COVER_US = 400
 CYCLES_PER_US = 2500
@@ -48,12 +54,29 @@ def _flush_buffer() -> torch.Tensor:
     return torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
 
 
-def _timed(start, end, flush, fn, go=None) -> float:
-    if go is None:
-        torch.cuda._sleep(COVER_US * CYCLES_PER_US)
-        flush.zero_()
-    else:  # the parent spun and flushed before its GO
-        torch.cuda.current_stream().wait_event(go)
+def configs() -> list[tuple[int, int, int, int, bool]]:
+    """(batch, heads, seq, dim, causal) of PROBE_CONFIGS; fp16."""
+    found = []
+    for word in os.environ.get("PROBE_CONFIGS", DEFAULT_CONFIGS).split():
+        parts = word.split(",")
+        found.append((*(int(n) for n in parts[:4]), parts[4:] == ["causal"]))
+    return found
+
+
+def the_call(causal: bool):
+    """What is timed, on (q, k, v): SDPA, or PROBE_CALL of the tree at PROBE_TREE."""
+    spec = os.environ.get("PROBE_CALL", "sdpa")
+    if spec == "sdpa":
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    sys.path.insert(0, os.environ["PROBE_TREE"])
+    module, name = spec.split(":")
+    fn = getattr(importlib.import_module(module), name)
+    return lambda q, k, v: fn(q, k, v, causal=causal, scale=q.shape[-1] ** -0.5)
+
+
+def _timed(start, end, flush, fn) -> float:
+    torch.cuda._sleep(COVER_US * CYCLES_PER_US)
+    flush.zero_()
     start.record()
     fn()
     end.record()
@@ -66,41 +89,47 @@ def child_main(conn) -> None:
     flush = _flush_buffer()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    lent = own = go = None
+    lent = own = go = go_mapping = call = None
     while True:
         message = conn.recv()
         if message[0] == "setup":
-            _, descriptors, go = message
+            _, descriptors, go_descriptor, causal = message
             mappings = cuda_ipc.Mappings(torch.device("cuda", 0))
             lent = tuple(mappings.tensor(cuda_ipc.Descriptor.from_json(d)) for d in descriptors)
+            if go is None:  # one counter for the whole run: a handle opens once a process
+                go_mapping = cuda_ipc.Mappings(mappings.device)
+                go = go_mapping.tensor(cuda_ipc.Descriptor.from_json(go_descriptor))
             own = tuple(t.clone() for t in lent)
+            call = the_call(causal)
             torch.cuda.synchronize()
             conn.send("ok")
         elif message[0] == "kernels":
-            conn.send(_kernel_names(lent))
+            conn.send(_kernel_names(call, lent))
         elif message[0] == "time":
             way = message[1]
             inputs = lent if way.endswith("lent") else own
-            linked = way.startswith("linked")
-            # linked: queued behind the parent's GO while the parent still spins
-            conn.send(
-                _timed(
-                    start,
-                    end,
-                    flush,
-                    lambda inputs=inputs: F.scaled_dot_product_attention(*inputs),
-                    go if linked else None,
-                )
-            )
+            if way.startswith("linked"):  # enqueued behind the go, which comes after the reply
+                stream = torch.cuda.current_stream()
+                cuda_ipc.wait_until_at_least(stream, go.data_ptr(), message[2])
+                start.record()
+                call(*inputs)
+                end.record()
+                conn.send("queued")
+                end.synchronize()
+                conn.send(start.elapsed_time(end))
+            else:
+                conn.send(_timed(start, end, flush, lambda inputs=inputs, call=call: call(*inputs)))
         elif message[0] == "quit":
+            if go_mapping is not None:
+                go_mapping.close()
             return
 
 
-def _kernel_names(inputs) -> list[str]:
+def _kernel_names(call, inputs) -> list[str]:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        F.scaled_dot_product_attention(*inputs)
+        call(*inputs)
         torch.cuda.synchronize()
     return sorted({e.key for e in prof.key_averages() if e.device_type.name == "CUDA"})
 
@@ -116,7 +145,9 @@ def main() -> None:
     end = torch.cuda.Event(enable_timing=True)
     order_rng = torch.Generator().manual_seed(7)
     results, kept = [], []
-    for b, h, s, d in CONFIGS:
+    go = GoCounter(torch.device("cuda", 0))
+    for b, h, s, d, causal in configs():
+        call = the_call(causal)
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
         buffers = [cuda_ipc.DeviceBuffer(t.shape, t.dtype, t.device) for t in (q, k, v)]
         for buffer, t in zip(buffers, (q, k, v), strict=True):
@@ -124,27 +155,24 @@ def main() -> None:
         torch.cuda.synchronize()
         kept.extend(buffers)  # freed only once the child has closed its mappings (it exits)
         lent = [buffer.tensor for buffer in buffers]
-        go = torch.cuda.Event(interprocess=True)
-        conn.send(("setup", [buffer.descriptor.to_json() for buffer in buffers], go))
+        descriptors = [buffer.descriptor.to_json() for buffer in buffers]
+        conn.send(("setup", descriptors, go.descriptor, causal))
         assert conn.recv() == "ok"
         conn.send(("kernels",))
-        kernels = {"child": conn.recv(), "parent": _kernel_names((q, k, v))}
+        kernels = {"child": conn.recv(), "parent": _kernel_names(call, (q, k, v))}
         samples = {way: [] for way in WAYS}
         for r in range(ROUNDS + WARMUP):
             for i in torch.randperm(len(WAYS), generator=order_rng).tolist():
                 way = WAYS[i]
                 if way.startswith("parent"):
                     inputs = lent if way == "parent-lent" else (q, k, v)
-
-                    def call(inputs=inputs):
-                        return F.scaled_dot_product_attention(*inputs)
-
-                    ms = _timed(start, end, flush, call)
+                    ms = _timed(start, end, flush, lambda inputs=inputs, call=call: call(*inputs))
                 elif way.startswith("linked"):
-                    torch.cuda._sleep(COVER_US * CYCLES_PER_US)
+                    torch.cuda.synchronize()
+                    conn.send(("time", way, go.arm()))
+                    assert conn.recv() == "queued"
                     flush.zero_()
-                    go.record()
-                    conn.send(("time", way))
+                    go.release()
                     ms = conn.recv()
                 else:
                     torch.cuda.synchronize()
@@ -154,7 +182,7 @@ def main() -> None:
                     samples[way].append(ms)
         parent = statistics.median(samples["parent"])
         row = {
-            "config": f"b{b}h{h}s{s}d{d}",
+            "config": f"b{b}h{h}s{s}d{d}" + ("-causal" if causal else ""),
             "kernels": kernels,
             "median_ms": {w: statistics.median(xs) for w, xs in samples.items()},
             "over_parent_us": {
@@ -176,10 +204,10 @@ def main() -> None:
     with open(out_path, "w") as f:
         json.dump(results, f, indent=1)
     print()
-    print(f"{'config':16} {'parent ms':>10} " + " ".join(f"{w:>12}" for w in WAYS[1:]))
+    print(f"{'config':22} {'parent ms':>10} " + " ".join(f"{w:>12}" for w in WAYS[1:]))
     for row in results:
         print(
-            f"{row['config']:16} {row['median_ms']['parent']:10.4f} "
+            f"{row['config']:22} {row['median_ms']['parent']:10.4f} "
             + " ".join(f"{row['paired_us'][w]:+10.2f}us" for w in WAYS[1:])
         )
     print("(each way's median of paired differences from the parent's, same round)")
