@@ -60,12 +60,12 @@ from benches import timing
 # it replies (a kernel's own sync; the driver loading a kernel at its first launch may
 # synchronize the context: CUDA Programming Guide, "Lazy Loading", Potential Hazards,
 # https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/lazy-loading.html)
-# cannot reply before
-# the go it waits for: the harness's own calibration worker hung so at its first timed call
-# in the first GPU run of this bracket (H200, 2026-11-30). So the parent waits for the reply at most
-# REPLY_FACTOR x the median of the link's latest REPLY_HISTORY replies, within these bounds,
-# then starts its bracket and releases the call anyway; such a sample holds the worker's
-# host time and is taken again, at most RETAKES_MAX times.
+# cannot reply before the go it waits for: the harness's own calibration worker hung so at
+# its first timed call in the first GPU run of this bracket (H200, 2026-11-30). So the
+# parent waits for the reply at most REPLY_FACTOR x the median of the link's latest
+# REPLY_HISTORY replies, within these bounds, then starts its bracket and releases the call
+# anyway; such a sample holds the worker's host time and is taken again, at most
+# RETAKES_MAX times.
 REPLY_WAIT_US = 1000.0
 REPLY_WAIT_MAX_US = 20000.0
 REPLY_FACTOR = 2.0
@@ -159,7 +159,7 @@ class CudaBracket:
         # The call is asked for, and enqueued by the worker behind its wait on the go
         # counter, before anything is timed: the host's handshake lies before the start
         # event. (A spin before the start event covered it before, twice the recent
-        # handshakes' median: 1.5 ms a sample on an H200, 2026-11-29.) Where the output
+        # handshakes' median: 1.5 ms a sample on an H200, 2026-11-30.) Where the output
         # lies is found before the start too (a new allocation is mapped: the driver's IPC
         # open takes a while); its rows are read once the call is done.
         go = link.go.arm()
@@ -273,12 +273,12 @@ CALIBRATION_WINDOW = 9
 # the child on its own copies: within 0.3 us of the parent) nor another process (the child
 # timing itself, unlinked: the same), but the wait on the parent's go before the call
 # (then an interprocess GO event), the GPU switching from the parent's context to the
-# worker's. What the switch adds
-# is read from the known call in single mode, where it is the one call of a bracket (a
-# graph replay shares it between its calls): the medians of its own times over the latest
-# OWN_OFFSET_WINDOW of its calibrations' brackets and of its in-process samples. At most
-# OWN_OFFSET_MAX_FRACTION of the known call's time is taken off: the most a kernel can
-# gain by slowing the harness's own worker while it calibrates (docs/security.md).
+# worker's. What the switch adds is read from the known call in single mode, where it is
+# the one call of a bracket (a graph replay shares it between its calls): the medians of its
+# own times over the latest OWN_OFFSET_WINDOW of its calibrations' brackets and of its
+# in-process samples. At most OWN_OFFSET_MAX_FRACTION of the known call's time is taken
+# off: the most a kernel can gain by slowing the harness's own worker while it calibrates
+# (docs/security.md).
 OWN_OFFSET_WINDOW = 64
 OWN_OFFSET_MAX_FRACTION = 0.015
 

@@ -345,10 +345,6 @@ class Pending:
     deadline: float  # the request's time bound runs from its sending
     outcome: dict | Exception | None = None
 
-    def arrived(self, seconds: float) -> bool:
-        """Whether the reply (or the worker's end) has come, waiting at most `seconds`."""
-        return self.outcome is not None or self.worker.answered(seconds)
-
     def reply(self) -> dict:
         if self.outcome is None:  # still in flight: every other request settled it
             self.worker.settle()
@@ -365,7 +361,7 @@ class _Asked:
     pending: Pending
 
     def within(self, seconds: float) -> bool:
-        return self.pending.arrived(seconds)
+        return self.pending.outcome is not None or self.worker.answered(seconds)
 
     def reply(self) -> dict:
         try:
