@@ -4,7 +4,12 @@ worker to answer before it starts its bracket and releases the call anyway."""
 from __future__ import annotations
 
 import collections
+import shutil
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from benches import bracket
 
@@ -31,3 +36,20 @@ def test_only_the_latest_replies_count():
     link = link_with([50000.0] * bracket.REPLY_HISTORY)
     link.replies.extend([400.0] * (bracket.REPLY_HISTORY // 2 + 1))
     assert bracket.CudaBracket.reply_wait_us(link) == bracket.REPLY_WAIT_US
+
+
+VERDICT_EXPERIMENTS = Path(__file__).resolve().parents[2] / "tools" / "verdict" / "experiments"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+@pytest.mark.parametrize("patch", sorted(p.name for p in VERDICT_EXPERIMENTS.glob("*.patch")))
+def test_a_verdict_experiment_applies_to_the_tree(patch: str):
+    """A bracket experiment waiting for its GPU measurement still applies (the host gate's
+    patch once stopped applying unnoticed, two sessions after it was made)."""
+    checked = subprocess.run(
+        ["git", "apply", "--check", str(VERDICT_EXPERIMENTS / patch)],
+        cwd=VERDICT_EXPERIMENTS.parents[2],
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stderr
