@@ -23,7 +23,9 @@ the process; linked-* / solo-* the wait on the parent.
 Settings (environment): PROBE_CALL, `sdpa` (default) or `module:function` of a kernel tree
 taking (q, k, v, *, causal, scale), with PROBE_TREE the tree's folder on sys.path (built
 already); PROBE_CONFIGS, `b,h,s,d[,causal]` separated by spaces (default: three SDPA
-configs); PROBE_ROUNDS (default 120).
+configs); PROBE_ROUNDS (default 120); PROBE_GRAPH_CALLS, a CUDA graph of that many calls
+replayed as one sample, as the harness times calls under its graph threshold (default 0: one
+call a sample), each way's graph captured on its own inputs, and the time given per call.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from benches import cuda_ipc
+from benches import cuda_ipc, timing
 from benches.shared_buffers import GoCounter
 
 DEFAULT_CONFIGS = "4,16,2048,128 2,16,2048,128 1,16,2048,128"  # ~0.22, 0.11, 0.06 ms (H200)
 ROUNDS = int(os.environ.get("PROBE_ROUNDS", "120"))
+GRAPH_CALLS = int(os.environ.get("PROBE_GRAPH_CALLS", "0"))
 WARMUP = 10
 COVER_US = 400
 CYCLES_PER_US = 2500
@@ -74,6 +77,14 @@ def the_call(causal: bool):
     return lambda q, k, v: fn(q, k, v, causal=causal, scale=q.shape[-1] ** -0.5)
 
 
+def runner(call, inputs):
+    """What one sample runs: the call, or a CUDA graph of GRAPH_CALLS of them replayed."""
+    if not GRAPH_CALLS:
+        return lambda: call(*inputs)
+    graph, _ = timing.capture(lambda: call(*inputs), GRAPH_CALLS)
+    return graph.replay
+
+
 def _timed(start, end, flush, fn) -> float:
     torch.cuda._sleep(COVER_US * CYCLES_PER_US)
     flush.zero_()
@@ -81,7 +92,7 @@ def _timed(start, end, flush, fn) -> float:
     fn()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end)
+    return start.elapsed_time(end) / max(GRAPH_CALLS, 1)
 
 
 def child_main(conn) -> None:
@@ -89,7 +100,8 @@ def child_main(conn) -> None:
     flush = _flush_buffer()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    lent = own = go = go_mapping = call = None
+    lent = go = go_mapping = call = None
+    runs = {}
     while True:
         message = conn.recv()
         if message[0] == "setup":
@@ -101,24 +113,25 @@ def child_main(conn) -> None:
                 go = go_mapping.tensor(cuda_ipc.Descriptor.from_json(go_descriptor))
             own = tuple(t.clone() for t in lent)
             call = the_call(causal)
+            runs = {"lent": runner(call, lent), "own": runner(call, own)}
             torch.cuda.synchronize()
             conn.send("ok")
         elif message[0] == "kernels":
             conn.send(_kernel_names(call, lent))
         elif message[0] == "time":
             way = message[1]
-            inputs = lent if way.endswith("lent") else own
+            run = runs["lent" if way.endswith("lent") else "own"]
             if way.startswith("linked"):  # enqueued behind the go, which comes after the reply
                 stream = torch.cuda.current_stream()
                 cuda_ipc.wait_until_at_least(stream, go.data_ptr(), message[2])
                 start.record()
-                call(*inputs)
+                run()
                 end.record()
                 conn.send("queued")
                 end.synchronize()
-                conn.send(start.elapsed_time(end))
+                conn.send(start.elapsed_time(end) / max(GRAPH_CALLS, 1))
             else:
-                conn.send(_timed(start, end, flush, lambda inputs=inputs, call=call: call(*inputs)))
+                conn.send(_timed(start, end, flush, run))
         elif message[0] == "quit":
             if go_mapping is not None:
                 go_mapping.close()
@@ -160,13 +173,13 @@ def main() -> None:
         assert conn.recv() == "ok"
         conn.send(("kernels",))
         kernels = {"child": conn.recv(), "parent": _kernel_names(call, (q, k, v))}
+        runs = {"parent": runner(call, (q, k, v)), "parent-lent": runner(call, lent)}
         samples = {way: [] for way in WAYS}
         for r in range(ROUNDS + WARMUP):
             for i in torch.randperm(len(WAYS), generator=order_rng).tolist():
                 way = WAYS[i]
                 if way.startswith("parent"):
-                    inputs = lent if way == "parent-lent" else (q, k, v)
-                    ms = _timed(start, end, flush, lambda inputs=inputs, call=call: call(*inputs))
+                    ms = _timed(start, end, flush, runs[way])
                 elif way.startswith("linked"):
                     torch.cuda.synchronize()
                     conn.send(("time", way, go.arm()))
