@@ -5,28 +5,26 @@ read there becomes a sample. The parent brackets each call instead:
 
 GPU. The parent asks the worker for the call with the next value of its go counter (a
 32-bit counter in the parent's memory, lent to the worker: shared_buffers.GoCounter). The
-worker enqueues a wait until the counter reaches that value, the call and its interprocess
-event DONE, and replies where its output lies. Only then does the parent's stream take its
-start event, the fresh queries written into the worker's input buffers, the L2 flush and
-the counter's new value, after which the worker's call runs. The parent polls DONE from
-the host (its stream never waits on anything of the worker's: a worker that dies with such
-a wait pending leaves the parent's stream blocked for good, H200, 2026-11-29), reads the
-sampled rows of the output on its own stream, then records its end event. The rows are
-read after the call's work is done or they are wrong: the end event cannot come before the
-work (benches/row_checks.py). The host's handshake with the worker lies before the start
-event, however long it takes.
+worker enqueues a wait until the counter reaches that value, the call, and a write of the
+value into the parent's done counter (shared_buffers.DoneCounter), and replies where its
+output lies. Only then does the parent's stream take its start event, the fresh queries
+written into the worker's input buffers, the L2 flush, the go counter's new value, a wait
+for the done counter to reach it, the read of the sampled rows of the output, and its end
+event. No host wait or poll lies inside the bracket: the handshake lies before the start
+event, however long it takes, and the GPU itself goes from the worker's end to the rows.
+The rows are read after the call's work is done or they are wrong: the end event cannot
+come before the work (benches/row_checks.py). A worker that dies or hangs mid-call would
+leave the parent's stream waiting (as an event of the worker's did, H200, 2026-11-29): the
+parent then writes the done counter itself, from a stream of its own. Counters are memory,
+which crosses users where an interprocess event does not: a worker confined as its tree's
+user is bracketed the same way.
 
-CPU, and a GPU worker that runs as another user than the harness (the driver shares no
-interprocess event between users): gated from the host. The parent starts its clock (GPU:
-its start event, then the flush, waited for), then asks for the call. On the CPU the
-parent writes the sample's fresh queries into the lent buffers between the two; on the GPU
-the call brings a seed, from which the worker makes them in the lent buffers (the parent
-makes the same numbers for its reference). Either way nothing can start on them before the
-clock does. Then the worker's word that the work is over, the rows read, the end of the
-clock.
+CPU: gated from the host. The parent starts its clock, writes the sample's fresh queries
+into the lent buffers, then asks for the call: nothing can start on them before the clock
+does. Then the worker's word that the work is over, the rows read, the end of the clock.
 
 Either way the bracket holds more than the call: the context switch to the worker and
-back (about 0.33 ms on an H200), the refresh, the flush, the poll, the row reads, the
+back (about 0.33 ms on an H200), the refresh, the flush, the waits, the row reads, the
 pipe. A worker of the harness's own runs a known call, SDPA (`benches/calibration_kernel.py`),
 bracketed the same way. On the GPU the parent also times it in its own process, at each
 block's start: the two medians' difference is what a bracket adds. On the CPU its worker's
@@ -104,7 +102,7 @@ class Bracketed:
 
 class CudaBracket:
     """The parent's events around a worker's call; one per parent, used for every worker
-    (`link`: the worker's go counter and DONE)."""
+    (`link`: the worker's go and done counters)."""
 
     interleaves = False  # the GPU's calibration is taken afresh at each block's start
 
@@ -138,8 +136,6 @@ class CudaBracket:
         takes the worker's last word on the call once the bracket is closed (every call's,
         a retaken one's too), and its answer stands as the sample's reply. `load` is the
         CPU's (CpuBracket): the GPU's events hold no host wait."""
-        if link is None:
-            return self._gated(ask, read, finish)
         for _ in range(RETAKES_MAX):
             taken = self._linked(link, refresh, ask, read, deadline, finish)
             if not taken.late:
@@ -178,35 +174,22 @@ class CudaBracket:
         refresh()
         self.clock.flush()
         link.go.release()
-        if not on_time:  # a slow host's reply lengthens the next wait, as a quick one's
-            reply = asked.reply()
-            link.replies.append((time.perf_counter() - asked_at) * 1e6)
-            rows_of = read(reply)
-        limit = deadline()
-        while not link.done.query():
-            if time.monotonic() > limit:
-                raise Hung("the call did not finish")
-        rows = rows_of()
-        self._end.record()
-        self._end.synchronize()
+        link.done.wait(go)  # the rows are read, and the end taken, once the worker says so
+        try:
+            if not on_time:  # a slow host's reply lengthens the next wait, as a quick one's
+                reply = asked.reply()
+                link.replies.append((time.perf_counter() - asked_at) * 1e6)
+                rows_of = read(reply)
+            rows = rows_of()
+            self._end.record()
+            limit = deadline()
+            while not self._end.query():
+                if time.monotonic() > limit:
+                    raise Hung("the call did not finish")
+        except BaseException:
+            link.done.force(go)  # the parent's stream is not left waiting
+            raise
         return Bracketed(self._start.elapsed_time(self._end), rows, finish(reply), not on_time)
-
-    def _gated(self, ask, read, finish) -> Bracketed:
-        """Gated from the host (a worker running as another user: no event in common): the
-        parent's start event, the flush, and only once the GPU has reached them the call
-        (whose fresh queries the worker makes from the seed it brings); the worker's word
-        that its work is over, then the rows read and the end event. The host's handshake
-        lies inside this bracket: the known call's, gated the same way, takes it out."""
-        self._start.record()
-        self.clock.flush()
-        torch.cuda.current_stream().synchronize()
-        reply = ask(None).reply()
-        rows_of = read(reply)
-        last = finish(reply)
-        rows = rows_of()
-        self._end.record()
-        self._end.synchronize()
-        return Bracketed(self._start.elapsed_time(self._end), rows, last)
 
 
 class CpuBracket:

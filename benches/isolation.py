@@ -37,7 +37,7 @@ from benches import confinement, cuda_ipc, host_load, row_checks, wire, worker_s
 from benches.correctness import CallProblem, TwoCalls, modified_input, output_dtype
 from benches.fp8 import DESCALE_NAMES, descales_of, is_fp8
 from benches.kernel_tree import UserImplementation, declared_unavailable, declared_unsupported
-from benches.shared_buffers import GoCounter, Lender, fill_fresh
+from benches.shared_buffers import DoneCounter, GoCounter, Lender, fill_fresh
 from results_schema import AttentionConfig
 from results_schema.kernel_contract import KernelContract, KernelIdentity, UserKernel
 
@@ -65,18 +65,20 @@ CPU_OWN_FRACTION = 0.25
 # exceed GPU_REPORT_ALLOWANCE_MS["single"] plus GPU_REPORT_ALLOWANCE_FRACTION of the
 # harness's median. Honest medians sat at -1 to 16 us a call (our kernel, the default plan's
 # single-launch configs of 0.04-0.6 ms, 50 samples each, two H200 runs, 2026-11-29; each
-# sample's difference spreads 20-60 us either side: the host polls the worker's DONE, then
-# records its end event). Why not the harness's figure as the sample: at that spread it would
+# sample's difference spread 20-60 us either side while the host polled the worker's DONE
+# event before the end event; the parent's stream now waits on its done counter). Why not
+# the harness's figure as the sample: at that spread it would
 # take 10-20x the samples to see 3 %, and read a worker's kernel up to 11 % slower than the
 # same call in the parent. A graph replay is judged by the same rule, its allowance per
 # replay: once no handshake was left inside its bracket (bracket.py), the harness's median
 # sat 2-3 % over honest reports of 4-7 us calls (the default plan's
 # three graph configs, H200, 2026-11-29); before, most graph samples held the host's
 # enqueue and read up to 4x. What a report may still shave is this allowance
-# (docs/security.md, "The verdict belongs to the harness"). Gated from the host (a worker of
-# another user) the bracket holds the host's handshake too, unmeasured after calibration:
-# "gated" replaces either allowance there.
-GPU_REPORT_ALLOWANCE_MS = {"single": 0.02, "graph": 0.1, "gated": 1.5}
+# (docs/security.md, "The verdict belongs to the harness"). A worker of another user (every
+# kernel's on a VM) is bracketed the same way (bracket.py: counters, not events), and held to
+# the same allowance: before, its bracket was gated from the host, held the handshake, and
+# had 1.5 ms (a report divided by 20 passed below about 2 ms a call).
+GPU_REPORT_ALLOWANCE_MS = {"single": 0.02, "graph": 0.1}
 GPU_REPORT_ALLOWANCE_FRACTION = 0.1
 # A sample the calibration leaves nothing of (noise) is taken again this many times.
 NONPOSITIVE_RETAKES = 3
@@ -103,12 +105,12 @@ class RequestFailed(Exception):
 
 @dataclass
 class Link:
-    """A GPU worker's link to the parent's clock: the parent's go counter, the worker's
-    DONE event, and how long its latest replies to a call took (us: what the parent waits
-    for the next, bracket.REPLY_FACTOR)."""
+    """A GPU worker's link to the parent's clock: the parent's go counter, the counter the
+    worker writes when a call's work is over, and how long its latest replies to a call
+    took (us: what the parent waits for the next, bracket.REPLY_FACTOR)."""
 
     go: GoCounter
-    done: torch.cuda.Event
+    done: DoneCounter
     generation: int
     replies: collections.deque[float] = field(
         default_factory=lambda: collections.deque(maxlen=brackets.REPLY_HISTORY)
@@ -212,42 +214,40 @@ class Worker:
 
     def link(self) -> Link | None:
         """The GPU worker's link to the parent's clock (made at its first use by this child),
-        or None where the bracket is gated from the host: on the CPU, and for a worker that
-        runs as another user than the harness (benches/confinement.py), with which the
-        driver shares no interprocess event (cudaErrorMapBufferObjectFailed either way on
-        an H200, 2026-11-29; memory is shared across users)."""
-        if self.device.type != "cuda" or self.gated():
+        or None where the bracket is gated from the host (the CPU). Counters, not events:
+        a worker that runs as another user than the harness (benches/confinement.py) shares
+        memory with it, but no interprocess event (cudaErrorMapBufferObjectFailed either way
+        on an H200, 2026-11-29)."""
+        if self.gated():
             return None
         self.settle()
         if self._process is None:
             self._start()
         if self._link is None or self._link.generation != self.generation:
             self._unlink()
-            go = GoCounter(self.device)
+            link = Link(GoCounter(self.device), DoneCounter(self.device), self.generation)
             try:
-                reply = self.request("bind", go=go.descriptor)
-                done = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(reply["done"]))
-            except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-                go.free()
-                self._end()
-                raise WorkerLost(f"broke the protocol (bind): {_text(exc)}", self) from None
+                self.request("bind", go=link.go.descriptor, done=link.done.descriptor)
             except BaseException:
-                go.free()
+                link.go.free()
+                link.done.free()
                 raise
-            self._link = Link(go, done, self.generation)
+            self._link = link
         return self._link
 
     def _unlink(self) -> None:
+        """The link's counters freed; the parent's stream first released from any wait on
+        the worker's word (DoneCounter.force): a freed buffer waits for the device."""
         if self._link is not None:
+            self._link.done.force(self._link.go.armed)
             self._link.go.free()
+            self._link.done.free()
             self._link = None
 
     def gated(self) -> bool:
-        """Whether this worker's calls are bracketed from the host (see `link`)."""
-        if self.device.type != "cuda" or self._gated:
-            return True
-        users = confinement.kernel_users(os.environ.get(confinement.KERNEL_USERS_ENV))
-        return self.confined and self.tree.name in users
+        """Whether this worker's calls are bracketed from the host (see `link`): on the CPU,
+        and a calibration worker made so (the CPU's)."""
+        return self.device.type != "cuda" or self._gated
 
     def finished(self) -> dict:
         """The second frame of a GPU call: the child's word that its call's work ended (and
@@ -538,8 +538,6 @@ class MeasuredPlacement:
         fields = {"key": self._key}
         if link is not None:  # a value the parent's stream has been given already: no wait
             fields["go"] = link.go.released
-        elif self._on_gpu():  # a gated GPU worker draws its queries itself
-            fields["seed"] = int(self._rng.integers(2**63))
         try:
             reply = worker.request("call", **fields)
             if self.mode != "graph" and not self._slots:
@@ -615,27 +613,21 @@ class MeasuredPlacement:
         for slot in self._slots:
             slot.tensor.fill_(float("nan"))
 
-        # A GPU worker gated from the host makes the sample's queries itself, from the seed
-        # its call brings (a draw on its own GPU); everywhere else the parent writes them
-        # into the lent buffers once its clock has started.
-        seeded = link is None and self._on_gpu()
-
         def refresh() -> None:
-            """Inside the bracket, before the call can start (linked: before the go; on the
-            CPU: before the call is asked for): the parent writes the queries into the lent
+            """Inside the bracket, before the call can start (GPU: before the go; CPU:
+            before the call is asked for): the parent writes the queries into the lent
             buffers, so that no work on them can start before the clock does. On the CPU a
             copy is what the bracket holds of the queries: the worker's own draw from a seed
             took 0.5-3.5 ms a sample at 1-2 x 8 x 512 x 64 on this 2-core host, varying from
             one draw to the next and between the kernel's worker and the calibration's, and
             read the worker's calls 2-14 % slower than the parent's (issue 49 item 4;
             tools/verdict/README.md)."""
-            if not seeded:
-                # One grouped copy: a copy a query is 256 launches in a graph sample.
-                torch._foreach_copy_([lent.tensor for lent in self._queries], self._fresh)
+            # One grouped copy: a copy a query is 256 launches in a graph sample.
+            torch._foreach_copy_([lent.tensor for lent in self._queries], self._fresh)
 
         def ask(go: int | None) -> _Asked:
-            """The call asked for; linked, it waits for the go counter to reach `go`."""
-            fields = {"key": self._key, "seed": seed} if seeded else {"key": self._key}
+            """The call asked for; on the GPU it waits for the go counter to reach `go`."""
+            fields = {"key": self._key}
             if go is not None:
                 fields["go"] = go
             return _Asked(worker, worker.send("call", **fields))
@@ -772,7 +764,7 @@ class MeasuredPlacement:
             return
         theirs, ours = statistics.median(figures.own), statistics.median(figures.measured)
         if on_gpu:
-            allowance = GPU_REPORT_ALLOWANCE_MS["gated" if self._worker.gated() else self.mode]
+            allowance = GPU_REPORT_ALLOWANCE_MS[self.mode]
             below = statistics.median(figures.gaps) > (
                 allowance / self.calls + GPU_REPORT_ALLOWANCE_FRACTION * ours
             )

@@ -95,20 +95,32 @@ class Lender:
             self._folder = None
 
 
-class GoCounter:
-    """The parent's go to a GPU worker's calls (benches/bracket.py): a 32-bit counter in an
-    allocation of the parent's, lent to the worker. A call is asked for with the counter's
-    next value (`arm`); the worker's stream waits until the counter reaches it, then calls.
-    The parent's stream writes the value (`release`) behind the bracket's start, the fresh
-    queries and the flush. The parent's stream never waits on anything of the worker's: a
-    worker that dies leaves only its own stream waiting (an event of the worker's waited on
-    in the parent's stream blocked it for good, H200, 2026-11-29)."""
+class _Counter:
+    """A 32-bit counter, zero at first, in an allocation of the parent's lent to a GPU
+    worker (`descriptor`); nothing once freed."""
 
     def __init__(self, device: torch.device) -> None:
         self._buffer = cuda_ipc.DeviceBuffer((1,), torch.int32, device)
         self._buffer.tensor.zero_()
         torch.cuda.current_stream(device).synchronize()  # zero before the worker can look
         self.descriptor = self._buffer.descriptor.to_json()
+
+    def _pointer(self) -> int | None:
+        tensor = self._buffer.tensor
+        return None if tensor is None else tensor.data_ptr()
+
+    def free(self) -> None:
+        self._buffer.free()
+
+
+class GoCounter(_Counter):
+    """The parent's go to a GPU worker's calls (benches/bracket.py). A call is asked for with
+    the counter's next value (`arm`); the worker's stream waits until the counter reaches
+    it, then calls. The parent's stream writes the value (`release`) behind the bracket's
+    start, the fresh queries and the flush."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
         self.armed = 0  # the latest value a call was asked for with
         self.released = 0  # the latest value the parent's stream was given to write
 
@@ -121,14 +133,39 @@ class GoCounter:
     def release(self) -> None:
         """Every call armed so far may start once the parent's stream reaches this point
         (nothing, once freed: the worker it was lent to has ended)."""
-        if self._buffer.tensor is None:
+        pointer = self._pointer()
+        if pointer is None:
             return
         stream = torch.cuda.current_stream(self._buffer.tensor.device)
-        cuda_ipc.write_counter(stream, self._buffer.tensor.data_ptr(), self.armed)
+        cuda_ipc.write_counter(stream, pointer, self.armed)
         self.released = self.armed
 
-    def free(self) -> None:
-        self._buffer.free()
+
+class DoneCounter(_Counter):
+    """A GPU worker's word that a call's work is over: the worker's stream writes the call's
+    go value here after the call, and the parent's stream waits for it (`wait`) before it
+    reads the output's rows and takes its end event, so that no host poll lies inside the
+    bracket. Memory crosses users where an interprocess event does not (cuIpcOpenMemHandle
+    between users works, an event's handle does not: H200, 2026-11-29), so a worker confined
+    as its tree's user is bracketed the same way. A worker that dies or hangs mid-call
+    would leave the parent's stream waiting: the parent then writes the value itself
+    (`force`), from a stream of its own that nothing waits on."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self._side = torch.cuda.Stream(device)  # torch's pool streams do not block on others
+
+    def wait(self, value: int) -> None:
+        """The parent's stream waits here until the worker has written `value`."""
+        stream = torch.cuda.current_stream(self._buffer.tensor.device)
+        cuda_ipc.wait_until_at_least(stream, self._pointer(), value)
+
+    def force(self, value: int) -> None:
+        """The parent's stream released from its wait for `value` without the worker."""
+        pointer = self._pointer()
+        if pointer is not None:
+            cuda_ipc.write_counter(self._side, pointer, value)
+            self._side.synchronize()
 
 
 class Lent:

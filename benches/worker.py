@@ -17,12 +17,9 @@ a hang or a CUDA context lost to an illegal address ends this process only.
 
 from __future__ import annotations
 
-import collections
 import gc
 import json
-import statistics
 import sys
-import time
 import traceback
 from functools import partial
 from pathlib import Path
@@ -31,32 +28,32 @@ import torch
 
 from benches import correctness, cpu_threads, cuda_ipc, fp8, timing
 from benches.kernel_tree import user_implementation
-from benches.shared_buffers import Borrowed, fill_fresh
+from benches.shared_buffers import Borrowed
 from benches.wire import READY, send_reply
 from results_schema import AttentionConfig
 from results_schema.kernel_contract import UserKernel
 
-# A gated call's spin (`Placement._gpu_call`) lies inside the harness's bracket, beside the
-# known call's, which is not the kernel's: below the gated allowance of the harness's check
-# (isolation.GPU_REPORT_ALLOWANCE_MS, 1.5 ms) with room to spare. A kernel whose host side
-# takes longer than this to enqueue keeps the rest in its own time.
-GATED_COVER_MAX_US = 500.0
-
 
 class WorkerState:
     """What one child holds: the kernel, the device, its link to the parent's clock (GPU:
-    the parent's go counter and its own DONE event), and its live placements."""
+    the parent's go and done counters; its own L2 flush buffer), and its live placements."""
 
-    def __init__(self, kernel: UserKernel, tree: Path, device: str) -> None:
+    def __init__(self, kernel: UserKernel, tree: Path, device: str, flush_l2: bool) -> None:
         self.impl = user_implementation(kernel, tree)
         self.device = torch.device(device)
+        self.flush: torch.Tensor | None = None  # zeroed before each call (`Placement.call`)
         if self.device.type == "cuda":
             if self.device.index is None:  # the parent's "cuda": the current device, named
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
-        self.go: torch.Tensor | None = None  # the parent's go counter, int32, lent
-        self.go_lent: Borrowed | None = None
-        self.done: torch.cuda.Event | None = None
+            if flush_l2:
+                l2_bytes = torch.cuda.get_device_properties(self.device).L2_cache_size
+                size = max(2 * l2_bytes, timing.FLUSH_MIN_BYTES)
+                self.flush = torch.empty(size // 4, dtype=torch.int32, device=self.device)
+        # the parent's go and done counters, int32 each, lent (`_bind`)
+        self.go: torch.Tensor | None = None
+        self.done: torch.Tensor | None = None
+        self.counters: Borrowed | None = None
         self.placements: dict[str, Placement] = {}
 
     def config(self, request: dict) -> AttentionConfig:
@@ -93,9 +90,6 @@ class Placement:
         )
         self.own_pending = False
         self.cpu_clock = None if cuda else timing.CpuClock()
-        # Gated from the host (no go counter to wait on), the host's enqueue of the call, lately
-        # (microseconds), which sizes the spin before its first event (`_gpu_call`)
-        self.enqueue_us: collections.deque[float] = collections.deque(maxlen=timing.HOST_HISTORY)
 
     def placed(self) -> dict:
         """The reply to `place`: in graph mode, where each captured call's output lies."""
@@ -103,34 +97,28 @@ class Placement:
             return {}
         return {"outputs": [self._describe(out) for out in self.outputs]}
 
-    def call(self, seed: int | None, go: int | None) -> dict:
-        """One sample's call(s). With a `seed` (a GPU worker running as another user than
-        the harness, with which no interprocess event can be shared: its bracket is gated
-        from the host) the sample's fresh queries are made here first, from the seed the
-        call brings, so that no work can start before the call is asked for. Linked, the
-        call waits on the GPU for the parent's go counter to reach `go`: the parent writes
-        the fresh queries into the lent buffers before it, inside its bracket."""
-        if seed is not None:
-            fill_fresh(self.queries, seed, self.descales.get("q_descale"))
+    def call(self, go: int | None) -> dict:
+        """One sample's call(s). On the GPU the call waits for the parent's go counter to
+        reach `go` (the parent writes the fresh queries into the lent buffers before it,
+        inside its bracket), and writes `go` into the parent's done counter after it.
+
+        Between the go and the call this worker flushes the L2 too, where the plan flushes:
+        the parent has flushed it already, but an L2 left full of the lines another process
+        wrote last slowed a kernel there. cuda-extension's naive kernel (fp16 2 x 16 x 4096 x
+        64 causal) read 128.0 ms a call in every way the parent's stream wrote last before
+        it, 121.0 ms alone, and 120.8 ms with this flush (tools/verdict/own_time_probe.py,
+        H200, 2026-11-30). A worker that skips it gains nothing: the parent's flush stands.
+        It lies inside the parent's bracket, and the calibration's worker runs it too."""
         return self._gpu_call(go) if self.own is not None else self._cpu_call()
 
     def _gpu_call(self, go: int | None) -> dict:
         reply = {}
         stream = torch.cuda.current_stream(self.state.device)
-        gated = self.state.go is None
-        if gated:
-            # Nothing holds the GPU while the host enqueues the call, so the first event
-            # would fire at once and the call's own time hold the host's enqueue (without
-            # this spin a confined worker's SDPA read 0.98-1.33x the same call in the
-            # harness's process at 0.11-0.22 ms, H200; with it 0.995-1.001, 8 runs): a spin
-            # first, sized as timing.CudaClock sizes its own (GATED_COVER_MAX_US says why
-            # its bound is lower).
-            torch.cuda._sleep(int(self._cover_us() * timing.COVER_CYCLES_PER_US))
-            enqueue_start = time.perf_counter()
-        else:
-            if not isinstance(go, int):
-                raise ValueError("a linked call needs the go counter's value")
-            cuda_ipc.wait_until_at_least(stream, self.state.go.data_ptr(), go)
+        if not isinstance(go, int) or self.state.go is None:
+            raise ValueError("a GPU call needs the parent's counters and the go's value")
+        cuda_ipc.wait_until_at_least(stream, self.state.go.data_ptr(), go)
+        if self.state.flush is not None:
+            self.state.flush.zero_()
         self.own[0].record(stream)
         if self.graph is not None:
             self.graph.replay()
@@ -139,20 +127,13 @@ class Placement:
             out = self.fns[0]()
             self.ring.hold(out)
         self.own[1].record(stream)
-        if gated:
-            self.enqueue_us.append((time.perf_counter() - enqueue_start) * 1e6)
-        if self.state.done is not None:
-            self.state.done.record(stream)
+        cuda_ipc.write_counter(stream, self.state.done.data_ptr(), go)
         self.own_pending = True
         if out is not None:
             if not isinstance(out, torch.Tensor) or not out.is_cuda:
                 raise TypeError(f"returned {type(out).__name__}, not a CUDA tensor")
             reply["outputs"] = [self._describe(out)]
         return reply
-
-    def _cover_us(self) -> float:
-        recent = statistics.median(self.enqueue_us) if self.enqueue_us else GATED_COVER_MAX_US
-        return min(max(timing.COVER_FACTOR * recent, timing.COVER_MIN_US), GATED_COVER_MAX_US)
 
     def own_ms(self) -> dict:
         """The worker's own time of its last GPU call (per call), once its work is over."""
@@ -188,17 +169,17 @@ class Placement:
 
 
 def _bind(state: WorkerState, request: dict) -> dict:
-    """The GPU link to the parent's clock: the parent's go counter mapped (this worker's
-    stream waits for it to reach each call's value before the call), this worker's DONE
-    made (recorded after each)."""
-    if state.go_lent is not None:
-        state.go_lent.close()
-    state.go_lent = Borrowed(state.device)
-    state.go = state.go_lent.tensor(request["go"])
-    if state.go.dtype != torch.int32 or state.go.numel() != 1:
-        raise ValueError("the go counter is one int32")
-    state.done = torch.cuda.Event(interprocess=True)
-    return {"done": state.done.ipc_handle().hex()}
+    """The GPU link to the parent's clock: its go and done counters mapped (this worker's
+    stream waits for the go to reach each call's value before the call, and writes the
+    value into the done counter after it)."""
+    if state.counters is not None:
+        state.counters.close()
+    state.counters = Borrowed(state.device)
+    state.go, state.done = (state.counters.tensor(request[name]) for name in ("go", "done"))
+    for counter in (state.go, state.done):
+        if counter.dtype != torch.int32 or counter.numel() != 1:
+            raise ValueError("a counter is one int32")
+    return {}
 
 
 def _available(state: WorkerState, request: dict) -> dict:
@@ -273,9 +254,8 @@ def _place(state: WorkerState, request: dict) -> dict:
 
 
 def _call(state: WorkerState, request: dict) -> dict:
-    seed, go = request.get("seed"), request.get("go")
-    placement = state.placements[request["key"]]
-    return placement.call(None if seed is None else int(seed), None if go is None else int(go))
+    go = request.get("go")
+    return state.placements[request["key"]].call(None if go is None else int(go))
 
 
 def _drop(state: WorkerState, request: dict) -> dict:
@@ -331,13 +311,15 @@ def context_lost(device: torch.device, probe: bool = True) -> bool:
 
 
 def serve(conn, kernel_json: str, tree: str, device: str, flush_l2: bool) -> None:
-    """The child's loop: one reply per request until the parent closes the pipe. (The
-    parent flushes the L2 itself now; `flush_l2` is kept in the start arguments.)"""
+    """The child's loop: one reply per request until the parent closes the pipe. `flush_l2`:
+    whether the plan flushes the L2 before each sample (`Placement.call`)."""
     # The parent's intra-op threads, by the same rule (benches/cpu_threads.py): set here, as
     # torch was imported in the fork server, before this run's environment reached it.
     cpu_threads.use(device)
     try:
-        state = WorkerState(UserKernel.model_validate_json(kernel_json), Path(tree), device)
+        state = WorkerState(
+            UserKernel.model_validate_json(kernel_json), Path(tree), device, flush_l2
+        )
     except Exception as exc:
         send_reply(conn, {"error": f"worker could not start: {correctness.one_line(exc)}"})
         return

@@ -199,11 +199,10 @@ def test_a_worker_dropped_to_its_trees_user_is_timed_and_checked_as_before(
     registered, record_property
 ):
     """On a run that confines kernels (benches/confinement.py) the worker is another user
-    than the harness: the lent buffers and its outputs still cross (CUDA IPC memory between
-    users; no event does, so its calls are bracketed from the host, its fresh queries made
-    from the seed each call brings), and its calls are timed and checked as any worker's,
-    its samples within 1 % of the same SDPA in the harness's process (a spin before its
-    first event covers the host's enqueue of the call: benches/worker.py)."""
+    than the harness: the lent buffers, the go and done counters and its outputs still
+    cross (CUDA IPC memory between users; no event does, so the bracket waits on counters,
+    benches/bracket.py), and its calls are timed and checked as any worker's, its samples
+    within 1 % of the same SDPA in the harness's process."""
     payload = Path(__file__).resolve().parents[2]
     if not _world_readable(payload):
         pytest.skip(f"the payload {payload} is not readable by another user here")
