@@ -101,6 +101,16 @@ class CpuClock:
         raise NotImplementedError("CUDA graphs need a CUDA device")
 
 
+def l2_flush_buffer(device):
+    """A buffer whose zeroing evicts the device's L2: twice its size, at least
+    FLUSH_MIN_BYTES."""
+    import torch
+
+    l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+    size = max(2 * l2_bytes, FLUSH_MIN_BYTES)
+    return torch.empty(size // 4, dtype=torch.int32, device=device)
+
+
 class CudaClock:
     supports_graphs = True
 
@@ -110,12 +120,7 @@ class CudaClock:
         self._torch = torch
         self._flush_buffers: list = []
         if flush_l2:
-            l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
-            size = max(2 * l2_bytes, FLUSH_MIN_BYTES)
-            self._flush_buffers = [
-                torch.empty(size // 4, dtype=torch.int32, device=device)
-                for _ in range(FLUSH_BUFFERS)
-            ]
+            self._flush_buffers = [l2_flush_buffer(device) for _ in range(FLUSH_BUFFERS)]
         self._flush_turns = itertools.cycle(self._flush_buffers)
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)

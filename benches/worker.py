@@ -47,9 +47,7 @@ class WorkerState:
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
             if flush_l2:
-                l2_bytes = torch.cuda.get_device_properties(self.device).L2_cache_size
-                size = max(2 * l2_bytes, timing.FLUSH_MIN_BYTES)
-                self.flush = torch.empty(size // 4, dtype=torch.int32, device=self.device)
+                self.flush = timing.l2_flush_buffer(self.device)
         # the parent's go and done counters, int32 each, lent (`_bind`)
         self.go: torch.Tensor | None = None
         self.done: torch.Tensor | None = None
