@@ -191,11 +191,11 @@ def _name(dtype: torch.dtype) -> str:
 
 
 def fill_fresh(tensors: list[torch.Tensor], seed: int, descale: torch.Tensor | None = None) -> None:
-    """Standard normal values from `seed` in `tensors` (all of one shape and dtype): the
-    same numbers in the parent and in a worker (one generator algorithm, one device), so
-    that a worker can make a sample's queries from the seed it is sent with the call, and
-    the parent the same for its reference. One draw for all and one grouped copy: a graph
-    sample refreshes up to 256 queries, which a draw and a copy each made 512 launches.
+    """Standard normal values from `seed` in `tensors` (all of one shape and dtype): a
+    sample's fresh queries, drawn by the parent, which copies them into the lent buffers
+    inside its bracket and keeps them for its reference. One draw for all and one grouped
+    copy: a graph sample refreshes up to 256 queries, which a draw and a copy each made 512
+    launches.
     FP8 queries (`descale`: the placement's q descale) are the draws divided by it and
     rounded to e4m3: the standard normal queries the descale stands for."""
     first = tensors[0]

@@ -167,9 +167,10 @@ def test_a_gpu_workers_sample_is_its_own_time_held_by_the_harnesss_bracket(
 
 
 def test_a_kernel_that_never_finishes_on_the_gpu_is_ended_and_the_run_goes_on(tmp_path, registered):
-    """A worker whose call never finishes on the GPU: the parent only polls its DONE event
-    from the host (a wait on it in the parent's stream could never be released), ends the
-    worker at the call's bound, and times the next config with a fresh one."""
+    """A worker whose call never finishes on the GPU: the parent's stream waits on the
+    worker's done counter, which the worker never writes; at the call's bound the parent
+    writes it itself from a side stream (shared_buffers.DoneCounter.force), ends the worker,
+    and times the next config with a fresh one."""
     marker = tmp_path / "timing-started"
     body = (
         f"if q.shape[-1] == 16 and os.path.exists({str(marker)!r}):\n"
