@@ -67,6 +67,12 @@ _HOME_VARIABLES = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RU
 # ran (a manifest of its own, left standing should the run end before the harness's).
 _GRANT_PREFIXES = ("RUN_PAYLOAD_URL", "RUN_UPLOAD_")
 _SWEEP_ROUNDS = 100
+# A process inside execve answers an empty command line and environment until its new
+# image's are mapped: 131 of 300 reads of a child's environ right after Popen returned, on
+# a 2-core machine (2026-11-30). An empty answer is read again this many times, 10 ms
+# apart, before it is believed (kernel threads, and processes started with `env -i`).
+EXEC_REREADS = 20
+NAMING_PATIENCE_SECONDS = 1.0  # the most a sweep spends reading empty command lines again
 _LOGGED_NAMES = 10
 
 
@@ -175,11 +181,22 @@ def _processes() -> dict[int, tuple[int, str, int, int]]:
     return found
 
 
-def command_line(pid: int) -> str:
-    """The process's command line as one line of text (a kernel thread's: its name)."""
+def proc_file(pid: int | str, name: str, limit: int = -1, rereads: int = EXEC_REREADS) -> bytes:
+    """/proc/<pid>/<name> of a command line or an environment, past an exec under way."""
+    for _ in range(rereads):
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            found = f.read(limit)
+        if found:
+            return found
+        time.sleep(0.01)
+    return b""
+
+
+def command_line(pid: int, patient: bool = True) -> str:
+    """The process's command line as one line of text (a kernel thread's: its name); an
+    empty one read once only, unless `patient`."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read(4096)
+        raw = proc_file(pid, "cmdline", 4096, rereads=EXEC_REREADS if patient else 1)
         if not raw:
             with open(f"/proc/{pid}/comm", "rb") as f:
                 raw = b"[" + f.read().strip() + b"]"
@@ -219,20 +236,28 @@ def end_left_over(uids: frozenset[int] = frozenset(), reap: bool = True) -> dict
     `reap` (the program, where every child is a leftover) this process's descendants too,
     and every child's exit is collected; without it (the harness, whose other children, its
     fork server and the other workers, are its own) only the processes of `uids`."""
-    stopped: dict[int, str] = {}
+    stopped: dict[int, bool] = {}  # pid -> whether it is ours to end
     for _ in range(_SWEEP_ROUNDS):
         new = [pid for pid in _left_over(uids, descendants=reap) if pid not in stopped]
         if not new:
             break
         for pid in new:
-            command = command_line(pid)
             try:
                 os.kill(pid, signal.SIGSTOP)
             except ProcessLookupError:
                 continue
             except PermissionError:
-                command += " (not ours to end)"
-            stopped[pid] = command
+                stopped[pid] = False
+            else:
+                stopped[pid] = True
+    # Named once stopped: one caught inside its exec stops when the exec is done, and is
+    # named by its new image. An empty command line is read again only within the sweep's
+    # patience, as a kernel could start many processes that blanked their own.
+    patience = time.monotonic() + NAMING_PATIENCE_SECONDS
+    named = {}
+    for pid, ours in stopped.items():
+        command = command_line(pid, patient=time.monotonic() < patience)
+        named[pid] = command if ours else f"{command} (not ours to end)"
     for pid in stopped:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -240,7 +265,7 @@ def end_left_over(uids: frozenset[int] = frozenset(), reap: bool = True) -> dict
             pass
     if reap:
         _reap()
-    return stopped
+    return named
 
 
 def _reap(timeout: float = 2.0) -> None:

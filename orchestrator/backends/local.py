@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benches.confinement import EXEC_REREADS, NAMING_PATIENCE_SECONDS, proc_file
 from orchestrator.backends.base import BackendHost, Capabilities, Machine, Placement
 from orchestrator.paths import StatePaths
 from orchestrator.registry import RunRegistry
@@ -54,13 +55,24 @@ def process_alive(pid: int, sandbox: Path) -> bool:
         return False
     except PermissionError:
         return False
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists():
-        try:
-            return str(sandbox) in cmdline.read_text(errors="replace")
-        except OSError:
+    if not Path("/proc/self/stat").exists():
+        return True
+    try:
+        # A zombie (a script that ended, not yet reaped by the controller that started it)
+        # has no command line: it is not read again and again as an exec under way's.
+        if proc_stat_fields(str(pid))[0] == b"Z":
             return False
-    return True
+        cmdline = proc_file(str(pid), "cmdline").decode(errors="replace")
+    except (OSError, IndexError):
+        return False
+    return str(sandbox) in cmdline
+
+
+def proc_stat_fields(pid: str) -> list[bytes]:
+    """/proc/<pid>/stat's fields after the command name (which may itself hold spaces or
+    parentheses): [state, ppid, pgrp, session, ...]."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rsplit(b")", 1)[1].split()
 
 
 def session_processes(session: int, run_id: str) -> list[int]:
@@ -70,22 +82,24 @@ def session_processes(session: int, run_id: str) -> list[int]:
         return []
     mark = f"{RUN_MARK_ENV}={run_id}".encode() + b"\0"
     found = []
+    # An empty environment is read again only within this (benches.confinement.proc_file):
+    # a process of the run could blank many.
+    patience = time.monotonic() + NAMING_PATIENCE_SECONDS
     # Listed, then each entry read in a try: a process that ends meanwhile answers ESRCH,
     # which a glob over /proc raised out of the loop (it ignores only ENOENT and the like).
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            # Fields after the command name, which may itself hold spaces or parentheses.
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
+            fields = proc_stat_fields(entry)
             state, sid = fields[0], int(fields[3])
             # The environment read only of the session's live members, each file opened
             # without a Path: 3.8 -> 1.5 ms of CPU a call among ~100 processes, and
             # `--wait` calls it at each poll (~600 calls a suite run; issue 52).
             if sid != session or state == b"Z":
                 continue
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            rereads = EXEC_REREADS if time.monotonic() < patience else 1
+            environ = proc_file(entry, "environ", rereads=rereads)
         except (OSError, IndexError):
             continue
         if mark in b"\0" + environ:

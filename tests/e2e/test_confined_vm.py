@@ -143,7 +143,10 @@ def test_each_tree_builds_and_runs_as_its_own_user_and_writes_only_its_own_tree(
     monkeypatch.setenv("BENCH_VM_WORK_DIR", str(shared_dir / "vm"))
     repo = example_repository(tmp_path)
     git(repo, "commit", "-q", "--allow-empty", "-m", "the baseline")
-    (repo / "hostile.sh").write_text(HOSTILE_BUILD + f"(setsid sleep {marker}1 &)\n")
+    # Left by a shell of its own, so that whichever stage the sweep stops it at (that
+    # shell's fork, setsid, the sleep) its command line holds the marker.
+    leaves = shlex.quote(f"(setsid sleep {marker}1 &)")
+    (repo / "hostile.sh").write_text(HOSTILE_BUILD + f"sh -c {leaves}\n")
     (repo / "extra").mkdir()
     (repo / "extra" / "extra_mod.py").write_text("VALUE = 1\n")
     (repo / "extra" / "pyproject.toml").write_text(EXTRA_PROJECT)
@@ -198,7 +201,7 @@ def test_each_tree_builds_and_runs_as_its_own_user_and_writes_only_its_own_tree(
     assert {("harness", "measure"), ("user_kernel_baseline", "build")} <= checks
     assert {("user_kernel", "built"), ("user_kernel", "measure")} <= checks
     left = {(s.phase, s.tree): [p.command for p in s.processes] for s in manifest.leftovers}
-    assert any(f"sleep {marker}1" in c for c in left[("build", "user_kernel")])
-    assert any(f"sleep {marker}2" in c for s in left.values() for c in s)
+    assert any(f"sleep {marker}1" in c for c in left[("build", "user_kernel")]), left
+    assert any(f"sleep {marker}2" in c for s in left.values() for c in s), left
     assert processes_running(f"sleep {marker}") == {}
     assert main(["fetch", run_id]) == 0  # and its manifest passes the boundary
