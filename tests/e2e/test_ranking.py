@@ -3,10 +3,13 @@ ranks them (ranking.json, carried by the manifest), the report leads with the ra
 gate.json carries it for programs.
 
 The CPU stands in for a kernel's variants with SDPA and SDPA plus a sixteenth more work
-(sdpa-extra16), both against SDPA's math path (about 4x slower here): both are shown
-faster than the baseline; whether the ranking tells the two apart depends on the load of
-the machine, so either answer is accepted, as long as the report, the manifest and
-gate.json give the same one.
+(sdpa-extra16), both against SDPA's math path (about 4x and 2x slower here): both are
+faster than the baseline. How sure the ranking is of that, and whether it tells the two
+apart, depends on the load of the machine: a placement the load slowed widens the
+simultaneous intervals (four placements, so t(3)) past 1. Beside four busy loops, 3 runs of
+6 had a candidate's interval reach below 1 (2026-11-30; CI, 2 cores and 4 test workers,
+saw one), every point estimate at 2.07x or more. So the points are asserted, and either
+answer is accepted, as long as the report, the manifest and gate.json give the same one.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ def test_two_candidates_ranked_in_the_report_and_gate_json(
     ranking = Manifest.model_validate_json((run_dir / "manifest.json").read_text()).ranking
     assert ranking.baseline == "sdpa-math" and ranking.confidence < 1
     assert {c.identity for c in ranking.candidates} == CANDIDATES, ranking.unranked
-    assert all(c.geomean.ci_low > 1 for c in ranking.candidates)  # both beat sdpa-math
+    for c in ranking.candidates:  # both beat sdpa-math, each within its own interval
+        assert c.geomean.speedup > 1.3, c
+        assert c.geomean.ci_low <= c.geomean.speedup <= c.geomean.ci_high, c
     gate = GateReport.model_validate_json((run_dir / "gate.json").read_text())
     assert gate.ranking == ranking
 
