@@ -171,14 +171,20 @@ def _processes() -> dict[int, tuple[int, str, int, int]]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
+            fields = proc_stat_fields(entry)
             with open(f"/proc/{entry}/status", "rb") as f:
                 uids = next(line for line in f if line.startswith(b"Uid:")).split()
         except (OSError, IndexError, StopIteration):
             continue  # it ended meanwhile
         found[int(entry)] = (int(fields[1]), fields[0].decode(), int(uids[1]), int(uids[2]))
     return found
+
+
+def proc_stat_fields(pid: int | str) -> list[bytes]:
+    """/proc/<pid>/stat's fields after the command name (which may itself hold spaces or
+    parentheses): [state, ppid, pgrp, session, ...]."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rsplit(b")", 1)[1].split()
 
 
 def proc_file(pid: int | str, name: str, limit: int = -1, rereads: int = EXEC_REREADS) -> bytes:

@@ -18,7 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benches.confinement import EXEC_REREADS, NAMING_PATIENCE_SECONDS, proc_file
+from benches.confinement import (
+    EXEC_REREADS,
+    NAMING_PATIENCE_SECONDS,
+    proc_file,
+    proc_stat_fields,
+)
 from orchestrator.backends.base import BackendHost, Capabilities, Machine, Placement
 from orchestrator.paths import StatePaths
 from orchestrator.registry import RunRegistry
@@ -66,13 +71,6 @@ def process_alive(pid: int, sandbox: Path) -> bool:
     except (OSError, IndexError):
         return False
     return str(sandbox) in cmdline
-
-
-def proc_stat_fields(pid: str) -> list[bytes]:
-    """/proc/<pid>/stat's fields after the command name (which may itself hold spaces or
-    parentheses): [state, ppid, pgrp, session, ...]."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        return stat.read().rsplit(b")", 1)[1].split()
 
 
 def session_processes(session: int, run_id: str) -> list[int]:

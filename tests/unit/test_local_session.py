@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from benches import confinement
 from orchestrator.backends import local
 
 SLEEPER = "import sys, time; print('up', flush=True); time.sleep(60)"
@@ -115,7 +116,7 @@ def test_a_script_that_ended_unreaped_is_not_alive_and_answers_at_once(monkeypat
     """A zombie (the controller that started the script has not reaped it) has no command
     line either: it is judged ended, not read again as an exec under way is."""
     process = subprocess.Popen([sys.executable, "-c", "pass", str(tmp_path)])
-    while local.proc_stat_fields(str(process.pid))[0] != b"Z":
+    while confinement.proc_stat_fields(str(process.pid))[0] != b"Z":
         time.sleep(0.01)
     reads = []
     real_open = builtins.open
