@@ -258,7 +258,7 @@ def end_left_over(uids: frozenset[int] = frozenset(), reap: bool = True) -> dict
                 stopped[pid] = True
     # Named once stopped: one caught inside its exec stops when the exec is done, and is
     # named by its new image. An empty command line is read again only within the sweep's
-    # patience, as a kernel could start many processes that blanked their own.
+    # patience: however many answer empty, the sweep is held up a second at most.
     patience = time.monotonic() + NAMING_PATIENCE_SECONDS
     named = {}
     for pid, ours in stopped.items():

@@ -80,8 +80,8 @@ def session_processes(session: int, run_id: str) -> list[int]:
         return []
     mark = f"{RUN_MARK_ENV}={run_id}".encode() + b"\0"
     found = []
-    # An empty environment is read again only within this (benches.confinement.proc_file):
-    # a process of the run could blank many.
+    # An empty environment is read again (benches.confinement.proc_file) only within this:
+    # a process started with `env -i` answers empty for good, and a run may start many.
     patience = time.monotonic() + NAMING_PATIENCE_SECONDS
     # Listed, then each entry read in a try: a process that ends meanwhile answers ESRCH,
     # which a glob over /proc raised out of the loop (it ignores only ENOENT and the like).
