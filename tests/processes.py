@@ -4,6 +4,8 @@ own."""
 
 from __future__ import annotations
 
+import builtins
+import io
 import os
 import secrets
 import shutil
@@ -27,6 +29,27 @@ def processes_running(marker: str) -> dict[int, str]:
         if marker in text and state != "Z" and "pytest" not in text:
             found[int(cmdline.parent.name)] = text
     return found
+
+
+@contextmanager
+def inside_exec(pid: int, *names: str, reads: int = 3) -> Iterator[dict[str, int]]:
+    """The window in which a process inside its exec answers an empty command line and
+    environment, made to last: the first `reads` reads (by `open`) of each /proc/<pid>/<name>
+    answer empty. Yields the reads left of each path, all 0 once every one was given."""
+    left = {f"/proc/{pid}/{name}": reads for name in names}
+    real_open = builtins.open
+
+    def opening(path, *args, **kwargs):
+        if left.get(str(path)):
+            left[str(path)] -= 1
+            return io.BytesIO(b"")
+        return real_open(path, *args, **kwargs)
+
+    builtins.open = opening
+    try:
+        yield left
+    finally:
+        builtins.open = real_open
 
 
 @contextmanager

@@ -5,8 +5,6 @@ skip without root, and the refusals a non-root process meets are tested either w
 
 from __future__ import annotations
 
-import builtins
-import io
 import json
 import os
 import pwd
@@ -20,7 +18,7 @@ import pytest
 
 from benches import confinement
 from tests.limits import HANG_SECONDS
-from tests.processes import processes_running, uid_of
+from tests.processes import inside_exec, processes_running, uid_of
 
 TOOL = Path(confinement.__file__)
 NOBODY = 65534
@@ -56,30 +54,21 @@ def test_a_double_forked_process_is_ended_named_and_the_exit_code_kept(tmp_path,
     assert f"leftovers: build of user_kernel left 1 running; ended {left['pid']} (" in done.stdout
 
 
-def test_a_leftover_caught_inside_its_exec_is_named_by_its_new_image(monkeypatch, marker):
+def test_a_leftover_caught_inside_its_exec_is_named_by_its_new_image(marker):
     """Inside its exec a process's command line reads empty until the new image's is
     mapped (benches.confinement.EXEC_REREADS): CI's confined-VM test once found the sleep a
     build left behind named otherwise. The window is made to last here: the first reads
     answer empty, as they do inside the exec."""
     process = subprocess.Popen(["sleep", marker])
-    inside_exec = {f"/proc/{process.pid}/cmdline": 3}
-    real_open = open
-
-    def opening(path, *args, **kwargs):
-        if inside_exec.get(str(path)):
-            inside_exec[str(path)] -= 1
-            return io.BytesIO(b"")
-        return real_open(path, *args, **kwargs)
-
     try:
         while confinement.command_line(process.pid) != f"sleep {marker}":
             time.sleep(0.01)  # its own exec done, before the one made to last
-        monkeypatch.setattr(builtins, "open", opening)
-        named = confinement.command_line(process.pid)
-        monkeypatch.undo()
+        with inside_exec(process.pid, "cmdline") as left:
+            named = confinement.command_line(process.pid)
     finally:
         process.kill()
         process.wait()
+    assert set(left.values()) == {0}  # every empty answer was given
     assert named == f"sleep {marker}"
 
 

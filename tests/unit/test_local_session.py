@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import errno
-import io
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 
 from benches import confinement
 from orchestrator.backends import local
+from tests.processes import inside_exec
 
 SLEEPER = "import sys, time; print('up', flush=True); time.sleep(60)"
 
@@ -67,7 +67,7 @@ def test_a_process_gone_while_proc_is_read_is_skipped_not_a_crash(monkeypatch, t
     assert marked.pid in found
 
 
-def test_a_process_inside_its_exec_is_still_found(monkeypatch, tmp_path):
+def test_a_process_inside_its_exec_is_still_found(tmp_path):
     """Popen returns once the child's exec has begun, before the new image's command line
     and environment are mapped: read then, both answer empty (131 of 300 reads of a child's
     environ right after Popen returned, a 2-core machine, 2026-11-30). CI saw it as the
@@ -76,24 +76,14 @@ def test_a_process_inside_its_exec_is_still_found(monkeypatch, tmp_path):
     here: the first reads of each file answer empty, as they do inside the exec."""
     process = started(str(tmp_path), "run-1")
     assert process.stdout.readline() == b"up\n"
-    inside_exec = {f"/proc/{process.pid}/{name}": 3 for name in ("cmdline", "environ")}
-    real_open = builtins.open
-
-    def opening(path, *args, **kwargs):
-        if inside_exec.get(str(path)):
-            inside_exec[str(path)] -= 1
-            return io.BytesIO(b"")
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", opening)
     try:
-        alive = local.process_alive(process.pid, tmp_path)
-        found = local.session_processes(process.pid, "run-1")
+        with inside_exec(process.pid, "cmdline", "environ") as left:
+            alive = local.process_alive(process.pid, tmp_path)
+            found = local.session_processes(process.pid, "run-1")
     finally:
-        monkeypatch.undo()
         process.kill()
         process.wait()
-    assert inside_exec == {path: 0 for path in inside_exec}  # every empty answer was given
+    assert set(left.values()) == {0}  # every empty answer was given
     assert alive, "the run's script judged ended"
     assert found == [process.pid], "the run's process missed"
 
