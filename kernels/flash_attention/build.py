@@ -115,7 +115,7 @@ SWITCHES = {
     "FLASH_SM90_CAUSAL_SCHEDULE": range(0, 3),
     "FLASH_SM90_OWN_KEY_BOUND": range(0, 3),
     "FLASH_SM90_DESC_STEPS": range(0, 3),
-    "FLASH_SM90_RING_FROM_ZERO": range(0, 2),
+    "FLASH_SM90_RING_FROM_ZERO": range(0, 3),
     "FLASH_SM90_TREE_MAX": range(0, 3),
     "FLASH_SM90_TREE_SUM": range(0, 4),
     "FLASH_SM90_LAZY_RESCALE": range(0, 3),

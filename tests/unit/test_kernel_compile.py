@@ -230,24 +230,24 @@ def test_every_key_tile_waits_on_its_stages_own_use_parity_either_way_the_ring_i
     tmp_path: Path,
 ):
     """The Hopper K/V ring over a persistent block's tiles (RingPosition), carried as its count
-    (shipped) or each tile from stage 0 with the stages' use parities carried
-    (FLASH_SM90_RING_FROM_ZERO=1): walked over tiles of 0 to 9 key tiles at 2 and 3 stages,
-    every key tile's stage is the one its representation says and the phase it waits on is that
-    stage's uses so far, mod 2 (what the full and empty barriers count), here on the host."""
+    or each tile from stage 0 with the stages' use parities carried (Sm90Choices::kRingFromZero,
+    three consumers): walked over tiles of 0 to 9 key tiles at 2 and 3 stages, every key tile's
+    stage is the one its representation says and the phase it waits on is that stage's uses so
+    far, mod 2 (what the full and empty barriers count), here on the host."""
     for from_zero in (0, 1):
         program = tmp_path / f"ring{from_zero}.cu"
         program.write_text(
-            f"#define FLASH_SM90_RING_FROM_ZERO {from_zero}\n"
+            f"#define FROM_ZERO {from_zero}\n"
             '#include <cstdio>\n#include "flash_fwd_sm90_schedule.cuh"\n'
             "using namespace flash;\n"
             "template <int S> int walk() {\n"
-            "  RingPosition ring;\n"
+            "  RingPosition<FROM_ZERO> ring;\n"
             "  int uses[S] = {}, count = 0, bad = 0;\n"
             "  const int tiles[] = {8, 0, 1, 5, 3, 2, 9, 4, 7, 6, 1, 1, 3, 0, 2};\n"
             "  for (int n : tiles) {\n"
             "    for (int j = 0; j < n; ++j) {\n"
             "      const int stage = ring.stage<S>(j);\n"
-            "      bad += stage != (FLASH_SM90_RING_FROM_ZERO ? j % S : (count + j) % S);\n"
+            "      bad += stage != (FROM_ZERO ? j % S : (count + j) % S);\n"
             "      bad += ring.phase<S>(j) != uint32_t(uses[stage]++ & 1);\n"
             "    }\n"
             "    ring.after<S>(n);\n"

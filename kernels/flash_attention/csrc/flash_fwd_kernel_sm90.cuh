@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     }
     __syncthreads();
     const Pingpong<1> turns{0};
-    consume_tile<T, Causal>(p, sm, tile, RingPosition{}, QPosition<T>(0), turns, &tma_o, tid / 32,
-                            tid % 32, loads);
+    consume_tile<T, Causal>(p, sm, tile, Sm90Ring<T, Causal>{}, QPosition<T>(0), turns, &tma_o,
+                            tid / 32, tid % 32, loads);
     if (tid % 32 == 0) sm90::bulk_wait_group<0>();
 }
 

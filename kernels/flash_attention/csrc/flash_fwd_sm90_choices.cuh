@@ -46,6 +46,12 @@ namespace flash {
 // 1-4 % slower with it than without (NOTES.md, h28), the fp16 non-causal one (row sums by the
 // tensor core) 1 % slower (h29).
 // Two P buffers with the threads' copy-out spilled at D = 128 (11-24 LDL in the loop).
+// kRingFromZero: every tile's key loop from the K/V ring's stage 0, each stage's use parity
+// carried across tiles, not the ring's count (RingPosition): three consumers only, where the
+// count cost the key loop per-thread stage descriptors (R2UR 25 -> 4, 569 -> 558 instructions)
+// and the switch measured 1.022-1.032x at D = 64 non-causal (A/A 1.001-1.016); the other kernels'
+// loops keep their descriptors either way, and D = 128 / 256 read 0.989-1.020x, within their
+// A/A (NOTES.md, h46).
 // T::kRowSumMma (kernel_traits.h): the softmax's row sums by the tensor core (h18).
 template <typename T, bool Causal>
 struct Sm90Choices {
@@ -69,6 +75,9 @@ struct Sm90Choices {
         (FLASH_SM90_P_BUFFERS == 0
              ? T::kHeadDim == 128 || (T::kHeadDim == 64 && !Causal && !T::kRowSumMma)
              : FLASH_SM90_P_BUFFERS == 2 && T::kHeadDim <= 128);
+    static constexpr bool kRingFromZero = FLASH_SM90_RING_FROM_ZERO == 0
+                                              ? T::kConsumerWarpgroups == 3
+                                              : FLASH_SM90_RING_FROM_ZERO == 2;
 };
 
 }  // namespace flash

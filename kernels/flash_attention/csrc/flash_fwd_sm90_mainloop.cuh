@@ -150,9 +150,9 @@ struct Pingpong {
 // every buffer as consume_tile would, without the math. It waits for each buffer to fill
 // before releasing it: a refilled buffer's earlier use has been released by every warp, so the
 // arrival lands in this use's phase.
-template <typename T>
+template <typename T, typename Ring>
 __device__ __forceinline__ void pass_tile(const Sm90Smem<T>& sm, const Tile& tile,
-                                          const RingPosition& ring, const QPosition<T>& q,
+                                          const Ring& ring, const QPosition<T>& q,
                                           const Pingpong<T::kConsumerWarpgroups>& turns,
                                           int lane) {
     constexpr int S = T::kStages;
@@ -213,7 +213,7 @@ struct TileSteps {
 
     const FlashFwdParams& p;
     const Sm90Smem<T>& sm;
-    const RingPosition& ring;
+    const Sm90Ring<T, Causal>& ring;
     const QPosition<T>& q;
     const Pingpong<T::kConsumerWarpgroups>& turns;
     const Refill& refill;
@@ -419,7 +419,7 @@ struct TileSteps {
 // once it has landed (NOTES.md, h2). The state is here, the steps in TileSteps.
 template <typename T, bool Causal, typename Refill = ProducerRefill>
 __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90Smem<T>& sm,
-                                             const Tile& tile, const RingPosition& ring,
+                                             const Tile& tile, const Sm90Ring<T, Causal>& ring,
                                              const QPosition<T>& q,
                                              const Pingpong<T::kConsumerWarpgroups>& turns,
                                              const CUtensorMap* tma_o, int consumer_warp,
@@ -468,7 +468,7 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
                                         const CUtensorMap* tma_o, int consumer_warp, int lane) {
     const Pingpong<T::kConsumerWarpgroups> turns{consumer_warp / 4};
     turns.start();
-    RingPosition ring;
+    Sm90Ring<T, Causal> ring;
     int q_loads = 0;
     // Each tile of each of this block's work units, in order (one loop body for both).
     for (UnitWalk<T, Causal> walk(schedule); walk.u < schedule.units; walk.next(schedule))
@@ -479,19 +479,17 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
         const bool idle = T::kConsumerWarpgroups > 2 &&
                           tile.m_block * T::kBlockM + turns.consumer_wg * 64 >= p.seqlen_q;
         const QPosition<T> q(q_loads);
-#if FLASH_SM90_RING_FROM_ZERO
-        // The stages' parities broadcast from lane 0: ptxas then checks their uniformity once
-        // a tile and keeps the key loop's waits convergent (three consumers: 561 -> 558
-        // instructions, BSSY 3 -> 1; NOTES "h45").
-        RingPosition at = ring;
-        at.used = __shfl_sync(0xffffffffu, ring.used, 0);
-#else
-        const RingPosition& at = ring;
-#endif
-        if (idle)
-            pass_tile<T>(sm, tile, at, q, turns, lane);
+        auto take = [&](const auto& at) {
+            if (idle)
+                pass_tile<T>(sm, tile, at, q, turns, lane);
+            else
+                consume_tile<T, Causal>(p, sm, tile, at, q, turns, tma_o, consumer_warp, lane);
+        };
+        // From stage 0, the parities as lane 0 holds them (RingPosition<true>::warp_uniform).
+        if constexpr (Sm90Choices<T, Causal>::kRingFromZero)
+            take(ring.warp_uniform());
         else
-            consume_tile<T, Causal>(p, sm, tile, at, q, turns, tma_o, consumer_warp, lane);
+            take(ring);
         ring.after<T::kStages>(tile.n_blocks);
         q_loads += tile.n_blocks > 0;
     }

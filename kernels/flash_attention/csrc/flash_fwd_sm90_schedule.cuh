@@ -7,6 +7,7 @@
 #include "flash_api.h"
 #include "kernel_params.h"
 #include "kernel_traits.h"
+#include "flash_fwd_sm90_choices.cuh"
 #include "sm90_utils.h"
 #include "switches.h"
 #include "utils.h"
@@ -157,13 +158,31 @@ struct UnitWalk {
 
 
 // Position in the K/V ring, carried across tiles: a tile's key tile j's stage and the parity
-// of its use. As shipped the ring's count is carried (a tile's key tiles go on where the block's
-// earlier ones left the ring). FLASH_SM90_RING_FROM_ZERO: every tile from stage 0, each stage's
-// use parity carried instead, a bit a stage, which only the barrier waits read: ptxas computed
-// the three-consumer key loop's stage descriptors per thread from a count carried through the
-// tile loop (NOTES "h45", f8).
-struct RingPosition {
-#if FLASH_SM90_RING_FROM_ZERO
+// of its use (Sm90Choices::kRingFromZero picks the representation). Carried as a count (a
+// tile's key tiles go on where the block's earlier ones left the ring), or every tile from
+// stage 0 with each stage's use parity carried, a bit a stage, which only the barrier waits
+// read: ptxas computed the three-consumer key loop's stage descriptors per thread from a count
+// carried through the tile loop (NOTES "h45", f8).
+template <bool FromZero>
+struct RingPosition;
+
+template <>
+struct RingPosition<false> {
+    int count = 0;
+    template <int Stages>
+    __host__ __device__ __forceinline__ int stage(int j) const { return (count + j) % Stages; }
+    template <int Stages>
+    __host__ __device__ __forceinline__ uint32_t phase(int j) const {
+        return uint32_t(((count + j) / Stages) & 1);
+    }
+    template <int Stages>
+    __host__ __device__ __forceinline__ void after(int n) {
+        count += n;
+    }
+};
+
+template <>
+struct RingPosition<true> {
     uint32_t used = 0;  // bit s: the parity of stage s's uses by the block's earlier tiles
     template <int Stages>
     __host__ __device__ __forceinline__ int stage(int j) const { return j % Stages; }
@@ -178,20 +197,21 @@ struct RingPosition {
         for (int s = 0; s < Stages; ++s)
             if (n > s) used ^= (uint32_t((n - s + Stages - 1) / Stages) & 1u) << s;
     }
-#else
-    int count = 0;
-    template <int Stages>
-    __host__ __device__ __forceinline__ int stage(int j) const { return (count + j) % Stages; }
-    template <int Stages>
-    __host__ __device__ __forceinline__ uint32_t phase(int j) const {
-        return uint32_t(((count + j) / Stages) & 1);
-    }
-    template <int Stages>
-    __host__ __device__ __forceinline__ void after(int n) {
-        count += n;
+#ifdef __CUDACC__
+    // The stages' parities broadcast from lane 0: ptxas then checks their uniformity once a
+    // tile and keeps the key loop's waits convergent (three consumers: 561 -> 558
+    // instructions, BSSY 3 -> 1; NOTES "h45").
+    __device__ __forceinline__ RingPosition warp_uniform() const {
+        RingPosition at = *this;
+        at.used = __shfl_sync(0xffffffffu, used, 0);
+        return at;
     }
 #endif
 };
+
+// The ring position kernel <T, Causal>'s producer and consumers walk alike.
+template <typename T, bool Causal>
+using Sm90Ring = RingPosition<Sm90Choices<T, Causal>::kRingFromZero>;
 // The Q buffer of a block's q_loads-th loaded tile (tiles without keys load none), and the
 // parity of that buffer's use.
 template <typename T>
@@ -217,7 +237,7 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
                    int c3, uint64_t policy) {
         sm90::tma_load_4d_hint(dst, map, bar, c0, c1, c2, c3, policy);
     };
-    RingPosition ring;
+    Sm90Ring<T, Causal> ring;
     int q_loads = 0;
     // Each tile of each of this block's work units, in order (one loop body for both).
     for (UnitWalk<T, Causal> walk(schedule); walk.u < schedule.units; walk.next(schedule))

@@ -117,15 +117,15 @@
 #define FLASH_SM90_P_BUFFERS 0
 #endif
 
-// Hopper K/V ring across a persistent block's tiles (flash_fwd_sm90_schedule.cuh, RingPosition):
-// 0 as shipped, each tile starting where the block's earlier tiles left the ring (its count
-// carried); 1 every tile from stage 0, each stage's use parity carried instead, so that the
-// three-consumer D = 64 key loop keeps its stages' descriptors in uniform registers (NOTES
-// "h45"; the other kernels' loops keep them either way).
+// Hopper K/V ring across a persistent block's tiles (flash_fwd_sm90_schedule.cuh, RingPosition;
+// Sm90Choices::kRingFromZero): 0 as shipped, every tile from stage 0 with each stage's use
+// parity carried where three consumers run (their key loop then keeps its stages' descriptors
+// in uniform registers, NOTES "h45", "h46"), the ring's count carried elsewhere; 1 the count
+// everywhere; 2 from stage 0 everywhere.
 #ifndef FLASH_SM90_RING_FROM_ZERO
 #define FLASH_SM90_RING_FROM_ZERO 0
 #endif
-static_assert(FLASH_SM90_RING_FROM_ZERO == 0 || FLASH_SM90_RING_FROM_ZERO == 1, "0 or 1");
+static_assert(FLASH_SM90_RING_FROM_ZERO >= 0 && FLASH_SM90_RING_FROM_ZERO <= 2, "0..2");
 
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
