@@ -91,3 +91,38 @@ def test_fp8_refuses_a_non_positive_scale():
     q8, _ = quantize(torch.randn(1, 2, 64, 128, device="cuda"))
     with pytest.raises(ValueError, match="positive scale"):
         flash_attention(q8, q8, q8, scale=-0.1)
+
+
+# csrc/flash_api.h FLASH_FP8_TILE_GRID: one block per tile, where the default grid is persistent.
+TILE_GRID = 64
+
+
+def test_fp8_persistent_grid_walks_more_tiles_than_sms_as_one_block_a_tile_would():
+    """D = 128 non-causal below 8192 keys runs on a persistent grid (NOTES "f9"): 1024 tiles of
+    128 query rows, more than four a block (the K/V ring's stages' parities carried from tile to
+    tile), 2000 keys (ragged: 16 key tiles, the last of 80), grouped-query 32/8. Its output is
+    the one-block-a-tile kernel's, bit for bit (the same math per tile), and within the FP8 error
+    of float64."""
+    from kernels.flash_attention import api
+
+    b, hq, hkv, s, d = 2, 32, 8, 2000, 128
+    assert b * hq * -(-s // 128) > 4 * torch.cuda.get_device_properties(0).multi_processor_count
+    torch.manual_seed(1)
+    q8, dq = quantize(torch.randn(b, hq, s, d, device="cuda"))
+    k8, dk = quantize(torch.randn(b, hkv, s, d, device="cuda"))
+    v8, dv = quantize(torch.randn(b, hkv, s, d, device="cuda"))
+    api.load_library()
+    runs = {}
+    for flags in (0, TILE_GRID):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out, lse = api._forward_fp8(q8, k8, v8, False, d**-0.5, [dq, dk, dv], flags=flags)
+            torch.cuda.synchronize()
+        kernels = {e.key for e in prof.key_averages() if "flash_fwd_fp8" in e.key}
+        runs[flags] = (out, lse, kernels)
+    (persistent, lse, kernels), (tiles, _, tile_kernels) = runs[0], runs[TILE_GRID]
+    assert len(kernels) == 1 and kernels != tile_kernels, (kernels, tile_kernels)
+    assert torch.equal(persistent, tiles)
+    ref, emulated, ref_lse = references(q8, k8, v8, (dq, dk, dv), False, d**-0.5)
+    bound = 2 * (emulated - ref).abs().max().item() + 2**-8
+    assert (persistent.double() - ref).abs().max().item() <= bound
+    assert (lse.double() - ref_lse).abs().max().item() < 1e-3

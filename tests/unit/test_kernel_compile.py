@@ -135,61 +135,74 @@ def test_fp8_launcher_takes_no_turns_unless_forced(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_fp8_d128_takes_wide_key_tiles_on_long_keys_unless_flags_ask_for_128_key_ones(
-    tmp_path: Path,
-):
-    """224-key tiles at D = 128 from 8192 keys non-causal and 16384 causal (NOTES "f6", medians
-    of three processes over the best 128-key schedule: 1.017-1.029 non-causal at 8192 and 16k,
-    causal 1.098 at 16k but 0.954 at 8192); below, 128-key tiles with two S in flight non-causal
-    and one causal (f5). FLASH_FP8_TWO_S (16) and FLASH_FP8_ONE_S (32, which wins) take
-    128-key tiles at every length, two S (causal too) or one; D = 256 always 128-key tiles and one
-    S. The turns' choice stays with their own bits. Host code: no GPU."""
+def test_fp8_d128_schedule_per_key_count_and_flags(tmp_path: Path):
+    """The FP8 launcher's kernel per call (host code, no GPU), as csrc/flash_api.h documents the
+    flags: at D = 128, 224-key tiles a block per tile from 8192 keys non-causal and 16384 causal
+    (NOTES "f6"); below, 128-key tiles: non-causal two S in flight from 4096 keys and one S
+    on a persistent grid below (f9: 1.035-1.115x the two-S kernel at 1024-2048 keys, medians of
+    four processes, 0.997 at 4096), causal one S a block per tile. FLASH_FP8_TWO_S (16)
+    and FLASH_FP8_ONE_S (32, which wins) take 128-key tiles at every length; TILE_GRID (64) one
+    block per tile always. Only the non-causal one-S kernel is persistent. D = 256: 128-key
+    tiles, one S, a block per tile. The turns stay with their own bits. Each call: W wide,
+    2 two-S, 1 one-S, P one-S persistent."""
     program = tmp_path / "tiles.cu"
     program.write_text(
         '#include <cstdio>\n#include "flash_fwd_sm90_fp8.cuh"\n'
-        "using flash::fp8::fp8_two_s;\nusing flash::fp8::fp8_wide;\n"
+        "using namespace flash::fp8;\n"
+        "template <int D, bool C> char plan(const FlashFwdParams& p, int flags) {\n"
+        "  if (D == 128 && fp8_wide<D, C>(p, flags))\n"
+        "    return fp8_persistent<Fp8Traits<128, 224>, C>(flags) ? 'w' : 'W';  // w: wrong\n"
+        "  if (fp8_two_s<D, C>(p, flags)) return '2';\n"
+        "  return fp8_persistent<Fp8Traits<D>, C>(flags) ? 'P' : '1';\n"
+        "}\n"
         "int main() {\n"
         "  FlashFwdParams p{};\n"
         "  p.q_heads_per_kv_head = 1;\n"
-        "  for (int keys : {4096, 8192, 16384})\n"
-        "    for (int flags : {0, 1, 2, 16, 17, 18, 32, 48}) {\n"
+        "  for (int keys : {2048, 4096, 8192, 16384})\n"
+        "    for (int flags : {0, 1, 2, 16, 32, 48, 64, 96}) {\n"
         "      p.seqlen_k = keys;\n"
-        '      std::printf("%d %d %d%d%d%d %d%d %d\\n", keys, flags,\n'
-        "        (int)fp8_wide<128, false>(p, flags), (int)fp8_two_s<128, false>(flags),\n"
-        "        (int)fp8_wide<128, true>(p, flags), (int)fp8_two_s<128, true>(flags),\n"
-        "        (int)fp8_wide<256, false>(p, flags), (int)fp8_two_s<256, true>(flags),\n"
-        "        (int)flash::fp8::fp8_takes_turns<128, false>(p, flags));\n"
+        '      std::printf("%d %d %c%c %c%c %d\\n", keys, flags,\n'
+        "        plan<128, false>(p, flags), plan<128, true>(p, flags),\n"
+        "        plan<256, false>(p, flags), plan<256, true>(p, flags),\n"
+        "        (int)fp8_takes_turns<128, false>(p, flags));\n"
         "    }\n"
         "}\n"
     )
     lines = _host_program_lines(program, tmp_path / "tiles")
-    # keys flags: D 128 (wide, two-S) non-causal then causal, D 256 (wide, two-S), turns at D 128.
-    # Two-S only counts where the call is not wide.
-    assert lines[:24] == [
-        "4096 0 0100 00 0",
-        "4096 1 0100 00 0",
-        "4096 2 0100 00 1",
-        "4096 16 0101 00 0",
-        "4096 17 0101 00 0",
-        "4096 18 0101 00 1",
-        "4096 32 0000 00 0",
-        "4096 48 0000 00 0",
-        "8192 0 1100 00 0",
-        "8192 1 1100 00 0",
-        "8192 2 1100 00 1",
-        "8192 16 0101 00 0",
-        "8192 17 0101 00 0",
-        "8192 18 0101 00 1",
-        "8192 32 0000 00 0",
-        "8192 48 0000 00 0",
-        "16384 0 1110 00 0",
-        "16384 1 1110 00 0",
-        "16384 2 1110 00 1",
-        "16384 16 0101 00 0",
-        "16384 17 0101 00 0",
-        "16384 18 0101 00 1",
-        "16384 32 0000 00 0",
-        "16384 48 0000 00 0",
+    # keys flags: D 128 non-causal and causal, D 256 non-causal and causal, the turns at D 128
+    assert lines[:32] == [
+        "2048 0 P1 11 0",
+        "2048 1 P1 11 0",
+        "2048 2 P1 11 1",
+        "2048 16 22 11 0",
+        "2048 32 P1 11 0",
+        "2048 48 P1 11 0",
+        "2048 64 11 11 0",
+        "2048 96 11 11 0",
+        "4096 0 21 11 0",
+        "4096 1 21 11 0",
+        "4096 2 21 11 1",
+        "4096 16 22 11 0",
+        "4096 32 P1 11 0",
+        "4096 48 P1 11 0",
+        "4096 64 21 11 0",
+        "4096 96 11 11 0",
+        "8192 0 W1 11 0",
+        "8192 1 W1 11 0",
+        "8192 2 W1 11 1",
+        "8192 16 22 11 0",
+        "8192 32 P1 11 0",
+        "8192 48 P1 11 0",
+        "8192 64 W1 11 0",
+        "8192 96 11 11 0",
+        "16384 0 WW 11 0",
+        "16384 1 WW 11 0",
+        "16384 2 WW 11 1",
+        "16384 16 22 11 0",
+        "16384 32 P1 11 0",
+        "16384 48 P1 11 0",
+        "16384 64 WW 11 0",
+        "16384 96 11 11 0",
     ]
 
 
@@ -264,12 +277,13 @@ def test_every_key_tile_waits_on_its_stages_own_use_parity_either_way_the_ring_i
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_fp8_d128_unit_holds_its_kernels_unserialized_and_unspilled(tmp_path: Path):
-    """ptxas on the D = 128 FP8 unit, as a build compiles it: the wide-tile kernels (the default)
-    and both two-S ones are there, no wgmma is serialized (C7514: a first two-S version kept an
-    S accumulator in flight across its loop's back edge, and ptxas put a wait after every wgmma
-    of the kernel; C7512 at 256-key tiles, too few registers), nothing spills (the two-S
-    consumers hold O, two S tiles and P: 236 of their 240 registers; the wide ones O, a
-    224-key S and its P)."""
+    """ptxas on the D = 128 FP8 unit, as a build compiles it: the wide-tile kernels, the one-S
+    kernels a block per tile, the non-causal one persistent too (the default below 8192 keys,
+    f9; the only persistent kernel built) and both two-S ones are there, no wgmma is serialized
+    (C7514: a first two-S version kept an S accumulator in flight across its loop's back edge,
+    and ptxas put a wait after every wgmma of the kernel; C7512 at 256-key tiles, too few
+    registers), nothing spills (the two-S consumers hold O, two S tiles and P: 236 of their 240
+    registers; the wide ones O, a 224-key S and its P)."""
     unit = next(p for p in generate.write_sources(tmp_path, "sm_90") if "hdim128_e4m3" in p.stem)
     flags = build.build_flags("sm_90") + build.unit_flags(unit.stem, None) + ["-Xptxas=-v"]
     out = tmp_path / "unit.cubin"
@@ -277,14 +291,25 @@ def test_fp8_d128_unit_holds_its_kernels_unserialized_and_unspilled(tmp_path: Pa
     compiled = nvcc_cache.run(command, unit, out)  # a hit says what ptxas said
     assert compiled.returncode == 0, compiled.stderr
     log = compiled.stdout + compiled.stderr
-    for causal in (0, 1):
-        two_s = f"26flash_fwd_fp8_two_s_kernelINS0_9Fp8TraitsILi128ELi128EEELb{causal}E"
-        wide = f"20flash_fwd_fp8_kernelINS0_9Fp8TraitsILi128ELi224EEELb{causal}E"
-        for kernel in (two_s, wide):
-            assert f"Function properties for _ZN5flash3fp8{kernel}" in log
     assert "C7514" not in log and "C7512" not in log and "serialized" not in log, log
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    assert len(spills) >= 7 and all(s == ("0", "0") for s in spills), spills
+    # Each kernel's spill line, by its mangled name after _ZN5flash3fp8, up to its parameters.
+    spills = {
+        name: (int(stores), int(loads))
+        for name, stores, loads in re.findall(
+            r"Function properties for _ZN5flash3fp8(\w+?)(?:EEvNS0_\w*)?\n"
+            r"(?:.*\n)*?.*?(\d+) bytes spill stores, (\d+) bytes spill loads",
+            log,
+        )
+    }
+    kernels = ["20flash_fwd_fp8_kernelINS0_9Fp8TraitsILi128ELi128EEELb0ELb1E"]  # persistent
+    for causal in (0, 1):
+        kernels.append(f"26flash_fwd_fp8_two_s_kernelINS0_9Fp8TraitsILi128ELi128EEELb{causal}E")
+        for keys in (128, 224):
+            kernels.append(
+                f"20flash_fwd_fp8_kernelINS0_9Fp8TraitsILi128ELi{keys}EEELb{causal}ELb0E"
+            )
+    assert sorted(name for name in spills if "flash_fwd" in name) == sorted(kernels)
+    assert all(spills[kernel] == (0, 0) for kernel in kernels), spills
 
 
 @pytest.mark.slow

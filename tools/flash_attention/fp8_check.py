@@ -57,8 +57,9 @@ FLAG_NO_PINGPONG = 1  # csrc/flash_api.h FLASH_FP8_NO_PINGPONG
 FLAG_PINGPONG = 2  # csrc/flash_api.h FLASH_FP8_PINGPONG
 FLAG_TWO_S = 16  # csrc/flash_api.h FLASH_FP8_TWO_S: 128-key tiles, two S in flight (NOTES "f5")
 FLAG_ONE_S = 32  # csrc/flash_api.h FLASH_FP8_ONE_S: 128-key tiles, one S
+FLAG_TILE_GRID = 64  # csrc/flash_api.h FLASH_FP8_TILE_GRID: one block per tile (NOTES "f9")
 # Each schedule's label in the JSON (err_<label>) and the table. (f3's poly_exp2 flags,
-# experiments/f3-poly-exp2.patch, were 4, 8, 12: "ours_poly2of8", "ours_poly3of8", ...)
+# a retired patch, experiments/README.md, were 4, 8, 12: "ours_poly2of8", "ours_poly3of8", ...)
 SCHEDULES = {
     0: "ours",
     FLAG_NO_PINGPONG: "ours_no_pingpong",
@@ -67,6 +68,8 @@ SCHEDULES = {
     FLAG_TWO_S | FLAG_NO_PINGPONG: "ours_two_s_no_pingpong",
     FLAG_TWO_S | FLAG_PINGPONG: "ours_two_s_pingpong",
     FLAG_ONE_S: "ours_one_s",
+    FLAG_TILE_GRID: "ours_tile_grid",
+    FLAG_ONE_S | FLAG_TILE_GRID: "ours_one_s_tile_grid",
 }
 # The tables' column names.
 SHOWN = {
@@ -77,6 +80,8 @@ SHOWN = {
     "ours_two_s_no_pingpong": "2S-noturn",
     "ours_two_s_pingpong": "2S-turns",
     "ours_one_s": "one-S",
+    "ours_tile_grid": "tile-grid",
+    "ours_one_s_tile_grid": "1S-tiles",
 }
 
 

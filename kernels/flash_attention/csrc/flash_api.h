@@ -56,16 +56,20 @@ typedef struct FlashFp8Params {
 // measured faster, per shape (flash_fwd_sm90_fp8.cuh, fp8_takes_turns); NO_PINGPONG: never;
 // PINGPONG: always (NO_PINGPONG wins if both are set). Key tiles: 0 takes 224-key tiles at
 // D = 128 from 8192 keys non-causal and 16384 causal (one S tile a consumer warpgroup; NOTES "f6",
-// fp8_wide), else 128-key ones, with two S tiles in flight per consumer warpgroup (S_{j+1} issued
-// before the softmax of S_j; NOTES "f5") at D = 128 non-causal and one elsewhere; TWO_S and
-// ONE_S take 128-key tiles always, with two S (causal too) or one (ONE_S wins if both are set);
-// D = 256's registers hold one S only. Both combine with the turns' bits. (4, 8 and 12 were f3's
-// and f4's flags, since removed: not reused.)
+// fp8_wide), else 128-key ones, with two S tiles in flight per consumer warpgroup (S_{j+1}
+// issued before the softmax of S_j; NOTES "f5") at D = 128 non-causal from 4096 keys, one
+// elsewhere; TWO_S and ONE_S take 128-key tiles always, with two S (causal too) or one (ONE_S
+// wins if both are set); D = 256's registers hold one S only. Both combine with the turns' bits.
+// The grid: persistent (one block per SM) wherever the one-S 128-key kernel runs at D = 128
+// non-causal, one block per tile elsewhere (flash_fwd_sm90_fp8.cuh, fp8_persistent; NOTES
+// "f7"-"f9"); TILE_GRID: one block per tile always. (4, 8 and 12 were f3's and f4's flags: not
+// reused; 128 is experiments/f9-persistent-flag.patch's PERSISTENT.)
 enum {
     FLASH_FP8_NO_PINGPONG = 1,
     FLASH_FP8_PINGPONG = 2,
     FLASH_FP8_TWO_S = 16,
     FLASH_FP8_ONE_S = 32,
+    FLASH_FP8_TILE_GRID = 64,
 };
 
 // Runs the forward pass on `stream` (a cudaStream_t; NULL is the legacy default stream).

@@ -106,6 +106,7 @@ struct Fp8Traits {
     static constexpr int kBlockM = 128;
     static constexpr int kBlockN = BlockN;
     static constexpr int kStages = HeadDim == 256 ? 2 : 3;
+    static constexpr int kQStages = 2;  // a persistent block loads its next Q under this one
     static constexpr int kConsumerWarps = 8;
     static constexpr int kThreads = 384;
     static constexpr int kBlocksPerSm = 1;
@@ -119,8 +120,9 @@ struct Fp8Traits {
     static constexpr int kDTiles = HeadDim / 8;   // n8 tiles of O
     static constexpr int kKSteps = HeadDim / 32;  // k32 steps of S = Q K^T
     static constexpr int kPSteps = kBlockN / 32;  // k32 steps of O += P V
-    static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024;
-    static constexpr int kBarriers = 1 + 4 * kStages;  // full_q, full_k, full_v, empty_k, empty_v
+    static constexpr int kSmemBytes = kQStages * kQBytes + kStages * (kKBytes + kVBytes) + 1024;
+    // full_q, empty_q (kQStages each), full_k, full_v, empty_k, empty_v (kStages each)
+    static constexpr int kBarriers = 2 * kQStages + 4 * kStages;
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = 240;
     static_assert(HeadDim == 128 || HeadDim == 256, "head dim 128 or 256");
@@ -239,21 +241,28 @@ struct Fp8KernelParams {
 
 template <typename T>
 struct Fp8Smem {
-    uint32_t base;  // 1024-aligned buffers: Q, the K ring, the V^T ring
+    static constexpr int kQBars = 2 * T::kQStages;
+    static constexpr int kRing = T::kQStages * T::kQBytes;  // the K ring's offset
+    uint32_t base;  // 1024-aligned buffers: the Q buffers, the K ring, the V^T ring
     uint32_t bars;  // T::kBarriers mbarriers, then a scratch word
-    __device__ __forceinline__ uint32_t q() const { return base; }
-    __device__ __forceinline__ uint32_t k(int s) const {
-        return base + T::kQBytes + s * T::kKBytes;
-    }
+    __device__ __forceinline__ uint32_t q(int qs) const { return base + qs * T::kQBytes; }
+    __device__ __forceinline__ uint32_t k(int s) const { return base + kRing + s * T::kKBytes; }
     __device__ __forceinline__ uint32_t v(int s) const {
-        return base + T::kQBytes + T::kStages * T::kKBytes + s * T::kVBytes;
+        return base + kRing + T::kStages * T::kKBytes + s * T::kVBytes;
     }
     __device__ __forceinline__ uint32_t bar(int i) const { return bars + 8 * i; }
-    __device__ __forceinline__ uint32_t full_q() const { return bar(0); }
-    __device__ __forceinline__ uint32_t full_k(int s) const { return bar(1 + s); }
-    __device__ __forceinline__ uint32_t full_v(int s) const { return bar(1 + T::kStages + s); }
-    __device__ __forceinline__ uint32_t empty_k(int s) const { return bar(1 + 2 * T::kStages + s); }
-    __device__ __forceinline__ uint32_t empty_v(int s) const { return bar(1 + 3 * T::kStages + s); }
+    __device__ __forceinline__ uint32_t full_q(int qs) const { return bar(qs); }
+    __device__ __forceinline__ uint32_t empty_q(int qs) const { return bar(T::kQStages + qs); }
+    __device__ __forceinline__ uint32_t full_k(int s) const { return bar(kQBars + s); }
+    __device__ __forceinline__ uint32_t full_v(int s) const {
+        return bar(kQBars + T::kStages + s);
+    }
+    __device__ __forceinline__ uint32_t empty_k(int s) const {
+        return bar(kQBars + 2 * T::kStages + s);
+    }
+    __device__ __forceinline__ uint32_t empty_v(int s) const {
+        return bar(kQBars + 3 * T::kStages + s);
+    }
     __device__ __forceinline__ uint32_t scratch() const { return bar(T::kBarriers); }
 };
 
@@ -291,12 +300,12 @@ struct Turns {
 // block (the swizzle's atom rows; the descriptor as for the 16-bit kernel's 16-column steps).
 template <typename T>
 __device__ __forceinline__ void qk_wgmma(float (&s)[T::kNTiles][4], const Fp8Smem<T>& sm,
-                                         int stage, int wg) {
+                                         uint32_t q, int stage, int wg) {
 #pragma unroll
     for (int ks = 0; ks < T::kKSteps; ++ks) {
         const int cb = ks / 4, in_row = (ks % 4) * 32;
         const uint64_t desc_q = sm90::smem_descriptor(
-            sm.q() + cb * T::kBlockM * T::kRowBytes + wg * 64 * T::kRowBytes + in_row, 0);
+            q + cb * T::kBlockM * T::kRowBytes + wg * 64 * T::kRowBytes + in_row, 0);
         const uint64_t desc_k =
             sm90::smem_descriptor(sm.k(stage) + cb * T::kBlockN * T::kRowBytes + in_row, 0);
         wgmma_ss_e4m3(s, desc_q, desc_k, ks > 0);
@@ -391,32 +400,118 @@ __device__ __forceinline__ void rescale(float (&o)[T::kDTiles][4], const float (
     }
 }
 
+// Where a block's tiles stand in the K/V ring. Every tile's key loop starts at stage 0: its
+// key tile j takes stage j % S, so that ptxas keeps the stages' shared-memory addresses and
+// wgmma descriptors in the uniform datapath, as for a one-tile block. A start carried from
+// the block's earlier tiles ((count + j) % S, or a stage carried tile to tile) made it compute
+// them per thread and move them over (R2UR 8 -> 24, the 128-key loop 619 -> 648 instructions;
+// a start from blockIdx alone did not: 633; NOTES "f8"). What is carried instead is each
+// stage's use parity, a bit a stage, which only the barrier waits read.
+struct Fp8Ring {
+    uint32_t used = 0;  // bit s: the parity of stage s's uses by the block's earlier tiles
+    template <int S>
+    __device__ __forceinline__ int stage(int j) const { return j % S; }
+    template <int S>
+    __device__ __forceinline__ uint32_t phase(int j) const {
+        return ((used >> (j % S)) ^ uint32_t(j / S)) & 1u;
+    }
+    // After a tile of n key tiles: stage s took (n - s + S - 1) / S of them.
+    template <int S>
+    __device__ __forceinline__ void after(int n) {
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+            if (n > s) used ^= (uint32_t((n - s + S - 1) / S) & 1u) << s;
+    }
+};
+
+// A place in the ring walked a key tile at a time: the stage, the parity of its use, and the
+// round (how many times the walk has wrapped, mod 2).
+struct RingCursor {
+    int stage;
+    uint32_t phase, round, used;
+    template <int S>
+    __device__ __forceinline__ static RingCursor at(Fp8Ring ring) {
+        return {0, ring.used & 1u, 0u, ring.used};
+    }
+    template <int S>
+    __device__ __forceinline__ void advance() {
+        if (++stage == S) {
+            stage = 0;
+            round ^= 1;
+        }
+        phase = ((used >> stage) ^ round) & 1u;
+    }
+};
+
+// A block's tile: a query block of one head, and its key tiles.
+struct Fp8Tile {
+    int m_block, head, batch, n_blocks;
+};
+// A launch's tiles: query blocks x heads x batch.
+template <typename T>
+__host__ __device__ inline int64_t fp8_tile_count(const FlashFwdParams& p) {
+    return (int64_t)((p.seqlen_q + T::kBlockM - 1) / T::kBlockM) * p.heads * p.batch;
+}
+// Tile u of the launch, query blocks fastest (the blocks running at once share a few heads' K and
+// V in L2); causal: each head's heaviest query blocks (the last, which see the most keys) first.
+template <typename T, bool Causal>
+__device__ __forceinline__ Fp8Tile fp8_tile(const FwdKernelParams& p, int u) {
+    const int m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+    const int i = u % m_blocks, hb = u / m_blocks;
+    Fp8Tile tile;
+    tile.m_block = Causal ? m_blocks - 1 - i : i;
+    tile.head = hb % p.heads;
+    tile.batch = hb / p.heads;
+    tile.n_blocks = key_tiles<T, Causal>(p, tile.m_block);
+    return tile;
+}
+// The tile of a one-tile block, from its place in the grid (query block, head, batch): ptxas
+// reads blockIdx again where the 1-D grid's divisions would hold registers across the key loop
+// (the D = 256 kernels spilled 4-24 bytes more).
+template <typename T, bool Causal>
+__device__ __forceinline__ Fp8Tile fp8_block_tile(const FwdKernelParams& p) {
+    Fp8Tile tile;
+    tile.m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    tile.head = blockIdx.y;
+    tile.batch = blockIdx.z;
+    tile.n_blocks = key_tiles<T, Causal>(p, tile.m_block);
+    return tile;
+}
+
+// One thread streams a tile's Q into its buffer, then its K_j and V^T_j into the ring, each
+// buffer refilled once every consumer warp has released it. A fresh barrier counts as having
+// completed the phase before its first, so a buffer's first use does not wait. `ring` and
+// `qpos`: where the block's earlier tiles left the ring and the Q buffers.
 template <typename T>
 __device__ __forceinline__ void produce(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
                                         const CUtensorMap* tma_q, const CUtensorMap* tma_k,
-                                        int m_block, int head, int batch, int n_blocks) {
+                                        const Fp8Tile& tile, Fp8Ring ring,
+                                        QPosition<T> qpos) {
     constexpr int S = T::kStages;
     const FwdKernelParams& p = kp.p;
-    if (n_blocks == 0) return;
-    const int kv_head = p.kv_heads.kv_head(head);
+    const int kv_head = p.kv_heads.kv_head(tile.head);
     const int tiles = key_tile_count<T>(p.seqlen_k);
     const uint8_t* vt = kp.vt + v_image_offset<T>(
-        (int64_t)batch * (p.heads / p.q_heads_per_kv_head) + kv_head, tiles, 0);
-    sm90::mbarrier_arrive_expect_tx(sm.full_q(), T::kQBytes);
+        (int64_t)tile.batch * (p.heads / p.q_heads_per_kv_head) + kv_head, tiles, 0);
+    sm90::mbarrier_wait(sm.empty_q(qpos.stage), qpos.phase ^ 1);
+    sm90::mbarrier_arrive_expect_tx(sm.full_q(qpos.stage), T::kQBytes);
 #pragma unroll
     for (int cb = 0; cb < T::kColBlocks; ++cb)
-        sm90::tma_load_4d_hint(sm.q() + cb * T::kBlockM * T::kRowBytes, tma_q, sm.full_q(),
-                               cb * 128, m_block * T::kBlockM, head, batch, sm90::kEvictFirst);
-    for (int j = 0; j < n_blocks; ++j) {
-        const int s = j % S;
-        const uint32_t reuse_phase = ((j / S) + 1) & 1;  // the phase of use j - S's release
-        if (j >= S) sm90::mbarrier_wait(sm.empty_k(s), reuse_phase);
+        sm90::tma_load_4d_hint(sm.q(qpos.stage) + cb * T::kBlockM * T::kRowBytes, tma_q,
+                               sm.full_q(qpos.stage), cb * 128, tile.m_block * T::kBlockM,
+                               tile.head, tile.batch, sm90::kEvictFirst);
+    RingCursor at = RingCursor::at<S>(ring);
+    for (int j = 0; j < tile.n_blocks; ++j, at.advance<S>()) {
+        const int s = at.stage;
+        const uint32_t phase = at.phase;
+        sm90::mbarrier_wait(sm.empty_k(s), phase ^ 1);
         sm90::mbarrier_arrive_expect_tx(sm.full_k(s), T::kKBytes);
 #pragma unroll
         for (int cb = 0; cb < T::kColBlocks; ++cb)
             sm90::tma_load_4d_hint(sm.k(s) + cb * T::kBlockN * T::kRowBytes, tma_k, sm.full_k(s),
-                                   cb * 128, j * T::kBlockN, kv_head, batch, sm90::kEvictLast);
-        if (j >= S) sm90::mbarrier_wait(sm.empty_v(s), reuse_phase);
+                                   cb * 128, j * T::kBlockN, kv_head, tile.batch,
+                                   sm90::kEvictLast);
+        sm90::mbarrier_wait(sm.empty_v(s), phase ^ 1);
         sm90::mbarrier_arrive_expect_tx(sm.full_v(s), T::kVBytes);
         sm90::bulk_load_hint(sm.v(s), vt + (int64_t)j * T::kVBytes, T::kVBytes, sm.full_v(s),
                              sm90::kEvictLast);
@@ -442,9 +537,9 @@ __device__ __forceinline__ bool tile_needs_mask(const FwdKernelParams& p, int j,
 template <typename T>
 __device__ __forceinline__ void last_pv(float (&o)[T::kDTiles][4],
                                         const uint32_t (&pa)[T::kPSteps][4], const Fp8Smem<T>& sm,
-                                        const Turns& turns, int n_blocks, int lane) {
-    const int last = (n_blocks - 1) % T::kStages;
-    sm90::mbarrier_wait(sm.full_v(last), ((n_blocks - 1) / T::kStages) & 1);
+                                        const Turns& turns, RingCursor last_tile, int lane) {
+    const int last = last_tile.stage;
+    sm90::mbarrier_wait(sm.full_v(last), last_tile.phase);
     turns.take();
     sm90::wgmma_fence();
     pv_wgmma<T>(o, pa, sm, last);
@@ -470,7 +565,8 @@ __device__ __forceinline__ void last_pv(float (&o)[T::kDTiles][4],
 template <typename T, bool Causal>
 __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
                                                const Turns& turns, float (&o)[T::kDTiles][4],
-                                               RowState& st, int m0, int row_g, int wg, float c,
+                                               RowState& st, uint32_t q, Fp8Ring ring,
+                                               int m0, int row_g, int wg, float c,
                                                int causal_offset, int n_blocks, int lane) {
     constexpr int S = T::kStages;
     const FwdKernelParams& p = kp.p;
@@ -482,41 +578,41 @@ __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const 
     uint32_t pa[T::kPSteps][4];
 
     // Prologue: S_0 and S_1 issued together, S_0's softmax under S_1, P_0, S_1 landed. With one
-    // key tile, S_1 is still issued, on stage 1 that no load wrote (no wait: nothing will arrive
-    // there): its result is never read, and its wgmma needs no branch around it.
-    sm90::mbarrier_wait(sm.full_q(), 0);
-    sm90::mbarrier_wait(sm.full_k(0), 0);
+    // key tile, S_1 is still issued, on the ring's next stage, which no load of this tile wrote
+    // (no wait: a later tile's may be landing there): its result is never read, and its wgmma
+    // needs no branch around it.
+    sm90::mbarrier_wait(sm.full_k(ring.stage<S>(0)), ring.phase<S>(0));
     turns.take();
     sm90::wgmma_fence();
-    qk_wgmma<T>(s0, sm, 0, wg);
+    qk_wgmma<T>(s0, sm, q, ring.stage<S>(0), wg);
     sm90::wgmma_commit();
-    if (n_blocks > 1) sm90::mbarrier_wait(sm.full_k(1), 0);  // S >= 2: tile 1 is stage 1, use 0
+    if (n_blocks > 1) sm90::mbarrier_wait(sm.full_k(ring.stage<S>(1)), ring.phase<S>(1));
     sm90::wgmma_fence();  // after the branch (ptxas would inject it: C7519)
-    qk_wgmma<T>(s1, sm, 1, wg);
+    qk_wgmma<T>(s1, sm, q, ring.stage<S>(1), wg);
     sm90::wgmma_commit();
     turns.pass();
     sm90::wgmma_wait<1>();  // S_0 landed; S_1 may still run
     sm90::fence_registers(s0);
-    release(sm.empty_k(0));
+    release(sm.empty_k(ring.stage<S>(0)));
     softmax_tile<T, Causal>(s0, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k, causal_offset,
                             lane);
     pack_probabilities<T>(pa, s0);
     sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
     sm90::wgmma_wait<0>();  // S_1 landed
     sm90::fence_registers(s1);
-    if (n_blocks > 1) release(sm.empty_k(1));
+    if (n_blocks > 1) release(sm.empty_k(ring.stage<S>(1)));
 
     auto step = [&](int j, float (&cur)[T::kNTiles][4], float (&nxt)[T::kNTiles][4], auto tag) {
         constexpr bool kNext = decltype(tag)::value;
-        const int prev = (j - 1) % S;
-        sm90::mbarrier_wait(sm.full_v(prev), ((j - 1) / S) & 1);
-        if constexpr (kNext) sm90::mbarrier_wait(sm.full_k((j + 1) % S), ((j + 1) / S) & 1);
+        const int prev = ring.stage<S>(j - 1), next = ring.stage<S>(j + 1);
+        sm90::mbarrier_wait(sm.full_v(prev), ring.phase<S>(j - 1));
+        if constexpr (kNext) sm90::mbarrier_wait(sm.full_k(next), ring.phase<S>(j + 1));
         turns.take();
         sm90::wgmma_fence();
         pv_wgmma<T>(o, pa, sm, prev);
         sm90::wgmma_commit();
         if constexpr (kNext) {
-            qk_wgmma<T>(nxt, sm, (j + 1) % S, wg);
+            qk_wgmma<T>(nxt, sm, q, next, wg);
             sm90::wgmma_commit();
         }
         turns.pass();
@@ -532,7 +628,7 @@ __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const 
         if constexpr (kNext) {
             sm90::wgmma_wait<0>();  // S_{j+1} landed
             sm90::fence_registers(nxt);
-            release(sm.empty_k((j + 1) % S));
+            release(sm.empty_k(next));
         }
     };
     // Odd j holds S_j in s1, even j in s0. The loop's steps both have a next tile (j + 2 <
@@ -549,7 +645,9 @@ __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const 
         step(j, s1, s0, IssuesNext<false>{});
     }
 
-    last_pv<T>(o, pa, sm, turns, n_blocks, lane);
+    RingCursor last_tile = RingCursor::at<S>(ring);
+    for (int j = 1; j < n_blocks; ++j) last_tile.advance<S>();
+    last_pv<T>(o, pa, sm, turns, last_tile, lane);
 }
 
 // TwoS (FLASH_FP8_TWO_S, D = 128 only; NOTES "f5"): two S tiles in flight per consumer
@@ -560,10 +658,10 @@ __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const 
 // the first. Registers: O, S_j, S_{j+1} and P_{j-1} live together (64 + 64 + 64 + 16 a thread
 // at D = 128; at D = 256 O alone is 128, past the 240 a consumer has). The arithmetic is the
 // shipped schedule's, in the same order: O bitwise equal.
-template <typename T, bool Causal, bool TwoS = false>
+template <typename T, bool Causal, bool TwoS, bool Persistent>
 __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem<T>& sm,
-                                        int m_block, int head, int batch, int n_blocks,
-                                        int consumer_warp, int lane) {
+                                        const Fp8Tile& tile, Fp8Ring ring,
+                                        QPosition<T> qpos, int consumer_warp, int lane) {
     constexpr int S = T::kStages;
     const FwdKernelParams& p = kp.p;
     const int wg = consumer_warp / 4;
@@ -571,7 +669,7 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
     const float k_descale = kp.k_descale ? *kp.k_descale : 1.f;
     const float v_descale = kp.v_descale ? *kp.v_descale : 1.f;
     const float c = p.scale * q_descale * k_descale * kLog2e;
-    const int m0 = m_block * T::kBlockM;
+    const int m0 = tile.m_block * T::kBlockM, n_blocks = tile.n_blocks;
     const int row_g = m0 + consumer_warp * 16 + lane / 4;
     const int causal_offset = p.seqlen_k - p.seqlen_q;
     const Turns turns{wg, (kp.flags & FLASH_FP8_NO_PINGPONG) == 0};
@@ -588,37 +686,41 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
         if (lane == 0) sm90::mbarrier_arrive(bar);
     };
 
+    const uint32_t q = sm.q(qpos.stage);
+    if (n_blocks > 0) sm90::mbarrier_wait(sm.full_q(qpos.stage), qpos.phase);
     if constexpr (TwoS) {
         static_assert(T::kHeadDim == 128 && T::kStages >= 2, "two S tiles: D = 128 only");
-        if (n_blocks > 0) two_s_mainloop<T, Causal>(kp, sm, turns, o, st, m0, row_g, wg, c,
-                                                     causal_offset, n_blocks, lane);
+        if (n_blocks > 0) two_s_mainloop<T, Causal>(kp, sm, turns, o, st, q, ring, m0, row_g, wg,
+                                                     c, causal_offset, n_blocks, lane);
     } else if (n_blocks > 0) {
-        sm90::mbarrier_wait(sm.full_q(), 0);
         float s[T::kNTiles][4], corr[2];
         uint32_t pa[T::kPSteps][4];
         // S_0 alone, its softmax, P_0.
-        sm90::mbarrier_wait(sm.full_k(0), 0);
+        RingCursor at = RingCursor::at<S>(ring), prev = at;  // tiles j and j - 1
+        sm90::mbarrier_wait(sm.full_k(at.stage), at.phase);
         turns.take();
         sm90::wgmma_fence();
-        qk_wgmma<T>(s, sm, 0, wg);
+        qk_wgmma<T>(s, sm, q, at.stage, wg);
         sm90::wgmma_commit();
         turns.pass();
         sm90::wgmma_wait<0>();
         sm90::fence_registers(s);
-        release(sm.empty_k(0));
+        release(sm.empty_k(at.stage));
         softmax_tile<T, Causal>(s, st, corr, c, needs_mask(0), row_g, 0, p.seqlen_k,
                                 causal_offset, lane);
         pack_probabilities<T>(pa, s);
         // S_j with P_{j-1} V_{j-1}; the softmax of S_j under P V, O rescaled once P V landed.
         for (int j = 1; j < n_blocks; ++j) {
-            const int stage = j % S, prev = (j - 1) % S;
-            sm90::mbarrier_wait(sm.full_k(stage), (j / S) & 1);
-            sm90::mbarrier_wait(sm.full_v(prev), ((j - 1) / S) & 1);
+            prev = at;
+            at.advance<S>();
+            const int stage = at.stage;
+            sm90::mbarrier_wait(sm.full_k(stage), at.phase);
+            sm90::mbarrier_wait(sm.full_v(prev.stage), prev.phase);
             turns.take();
             sm90::wgmma_fence();
-            qk_wgmma<T>(s, sm, stage, wg);
+            qk_wgmma<T>(s, sm, q, stage, wg);
             sm90::wgmma_commit();
-            pv_wgmma<T>(o, pa, sm, prev);
+            pv_wgmma<T>(o, pa, sm, prev.stage);
             sm90::wgmma_commit();
             turns.pass();
             sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
@@ -630,18 +732,24 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
             sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
             sm90::wgmma_wait<0>();
             sm90::fence_registers(o);
-            release(sm.empty_v(prev));
+            release(sm.empty_v(prev.stage));
             if (corr[0] != 1.f || corr[1] != 1.f) rescale<T>(o, corr);
             pack_probabilities<T>(pa, s);
         }
-        last_pv<T>(o, pa, sm, turns, n_blocks, lane);
+        last_pv<T>(o, pa, sm, turns, at, lane);
     }
     turns.finish();
+    // Every S of the tile has landed: its Q buffer may take the block's next tile's (a one-tile
+    // block's has none: the arrival, and n_blocks kept live for it, cost the D = 256 kernels 4-8
+    // bytes of spills).
+    if constexpr (Persistent) {
+        if (n_blocks > 0) release(sm.empty_q(qpos.stage));
+    }
 
     // O / sum * v_descale in bf16, from registers (4 bytes a store); lse (natural log).
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + batch * p.o_batch_stride +
-                         head * p.o_head_stride;
-    float* lse = p.lse + ((int64_t)batch * p.heads + head) * p.seqlen_q;
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o) + tile.batch * p.o_batch_stride +
+                         tile.head * p.o_head_stride;
+    float* lse = p.lse + ((int64_t)tile.batch * p.heads + tile.head) * p.seqlen_q;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float sum = st.sum[h];
@@ -661,9 +769,12 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
 }
 
 // One block's work: the barriers set up, then the producer warp's loads and the consumer
-// warpgroups' schedule, the shipped one or the two-S one (TwoS). The kernels below are this
-// alone, under two names: the shipped one keeps its name and machine code.
-template <typename T, bool Causal, bool TwoS>
+// warpgroups' schedule, the shipped one or the two-S one (TwoS), on tile blockIdx.x, or
+// (Persistent: a grid of one block per SM) on tiles blockIdx.x, then on by gridDim.x, each
+// block's next Q and first K / V tiles loading under its current tile. Persistent is a template
+// parameter so that the one-tile kernels keep their registers: the loop's state and what ptxas
+// hoists out of it spilled at D = 256 (76-104 bytes). The kernels below are this alone.
+template <typename T, bool Causal, bool TwoS, bool Persistent>
 __device__ __forceinline__ void fp8_block(const Fp8KernelParams& kp, const CUtensorMap* tma_q,
                                           const CUtensorMap* tma_k, uint32_t smem_base,
                                           uint32_t bars_base) {
@@ -671,12 +782,11 @@ __device__ __forceinline__ void fp8_block(const Fp8KernelParams& kp, const CUten
     sm.base = (smem_base + 1023) & ~1023u;
     sm.bars = bars_base;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    // Causal: the heaviest query blocks (the last) first.
-    const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int head = blockIdx.y, batch = blockIdx.z;
-    const int n_blocks = key_tiles<T, Causal>(kp.p, m_block);
     if (tid == 0) {
-        sm90::mbarrier_init(sm.full_q(), 1);
+        for (int qs = 0; qs < T::kQStages; ++qs) {
+            sm90::mbarrier_init(sm.full_q(qs), 1);
+            sm90::mbarrier_init(sm.empty_q(qs), T::kConsumerWarps);
+        }
         for (int s = 0; s < T::kStages; ++s) {
             sm90::mbarrier_init(sm.full_k(s), 1);
             sm90::mbarrier_init(sm.full_v(s), 1);
@@ -688,20 +798,55 @@ __device__ __forceinline__ void fp8_block(const Fp8KernelParams& kp, const CUten
     __syncthreads();
     if (warp < 4) {
         sm90::regs_release<T::kProducerRegs>();
-        if (tid == 0) produce<T>(kp, sm, tma_q, tma_k, m_block, head, batch, n_blocks);
+        if (tid != 0) return;
+        if constexpr (Persistent) {
+            // Both sides walk the same tiles and count the key tiles and Q loads behind them.
+            Fp8Ring ring;
+            int q_loads = 0;
+            const int units = (int)fp8_tile_count<T>(kp.p);  // the launcher checks the range
+            for (int u = blockIdx.x; u < units; u += gridDim.x) {
+                const Fp8Tile tile = fp8_tile<T, Causal>(kp.p, u);
+                if (tile.n_blocks == 0) continue;
+                produce<T>(kp, sm, tma_q, tma_k, tile, ring, QPosition<T>(q_loads++));
+                ring.after<T::kStages>(tile.n_blocks);
+            }
+        } else {
+            const Fp8Tile tile = fp8_block_tile<T, Causal>(kp.p);
+            if (tile.n_blocks > 0) produce<T>(kp, sm, tma_q, tma_k, tile, {}, QPosition<T>(0));
+        }
     } else {
         sm90::regs_claim<T::kConsumerRegs>();
-        consume<T, Causal, TwoS>(kp, sm, m_block, head, batch, n_blocks, warp - 4, lane);
+        if constexpr (Persistent) {
+            Fp8Ring ring;
+            int q_loads = 0;
+            const int units = (int)fp8_tile_count<T>(kp.p);
+            for (int u = blockIdx.x; u < units; u += gridDim.x) {
+                const Fp8Tile tile = fp8_tile<T, Causal>(kp.p, u);
+                // The stages' parities broadcast from lane 0: ptxas then checks their
+                // uniformity once (VOTEU) and its key loop drops a convergence barrier (648 ->
+                // 641 instructions, the 128-key one-S kernel).
+                const Fp8Ring tile_ring{__shfl_sync(0xffffffffu, ring.used, 0)};
+                consume<T, Causal, TwoS, true>(kp, sm, tile, tile_ring, QPosition<T>(q_loads),
+                                               warp - 4, lane);
+                if (tile.n_blocks == 0) continue;
+                ++q_loads;
+                ring.after<T::kStages>(tile.n_blocks);
+            }
+        } else {
+            consume<T, Causal, TwoS, false>(kp, sm, fp8_block_tile<T, Causal>(kp.p), {},
+                                     QPosition<T>(0), warp - 4, lane);
+        }
     }
 }
 
-template <typename T, bool Causal>
+template <typename T, bool Causal, bool Persistent>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_fp8_kernel(const Fp8KernelParams kp, const __grid_constant__ CUtensorMap tma_q,
                          const __grid_constant__ CUtensorMap tma_k) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[T::kBarriers + 1];
-    fp8_block<T, Causal, false>(kp, &tma_q, &tma_k, smem_u32(smem_raw), smem_u32(bars));
+    fp8_block<T, Causal, false, Persistent>(kp, &tma_q, &tma_k, smem_u32(smem_raw),
+                                            smem_u32(bars));
 }
 
 // The two-S schedule (D = 128; fp8_two_s says when).
@@ -712,7 +857,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                const __grid_constant__ CUtensorMap tma_k) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[T::kBarriers + 1];
-    fp8_block<T, Causal, true>(kp, &tma_q, &tma_k, smem_u32(smem_raw), smem_u32(bars));
+    fp8_block<T, Causal, true, false>(kp, &tma_q, &tma_k, smem_u32(smem_raw), smem_u32(bars));
 }
 
 // --- launcher ---------------------------------------------------------------------------------
@@ -742,14 +887,17 @@ bool fp8_takes_turns(const FlashFwdParams& p, int flags) {
     return (flags & FLASH_FP8_PINGPONG) != 0;
 }
 
-// Whether a 128-key call runs the two-S kernel (NOTES "f5"): at D = 128 non-causal (1.035 MHA and
-// 1.033 GQA 64/8 over one S at 16k, three processes; 1.005-1.038 at 1024-4096 keys, one
-// process), causal only under FLASH_FP8_TWO_S (1.001 at 16k; 0.97-0.99 at 1024-4096), never under
-// FLASH_FP8_ONE_S (which wins) nor at D = 256, whose registers do not hold a second S.
+// Whether a 128-key call runs the two-S kernel (NOTES "f5", "f9"): at D = 128 non-causal from
+// 4096 keys (below the wide tiles' 8192), causal only under FLASH_FP8_TWO_S (1.001 at 16k;
+// 0.97-0.99 at 1024-4096), never under FLASH_FP8_ONE_S (which wins) nor at D = 256, whose
+// registers do not hold a second S. Below 4096 keys the one-S kernel on a persistent grid
+// (fp8_persistent) passed it: 1.035 MHA and 1.04 GQA 64/8 at 2048 keys, 1.092 and 1.115 at 1024,
+// medians of four processes; at 4096 0.997 and 0.998 (0.935-1.040), so two-S stays there.
 template <int HeadDim, bool Causal>
-constexpr bool fp8_two_s(int flags) {
+constexpr bool fp8_two_s(const FlashFwdParams& p, int flags) {
     if (HeadDim != 128 || (flags & FLASH_FP8_ONE_S) != 0) return false;
-    return !Causal || (flags & FLASH_FP8_TWO_S) != 0;
+    if ((flags & FLASH_FP8_TWO_S) != 0) return true;
+    return !Causal && p.seqlen_k >= 4096;
 }
 
 // Whether a call runs the wide key tiles (BlockN 224, one S a consumer warpgroup; NOTES "f6"): at
@@ -765,6 +913,22 @@ template <int HeadDim, bool Causal>
 constexpr bool fp8_wide(const FlashFwdParams& p, int flags) {
     if (HeadDim != 128 || (flags & (FLASH_FP8_TWO_S | FLASH_FP8_ONE_S)) != 0) return false;
     return p.seqlen_k >= (Causal ? 16384 : 8192);
+}
+
+// Whether a call's grid is persistent (one block per SM walking the tiles, each block's next Q
+// and first K / V tiles loading under its current tile, each tile's key loop from the ring's
+// stage 0; NOTES "f7", "f8", "f9"): the 128-key one-S kernel at D = 128 non-causal, which a call
+// below 4096 keys runs (fp8_two_s), unless FLASH_FP8_TILE_GRID asks for one block per tile.
+// No other kernel is built persistent: the wide one ran 0.94-0.97x one block per tile at 16k
+// (f7), causal 0.95-0.97x (f8; its tiles differ in cost, and the hardware's scheduler balances
+// one block per tile, heaviest first), and each would cost the cold build (issue 53 item 6) a
+// kernel; experiments/f9-persistent-flag.patch builds them (flag 128).
+template <typename T, bool Causal>
+constexpr bool kFp8PersistentBuilt = T::kHeadDim == 128 && T::kBlockN == 128 && !Causal;
+
+template <typename T, bool Causal>
+constexpr bool fp8_persistent(int flags) {
+    return kFp8PersistentBuilt<T, Causal> && (flags & FLASH_FP8_TILE_GRID) == 0;
 }
 
 // One call on shape T: V^T's tile images into the scratch buffer, then the attention kernel, the
@@ -815,7 +979,19 @@ int launch_fp8_shape(const FlashFp8Params& fp, int device, bool two_s, cudaStrea
             return cudaGetLastError();
         }
     }
-    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal>;
+    if constexpr (kFp8PersistentBuilt<T, Causal>) {
+        if (fp8_persistent<T, Causal>(fp.flags)) {
+            constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal, true>;
+            const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
+            if (err != cudaSuccess) return err;
+            const int64_t units = fp8_tile_count<T>(p);
+            if (units > INT32_MAX) return FLASH_ERR_UNSUPPORTED;
+            const dim3 sms((unsigned)min(units, (int64_t)sm90_multiprocessors(device)));
+            kernel<<<sms, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1]);
+            return cudaGetLastError();
+        }
+    }
+    constexpr auto kernel = flash_fwd_fp8_kernel<T, Causal, false>;
     const cudaError_t err = opt_in_shared_memory<T, kernel>(device);
     if (err != cudaSuccess) return err;
     kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1]);
@@ -834,7 +1010,7 @@ int launch_fwd_fp8(const FlashFp8Params& fp, cudaStream_t stream) {
             return launch_fp8_shape<Fp8Traits<128, 224>, Causal>(fp, device, false, stream);
     }
     return launch_fp8_shape<Fp8Traits<HeadDim>, Causal>(
-        fp, device, fp8_two_s<HeadDim, Causal>(fp.flags), stream);
+        fp, device, fp8_two_s<HeadDim, Causal>(fp.base, fp.flags), stream);
 }
 
 }  // namespace flash::fp8
