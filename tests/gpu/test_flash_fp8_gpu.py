@@ -98,7 +98,7 @@ TILE_GRID = 64
 
 
 def test_fp8_persistent_grid_walks_more_tiles_than_sms_as_one_block_a_tile_would():
-    """D = 128 non-causal below 8192 keys runs on a persistent grid (NOTES "f9"): 1024 tiles of
+    """D = 128 non-causal below 4096 keys runs on a persistent grid (NOTES "f9"): 1024 tiles of
     128 query rows, more than four a block (the K/V ring's stages' parities carried from tile to
     tile), 2000 keys (ragged: 16 key tiles, the last of 80), grouped-query 32/8. Its output is
     the one-block-a-tile kernel's, bit for bit (the same math per tile), and within the FP8 error

@@ -151,7 +151,7 @@ def test_fp8_d128_schedule_per_key_count_and_flags(tmp_path: Path):
         "using namespace flash::fp8;\n"
         "template <int D, bool C> char plan(const FlashFwdParams& p, int flags) {\n"
         "  if (D == 128 && fp8_wide<D, C>(p, flags))\n"
-        "    return fp8_persistent<Fp8Traits<128, 224>, C>(flags) ? 'w' : 'W';  // w: wrong\n"
+        "    return fp8_persistent<Fp8Traits<128, 224>, C>(flags) ? 'w' : 'W';  // w: not built\n"
         "  if (fp8_two_s<D, C>(p, flags)) return '2';\n"
         "  return fp8_persistent<Fp8Traits<D>, C>(flags) ? 'P' : '1';\n"
         "}\n"
@@ -278,7 +278,7 @@ def test_every_key_tile_waits_on_its_stages_own_use_parity_either_way_the_ring_i
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_fp8_d128_unit_holds_its_kernels_unserialized_and_unspilled(tmp_path: Path):
     """ptxas on the D = 128 FP8 unit, as a build compiles it: the wide-tile kernels, the one-S
-    kernels a block per tile, the non-causal one persistent too (the default below 8192 keys,
+    kernels a block per tile, the non-causal one persistent too (the default below 4096 keys,
     f9; the only persistent kernel built) and both two-S ones are there, no wgmma is serialized
     (C7514: a first two-S version kept an S accumulator in flight across its loop's back edge,
     and ptxas put a wait after every wgmma of the kernel; C7512 at 256-key tiles, too few

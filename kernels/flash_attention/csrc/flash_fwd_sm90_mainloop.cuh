@@ -486,6 +486,8 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
                 consume_tile<T, Causal>(p, sm, tile, at, q, turns, tma_o, consumer_warp, lane);
         };
         // From stage 0, the parities as lane 0 holds them (RingPosition<true>::warp_uniform).
+        // One lambda for both: a member handing the count's position back by reference
+        // changed the count kernels' PTX (D = 128 and 256, one register; NOTES "h46").
         if constexpr (Sm90Choices<T, Causal>::kRingFromZero)
             take(ring.warp_uniform());
         else
