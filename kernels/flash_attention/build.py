@@ -120,7 +120,7 @@ SWITCHES = {
     "FLASH_SM90_TREE_SUM": range(0, 4),
     "FLASH_SM90_LAZY_RESCALE": range(0, 3),
     "FLASH_SM90_Q_STAGES": range(0, 3),
-    "FLASH_SM90_ROW_SUM": (0, 1, 3),
+    "FLASH_SM90_ROW_SUM": (0, 1, 3, 4),
     "FLASH_SM90_P_BUFFERS": range(0, 3),
 }
 # ptxas --register-usage-level (0-10, ptxas's default 5) per unit. The non-causal D=128 units

@@ -159,6 +159,18 @@ def test_hopper_ring_from_zero_everywhere():
     run_with_switches("FLASH_SM90_RING_FROM_ZERO=2 FLASH_SM90_SHAPE_D64=2")
 
 
+@pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="the Hopper path's solo kernel",
+)
+def test_hopper_solo_row_sums_by_the_tensor_core_everywhere():
+    """The solo kernel summing its rows against a block of ones on the tensor core, with no
+    alignment pad (FLASH_SM90_ROW_SUM=4: a lead for issue 53 item 2, NOTES "session 18"), at
+    every D = 64 shape (FLASH_SM90_SHAPE_D64=3: solo non-causal too), in a fresh process."""
+    run_with_switches("FLASH_SM90_ROW_SUM=4 FLASH_SM90_SHAPE_D64=3")
+
+
 def exponentials_under_pv(sass: str) -> dict[str, int]:
     """Per Hopper kernel in cuobjdump's SASS: the MUFU.EX2 between the key loop's wait for
     S_j (WARPGROUP.DEPBAR.LE gsb0, 0x1) and its wait for P_{j-1} V_{j-1} (0x0), that is,

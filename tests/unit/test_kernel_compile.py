@@ -538,6 +538,48 @@ def test_hopper_causal_d64_unit_builds_the_solo_kernel_alone(tmp_path: Path):
     assert kernels and all("flash_fwd_sm90_solo_kernel" in name for name in kernels), kernels
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_solo_row_sums_switch_keeps_three_blocks_an_sm(tmp_path: Path):
+    """FLASH_SM90_ROW_SUM=4 (a lead for issue 53 item 2, not measured yet): the solo D = 64
+    causal kernel sums its rows on the tensor core, P V as m64n72k16 against a block of ones,
+    where the shipped one adds them in FADDs (m64n64k16). ptxas holds it unspilled in registers
+    that three blocks of 128 threads an SM have (65,536 / 384), and its shared memory, dynamic
+    (Sm90Traits::kSmemBytes, the launcher's) and static (the barriers), with the system's 1 KB a
+    block, is at most the SM's 228 KB three times: the ones take the alignment pad's place."""
+    unit = "fwd_hdim64_bf16_causal_sm90"
+    switched = {"FLASH_SM90_ROW_SUM": 4}
+    src = tmp_path / "src"
+    generate.write_sources(src, "sm_90")
+    shipped = nvcc_step("-ptx", src / f"{unit}.cu", tmp_path / "shipped.ptx", None, "sm_90", unit)
+    ptx = nvcc_step("-ptx", src / f"{unit}.cu", tmp_path / "ones.ptx", switched, "sm_90", unit)
+    assert b"m64n72k16" in ptx and b"m64n72k16" not in shipped
+    flags = build.build_flags("sm_90", switched) + build.unit_flags(unit, switched)
+    cubin = tmp_path / "ones.cubin"
+    command = build.unit_command(
+        build.find_nvcc(), src / f"{unit}.cu", cubin, [*flags, "-Xptxas=-v"], "-cubin"
+    )
+    compiled = nvcc_cache.run(command, src / f"{unit}.cu", cubin)  # a hit says what ptxas said
+    assert compiled.returncode == 0, compiled.stderr
+    log = compiled.stdout + compiled.stderr
+    registers = int(re.search(r"Used (\d+) registers", log).group(1))
+    static = int(re.search(r"(\d+) bytes smem", log).group(1))
+    assert "0 bytes spill stores, 0 bytes spill loads" in log, log
+    assert -(-registers // 8) * 8 * 128 * 3 <= 65536, registers  # allocated 8 a thread at a time
+    program = tmp_path / "smem.cu"
+    program.write_text(
+        "#define FLASH_SM90_ROW_SUM 4\n"
+        '#include <cstdio>\n#include <cuda_bf16.h>\n#include "flash_fwd_launch_sm90.cuh"\n'
+        "int main() {\n"
+        "  using T = flash::Sm90SoloD64<__nv_bfloat16>;\n"
+        '  std::printf("%d %d %d\\n", (int)T::kRowSumMma, T::kSmemBytes, T::kBlocksPerSm);\n'
+        "}\n"
+    )
+    mma, dynamic, blocks = map(int, _host_program_lines(program, tmp_path / "smem")[0].split())
+    assert mma == 1 and blocks == 3
+    assert (dynamic + static + 1024) * blocks <= 228 * 1024, (dynamic, static)
+
+
 def compact_shapes(head_dim: int) -> set[int]:
     """The shapes the launcher's CompactShape specialisations define for this head dim."""
     launcher = (build.CSRC_DIR / "flash_fwd_launch.cuh").read_text()

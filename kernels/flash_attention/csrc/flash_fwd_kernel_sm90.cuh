@@ -73,6 +73,17 @@ struct SoloLoads {
     }
 };
 
+// The ones the tensor core sums the rows of P against (T::kRowSumMma; 1.0 is 0x3C00 in fp16,
+// 0x3F80 in bf16; two a word), written before any wgmma reads them: the async proxy's fence
+// here, then the block's barrier after.
+template <typename T>
+__device__ __forceinline__ void write_ones(const Sm90Smem<T>& sm, int tid) {
+    constexpr uint32_t pair = __is_same(typename T::Elem, __half) ? 0x3C003C00u : 0x3F803F80u;
+    for (int i = tid; i < T::kOnesBytes / 4; i += T::kThreads)
+        reinterpret_cast<uint32_t*>(sm.ones_generic())[i] = pair;
+    sm90::fence_proxy_async();
+}
+
 // One warpgroup, one tile, no producer warpgroup (Sm90Traits::kSolo): three blocks share an SM
 // and the hardware overlaps one's tile boundaries with the others' key loops, as cuDNN's
 // 64 x 128 one-warpgroup kernels do (NOTES.md, h43).
@@ -82,12 +93,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
                                const __grid_constant__ CUtensorMap tma_k,
                                const __grid_constant__ CUtensorMap tma_v,
                                const __grid_constant__ CUtensorMap tma_o) {
-    static_assert(T::kSolo && T::kThreads == 128 && !T::kRowSumMma);
+    static_assert(T::kSolo && T::kThreads == 128);
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers + 1];
     Sm90Smem<T> sm;
     sm.place(smem_raw, bars);
     const int tid = threadIdx.x;
+    if constexpr (T::kRowSumMma) write_ones<T>(sm, tid);  // FLASH_SM90_ROW_SUM=4
     const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, false);
     const Tile tile = schedule.tile(p, blockIdx.x, 0);
     const SoloLoads<T> loads{&sm, &tma_q, &tma_k, &tma_v, tile, p.kv_heads.kv_head(tile.head)};
@@ -140,15 +152,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
         sm90::fence_barrier_init();
     }
-    if constexpr (T::kRowSumMma) {
-        // The ones the tensor core sums the rows of P against (1.0 is 0x3C00 in fp16, 0x3F80 in
-        // bf16; two a word), written before any wgmma reads them (the async proxy's fence, then
-        // the block's barrier).
-        constexpr uint32_t pair = __is_same(typename T::Elem, __half) ? 0x3C003C00u : 0x3F803F80u;
-        for (int i = tid; i < T::kOnesBytes / 4; i += T::kThreads)
-            reinterpret_cast<uint32_t*>(sm.ones_generic())[i] = pair;
-        sm90::fence_proxy_async();
-    }
+    if constexpr (T::kRowSumMma) write_ones<T>(sm, tid);
     __syncthreads();
 
     if (warp < 4) {

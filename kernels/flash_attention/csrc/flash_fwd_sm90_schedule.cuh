@@ -29,6 +29,10 @@ struct Sm90Smem {
     // (the 128-byte swizzle's atom), and its barriers.
     __device__ __forceinline__ void place(uint8_t* raw, uint64_t* block_bars) {
         const uint32_t address = smem_u32(raw);
+        // Without T::kAlignPad the buffers fit only where `raw` starts aligned.
+        if constexpr (T::kAlignPad == 0) {
+            if (address % 1024 != 0) __trap();
+        }
         base = (address + 1023) & ~1023u;
         generic = raw + (base - address);
         bars = block_bars;

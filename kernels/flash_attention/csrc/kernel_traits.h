@@ -121,12 +121,21 @@ struct Sm90Traits {
     // the weights it holds, and lse is within the dtype's unit roundoff of the exact sum's
     // (bf16 2^-8, measured up to 1.55e-3; fp16 2^-11, 2e-4; the FADD path's 2e-6): the
     // kernel's documented lse contract. Not D = 128: V's second 64 columns hold the leading
-    // offset the ones need; nor solo, whose three blocks an SM leave no room for the ones.
-    static constexpr bool kRowSumMma = HeadDim == 64 && !Solo && FLASH_SM90_ROW_SUM != 1;
+    // offset the ones need; nor solo as shipped, whose three blocks an SM had no room for them
+    // (FLASH_SM90_ROW_SUM=4 makes the room: kAlignPad).
+    static constexpr bool kRowSumMma =
+        HeadDim == 64 && (!Solo || FLASH_SM90_ROW_SUM == 4) && FLASH_SM90_ROW_SUM != 1;
     static constexpr int kOnesBytes = kRowSumMma ? 2048 : 0;
-    // Q's buffers, O staging, the K and V rings, the ones, + 1 KB to align the buffers to the
-    // 1024-byte atom.
-    static constexpr int kSmemBytes = kQOBytes + 2 * Stages * kTileBytes + kOnesBytes + 1024;
+    // Bytes of dynamic shared memory kept to align the buffers to the 1024-byte atom
+    // (Sm90Smem::place). The kernels' barriers are static shared memory, and the dynamic
+    // buffer's 1024-byte alignment pads them to 1 KB (ptxas: "1024 bytes smem"), so the buffer
+    // starts aligned and the pad goes unused; the solo kernel with the ones drops it (and
+    // place() traps if the start is not aligned): 3 x (75,776 + 1 KB static + 1 KB the
+    // system's) is the SM's 228 KB exactly.
+    static constexpr int kAlignPad = Solo && kRowSumMma ? 0 : 1024;
+    static constexpr int kStaticSmem = 1024;
+    // Q's buffers, O staging, the K and V rings, the ones, and the pad.
+    static constexpr int kSmemBytes = kQOBytes + 2 * Stages * kTileBytes + kOnesBytes + kAlignPad;
     // Two consumers: 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 registers; three:
     // 24 x 128 + 160 x 384 = 64,512.
     static constexpr int kProducerRegs = 24;
@@ -137,7 +146,9 @@ struct Sm90Traits {
     static_assert(QStages == 1 || QStages == 2, "one or two Q buffers");
     static_assert(!Solo || QStages == 1, "solo: one tile, one Q");
     static_assert(Solo || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
-    static_assert((kSmemBytes + 1024) * kBlocksPerSm <= 228 * 1024, "shared memory an SM");
+    // Each block: its dynamic and static shared memory and the 1 KB the system reserves.
+    static_assert((kSmemBytes + kStaticSmem + 1024) * kBlocksPerSm <= 228 * 1024,
+                  "shared memory an SM");
 
     static __device__ __forceinline__ int tile_row(int mt, int warp) {
         return (mt * kWarps + warp) * 16;

@@ -101,8 +101,9 @@
 // Hopper softmax row sums at D = 64 (kernel_traits.h, Sm90Traits::kRowSumMma): 0 the shipped
 // choice (3); 1 FADDs in registers, as every other kernel; 3 the tensor core for both dtypes (P V
 // as one m64n72k16 whose 8 extra columns read a block of ones; bf16: lse within 2^-8, NOTES.md
-// h33, h36). 2, the tensor core for fp16 alone (the plan before h36), no shipped unit takes:
-// experiments/h36-fp16-only-row-sums.patch.
+// h33, h36); 4 as 3, and the solo kernels' too (D = 64 causal, whose FADDs 3 leaves: NOTES
+// "session 18, a lead for item 2"). 2, the tensor core for fp16 alone (the plan before h36), no
+// shipped unit takes: experiments/h36-fp16-only-row-sums.patch.
 #ifndef FLASH_SM90_ROW_SUM
 #define FLASH_SM90_ROW_SUM 0
 #endif
@@ -142,6 +143,7 @@ static_assert(FLASH_SM90_TREE_MAX >= 0 && FLASH_SM90_TREE_MAX <= 2, "0..2");
 static_assert(FLASH_SM90_TREE_SUM >= 0 && FLASH_SM90_TREE_SUM <= 3, "0..3");
 static_assert(FLASH_SM90_LAZY_RESCALE >= 0 && FLASH_SM90_LAZY_RESCALE <= 2, "0..2");
 static_assert(FLASH_SM90_Q_STAGES >= 0 && FLASH_SM90_Q_STAGES <= 2, "0..2");
-static_assert(FLASH_SM90_ROW_SUM == 0 || FLASH_SM90_ROW_SUM == 1 || FLASH_SM90_ROW_SUM == 3,
-              "0, 1 or 3");
+static_assert(FLASH_SM90_ROW_SUM == 0 || FLASH_SM90_ROW_SUM == 1 || FLASH_SM90_ROW_SUM == 3 ||
+                  FLASH_SM90_ROW_SUM == 4,
+              "0, 1, 3 or 4");
 static_assert(FLASH_SM90_P_BUFFERS >= 0 && FLASH_SM90_P_BUFFERS <= 2, "0..2");
