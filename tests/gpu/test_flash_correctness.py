@@ -164,11 +164,11 @@ def test_hopper_ring_from_zero_everywhere():
     not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
     reason="the Hopper path's solo kernel",
 )
-def test_hopper_solo_row_sums_by_the_tensor_core_everywhere():
-    """The solo kernel summing its rows against a block of ones on the tensor core, with no
-    alignment pad (FLASH_SM90_ROW_SUM=4: a lead for issue 53 item 2, NOTES "session 18"), at
-    every D = 64 shape (FLASH_SM90_SHAPE_D64=3: solo non-causal too), in a fresh process."""
-    run_with_switches("FLASH_SM90_ROW_SUM=4 FLASH_SM90_SHAPE_D64=3")
+def test_hopper_solo_kernel_everywhere():
+    """The solo kernel, its rows summed against a block of ones on the tensor core with no
+    alignment pad (NOTES.md h47), at every D = 64 shape (FLASH_SM90_SHAPE_D64=3: solo
+    non-causal too), in a fresh process."""
+    run_with_switches("FLASH_SM90_SHAPE_D64=3")
 
 
 def exponentials_under_pv(sass: str) -> dict[str, int]:

@@ -504,7 +504,9 @@ PLANNED_SOFTMAX = [
     pytest.param("fwd_hdim128_bf16_sm90", "FLASH_SM90_TREE_SUM", 3, 1, id="d128-two-sums"),
     # bf16 row sums on the tensor core at D = 64 (Sm90Traits::kRowSumMma, NOTES.md h36), not in
     # FADDs as before h36 (1: FADDs for both dtypes).
-    pytest.param("fwd_hdim64_bf16_sm90", "FLASH_SM90_ROW_SUM", 3, 1, id="bf16-d64-mma-sums"),
+    pytest.param("fwd_hdim64_bf16_sm90", "FLASH_SM90_ROW_SUM", 4, 1, id="bf16-d64-mma-sums"),
+    # The solo (D = 64 causal) kernel's too (NOTES.md h47), not its FADDs as before h47.
+    pytest.param("fwd_hdim64_bf16_causal_sm90", "FLASH_SM90_ROW_SUM", 4, 3, id="solo-mma-sums"),
 ]
 
 
@@ -540,22 +542,22 @@ def test_hopper_causal_d64_unit_builds_the_solo_kernel_alone(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_solo_row_sums_switch_keeps_three_blocks_an_sm(tmp_path: Path):
-    """FLASH_SM90_ROW_SUM=4 (a lead for issue 53 item 2, not measured yet): the solo D = 64
-    causal kernel sums its rows on the tensor core, P V as m64n72k16 against a block of ones,
-    where the shipped one adds them in FADDs (m64n64k16). ptxas holds it unspilled in registers
-    that three blocks of 128 threads an SM have (65,536 / 384), and its shared memory, dynamic
+def test_solo_row_sums_on_the_tensor_core_keep_three_blocks_an_sm(tmp_path: Path):
+    """The shipped solo D = 64 causal kernel sums its rows on the tensor core, P V as
+    m64n72k16 against a block of ones (NOTES.md h47), where FLASH_SM90_ROW_SUM=3 (the plan
+    before) adds them in FADDs (m64n64k16). ptxas holds it unspilled in registers that three
+    blocks of 128 threads an SM have (65,536 / 384), and its shared memory, dynamic
     (Sm90Traits::kSmemBytes, the launcher's) and static (the barriers), with the system's 1 KB a
     block, is at most the SM's 228 KB three times: the ones take the alignment pad's place."""
     unit = "fwd_hdim64_bf16_causal_sm90"
-    switched = {"FLASH_SM90_ROW_SUM": 4}
     src = tmp_path / "src"
     generate.write_sources(src, "sm_90")
     shipped = nvcc_step("-ptx", src / f"{unit}.cu", tmp_path / "shipped.ptx", None, "sm_90", unit)
-    ptx = nvcc_step("-ptx", src / f"{unit}.cu", tmp_path / "ones.ptx", switched, "sm_90", unit)
-    assert b"m64n72k16" in ptx and b"m64n72k16" not in shipped
-    flags = build.build_flags("sm_90", switched) + build.unit_flags(unit, switched)
-    cubin = tmp_path / "ones.cubin"
+    fadds = {"FLASH_SM90_ROW_SUM": 3}
+    before = nvcc_step("-ptx", src / f"{unit}.cu", tmp_path / "fadd.ptx", fadds, "sm_90", unit)
+    assert b"m64n72k16" in shipped and b"m64n72k16" not in before
+    flags = build.build_flags("sm_90") + build.unit_flags(unit, None)
+    cubin = tmp_path / "shipped.cubin"
     command = build.unit_command(
         build.find_nvcc(), src / f"{unit}.cu", cubin, [*flags, "-Xptxas=-v"], "-cubin"
     )
@@ -568,7 +570,6 @@ def test_solo_row_sums_switch_keeps_three_blocks_an_sm(tmp_path: Path):
     assert -(-registers // 8) * 8 * 128 * 3 <= 65536, registers  # allocated 8 a thread at a time
     program = tmp_path / "smem.cu"
     program.write_text(
-        "#define FLASH_SM90_ROW_SUM 4\n"
         '#include <cstdio>\n#include <cuda_bf16.h>\n#include "flash_fwd_launch_sm90.cuh"\n'
         "int main() {\n"
         "  using T = flash::Sm90SoloD64<__nv_bfloat16>;\n"

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     Sm90Smem<T> sm;
     sm.place(smem_raw, bars);
     const int tid = threadIdx.x;
-    if constexpr (T::kRowSumMma) write_ones<T>(sm, tid);  // FLASH_SM90_ROW_SUM=4
+    if constexpr (T::kRowSumMma) write_ones<T>(sm, tid);  // h47 (FLASH_SM90_ROW_SUM=3: not)
     const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, false);
     const Tile tile = schedule.tile(p, blockIdx.x, 0);
     const SoloLoads<T> loads{&sm, &tma_q, &tma_k, &tma_v, tile, p.kv_heads.kv_head(tile.head)};

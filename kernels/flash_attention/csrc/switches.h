@@ -99,11 +99,11 @@
 #endif
 
 // Hopper softmax row sums at D = 64 (kernel_traits.h, Sm90Traits::kRowSumMma): 0 the shipped
-// choice (3); 1 FADDs in registers, as every other kernel; 3 the tensor core for both dtypes (P V
+// choice (4); 1 FADDs in registers, as every other kernel; 3 the tensor core for both dtypes (P V
 // as one m64n72k16 whose 8 extra columns read a block of ones; bf16: lse within 2^-8, NOTES.md
-// h33, h36); 4 as 3, and the solo kernels' too (D = 64 causal, whose FADDs 3 leaves: NOTES
-// "session 18, a lead for item 2"). 2, the tensor core for fp16 alone (the plan before h36), no
-// shipped unit takes: experiments/h36-fp16-only-row-sums.patch.
+// h33, h36) but FADDs in the solo kernels (D = 64 causal; the plan before h47); 4 the tensor
+// core in every D = 64 kernel, solo too (h47). 2, the tensor core for fp16 alone (the plan
+// before h36), no shipped unit takes: experiments/h36-fp16-only-row-sums.patch.
 #ifndef FLASH_SM90_ROW_SUM
 #define FLASH_SM90_ROW_SUM 0
 #endif
