@@ -113,6 +113,7 @@ SWITCHES = {
     "FLASH_PTXAS_REG_LEVEL": range(0, 11),
     "FLASH_SM90_SHAPE_D64": range(0, 4),
     "FLASH_SM90_CAUSAL_SCHEDULE": range(0, 3),
+    "FLASH_SM90_WAVE_PLAN": range(0, 3),
     "FLASH_SM90_OWN_KEY_BOUND": range(0, 3),
     "FLASH_SM90_DESC_STEPS": range(0, 3),
     "FLASH_SM90_RING_FROM_ZERO": range(0, 3),

@@ -274,6 +274,28 @@ def test_hopper_plan_picks_the_measured_block(causal, seqlen, block):
     assert hopper_blocks_launched(q, k, v, causal) == [block]
 
 
+# The rounds rule (sm90_plan, NOTES.md h49): bf16 D = 64 non-causal at 4096 rows, batch 2, on
+# the H200's or H100's 132 SMs: 10 heads leave the three-consumer grid's fourth round a third
+# full (440 tiles) where two consumers' 640 tiles take five shorter rounds; 9 heads fill three.
+WAVE_SHAPES = [(10, torch.bfloat16, "2"), (9, torch.bfloat16, "3"), (10, torch.float16, "3")]
+WAVE_IDS = ["bf16-h10", "bf16-h9", "fp16-h10"]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available()
+    or torch.cuda.get_device_capability() != (9, 0)
+    or torch.cuda.get_device_properties(0).multi_processor_count != 132,
+    reason="the Hopper path's plan on 132 SMs",
+)
+@pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
+@pytest.mark.parametrize(("heads", "dtype", "block"), WAVE_SHAPES, ids=WAVE_IDS)
+def test_hopper_plan_fills_the_last_round(heads, dtype, block):
+    q, k, v = (torch.randn(2, heads, 4096, 64, device="cuda", dtype=dtype) for _ in range(3))
+    assert hopper_blocks_launched(q, k, v, False) == [block]
+    out, lse = run_poisoned(q, k, v, False)
+    assert_close_to_reference(q, k, v, False, out, lse)
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_strided_inputs(causal):
     """q, k, v as views of a packed (B, S, 3, H, D) projection: no copy, odd strides."""

@@ -133,6 +133,56 @@ def test_fp8_launcher_takes_no_turns_unless_forced(tmp_path: Path):
     ]
 
 
+# D = 64 non-causal launches whose three-consumer grid leaves a partial last round on the H200's
+# 132 SMs (NOTES.md h49): (batch, heads, length, the block bf16 takes). Measured there: two
+# consumers 1.047-1.048x three at 10 heads, 0.79-0.99x at 8-9 and 11-16; the FA grid's shapes
+# (B * S = 16k tokens, 32 heads) 0.86-0.93x. Below 2048 rows and under two rounds of three the
+# rule is not applied.
+WAVE_PLAN_SHAPES = [(2, h, 4096, "2" if h == 10 else "3") for h in range(8, 17)]
+WAVE_PLAN_SHAPES += [(1, h, 8192, "2" if h == 10 else "3") for h in range(8, 17)]
+WAVE_PLAN_SHAPES += [(16384 // s, 32, s, "3") for s in (512, 1024, 2048, 4096, 8192, 16384)]
+WAVE_PLAN_SHAPES += [(1, 45, 1024, "3"), (1, 3, 4096, "3"), (1, 2, 256, "2")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_d64_plan_takes_two_consumers_where_three_leave_a_round_idle(tmp_path: Path):
+    """sm90_plan's rounds rule (host code, no GPU): bf16 D = 64 non-causal takes two consumer
+    warpgroups (128-row tiles) where 23 rounds of theirs take less than 30 of the three-consumer
+    grid's (192-row tiles), from 2048 rows and two rounds of three; fp16 keeps three (its speeds
+    not measured); FLASH_SM90_WAVE_PLAN=1 is the plan before (three from 257 rows), 2 the rule
+    for both dtypes. 45 heads at 1024 (3 rounds of either) stays three: below 2048 rows."""
+    program = tmp_path / "plan.cu"
+    shapes = ", ".join(f"{{{b}, {h}, {s}}}" for b, h, s, _ in WAVE_PLAN_SHAPES)
+    program.write_text(
+        "#ifndef FLASH_SM90_WAVE_PLAN\n#define FLASH_SM90_WAVE_PLAN @VALUE@\n#endif\n"
+        "#include <cstdio>\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
+        '#include "flash_fwd_launch_sm90.cuh"\n'
+        "int main() {\n"
+        "  FlashFwdParams p{};\n"
+        f"  const int shapes[][3] = {{{shapes}}};\n"
+        "  for (const auto& s : shapes) {\n"
+        "    p.batch = s[0]; p.heads = s[1]; p.seqlen_q = p.seqlen_k = s[2];\n"
+        "    const bool bf = flash::sm90_plan<__nv_bfloat16, 64, false>(p, 132).three_consumers;\n"
+        "    const bool fp = flash::sm90_plan<__half, 64, false>(p, 132).three_consumers;\n"
+        "    std::printf(\"%c%c\\n\", bf ? '3' : '2', fp ? '3' : '2');\n"
+        "  }\n"
+        "}\n"
+    )
+    before = [("2" if s <= 256 else "3") for _, _, s, _ in WAVE_PLAN_SHAPES]
+    expected = {
+        0: [bf + b for (*_, bf), b in zip(WAVE_PLAN_SHAPES, before, strict=True)],
+        1: [b + b for b in before],
+        2: [bf + bf for *_, bf in WAVE_PLAN_SHAPES],
+    }
+    for plan, lines in expected.items():
+        text = program.read_text().replace("@VALUE@", str(plan))
+        variant = tmp_path / f"plan{plan}.cu"
+        variant.write_text(text)
+        printed = _host_program_lines(variant, tmp_path / f"plan{plan}")
+        assert printed[: len(lines)] == lines, plan
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_fp8_d128_schedule_per_key_count_and_flags(tmp_path: Path):

@@ -122,6 +122,10 @@ def main() -> None:
     )
     parser.add_argument("--reps", type=int, default=60)
     parser.add_argument(
+        "--heads", help="comma list of head counts (default: 2048 / D, the FA grid's width)"
+    )
+    parser.add_argument("--batch", type=int, help="batch (default: 16k tokens / S)")
+    parser.add_argument(
         "--l4",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -160,10 +164,11 @@ def main() -> None:
         map(int, args.head_dims.split(",")),
         causal_settings,
         map(int, args.seqlens.split(",")),
+        [int(h) for h in args.heads.split(",")] if args.heads else [None],
     )
-    for dtype_name, head_dim, causal, seqlen in grid:
+    for dtype_name, head_dim, causal, seqlen, heads in grid:
         dtype = getattr(torch, dtype_name)
-        batch, heads = TOKENS // seqlen, HIDDEN // head_dim
+        batch, heads = args.batch or TOKENS // seqlen, heads or HIDDEN // head_dim
         q, k, v = (
             torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=dtype)
             for _ in range(3)
@@ -181,6 +186,7 @@ def main() -> None:
             fns[peer] = partial(IMPLS[peer], q, k, v, causal)
         times = paired_ms(fns, flush, args.reps)
         row = {"dtype": dtype_name, "S": seqlen, "D": head_dim, "causal": causal}
+        row |= {"batch": batch, "heads": heads}
         # The kernels each peer launched (cuDNN's engine is in its kernel's name: whether a
         # process's cuDNN speed is another plan, NOTES.md "2026-11-28, later").
         row["peer_kernels"] = {peer: launched_kernels(fns[peer]) for peer in peers}
@@ -201,7 +207,11 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump({"builds": builds, "rows": rows}, f, indent=1)
     width = max(12, *map(len, names))  # FIRST-again is longer than most names
-    cell = lambda r: f"{r['dtype'][:4]}{r['D']}{'c' if r['causal'] else ''}{r['S']}"  # noqa: E731
+
+    def cell(r: dict) -> str:
+        shape = f"{r['dtype'][:4]}{r['D']}{'c' if r['causal'] else ''}{r['S']}"
+        return f"{shape}h{r['heads']}" if args.heads else shape
+
     print(f"\n{'build':>{width}}" + "".join(f"{cell(r):>12}" for r in rows))
     for key in ("vs_base", *peer_keys.values()):
         print(key)

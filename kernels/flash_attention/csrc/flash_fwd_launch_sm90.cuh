@@ -53,8 +53,11 @@ struct Sm90Plan {
     bool three_consumers;  // D = 64 only: Sm90ThreeConsumersD64
     bool paired_causal;    // causal: a persistent grid over paired tiles (TileSchedule)
 };
-template <int HeadDim, bool Causal>
-Sm90Plan sm90_plan(const FlashFwdParams& p) {
+// The rounds a persistent grid of `sms` blocks takes over `units` equal tiles.
+inline int64_t sm90_rounds(int64_t units, int sms) { return (units + sms - 1) / sms; }
+
+template <typename Elem, int HeadDim, bool Causal>
+Sm90Plan sm90_plan(const FlashFwdParams& p, int sms) {
     Sm90Plan plan;
     // D = 64: three consumers ran 1.05-1.20x two from 2048 query rows non-causal and 1.10x
     // from 8192 causal; at non-causal 1024 0.89x when this plan was set, 1.09-1.11x in h37's
@@ -64,6 +67,30 @@ Sm90Plan sm90_plan(const FlashFwdParams& p) {
     // one; NOTES.md, h40). Causal D = 64 is solo (kSm90Solo) unless the switch forces two or
     // three consumers.
     plan.three_consumers = HeadDim == 64 && !Causal && p.seqlen_q > 256;
+    // Unless the three-consumer grid's last round is partial where the two-consumer one's
+    // 128-row tiles fill theirs: a persistent grid takes ceil(tiles / SMs) rounds, a round a
+    // tile's time, and a two-consumer tile 2/3 f of a three-consumer one's (f, three's speed a
+    // row over two's: 1.13 at 4096-8192 rows with 8-16 heads, 1.15-1.16 at 2048-16k on the FA
+    // grid, 1.21 at 1024; bf16 on the H200, NOTES.md h49). With f = 1.13 the rounds model read
+    // all 18 shapes of 2.6-6 rounds measured within 1.4 %. The rule: two where 23 rounds of
+    // two take less than 30 of three (f = 1.15), from 2048 rows (f <= 1.16: a wrong pick costs
+    // at most 1 %) and two rounds of three (fewer is a short launch, not measured). It picked
+    // two at 2 of the 18 shapes, measured 1.047-1.048x three there; three at the other 16
+    // (two 0.79-0.99x) and on the FA grid. bf16 only: fp16's f is not measured
+    // (FLASH_SM90_WAVE_PLAN: 1 off, 2 both dtypes).
+    constexpr bool kWavePlan = FLASH_SM90_WAVE_PLAN == 0 ? __is_same(Elem, __nv_bfloat16)
+                                                        : FLASH_SM90_WAVE_PLAN == 2;
+    if constexpr (kWavePlan && HeadDim == 64 && !Causal) {
+        if (plan.three_consumers && p.seqlen_q >= 2048) {
+            const auto rounds = [&](int block_m) {
+                const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+                return sm90_rounds(m_blocks * p.heads * p.batch, sms);
+            };
+            const int64_t three = rounds(Sm90ThreeConsumersD64<Elem, false>::kBlockM);
+            const int64_t two = rounds(Sm90Config<Elem, 64, false>::type::kBlockM);
+            plan.three_consumers = three < 2 || 23 * two >= 30 * three;
+        }
+    }
     if (FLASH_SM90_SHAPE_D64 != 0)
         plan.three_consumers = HeadDim == 64 && FLASH_SM90_SHAPE_D64 == 2;
     // Causal: paired tiles on a persistent grid up to 64 query blocks of 128 rows per head
@@ -212,7 +239,7 @@ int launch_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
     if constexpr (kSm90Solo<HeadDim, Causal>) {
         return launch_sm90_shape<Sm90SoloD64<Elem>, Causal>(p, stream, device, sms, false);
     } else {
-        const Sm90Plan plan = sm90_plan<HeadDim, Causal>(p);
+        const Sm90Plan plan = sm90_plan<Elem, HeadDim, Causal>(p, sms);
         if constexpr (HeadDim == 64 && FLASH_SM90_SHAPE_D64 != 1) {
             if (plan.three_consumers)
                 return launch_sm90_shape<Sm90ThreeConsumersD64<Elem, Causal>, Causal>(

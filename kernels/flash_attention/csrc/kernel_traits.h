@@ -122,7 +122,7 @@ struct Sm90Traits {
     // (bf16 2^-8, measured up to 1.55e-3; fp16 2^-11, 2e-4; the FADD path's 2e-6): the
     // kernel's documented lse contract. Not D = 128: V's second 64 columns hold the leading
     // offset the ones need. The solo kernels (three blocks an SM) hold them in the alignment
-    // pad's place (kAlignPad): 1.009-1.028x at D = 64 causal from 2048 (NOTES.md, h47).
+    // pad's place (kAlignPad): 1.015-1.021x at D = 64 causal from 4096 (NOTES.md, h47).
     static constexpr bool kRowSumMma = HeadDim == 64 && FLASH_SM90_ROW_SUM != 1 &&
                                        !(Solo && FLASH_SM90_ROW_SUM == 3);
     static constexpr int kOnesBytes = kRowSumMma ? 2048 : 0;

@@ -55,6 +55,14 @@
 #define FLASH_SM90_CAUSAL_SCHEDULE 0
 #endif
 
+// D = 64 non-causal Hopper launches (sm90_plan): 0 the shipped choice (bf16: two consumer
+// warpgroups where the three-consumer persistent grid's partial last round costs more than the
+// two-consumer tiles' lower speed, NOTES.md h49; fp16: three); 1 three from 257 rows whatever the
+// rounds (the plan before h49); 2 the rounds rule for both dtypes.
+#ifndef FLASH_SM90_WAVE_PLAN
+#define FLASH_SM90_WAVE_PLAN 0
+#endif
+
 // Causal Hopper launches: 0 the shipped choice (2 with three consumer warpgroups, else 1); 1
 // every consumer warpgroup computes the key tiles of its block's last row; 2 each stops at its
 // own last row's (flash_fwd_sm90_choices.cuh, Sm90Choices).
@@ -137,6 +145,7 @@ static_assert(FLASH_SPREAD_GROUP >= 0 && FLASH_SPREAD_GROUP <= 8, "0..8");
 static_assert(FLASH_PTXAS_REG_LEVEL >= 0 && FLASH_PTXAS_REG_LEVEL <= 10, "0..10");
 static_assert(FLASH_SM90_SHAPE_D64 >= 0 && FLASH_SM90_SHAPE_D64 <= 3, "0..3");
 static_assert(FLASH_SM90_CAUSAL_SCHEDULE >= 0 && FLASH_SM90_CAUSAL_SCHEDULE <= 2, "0..2");
+static_assert(FLASH_SM90_WAVE_PLAN >= 0 && FLASH_SM90_WAVE_PLAN <= 2, "0..2");
 static_assert(FLASH_SM90_OWN_KEY_BOUND >= 0 && FLASH_SM90_OWN_KEY_BOUND <= 2, "0..2");
 static_assert(FLASH_SM90_DESC_STEPS >= 0 && FLASH_SM90_DESC_STEPS <= 2, "0..2");
 static_assert(FLASH_SM90_TREE_MAX >= 0 && FLASH_SM90_TREE_MAX <= 2, "0..2");
