@@ -136,8 +136,8 @@ def test_fp8_launcher_takes_no_turns_unless_forced(tmp_path: Path):
 # D = 64 non-causal launches whose three-consumer grid leaves a partial last round on the H200's
 # 132 SMs (NOTES.md h49): (batch, heads, length, the block bf16 takes). Measured there: two
 # consumers 1.047-1.048x three at 10 heads, 0.79-0.99x at 8-9 and 11-16; the FA grid's shapes
-# (B * S = 16k tokens, 32 heads) 0.86-0.93x. Below 2048 rows and under two rounds of three the
-# rule is not applied.
+# (B * S = 16k tokens, 32 heads) 0.86-0.93x at 1024-16k. Below 2048 rows and under two rounds
+# of three the rule is not applied.
 WAVE_PLAN_SHAPES = [(2, h, 4096, "2" if h == 10 else "3") for h in range(8, 17)]
 WAVE_PLAN_SHAPES += [(1, h, 8192, "2" if h == 10 else "3") for h in range(8, 17)]
 WAVE_PLAN_SHAPES += [(16384 // s, 32, s, "3") for s in (512, 1024, 2048, 4096, 8192, 16384)]

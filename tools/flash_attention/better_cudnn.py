@@ -84,7 +84,7 @@ def timed_calls(c: dict, q, k, v, ours, sdpa, fe) -> dict:
 
 def measure(out: Path, reps: int, kinds: set[str]) -> None:
     import torch
-    from bench import paired_ms  # tools/flash_attention/bench.py, as ab.py times
+    from bench import paired_ms, tflops  # tools/flash_attention/bench.py, as ab.py times
 
     from benches import peers, registry
     from kernels.flash_attention.api import flash_attention
@@ -113,16 +113,18 @@ def measure(out: Path, reps: int, kinds: set[str]) -> None:
         torch.cuda.synchronize()
         error = (calls["ours"]() - calls["sdpa-cudnn"]()).abs().max().item()
         times = paired_ms(calls, flush, reps)
-        flop = 4 * b * c["hq"] * c["s"] ** 2 * c["d"] / (2 if c["causal"] else 1)
-        tflops = {n: flop / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}
+        rate = {
+            n: tflops(b, c["hq"], c["s"], c["d"], c["causal"], statistics.median(t))
+            for n, t in times.items()
+        }
         # Per round, ours against the fastest cuDNN reading of that round (bench.py's vs_best).
         rounds = zip(times["ours"], *(times[n] for n in CUDNN), strict=True)
         vs_best = statistics.median(min(cudnn) / ours for ours, *cudnn in rounds)
-        best = max(tflops[n] for n in CUDNN)
-        row = dict(c, b=b, tflops=tflops, vs_best=vs_best, max_diff=error)
+        best = max(rate[n] for n in CUDNN)
+        row = dict(c, b=b, tflops=rate, vs_best=vs_best, max_diff=error)
         rows.append(row)
         print(
-            f"{label(c)}  ours {tflops['ours']:6.1f}  best cuDNN {best:6.1f}"
+            f"{label(c)}  ours {rate['ours']:6.1f}  best cuDNN {best:6.1f}"
             f"  {row['vs_best']:.3f}  |diff| {error:.2e}",
             flush=True,
         )
@@ -133,8 +135,7 @@ def measure(out: Path, reps: int, kinds: set[str]) -> None:
 
 def summarize(paths: list[Path]) -> None:
     runs = [json.loads(p.read_text()) for p in paths]
-    key = lambda r: label(r)  # noqa: E731
-    by = [{key(r): r for r in run["rows"]} for run in runs]
+    by = [{label(r): r for r in run["rows"]} for run in runs]
     med = statistics.median
     print(runs[0]["meta"])
     print(
