@@ -147,11 +147,10 @@ WAVE_PLAN_SHAPES += [(1, 45, 1024, "3"), (1, 3, 4096, "3"), (1, 2, 256, "2")]
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_d64_plan_takes_two_consumers_where_three_leave_a_round_idle(tmp_path: Path):
-    """sm90_plan's rounds rule (host code, no GPU): bf16 D = 64 non-causal takes two consumer
+    """sm90_plan's rounds rule (host code, no GPU): D = 64 non-causal takes two consumer
     warpgroups (128-row tiles) where 23 rounds of theirs take less than 30 of the three-consumer
-    grid's (192-row tiles), from 2048 rows and two rounds of three; fp16 keeps three (its speeds
-    not measured); FLASH_SM90_WAVE_PLAN=1 is the plan before (three from 257 rows), 2 the rule
-    for both dtypes. 45 heads at 1024 (3 rounds of either) stays three: below 2048 rows."""
+    grid's (192-row tiles), from 2048 rows and two rounds of three; fp16 alike (h49b);
+    FLASH_SM90_WAVE_PLAN=1 is the plan before (three from 257 rows), 2 the rule for bf16 alone. 45 heads at 1024 (3 rounds of either) stays three: below 2048 rows."""
     program = tmp_path / "plan.cu"
     shapes = ", ".join(f"{{{b}, {h}, {s}}}" for b, h, s, _ in WAVE_PLAN_SHAPES)
     program.write_text(
@@ -171,9 +170,9 @@ def test_d64_plan_takes_two_consumers_where_three_leave_a_round_idle(tmp_path: P
     )
     before = [("2" if s <= 256 else "3") for _, _, s, _ in WAVE_PLAN_SHAPES]
     expected = {
-        0: [bf + b for (*_, bf), b in zip(WAVE_PLAN_SHAPES, before, strict=True)],
+        0: [bf + bf for *_, bf in WAVE_PLAN_SHAPES],
         1: [b + b for b in before],
-        2: [bf + bf for *_, bf in WAVE_PLAN_SHAPES],
+        2: [bf + b for (*_, bf), b in zip(WAVE_PLAN_SHAPES, before, strict=True)],
     }
     for plan, lines in expected.items():
         text = program.read_text().replace("@VALUE@", str(plan))

@@ -71,15 +71,16 @@ Sm90Plan sm90_plan(const FlashFwdParams& p, int sms) {
     // 128-row tiles fill theirs: a persistent grid takes ceil(tiles / SMs) rounds, a round a
     // tile's time, and a two-consumer tile 2/3 f of a three-consumer one's (f, three's speed a
     // row over two's: 1.13 at 4096-8192 rows with 8-16 heads, 1.15-1.16 at 2048-16k on the FA
-    // grid, 1.21 at 1024; bf16 on the H200, NOTES.md h49). With f = 1.13 the rounds model read
+    // grid, 1.21 at 1024; on the H200, NOTES.md h49). With f = 1.13 the rounds model read
     // all 18 shapes of 2.6-6 rounds measured within 1.4 %. The rule: two where 23 rounds of
     // two take less than 30 of three (f = 1.15), from 2048 rows (f <= 1.16: a wrong pick costs
     // at most 1 %) and two rounds of three (fewer is a short launch, not measured). It picked
     // two at 2 of the 18 shapes, measured 1.047-1.048x three there; three at the other 16
-    // (two 0.79-0.99x) and on the FA grid. bf16 only: fp16's f is not measured
-    // (FLASH_SM90_WAVE_PLAN: 1 off, 2 both dtypes).
-    constexpr bool kWavePlan = FLASH_SM90_WAVE_PLAN == 0 ? __is_same(Elem, __nv_bfloat16)
-                                                        : FLASH_SM90_WAVE_PLAN == 2;
+    // (two 0.79-0.99x) and on the FA grid. fp16 alike (h49b: two 0.80-0.99x at the 16, 1.049x
+    // at the rule's pick; its build 1.049x the plan before there, 0.998-1.000x elsewhere)
+    // (FLASH_SM90_WAVE_PLAN: 1 off, 2 bf16 only).
+    constexpr bool kWavePlan = FLASH_SM90_WAVE_PLAN == 0 || (FLASH_SM90_WAVE_PLAN == 2 &&
+                                                             __is_same(Elem, __nv_bfloat16));
     if constexpr (kWavePlan && HeadDim == 64 && !Causal) {
         if (plan.three_consumers && p.seqlen_q >= 2048) {
             const auto rounds = [&](int block_m) {

@@ -55,10 +55,10 @@
 #define FLASH_SM90_CAUSAL_SCHEDULE 0
 #endif
 
-// D = 64 non-causal Hopper launches (sm90_plan): 0 the shipped choice (bf16: two consumer
-// warpgroups where the three-consumer persistent grid's partial last round costs more than the
-// two-consumer tiles' lower speed, NOTES.md h49; fp16: three); 1 three from 257 rows whatever the
-// rounds (the plan before h49); 2 the rounds rule for both dtypes.
+// D = 64 non-causal Hopper launches (sm90_plan): 0 the shipped choice (two consumer warpgroups
+// where the three-consumer persistent grid's partial last round costs more than the
+// two-consumer tiles' lower speed, NOTES.md h49 and h49b); 1 three from 257 rows whatever the
+// rounds (the plan before h49); 2 the rounds rule for bf16 only (h49's plan).
 #ifndef FLASH_SM90_WAVE_PLAN
 #define FLASH_SM90_WAVE_PLAN 0
 #endif
