@@ -96,7 +96,7 @@ L4_SWITCHES = "FLASH_EMULATE_SMEM_PER_SM=102400 FLASH_DISABLE_SM90=1"
 OTHER_PATH_SELECTION = (
     "(test_matches_reference and (s17 or s97 or s1025 or s4096)) or test_any_finite"
     " or test_strided or test_fewer or test_causal_rows or test_row_maxima or test_causal_heads"
-    " or test_grouped_query or test_plan_boundaries"
+    " or test_grouped_query or test_plan_boundaries or test_split_tail"
 )
 
 
@@ -178,7 +178,8 @@ def exponentials_under_pv(sass: str) -> dict[str, int]:
     counts = {}
     for func in re.split(r"\n\s+Function : ", sass)[1:]:
         name = func.split("\n", 1)[0].strip()
-        if "Sm90Traits" not in name:
+        # The split's combine (flash_split_combine_kernel) has no key loop.
+        if "Sm90Traits" not in name or "combine" in name:
             continue
         waits = [m.start() for m in re.finditer(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1\b", func)]
         if not waits:
@@ -274,10 +275,12 @@ def test_hopper_plan_picks_the_measured_block(causal, seqlen, block):
     assert hopper_blocks_launched(q, k, v, causal) == [block]
 
 
-# The rounds rule (sm90_plan, NOTES.md h49, h49b): D = 64 non-causal at 4096 rows, batch 2, on
-# the H200's or H100's 132 SMs: 10 heads leave the three-consumer grid's fourth round a third
-# full (440 tiles) where two consumers' 640 tiles take five shorter rounds; 9 heads fill three.
-WAVE_SHAPES = [(10, torch.bfloat16, "2"), (9, torch.bfloat16, "3"), (10, torch.float16, "2")]
+# The rounds rule and the split last round (sm90_plan, NOTES.md h49, h49b, h50): D = 64
+# non-causal at 4096 rows, batch 2, on the H200's or H100's 132 SMs: 10 heads leave the
+# three-consumer grid's fourth round a third full (440 units), and the shipped plan splits that
+# round over the keys (the split grid, then its combine); 9 heads fill three rounds (one grid).
+WAVE_SHAPES = [(10, torch.bfloat16, ["TailSplit", "combine"]), (9, torch.bfloat16, ["grid"])]
+WAVE_SHAPES += [(10, torch.float16, ["TailSplit", "combine"])]
 WAVE_IDS = ["bf16-h10", "bf16-h9", "fp16-h10"]
 
 
@@ -288,12 +291,67 @@ WAVE_IDS = ["bf16-h10", "bf16-h9", "fp16-h10"]
     reason="the Hopper path's plan on 132 SMs",
 )
 @pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
-@pytest.mark.parametrize(("heads", "dtype", "block"), WAVE_SHAPES, ids=WAVE_IDS)
-def test_hopper_plan_fills_the_last_round(heads, dtype, block):
+@pytest.mark.parametrize(("heads", "dtype", "kernels"), WAVE_SHAPES, ids=WAVE_IDS)
+def test_hopper_plan_fills_the_last_round(heads, dtype, kernels):
     q, k, v = (torch.randn(2, heads, 4096, 64, device="cuda", dtype=dtype) for _ in range(3))
-    assert hopper_blocks_launched(q, k, v, False) == [block]
+    assert hopper_blocks_launched(q, k, v, False) == ["3"]
+    assert hopper_kernel_names(q, k, v, False) == kernels
     out, lse = run_poisoned(q, k, v, False)
     assert_close_to_reference(q, k, v, False, out, lse)
+
+
+# The three-consumer D = 64 grid's last round split over the keys (flash_fwd_sm90_split.cuh,
+# NOTES.md h50) on 132 SMs: (batch, q heads, kv heads, query rows, keys). 2 x 10 x 4096: 440
+# units, 44 in the last round over 32 key tiles each; 20 x 1153: 140 units whose every seventh
+# has one row (the block's second and third consumers pass their pieces), keys 1000 (the last
+# key tile masked in the last piece) and 1153 (both split only under FLASH_SM90_SPLIT_TAIL=2:
+# units of 8-10 key tiles); GQA 10/2; 3 x 11 x 2048: 363 units, 99 in the last round (the
+# shipped rule's edge, three quarters full).
+SPLIT_SHAPES = [(2, 10, 10, 4096, 4096), (1, 20, 20, 1153, 1000), (1, 20, 20, 1153, 1153)]
+SPLIT_SHAPES += [(2, 10, 2, 4096, 4096), (3, 11, 11, 2048, 2048)]
+
+
+@pytest.mark.parametrize(("batch", "heads", "kv_heads", "rows", "keys"), SPLIT_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_split_tail_shapes(dtype, batch, heads, kv_heads, rows, keys):
+    """Correct on any build; where the split is switched on (FLASH_SM90_SPLIT_TAIL) and the GPU
+    has 132 SMs, the call ran the split grid and its combine."""
+    q = torch.randn(batch, heads, rows, 64, device="cuda", dtype=dtype)
+    k, v = (torch.randn(batch, kv_heads, keys, 64, device="cuda", dtype=dtype) for _ in range(2))
+    out, lse = run_poisoned(q, k, v, False)
+    assert_close_to_reference(q, k, v, False, out, lse)
+    switches = os.environ.get(SWITCHES_ENV, "")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if "FLASH_SM90_SPLIT_TAIL=2" in switches and torch.cuda.get_device_capability() == (9, 0):
+        if sms == 132:
+            assert hopper_kernel_names(q, k, v, False) == ["TailSplit", "combine"]
+
+
+def hopper_kernel_names(q, k, v, causal) -> list[str]:
+    """Per kernel one call launches: "TailSplit" (the split grid, flash_fwd_sm90_kernel with a
+    TailSplit), "combine" (its combine), or "grid" (any other Hopper kernel, NoTailSplit's)."""
+    from kernels.flash_attention import flash_attention_with_lse
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        flash_attention_with_lse(q, k, v, causal=causal)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if "flash_fwd_sm90" in e.name or "combine" in e.name]
+    split = re.compile(r"(?<!No)TailSplit")
+    return [
+        "combine" if "combine" in n else "TailSplit" if split.search(n) else "grid" for n in names
+    ]
+
+
+@pytest.mark.skipif(bool(os.environ.get(SWITCHES_ENV)), reason="this process is a switched build")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="the Hopper path's split last round",
+)
+def test_hopper_last_round_split_everywhere():
+    """The three-consumer grid's last round split over the keys wherever it is partial
+    (FLASH_SM90_SPLIT_TAIL=2), three consumers at every non-causal D = 64 length
+    (FLASH_SM90_WAVE_PLAN=1), in a fresh process."""
+    run_with_switches("FLASH_SM90_SPLIT_TAIL=2 FLASH_SM90_WAVE_PLAN=1")
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

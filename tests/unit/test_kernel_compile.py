@@ -150,11 +150,15 @@ def test_d64_plan_takes_two_consumers_where_three_leave_a_round_idle(tmp_path: P
     """sm90_plan's rounds rule (host code, no GPU): D = 64 non-causal takes two consumer
     warpgroups (128-row tiles) where 23 rounds of theirs take less than 30 of the three-consumer
     grid's (192-row tiles), from 2048 rows and two rounds of three; fp16 alike (h49b);
-    FLASH_SM90_WAVE_PLAN=1 is the plan before (three from 257 rows), 2 the rule for bf16 alone. 45 heads at 1024 (3 rounds of either) stays three: below 2048 rows."""
+    FLASH_SM90_WAVE_PLAN=1 is the plan before (three from 257 rows), 2 the rule for bf16 alone.
+    With the last round never split (FLASH_SM90_SPLIT_TAIL=1): where it is split (h50), three
+    stay (test_d64_split_of_the_last_round). 45 heads at 1024 (3 rounds of either) stays
+    three: below 2048 rows."""
     program = tmp_path / "plan.cu"
     shapes = ", ".join(f"{{{b}, {h}, {s}}}" for b, h, s, _ in WAVE_PLAN_SHAPES)
     program.write_text(
         "#ifndef FLASH_SM90_WAVE_PLAN\n#define FLASH_SM90_WAVE_PLAN @VALUE@\n#endif\n"
+        "#define FLASH_SM90_SPLIT_TAIL 1\n"
         "#include <cstdio>\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
         '#include "flash_fwd_launch_sm90.cuh"\n'
         "int main() {\n"
@@ -180,6 +184,64 @@ def test_d64_plan_takes_two_consumers_where_three_leave_a_round_idle(tmp_path: P
         variant.write_text(text)
         printed = _host_program_lines(variant, tmp_path / f"plan{plan}")
         assert printed[: len(lines)] == lines, plan
+
+
+# (batch, heads, rows): the three-consumer D = 64 non-causal grid on 132 SMs (192-row units, 128
+# keys a key tile), and what sm90_tail_split makes of its last round, shipped and under
+# FLASH_SM90_SPLIT_TAIL=2 (wherever partial): "-" none, else whole units, tail units, key tiles a
+# unit, blocks sharing the tail.
+SPLIT_RULE_SHAPES = [
+    ((2, 10, 4096), "396 44 32 132", "396 44 32 132"),  # a third full: split
+    ((2, 8, 4096), "264 88 32 132", "264 88 32 132"),  # two thirds
+    ((2, 9, 4096), "-", "-"),  # 396 units: three whole rounds
+    ((2, 15, 4096), "-", "-"),  # 660: five
+    ((4, 32, 4096), "2772 44 32 132", "2772 44 32 132"),  # the FA grid at 4096
+    ((2, 32, 8192), "-", "2640 112 64 132"),  # 85 % full: not shipped
+    ((16, 32, 1024), "-", "3036 36 8 132"),  # 8 key tiles a unit: not shipped
+    ((1, 20, 1153), "-", "132 8 10 40"),  # 10 key tiles; 40 blocks of 2 key tiles
+    ((1, 2, 4096), "-", "-"),  # 44 units: no whole round
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_d64_split_of_the_last_round(tmp_path: Path):
+    """sm90_tail_split (host code, NOTES.md h50): the shipped rule splits the three-consumer
+    grid's last round over the keys where it is at most three quarters full and a unit has 16
+    key tiles or more, after at least one whole round; FLASH_SM90_SPLIT_TAIL=2 wherever it is
+    partial. And sm90_plan keeps three consumers where the split is taken (10 heads at 4096
+    rows, where the rounds rule alone takes two)."""
+    shapes = ", ".join(f"{{{b}, {h}, {s}}}" for (b, h, s), _, _ in SPLIT_RULE_SHAPES)
+    source = (
+        "#define FLASH_SM90_SPLIT_TAIL @VALUE@\n"
+        "#include <cstdio>\n#include <cuda_bf16.h>\n"
+        '#include "flash_fwd_launch_sm90.cuh"\n'
+        "using Three = flash::Sm90ThreeConsumersD64<__nv_bfloat16, false>;\n"
+        "int main() {\n"
+        "  FlashFwdParams p{};\n"
+        f"  const int shapes[][3] = {{{shapes}}};\n"
+        "  for (const auto& s : shapes) {\n"
+        "    p.batch = s[0]; p.heads = s[1]; p.seqlen_q = p.seqlen_k = s[2];\n"
+        "    const long long units = (s[2] + 191) / 192 * (long long)s[1] * s[0];\n"
+        "    flash::TailSplit t{};\n"
+        "    const bool three =\n"
+        "        flash::sm90_plan<__nv_bfloat16, 64, false>(p, 132).three_consumers;\n"
+        "    if (flash::sm90_tail_split<Three>(p, units, 132, &t))\n"
+        '      std::printf("%d %d %d %d %d\\n", t.whole, t.tail_units, t.n_kt, t.blocks, three);\n'
+        "    else\n"
+        '      std::printf("- %d\\n", three);\n'
+        "  }\n"
+        "}\n"
+    )
+    for value, column in (("0", 1), ("2", 2)):
+        program = tmp_path / f"split{value}.cu"
+        program.write_text(source.replace("@VALUE@", value))
+        printed = _host_program_lines(program, tmp_path / f"split{value}")
+        expected = [row[column] for row in SPLIT_RULE_SHAPES]
+        assert [line.rsplit(" ", 1)[0] for line in printed[: len(expected)]] == expected, value
+        # Three consumers wherever the last round is split, 10 heads at 4096 rows among them.
+        threes = [line.rsplit(" ", 1)[1] for line in printed[: len(expected)]]
+        assert all(t == "1" for t, e in zip(threes, expected, strict=True) if e != "-"), value
 
 
 @pytest.mark.slow

@@ -125,19 +125,24 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     if (tid % 32 == 0) sm90::bulk_wait_group<0>();
 }
 
-template <typename T, bool Causal>
+// The persistent or one-block-per-tile grid; with a TailSplit (non-causal only), the grid's
+// last round split over the keys: the whole rounds' units walked as without, then the block's
+// pieces of the last round (flash_fwd_sm90_split.cuh).
+template <typename T, bool Causal, typename Tail = NoTailSplit>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_fwd_sm90_kernel(const FwdKernelParams p, const __grid_constant__ CUtensorMap tma_q,
                           const __grid_constant__ CUtensorMap tma_k,
                           const __grid_constant__ CUtensorMap tma_v,
-                          const __grid_constant__ CUtensorMap tma_o, const bool paired_causal) {
+                          const __grid_constant__ CUtensorMap tma_o, const bool paired_causal,
+                          const Tail tail) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t bars[Sm90Smem<T>::kBarriers + 1];
     Sm90Smem<T> sm;
     sm.place(smem_raw, bars);
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, paired_causal);
+    const TileSchedule<T, Causal> schedule(p.seqlen_q, p.heads, p.batch, paired_causal,
+                                           tail.whole_units());
 
     if (tid == 0) {
         for (int qs = 0; qs < T::kQStages; ++qs) {
@@ -157,10 +162,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
     if (warp < 4) {
         sm90::regs_release<T::kProducerRegs>();
-        if (warp == 0 && lane == 0) produce<T, Causal>(p, sm, schedule, &tma_q, &tma_k, &tma_v);
+        if (warp == 0 && lane == 0) produce<T, Causal>(p, sm, schedule, &tma_q, &tma_k, &tma_v, tail);
     } else {
         sm90::regs_claim<T::kConsumerRegs>();
-        consume<T, Causal>(p, sm, schedule, &tma_o, warp - 4, lane);
+        consume<T, Causal>(p, sm, schedule, &tma_o, warp - 4, lane, tail);
     }
 }
 

@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <algorithm>
+
 #include "flash_fwd_kernel_sm90.cuh"
 #include "switches.h"
 
@@ -56,6 +58,28 @@ struct Sm90Plan {
 // The rounds a persistent grid of `sms` blocks takes over `units` equal tiles.
 inline int64_t sm90_rounds(int64_t units, int sms) { return (units + sms - 1) / sms; }
 
+// The split of the three-consumer D = 64 non-causal grid's last round over the keys
+// (flash_fwd_sm90_split.cuh, NOTES.md h50), or false where the launch keeps its rounds whole: at
+// least one whole round before it, the last round at most three quarters full and a unit of 16
+// key tiles or more (2048 keys). Measured (H200, 4096 rows): 1.055-1.086x unsplit where the round
+// is a third full at 3-5 rounds, 1.008-1.017x two thirds full; on the FA grid 1.000-1.004x from
+// 2048 keys, 0.98x at 1024 (8 key tiles a unit: the pieces' fill and the combine cost more than
+// the idle third of one round in 24 saves), and 0.992-0.995x where the round is 85 % full
+// (FLASH_SM90_SPLIT_TAIL: 1 never, 2 wherever partial). The blocks share the round's key tiles,
+// two or more each on average, and outnumber its units.
+template <typename T>
+bool sm90_tail_split(const FlashFwdParams& p, int64_t units, int sms, TailSplit* split) {
+    if (FLASH_SM90_SPLIT_TAIL == 1 || units <= sms) return false;
+    const int64_t tail = units % sms;
+    const int n_kt = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
+    if (tail == 0) return false;
+    if (FLASH_SM90_SPLIT_TAIL == 0 && (4 * tail > 3 * (int64_t)sms || n_kt < 16)) return false;
+    const int64_t blocks = std::min<int64_t>(sms, tail * n_kt / 2);
+    if (blocks <= tail) return false;
+    *split = TailSplit{(int)(units - tail), (int)tail, n_kt, (int)blocks, nullptr, nullptr};
+    return true;
+}
+
 template <typename Elem, int HeadDim, bool Causal>
 Sm90Plan sm90_plan(const FlashFwdParams& p, int sms) {
     Sm90Plan plan;
@@ -87,9 +111,16 @@ Sm90Plan sm90_plan(const FlashFwdParams& p, int sms) {
                 const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
                 return sm90_rounds(m_blocks * p.heads * p.batch, sms);
             };
-            const int64_t three = rounds(Sm90ThreeConsumersD64<Elem, false>::kBlockM);
+            using Three = Sm90ThreeConsumersD64<Elem, false>;
+            const int64_t three = rounds(Three::kBlockM);
             const int64_t two = rounds(Sm90Config<Elem, 64, false>::type::kBlockM);
-            plan.three_consumers = three < 2 || 23 * two >= 30 * three;
+            // Three where their last round is split over the keys (h50: 1.055x two at 10
+            // heads, 4096 rows).
+            TailSplit split;
+            const int64_t units = (p.seqlen_q + Three::kBlockM - 1) / Three::kBlockM *
+                                  p.heads * p.batch;
+            plan.three_consumers = three < 2 || 23 * two >= 30 * three ||
+                                   sm90_tail_split<Three>(p, units, sms, &split);
         }
     }
     if (FLASH_SM90_SHAPE_D64 != 0)
@@ -177,6 +208,60 @@ cudaError_t opt_in_shared_memory(int device) {
     return err;
 }
 
+// Bytes of a split's workspace: a slot of rows x (head_dim + 1) floats per piece.
+template <typename T>
+size_t sm90_split_workspace_bytes(const TailSplit& split) {
+    return (size_t)(split.blocks + split.tail_units) * T::kBlockM * (T::kHeadDim + 1) *
+           sizeof(float);
+}
+
+// A pool of our own for split workspaces, allocated and freed in stream order on the launch's
+// stream and kept by the pool once used (release threshold unbounded: the default pool would
+// hand the pages back at every synchronisation and map them again on the next call).
+inline cudaError_t split_pool(int device, cudaMemPool_t* pool) {
+    static cudaMemPool_t pools[kMaxSm90Devices] = {};
+    if (pools[device] == nullptr) {
+        cudaMemPoolProps props = {};
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = device;
+        cudaMemPool_t created = nullptr;
+        cudaError_t err = cudaMemPoolCreate(&created, &props);
+        if (err != cudaSuccess) return err;
+        uint64_t keep = UINT64_MAX;
+        err = cudaMemPoolSetAttribute(created, cudaMemPoolAttrReleaseThreshold, &keep);
+        if (err != cudaSuccess) return err;
+        pools[device] = created;
+    }
+    *pool = pools[device];
+    return cudaSuccess;
+}
+
+// The split grid of shape T (non-causal, persistent), then the combine, the workspace between
+// them on `stream`.
+template <typename T>
+int launch_sm90_split(const FwdKernelParams& kp, const CUtensorMap (&maps)[4], TailSplit split,
+                      int m_blocks, cudaStream_t stream, int device, int sms) {
+    constexpr auto kernel = flash_fwd_sm90_kernel<T, false, TailSplit>;
+    cudaError_t err = opt_in_shared_memory<T, kernel>(device);
+    if (err != cudaSuccess) return err;
+    cudaMemPool_t pool = nullptr;
+    err = split_pool(device, &pool);
+    if (err != cudaSuccess) return err;
+    void* workspace = nullptr;
+    err = cudaMallocFromPoolAsync(&workspace, sm90_split_workspace_bytes<T>(split), pool, stream);
+    if (err != cudaSuccess) return err;
+    split.o = static_cast<float*>(workspace);
+    split.lse = split.o + (size_t)(split.blocks + split.tail_units) * T::kBlockM * T::kHeadDim;
+    kernel<<<sms, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2], maps[3],
+                                                         false, split);
+    flash_split_combine_kernel<T>
+        <<<dim3(split.tail_units, T::kBlockM / 16), 128, 0, stream>>>(kp, split, m_blocks);
+    err = cudaGetLastError();
+    const cudaError_t freed = cudaFreeAsync(workspace, stream);
+    return err != cudaSuccess ? err : freed;
+}
+
 // Encodes the tensor maps for shape T and launches its kernel.
 template <typename T, bool Causal>
 int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, int sms,
@@ -223,8 +308,21 @@ int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, 
         if (err != cudaSuccess) return err;
         const bool per_tile = Causal && !schedule.paired;
         const int blocks = per_tile || units < sms ? (int)units : sms;
+        // Three consumers, non-causal: the last round split over the keys where
+        // sm90_tail_split says (not under stream capture: the workspace is allocated per
+        // call). Not compiled where the switch is off.
+        if constexpr (FLASH_SM90_SPLIT_TAIL != 1 && !Causal && T::kConsumerWarpgroups == 3) {
+            TailSplit split;
+            cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+            if (sm90_tail_split<T>(p, units, sms, &split) &&
+                cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+                capturing == cudaStreamCaptureStatusNone)
+                return launch_sm90_split<T>(kernel_params(p), maps, split, schedule.m_blocks,
+                                            stream, device, sms);
+        }
         kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0], maps[1],
-                                                                maps[2], maps[3], schedule.paired);
+                                                                maps[2], maps[3], schedule.paired,
+                                                                NoTailSplit{});
     }
     return cudaGetLastError();
 }

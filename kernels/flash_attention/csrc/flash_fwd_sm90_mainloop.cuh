@@ -416,8 +416,9 @@ struct TileSteps {
 // One consumer warpgroup, one tile: its 64 query rows against every K/V tile of the tile's
 // keys, from ring position `ring`, then the output. S_{j+1} = Q K_{j+1}^T and O += P_j V_j are
 // issued together; the softmax of tile j + 1 runs while P_j V_j is in flight, and O is rescaled
-// once it has landed (NOTES.md, h2). The state is here, the steps in TileSteps.
-template <typename T, bool Causal, typename Refill = ProducerRefill>
+// once it has landed (NOTES.md, h2). The state is here, the steps in TileSteps. A Piece of a
+// split last round (flash_fwd_sm90_split.cuh) writes its rows to its slot, p.o and p.lse.
+template <typename T, bool Causal, typename Refill = ProducerRefill, bool Piece = false>
 __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90Smem<T>& sm,
                                              const Tile& tile, const Sm90Ring<T, Causal>& ring,
                                              const QPosition<T>& q,
@@ -459,13 +460,18 @@ __device__ __forceinline__ void consume_tile(const FlashFwdParams& p, const Sm90
         steps.key_tiles(s, correction, pa);
     }
     steps.pass_hidden_key_tiles(tile);
-    steps.write_output(tile, tma_o);
+    if constexpr (Piece)
+        write_piece<T>(o_acc[0], l_acc[0], softmax, static_cast<float*>(p.o), p.lse,
+                       consumer_warp, lane);
+    else
+        steps.write_output(tile, tma_o);
 }
 
-template <typename T, bool Causal>
+template <typename T, bool Causal, typename Tail>
 __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<T>& sm,
                                         const TileSchedule<T, Causal>& schedule,
-                                        const CUtensorMap* tma_o, int consumer_warp, int lane) {
+                                        const CUtensorMap* tma_o, int consumer_warp, int lane,
+                                        const Tail& tail) {
     const Pingpong<T::kConsumerWarpgroups> turns{consumer_warp / 4};
     turns.start();
     Sm90Ring<T, Causal> ring;
@@ -494,6 +500,36 @@ __device__ __forceinline__ void consume(const FlashFwdParams& p, const Sm90Smem<
             take(ring);
         ring.after<T::kStages>(tile.n_blocks);
         q_loads += tile.n_blocks > 0;
+    }
+    // The block's pieces of a split last round: key tiles from n_begin, which the mask sees as
+    // a launch of that many keys fewer, each piece's rows to its slot (non-causal only).
+    if constexpr (Tail::kSplit) {
+        static_assert(!Causal, "a causal tile's keys end at its diagonal");
+        tail.for_each_piece(blockIdx.x, [&](const TailPiece& piece) {
+            Tile tile = schedule.tile(p, piece.unit, 0);
+            tile.n_begin = piece.n_begin;
+            tile.n_blocks = piece.n_blocks;
+            FlashFwdParams part = p;
+            part.seqlen_k = p.seqlen_k - piece.n_begin * T::kBlockN;
+            part.o = tail.o + (int64_t)piece.slot * T::kBlockM * T::kHeadDim;
+            part.lse = tail.lse + (int64_t)piece.slot * T::kBlockM;
+            const bool idle = T::kConsumerWarpgroups > 2 &&
+                              tile.m_block * T::kBlockM + turns.consumer_wg * 64 >= p.seqlen_q;
+            const QPosition<T> q(q_loads);
+            const auto at = [&] {
+                if constexpr (Sm90Choices<T, Causal>::kRingFromZero)
+                    return ring.warp_uniform();
+                else
+                    return ring;
+            }();
+            if (idle)
+                pass_tile<T>(sm, tile, at, q, turns, lane);
+            else
+                consume_tile<T, Causal, ProducerRefill, true>(part, sm, tile, at, q, turns,
+                                                              tma_o, consumer_warp, lane);
+            ring.after<T::kStages>(tile.n_blocks);
+            ++q_loads;
+        });
     }
     turns.finish();
     // The block's shared memory must outlive the reads of this warp's last TMA store.

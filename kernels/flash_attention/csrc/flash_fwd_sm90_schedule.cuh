@@ -8,6 +8,7 @@
 #include "kernel_params.h"
 #include "kernel_traits.h"
 #include "flash_fwd_sm90_choices.cuh"
+#include "flash_fwd_sm90_split.cuh"
 #include "sm90_utils.h"
 #include "switches.h"
 #include "utils.h"
@@ -87,20 +88,25 @@ struct Sm90Smem {
 // heaviest with the lightest, in that order), so that every unit costs about M + 1 key tiles
 // and the round-robin gives each SM an even share (a round-robin over single causal tiles left
 // the SM with the heaviest sum last: 0.66x at S = 16k, NOTES.md, h3 and h4).
+// A tile's key tiles are n_begin .. n_begin + n_blocks - 1: from 0, but for a piece of a split
+// last round (flash_fwd_sm90_split.cuh).
 struct Tile {
-    int m_block, head, batch, n_blocks;
+    int m_block, head, batch, n_blocks, n_begin;
 };
 template <typename T, bool Causal>
 struct TileSchedule {
     bool paired;
     int m_blocks, units_per_head, units;
 
+    // The walk stops at `walk_units` where the grid's last round is split (TailSplit).
     __host__ __device__ __forceinline__ TileSchedule(int seqlen_q, int heads, int batch,
-                                                     bool paired_causal) {
+                                                     bool paired_causal,
+                                                     int walk_units = INT32_MAX) {
         paired = Causal && paired_causal;
         m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
         units_per_head = paired ? (m_blocks + 1) / 2 : m_blocks;
         units = (int)((int64_t)units_per_head * heads * batch);  // the launcher checks the range
+        if (walk_units < units) units = walk_units;
     }
     // Tiles of unit u: two, or one where the pair's two query blocks are the same one.
     __device__ __forceinline__ int tiles_in(int u) const {
@@ -123,6 +129,7 @@ struct TileSchedule {
         int n_end = p.seqlen_k;
         if (Causal) n_end = min(n_end, (tile.m_block + 1) * T::kBlockM + p.seqlen_k - p.seqlen_q);
         tile.n_blocks = n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0;
+        tile.n_begin = 0;
         return tile;
     }
 };
@@ -228,12 +235,13 @@ struct QPosition {
 
 // One thread streams each tile's Q, then its K_j and V_j into the ring; a buffer is refilled
 // once all consumer warps have released it. A fresh barrier counts as having completed the
-// phase before its first, so the first pass over each buffer does not wait.
-template <typename T, bool Causal>
+// phase before its first, so the first pass over each buffer does not wait. Then, where the
+// last round is split (Tail, flash_fwd_sm90_split.cuh), the block's pieces of it alike.
+template <typename T, bool Causal, typename Tail>
 __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem<T>& sm,
                                         const TileSchedule<T, Causal>& schedule,
                                         const CUtensorMap* tma_q, const CUtensorMap* tma_k,
-                                        const CUtensorMap* tma_v) {
+                                        const CUtensorMap* tma_v, const Tail& tail) {
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes, kKVBlockBytes = T::kBlockN * T::kRowBytes;
     constexpr int S = T::kStages;
     // L2 hints: K and V are read by every block of their head, Q once (NOTES.md, h21).
@@ -243,12 +251,7 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
     };
     Sm90Ring<T, Causal> ring;
     int q_loads = 0;
-    // Each tile of each of this block's work units, in order (one loop body for both).
-    for (UnitWalk<T, Causal> walk(schedule); walk.u < schedule.units; walk.next(schedule))
-    for (int k = 0; k < schedule.tiles_in(walk.u); ++k) {
-        const int u = walk.u;
-        const Tile tile = schedule.tile(p, u, k);
-        if (tile.n_blocks == 0) continue;
+    auto produce_tile = [&](const Tile& tile) {
         const QPosition<T> qpos(q_loads);
         sm90::mbarrier_wait(sm.empty_q(qpos.stage), qpos.phase ^ 1);
         sm90::mbarrier_arrive_expect_tx(sm.full_q(qpos.stage), T::kQBytes);
@@ -266,8 +269,8 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
             sm90::mbarrier_arrive_expect_tx(full, T::kTileBytes);
 #pragma unroll
             for (int cb = 0; cb < T::kColBlocks; ++cb)
-                load(buffer + cb * kKVBlockBytes, map, full, cb * 64, j * T::kBlockN, kv_head,
-                     tile.batch, sm90::kEvictLast);
+                load(buffer + cb * kKVBlockBytes, map, full, cb * 64,
+                     (tile.n_begin + j) * T::kBlockN, kv_head, tile.batch, sm90::kEvictLast);
         };
         for (int j = 0; j < tile.n_blocks; ++j) {
             const int stage = ring.stage<S>(j);
@@ -276,6 +279,22 @@ __device__ __forceinline__ void produce(const FwdKernelParams& p, const Sm90Smem
             load_kv(sm.v(stage), tma_v, sm.full_v(stage), sm.empty_v(stage), phase, j);
         }
         ring.after<S>(tile.n_blocks);
+    };
+    // Each tile of each of this block's work units, in order (one loop body for both).
+    for (UnitWalk<T, Causal> walk(schedule); walk.u < schedule.units; walk.next(schedule))
+    for (int k = 0; k < schedule.tiles_in(walk.u); ++k) {
+        const int u = walk.u;
+        const Tile tile = schedule.tile(p, u, k);
+        if (tile.n_blocks == 0) continue;
+        produce_tile(tile);
+    }
+    if constexpr (Tail::kSplit) {
+        tail.for_each_piece(blockIdx.x, [&](const TailPiece& piece) {
+            Tile tile = schedule.tile(p, piece.unit, 0);
+            tile.n_begin = piece.n_begin;
+            tile.n_blocks = piece.n_blocks;
+            produce_tile(tile);
+        });
     }
 }
 

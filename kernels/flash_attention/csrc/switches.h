@@ -136,6 +136,15 @@
 #endif
 static_assert(FLASH_SM90_RING_FROM_ZERO >= 0 && FLASH_SM90_RING_FROM_ZERO <= 2, "0..2");
 
+// The three-consumer D = 64 non-causal grid's last round (flash_fwd_sm90_split.cuh,
+// sm90_tail_split): 0 as shipped (split over the keys where it is at most three quarters full
+// and a unit has 16 key tiles or more, NOTES.md h50); 1 never split (the tree before); 2 split
+// wherever it is partial.
+#ifndef FLASH_SM90_SPLIT_TAIL
+#define FLASH_SM90_SPLIT_TAIL 0
+#endif
+static_assert(FLASH_SM90_SPLIT_TAIL >= 0 && FLASH_SM90_SPLIT_TAIL <= 2, "0..2");
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D128 == 0 || FLASH_COMPACT_SHAPE_D128 == 5 ||
