@@ -66,7 +66,8 @@ inline int64_t sm90_rounds(int64_t units, int sms) { return (units + sms - 1) / 
 // 2048 keys, 0.98x at 1024 (8 key tiles a unit: the pieces' fill and the combine cost more than
 // the idle third of one round in 24 saves), and 0.992-0.995x where the round is 85 % full
 // (FLASH_SM90_SPLIT_TAIL: 1 never, 2 wherever partial). The blocks share the round's key tiles,
-// two or more each on average, and outnumber its units.
+// two or more each on average, at most seven a unit (the combine's kMaxPiecesPerUnit), and
+// outnumber its units.
 template <typename T>
 bool sm90_tail_split(const FlashFwdParams& p, int64_t units, int sms, TailSplit* split) {
     if (FLASH_SM90_SPLIT_TAIL == 1 || units <= sms) return false;
@@ -74,7 +75,8 @@ bool sm90_tail_split(const FlashFwdParams& p, int64_t units, int sms, TailSplit*
     const int n_kt = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
     if (tail == 0) return false;
     if (FLASH_SM90_SPLIT_TAIL == 0 && (4 * tail > 3 * (int64_t)sms || n_kt < 16)) return false;
-    const int64_t blocks = std::min<int64_t>(sms, tail * n_kt / 2);
+    // Two key tiles a block or more; a seventh of a unit or more (kMaxPiecesPerUnit).
+    const int64_t blocks = std::min<int64_t>({sms, tail * n_kt / 2, tail * 7});
     if (blocks <= tail) return false;
     *split = TailSplit{(int)(units - tail), (int)tail, n_kt, (int)blocks, nullptr, nullptr};
     return true;
@@ -255,9 +257,21 @@ int launch_sm90_split(const FwdKernelParams& kp, const CUtensorMap (&maps)[4], T
     split.lse = split.o + (size_t)(split.blocks + split.tail_units) * T::kBlockM * T::kHeadDim;
     kernel<<<sms, T::kThreads, T::kSmemBytes, stream>>>(kp, maps[0], maps[1], maps[2], maps[3],
                                                          false, split);
-    flash_split_combine_kernel<T>
-        <<<dim3(split.tail_units, T::kBlockM / 16), 128, 0, stream>>>(kp, split, m_blocks);
     err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        // The combine as the grid's programmatic dependent (it waits for the grid's writes).
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(split.tail_units, T::kBlockM / 8);
+        config.blockDim = dim3(128);
+        config.stream = stream;
+        cudaLaunchAttribute dependent[1];
+        dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        dependent[0].val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = dependent;
+        config.numAttrs = 1;
+        const FlashFwdParams& params = kp;
+        err = cudaLaunchKernelEx(&config, flash_split_combine_kernel<T>, params, split, m_blocks);
+    }
     const cudaError_t freed = cudaFreeAsync(workspace, stream);
     return err != cudaSuccess ? err : freed;
 }

@@ -85,49 +85,70 @@ __device__ __forceinline__ void write_piece(const float (&o_acc)[T::kDTiles][4],
     }
 }
 
-// Each split unit's pieces merged into O and lse: a block of 128 threads per 16 rows of a
-// unit, 8 threads a row, 8 columns a thread (head dim 64).
+// Pieces a unit has at most: the launcher keeps each block's share of the tail at least a
+// seventh of a unit (sm90_tail_split), so a unit meets at most eight blocks.
+constexpr int kMaxPiecesPerUnit = 8;
+
+// Each split unit's pieces merged into O and lse: a block of 128 threads per 8 rows of a unit,
+// 16 threads a row, 4 columns a thread (head dim 64), every piece's lse and columns loaded
+// before any is used (one thread's loads all in flight: the first version, 8 columns a thread
+// and a loop over the pieces, took 4.7 us at 10 heads, 4096 rows; NOTES.md h50). Launched as
+// the grid's programmatic dependent (launch_sm90_split): its blocks may start as the grid's
+// blocks exit, and wait here for the whole grid's writes.
 template <typename T>
 __global__ void __launch_bounds__(128)
     flash_split_combine_kernel(const FlashFwdParams p, const TailSplit tail, int m_blocks) {
     using Elem = typename T::Elem;
-    static_assert(T::kHeadDim == 64, "8 threads x 8 columns a row");
+    static_assert(T::kHeadDim == 64 && T::kBlockM % 8 == 0, "16 threads x 4 columns a row");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const int t = blockIdx.x;
-    const int row = blockIdx.y * 16 + threadIdx.x / 8, col = (threadIdx.x % 8) * 8;
+    const int row = blockIdx.y * 8 + threadIdx.x / 16, col = (threadIdx.x % 16) * 4;
     const int unit = tail.whole + t;
     const int m_block = unit % m_blocks, hb = unit / m_blocks;
     const int head = hb % p.heads, batch = hb / p.heads;
     const int q_row = m_block * T::kBlockM + row;
     if (q_row >= p.seqlen_q) return;
-    // The blocks whose key tiles meet unit t's [t n, (t + 1) n).
+    // The blocks whose key tiles meet unit t's [t n, (t + 1) n): b0 .. b0 + pieces - 1.
     const int64_t first = (int64_t)t * tail.n_kt, last = first + tail.n_kt;
-    int b = (int)(first * tail.blocks / ((int64_t)tail.tail_units * tail.n_kt));
-    while (b > 0 && tail.start(b) > first) --b;
-    while (tail.start(b + 1) <= first) ++b;
-    const int b0 = b;
-    float m = -INFINITY;
-    for (b = b0; b < tail.blocks && tail.start(b) < last; ++b)
-        m = fmaxf(m, tail.lse[(int64_t)(b + t) * T::kBlockM + row]);
-    float acc[8] = {}, total = 0.f;
-    for (b = b0; b < tail.blocks && tail.start(b) < last; ++b) {
-        const int64_t slot = b + t;
-        const float w = __expf(tail.lse[slot * T::kBlockM + row] - m);
-        total += w;
-        const float4* src =
-            reinterpret_cast<const float4*>(tail.o + (slot * T::kBlockM + row) * T::kHeadDim + col);
-        const float4 lo = src[0], hi = src[1];
-        acc[0] += w * lo.x, acc[1] += w * lo.y, acc[2] += w * lo.z, acc[3] += w * lo.w;
-        acc[4] += w * hi.x, acc[5] += w * hi.y, acc[6] += w * hi.z, acc[7] += w * hi.w;
+    int b0 = (int)(first * tail.blocks / ((int64_t)tail.tail_units * tail.n_kt));
+    while (b0 > 0 && tail.start(b0) > first) --b0;
+    while (tail.start(b0 + 1) <= first) ++b0;
+    int pieces = 1;
+    while (pieces < kMaxPiecesPerUnit && b0 + pieces < tail.blocks &&
+           tail.start(b0 + pieces) < last)
+        ++pieces;
+    float lse[kMaxPiecesPerUnit];
+    float4 o[kMaxPiecesPerUnit];
+#pragma unroll
+    for (int i = 0; i < kMaxPiecesPerUnit; ++i) {
+        if (i < pieces) {
+            const int64_t slot = b0 + i + t;
+            lse[i] = tail.lse[slot * T::kBlockM + row];
+            o[i] = *reinterpret_cast<const float4*>(tail.o +
+                                                    (slot * T::kBlockM + row) * T::kHeadDim + col);
+        }
+    }
+    float m = lse[0];
+#pragma unroll
+    for (int i = 1; i < kMaxPiecesPerUnit; ++i)
+        if (i < pieces) m = fmaxf(m, lse[i]);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float total = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxPiecesPerUnit; ++i) {
+        if (i < pieces) {
+            const float w = __expf(lse[i] - m);
+            total += w;
+            acc.x += w * o[i].x, acc.y += w * o[i].y, acc.z += w * o[i].z, acc.w += w * o[i].w;
+        }
     }
     const float inv = 1.f / total;
-    uint4 out;
-    out.x = Mma<Elem>::pack(acc[0] * inv, acc[1] * inv);
-    out.y = Mma<Elem>::pack(acc[2] * inv, acc[3] * inv);
-    out.z = Mma<Elem>::pack(acc[4] * inv, acc[5] * inv);
-    out.w = Mma<Elem>::pack(acc[6] * inv, acc[7] * inv);
-    Elem* o = static_cast<Elem*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
-              (int64_t)q_row * p.o_row_stride + col;
-    *reinterpret_cast<uint4*>(o) = out;
+    uint2 out;
+    out.x = Mma<Elem>::pack(acc.x * inv, acc.y * inv);
+    out.y = Mma<Elem>::pack(acc.z * inv, acc.w * inv);
+    Elem* dst = static_cast<Elem*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
+                (int64_t)q_row * p.o_row_stride + col;
+    *reinterpret_cast<uint2*>(dst) = out;
     if (col == 0)
         p.lse[((int64_t)batch * p.heads + head) * p.seqlen_q + q_row] = m + __logf(total);
 }
