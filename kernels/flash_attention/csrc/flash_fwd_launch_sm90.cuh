@@ -241,6 +241,10 @@ inline cudaError_t split_pool(int device, cudaMemPool_t* pool) {
 
 // The split grid of shape T (non-causal, persistent), then the combine, the workspace between
 // them on `stream`.
+// launch_sm90_split's answer where the device had no memory for the workspace: nothing was
+// launched, and the caller runs the unsplit grid instead.
+constexpr int kSplitNotLaunched = -1;
+
 template <typename T>
 int launch_sm90_split(const FwdKernelParams& kp, const CUtensorMap (&maps)[4], TailSplit split,
                       int m_blocks, cudaStream_t stream, int device, int sms) {
@@ -252,6 +256,11 @@ int launch_sm90_split(const FwdKernelParams& kp, const CUtensorMap (&maps)[4], T
     if (err != cudaSuccess) return err;
     void* workspace = nullptr;
     err = cudaMallocFromPoolAsync(&workspace, sm90_split_workspace_bytes<T>(split), pool, stream);
+    if (err == cudaErrorMemoryAllocation) {
+        // Cleared, or the unsplit grid's launch would report it (cudaGetLastError).
+        cudaGetLastError();
+        return kSplitNotLaunched;
+    }
     if (err != cudaSuccess) return err;
     split.o = static_cast<float*>(workspace);
     split.lse = split.o + (size_t)(split.blocks + split.tail_units) * T::kBlockM * T::kHeadDim;
@@ -323,16 +332,19 @@ int launch_sm90_shape(const FlashFwdParams& p, cudaStream_t stream, int device, 
         const bool per_tile = Causal && !schedule.paired;
         const int blocks = per_tile || units < sms ? (int)units : sms;
         // Three consumers, non-causal: the last round split over the keys where
-        // sm90_tail_split says (not under stream capture: the workspace is allocated per
-        // call). Not compiled where the switch is off.
+        // sm90_tail_split says; the unsplit grid under stream capture (the workspace is
+        // allocated per call) and where the device has no memory for the workspace. Not
+        // compiled where the switch is off.
         if constexpr (FLASH_SM90_SPLIT_TAIL != 1 && !Causal && T::kConsumerWarpgroups == 3) {
             TailSplit split;
             cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
             if (sm90_tail_split<T>(p, units, sms, &split) &&
                 cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
-                capturing == cudaStreamCaptureStatusNone)
-                return launch_sm90_split<T>(kernel_params(p), maps, split, schedule.m_blocks,
-                                            stream, device, sms);
+                capturing == cudaStreamCaptureStatusNone) {
+                const int launched = launch_sm90_split<T>(kernel_params(p), maps, split,
+                                                          schedule.m_blocks, stream, device, sms);
+                if (launched != kSplitNotLaunched) return launched;
+            }
         }
         kernel<<<blocks, T::kThreads, T::kSmemBytes, stream>>>(kernel_params(p), maps[0], maps[1],
                                                                 maps[2], maps[3], schedule.paired,
