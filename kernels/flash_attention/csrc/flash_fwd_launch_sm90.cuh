@@ -239,12 +239,12 @@ inline cudaError_t split_pool(int device, cudaMemPool_t* pool) {
     return cudaSuccess;
 }
 
-// The split grid of shape T (non-causal, persistent), then the combine, the workspace between
-// them on `stream`.
 // launch_sm90_split's answer where the device had no memory for the workspace: nothing was
 // launched, and the caller runs the unsplit grid instead.
 constexpr int kSplitNotLaunched = -1;
 
+// The split grid of shape T (non-causal, persistent), then the combine, the workspace between
+// them on `stream`.
 template <typename T>
 int launch_sm90_split(const FwdKernelParams& kp, const CUtensorMap (&maps)[4], TailSplit split,
                       int m_blocks, cudaStream_t stream, int device, int sms) {
