@@ -364,6 +364,7 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) a
     out, lse = flash_attention_with_lse(q, k, v)
     torch.cuda.synchronize()
 names = [e.name for e in prof.events() if "flash" in e.name]
+assert any("flash_fwd_sm90" in n for n in names), names  # the profiler saw the grid
 assert not any("combine" in n for n in names), names
 error = ((out.float().cpu() - reference).norm() / reference.norm()).item()
 assert torch.isfinite(lse).all() and error < 1.6e-2, error
