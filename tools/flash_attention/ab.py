@@ -1,13 +1,13 @@
 """In-process A/B of kernel builds that differ in measurement switches (developer tool).
 
 Every build named with --build is loaded into this one process and timed with sdpa-flash,
-call by call, in rotating order (bench.paired_ms, each call after its own L2 flush). A
-build's ratio to the first build is the median of the per-round ratios, so the process's
-clock state and memory placement land on every build alike. Between processes, the same
-build's ratio to sdpa-flash moves by up to +-2 % at S = 1024 (NOTES.md, v12-v16). Ratios
-between builds taken here repeated across processes to within 0.7 %, but one cell (bf16,
-S = 1024, the first after a long fp16 run) moved by up to 3 %: run twice before trusting a
-cell. compare.sh (one process per build) stays the acceptance measurement; this screens.
+call by call, in orders balanced for which follows which (bench.paired_ms, each call after
+its own L2 flush). A build's ratio to the first build is the median of the per-round ratios,
+so the process's clock state and memory placement land on every build alike. Between
+processes, the same build's ratio to sdpa-flash moves by up to +-2 % at S = 1024 (NOTES.md,
+v12-v16). Ratios between builds taken here repeated across processes to within 0.7 %, but one
+cell (bf16, S = 1024, the first after a long fp16 run) moved by up to 3 %: run twice before
+trusting a cell. compare.sh (one process per build) stays the acceptance measurement; this screens.
 Nor is vs_flash an acceptance figure: here sdpa-flash runs at one of two speeds per process
 and config, so one build's S = 1024 vs_flash read 0.990-0.995 or 1.066-1.097 (NOTES.md, v17).
 
@@ -149,7 +149,7 @@ def main() -> None:
         for name, tree, defines in parsed
     }
     if args.aa:
-        # The same library object: the same kernels, taking their own turn in the rotation.
+        # The same library object: the same kernels, taking their own turn in each round.
         first = next(iter(builds))
         libraries[f"{first}-again"] = libraries[first]
         builds[f"{first}-again"] = builds[first]

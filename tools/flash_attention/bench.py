@@ -74,18 +74,42 @@ def runnable(fns: dict) -> tuple[dict, dict[str, str]]:
     return kept, refused
 
 
+def balanced_orders(names: list[str], rounds: int) -> list[list[str]]:
+    """An order of `names` for each of `rounds` rounds in which every name directly follows
+    every other equally often (a Williams design: n orders for n names, 2n where n is odd,
+    repeated; a count of rounds that is a multiple of that balances it exactly). One order
+    rotated each round put the same name after the same other in every round but one a cycle
+    (A after D in A B C D, B C D A, ...), and a name timed after cuDNN's calls read 2-10 %
+    below its own A/A copy (NOTES.md, "2026-11-30 (session 21)"; why a call slows the next was
+    not measured)."""
+    n = len(names)
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:  # 0, 1, n - 1, 2, n - 2, ...
+        if len(first) % 2:
+            first.append(low)
+            low += 1
+        else:
+            first.append(high)
+            high -= 1
+    design = [[(i + shift) % n for i in first] for shift in range(n)]
+    if n % 2:
+        design += [order[::-1] for order in design]
+    return [[names[i] for i in design[r % len(design)]] for r in range(rounds)]
+
+
 def paired_ms(fns: dict, flush: torch.Tensor, reps: int, warmup: int = 5) -> dict[str, list[float]]:
     """Per implementation, `reps` event-timed calls, each after an L2 flush. The
-    implementations take turns call by call (their order rotating each round), so that a clock
-    or power drift over the measurement lands on all of them alike: timed one after another in
-    blocks, the same kernel moved by up to 12 % between processes (NOTES.md, v12)."""
+    implementations take turns call by call (in an order balanced for which follows which,
+    balanced_orders), so that a clock or power drift over the measurement lands on all of them
+    alike: timed one after another in blocks, the same kernel moved by up to 12 % between
+    processes (NOTES.md, v12)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     names = list(fns)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+    for order in balanced_orders(names, reps):
+        for name in order:
             flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()

@@ -32,7 +32,7 @@ cudnn: the same shapes through cuDNN's frontend graph API (graph.sdpa_fp8: e4m3 
 descales, O in bf16 where the frontend takes it, else e4m3), if `import cudnn` works.
 
 turns: the --flags schedules and cuDNN's FP8 SDPA on the `time` shapes, interleaved in one
-process: --reps rounds, each timing every one of them once (in a rotated order), per shape;
+process: --reps rounds, each timing every one of them once (bench.balanced_orders), per shape;
 each figure the median of its rounds' medians (tools/flash_attention/fp8_turns_device.sh).
 """
 
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -50,6 +51,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab import OWN_STATICS_FLAG  # noqa: E402
+from bench import balanced_orders  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
@@ -402,9 +406,23 @@ def step_cudnn(args) -> dict:
     return {"cudnn_backend_version": version, "rows": rows}
 
 
+def build_libraries(items: list[str]) -> dict:
+    """--build NAME=SW=V,SW=V ... -> {NAME: the library built with those switches}."""
+    from kernels.flash_attention import api, build
+
+    libraries = {}
+    for item in items:
+        name, _, switches = item.partition("=")
+        defines = build.parse_defines([s for s in switches.split(",") if s])
+        libraries[name] = api._Library(build.build(defines=defines))
+    return libraries
+
+
 def step_turns(args) -> dict:
     """Every --flags schedule and cuDNN's FP8 SDPA per shape, interleaved: --reps rounds, each
-    timing every callable once in a rotated order, so drift (clocks, heat) spreads over all."""
+    timing every callable once in an order balanced for which follows which
+    (bench.balanced_orders), so drift (clocks, heat) and one call's effect on the next spread
+    over all."""
     from kernels.flash_attention import api
 
     try:
@@ -413,8 +431,10 @@ def step_turns(args) -> dict:
         version = str(cudnn.backend_version())
     except Exception as err:
         cudnn, version = None, f"import cudnn: {err}"
+    libraries = build_libraries(args.build)
     result = {
         "schedules": [SCHEDULES[f] for f in args.flags],
+        "builds": {name: lib.record["defines"] for name, lib in libraries.items()},
         "reps": args.reps,
         "cudnn_backend_version": version,
         "rows": [],
@@ -430,6 +450,15 @@ def step_turns(args) -> dict:
             SCHEDULES[f]: partial(api._forward_fp8, q8, k8, v8, causal, d**-0.5, [dq, dk, dv], f)
             for f in args.flags
         }
+        for name, library in libraries.items():
+            calls.update(
+                {
+                    f"{name}/{SCHEDULES[f]}": partial(
+                        api._forward_fp8, q8, k8, v8, causal, d**-0.5, [dq, dk, dv], f, library
+                    )
+                    for f in args.flags
+                }
+            )
         if cudnn is not None:
             try:
                 calls["cudnn_fp8"], o_dtype = cudnn_fp8_runner(
@@ -438,9 +467,7 @@ def step_turns(args) -> dict:
                 result["cudnn_o_dtype"] = row["cudnn_o_dtype"] = o_dtype
             except Exception as err:
                 row["cudnn_fp8_error"] = f"{type(err).__name__}: {err}"[:400]
-        names = list(calls)
-        for rep in range(args.reps):
-            order = names[rep % len(names) :] + names[: rep % len(names)]
+        for order in balanced_orders(list(calls), args.reps):
             for name in order:
                 if f"{name}_error" in row:
                     continue
@@ -525,7 +552,8 @@ def step_table(paths: list[Path]) -> None:
 def print_turns_table(turns: dict) -> None:
     """The `turns` step's medians: each schedule's TFLOP/s, cuDNN's, and the shipped choice
     against the better of the two fixed schedules."""
-    names = [*turns["schedules"], "cudnn_fp8"]
+    built = [f"{b}/{n}" for b in turns.get("builds", {}) for n in turns["schedules"]]
+    names = [*turns["schedules"], *built, "cudnn_fp8"]
     version = turns.get("cudnn_backend_version", "-")
     print(
         f"TFLOP/s, 32k tokens a shape (B = 2, S = 16k unless its label says), "
@@ -544,6 +572,10 @@ def print_turns_table(turns: dict) -> None:
         auto = f"{med['ours'] / max(fixed):10.3f}" if med.get("ours") and fixed else f"{'-':>10}"
         vs = f"{best / med['cudnn_fp8']:10.3f}" if best and med.get("cudnn_fp8") else f"{'-':>10}"
         print(f"{r['label']:20} {cells} {auto} {vs}")
+        for name in built:
+            base = name.split("/", 1)[1]
+            if med.get(name) and med.get(base):
+                print(f"  {name} / {base}: {med[name] / med[base]:.3f}")
         if med.get("ours"):
             each = ", ".join(
                 f"{SHOWN.get(n, n)} {med[n] / med['ours']:.3f}"
@@ -573,6 +605,21 @@ def main(argv=None) -> int:
         help="time, cudnn, turns: these sequence lengths (B x S = 32k tokens) instead of 16k",
     )
     parser.add_argument(
+        "--define",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="measurement switch of the library every step runs (build.py; repeatable)",
+    )
+    parser.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="NAME=SW=V,...",
+        help="turns: another build of this tree timed beside, its schedules named NAME/... "
+        "(switches comma-separated, none after NAME= for the default build; repeatable)",
+    )
+    parser.add_argument(
         "--flags",
         type=int,
         nargs="*",
@@ -584,6 +631,14 @@ def main(argv=None) -> int:
         step_table(args.out)
         return 0
     start = time.time()
+    if args.define or args.build:
+        from kernels.flash_attention import api, build
+
+        if args.build:
+            # Two builds of one code base in one process keep their own launcher statics.
+            appended = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} {OWN_STATICS_FLAG}".strip()
+            os.environ["NVCC_APPEND_FLAGS"] = appended
+        api.load_library(defines=build.parse_defines(args.define))
     steps = {
         "probe": step_probe,
         "correct": step_correct,
