@@ -10,6 +10,7 @@ are poisoned with NaN first; NaN never passes.
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -23,6 +24,16 @@ pytestmark = [
 ]
 
 E4M3 = torch.float8_e4m3fn
+# A measurement build's switches (csrc/switches.h), e.g. "FLASH_FP8_LAZY_RESCALE=1": this module
+# then checks that build (test_flash_correctness.py's variable).
+SWITCHES_ENV = "FLASH_TEST_SWITCHES"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library_under_test():
+    from kernels.flash_attention import build, load_library
+
+    return load_library(defines=build.parse_defines(os.environ.get(SWITCHES_ENV, "").split()))
 
 
 def quantize(x):

@@ -145,6 +145,15 @@ static_assert(FLASH_SM90_RING_FROM_ZERO >= 0 && FLASH_SM90_RING_FROM_ZERO <= 2, 
 #endif
 static_assert(FLASH_SM90_SPLIT_TAIL >= 0 && FLASH_SM90_SPLIT_TAIL <= 2, "0..2");
 
+// The FP8 kernel's online softmax (flash_fwd_sm90_fp8.cuh, kFp8LazyRescale): 0 as shipped (lazy
+// at D = 256: a row's max moved only when a tile's scores pass it by more than kFp8LazyLog2, the
+// warp's vote deciding; exact at D = 128); 1 exact everywhere (O rescaled whenever a row's max
+// moves); 2 lazy everywhere.
+#ifndef FLASH_FP8_LAZY_RESCALE
+#define FLASH_FP8_LAZY_RESCALE 0
+#endif
+static_assert(FLASH_FP8_LAZY_RESCALE >= 0 && FLASH_FP8_LAZY_RESCALE <= 2, "0..2");
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D128 == 0 || FLASH_COMPACT_SHAPE_D128 == 5 ||
