@@ -24,7 +24,7 @@ pytestmark = [
 ]
 
 E4M3 = torch.float8_e4m3fn
-# A measurement build's switches (csrc/switches.h), e.g. "FLASH_FP8_LAZY_RESCALE=1": this module
+# A measurement build's switches (csrc/switches.h), e.g. "FLASH_FP8_LAZY_RESCALE=2": this module
 # then checks that build (test_flash_correctness.py's variable).
 SWITCHES_ENV = "FLASH_TEST_SWITCHES"
 

@@ -79,7 +79,7 @@ def balanced_orders(names: list[str], rounds: int) -> list[list[str]]:
     every other equally often (a Williams design: n orders for n names, 2n where n is odd,
     repeated; a count of rounds that is a multiple of that balances it exactly). One order
     rotated each round put the same name after the same other in every round but one a cycle
-    (A after D in A B C D, B C D A, ...), and a name timed after cuDNN's calls read 2-10 %
+    (A after D in A B C D, B C D A, ...), and a name timed after cuDNN's calls read 2-16 %
     below its own A/A copy (NOTES.md, "2026-11-30 (session 21)"; why a call slows the next was
     not measured)."""
     n = len(names)

@@ -329,8 +329,9 @@ __device__ __forceinline__ void pv_wgmma(float (&o)[T::kDTiles][4],
 // units), so O is rescaled on few tiles. P = 2^(s c - max + 8) is rounded to e4m3, whose largest
 // finite value is 448 = 2^8 x 1.75: scores up to 0.75 past the max keep P at most 2^8.75 = 430.5,
 // never saturated. Shipped at D = 256 (its O rescale is 128 multiplies a thread): 1.013x exact
-// non-causal and 1.031x causal at 16k (medians of three processes); at D = 128 0.97-1.01x, within
-// the A/A there (NOTES "f10"). FLASH_FP8_LAZY_RESCALE: 1 exact everywhere, 2 lazy everywhere.
+// non-causal and 1.031x causal at 16k (medians of three processes); at D = 128 0.970-1.006x from
+// 2048 to 16k keys, nothing gained (NOTES "f10"). FLASH_FP8_LAZY_RESCALE: 1 exact everywhere, 2
+// lazy everywhere.
 template <typename T>
 constexpr bool kFp8LazyRescale = FLASH_FP8_LAZY_RESCALE == 2 ||
                                  (FLASH_FP8_LAZY_RESCALE == 0 && T::kHeadDim == 256);
