@@ -10,10 +10,13 @@ time (bench.paired_ms: each call alone after a 256 MB L2 flush, the four taking 
 call); a cell's ratio is the median over rounds of ours against the fastest of the three cuDNN
 readings of that round. TFLOP/s by 4·b·hq·s²·d, halved for causal; 32k tokens a cell (batch =
 32768 / S). Cells: the FA grid from S = 1024 (D 64/128/256 at a model width of 2048, both
-dtypes, causal both), GQA 32/8 and 64/8 (D 64 and 128, bf16), and a ragged-wave sweep (D = 64
-non-causal, S = 4096, batch 2, 8-16 heads: 352-704 tiles of 192 rows on the 132 SMs'
-persistent grid, whole rounds at 9, 12 and 15 heads, a partial last round between). Our output
-is checked against SDPA's on every cell.
+dtypes, causal both), GQA 32/8 and 64/8 (D 64 and 128, bf16), and on request (`--kinds
+ragged`) a ragged-wave sweep (D = 64 non-causal, S = 4096, batch 2, 8-16 heads: 352-704 tiles of
+192 rows on the 132 SMs' persistent grid, whole rounds at 9, 12 and 15 heads, a partial last
+round between). The sweep does not read waves: a cell against its neighbours spread 0.82-1.22
+in one process, for cuDNN alike, and 3-15 % between processes (NOTES.md, sessions 20-21), so it
+is no longer measured by default; ab.py's sweep, builds interleaved in one process, does (h51).
+Our output is checked against SDPA's on every cell.
 
 `summarize` prints, per cell, ours over the better cuDNN in each process and its median, the
 item's figures (none below 1.00, median, D = 64 median) and, for the sweep, each head count's
@@ -189,7 +192,7 @@ def main() -> None:
     m = sub.add_parser("measure")
     m.add_argument("out", type=Path)
     m.add_argument("--reps", type=int, default=30)
-    m.add_argument("--kinds", default="grid,gqa,ragged", help="which cells: grid, gqa, ragged")
+    m.add_argument("--kinds", default="grid,gqa", help="which cells: grid, gqa, ragged")
     s = sub.add_parser("summarize")
     s.add_argument("paths", type=Path, nargs="+")
     args = parser.parse_args()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 53 item 2 on the H200 in one device call (carry .whl and .whl-cudnn): the flash GPU
 # correctness tests (the plan's own, test_hopper_plan_fills_the_last_round, among them), then
-# tools/flash_attention/better_cudnn.py in N processes (default 3: the FA grid with D = 256, GQA,
-# the ragged-wave sweep; about 55 s each) and its summary, printed last. NOTES.md, "session 19".
+# tools/flash_attention/better_cudnn.py in N processes (default 3: the FA grid with D = 256 and
+# GQA; about 55 s each with the ragged sweep, no longer measured by default) and its summary,
+# printed last. NOTES.md, "session 19" and "session 21".
 # Usage (repo root, on the GPU machine): [N=3] bash tools/flash_attention/better_cudnn_device.sh
 set -uo pipefail
 out=${OUT:-/tmp/better-cudnn}
