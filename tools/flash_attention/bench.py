@@ -80,8 +80,8 @@ def balanced_orders(names: list[str], rounds: int) -> list[list[str]]:
     repeated; a count of rounds that is a multiple of that balances it exactly). One order
     rotated each round put the same name after the same other in every round but one a cycle
     (A after D in A B C D, B C D A, ...), and a name timed after cuDNN's calls read 2-16 %
-    below its own A/A copy (NOTES.md, "2026-11-30 (session 21)"; why a call slows the next was
-    not measured)."""
+    below its own A/A copy (NOTES.md, "2026-11-30 (session 21)": 3 % slower right after a cuDNN
+    call, the SM clock the same, the cause not found)."""
     n = len(names)
     first, low, high = [0], 1, n - 1
     while len(first) < n:  # 0, 1, n - 1, 2, n - 2, ...
