@@ -368,7 +368,7 @@ rest = (torch.cuda.mem_get_info()[0] - (6 << 20)) // (2 << 20) * (2 << 20)
 hog.append(torch.empty(rest, dtype=torch.uint8, device="cuda"))
 del spare
 free = torch.cuda.mem_get_info()[0]
-assert free < 8_785_920, free
+assert free < (132 + 44) * 192 * (64 + 1) * 4, free  # sm90_split_workspace_bytes at 10 heads
 out, lse = flash_attention_with_lse(q, k, v)
 torch.cuda.synchronize()
 error = ((out.float().cpu() - reference).norm() / reference.norm()).item()

@@ -109,20 +109,19 @@ Sm90Plan sm90_plan(const FlashFwdParams& p, int sms) {
                                                              __is_same(Elem, __nv_bfloat16));
     if constexpr (kWavePlan && HeadDim == 64 && !Causal) {
         if (plan.three_consumers && p.seqlen_q >= 2048) {
-            const auto rounds = [&](int block_m) {
+            const auto units = [&](int block_m) {
                 const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
-                return sm90_rounds(m_blocks * p.heads * p.batch, sms);
+                return m_blocks * p.heads * p.batch;
             };
             using Three = Sm90ThreeConsumersD64<Elem, false>;
-            const int64_t three = rounds(Three::kBlockM);
-            const int64_t two = rounds(Sm90Config<Elem, 64, false>::type::kBlockM);
+            const int64_t three_units = units(Three::kBlockM);
+            const int64_t three = sm90_rounds(three_units, sms);
+            const int64_t two = sm90_rounds(units(Sm90Config<Elem, 64, false>::type::kBlockM), sms);
             // Three where their last round is split over the keys (h50: 1.055x two at 10
             // heads, 4096 rows).
             TailSplit split;
-            const int64_t units = (p.seqlen_q + Three::kBlockM - 1) / Three::kBlockM *
-                                  p.heads * p.batch;
             plan.three_consumers = three < 2 || 23 * two >= 30 * three ||
-                                   sm90_tail_split<Three>(p, units, sms, &split);
+                                   sm90_tail_split<Three>(p, three_units, sms, &split);
         }
     }
     if (FLASH_SM90_SHAPE_D64 != 0)
