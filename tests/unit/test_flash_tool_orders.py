@@ -4,24 +4,17 @@ often, so that a call which leaves the GPU slower for the next taxes none of the
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 
-TOOLS = Path(__file__).resolve().parents[2] / "tools" / "flash_attention"
+from tests.flash_tools import load_tool
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(TOOLS.parents[1]))
-    spec = importlib.util.spec_from_file_location("flash_bench_tool", TOOLS / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("bench")
 
 
 def followers(orders: list[list[str]]) -> Counter:
