@@ -13,11 +13,11 @@ TOOLS = Path(__file__).resolve().parents[1] / "tools" / "flash_attention"
 
 
 def load_tool(name: str) -> ModuleType:
-    """tools/flash_attention/<name>.py as a module (the repository root on sys.path, as the
-    tools' own imports of kernels/ and benches/ need)."""
-    root = str(TOOLS.parents[1])
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    """tools/flash_attention/<name>.py as a module, with the repository root and the tools'
+    folder on sys.path as the tools' own imports (kernels/, benches/, one another) need."""
+    for folder in (str(TOOLS.parents[1]), str(TOOLS)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(f"flash_tool_{name}", TOOLS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -76,8 +76,9 @@ def case(name: str) -> dict:
 
 
 def tflops(c: dict, ms: float) -> float:
-    flops = 4 * c["b"] * c["hq"] * c["s"] ** 2 * c["d"] / (2 if c["causal"] else 1)
-    return flops / (ms * 1e-3) / 1e12
+    from bench import tflops as rate  # tools/flash_attention/bench.py: 4 b h s^2 d, causal halved
+
+    return rate(c["b"], c["hq"], c["s"], c["d"], c["causal"], ms)
 
 
 class ClockLog:
