@@ -61,11 +61,14 @@ CASES = (
     ("fp8-gqa-d128-16k-scaled", "e4m3-scaled", 1, 64, 8, 16384, 128, False, {}),
     ("fp8-mha-d128-16k-scaled", "e4m3-scaled", 1, 16, 16, 16384, 128, False, {}),
     ("fp8-mha-d128-16k-scaled-b2", "e4m3-scaled", 2, 16, 16, 16384, 128, False, {}),
+    ("fp8-gqa-d128-16k-scaled-b2", "e4m3-scaled", 2, 64, 8, 16384, 128, False, {}),
     ("fp8-mha-d256-16k", "e4m3", 1, 8, 8, 16384, 256, False, {"FA3 H100": 1171}),
 )
 E4M3_MAX = 448.0
 FIELDS = ("name", "dtype", "b", "hq", "hk", "s", "d", "causal", "records")
 FLUSH_BYTES = 256 * 2**20
+# How a call is timed: the records' way, ours (sustained), and ours with no flush (unflushed).
+REGIMES = ("record", "sustained", "unflushed")
 
 
 def case(name: str) -> dict:
@@ -210,10 +213,13 @@ def record_call(call, redraw, flush, log: ClockLog) -> dict:
 
 
 def sustained_call(call, flush, log: ClockLog) -> dict:
-    """One call as bench.paired_ms times it: after a flush, between CUDA events."""
+    """One call as bench.paired_ms times it: after a flush (none if `flush` is None: what the
+    last calls left in L2 stays, as fp8_check.py's `time` and `turns` time), between CUDA
+    events."""
     import torch
 
-    flush.zero_()
+    if flush is not None:
+        flush.zero_()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     t0 = time.monotonic()
     start.record()
@@ -284,11 +290,13 @@ def measure(out: Path, iters: int, names: list[str]) -> None:
                 for _ in range(5):
                     call()
             sustained = [{n: sustained_call(calls[n], flush, log) for n in o} for o in order]
+            unflushed = [{n: sustained_call(calls[n], None, log) for n in o} for o in order]
             row = dict(
                 c,
                 about=about,
                 record=regime_summary(c, list(calls), record),
                 sustained=regime_summary(c, list(calls), sustained),
+                unflushed=regime_summary(c, list(calls), unflushed),
             )
             rows.append(row)
             print(line(row), flush=True)
@@ -301,7 +309,7 @@ def measure(out: Path, iters: int, names: list[str]) -> None:
 
 def line(row: dict) -> str:
     parts = [f"{row['name']:26}"]
-    for regime in ("record", "sustained"):
+    for regime in (name for name in REGIMES if name in row):
         r = row[regime]
         cells = " ".join(
             f"{n} {r[n]['tflops']:6.1f}@{r[n]['mhz'] or 0:4.0f}" for n in r if n != "ours_vs_best"
@@ -315,23 +323,23 @@ def summarize(paths: list[Path]) -> None:
     med = statistics.median
     print(runs[0]["meta"])
     print(
-        f"{len(runs)} processes, medians over them. TFLOP/s (SM MHz) by the records' method |"
-        " ours / best cuDNN per process | sustained TFLOP/s | ratio | the records"
+        f"{len(runs)} processes, medians over them. Per regime ({', '.join(REGIMES)}): TFLOP/s"
+        " (SM MHz) | ours / best cuDNN per process; the records"
     )
     for row in runs[0]["rows"]:
         rows = [r for run in runs for r in run["rows"] if r["name"] == row["name"]]
         names = [n for n in row["record"] if n != "ours_vs_best"]
         cells = []
-        for regime in ("record", "sustained"):
+        for regime in (name for name in REGIMES if name in row):
             rate = " ".join(
                 f"{n} {med(r[regime][n]['tflops'] for r in rows):6.1f}"
                 f" ({med(r[regime][n]['mhz'] or 0 for r in rows):4.0f})"
                 for n in names
             )
             ratios = [r[regime]["ours_vs_best"] for r in rows]
-            cells.append(f"{rate} | " + " ".join(f"{x:.3f}" for x in ratios))
+            cells.append(f"{regime}: {rate} | " + " ".join(f"{x:.3f}" for x in ratios))
         records = ", ".join(f"{k} {v}" for k, v in row["records"].items())
-        print(f"{row['name']:26} record: {cells[0]} || sustained: {cells[1]} || {records}")
+        print(f"{row['name']:26} " + " || ".join(cells) + f" || {records}")
         shares = row["record"]["ours"].get("kernel_shares", {})
         if len(shares) > 1:  # where our call's time goes besides the attention kernel
             print("    ours: " + ", ".join(f"{k[:60]} {v:.1%}" for k, v in shares.items()))
