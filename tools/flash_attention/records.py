@@ -14,11 +14,12 @@ to back, where the board sits at its 700 W cap (1440-1560 MHz, NOTES "2026-11-29
 cuDNN itself read 621 there at the record's shape. A record compared with a sustained figure
 compares two clocks, not two kernels.
 
-measure: per case, the implementations take turns (bench.balanced_orders) in two regimes:
+measure: per case, the implementations take turns (bench.balanced_orders) in three regimes:
 - record: each iteration draws fresh inputs, flushes L2, and times one call by the profiler's
   kernel time (every kernel of the call: our FP8 V transpose and split combine included);
 - sustained: bench's usual timing (after warm-up, each call alone after a flush, CUDA events,
-  the GPU kept busy).
+  the GPU kept busy);
+- unflushed: the same without the flush (what the last calls left in L2 stays).
 A thread reads NVML's SM clock and board power about every millisecond; each call's figure
 carries the median of the samples taken while it ran. Ratios are per iteration (ours over the
 fastest cuDNN reading of that iteration), then the median.

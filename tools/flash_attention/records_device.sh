@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 53 items 3-4 on the H200 in one device call (carry .whl and .whl-cudnn): our kernel and
-# cuDNN at the published records' shapes, by the records' own method and sustained
+# cuDNN at the published records' shapes, by the records' own method, sustained and unflushed
 # (tools/flash_attention/records.py), in N processes (default 3), then Nsight Compute on our
 # kernels at the headline shapes with the clocks left to the board (--clock-control none, as
 # `bench launch --profile` runs it): the tensor pipe's measured FLOPs, the kernel's time and its
