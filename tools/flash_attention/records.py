@@ -6,7 +6,8 @@ records' own method and under sustained load, in one process (developer tool).
     python3 tools/flash_attention/records.py probe CASE [--impl ours]   # one call, for ncu
 
 Why: the records (cuDNN's frontend on an H200, 702 TFLOP/s bf16 GQA 64/8 D = 128 16k, 1055 FP8;
-../shared/facts/benchmarking.md) come from NVIDIA's sdpa_benchmark_training script, which times
+NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/
+llama3.1_20260227_034703.csv) come from NVIDIA's sdpa_benchmark_training script, which times
 each forward call alone: fresh torch.randn inputs, a 256 MB L2 flush, one call under
 torch.profiler (the kernels' device time), a synchronize, the next iteration. The GPU idles
 between calls, so each runs near its boost clock. Our tools (bench.paired_ms) time calls back
