@@ -394,7 +394,9 @@ def test_fp8_d128_unit_holds_its_kernels_unserialized_and_unspilled(tmp_path: Pa
     (C7514: a first two-S version kept an S accumulator in flight across its loop's back edge,
     and ptxas put a wait after every wgmma of the kernel; C7512 at 256-key tiles, too few
     registers), nothing spills (the two-S consumers hold O, two S tiles and P: 236 of their 240
-    registers; the wide ones O, a 224-key S and its P)."""
+    registers; the wide ones O, a 224-key S and its P) but the wide causal kernel's 8 bytes, which
+    f13's wait after 6 of its 7 steps' exponentials costs and pays for (0.5-1.3 % faster than
+    after 5, which spills nothing; NOTES.md "f13")."""
     unit = next(p for p in generate.write_sources(tmp_path, "sm_90") if "hdim128_e4m3" in p.stem)
     flags = build.build_flags("sm_90") + build.unit_flags(unit.stem, None) + ["-Xptxas=-v"]
     out = tmp_path / "unit.cubin"
@@ -420,7 +422,9 @@ def test_fp8_d128_unit_holds_its_kernels_unserialized_and_unspilled(tmp_path: Pa
                 f"20flash_fwd_fp8_kernelINS0_9Fp8TraitsILi128ELi{keys}EEELb{causal}ELb0E"
             )
     assert sorted(name for name in spills if "flash_fwd" in name) == sorted(kernels)
-    assert all(spills[kernel] == (0, 0) for kernel in kernels), spills
+    wide_causal = "20flash_fwd_fp8_kernelINS0_9Fp8TraitsILi128ELi224EEELb1ELb0E"
+    assert spills[wide_causal][0] <= 8 and spills[wide_causal][1] <= 8, spills
+    assert all(spills[kernel] == (0, 0) for kernel in kernels if kernel != wide_causal), spills
 
 
 @pytest.mark.slow
@@ -622,6 +626,9 @@ PLANNED_SOFTMAX = [
     # max exact at D = 128, where lazy read 0.970-1.006x (nothing gained).
     pytest.param("fwd_hdim256_e4m3_sm90", "FLASH_FP8_LAZY_RESCALE", 2, 1, id="fp8-d256-lazy"),
     pytest.param("fwd_hdim128_e4m3_sm90", "FLASH_FP8_LAZY_RESCALE", 1, 2, id="fp8-d128-exact"),
+    # The FP8 key loops' wait for P V after all but the last 32-key step's exponentials (f13:
+    # 3 of 4 at D = 256), not after the whole softmax (7, the tree before, 0.96-0.97x there).
+    pytest.param("fwd_hdim256_e4m3_sm90", "FLASH_FP8_EXP_SPLIT", 3, 7, id="fp8-d256-split"),
 ]
 
 

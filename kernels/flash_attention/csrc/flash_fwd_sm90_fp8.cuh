@@ -152,12 +152,13 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float
     return (uint32_t)lo | ((uint32_t)hi << 16);
 }
 
-// P (fp32 accumulator layout, exp2 already taken) as P V's A fragments, one per 32 keys.
-template <typename T>
+// P (fp32 accumulator layout, exp2 already taken) as P V's A fragments, one per 32 keys
+// (those of 32-key steps [From, To)).
+template <typename T, int From = 0, int To = T::kPSteps>
 __device__ __forceinline__ void pack_probabilities(uint32_t (&pa)[T::kPSteps][4],
                                                    const float (&s)[T::kNTiles][4]) {
 #pragma unroll
-    for (int kk = 0; kk < T::kPSteps; ++kk) {
+    for (int kk = From; kk < To; ++kk) {
         const int t0 = 4 * kk;
         pa[kk][0] = pack_e4m3x4(s[t0][0], s[t0][1], s[t0 + 1][0], s[t0 + 1][1]);
         pa[kk][1] = pack_e4m3x4(s[t0][2], s[t0][3], s[t0 + 1][2], s[t0 + 1][3]);
@@ -359,6 +360,22 @@ constexpr bool kFp8LazyRescale = FLASH_FP8_LAZY_RESCALE == 2 ||
                                  (FLASH_FP8_LAZY_RESCALE == 0 && T::kHeadDim == 256);
 constexpr float kFp8LazyLog2 = 0.75f;
 
+// How many 32-key steps' exponentials a key loop takes before waiting for P_{j-1} V_{j-1}
+// (softmax_and_pack; FLASH_FP8_EXP_SPLIT), 0 for the wait after all of them: all but the last,
+// but 2 of 4 in the two-S non-causal kernel, where 3 made ptxas spill 16 bytes in the loop and
+// ran 1.4-1.7 % slower at 4096 keys. The 224-key causal kernel spills 8 bytes with 6 of 7 (5
+// does not) and runs 0.5-1.3 % faster with them (NOTES "f13"); D = 256 spilled before (8 bytes
+// non-causal) and takes 3 of 4 with 16.
+template <typename T, bool Causal, bool TwoS>
+constexpr int kFp8ExpSplitShipped =
+    T::kHeadDim == 128 && TwoS && !Causal ? 2 : T::kPSteps - 1;
+template <typename T, bool Causal, bool TwoS>
+constexpr int kFp8ExpSplit = FLASH_FP8_EXP_SPLIT == 7   ? 0
+                             : FLASH_FP8_EXP_SPLIT == 0 ? kFp8ExpSplitShipped<T, Causal, TwoS>
+                                                        : (FLASH_FP8_EXP_SPLIT < T::kPSteps
+                                                               ? FLASH_FP8_EXP_SPLIT
+                                                               : T::kPSteps - 1);
+
 // This thread's online softmax state for its two rows (g and g + 8 of its warp's 16).
 struct RowState {
     float max[2];  // running max of the scaled scores (log2 units)
@@ -371,10 +388,13 @@ struct RowState {
 // tile in one loop, two sum chains a row (f4: the same arithmetic as one row after the other,
 // O bitwise equal, not slower in any of 5 cells at 16k and 2.7 % faster at D = 128 causal, one
 // process; f3's ncu read 1.88 of 5.2 cycles an instruction waiting on such dependencies).
+// In three steps (softmax_maxima, exponentiate, fold_sums), so that a schedule may put other
+// work between the exponentials of a tile's first n8 tiles and those of the rest (f13).
 template <typename T, bool Causal>
-__device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState& st,
-                                             float (&corr)[2], float c, bool mask, int row_g,
-                                             int n0, int seqlen_k, int causal_offset, int lane) {
+__device__ __forceinline__ void softmax_maxima(float (&s)[T::kNTiles][4], RowState& st,
+                                               float (&corr)[2], float (&offset)[2], float c,
+                                               bool mask, int row_g, int n0, int seqlen_k,
+                                               int causal_offset, int lane) {
     if (mask) {
 #pragma unroll
         for (int i = 0; i < T::kNTiles; ++i)
@@ -393,7 +413,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState
             const float pair = fmaxf(s[i][2 * h], s[i][2 * h + 1]);
             part[h][i % 4] = i < 4 ? pair : fmaxf(part[h][i % 4], pair);
         }
-    float mx[2], offset[2];
+    float mx[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
         mx[h] = fmaxf(fmaxf(part[h][0], part[h][1]), fmaxf(part[h][2], part[h][3]));
@@ -425,17 +445,37 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState
             offset[h] = 8.f - (st.max[h] == -INFINITY ? 0.f : st.max[h]);
         }
     }
-    // Two partial sums a row (even and odd n8 tiles): two chains of adds, not one (h32).
-    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+}
+
+// P = exp2(s * c + offset) over n8 tiles [From, To), summed into two partial sums a row (even
+// and odd n8 tiles): two chains of adds, not one (h32).
+template <typename T, int From, int To>
+__device__ __forceinline__ void exponentiate(float (&s)[T::kNTiles][4], float (&sum)[2][2],
+                                             const float (&offset)[2], float c) {
 #pragma unroll
-    for (int i = 0; i < T::kNTiles; ++i)
+    for (int i = From; i < To; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             s[i][e] = fast_exp2(fmaf(s[i][e], c, offset[e >> 1]));
             sum[e >> 1][i % 2] += s[i][e];
         }
+}
+
+__device__ __forceinline__ void fold_sums(RowState& st, const float (&sum)[2][2],
+                                          const float (&corr)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) st.sum[h] = st.sum[h] * corr[h] + (sum[h][0] + sum[h][1]);
+}
+
+template <typename T, bool Causal>
+__device__ __forceinline__ void softmax_tile(float (&s)[T::kNTiles][4], RowState& st,
+                                             float (&corr)[2], float c, bool mask, int row_g,
+                                             int n0, int seqlen_k, int causal_offset, int lane) {
+    float offset[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    softmax_maxima<T, Causal>(s, st, corr, offset, c, mask, row_g, n0, seqlen_k, causal_offset,
+                              lane);
+    exponentiate<T, 0, T::kNTiles>(s, sum, offset, c);
+    fold_sums(st, sum, corr);
 }
 
 template <typename T>
@@ -446,6 +486,50 @@ __device__ __forceinline__ void rescale(float (&o)[T::kDTiles][4], const float (
         o[i][1] *= corr[0];
         o[i][2] *= corr[1];
         o[i][3] *= corr[1];
+    }
+}
+
+// A key tile's softmax and P's packing around the wait for P_{j-1} V_{j-1} (`landed`: the
+// wait, O's fence, the stage's release), O rescaled once it has landed. f13: the wait after the
+// exponentials of the first kFp8ExpSplit 32-key steps (all but the last, or fewer), so that
+// their packing runs under the later steps' exponentials, each the MUFU's for 8 cycles with the
+// warp stalled for 7 of them (ptxas also moves the scale FFMAs in among the first steps'); the
+// same arithmetic in the same order, O bitwise equal to the wait after the whole softmax (the
+// tree before, kFp8ExpSplit 0). Paired flushed calls, two processes: 1.085-1.089x at D = 128
+// 16k (causal and GQA too), 1.035x two-S at 4096 and 1.02x at 8192 causal, 1.035-1.045x
+// persistent at 1024-2048, 1.033-1.041x at D = 256 (NOTES "f13").
+template <typename T, bool Causal, bool TwoS, typename Landed>
+__device__ __forceinline__ void softmax_and_pack(float (&s)[T::kNTiles][4], RowState& st,
+                                                 float (&o)[T::kDTiles][4],
+                                                 uint32_t (&pa)[T::kPSteps][4], float c,
+                                                 bool mask, int row_g, int n0, int seqlen_k,
+                                                 int causal_offset, int lane, uint32_t scratch,
+                                                 Landed landed) {
+    float corr[2];
+    if constexpr (kFp8ExpSplit<T, Causal, TwoS> > 0) {
+        constexpr int kSplit = kFp8ExpSplit<T, Causal, TwoS>;
+        float offset[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+        softmax_maxima<T, Causal>(s, st, corr, offset, c, mask, row_g, n0, seqlen_k,
+                                  causal_offset, lane);
+        exponentiate<T, 0, 4 * kSplit>(s, sum, offset, c);
+        // The running sum beside the new terms: ptxas proves a sum of exponentials alone never
+        // negative and drops the store, and the wait with it (then hoisted to the maxima, its
+        // registers wanted there).
+        sm90::order_wait_after(st.sum[0] + (sum[0][0] + sum[1][0]), scratch);
+        landed();
+        pack_probabilities<T, 0, kSplit>(pa, s);
+        exponentiate<T, 4 * kSplit, T::kNTiles>(s, sum, offset, c);
+        pack_probabilities<T, kSplit, T::kPSteps>(pa, s);
+        fold_sums(st, sum, corr);
+        // Last: a branch before the rest would end the block they are scheduled in.
+        if (corr[0] != 1.f || corr[1] != 1.f) rescale<T>(o, corr);
+    } else {
+        softmax_tile<T, Causal>(s, st, corr, c, mask, row_g, n0, seqlen_k, causal_offset, lane);
+        // Keeps ptxas from hoisting the wait above the softmax (16-bit kernel, h10).
+        sm90::order_wait_after(st.sum[0] + st.sum[1], scratch);
+        landed();
+        if (corr[0] != 1.f || corr[1] != 1.f) rescale<T>(o, corr);
+        pack_probabilities<T>(pa, s);
     }
 }
 
@@ -665,15 +749,14 @@ __device__ __forceinline__ void two_s_mainloop(const Fp8KernelParams& kp, const 
             sm90::wgmma_commit();
         }
         turns.pass();
-        softmax_tile<T, Causal>(cur, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
-                                p.seqlen_k, causal_offset, lane);
-        // Keeps ptxas from hoisting the wait above the softmax (16-bit kernel, h10).
-        sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
-        sm90::wgmma_wait<kNext ? 1 : 0>();  // P_{j-1} V_{j-1} landed; S_{j+1} may still run
-        sm90::fence_registers(o);
-        release(sm.empty_v(prev));
-        if (corr[0] != 1.f || corr[1] != 1.f) rescale<T>(o, corr);
-        pack_probabilities<T>(pa, cur);
+        auto landed = [&] {
+            sm90::wgmma_wait<kNext ? 1 : 0>();  // P_{j-1} V_{j-1} landed; S_{j+1} may still run
+            sm90::fence_registers(o);
+            release(sm.empty_v(prev));
+        };
+        softmax_and_pack<T, Causal, true>(cur, st, o, pa, c, needs_mask(j), row_g,
+                                          j * T::kBlockN, p.seqlen_k, causal_offset, lane,
+                                          sm.scratch(), landed);
         if constexpr (kNext) {
             sm90::wgmma_wait<0>();  // S_{j+1} landed
             sm90::fence_registers(nxt);
@@ -775,15 +858,14 @@ __device__ __forceinline__ void consume(const Fp8KernelParams& kp, const Fp8Smem
             sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
             sm90::fence_registers(s);
             release(sm.empty_k(stage));
-            softmax_tile<T, Causal>(s, st, corr, c, needs_mask(j), row_g, j * T::kBlockN,
-                                    p.seqlen_k, causal_offset, lane);
-            // Keeps ptxas from hoisting the wait above the softmax (16-bit kernel, h10).
-            sm90::order_wait_after(st.sum[0] + st.sum[1], sm.scratch());
-            sm90::wgmma_wait<0>();
-            sm90::fence_registers(o);
-            release(sm.empty_v(prev.stage));
-            if (corr[0] != 1.f || corr[1] != 1.f) rescale<T>(o, corr);
-            pack_probabilities<T>(pa, s);
+            auto landed = [&] {
+                sm90::wgmma_wait<0>();
+                sm90::fence_registers(o);
+                release(sm.empty_v(prev.stage));
+            };
+            softmax_and_pack<T, Causal, false>(s, st, o, pa, c, needs_mask(j), row_g,
+                                               j * T::kBlockN, p.seqlen_k, causal_offset, lane,
+                                               sm.scratch(), landed);
         }
         last_pv<T>(o, pa, sm, turns, at, lane);
     }

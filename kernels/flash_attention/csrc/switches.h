@@ -154,6 +154,15 @@ static_assert(FLASH_SM90_SPLIT_TAIL >= 0 && FLASH_SM90_SPLIT_TAIL <= 2, "0..2");
 #endif
 static_assert(FLASH_FP8_LAZY_RESCALE >= 0 && FLASH_FP8_LAZY_RESCALE <= 2, "0..2");
 
+// The FP8 key loops (flash_fwd_sm90_fp8.cuh, kFp8ExpSplit, softmax_and_pack): P V_{j-1} waited for
+// after the exponentials of S_j's first n 32-key steps, their packing under the rest's (f13).
+// 0 the shipped choice (all steps but the last: 6 of 7 at 224 keys, 3 of 4 at 128); 1..6 n
+// steps (at most all but the last); 7 after every exponential of the tile (the tree before f13).
+#ifndef FLASH_FP8_EXP_SPLIT
+#define FLASH_FP8_EXP_SPLIT 0
+#endif
+static_assert(FLASH_FP8_EXP_SPLIT >= 0 && FLASH_FP8_EXP_SPLIT <= 7, "0..7");
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D128 == 0 || FLASH_COMPACT_SHAPE_D128 == 5 ||
