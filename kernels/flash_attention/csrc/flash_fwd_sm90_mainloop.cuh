@@ -58,13 +58,14 @@ __device__ __forceinline__ void qk_wgmma(float (&s)[T::kNTiles][4], const Sm90Sm
     }
 }
 
-// P (probabilities, fp32 C fragments) as the 16-bit A fragments of P V, one per 16 keys.
-template <typename T>
+// P (probabilities, fp32 C fragments) as the 16-bit A fragments of P V, one per 16 keys (those
+// of 16-key steps [From, To)).
+template <typename T, int From = 0, int To = T::kBlockN / 16>
 __device__ __forceinline__ void pack_probabilities(uint32_t (&pa)[T::kBlockN / 16][4],
                                                    const float (&p)[T::kNTiles][4]) {
     using Elem = typename T::Elem;
 #pragma unroll
-    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+    for (int kk = From; kk < To; ++kk) {
         pa[kk][0] = Mma<Elem>::pack(p[2 * kk][0], p[2 * kk][1]);
         pa[kk][1] = Mma<Elem>::pack(p[2 * kk][2], p[2 * kk][3]);
         pa[kk][2] = Mma<Elem>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]);
@@ -104,15 +105,15 @@ __device__ __forceinline__ void pv_wgmma(float (&o_acc)[T::kDTiles][4], float (&
     }
 }
 
-// The bits of every value of x or-ed together: of probabilities (>= 0), a float >= 0 or NaN;
-// of probabilities packed two to a word (16-bit halves >= 0), the same.
+// The bits of every value of x (of its rows [From, To)) or-ed together: of probabilities (>= 0),
+// a float >= 0 or NaN; of probabilities packed two to a word (16-bit halves >= 0), the same.
 __device__ __forceinline__ uint32_t bits_of(float x) { return __float_as_uint(x); }
 __device__ __forceinline__ uint32_t bits_of(uint32_t x) { return x; }
-template <typename V, int N>
+template <int From = 0, int To = -1, typename V, int N>
 __device__ __forceinline__ float or_bits(const V (&x)[N][4]) {
     uint32_t bits = 0;
 #pragma unroll
-    for (int t = 0; t < N; ++t)
+    for (int t = From; t < (To < 0 ? N : To); ++t)
 #pragma unroll
         for (int c = 0; c < 4; ++c) bits |= bits_of(x[t][c]);
     return __uint_as_float(bits);
@@ -209,6 +210,18 @@ struct TileSteps {
     static constexpr int S = T::kStages;
     // P as P V's A fragments: one buffer, or two (Choices::kTwoP) taken in turns.
     static constexpr int kPBuffers = Choices::kTwoP ? 2 : 1;
+    // h53: the 16-key steps of P whose exponentials come before the wait for P V (one P buffer
+    // only), 0 for the wait after the whole softmax: all but the last in the solo kernel (D = 64
+    // causal: 1.004-1.017x), 2 elsewhere (D = 64 non-causal 1.009-1.043x and D = 256 1.003-1.037x,
+    // where more steps measured 0.966-0.995x and 1.00-1.028x; one process, NOTES.md h53).
+    // FLASH_SM90_EXP_SPLIT: 1-14 that many (at most all but the last), 15 none.
+    static constexpr int kExpSplitSteps = T::kBlockN / 16;
+    static constexpr int kExpSplitChosen =
+        FLASH_SM90_EXP_SPLIT == 0 ? (T::kSolo ? kExpSplitSteps - 1 : 2)
+        : FLASH_SM90_EXP_SPLIT == 15
+            ? 0
+            : (FLASH_SM90_EXP_SPLIT < kExpSplitSteps ? FLASH_SM90_EXP_SPLIT : kExpSplitSteps - 1);
+    static constexpr int kExpSplit = Choices::kTwoP ? 0 : kExpSplitChosen;
     using PFragments = uint32_t[T::kBlockN / 16][4];
 
     const FlashFwdParams& p;
@@ -225,15 +238,19 @@ struct TileSteps {
     float (&l_acc)[1][1][4];
     OnlineSoftmax<1>& softmax;
 
-    // Masks tile j's raw scores where needed and folds them into the softmax state; whether
-    // the reference max moved (O then needs `correction`).
-    __device__ __forceinline__ bool score_tile(float (&s)[1][T::kNTiles][4], int j,
-                                               float (&correction)[1][2]) const {
+    // Masks tile j's raw scores where it runs past the keys or (causal) a row's last key.
+    __device__ __forceinline__ void mask_tile(float (&s)[1][T::kNTiles][4], int j) const {
         const int n0 = j * T::kBlockN;
         const bool tail = n0 + T::kBlockN > p.seqlen_k;
         const bool diagonal = Causal && n0 + T::kBlockN - 1 > m0 + causal_offset;
         if (tail || diagonal)
             mask_scores<T, Causal>(s, m0, n0, p.seqlen_k, causal_offset, consumer_warp, lane);
+    }
+    // Masks tile j's raw scores where needed and folds them into the softmax state; whether
+    // the reference max moved (O then needs `correction`).
+    __device__ __forceinline__ bool score_tile(float (&s)[1][T::kNTiles][4], int j,
+                                               float (&correction)[1][2]) const {
+        mask_tile(s, j);
         if constexpr (Choices::kLazyRescale)
             return softmax.template fold_lazy<Choices::kTreeMax, Choices::kSumParts>(
                 s, correction, scale_log2);
@@ -312,6 +329,10 @@ struct TileSteps {
         sm90::wgmma_wait<1>();  // S_j landed; P_{j-1} V_{j-1} may still run
         sm90::fence_registers(s[0]);
         release_k(j);
+        if constexpr (kExpSplit > 0) {
+            split_softmax(s, correction, j, p_next);
+            return;
+        }
         const bool moved = score_tile(s, j, correction);
         if constexpr (Choices::kTwoP) pack_probabilities<T>(p_next, s[0]);
         // Without this, ptxas hoists the wait below to just after wait<1>: the softmax then ran
@@ -335,6 +356,39 @@ struct TileSteps {
             if constexpr (T::kRowSumMma) OnlineSoftmax<1>::rescale_output(l_acc, correction);
         }
         if constexpr (!Choices::kTwoP) pack_probabilities<T>(p_next, s[0]);
+    }
+
+    // h53 (one P buffer): the wait for P_{j-1} V_{j-1} after the exponentials of S_j's first
+    // kExpSplit 16-key steps, not after the whole softmax, so that their packing runs under the
+    // rest's exponentials (FP8's f13); the same arithmetic in the same order. O's rescale last:
+    // a branch before the rest would end the block ptxas schedules them in.
+    __device__ __forceinline__ void split_softmax(float (&s)[1][T::kNTiles][4],
+                                                  float (&correction)[1][2], int j,
+                                                  PFragments& p_next) const {
+        constexpr int kParts = Choices::kSumParts;
+        mask_tile(s, j);
+        float m_use[1][2], part[1][2][kParts];
+        const bool moved = softmax.template fold_maxima<Choices::kLazyRescale, Choices::kTreeMax>(
+            s, correction, m_use, scale_log2);
+        softmax.template exponentiate_range<kParts, 0, 2 * kExpSplit>(s, m_use, scale_log2, part);
+        // The pin (key_tile's) on every exponential of the first steps, through their bits: a
+        // partial sum pins only the exponentials it adds (at D = 256 one part of four, and
+        // ptxas hoisted the wait above the rest), and a sum of exponentials alone ptxas proves
+        // >= 0, dropping the pin (FP8, f13).
+        sm90::order_wait_after(or_bits<0, 2 * kExpSplit>(s[0]), sm.scratch());
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(o_acc[0]);
+        if constexpr (T::kRowSumMma) sm90::fence_registers(l_acc[0]);
+        release_v(j - 1);
+        pack_probabilities<T, 0, kExpSplit>(p_next, s[0]);
+        softmax.template exponentiate_range<kParts, 2 * kExpSplit, T::kNTiles>(s, m_use,
+                                                                                scale_log2, part);
+        softmax.template add_parts<kParts>(part);
+        pack_probabilities<T, kExpSplit, T::kBlockN / 16>(p_next, s[0]);
+        if (moved) {
+            OnlineSoftmax<1>::rescale_output(o_acc, correction);
+            if constexpr (T::kRowSumMma) OnlineSoftmax<1>::rescale_output(l_acc, correction);
+        }
     }
 
     // The tile's last P V, from buffer `p_last`.

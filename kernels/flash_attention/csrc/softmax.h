@@ -226,6 +226,103 @@ struct OnlineSoftmax {
         return moved;
     }
 
+    // fold() and fold_lazy() in parts, for a caller that waits for an asynchronous MMA between a
+    // tile's first exponentials and the rest (the Hopper key loop, NOTES.md h53): fold_maxima()
+    // moves the maxima and rescales the sums as fold() (Lazy: fold_lazy()) does, leaving each
+    // row half's exponent shift in m_use; exponentiate_range() takes the exponentials of n8
+    // tiles [From, To) of every row half, their sums carried in `part` (SumParts > 1) or in
+    // row_sum (1); add_parts() adds the parts to row_sum after the last range. Per row half,
+    // fold()'s arithmetic in fold()'s order.
+    template <bool Lazy, bool TreeMax, int NTiles>
+    __device__ __forceinline__ bool fold_maxima(const float (&s)[MTiles][NTiles][4],
+                                                float (&correction)[MTiles][2],
+                                                float (&m_use)[MTiles][2], float scale_log2) {
+        if constexpr (Lazy) {
+            float tile[MTiles][2];
+            bool over = false;
+#pragma unroll
+            for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    tile[mt][h] = tile_max<TreeMax>(s, mt, h) * scale_log2;
+                    over |= tile[mt][h] > row_max[mt][h] + kLazyLog2;
+                }
+            const bool moved = __any_sync(0xffffffff, over);
+#pragma unroll
+            for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    correction[mt][h] = 1.f;
+                    if (moved) {
+                        const float mx = fmaxf(row_max[mt][h], tile[mt][h]);
+                        correction[mt][h] =
+                            fast_exp2(row_max[mt][h] - (mx == -INFINITY ? 0.f : mx));
+                        row_sum[mt][h] *= correction[mt][h];
+                        row_max[mt][h] = mx;
+                    }
+                    m_use[mt][h] = row_max[mt][h] == -INFINITY ? 0.f : row_max[mt][h];
+                }
+            return moved;
+        } else {
+            bool moved = false;
+#pragma unroll
+            for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const float2 m = next_max<TreeMax>(s, mt, h, scale_log2);
+                    correction[mt][h] = fast_exp2(row_max[mt][h] - m.y);
+                    row_sum[mt][h] *= correction[mt][h];
+                    moved |= m.x != row_max[mt][h];
+                    row_max[mt][h] = m.x;
+                    m_use[mt][h] = m.y;
+                }
+            return __any_sync(0xffffffff, moved);
+        }
+    }
+
+    template <int SumParts, int From, int To, int NTiles>
+    __device__ __forceinline__ void exponentiate_range(float (&s)[MTiles][NTiles][4],
+                                                       const float (&m_use)[MTiles][2],
+                                                       float scale_log2,
+                                                       float (&part)[MTiles][2][SumParts]) {
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                if constexpr (SumParts > 1) {
+#pragma unroll
+                    for (int i = 2 * From; i < 2 * To; ++i) {
+                        float& x = s[mt][i / 2][2 * h + i % 2];
+                        x = fast_exp2(fmaf(x, scale_log2, -m_use[mt][h]));
+                        float& sum = part[mt][h][i % SumParts];
+                        sum = i < SumParts ? x : sum + x;
+                    }
+                } else {
+#pragma unroll
+                    for (int t = From; t < To; ++t)
+#pragma unroll
+                        for (int c = 2 * h; c < 2 * h + 2; ++c) {
+                            s[mt][t][c] = fast_exp2(fmaf(s[mt][t][c], scale_log2, -m_use[mt][h]));
+                            row_sum[mt][h] += s[mt][t][c];
+                        }
+                }
+            }
+    }
+
+    template <int SumParts>
+    __device__ __forceinline__ void add_parts(const float (&part)[MTiles][2][SumParts]) {
+        if constexpr (SumParts > 1) {
+#pragma unroll
+            for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float tile_sum = part[mt][h][0] + part[mt][h][1];
+                    if constexpr (SumParts == 4) tile_sum += part[mt][h][2] + part[mt][h][3];
+                    row_sum[mt][h] += tile_sum;
+                }
+        }
+    }
+
     template <int DTiles>
     static __device__ __forceinline__ void rescale_output(float (&o_acc)[MTiles][DTiles][4],
                                                           const float (&correction)[MTiles][2]) {

@@ -163,6 +163,16 @@ static_assert(FLASH_FP8_LAZY_RESCALE >= 0 && FLASH_FP8_LAZY_RESCALE <= 2, "0..2"
 #endif
 static_assert(FLASH_FP8_EXP_SPLIT >= 0 && FLASH_FP8_EXP_SPLIT <= 7, "0..7");
 
+// The Hopper 16-bit key loop with one P buffer (flash_fwd_sm90_mainloop.cuh, TileSteps::
+// kExpSplit; D = 64 and 256): P V_{j-1} waited for after the exponentials of S_j's first n 16-key
+// steps, their packing under the rest's (h53, FP8's f13). 0 the shipped choice (all steps but
+// the last in the solo kernel, 2 elsewhere); 1-14 n (at most all but the last); 15 after the
+// whole softmax (the tree before h53).
+#ifndef FLASH_SM90_EXP_SPLIT
+#define FLASH_SM90_EXP_SPLIT 0
+#endif
+static_assert(FLASH_SM90_EXP_SPLIT >= 0 && FLASH_SM90_EXP_SPLIT <= 15, "0..15");
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D128 == 0 || FLASH_COMPACT_SHAPE_D128 == 5 ||
