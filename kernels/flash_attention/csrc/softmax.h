@@ -178,16 +178,26 @@ struct OnlineSoftmax {
         for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float2 m = next_max<TreeMax>(s, mt, h, scale_log2);
-                const float mx = m.x, m_use = m.y;
-                correction[mt][h] = fast_exp2(row_max[mt][h] - m_use);
-                row_sum[mt][h] *= correction[mt][h];
-                moved |= mx != row_max[mt][h];
-                row_max[mt][h] = mx;
+                const float m_use = move_max<TreeMax>(s, mt, h, correction, moved, scale_log2);
                 exponentiate<SumParts>(s, mt, h, m_use, scale_log2);
             }
         }
         return __any_sync(0xffffffff, moved);
+    }
+
+    // fold()'s step for row half h of m-tile mt: its max moved to the tile's, the sum rescaled
+    // to it, the factor O owes in `correction`, `moved` set if it moved; the value its
+    // exponentials are taken against.
+    template <bool TreeMax, int NTiles>
+    __device__ __forceinline__ float move_max(const float (&s)[MTiles][NTiles][4], int mt, int h,
+                                              float (&correction)[MTiles][2], bool& moved,
+                                              float scale_log2) {
+        const float2 m = next_max<TreeMax>(s, mt, h, scale_log2);
+        correction[mt][h] = fast_exp2(row_max[mt][h] - m.y);
+        row_sum[mt][h] *= correction[mt][h];
+        moved |= m.x != row_max[mt][h];
+        row_max[mt][h] = m.x;
+        return m.y;
     }
 
     // fold() with update_lazy()'s rule: the reference max each row's exponentials are taken
@@ -199,6 +209,23 @@ struct OnlineSoftmax {
     __device__ __forceinline__ bool fold_lazy(float (&s)[MTiles][NTiles][4],
                                               float (&correction)[MTiles][2], float scale_log2) {
         float tile[MTiles][2];
+        const bool moved = lazy_vote<TreeMax>(s, tile, scale_log2);
+#pragma unroll
+        for (int mt = 0; mt < MTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                exponentiate<SumParts>(s, mt, h, lazy_move(mt, h, moved, tile, correction),
+                                       scale_log2);
+        return moved;
+    }
+
+    // fold_lazy()'s steps: each row half's scaled tile maximum into `tile` and the warp's vote
+    // on whether any row passes its reference max by more than kLazyLog2; then, per row half,
+    // the move (if the vote said so: the true max, the sums rescaled) and the value its
+    // exponentials are taken against.
+    template <bool TreeMax, int NTiles>
+    __device__ __forceinline__ bool lazy_vote(const float (&s)[MTiles][NTiles][4],
+                                              float (&tile)[MTiles][2], float scale_log2) const {
         bool over = false;
 #pragma unroll
         for (int mt = 0; mt < MTiles; ++mt)
@@ -208,22 +235,19 @@ struct OnlineSoftmax {
                 // -inf + kLazyLog2 is -inf: a row's first visible key always moves it.
                 over |= tile[mt][h] > row_max[mt][h] + kLazyLog2;
             }
-        const bool moved = __any_sync(0xffffffff, over);
-#pragma unroll
-        for (int mt = 0; mt < MTiles; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                correction[mt][h] = 1.f;
-                if (moved) {
-                    const float mx = fmaxf(row_max[mt][h], tile[mt][h]);
-                    correction[mt][h] = fast_exp2(row_max[mt][h] - (mx == -INFINITY ? 0.f : mx));
-                    row_sum[mt][h] *= correction[mt][h];
-                    row_max[mt][h] = mx;
-                }
-                exponentiate<SumParts>(s, mt, h, row_max[mt][h] == -INFINITY ? 0.f : row_max[mt][h],
-                                       scale_log2);
-            }
-        return moved;
+        return __any_sync(0xffffffff, over);
+    }
+    __device__ __forceinline__ float lazy_move(int mt, int h, bool moved,
+                                               const float (&tile)[MTiles][2],
+                                               float (&correction)[MTiles][2]) {
+        correction[mt][h] = 1.f;
+        if (moved) {
+            const float mx = fmaxf(row_max[mt][h], tile[mt][h]);
+            correction[mt][h] = fast_exp2(row_max[mt][h] - (mx == -INFINITY ? 0.f : mx));
+            row_sum[mt][h] *= correction[mt][h];
+            row_max[mt][h] = mx;
+        }
+        return row_max[mt][h] == -INFINITY ? 0.f : row_max[mt][h];
     }
 
     // fold() and fold_lazy() in parts, for a caller that waits for an asynchronous MMA between a
@@ -239,43 +263,20 @@ struct OnlineSoftmax {
                                                 float (&m_use)[MTiles][2], float scale_log2) {
         if constexpr (Lazy) {
             float tile[MTiles][2];
-            bool over = false;
+            const bool moved = lazy_vote<TreeMax>(s, tile, scale_log2);
 #pragma unroll
             for (int mt = 0; mt < MTiles; ++mt)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    tile[mt][h] = tile_max<TreeMax>(s, mt, h) * scale_log2;
-                    over |= tile[mt][h] > row_max[mt][h] + kLazyLog2;
-                }
-            const bool moved = __any_sync(0xffffffff, over);
-#pragma unroll
-            for (int mt = 0; mt < MTiles; ++mt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    correction[mt][h] = 1.f;
-                    if (moved) {
-                        const float mx = fmaxf(row_max[mt][h], tile[mt][h]);
-                        correction[mt][h] =
-                            fast_exp2(row_max[mt][h] - (mx == -INFINITY ? 0.f : mx));
-                        row_sum[mt][h] *= correction[mt][h];
-                        row_max[mt][h] = mx;
-                    }
-                    m_use[mt][h] = row_max[mt][h] == -INFINITY ? 0.f : row_max[mt][h];
-                }
+                for (int h = 0; h < 2; ++h)
+                    m_use[mt][h] = lazy_move(mt, h, moved, tile, correction);
             return moved;
         } else {
             bool moved = false;
 #pragma unroll
             for (int mt = 0; mt < MTiles; ++mt)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const float2 m = next_max<TreeMax>(s, mt, h, scale_log2);
-                    correction[mt][h] = fast_exp2(row_max[mt][h] - m.y);
-                    row_sum[mt][h] *= correction[mt][h];
-                    moved |= m.x != row_max[mt][h];
-                    row_max[mt][h] = m.x;
-                    m_use[mt][h] = m.y;
-                }
+                for (int h = 0; h < 2; ++h)
+                    m_use[mt][h] = move_max<TreeMax>(s, mt, h, correction, moved, scale_log2);
             return __any_sync(0xffffffff, moved);
         }
     }
