@@ -156,8 +156,9 @@ static_assert(FLASH_FP8_LAZY_RESCALE >= 0 && FLASH_FP8_LAZY_RESCALE <= 2, "0..2"
 
 // The FP8 key loops (flash_fwd_sm90_fp8.cuh, kFp8ExpSplit, softmax_and_pack): P V_{j-1} waited for
 // after the exponentials of S_j's first n 32-key steps, their packing under the rest's (f13).
-// 0 the shipped choice (all steps but the last: 6 of 7 at 224 keys, 3 of 4 at 128); 1..6 n
-// steps (at most all but the last); 7 after every exponential of the tile (the tree before f13).
+// 0 the shipped choice (all steps but the last: 6 of 7 at 224 keys, 3 of 4 at 128; 2 of 4 in the
+// two-S non-causal kernel); 1..6 n steps (at most all but the last); 7 after every exponential of
+// the tile (the tree before f13).
 #ifndef FLASH_FP8_EXP_SPLIT
 #define FLASH_FP8_EXP_SPLIT 0
 #endif
