@@ -118,6 +118,7 @@ SWITCHES = {
     "FLASH_FP8_LAZY_RESCALE": range(0, 3),
     "FLASH_FP8_EXP_SPLIT": range(0, 8),
     "FLASH_SM90_EXP_SPLIT": range(0, 16),
+    "FLASH_SM90_O_STORE": range(0, 2),
     "FLASH_SM90_OWN_KEY_BOUND": range(0, 3),
     "FLASH_SM90_DESC_STEPS": range(0, 3),
     "FLASH_SM90_RING_FROM_ZERO": range(0, 3),

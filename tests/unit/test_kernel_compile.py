@@ -703,6 +703,36 @@ def test_solo_row_sums_on_the_tensor_core_keep_three_blocks_an_sm(tmp_path: Path
     assert (dynamic + static + 1024) * blocks <= 228 * 1024, (dynamic, static)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_d256_hopper_kernel_stores_o_by_tma_from_a_staging_block_that_fits(tmp_path: Path):
+    """The shipped D = 256 Hopper unit stores O with TMA stores from a staging block of its own
+    (Sm90Traits::kStageOHalves, NOTES.md h55: 1.12-1.18x at 1024 keys), where
+    FLASH_SM90_O_STORE=1 (the tree before) stores each thread's 4-byte fragments; the block's
+    dynamic shared memory with the 32 KB of staging is at most the 227 KB a block may opt in
+    to, and with the static 1 KB and the system's 1 KB at most the SM's 228 KB."""
+    unit = "fwd_hdim256_bf16_sm90"
+    src = tmp_path / "src"
+    generate.write_sources(src, "sm_90")
+    ptx = {
+        name: nvcc_step("-ptx", src / f"{unit}.cu", tmp_path / f"{name}.ptx", d, "sm_90", unit)
+        for name, d in [("shipped", None), ("before", {"FLASH_SM90_O_STORE": 1})]
+    }
+    tma_store = b"cp.async.bulk.tensor.4d.global.shared::cta"
+    assert tma_store in ptx["shipped"] and tma_store not in ptx["before"]
+    program = tmp_path / "smem.cu"
+    program.write_text(
+        '#include <cstdio>\n#include <cuda_bf16.h>\n#include "flash_fwd_launch_sm90.cuh"\n'
+        "int main() {\n"
+        "  using T = flash::Sm90Config<__nv_bfloat16, 256, false>::type;\n"
+        '  std::printf("%d %d %d\\n", (int)T::kStageOHalves, T::kOHalvesBytes, T::kSmemBytes);\n'
+        "}\n"
+    )
+    halves, staging, dynamic = map(int, _host_program_lines(program, tmp_path / "smem")[0].split())
+    assert halves == 1 and staging == 32 * 1024
+    assert dynamic <= 227 * 1024 and dynamic + 1024 + 1024 <= 228 * 1024, dynamic
+
+
 def compact_shapes(head_dim: int) -> set[int]:
     """The shapes the launcher's CompactShape specialisations define for this head dim."""
     launcher = (build.CSRC_DIR / "flash_fwd_launch.cuh").read_text()

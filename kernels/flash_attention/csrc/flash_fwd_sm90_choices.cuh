@@ -69,7 +69,7 @@ struct Sm90Choices {
         FLASH_SM90_LAZY_RESCALE == 0
             ? T::kHeadDim == 256 || (T::kHeadDim == 64 && T::kConsumerWarpgroups == 3)
             : FLASH_SM90_LAZY_RESCALE == 2;
-    static constexpr bool kTmaStore = T::kStageO;
+    static constexpr bool kTmaStore = T::kStageO || T::kStageOHalves;
     static constexpr bool kTwoP =
         T::kConsumerWarpgroups == 2 &&
         (FLASH_SM90_P_BUFFERS == 0

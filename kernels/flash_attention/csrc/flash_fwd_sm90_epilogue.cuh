@@ -10,6 +10,34 @@
 
 namespace flash {
 
+// Row half h's n8 tiles [From, To) of O (From a multiple of 8), times `inv`, packed into a
+// staging buffer of 64-column blocks kBlockBytes apart from `stage_base` (the swizzled address
+// of tile From's block, row half 0).
+template <typename T, int kBlockBytes, int From = 0, int To = T::kDTiles>
+__device__ __forceinline__ void stage_tiles(const float (&o_acc)[T::kDTiles][4], int h,
+                                            float inv, uint8_t* sq, int stage_base) {
+    using Elem = typename T::Elem;
+    static_assert(From % 8 == 0);
+#pragma unroll
+    for (int t = From; t < To; ++t) {
+        const int offset = (stage_base ^ ((t % 8) << 4)) + (t - From) / 8 * kBlockBytes +
+                           h * 8 * T::kRowBytes;
+        *reinterpret_cast<uint32_t*>(sq + offset) =
+            Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
+    }
+}
+// Row half h's 1 / (sum of P) (the softmax's, or with T::kRowSumMma the tensor core's), its lse
+// written for row `r` of the tile where the row is inside the sequence.
+template <typename T>
+__device__ __forceinline__ float finish_row(const float (&l_acc)[1][4],
+                                            const OnlineSoftmax<1>& softmax, int h, float* lse,
+                                            int m0, int r, int seqlen_q, int lane) {
+    const float sum = T::kRowSumMma ? l_acc[0][2 * h] : softmax.total(0, h);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    if (lane % 4 == 0 && m0 + r < seqlen_q) lse[m0 + r] = softmax.lse(0, h, sum);
+    return inv;
+}
+
 // The staging half of write_output_tma: this warp's 16 rows of O, normalized by their sums of P
 // (the softmax's, or with T::kRowSumMma the tensor core's in l_acc), packed into the O buffer
 // `sq`, and their lse written. The addresses come from one base per thread: rows
@@ -24,23 +52,13 @@ __device__ __forceinline__ void stage_rows_base(float (&o_acc)[T::kDTiles][4],
                                                 const OnlineSoftmax<1>& softmax, uint8_t* sq,
                                                 float* lse, int m0, int seqlen_q,
                                                 int consumer_warp, int lane) {
-    using Elem = typename T::Elem;
     constexpr int kQBlockBytes = T::kBlockM * T::kRowBytes;
     const int row = consumer_warp * 16 + lane / 4;
     const int stage_base = row * T::kRowBytes + ((lane / 4) << 4) + (lane % 4) * 4;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const float sum = T::kRowSumMma ? l_acc[0][2 * h] : softmax.total(0, h);
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        const int r = row + h * 8;
-        if (lane % 4 == 0 && m0 + r < seqlen_q) lse[m0 + r] = softmax.lse(0, h, sum);
-#pragma unroll
-        for (int t = 0; t < T::kDTiles; ++t) {
-            const int offset =
-                (stage_base ^ ((t % 8) << 4)) + (t / 8) * kQBlockBytes + h * 8 * T::kRowBytes;
-            *reinterpret_cast<uint32_t*>(sq + offset) =
-                Mma<Elem>::pack(o_acc[t][2 * h] * inv, o_acc[t][2 * h + 1] * inv);
-        }
+        const float inv = finish_row<T>(l_acc, softmax, h, lse, m0, row + h * 8, seqlen_q, lane);
+        stage_tiles<T, kQBlockBytes>(o_acc, h, inv, sq, stage_base);
     }
 }
 
@@ -78,9 +96,61 @@ __device__ __forceinline__ void write_output_tma(float (&o_acc)[T::kDTiles][4],
     }
 }
 
-// Without an O buffer (D = 256: T::kStageO false): O normalized by its rows' sums of P (the
-// softmax's, or with T::kRowSumMma the tensor core's in l_acc), lse written, and each thread
-// stores its own fragments, 4 bytes each.
+// T::kStageOHalves (D = 256, where a whole O buffer does not fit): each consumer warp stages its
+// 16 rows 128 columns at a time in its own 4 KB (two 64-column blocks of 16 rows, the 128-byte
+// swizzle as in stage_rows_base) and its lane 0 stores each half with two TMA stores, the
+// second half staged once the first half's store has read the buffer: 64 conflict-free 4-byte
+// shared stores a thread and four bulk stores a warp instead of 64 4-byte global stores of 8
+// rows x 16 bytes each. consume() waits for the last store before the block exits.
+template <typename T>
+__device__ __forceinline__ void write_output_tma_halves(float (&o_acc)[T::kDTiles][4],
+                                                        const float (&l_acc)[1][4],
+                                                        const OnlineSoftmax<1>& softmax,
+                                                        const Sm90Smem<T>& sm,
+                                                        const CUtensorMap* tma_o, const Tile& tile,
+                                                        float* lse, int m0, int seqlen_q,
+                                                        int consumer_warp, int lane) {
+    constexpr int kBlockBytes = 16 * T::kRowBytes;  // 64 columns of the warp's 16 rows
+    constexpr int kHalfTiles = T::kDTiles / 2;      // n8 tiles of 128 columns
+    static_assert(T::kRowBytes == 128 && kBlockBytes % 1024 == 0 && kHalfTiles == 16);
+    uint8_t* staged = sm.o_halves_generic() + consumer_warp * 2 * kBlockBytes;
+    const uint32_t src = sm.o_halves() + consumer_warp * 2 * kBlockBytes;
+    // Row lane / 4 (+ 8h) of the warp's 16: r % 8 = lane / 4, the swizzled chunk t ^ r % 8.
+    const int row = lane / 4;
+    const int stage_base = row * T::kRowBytes + (row << 4) + (lane % 4) * 4;
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        inv[h] = finish_row<T>(l_acc, softmax, h, lse, m0, consumer_warp * 16 + row + h * 8,
+                               seqlen_q, lane);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        // This warp's previous store (the last tile's, or the first half) has read its rows.
+        if (lane == 0) sm90::bulk_wait_group_read<0>();
+        __syncwarp();
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (half == 0)
+                stage_tiles<T, kBlockBytes, 0, kHalfTiles>(o_acc, h, inv[h], staged, stage_base);
+            else
+                stage_tiles<T, kBlockBytes, kHalfTiles, T::kDTiles>(o_acc, h, inv[h], staged,
+                                                                    stage_base);
+        }
+        sm90::fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) {
+#pragma unroll
+            for (int cb = 0; cb < 2; ++cb)
+                sm90::tma_store_4d(tma_o, src + cb * kBlockBytes, (2 * half + cb) * 64,
+                                   m0 + consumer_warp * 16, tile.head, tile.batch);
+            sm90::bulk_commit_group();
+        }
+    }
+}
+
+// The D = 256 kernels under FLASH_SM90_O_STORE=1 (no staging, the tree before h55): O normalized
+// by its rows' sums of P (the softmax's, or with T::kRowSumMma the tensor core's in l_acc), lse
+// written, and each thread stores its own fragments, 4 bytes each.
 template <typename T>
 __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
                                                   const float (&l_acc)[1][4],
@@ -89,7 +159,7 @@ __device__ __forceinline__ void write_output_sm90(float (&o_acc)[T::kDTiles][4],
                                                   float* lse, int m0, int seqlen_q,
                                                   int consumer_warp, int lane) {
     using Elem = typename T::Elem;
-    static_assert(!T::kStageO, "a staged O is stored by write_output_tma");
+    static_assert(!T::kStageO && !T::kStageOHalves, "a staged O is stored by TMA");
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const float sum = T::kRowSumMma ? l_acc[0][2 * h] : softmax.total(0, h);

@@ -455,7 +455,10 @@ struct TileSteps {
     // O normalized, lse, O stored (flash_fwd_sm90_epilogue.cuh).
     __device__ __forceinline__ void write_output(const Tile& tile, const CUtensorMap* tma_o) const {
         float* lse = p.lse + ((int64_t)tile.batch * p.heads + tile.head) * p.seqlen_q;
-        if constexpr (Choices::kTmaStore) {
+        if constexpr (T::kStageOHalves) {
+            write_output_tma_halves<T>(o_acc[0], l_acc[0], softmax, sm, tma_o, tile, lse, m0,
+                                       p.seqlen_q, consumer_warp, lane);
+        } else if constexpr (Choices::kTmaStore) {
             write_output_tma<T>(o_acc[0], l_acc[0], softmax, sm, tma_o, tile, lse, m0, p.seqlen_q,
                                 consumer_warp, lane);
         } else {

@@ -61,6 +61,11 @@ struct Sm90Smem {
     __device__ __forceinline__ uint8_t* ones_generic() const {
         return generic + T::kQOBytes + 2 * T::kStages * T::kTileBytes;
     }
+    // The consumer warps' O staging (T::kStageOHalves), after the ones, 1024-aligned.
+    __device__ __forceinline__ uint32_t o_halves() const { return ones() + T::kOnesBytes; }
+    __device__ __forceinline__ uint8_t* o_halves_generic() const {
+        return ones_generic() + T::kOnesBytes;
+    }
     __device__ __forceinline__ uint32_t bar(int i) const { return smem_u32(bars + i); }
     __device__ __forceinline__ uint32_t scratch() const { return bar(kBarriers); }
     __device__ __forceinline__ uint32_t full_q(int qs) const { return bar(qs); }

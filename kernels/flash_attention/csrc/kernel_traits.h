@@ -108,11 +108,18 @@ struct Sm90Traits {
     static constexpr int kRowBytes = 128;
     static constexpr int kQBytes = kBlockM * HeadDim * 2;
     static constexpr int kTileBytes = BlockN * HeadDim * 2;  // one K or V tile
-    // O leaves through shared memory (each warp's rows by TMA stores, write_output_tma) where a
-    // buffer for it fits: at D = 256 Q alone takes 64 KB and the two-stage ring 128 KB, so O is
-    // stored from registers (write_output_sm90).
+    // O leaves through shared memory (each warp's rows by TMA stores, write_output_tma), in a
+    // buffer of its own where one fits: at D = 256 Q alone takes 64 KB and the two-stage ring
+    // 128 KB, so O goes in halves (kStageOHalves).
     static constexpr bool kStageO = HeadDim <= 128;
     static constexpr int kQOBytes = Solo ? kQBytes : (QStages + (kStageO ? 1 : 0)) * kQBytes;
+    // Without an O buffer: each consumer warp stages its 16 rows 128 columns at a time in 4 KB
+    // of its own after the ring (32 KB for 8 warps: D = 256's block then takes 225 KB, 227 KB
+    // with its barriers' 1 KB and the system's, all a block may have), stored by TMA (write_output_tma_halves): 1.12-1.18x the threads' 4-byte
+    // global stores at D = 256 1024, 1.07-1.12x at 2048, 1.01-1.02x at 16k (NOTES.md, h55;
+    // FLASH_SM90_O_STORE=1 the stores from registers).
+    static constexpr bool kStageOHalves = !kStageO && !Solo && FLASH_SM90_O_STORE == 0;
+    static constexpr int kOHalvesBytes = kStageOHalves ? kWarps * 16 * 128 * 2 : 0;
     // Each row's sum of probabilities: at D = 64 by the tensor core, P V as m64n72k16 whose 8
     // extra columns read a 2 KB block of ones (16 keys x 128 bytes, after the ring), the sums
     // landing in accumulators rescaled with O: 64 FADDs fewer per key tile, fp16 1.01-1.03x
@@ -134,8 +141,9 @@ struct Sm90Traits {
     // system's) is the SM's 228 KB exactly.
     static constexpr int kAlignPad = Solo && kRowSumMma ? 0 : 1024;
     static constexpr int kStaticSmem = 1024;
-    // Q's buffers, O staging, the K and V rings, the ones, and the pad.
-    static constexpr int kSmemBytes = kQOBytes + 2 * Stages * kTileBytes + kOnesBytes + kAlignPad;
+    // Q's buffers, O staging, the K and V rings, the ones, O's halves, and the pad.
+    static constexpr int kSmemBytes =
+        kQOBytes + 2 * Stages * kTileBytes + kOnesBytes + kOHalvesBytes + kAlignPad;
     // Two consumers: 24 x 128 + 240 x 256 = 64,512 of the SM's 65,536 registers; three:
     // 24 x 128 + 160 x 384 = 64,512.
     static constexpr int kProducerRegs = 24;
@@ -146,9 +154,11 @@ struct Sm90Traits {
     static_assert(QStages == 1 || QStages == 2, "one or two Q buffers");
     static_assert(!Solo || QStages == 1, "solo: one tile, one Q");
     static_assert(Solo || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
-    // Each block: its dynamic and static shared memory and the 1 KB the system reserves.
+    // Each block: its dynamic and static shared memory and the 1 KB the system reserves; the
+    // dynamic part at most what a block may opt in to (opt_in_shared_memory).
     static_assert((kSmemBytes + kStaticSmem + 1024) * kBlocksPerSm <= 228 * 1024,
                   "shared memory an SM");
+    static_assert(kSmemBytes <= 227 * 1024, "a block's dynamic shared memory");
 
     static __device__ __forceinline__ int tile_row(int mt, int warp) {
         return (mt * kWarps + warp) * 16;

@@ -174,6 +174,15 @@ static_assert(FLASH_FP8_EXP_SPLIT >= 0 && FLASH_FP8_EXP_SPLIT <= 7, "0..7");
 #endif
 static_assert(FLASH_SM90_EXP_SPLIT >= 0 && FLASH_SM90_EXP_SPLIT <= 15, "0..15");
 
+// How the Hopper kernels without a whole O buffer (D = 256: Sm90Traits::kStageO false) store O
+// (flash_fwd_sm90_epilogue.cuh): 0 as shipped, each consumer warp's 16 rows staged 128 columns
+// at a time in 4 KB of its own and stored by TMA (Sm90Traits::kStageOHalves, NOTES.md h55); 1
+// each thread its own 4-byte fragments from registers (the tree before).
+#ifndef FLASH_SM90_O_STORE
+#define FLASH_SM90_O_STORE 0
+#endif
+static_assert(FLASH_SM90_O_STORE == 0 || FLASH_SM90_O_STORE == 1, "0 or 1");
+
 static_assert(FLASH_FORCE_VARIANT >= 0 && FLASH_FORCE_VARIANT <= 2, "0, 1 (wide) or 2 (compact)");
 static_assert(FLASH_EMULATE_SMEM_PER_SM >= 0, "bytes per SM, or 0");
 static_assert(FLASH_COMPACT_SHAPE_D128 == 0 || FLASH_COMPACT_SHAPE_D128 == 5 ||
