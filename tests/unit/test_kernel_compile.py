@@ -790,6 +790,13 @@ PATCHED_BUILDS = [
         {"FLASH_SM90_ROW_SUM": 2},
         id="h36-fp16-only",
     ),
+    pytest.param(
+        "h54-prefetch-next-q.patch",
+        "sm_90",
+        "fwd_hdim256_bf16_sm90",
+        {"FLASH_SM90_PREFETCH_Q": 2},
+        id="h54-prefetch-q",
+    ),
 ]
 # The package's __init__ imports its torch binding (api.py, which no patch touches): ~1.5 s
 # of CPU a child. The compile needs the patched tree's build.py and generate.py alone, found
