@@ -707,7 +707,7 @@ def test_solo_row_sums_on_the_tensor_core_keep_three_blocks_an_sm(tmp_path: Path
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_d256_hopper_kernel_stores_o_by_tma_from_a_staging_block_that_fits(tmp_path: Path):
     """The shipped D = 256 Hopper unit stores O with TMA stores from a staging block of its own
-    (Sm90Traits::kStageOHalves, NOTES.md h55: 1.12-1.18x at 1024 keys), where
+    (Sm90Traits::kStageOHalves, NOTES.md h55: 1.12-1.17x at 1024 keys), where
     FLASH_SM90_O_STORE=1 (the tree before) stores each thread's 4-byte fragments; the block's
     dynamic shared memory with the 32 KB of staging is at most the 227 KB a block may opt in
     to, and with the static 1 KB and the system's 1 KB at most the SM's 228 KB."""

@@ -1,5 +1,6 @@
-// The Hopper kernel's epilogue: O normalized by its rows' sums of P, lse written, O stored (by
-// TMA from a staging buffer where the traits stage O, else from registers).
+// The Hopper kernel's epilogue: O normalized by its rows' sums of P, lse written, O stored by
+// TMA from shared memory (a whole O buffer at D = 64 and 128, D = 256's in halves), or from
+// registers (D = 256 under FLASH_SM90_O_STORE=1).
 #pragma once
 
 #include <stdint.h>

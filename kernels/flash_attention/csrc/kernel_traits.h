@@ -115,9 +115,10 @@ struct Sm90Traits {
     static constexpr int kQOBytes = Solo ? kQBytes : (QStages + (kStageO ? 1 : 0)) * kQBytes;
     // Without an O buffer: each consumer warp stages its 16 rows 128 columns at a time in 4 KB
     // of its own after the ring (32 KB for 8 warps: D = 256's block then takes 225 KB, 227 KB
-    // with its barriers' 1 KB and the system's, all a block may have), stored by TMA (write_output_tma_halves): 1.12-1.18x the threads' 4-byte
-    // global stores at D = 256 1024, 1.07-1.12x at 2048, 1.01-1.02x at 16k (NOTES.md, h55;
-    // FLASH_SM90_O_STORE=1 the stores from registers).
+    // with its barriers' 1 KB and the system's, all a block may have), stored by TMA
+    // (write_output_tma_halves): 1.12-1.17x the threads' 4-byte global stores at D = 256 1024,
+    // 1.07-1.14x at 2048, 1.01-1.02x at 16k (NOTES.md, h55; FLASH_SM90_O_STORE=1 the stores
+    // from registers).
     static constexpr bool kStageOHalves = !kStageO && !Solo && FLASH_SM90_O_STORE == 0;
     static constexpr int kOHalvesBytes = kStageOHalves ? kWarps * 16 * 128 * 2 : 0;
     // Each row's sum of probabilities: at D = 64 by the tensor core, P V as m64n72k16 whose 8
