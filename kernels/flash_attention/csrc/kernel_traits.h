@@ -114,8 +114,8 @@ struct Sm90Traits {
     static constexpr bool kStageO = HeadDim <= 128;
     static constexpr int kQOBytes = Solo ? kQBytes : (QStages + (kStageO ? 1 : 0)) * kQBytes;
     // Without an O buffer: each consumer warp stages its 16 rows 128 columns at a time in 4 KB
-    // of its own after the ring (32 KB for 8 warps: D = 256's block then takes 225 KB, 227 KB
-    // with its barriers' 1 KB and the system's, all a block may have), stored by TMA
+    // of its own after the ring (32 KB for 8 warps: D = 256's block then takes 225 KB, 226 KB
+    // with its barriers, of the 227 KB a block may have), stored by TMA
     // (write_output_tma_halves): 1.12-1.17x the threads' 4-byte global stores at D = 256 1024,
     // 1.07-1.14x at 2048, 1.01-1.02x at 16k (NOTES.md, h55; FLASH_SM90_O_STORE=1 the stores
     // from registers).
@@ -156,10 +156,11 @@ struct Sm90Traits {
     static_assert(!Solo || QStages == 1, "solo: one tile, one Q");
     static_assert(Solo || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
     // Each block: its dynamic and static shared memory and the 1 KB the system reserves; the
-    // dynamic part at most what a block may opt in to (opt_in_shared_memory).
+    // dynamic and static parts at most what a block may opt in to (opt_in_shared_memory: the
+    // dynamic size plus the kernel's static size at most the device's 227 KB).
     static_assert((kSmemBytes + kStaticSmem + 1024) * kBlocksPerSm <= 228 * 1024,
                   "shared memory an SM");
-    static_assert(kSmemBytes <= 227 * 1024, "a block's dynamic shared memory");
+    static_assert(kSmemBytes + kStaticSmem <= 227 * 1024, "a block's shared memory");
 
     static __device__ __forceinline__ int tile_row(int mt, int warp) {
         return (mt * kWarps + warp) * 16;
